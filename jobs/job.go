@@ -1,0 +1,78 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+)
+
+// Job is what a user implements to add a job type, then registers with Register (or
+// Registry.Register). The coordinator calls Validate, Split and NewAggregate; every worker calls Map.
+//
+// Contract:
+//   - Split is deterministic given its inputs and is called once per job: the leader stores the
+//     resulting plan, so a later leader never re-splits (storage listed by Split may change).
+//   - Each shard is a small self-contained description of work (a range, a blob name and byte
+//     range): at most MaxShardBytes. Map receives only the shard, never the job's parameters.
+//   - Map is a pure function of the shard (and the data it names): running it twice gives the same
+//     partial. It may run more than once for a shard (retries, redelivery); only one result counts.
+//   - Aggregate.Merge is associative and commutative, so the final result equals a sequential run
+//     whatever the order of shards.
+type Job interface {
+	// Type is the registered name, e.g. "primes".
+	Type() string
+	// Validate checks raw parameters without touching storage. It is called at submit time,
+	// before anything is written, and returns an error that says what is wrong.
+	Validate(params json.RawMessage) error
+	// Split divides the job into shards. It may read storage through env.
+	Split(ctx context.Context, env Env, params json.RawMessage) ([][]byte, error)
+	// Map processes one shard and returns its encoded partial.
+	Map(ctx context.Context, env Env, task Task) ([]byte, error)
+	// NewAggregate returns the empty aggregate for a job with these parameters.
+	NewAggregate(params json.RawMessage) (Aggregate, error)
+}
+
+// Task is one execution of a shard's map step.
+type Task struct {
+	JobID   string
+	Index   int    // shard index, 0-based
+	Attempt int    // 1 for the first delivery
+	Shard   []byte // the shard description produced by Split
+}
+
+// Aggregate accumulates partials. The coordinator keeps it in memory, merges each partial into it
+// once, and checkpoints it with MarshalBinary.
+type Aggregate interface {
+	// Merge folds one encoded partial (as returned by Map) into the aggregate.
+	Merge(partial []byte) error
+	// MarshalBinary encodes the aggregate for a checkpoint.
+	MarshalBinary() ([]byte, error)
+	// UnmarshalBinary restores an aggregate from a checkpoint, replacing its contents.
+	UnmarshalBinary(data []byte) error
+	// Result is the job's final answer as JSON.
+	Result() (json.RawMessage, error)
+}
+
+// Env is the storage a job may read: in production Azure Blob Storage, in tests Azurite.
+type Env interface {
+	// ListBlobs lists the blobs in container whose names start with prefix, in name order.
+	ListBlobs(ctx context.Context, container, prefix string) ([]BlobInfo, error)
+	// ReadRange reads count bytes of a blob from offset (fewer at the end of the blob).
+	ReadRange(ctx context.Context, container, name string, offset, count int64) (io.ReadCloser, error)
+}
+
+// BlobInfo names a blob and its size in bytes.
+type BlobInfo struct {
+	Name string
+	Size int64
+}
+
+// Limits on what travels through NATS and what a submitter may send.
+const (
+	// MaxShardBytes bounds one shard description.
+	MaxShardBytes = 4 << 10
+	// MaxSpecBytes bounds an encoded job spec (type, parameters and metadata).
+	MaxSpecBytes = 64 << 10
+	// MaxShards bounds the number of shards in one job.
+	MaxShards = 1_000_000
+)
