@@ -1,0 +1,78 @@
+package jobs
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrBadMessage is matched by every error the message decoders return.
+var ErrBadMessage = errors.New("bad message")
+
+// ShardMsg is one shard on the shards stream, published by the leader, consumed by any worker.
+type ShardMsg struct {
+	Job   string `json:"j"`
+	Type  string `json:"t"`
+	Index int    `json:"i"`
+	// Epoch is the job's plan epoch: the election epoch of the leader that planned the job. It is
+	// the job's fencing token; a result carrying another epoch is not merged.
+	Epoch uint64 `json:"e"`
+	Shard []byte `json:"s"`
+}
+
+// Encode returns the message's wire form.
+func (m *ShardMsg) Encode() ([]byte, error) { return json.Marshal(m) }
+
+// DecodeShardMsg parses a shard message from the stream.
+func DecodeShardMsg(data []byte) (*ShardMsg, error) {
+	var m ShardMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: shard: %v", ErrBadMessage, err)
+	}
+	if err := CheckID(m.Job); err != nil {
+		return nil, fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
+	}
+	if m.Type == "" || m.Index < 0 || m.Index >= MaxShards || m.Epoch == 0 || len(m.Shard) > MaxShardBytes {
+		return nil, fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	return &m, nil
+}
+
+// ResultMsg is the outcome of one shard execution, published by a worker, consumed by the leader.
+// Exactly one of Partial, Ref or Error is set (Partial may be empty for a job whose partials are).
+type ResultMsg struct {
+	Job     string `json:"j"`
+	Index   int    `json:"i"`
+	Epoch   uint64 `json:"e"` // copied from the ShardMsg
+	Attempt int    `json:"a"` // 1 for the first delivery
+	Worker  string `json:"w,omitempty"`
+	// Partial is the encoded partial when it is small.
+	Partial []byte `json:"p,omitempty"`
+	// Ref names a blob (in the jobs container) that holds a large partial.
+	Ref string `json:"r,omitempty"`
+	// Error is set when the shard failed for good: the retry limit was reached.
+	Error string `json:"x,omitempty"`
+	// Micros is how long the map step ran.
+	Micros int64 `json:"d,omitempty"`
+}
+
+// Encode returns the message's wire form.
+func (m *ResultMsg) Encode() ([]byte, error) { return json.Marshal(m) }
+
+// DecodeResultMsg parses a result message from the stream.
+func DecodeResultMsg(data []byte) (*ResultMsg, error) {
+	var m ResultMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%w: result: %v", ErrBadMessage, err)
+	}
+	if err := CheckID(m.Job); err != nil {
+		return nil, fmt.Errorf("%w: result: %w", ErrBadMessage, err)
+	}
+	if m.Index < 0 || m.Index >= MaxShards || m.Epoch == 0 || m.Attempt < 1 {
+		return nil, fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") {
+		return nil, fmt.Errorf("%w: result %s/%d: a ref excludes a partial or an error", ErrBadMessage, m.Job, m.Index)
+	}
+	return &m, nil
+}

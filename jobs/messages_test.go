@@ -1,0 +1,204 @@
+package jobs
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestShardMsg_RoundTrip(t *testing.T) {
+	in := ShardMsg{Job: "20261121-005210-3f9a0c1d", Type: "primes", Index: 7, Epoch: 3, Shard: []byte(`{"a":1}`)}
+	b, err := in.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeShardMsg(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Job != in.Job || out.Type != in.Type || out.Index != in.Index || out.Epoch != in.Epoch || !bytes.Equal(out.Shard, in.Shard) {
+		t.Fatalf("round trip: got %+v want %+v", out, in)
+	}
+}
+
+func TestDecodeShardMsg_Bad(t *testing.T) {
+	for _, tc := range []string{
+		``, `{`, `[]`, `{"j":"","t":"x","i":0,"e":1}`, `{"j":"A/B","t":"x","i":0,"e":1}`,
+		`{"j":"j1","t":"","i":0,"e":1}`, `{"j":"j1","t":"x","i":-1,"e":1}`, `{"j":"j1","t":"x","i":0,"e":0}`,
+	} {
+		if _, err := DecodeShardMsg([]byte(tc)); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeShardMsg(%q) = %v, want ErrBadMessage", tc, err)
+		}
+	}
+}
+
+func TestDecodeResultMsg_Bad(t *testing.T) {
+	for _, tc := range []string{
+		`{"j":"j1","i":0,"e":1,"a":0}`, `{"j":"j1","i":0,"e":0,"a":1}`,
+		`{"j":"j1","i":0,"e":1,"a":1,"r":"x","x":"boom"}`, `nope`,
+	} {
+		if _, err := DecodeResultMsg([]byte(tc)); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeResultMsg(%q) = %v, want ErrBadMessage", tc, err)
+		}
+	}
+	good := ResultMsg{Job: "j1", Index: 2, Epoch: 1, Attempt: 1, Partial: []byte{0, 1, 2}}
+	b, _ := good.Encode()
+	got, err := DecodeResultMsg(b)
+	if err != nil || !bytes.Equal(got.Partial, good.Partial) {
+		t.Fatalf("good result: %v %+v", err, got)
+	}
+}
+
+func TestCheckID(t *testing.T) {
+	for id, ok := range map[string]bool{
+		NewID(time.Now()): true, "a": true, "job-1": true, "": false, "-a": false, "A": false,
+		"a.b": false, "a/b": false, strings.Repeat("a", 65): false, "a b": false,
+	} {
+		if err := CheckID(id); (err == nil) != ok {
+			t.Errorf("CheckID(%q) = %v, want ok=%v", id, err, ok)
+		}
+	}
+}
+
+func TestParseSpec(t *testing.T) {
+	s := Spec{ID: "j-1", Type: "primes", Params: []byte(`{"from":0}`), SubmittedAt: time.Unix(1, 0).UTC()}
+	b, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseSpec(b)
+	if err != nil || got.ID != s.ID || string(got.Params) != string(s.Params) {
+		t.Fatalf("ParseSpec: %v %+v", err, got)
+	}
+	for _, bad := range []string{`{}`, `{"id":"j","type":"x"}`, `{"id":"j","type":"x","params":{},"extra":1}`,
+		`{"id":"j","type":"x","params":{}} {}`, `{"id":"J","type":"x","params":{}}`} {
+		if _, err := ParseSpec([]byte(bad)); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("ParseSpec(%q) = %v, want ErrBadSpec", bad, err)
+		}
+	}
+	big := Spec{ID: "j", Type: "x", Params: []byte(`"` + strings.Repeat("a", MaxSpecBytes) + `"`)}
+	if _, err := big.Encode(); !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("oversized spec: %v", err)
+	}
+}
+
+func TestPlan_RoundTrip(t *testing.T) {
+	for _, shards := range [][][]byte{nil, {{}}, {[]byte("a"), []byte(strings.Repeat("b", 300)), {}}} {
+		got, err := DecodePlan(EncodePlan(shards))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(shards) {
+			t.Fatalf("len %d want %d", len(got), len(shards))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], shards[i]) {
+				t.Fatalf("shard %d differs", i)
+			}
+		}
+	}
+	b := EncodePlan([][]byte{[]byte("abc")})
+	b[len(b)-6] ^= 1
+	if _, err := DecodePlan(b); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("corrupted plan: %v", err)
+	}
+}
+
+func TestDecodeCheckpoint(t *testing.T) {
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10}
+	b, _ := c.Encode()
+	if _, err := DecodeCheckpoint(b); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Checkpoint){
+		"version":  func(c *Checkpoint) { c.Version = 9 },
+		"done>tot": func(c *Checkpoint) { c.DoneCount = 11 },
+		"epochs":   func(c *Checkpoint) { c.WriterEpoch = 1 },
+		"state":    func(c *Checkpoint) { c.State = "weird" },
+		"job":      func(c *Checkpoint) { c.Job = "" },
+	} {
+		bad := c
+		mut(&bad)
+		b, _ := bad.Encode()
+		if _, err := DecodeCheckpoint(b); !errors.Is(err, ErrBadCheckpoint) {
+			t.Errorf("%s: %v, want ErrBadCheckpoint", name, err)
+		}
+	}
+}
+
+func FuzzDecodeShardMsg(f *testing.F) {
+	f.Add([]byte(`{"j":"j1","t":"primes","i":0,"e":1,"s":"eyJhIjoxfQ=="}`))
+	f.Add([]byte(`{"j":"j1"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := DecodeShardMsg(data)
+		if err != nil {
+			return
+		}
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeShardMsg(b); err != nil {
+			t.Fatalf("re-decode of a valid message failed: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeResultMsg(f *testing.F) {
+	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":1,"p":"AAE="}`))
+	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":2,"x":"boom"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := DecodeResultMsg(data)
+		if err != nil {
+			return
+		}
+		b, _ := m.Encode()
+		if _, err := DecodeResultMsg(b); err != nil {
+			t.Fatalf("re-decode of a valid message failed: %v", err)
+		}
+	})
+}
+
+func FuzzParseSpec(f *testing.F) {
+	f.Add([]byte(`{"id":"j1","type":"primes","params":{"from":0,"to":10,"shards":2},"submitted_at":"2026-11-21T00:00:00Z"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseSpec(data)
+		if err != nil {
+			return
+		}
+		if _, err := s.Encode(); err != nil {
+			t.Fatalf("a parsed spec does not encode: %v", err)
+		}
+	})
+}
+
+func FuzzDecodeCheckpoint(f *testing.F) {
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: StateRunning, PlanEpoch: 1, WriterEpoch: 1, Total: 2}
+	b, _ := c.Encode()
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeCheckpoint(data)
+		if err != nil {
+			return
+		}
+		if c.DoneCount > c.Total || c.Dispatched > c.Total {
+			t.Fatalf("accepted inconsistent counts: %+v", c)
+		}
+	})
+}
+
+func FuzzDecodePlan(f *testing.F) {
+	f.Add(EncodePlan([][]byte{[]byte("a"), []byte("bc")}))
+	f.Add([]byte("MAPAGG-PLAN\x01\x05"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		shards, err := DecodePlan(data)
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(EncodePlan(shards), data) {
+			t.Fatalf("plan does not re-encode to the same bytes")
+		}
+	})
+}

@@ -1,0 +1,100 @@
+package jobs
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Spec is a submitted job: what `worker submit` writes to <job-id>/spec.json.
+type Spec struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Params      json.RawMessage `json:"params"`
+	SubmittedAt time.Time       `json:"submitted_at"`
+}
+
+// ErrBadSpec is matched by every error ParseSpec and Spec.Check return.
+var ErrBadSpec = errors.New("bad job spec")
+
+// ErrBadID is matched by errors about a malformed job id.
+var ErrBadID = errors.New("bad job id")
+
+// NewID returns a fresh job id: UTC time to the second (so ids sort by submission) and 8 random
+// hex digits, e.g. "20261121-005210-3f9a0c1d".
+func NewID(now time.Time) string {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	return now.UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// CheckID reports whether id can name a job: 1–64 characters of a-z, 0-9 and '-', starting with a
+// letter or digit. Ids become blob prefixes and NATS subject tokens, so nothing else is allowed.
+func CheckID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("%w %q: must be 1 to 64 characters", ErrBadID, id)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0
+		if !ok {
+			return fmt.Errorf("%w %q: only a-z, 0-9 and '-' (not first) are allowed", ErrBadID, id)
+		}
+	}
+	return nil
+}
+
+// Encode returns the spec's JSON, refusing one over MaxSpecBytes.
+func (s *Spec) Encode() ([]byte, error) {
+	if err := s.checkShape(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	if len(b) > MaxSpecBytes {
+		return nil, fmt.Errorf("%w: %d bytes encoded, the limit is %d", ErrBadSpec, len(b), MaxSpecBytes)
+	}
+	return b, nil
+}
+
+// ParseSpec decodes a spec read from storage and checks its shape (not its parameters: that is the
+// job type's Validate).
+func ParseSpec(data []byte) (*Spec, error) {
+	if len(data) > MaxSpecBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadSpec, len(data), MaxSpecBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Spec
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSpec, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrBadSpec)
+	}
+	if err := s.checkShape(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (s *Spec) checkShape() error {
+	if err := CheckID(s.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSpec, err)
+	}
+	if s.Type == "" {
+		return fmt.Errorf("%w: no job type", ErrBadSpec)
+	}
+	if len(s.Params) == 0 || !json.Valid(s.Params) {
+		return fmt.Errorf("%w: params must be a JSON value", ErrBadSpec)
+	}
+	return nil
+}
