@@ -1,0 +1,125 @@
+// Package queue is the job-intake adapter over an Azure Storage queue (Azurite in tests and local
+// runs). The queue carries job ids only, never shards: Azure Storage queues slow down with depth.
+//
+// Guarantees: a received message stays invisible to other receivers for the visibility timeout and
+// comes back if it is not deleted by then, so a leader that dies between receiving a job and
+// checkpointing it loses nothing. Delete is idempotent: a message already deleted is not an error.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+)
+
+// ErrNotFound: the queue does not exist.
+var ErrNotFound = errors.New("queue not found")
+
+// Message is one received queue message.
+type Message struct {
+	ID           string
+	PopReceipt   string
+	Text         string
+	DequeueCount int64
+}
+
+// Queue is one Azure Storage queue.
+type Queue struct {
+	name string
+	qc   *azqueue.QueueClient
+}
+
+// New returns the queue name of the account in connectionString.
+func New(connectionString, name string) (*Queue, error) {
+	qc, err := azqueue.NewQueueClientFromConnectionString(connectionString, name, &azqueue.ClientOptions{
+		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
+			MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue client: %w (check the storage connection string)", err)
+	}
+	return &Queue{name: name, qc: qc}, nil
+}
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Ensure creates the queue when it is missing. Concurrent callers all succeed.
+func (q *Queue) Ensure(ctx context.Context) error {
+	_, err := q.qc.Create(ctx, nil)
+	if err != nil && !queueerror.HasCode(err, queueerror.QueueAlreadyExists) {
+		return fmt.Errorf("create queue %s: %w", q.name, err)
+	}
+	return nil
+}
+
+// Enqueue adds a message.
+func (q *Queue) Enqueue(ctx context.Context, text string) error {
+	if _, err := q.qc.EnqueueMessage(ctx, text, nil); err != nil {
+		return translate("enqueue", err)
+	}
+	return nil
+}
+
+// Receive takes up to n (1–32) messages, hiding them from other receivers for visibility.
+func (q *Queue) Receive(ctx context.Context, n int, visibility time.Duration) ([]Message, error) {
+	n = min(max(n, 1), 32)
+	vis := int32(max(visibility/time.Second, 1))
+	resp, err := q.qc.DequeueMessages(ctx, &azqueue.DequeueMessagesOptions{
+		NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: &vis,
+	})
+	if err != nil {
+		return nil, translate("receive", err)
+	}
+	out := make([]Message, 0, len(resp.Messages))
+	for _, m := range resp.Messages {
+		if m == nil || m.MessageID == nil || m.PopReceipt == nil {
+			continue
+		}
+		msg := Message{ID: *m.MessageID, PopReceipt: *m.PopReceipt}
+		if m.MessageText != nil {
+			msg.Text = *m.MessageText
+		}
+		if m.DequeueCount != nil {
+			msg.DequeueCount = *m.DequeueCount
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// Delete removes a received message. A message that is already gone is not an error.
+func (q *Queue) Delete(ctx context.Context, m Message) error {
+	_, err := q.qc.DeleteMessage(ctx, m.ID, m.PopReceipt, nil)
+	if err != nil && !queueerror.HasCode(err, queueerror.MessageNotFound) {
+		return translate("delete message", err)
+	}
+	return nil
+}
+
+// Depth returns the approximate number of messages in the queue.
+func (q *Queue) Depth(ctx context.Context) (int, error) {
+	resp, err := q.qc.GetProperties(ctx, nil)
+	if err != nil {
+		return 0, translate("properties", err)
+	}
+	if resp.ApproximateMessagesCount == nil {
+		return 0, nil
+	}
+	return int(*resp.ApproximateMessagesCount), nil
+}
+
+func translate(op string, err error) error {
+	if queueerror.HasCode(err, queueerror.QueueNotFound) {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,247 @@
+// Package store is the blob-storage adapter: one container of Azure Blob Storage (Azurite in tests
+// and local runs) seen as a small key/value store with conditional writes, which is all the
+// coordinator, the worker and the CLI need. SDK errors are translated here into the sentinels
+// below, so no other package looks at bloberror codes.
+//
+// Guarantees: Put with IfMatch writes only if the blob's ETag is unchanged, and with IfNoneMatch
+// only if the blob does not exist; both are enforced by the storage service, so they fence writers
+// that do not coordinate with each other. Nothing here retries a conditional failure.
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"mapagg/jobs"
+)
+
+// Sentinels. Callers match them with errors.Is.
+var (
+	// ErrNotFound: the blob (or its container) does not exist.
+	ErrNotFound = errors.New("blob not found")
+	// ErrExists: a Put with IfNoneMatch found the blob already there.
+	ErrExists = errors.New("blob already exists")
+	// ErrConflict: a Put with IfMatch found a different ETag (someone else wrote the blob).
+	ErrConflict = errors.New("blob changed since it was read")
+)
+
+// ETag identifies one version of a blob.
+type ETag string
+
+// Cond makes a Put conditional. The zero Cond writes unconditionally.
+type Cond struct {
+	IfMatch     ETag // write only if the blob's current ETag is this
+	IfNoneMatch bool // write only if the blob does not exist
+}
+
+// ClientOptions are the SDK options this project uses: a bounded time per try and a few retries,
+// so a hung call cannot stall a caller past its own deadline (callers also pass contexts).
+func ClientOptions() *azblob.ClientOptions {
+	return &azblob.ClientOptions{ClientOptions: azcore.ClientOptions{
+		Retry: policy.RetryOptions{MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+	}}
+}
+
+// NewClient builds a blob service client from a connection string.
+func NewClient(connectionString string) (*azblob.Client, error) {
+	c, err := azblob.NewClientFromConnectionString(connectionString, ClientOptions())
+	if err != nil {
+		return nil, fmt.Errorf("blob client: %w (check the storage connection string)", err)
+	}
+	return c, nil
+}
+
+// Container is one blob container.
+type Container struct {
+	name string
+	cc   *container.Client
+}
+
+// New returns the container name of client's account.
+func New(client *azblob.Client, name string) *Container {
+	return &Container{name: name, cc: client.ServiceClient().NewContainerClient(name)}
+}
+
+// Name is the container's name.
+func (c *Container) Name() string { return c.name }
+
+// Ensure creates the container when it is missing. Concurrent callers all succeed.
+func (c *Container) Ensure(ctx context.Context) error {
+	_, err := c.cc.Create(ctx, nil)
+	if err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
+		return fmt.Errorf("create container %s: %w", c.name, err)
+	}
+	return nil
+}
+
+// Get reads a whole blob and its ETag.
+func (c *Container) Get(ctx context.Context, name string) ([]byte, ETag, error) {
+	resp, err := c.cc.NewBlobClient(name).DownloadStream(ctx, nil)
+	if err != nil {
+		return nil, "", translate("get "+name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", fmt.Errorf("get %s: %w", name, err)
+	}
+	var etag ETag
+	if resp.ETag != nil {
+		etag = ETag(*resp.ETag)
+	}
+	return data, etag, nil
+}
+
+// Exists reports whether a blob exists.
+func (c *Container) Exists(ctx context.Context, name string) (bool, error) {
+	_, err := c.cc.NewBlobClient(name).GetProperties(ctx, nil)
+	if err == nil {
+		return true, nil
+	}
+	if err = translate("stat "+name, err); errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+// Put writes a whole blob, optionally conditionally, and returns its new ETag.
+func (c *Container) Put(ctx context.Context, name string, data []byte, cond Cond) (ETag, error) {
+	opts := &blockblob.UploadOptions{}
+	if cond.IfMatch != "" || cond.IfNoneMatch {
+		mac := &blob.ModifiedAccessConditions{}
+		if cond.IfMatch != "" {
+			mac.IfMatch = to.Ptr(azcore.ETag(cond.IfMatch))
+		}
+		if cond.IfNoneMatch {
+			mac.IfNoneMatch = to.Ptr(azcore.ETagAny)
+		}
+		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: mac}
+	}
+	resp, err := c.cc.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(data)), opts)
+	if err != nil {
+		err = translate("put "+name, err)
+		if cond.IfNoneMatch && errors.Is(err, ErrConflict) {
+			err = fmt.Errorf("put %s: %w", name, ErrExists)
+		}
+		return "", err
+	}
+	if resp.ETag == nil {
+		return "", nil
+	}
+	return ETag(*resp.ETag), nil
+}
+
+// Delete removes a blob; a missing blob is not an error.
+func (c *Container) Delete(ctx context.Context, name string) error {
+	_, err := c.cc.NewBlobClient(name).Delete(ctx, nil)
+	if err != nil {
+		if err = translate("delete "+name, err); errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// List returns the blobs whose names start with prefix, in name order.
+func (c *Container) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
+	var out []jobs.BlobInfo
+	pager := c.cc.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &prefix})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, translate("list "+c.name+"/"+prefix, err)
+		}
+		for _, b := range page.Segment.BlobItems {
+			info := jobs.BlobInfo{Name: *b.Name}
+			if b.Properties != nil && b.Properties.ContentLength != nil {
+				info.Size = *b.Properties.ContentLength
+			}
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// ListDirs returns the distinct name prefixes up to the first "/" after prefix ("virtual folders"),
+// without the trailing "/", in name order.
+func (c *Container) ListDirs(ctx context.Context, prefix string) ([]string, error) {
+	var out []string
+	pager := c.cc.NewListBlobsHierarchyPager("/", &container.ListBlobsHierarchyOptions{Prefix: &prefix})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, translate("list "+c.name+"/"+prefix, err)
+		}
+		for _, p := range page.Segment.BlobPrefixes {
+			n := *p.Name
+			out = append(out, n[:len(n)-1])
+		}
+	}
+	return out, nil
+}
+
+// ReadRange reads count bytes of a blob from offset (fewer at its end).
+func (c *Container) ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error) {
+	resp, err := c.cc.NewBlobClient(name).DownloadStream(ctx, &blob.DownloadStreamOptions{
+		Range: blob.HTTPRange{Offset: offset, Count: count},
+	})
+	if err != nil {
+		if bloberror.HasCode(err, bloberror.InvalidRange) {
+			return io.NopCloser(bytes.NewReader(nil)), nil
+		}
+		return nil, translate("read "+name, err)
+	}
+	return resp.Body, nil
+}
+
+func translate(op string, err error) error {
+	switch {
+	case bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound, bloberror.ResourceNotFound):
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	case bloberror.HasCode(err, bloberror.BlobAlreadyExists):
+		return fmt.Errorf("%s: %w", op, ErrExists)
+	case bloberror.HasCode(err, bloberror.ConditionNotMet, bloberror.TargetConditionNotMet):
+		return fmt.Errorf("%s: %w", op, ErrConflict)
+	}
+	var re *azcore.ResponseError
+	if errors.As(err, &re) && re.StatusCode == 412 {
+		return fmt.Errorf("%s: %w", op, ErrConflict)
+	}
+	if errors.As(err, &re) && re.StatusCode == 404 {
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Env gives jobs read access to any container of the account (jobs.Env).
+type Env struct{ client *azblob.Client }
+
+// NewEnv returns a jobs.Env over client.
+func NewEnv(client *azblob.Client) *Env { return &Env{client: client} }
+
+var _ jobs.Env = (*Env)(nil)
+
+// ListBlobs implements jobs.Env.
+func (e *Env) ListBlobs(ctx context.Context, containerName, prefix string) ([]jobs.BlobInfo, error) {
+	return New(e.client, containerName).List(ctx, prefix)
+}
+
+// ReadRange implements jobs.Env.
+func (e *Env) ReadRange(ctx context.Context, containerName, name string, offset, count int64) (io.ReadCloser, error) {
+	return New(e.client, containerName).ReadRange(ctx, name, offset, count)
+}

@@ -1,0 +1,107 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+
+	"mapagg/internal/testenv"
+	"mapagg/store"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func newContainer(t *testing.T) *store.Container {
+	t.Helper()
+	client, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := store.New(client, testenv.Name(t, "store"))
+	if err := c.Ensure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ensure(context.Background()); err != nil { // idempotent
+		t.Fatalf("second Ensure: %v", err)
+	}
+	return c
+}
+
+func TestContainer_ConditionalPut(t *testing.T) {
+	ctx := context.Background()
+	c := newContainer(t)
+	e1, err := c.Put(ctx, "a/checkpoint", []byte("one"), store.Cond{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "a/checkpoint", []byte("two"), store.Cond{IfNoneMatch: true}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+	e2, err := c.Put(ctx, "a/checkpoint", []byte("two"), store.Cond{IfMatch: e1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "a/checkpoint", []byte("stale"), store.Cond{IfMatch: e1}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("write with a stale etag: %v, want ErrConflict", err)
+	}
+	data, etag, err := c.Get(ctx, "a/checkpoint")
+	if err != nil || string(data) != "two" || etag != e2 {
+		t.Fatalf("Get = %q %q %v, want two %q", data, etag, err, e2)
+	}
+	if _, _, err := c.Get(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get missing: %v", err)
+	}
+	if ok, err := c.Exists(ctx, "missing"); ok || err != nil {
+		t.Fatalf("Exists missing = %v %v", ok, err)
+	}
+	if err := c.Delete(ctx, "a/checkpoint"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, "a/checkpoint"); err != nil {
+		t.Fatalf("deleting a missing blob: %v", err)
+	}
+}
+
+func TestContainer_ListAndRanges(t *testing.T) {
+	ctx := context.Background()
+	c := newContainer(t)
+	for _, n := range []string{"j1/spec.json", "j1/checkpoint", "j2/spec.json", "active/j1", "text/b.txt", "text/a.txt"} {
+		if _, err := c.Put(ctx, n, []byte("hello world"), store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs, err := c.ListDirs(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"active", "j1", "j2", "text"}; len(dirs) != len(want) || dirs[0] != "active" || dirs[3] != "text" {
+		t.Fatalf("ListDirs = %v, want %v", dirs, want)
+	}
+	blobs, err := c.List(ctx, "text/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blobs) != 2 || blobs[0].Name != "text/a.txt" || blobs[0].Size != 11 {
+		t.Fatalf("List = %+v", blobs)
+	}
+	client, _ := store.NewClient(testenv.Azurite(t))
+	env := store.NewEnv(client)
+	r, err := env.ReadRange(ctx, c.Name(), "text/a.txt", 6, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	if string(b) != "world" {
+		t.Fatalf("ReadRange = %q", b)
+	}
+	r, err = env.ReadRange(ctx, c.Name(), "text/a.txt", 11, 5)
+	if err != nil {
+		t.Fatalf("ReadRange at the end: %v", err)
+	}
+	b, _ = io.ReadAll(r)
+	if len(b) != 0 {
+		t.Fatalf("ReadRange past the end = %q", b)
+	}
+}
