@@ -1,0 +1,306 @@
+// Package bus is the NATS JetStream adapter: the shards stream (work queue, one durable pull
+// consumer shared by every worker), the results stream (work queue, one consumer owned by the
+// current leader), a dead-letter stream, and core-NATS control subjects (leader released, job
+// submitted, job cancelled).
+//
+// Guarantees:
+//   - A shard or result published here is stored by JetStream before the publish returns (or its
+//     future resolves); nothing in flight is lost while there is no leader.
+//   - Shard publishes carry Nats-Msg-Id = <job>/<index>, so a new leader re-publishing a shard the old
+//     leader already published within DuplicateWindow adds nothing.
+//   - Result publishes carry <job>/<index>/<attempt>, so a worker's retried publish adds nothing.
+//   - OpenResults deletes and recreates the leader's consumer, so results a dead leader had fetched
+//     but not acknowledged are delivered at once, not after AckWait.
+//
+// Not guaranteed: order across jobs, or exactly-once delivery (consumers see duplicates; the
+// coordinator's done-bitmap makes merging exactly-once).
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config names the streams and sets their limits. The zero value of a field takes its default.
+type Config struct {
+	// Prefix starts every stream name and subject (default "mapagg"): streams <PREFIX>_SHARDS,
+	// <PREFIX>_RESULTS, <PREFIX>_DEAD; subjects <prefix>.shards.<job>, <prefix>.results.<job>.
+	Prefix string
+	// Replicas is the stream replica count (default 1; 3 on a production NATS cluster).
+	Replicas int
+	// ShardTimeout is the shards consumer's AckWait: a shard not acknowledged (or marked in
+	// progress) within it is redelivered to another worker. Default 30s.
+	ShardTimeout time.Duration
+	// ResultsAckWait is the results consumer's AckWait. Default 60s (results wait for checkpoints).
+	ResultsAckWait time.Duration
+	// ResultsMaxAckPending bounds results the leader holds unacknowledged between checkpoints.
+	// It must exceed result rate × checkpoint interval. Default 262144.
+	ResultsMaxAckPending int
+	// DuplicateWindow is how long JetStream remembers message ids. Default 10m.
+	DuplicateWindow time.Duration
+	// MemoryStorage keeps streams in memory instead of on disk (tests only). Default false.
+	MemoryStorage bool
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 30 * time.Second, ResultsAckWait: 60 * time.Second,
+		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if c.Replicas == 0 {
+		c.Replicas = d.Replicas
+	}
+	if c.ShardTimeout == 0 {
+		c.ShardTimeout = d.ShardTimeout
+	}
+	if c.ResultsAckWait == 0 {
+		c.ResultsAckWait = d.ResultsAckWait
+	}
+	if c.ResultsMaxAckPending == 0 {
+		c.ResultsMaxAckPending = d.ResultsMaxAckPending
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = d.DuplicateWindow
+	}
+}
+
+// Validate refuses impossible settings.
+func (c Config) Validate() error {
+	c.fill()
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("bus: replicas %d: must be 1 to 5", c.Replicas)
+	case c.ShardTimeout < time.Second:
+		return fmt.Errorf("bus: shard timeout %v: must be at least 1s", c.ShardTimeout)
+	case c.ResultsAckWait < time.Second:
+		return fmt.Errorf("bus: results ack wait %v: must be at least 1s", c.ResultsAckWait)
+	case c.DuplicateWindow < time.Minute:
+		return fmt.Errorf("bus: duplicate window %v: must be at least 1m (it must outlast a failover)", c.DuplicateWindow)
+	}
+	return nil
+}
+
+// Control subjects (core NATS, fire-and-forget hints; correctness never depends on them).
+const (
+	CtlReleased  = "ctl.released"  // the leader released the lease: followers acquire now
+	CtlSubmitted = "ctl.submitted" // a job was enqueued: the leader polls the queue now
+	CtlCancel    = "ctl.cancel"    // data = job id: the leader cancels it now
+)
+
+// Bus is a connection to NATS with the project's streams.
+type Bus struct {
+	cfg                          Config
+	nc                           *nats.Conn
+	js                           jetstream.JetStream
+	shardStream, resultStream    string
+	deadStream                   string
+	shardSubj, resultSubj, dSubj string
+}
+
+// Connect dials NATS at url (comma-separated for a cluster) as client name.
+func Connect(url, name string, cfg Config) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.fill()
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(30*time.Second))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	up := upper(cfg.Prefix)
+	return &Bus{
+		cfg: cfg, nc: nc, js: js,
+		shardStream: up + "_SHARDS", resultStream: up + "_RESULTS", deadStream: up + "_DEAD",
+		shardSubj: cfg.Prefix + ".shards", resultSubj: cfg.Prefix + ".results", dSubj: cfg.Prefix + ".dead",
+	}, nil
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 32
+		}
+		if c == '.' || c == '-' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// Close drains nothing and closes the connection.
+func (b *Bus) Close() { b.nc.Close() }
+
+// Conn is the underlying NATS connection.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// Config returns the effective configuration.
+func (b *Bus) Config() Config { return b.cfg }
+
+const workersConsumer = "workers"
+const leaderConsumer = "leader"
+
+// Ensure creates or updates the streams and the shared workers consumer. Every process calls it at
+// start; concurrent calls with the same configuration all succeed.
+func (b *Bus) Ensure(ctx context.Context) error {
+	storage := jetstream.FileStorage
+	if b.cfg.MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	streams := []jetstream.StreamConfig{
+		{Name: b.shardStream, Subjects: []string{b.shardSubj + ".>"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow, Discard: jetstream.DiscardOld},
+		{Name: b.resultStream, Subjects: []string{b.resultSubj + ".>"}, Retention: jetstream.WorkQueuePolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow},
+		{Name: b.deadStream, Subjects: []string{b.dSubj + ".>"}, Retention: jetstream.LimitsPolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, MaxAge: 7 * 24 * time.Hour, MaxMsgs: 100_000},
+	}
+	for _, sc := range streams {
+		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
+		}
+	}
+	_, err := b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig())
+	if err != nil {
+		return fmt.Errorf("ensure consumer %s: %w", workersConsumer, err)
+	}
+	return nil
+}
+
+func (b *Bus) workersConsumerConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable: workersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
+		// Unlimited deliveries: the worker enforces the attempt limit from the delivery count, so a
+		// shard whose every attempt crashed still reaches a live worker, which reports the failure.
+		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.shardSubj + ".>",
+	}
+}
+
+// ShardSubject is the subject of job's shards.
+func (b *Bus) ShardSubject(job string) string { return b.shardSubj + "." + job }
+
+// ResultSubject is the subject of job's results.
+func (b *Bus) ResultSubject(job string) string { return b.resultSubj + "." + job }
+
+// ErrPublish wraps a failure to store a message in JetStream.
+var ErrPublish = errors.New("publish not acknowledged")
+
+// Outgoing is one message to publish with its deduplication id.
+type Outgoing struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+}
+
+// PublishAll publishes msgs asynchronously and returns once JetStream has stored every one of them
+// (or the first failure). Duplicates (same MsgID within DuplicateWindow) count as stored.
+func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("%w: %s: %w", ErrPublish, msgs[i].MsgID, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// PublishAsync publishes one message and returns a channel that yields nil once JetStream stored
+// it, or the error.
+func (b *Bus) PublishAsync(m Outgoing) <-chan error {
+	ch := make(chan error, 1)
+	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+	if err != nil {
+		ch <- fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+		return ch
+	}
+	go func() {
+		select {
+		case <-f.Ok():
+			ch <- nil
+		case err := <-f.Err():
+			ch <- fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+		}
+	}()
+	return ch
+}
+
+// PurgeJob removes every queued shard of job from the shards stream.
+func (b *Bus) PurgeJob(ctx context.Context, job string) error {
+	s, err := b.js.Stream(ctx, b.shardStream)
+	if err != nil {
+		return fmt.Errorf("purge %s: %w", job, err)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.ShardSubject(job))); err != nil {
+		return fmt.Errorf("purge %s: %w", job, err)
+	}
+	return nil
+}
+
+// QueuedShards returns how many shards wait in the shards stream (all jobs).
+func (b *Bus) QueuedShards(ctx context.Context) (uint64, error) {
+	s, err := b.js.Stream(ctx, b.shardStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+// DeadLetter stores a message that could not be processed, with the reason, for an operator.
+func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason string) error {
+	m := nats.NewMsg(b.dSubj + "." + source)
+	m.Data = data
+	m.Header.Set("Reason", reason)
+	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return nil
+}
+
+// Announce publishes a control hint on core NATS (subject without the prefix, e.g. CtlReleased).
+func (b *Bus) Announce(subject string, data []byte) error {
+	if err := b.nc.Publish(b.cfg.Prefix+"."+subject, data); err != nil {
+		return err
+	}
+	return b.nc.Flush()
+}
+
+// Subscribe calls fn for every control hint on subject until the returned stop is called.
+func (b *Bus) Subscribe(subject string, fn func(data []byte)) (stop func(), err error) {
+	sub, err := b.nc.Subscribe(b.cfg.Prefix+"."+subject, func(m *nats.Msg) { fn(m.Data) })
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}

@@ -1,0 +1,174 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Delivery is one message handed to a consumer.
+type Delivery struct {
+	msg     jetstream.Msg
+	attempt int
+}
+
+// Data is the message body.
+func (d *Delivery) Data() []byte { return d.msg.Data() }
+
+// Subject is the message subject.
+func (d *Delivery) Subject() string { return d.msg.Subject() }
+
+// Attempt is the delivery count: 1 for the first delivery.
+func (d *Delivery) Attempt() int { return d.attempt }
+
+// Ack removes the message from its work-queue stream.
+func (d *Delivery) Ack() error { return d.msg.Ack() }
+
+// Nak asks for redelivery after delay.
+func (d *Delivery) Nak(delay time.Duration) error { return d.msg.NakWithDelay(delay) }
+
+// InProgress resets the message's ack timer (+WPI): the consumer is still working on it.
+func (d *Delivery) InProgress() error { return d.msg.InProgress() }
+
+// Term stops redelivery for good.
+func (d *Delivery) Term(reason string) error { return d.msg.TermWithReason(reason) }
+
+func newDelivery(m jetstream.Msg) *Delivery {
+	d := &Delivery{msg: m, attempt: 1}
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+		d.attempt = int(md.NumDelivered)
+	}
+	return d
+}
+
+// Feed pumps a pull consumer into a channel. Its owner reads C and calls Stop when done.
+type Feed struct {
+	// C yields deliveries; it is closed when the feed stops.
+	C <-chan *Delivery
+	// Errors counts pull errors the feed recovered from (missed heartbeats, reconnects).
+	mu     sync.Mutex
+	errs   int
+	last   error
+	mc     jetstream.MessagesContext
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Feed, error) {
+	mc, err := cons.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *Delivery)
+	ctx, cancel := context.WithCancel(ctx)
+	f := &Feed{C: ch, mc: mc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		<-ctx.Done()
+		mc.Stop()
+	}()
+	go func() {
+		defer close(f.done)
+		defer close(ch)
+		for {
+			m, err := mc.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				f.mu.Lock()
+				f.errs++
+				f.last = err
+				f.mu.Unlock()
+				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			select {
+			case ch <- newDelivery(m):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return f, nil
+}
+
+// Err returns how many pull errors the feed recovered from and the last one.
+func (f *Feed) Err() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs, f.last
+}
+
+// Stop ends the feed and waits for its goroutine. Messages pulled but not yet read are
+// redelivered by JetStream after their AckWait.
+func (f *Feed) Stop() {
+	f.cancel()
+	<-f.done
+}
+
+// Shards starts a feed of the shared workers consumer, pulling up to prefetch messages ahead.
+func (b *Bus) Shards(ctx context.Context, prefetch int) (*Feed, error) {
+	cons, err := b.js.Consumer(ctx, b.shardStream, workersConsumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("shards consumer: %w", err)
+	}
+	return startFeed(ctx, cons, max(prefetch, 1))
+}
+
+// OpenResults makes this leader the only consumer of the results stream: it deletes every other
+// consumer (a previous leader's, whose unacknowledged results become deliverable at once) and
+// creates "leader-<epoch>". A deposed leader's feed ends when its consumer is deleted.
+func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Feed, error) {
+	s, err := b.js.Stream(ctx, b.resultStream)
+	if err != nil {
+		return nil, fmt.Errorf("results stream: %w", err)
+	}
+	name := fmt.Sprintf("%s-%d", leaderConsumer, epoch)
+	names := s.ConsumerNames(ctx)
+	var old []string
+	for n := range names.Name() {
+		if n != name {
+			old = append(old, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("list results consumers: %w", err)
+	}
+	for _, n := range old {
+		if err := s.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("delete results consumer %s: %w", n, err)
+		}
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ResultsAckWait,
+		MaxDeliver: -1, MaxAckPending: b.cfg.ResultsMaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: b.resultSubj + ".>", InactiveThreshold: 0,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create results consumer %s: %w", name, err)
+	}
+	return startFeed(ctx, cons, max(prefetch, 1))
+}
+
+// JobOfSubject returns the job id at the end of a shards or results subject.
+func JobOfSubject(subject string) string {
+	if i := strings.LastIndexByte(subject, '.'); i >= 0 {
+		return subject[i+1:]
+	}
+	return subject
+}
