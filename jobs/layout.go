@@ -1,0 +1,31 @@
+package jobs
+
+import "fmt"
+
+// Blob layout in the jobs container. Every name of a job's blobs is made here.
+//
+//	<job-id>/spec.json          the submitted Spec (written once, If-None-Match)
+//	<job-id>/plan-<epoch>       the shards, as planned by the leader of that epoch
+//	<job-id>/checkpoint         the Checkpoint (conditional writes, If-Match)
+//	<job-id>/result.json        the final result (a copy of Checkpoint.Result)
+//	<job-id>/cancel             present when a user asked to cancel the job
+//	<job-id>/partials/<i>-<a>   a large partial of shard i, attempt a
+//	active/<job-id>             present while the job is planned and not finished: lets a new
+//	                            leader find running jobs without listing every job ever run
+const ActivePrefix = "active/"
+
+func SpecBlob(id string) string       { return id + "/spec.json" }
+func CheckpointBlob(id string) string { return id + "/checkpoint" }
+func ResultBlob(id string) string     { return id + "/result.json" }
+func CancelBlob(id string) string     { return id + "/cancel" }
+func ActiveBlob(id string) string     { return ActivePrefix + id }
+func PartialsPrefix(id string) string { return id + "/partials/" }
+
+// PlanBlob names the plan written by the leader of epoch; the checkpoint's PlanEpoch says which
+// plan a job follows, so two leaders racing to plan the same job can never mix their plans.
+func PlanBlob(id string, epoch uint64) string { return fmt.Sprintf("%s/plan-%d", id, epoch) }
+
+// PartialBlob names a large partial of shard index, attempt.
+func PartialBlob(id string, index, attempt int) string {
+	return fmt.Sprintf("%s%d-%d", PartialsPrefix(id), index, attempt)
+}
