@@ -1,0 +1,152 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"mapagg/bus"
+	"mapagg/jobs"
+	"mapagg/queue"
+	"mapagg/store"
+)
+
+// Config configures a Coordinator. Zero fields take their defaults.
+type Config struct {
+	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked).
+	// Default 200ms.
+	CheckpointInterval time.Duration
+	// CheckpointEvery checkpoints sooner once this many merged results wait for a checkpoint.
+	// It must stay below the bus's ResultsMaxAckPending. Default 8192.
+	CheckpointEvery int
+	// QueuePoll is how often the job queue is polled while idle (a submit also wakes intake over
+	// NATS). Default 500ms.
+	QueuePoll time.Duration
+	// QueueVisibility hides a received job message from other leaders while it is planned.
+	// Default 60s.
+	QueueVisibility time.Duration
+	// MaxQueueDequeues dead-letters a queue message received this many times without being
+	// planned. Default 5.
+	MaxQueueDequeues int64
+	// RescanInterval is how often active jobs and cancel markers are re-read from storage (a
+	// backstop for lost NATS hints and for jobs planned by a deposed leader). Default 5s.
+	RescanInterval time.Duration
+	// DispatchBatch is how many shards are published per JetStream round of acks. Default 1024.
+	DispatchBatch int
+	// MaxActiveJobs bounds the jobs running at once; intake waits beyond it. Default 64.
+	MaxActiveJobs int
+	// StallTimeout: Healthy reports an error when the main loop has not turned for this long, so
+	// the elector stops renewing a lease held by a stuck coordinator. Default 10s.
+	StallTimeout time.Duration
+	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
+	ResultsPrefetch int
+	// Registry resolves job types. Default jobs.Default().
+	Registry *jobs.Registry
+	// Logger receives logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock (tests). Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
+		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
+		DispatchBatch: 1024, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
+	}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	set := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	set(&c.CheckpointInterval, d.CheckpointInterval)
+	set(&c.QueuePoll, d.QueuePoll)
+	set(&c.QueueVisibility, d.QueueVisibility)
+	set(&c.RescanInterval, d.RescanInterval)
+	set(&c.StallTimeout, d.StallTimeout)
+	for _, p := range []struct {
+		p *int
+		v int
+	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
+		if *p.p == 0 {
+			*p.p = p.v
+		}
+	}
+	if c.MaxQueueDequeues == 0 {
+		c.MaxQueueDequeues = d.MaxQueueDequeues
+	}
+	if c.Registry == nil {
+		c.Registry = jobs.Default()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate refuses impossible settings.
+func (c Config) Validate() error {
+	switch {
+	case c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute:
+		return fmt.Errorf("coordinator: checkpoint interval %v: must be 1ms to 1m", c.CheckpointInterval)
+	case c.CheckpointEvery < 1:
+		return fmt.Errorf("coordinator: checkpoint every %d results: must be at least 1", c.CheckpointEvery)
+	case c.QueueVisibility < 5*time.Second:
+		return fmt.Errorf("coordinator: queue visibility %v: must be at least 5s (planning must finish within it)", c.QueueVisibility)
+	case c.DispatchBatch < 1 || c.DispatchBatch > 65536:
+		return fmt.Errorf("coordinator: dispatch batch %d: must be 1 to 65536", c.DispatchBatch)
+	case c.MaxActiveJobs < 1:
+		return fmt.Errorf("coordinator: max active jobs %d: must be at least 1", c.MaxActiveJobs)
+	case c.StallTimeout <= c.CheckpointInterval:
+		return fmt.Errorf("coordinator: stall timeout %v must exceed the checkpoint interval %v", c.StallTimeout, c.CheckpointInterval)
+	}
+	return nil
+}
+
+// Store is the jobs container (store.Container).
+type Store interface {
+	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
+	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error)
+	Delete(ctx context.Context, name string) error
+	Exists(ctx context.Context, name string) (bool, error)
+	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)
+}
+
+// Queue is the job intake queue (queue.Queue).
+type Queue interface {
+	Receive(ctx context.Context, n int, visibility time.Duration) ([]queue.Message, error)
+	Delete(ctx context.Context, m queue.Message) error
+}
+
+// Bus is what the leader needs of JetStream (bus.Bus).
+type Bus interface {
+	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
+	ShardSubject(job string) string
+	PurgeJob(ctx context.Context, job string) error
+	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
+	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
+	Subscribe(subject string, fn func(data []byte)) (stop func(), err error)
+}
+
+var (
+	_ Store = (*store.Container)(nil)
+	_ Queue = (*queue.Queue)(nil)
+	_ Bus   = (*bus.Bus)(nil)
+)
+
+// Sentinels.
+var (
+	// ErrDeposed: a checkpoint was written by a leader of a higher epoch. This coordinator stops.
+	ErrDeposed = errors.New("deposed: a newer leader owns the job state")
+	// ErrStalled: the main loop has not turned within StallTimeout.
+	ErrStalled = errors.New("coordinator main loop stalled")
+)

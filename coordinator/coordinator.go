@@ -1,0 +1,532 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"mapagg/bus"
+	"mapagg/jobs"
+)
+
+// Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
+// of leadership is one call to Lead.
+type Coordinator struct {
+	cfg   Config
+	store Store
+	queue Queue
+	bus   Bus
+	env   jobs.Env
+	log   *slog.Logger
+
+	leading  atomic.Bool
+	lastBeat atomic.Int64 // unix nanos of the main loop's last turn
+}
+
+// New returns a coordinator over the jobs container, the intake queue and the bus; env is what
+// job types read when they split a job.
+func New(cfg Config, st Store, q Queue, b Bus, env jobs.Env) (*Coordinator, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Coordinator{cfg: cfg, store: st, queue: q, bus: b, env: env, log: cfg.Logger.With("component", "coordinator")}, nil
+}
+
+// Healthy reports ErrStalled when this process leads and its main loop has not turned within
+// StallTimeout. Wire it to the elector, so a stuck coordinator stops renewing its lease.
+func (c *Coordinator) Healthy() error {
+	if !c.leading.Load() {
+		return nil
+	}
+	if since := time.Since(time.Unix(0, c.lastBeat.Load())); since > c.cfg.StallTimeout {
+		return fmt.Errorf("%w: no progress for %v", ErrStalled, since.Round(time.Millisecond))
+	}
+	return nil
+}
+
+func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
+
+// term is one leadership term's state, owned by Lead's goroutine except where noted.
+type term struct {
+	*Coordinator
+	epoch   uint64
+	elected time.Time
+	log     *slog.Logger
+
+	active   map[string]*job
+	finished map[string]jobs.State // jobs this term saw end (bounded)
+	pending  int                   // merged results awaiting a checkpoint, all jobs
+	merged   int64                 // results merged this term
+	nActive  atomic.Int32          // len(active), for intake
+
+	newJobs    chan *job          // from intake
+	claimReq   chan string        // from intake: a planned job to make sure of
+	dispatched chan dispatchEvent // from dispatchers
+	cancels    chan string        // from NATS hints
+	wake       chan struct{}      // to intake: a job was submitted
+
+	dispatchers sync.WaitGroup
+	cleanups    sync.WaitGroup
+}
+
+type dispatchEvent struct {
+	job  string
+	upto int
+	err  error
+}
+
+// Lead runs one term of leadership until ctx ends (leadership lost or the process stopping) or
+// the coordinator finds itself deposed. It resumes every running job from its checkpoint, then
+// takes new jobs from the queue. On return it has stopped dispatching and written a final
+// checkpoint of every job it could.
+func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
+	t := &term{
+		Coordinator: c, epoch: epoch, elected: time.Now(),
+		log:      c.log.With("epoch", epoch),
+		active:   map[string]*job{},
+		finished: map[string]jobs.State{},
+		newJobs:  make(chan *job), claimReq: make(chan string, 64),
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
+	}
+	c.beat()
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	t.log.Info("coordinator starting")
+
+	if err := t.rescan(ctx); err != nil {
+		return err
+	}
+	feed, err := c.bus.OpenResults(ctx, epoch, c.cfg.ResultsPrefetch)
+	if err != nil {
+		return err
+	}
+	defer feed.Stop()
+	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
+
+	for _, sub := range []struct {
+		subj string
+		fn   func([]byte)
+	}{
+		{bus.CtlCancel, func(b []byte) { nonBlocking(t.cancels, string(b)) }},
+		{bus.CtlSubmitted, func([]byte) { nonBlocking(t.wake, struct{}{}) }},
+	} {
+		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", sub.subj, err)
+		}
+		defer stop()
+	}
+
+	intakeCtx, stopIntake := context.WithCancel(ctx)
+	var intake sync.WaitGroup
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		t.intake(intakeCtx)
+	}()
+
+	err = t.loop(ctx, feed)
+
+	// Step down: stop taking and dispatching work, then checkpoint what was merged, so the next
+	// leader starts from here. The writes are fenced: if a newer leader already claimed a job, the
+	// write fails and its results stay unacknowledged for that leader.
+	stopIntake()
+	intake.Wait()
+	for _, j := range t.active {
+		if j.stopDispatch != nil {
+			j.stopDispatch()
+		}
+	}
+	t.dispatchers.Wait()
+	if !errors.Is(err, ErrDeposed) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+		if cerr := t.checkpointAll(fctx); cerr != nil {
+			t.log.Warn("final checkpoint", "err", cerr)
+		}
+		cancel()
+	}
+	t.cleanups.Wait()
+	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
+	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
+		return nil
+	}
+	return err
+}
+
+func nonBlocking[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
+	ckpt := time.NewTicker(t.cfg.CheckpointInterval)
+	defer ckpt.Stop()
+	rescan := time.NewTicker(t.cfg.RescanInterval)
+	defer rescan.Stop()
+	for {
+		t.beat()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case d, ok := <-feed.C:
+			if !ok {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				_, ferr := feed.Err()
+				return fmt.Errorf("%w: results consumer gone (%v)", ErrDeposed, ferr)
+			}
+			if err := t.onResult(ctx, d); err != nil {
+				return err
+			}
+			if t.pending >= t.cfg.CheckpointEvery {
+				if err := t.checkpointAll(ctx); err != nil {
+					return err
+				}
+			}
+		case j := <-t.newJobs:
+			t.adopt(ctx, j)
+		case id := <-t.claimReq:
+			if err := t.ensure(ctx, id); err != nil {
+				return err
+			}
+		case ev := <-t.dispatched:
+			t.onDispatched(ev)
+		case id := <-t.cancels:
+			t.cancel(ctx, id, "cancelled by user")
+		case <-ckpt.C:
+			if err := t.checkpointAll(ctx); err != nil {
+				return err
+			}
+		case <-rescan.C:
+			if err := t.rescan(ctx); err != nil {
+				return err
+			}
+			t.checkCancels(ctx)
+		}
+	}
+}
+
+// adopt makes j active and starts dispatching what of it is not yet dispatched.
+func (t *term) adopt(ctx context.Context, j *job) {
+	if _, ok := t.active[j.id]; ok {
+		return
+	}
+	t.active[j.id] = j
+	t.nActive.Store(int32(len(t.active)))
+	if j.complete {
+		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
+	}
+	if j.plan != nil && j.cp.Dispatched < j.cp.Total {
+		dctx, cancel := context.WithCancel(ctx)
+		j.stopDispatch = cancel
+		t.dispatchers.Add(1)
+		go func() {
+			defer t.dispatchers.Done()
+			t.dispatch(dctx, j.id, j.spec.Type, j.cp.PlanEpoch, j.plan, j.cp.Dispatched)
+		}()
+	}
+	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
+}
+
+// ensure claims a planned job this term does not hold yet.
+func (t *term) ensure(ctx context.Context, id string) error {
+	if _, ok := t.active[id]; ok {
+		return nil
+	}
+	j, err := t.claim(ctx, id)
+	if err != nil {
+		if errors.Is(err, ErrDeposed) {
+			return err
+		}
+		t.log.Error("cannot resume job", "job", id, "err", err)
+		return nil
+	}
+	if j != nil {
+		t.adopt(ctx, j)
+	}
+	return nil
+}
+
+// rescan claims every job marked active that this term does not hold: at election, and
+// periodically for a job planned by a deposed leader that did not know it was deposed.
+func (t *term) rescan(ctx context.Context) error {
+	marks, err := t.store.List(ctx, jobs.ActivePrefix)
+	if err != nil {
+		t.log.Warn("list active jobs", "err", err)
+		return nil
+	}
+	var ids []string
+	for _, m := range marks {
+		id := strings.TrimPrefix(m.Name, jobs.ActivePrefix)
+		if _, ok := t.active[id]; ok || jobs.CheckID(id) != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	claimed := make([]*job, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, id := range ids {
+		g.Go(func() error {
+			j, err := t.claim(gctx, id)
+			if errors.Is(err, ErrDeposed) {
+				return err
+			}
+			if err != nil {
+				t.log.Error("cannot resume job", "job", id, "err", err)
+			}
+			claimed[i] = j
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, j := range claimed {
+		if j != nil {
+			t.adopt(ctx, j)
+		}
+	}
+	return nil
+}
+
+// checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
+func (t *term) checkCancels(ctx context.Context) {
+	for id, j := range t.active {
+		if j.cp.State.Terminal() {
+			continue
+		}
+		if ok, err := t.store.Exists(ctx, jobs.CancelBlob(id)); err == nil && ok {
+			t.cancel(ctx, id, "cancelled by user")
+		}
+	}
+}
+
+// cancel ends a running job as cancelled (or failed, via fail); the terminal checkpoint is
+// written at the next checkpoint tick, then its queued shards are purged.
+func (t *term) cancel(ctx context.Context, id, why string) {
+	j, ok := t.active[id]
+	if !ok {
+		if err := t.ensure(ctx, id); err != nil || t.active[id] == nil {
+			return
+		}
+		j = t.active[id]
+	}
+	t.end(j, jobs.StateCancelled, why)
+}
+
+func (t *term) end(j *job, state jobs.State, why string) {
+	if j.cp.State.Terminal() {
+		return
+	}
+	if j.stopDispatch != nil {
+		j.stopDispatch()
+	}
+	j.cp.State, j.cp.Error, j.dirty = state, why, true
+	t.log.Info("job ending", "job", j.id, "state", state, "reason", why)
+}
+
+func (t *term) onDispatched(ev dispatchEvent) {
+	j, ok := t.active[ev.job]
+	if !ok || j.cp.State.Terminal() {
+		return
+	}
+	if ev.err != nil {
+		t.end(j, jobs.StateFailed, fmt.Sprintf("dispatch: %v", ev.err))
+		return
+	}
+	if ev.upto > j.cp.Dispatched {
+		j.cp.Dispatched, j.dirty = ev.upto, true
+	}
+	if j.cp.Dispatched == j.cp.Total {
+		j.plan = nil
+	}
+}
+
+// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop. A
+// publish that fails is retried until ctx ends: the shards stream may be briefly unavailable.
+func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan [][]byte, from int) {
+	subject := t.bus.ShardSubject(id)
+	for i := from; i < len(plan); {
+		n := min(t.cfg.DispatchBatch, len(plan)-i)
+		batch := make([]bus.Outgoing, 0, n)
+		for k := i; k < i+n; k++ {
+			m := jobs.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
+			data, err := m.Encode()
+			if err != nil {
+				t.report(ctx, dispatchEvent{job: id, err: err})
+				return
+			}
+			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: fmt.Sprintf("%s/%d", id, k), Data: data})
+		}
+		if err := t.bus.PublishAll(ctx, batch); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.log.Warn("dispatch batch failed; retrying", "job", id, "from", i, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		i += n
+		t.report(ctx, dispatchEvent{job: id, upto: i})
+	}
+}
+
+func (t *term) report(ctx context.Context, ev dispatchEvent) {
+	select {
+	case t.dispatched <- ev:
+	case <-ctx.Done():
+	}
+}
+
+// onResult merges one result, exactly once: a result is merged only if its shard is not in the
+// done-bitmap and its epoch is the job's plan epoch; it is acknowledged only after the checkpoint
+// that includes it is written. Results that change nothing are acknowledged at once.
+func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
+	r, err := jobs.DecodeResultMsg(d.Data())
+	if err != nil {
+		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
+		if derr := t.bus.DeadLetter(ctx, "results", d.Data(), err.Error()); derr != nil {
+			_ = d.Nak(time.Second)
+			return nil
+		}
+		_ = d.Term(err.Error())
+		return nil
+	}
+	j, ok := t.active[r.Job]
+	if !ok {
+		if _, seen := t.finished[r.Job]; !seen {
+			if err := t.ensure(ctx, r.Job); err != nil {
+				return err
+			}
+		}
+		if j, ok = t.active[r.Job]; !ok {
+			_ = d.Ack() // the job ended (or was never planned): nothing to merge into
+			return nil
+		}
+	}
+	switch {
+	case r.Epoch != j.cp.PlanEpoch:
+		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
+		_ = d.Ack()
+		return nil
+	case r.Index >= j.cp.Total:
+		t.log.Error("result for a shard outside the plan; dead-lettered", "job", r.Job, "shard", r.Index, "total", j.cp.Total)
+		_ = t.bus.DeadLetter(ctx, "results", d.Data(), "shard index outside the plan")
+		_ = d.Term("shard index outside the plan")
+		return nil
+	case j.cp.State.Terminal():
+		_ = d.Ack()
+		return nil
+	case j.done.Contains(uint32(r.Index)):
+		j.cp.Duplicates++
+		j.dirty = true
+		_ = d.Ack()
+		return nil
+	case r.Error != "":
+		t.end(j, jobs.StateFailed, r.Error)
+		j.acks = append(j.acks, d)
+		t.pending++
+		return nil
+	}
+	partial := r.Partial
+	if r.Ref != "" {
+		if partial, _, err = t.store.Get(ctx, r.Ref); err != nil {
+			t.log.Warn("reading a large partial failed; result redelivered later", "job", r.Job, "ref", r.Ref, "err", err)
+			_ = d.Nak(time.Second)
+			return nil
+		}
+	}
+	if err := j.agg.Merge(partial); err != nil {
+		t.end(j, jobs.StateFailed, fmt.Sprintf("merge shard %d: %v", r.Index, err))
+		j.acks = append(j.acks, d)
+		t.pending++
+		return nil
+	}
+	j.done.Add(uint32(r.Index))
+	j.acks = append(j.acks, d)
+	j.dirty = true
+	t.pending++
+	if t.merged++; t.merged == 1 {
+		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
+	}
+	if int(j.done.GetCardinality()) == j.cp.Total {
+		j.complete = true
+	}
+	return nil
+}
+
+// checkpointAll writes every dirty job (in parallel), then acknowledges the results each write
+// covers, and hands jobs that ended to clean-up.
+func (t *term) checkpointAll(ctx context.Context) error {
+	var dirty []*job
+	for _, j := range t.active {
+		if j.dirty || j.complete && !j.cp.State.Terminal() {
+			dirty = append(dirty, j)
+		}
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	errs := make([]error, len(dirty))
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, j := range dirty {
+		g.Go(func() error { errs[i] = t.write(ctx, j); return nil })
+	}
+	_ = g.Wait()
+	for i, j := range dirty {
+		if err := errs[i]; err != nil {
+			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
+				return fmt.Errorf("%w: %v", ErrDeposed, err)
+			}
+			t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+			continue
+		}
+		for _, d := range j.acks {
+			_ = d.Ack()
+		}
+		t.pending -= len(j.acks)
+		j.acks = nil
+		if j.cp.State.Terminal() {
+			t.retire(ctx, j)
+		}
+	}
+	return nil
+}
+
+// retire removes an ended job from the term and cleans up after it in the background.
+func (t *term) retire(ctx context.Context, j *job) {
+	delete(t.active, j.id)
+	t.nActive.Store(int32(len(t.active)))
+	if len(t.finished) > 100_000 {
+		clear(t.finished)
+	}
+	t.finished[j.id] = j.cp.State
+	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
+		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
+	cp := j.cp
+	t.cleanups.Add(1)
+	go func() {
+		defer t.cleanups.Done()
+		t.cleanup(context.WithoutCancel(ctx), &cp)
+	}()
+}

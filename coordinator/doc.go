@@ -1,0 +1,46 @@
+// Package coordinator is the leader-only work: intake of jobs from the queue, splitting them into
+// shards, dispatching the shards on JetStream, merging results, checkpointing, and finalizing.
+// It runs under the leader context the elector hands out (Lead), one call per term, and imports
+// neither the election nor the worker package.
+//
+// # Exactly-once aggregation
+//
+// A job's checkpoint (<job>/checkpoint) holds its aggregate and the roaring bitmap of merged
+// shards, written together in one conditional blob write. A result is merged only if its shard is
+// not in the bitmap, and it is acknowledged on the results stream only after the checkpoint that
+// includes it is stored. So after any crash the next leader finds each shard either in the
+// checkpoint (and a redelivered duplicate is dropped) or not (and its result is still in the
+// stream): never both, never neither.
+//
+// # Fencing
+//
+// The election epoch is the fencing token, and it is enforced on the checkpoint, the only state
+// that matters:
+//   - Every checkpoint write is If-Match on the ETag this leader last wrote or read, and carries
+//     WriterEpoch. A new leader first claims each running job: it reads the checkpoint and writes
+//     it back with its own epoch. From then on, a deposed leader's writes fail (its ETag is stale)
+//     and it stops (ErrDeposed) without acknowledging anything.
+//   - If a deposed leader's write lands between the new leader's read and its claim, the claim
+//     fails, the new leader re-reads (the stored WriterEpoch is lower) and claims again — the late
+//     write only merged valid results, which the bitmap now shows as done.
+//   - A first checkpoint is If-None-Match: two leaders racing to plan one job cannot both win, and
+//     the loser follows the winner's plan.
+//
+// Where this refines DESIGN.md, and why: shards and results carry the job's plan epoch (the epoch
+// of the leader that planned it), not the dispatching leader's. A new leader does not re-dispatch
+// shards still queued, so results of shards dispatched by an earlier leader of the same plan are
+// valid and must be merged; dropping them by "older epoch" would lose work. What must never be
+// merged is a result of a different plan (a wordcount plan lists blobs that may have changed):
+// plans are stored per epoch (<job>/plan-<epoch>), and a result whose epoch is not the job's plan
+// epoch is dropped. Nats-Msg-Id stays <job>/<shard>: within one plan a re-dispatch is a duplicate.
+//
+// # Failover
+//
+// On election the coordinator lists active/ markers, claims every running job, recreates the
+// results consumer (so results the dead leader fetched but did not acknowledge arrive at once),
+// and resumes dispatch from the checkpoint's Dispatched mark (shards already queued are not sent
+// again; an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id).
+//
+// Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
+// Results and shards are at-least-once; only merging is exactly-once.
+package coordinator

@@ -1,0 +1,223 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"mapagg/jobs"
+	"mapagg/queue"
+	"mapagg/store"
+)
+
+// intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
+// checkpoint (running, or failed with the reason), so a leader dying mid-intake loses nothing: the
+// message becomes visible again after QueueVisibility.
+func (t *term) intake(ctx context.Context) {
+	for ctx.Err() == nil {
+		if int(t.nActive.Load()) >= t.cfg.MaxActiveJobs {
+			t.idle(ctx)
+			continue
+		}
+		msgs, err := t.queue.Receive(ctx, min(16, t.cfg.MaxActiveJobs), t.cfg.QueueVisibility)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Warn("receive from the job queue", "err", err)
+			}
+			t.idle(ctx)
+			continue
+		}
+		if len(msgs) == 0 {
+			t.idle(ctx)
+			continue
+		}
+		for _, m := range msgs {
+			t.intakeOne(ctx, m)
+		}
+	}
+}
+
+func (t *term) idle(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-t.wake:
+	case <-time.After(t.cfg.QueuePoll):
+	}
+}
+
+func (t *term) intakeOne(ctx context.Context, m queue.Message) {
+	id := strings.TrimSpace(m.Text)
+	log := t.log.With("job", id)
+	if err := jobs.CheckID(id); err != nil {
+		log.Error("malformed queue message; dead-lettered", "err", err)
+		t.deadQueue(ctx, m, err.Error())
+		return
+	}
+	if m.DequeueCount > t.cfg.MaxQueueDequeues {
+		reason := fmt.Sprintf("job %s could not be planned in %d tries", id, m.DequeueCount-1)
+		log.Error("giving up on a job message; dead-lettered", "dequeues", m.DequeueCount)
+		t.writeFirst(ctx, id, "", jobs.StateFailed, reason, nil)
+		t.deadQueue(ctx, m, reason)
+		return
+	}
+	// Planned already (a leader died after the first checkpoint, before deleting the message)?
+	if ok, err := t.store.Exists(ctx, jobs.CheckpointBlob(id)); err != nil {
+		log.Warn("check for a checkpoint", "err", err)
+		return
+	} else if ok {
+		t.deleteMsg(ctx, m)
+		t.request(ctx, id)
+		return
+	}
+	data, _, err := t.store.Get(ctx, jobs.SpecBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		log.Error("queued job has no spec; dead-lettered")
+		t.deadQueue(ctx, m, "no spec blob for job "+id)
+		return
+	}
+	if err != nil {
+		log.Warn("read spec", "err", err)
+		return
+	}
+	spec, err := jobs.ParseSpec(data)
+	if err != nil {
+		t.refuse(ctx, m, id, "", err)
+		return
+	}
+	if ok, err := t.store.Exists(ctx, jobs.CancelBlob(id)); err == nil && ok {
+		t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
+		t.deleteMsg(ctx, m)
+		return
+	}
+	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	if err != nil {
+		t.refuse(ctx, m, id, spec.Type, err)
+		return
+	}
+	if err := impl.Validate(spec.Params); err != nil {
+		t.refuse(ctx, m, id, spec.Type, err)
+		return
+	}
+	agg, err := impl.NewAggregate(spec.Params)
+	if err != nil {
+		t.refuse(ctx, m, id, spec.Type, err)
+		return
+	}
+	start := time.Now()
+	shards, err := impl.Split(ctx, t.env, spec.Params)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split: %w", err))
+		return
+	}
+	if len(shards) > jobs.MaxShards {
+		t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards))
+		return
+	}
+	for i, s := range shards {
+		if len(s) > jobs.MaxShardBytes {
+			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes))
+			return
+		}
+	}
+	if _, err := t.store.Put(ctx, jobs.PlanBlob(id, t.epoch), jobs.EncodePlan(shards), store.Cond{}); err != nil {
+		log.Warn("write plan", "err", err)
+		return
+	}
+	if _, err := t.store.Put(ctx, jobs.ActiveBlob(id), nil, store.Cond{}); err != nil {
+		log.Warn("write active marker", "err", err)
+		return
+	}
+	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards}
+	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
+	if errors.Is(err, store.ErrExists) {
+		t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
+		t.request(ctx, id)
+		return
+	}
+	if err != nil {
+		return
+	}
+	j.etag = etag
+	t.deleteMsg(ctx, m)
+	log.Info("job planned", "type", spec.Type, "shards", len(shards), "took", time.Since(start).Round(time.Microsecond))
+	select {
+	case t.newJobs <- j:
+	case <-ctx.Done():
+	}
+}
+
+// writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan or terminal
+// with a reason. Only one leader's first checkpoint can exist.
+func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
+	now := t.cfg.Now().UTC()
+	cp := jobs.Checkpoint{Version: jobs.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
+		WriterEpoch: t.epoch, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+	if state.Terminal() {
+		cp.FinishedAt = &now
+	}
+	if j != nil {
+		cp.Total = len(j.plan)
+		var err error
+		if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
+			return "", err
+		}
+		if cp.Done, err = j.done.ToBytes(); err != nil {
+			return "", err
+		}
+	}
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
+	etag, err := t.store.Put(ctx, jobs.CheckpointBlob(id), data, store.Cond{IfNoneMatch: true})
+	if err != nil {
+		if !errors.Is(err, store.ErrExists) {
+			t.log.Warn("write first checkpoint", "job", id, "err", err)
+		}
+		return "", err
+	}
+	if j != nil {
+		cp.Done, cp.Aggregate = nil, nil
+		j.cp = cp
+		j.complete = cp.Total == 0
+	}
+	return etag, nil
+}
+
+// refuse records why a job cannot run (a failed first checkpoint the user can read with
+// `worker status`) and takes it off the queue.
+func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
+	t.log.Error("job refused", "job", id, "type", typ, "err", why)
+	if _, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil); err != nil && !errors.Is(err, store.ErrExists) {
+		return
+	}
+	t.deleteMsg(ctx, m)
+}
+
+func (t *term) request(ctx context.Context, id string) {
+	select {
+	case t.claimReq <- id:
+	case <-ctx.Done():
+	}
+}
+
+func (t *term) deleteMsg(ctx context.Context, m queue.Message) {
+	if err := t.queue.Delete(ctx, m); err != nil {
+		t.log.Warn("delete queue message", "id", m.ID, "err", err)
+	}
+}
+
+func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
+	if err := t.bus.DeadLetter(ctx, "queue", []byte(m.Text), reason); err != nil {
+		t.log.Warn("dead-letter queue message", "err", err)
+		return
+	}
+	t.deleteMsg(ctx, m)
+}

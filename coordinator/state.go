@@ -1,0 +1,220 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"mapagg/bus"
+	"mapagg/jobs"
+	"mapagg/store"
+)
+
+// job is one running job's in-memory state, owned by the term's main loop.
+type job struct {
+	id   string
+	spec *jobs.Spec
+	impl jobs.Job
+	// cp is the last checkpoint written (Done and Aggregate left nil: they live in done and agg).
+	cp   jobs.Checkpoint
+	etag store.ETag
+	agg  jobs.Aggregate
+	done *roaring.Bitmap
+	// plan holds the shards while some are not yet dispatched.
+	plan [][]byte
+	// acks are merged results waiting for the checkpoint that includes them.
+	acks     []*bus.Delivery
+	dirty    bool
+	complete bool // every shard merged: the next checkpoint finalizes
+	// stopDispatch cancels the job's dispatcher, if one runs.
+	stopDispatch context.CancelFunc
+}
+
+// claim loads a planned job's checkpoint and takes ownership of it by writing it back with this
+// term's epoch (If-Match on the ETag read). From then on, any writer holding an older ETag — a
+// deposed leader — fails. A conflict means someone wrote in between: re-read and try again, unless
+// the writer had a higher epoch, in which case this leader is the deposed one.
+//
+// It returns nil (and no error) for a job that has no checkpoint or has already ended.
+func (t *term) claim(ctx context.Context, id string) (*job, error) {
+	for try := 0; try < 5; try++ {
+		data, etag, err := t.store.Get(ctx, jobs.CheckpointBlob(id))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		cp, err := jobs.DecodeCheckpoint(data)
+		if err != nil {
+			t.log.Error("unreadable checkpoint; job left as it is", "job", id, "err", err)
+			return nil, nil
+		}
+		if cp.WriterEpoch > t.epoch {
+			return nil, fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+		}
+		if cp.State.Terminal() {
+			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
+			return nil, nil
+		}
+		j, err := t.load(ctx, cp)
+		if err != nil {
+			return nil, fmt.Errorf("resume %s: %w", id, err)
+		}
+		j.etag = etag
+		switch err := t.write(ctx, j); {
+		case err == nil:
+			return j, nil
+		case errors.Is(err, errRetryClaim):
+			continue
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("claim %s: the checkpoint kept changing", id)
+}
+
+var errRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
+
+// load rebuilds a job from its checkpoint, spec and (while dispatch is unfinished) plan.
+func (t *term) load(ctx context.Context, cp *jobs.Checkpoint) (*job, error) {
+	id := cp.Job
+	spec, impl, err := t.readSpec(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	agg, err := impl.NewAggregate(spec.Params)
+	if err != nil {
+		return nil, fmt.Errorf("new aggregate: %w", err)
+	}
+	if err := agg.UnmarshalBinary(cp.Aggregate); err != nil {
+		return nil, fmt.Errorf("aggregate from checkpoint: %w", err)
+	}
+	done := roaring.New()
+	if len(cp.Done) > 0 {
+		if err := done.UnmarshalBinary(cp.Done); err != nil {
+			return nil, fmt.Errorf("done bitmap from checkpoint: %w", err)
+		}
+	}
+	if int(done.GetCardinality()) != cp.DoneCount {
+		return nil, fmt.Errorf("checkpoint says %d shards done, its bitmap holds %d", cp.DoneCount, done.GetCardinality())
+	}
+	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done}
+	j.cp.Done, j.cp.Aggregate = nil, nil
+	j.complete = cp.DoneCount == cp.Total
+	if cp.Dispatched < cp.Total {
+		data, _, err := t.store.Get(ctx, jobs.PlanBlob(id, cp.PlanEpoch))
+		if err != nil {
+			return nil, fmt.Errorf("read plan: %w", err)
+		}
+		if j.plan, err = jobs.DecodePlan(data); err != nil {
+			return nil, err
+		}
+		if len(j.plan) != cp.Total {
+			return nil, fmt.Errorf("plan has %d shards, checkpoint %d", len(j.plan), cp.Total)
+		}
+	}
+	return j, nil
+}
+
+func (t *term) readSpec(ctx context.Context, id string) (*jobs.Spec, jobs.Job, error) {
+	data, _, err := t.store.Get(ctx, jobs.SpecBlob(id))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read spec: %w", err)
+	}
+	spec, err := jobs.ParseSpec(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	if err != nil {
+		return spec, nil, err
+	}
+	return spec, impl, nil
+}
+
+// write checkpoints j: the aggregate and the done-bitmap in one conditional blob write. When every
+// shard is merged it also finalizes: the checkpoint carries the result and state succeeded.
+func (t *term) write(ctx context.Context, j *job) error {
+	cp := j.cp
+	cp.WriterEpoch = t.epoch
+	cp.Seq++
+	cp.UpdatedAt = t.cfg.Now().UTC()
+	cp.DoneCount = int(j.done.GetCardinality())
+	var err error
+	if cp.Done, err = j.done.ToBytes(); err != nil {
+		return fmt.Errorf("encode done bitmap: %w", err)
+	}
+	if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
+		return fmt.Errorf("encode aggregate: %w", err)
+	}
+	if j.complete && cp.State == jobs.StateRunning {
+		res, err := j.agg.Result()
+		if err != nil {
+			cp.State, cp.Error = jobs.StateFailed, fmt.Sprintf("finalize: %v", err)
+		} else {
+			cp.State, cp.Result = jobs.StateSucceeded, res
+		}
+	}
+	if cp.State.Terminal() && cp.FinishedAt == nil {
+		now := cp.UpdatedAt
+		cp.FinishedAt = &now
+	}
+	data, err := cp.Encode()
+	if err != nil {
+		return err
+	}
+	etag, err := t.store.Put(ctx, jobs.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
+	if errors.Is(err, store.ErrConflict) {
+		return t.conflict(ctx, j.id)
+	}
+	if err != nil {
+		return err
+	}
+	cp.Done, cp.Aggregate = nil, nil
+	j.cp, j.etag, j.dirty = cp, etag, false
+	return nil
+}
+
+// conflict explains a failed conditional write: a higher epoch means this leader is deposed; a
+// lower one (possible only while claiming) means a deposed leader wrote late: re-read.
+func (t *term) conflict(ctx context.Context, id string) error {
+	data, _, err := t.store.Get(ctx, jobs.CheckpointBlob(id))
+	if err != nil {
+		return fmt.Errorf("%w: checkpoint of %s changed and cannot be re-read: %v", ErrDeposed, id, err)
+	}
+	cp, err := jobs.DecodeCheckpoint(data)
+	if err != nil {
+		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
+	}
+	if cp.WriterEpoch < t.epoch {
+		return errRetryClaim
+	}
+	return fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+}
+
+// cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
+// partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
+// rest to the next one (claim calls cleanup for terminal jobs still marked active).
+func (t *term) cleanup(ctx context.Context, cp *jobs.Checkpoint) {
+	id := cp.Job
+	if cp.State == jobs.StateSucceeded {
+		if _, err := t.store.Put(ctx, jobs.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
+			t.log.Warn("write result copy", "job", id, "err", err)
+			return // keep the marker: the next pass retries
+		}
+	} else if err := t.bus.PurgeJob(ctx, id); err != nil {
+		t.log.Warn("purge shards", "job", id, "err", err)
+	}
+	if parts, err := t.store.List(ctx, jobs.PartialsPrefix(id)); err == nil {
+		for _, p := range parts {
+			_ = t.store.Delete(ctx, p.Name)
+		}
+	}
+	_ = t.store.Delete(ctx, jobs.PlanBlob(id, cp.PlanEpoch))
+	if err := t.store.Delete(ctx, jobs.ActiveBlob(id)); err != nil {
+		t.log.Warn("delete active marker", "job", id, "err", err)
+	}
+}
