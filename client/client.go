@@ -1,0 +1,266 @@
+// Package client is what a user (the CLI, the load test) does with the cluster without being part
+// of it: submit a job, read its status and result, cancel it, wait for it. It talks to storage
+// and the queue only; NATS is optional (used to wake the leader sooner).
+//
+// Guarantees: Submit validates everything it can before writing anything, so a refused job leaves
+// no trace; a job it accepts has its spec stored before its id is queued.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"mapagg/jobs"
+	"mapagg/store"
+)
+
+// Store is the jobs container.
+type Store interface {
+	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
+	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error)
+	Delete(ctx context.Context, name string) error
+	Exists(ctx context.Context, name string) (bool, error)
+	ListDirs(ctx context.Context, prefix string) ([]string, error)
+}
+
+// Queue is the job intake queue.
+type Queue interface {
+	Enqueue(ctx context.Context, text string) error
+}
+
+// Notifier sends best-effort hints to the leader (bus.Bus.Announce); may be nil.
+type Notifier interface {
+	Announce(subject string, data []byte) error
+}
+
+// Client submits and inspects jobs.
+type Client struct {
+	Store    Store
+	Queue    Queue
+	Notify   Notifier // optional
+	Registry *jobs.Registry
+	Now      func() time.Time
+}
+
+// Errors.
+var (
+	ErrNoSuchJob   = errors.New("no such job")
+	ErrNotFinished = errors.New("job has not finished")
+)
+
+// Status is a job as `worker status` shows it.
+type Status struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	State       jobs.State      `json:"state"`
+	ShardsTotal int             `json:"shards_total"`
+	ShardsDone  int             `json:"shards_done"`
+	Error       string          `json:"error,omitempty"`
+	SubmittedAt time.Time       `json:"submitted_at"`
+	UpdatedAt   *time.Time      `json:"updated_at,omitempty"`
+	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
+	PlanEpoch   uint64          `json:"plan_epoch,omitempty"`
+	Epoch       uint64          `json:"epoch,omitempty"` // epoch of the leader that last checkpointed it
+	Duplicates  int64           `json:"duplicates"`      // results dropped because their shard was already merged
+	Result      json.RawMessage `json:"-"`
+}
+
+func (c *Client) registry() *jobs.Registry {
+	if c.Registry == nil {
+		return jobs.Default()
+	}
+	return c.Registry
+}
+
+func (c *Client) now() time.Time {
+	if c.Now == nil {
+		return time.Now()
+	}
+	return c.Now()
+}
+
+// Validate checks a job type and its parameters without writing anything.
+func (c *Client) Validate(typ string, params json.RawMessage) (*jobs.Spec, error) {
+	job, err := c.registry().Lookup(typ)
+	if err != nil {
+		return nil, err
+	}
+	if len(params) == 0 {
+		params = json.RawMessage("{}")
+	}
+	if !json.Valid(params) {
+		return nil, fmt.Errorf("%w: params for %s are not valid JSON", jobs.ErrBadParams, typ)
+	}
+	if err := job.Validate(params); err != nil {
+		return nil, err
+	}
+	spec := &jobs.Spec{ID: jobs.NewID(c.now()), Type: typ, Params: params, SubmittedAt: c.now().UTC()}
+	if _, err := spec.Encode(); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
+func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage) (string, error) {
+	spec, err := c.Validate(typ, params)
+	if err != nil {
+		return "", err
+	}
+	data, err := spec.Encode()
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.Store.Put(ctx, jobs.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
+		return "", fmt.Errorf("write spec: %w", err)
+	}
+	if err := c.Queue.Enqueue(ctx, spec.ID); err != nil {
+		_ = c.Store.Delete(context.WithoutCancel(ctx), jobs.SpecBlob(spec.ID))
+		return "", fmt.Errorf("queue job: %w", err)
+	}
+	if c.Notify != nil {
+		_ = c.Notify.Announce("ctl.submitted", []byte(spec.ID))
+	}
+	return spec.ID, nil
+}
+
+// Status reads one job's state from storage.
+func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
+	if err := jobs.CheckID(id); err != nil {
+		return nil, err
+	}
+	data, _, err := c.Store.Get(ctx, jobs.SpecBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := jobs.ParseSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt}
+	data, _, err = c.Store.Get(ctx, jobs.CheckpointBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cp, err := jobs.DecodeCheckpoint(data)
+	if err != nil {
+		return nil, err
+	}
+	st.State, st.ShardsTotal, st.ShardsDone, st.Error = cp.State, cp.Total, cp.DoneCount, cp.Error
+	st.PlanEpoch, st.Epoch, st.Duplicates, st.Result, st.FinishedAt = cp.PlanEpoch, cp.WriterEpoch, cp.Duplicates, cp.Result, cp.FinishedAt
+	upd := cp.UpdatedAt
+	st.UpdatedAt = &upd
+	return st, nil
+}
+
+// List returns the status of the most recent jobs (ids sort by submission time), newest last.
+func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
+	dirs, err := c.Store.ListDirs(ctx, "")
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var ids []string
+	for _, d := range dirs {
+		if jobs.CheckID(d) == nil && d+"/" != jobs.ActivePrefix {
+			ids = append(ids, d)
+		}
+	}
+	sort.Strings(ids)
+	if limit > 0 && len(ids) > limit {
+		ids = ids[len(ids)-limit:]
+	}
+	out := make([]Status, 0, len(ids))
+	for _, id := range ids {
+		st, err := c.Status(ctx, id)
+		if errors.Is(err, ErrNoSuchJob) {
+			continue // a folder without a spec (e.g. wordcount input data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("status of %s: %w", id, err)
+		}
+		out = append(out, *st)
+	}
+	return out, nil
+}
+
+// Result returns a finished job's result JSON.
+func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error) {
+	st, err := c.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	switch st.State {
+	case jobs.StateSucceeded:
+		return st.Result, nil
+	case jobs.StateFailed, jobs.StateCancelled:
+		return nil, fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
+	default:
+		return nil, fmt.Errorf("%w: job %s is %s (%d of %d shards done)", ErrNotFinished, id, st.State, st.ShardsDone, st.ShardsTotal)
+	}
+}
+
+// Cancel asks the leader to cancel a job: it leaves a marker in storage (read by every leader)
+// and sends a hint over NATS.
+func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
+	st, err := c.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.State.Terminal() {
+		return st, fmt.Errorf("job %s has already %s", id, st.State)
+	}
+	if _, err := c.Store.Put(ctx, jobs.CancelBlob(id), []byte(c.now().UTC().Format(time.RFC3339Nano)), store.Cond{}); err != nil {
+		return nil, fmt.Errorf("write cancel marker: %w", err)
+	}
+	if c.Notify != nil {
+		_ = c.Notify.Announce("ctl.cancel", []byte(id))
+	}
+	return st, nil
+}
+
+// Wait polls a job until it ends or ctx does, calling progress (if not nil) on every change.
+func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progress func(Status)) (*Status, error) {
+	var last Status
+	for {
+		st, err := c.Status(ctx, id)
+		if err != nil && !isTransient(err) {
+			return nil, err
+		}
+		if err == nil {
+			if progress != nil && (st.State != last.State || st.ShardsDone != last.ShardsDone || st.ShardsTotal != last.ShardsTotal) {
+				progress(*st)
+			}
+			last = *st
+			if st.State.Terminal() {
+				return st, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return &last, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+func isTransient(err error) bool {
+	for _, perm := range []error{ErrNoSuchJob, jobs.ErrBadID, jobs.ErrBadSpec, jobs.ErrBadCheckpoint} {
+		if errors.Is(err, perm) {
+			return false
+		}
+	}
+	return true
+}
