@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"mapagg/client"
+	"mapagg/election"
+)
+
+type statusFlags struct {
+	common
+	json  bool
+	limit int
+	fs    *flag.FlagSet
+}
+
+func newStatusFlags() *statusFlags {
+	f := &statusFlags{fs: flag.NewFlagSet("status", flag.ContinueOnError)}
+	f.common.register(f.fs)
+	f.fs.BoolVar(&f.json, "json", false, "print JSON")
+	f.fs.IntVar(&f.limit, "limit", 50, "show at most this many of the most recent jobs")
+	return f
+}
+
+// leaderJSON is the leader object of `worker status --json`.
+type leaderJSON struct {
+	ID    string `json:"id"`
+	Epoch uint64 `json:"epoch"`
+	Since string `json:"since"`
+}
+
+type statusJSON struct {
+	Leader *leaderJSON      `json:"leader"`
+	Jobs   []*client.Status `json:"jobs"`
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newStatusFlags()
+	f.fs.SetOutput(stderr)
+	if err := parse(f.fs, interleaved(f.fs, args)); err != nil {
+		return usageErr("%v", err)
+	}
+	if f.fs.NArg() > 1 {
+		return usageErr("at most one job id, got %v", f.fs.Args())
+	}
+	if err := f.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	bc, err := f.blob()
+	if err != nil {
+		return err
+	}
+	info, err := election.ReadLeader(ctx, bc, f.leaseContainer, "lease")
+	if err != nil {
+		return fmt.Errorf("read leader: %w", err)
+	}
+	var leader *leaderJSON
+	if info != nil {
+		leader = &leaderJSON{ID: info.ID, Epoch: info.Epoch, Since: info.Since.UTC().Format(time.RFC3339)}
+	}
+	cl, done, err := f.client(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	if f.fs.NArg() == 1 {
+		st, err := cl.Status(ctx, f.fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if f.json {
+			return writeJSON(stdout, st)
+		}
+		printLeader(stdout, leader)
+		printJobs(stdout, []*client.Status{st})
+		return nil
+	}
+	list, err := cl.List(ctx, f.limit)
+	if err != nil {
+		return err
+	}
+	out := statusJSON{Leader: leader, Jobs: []*client.Status{}}
+	for i := range list {
+		out.Jobs = append(out.Jobs, &list[i])
+	}
+	if f.json {
+		return writeJSON(stdout, out)
+	}
+	printLeader(stdout, leader)
+	printJobs(stdout, out.Jobs)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printLeader(w io.Writer, l *leaderJSON) {
+	if l == nil {
+		fmt.Fprintln(w, "leader: none (no worker holds the lease)")
+		return
+	}
+	since, _ := time.Parse(time.RFC3339, l.Since)
+	fmt.Fprintf(w, "leader: %s (epoch %d, since %s, %s ago)\n", l.ID, l.Epoch, l.Since, time.Since(since).Round(time.Second))
+}
+
+func printJobs(w io.Writer, list []*client.Status) {
+	if len(list) == 0 {
+		fmt.Fprintln(w, "jobs: none")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tERROR")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, oneLine(s.Error, 80))
+	}
+	tw.Flush()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+// interleaved moves positional arguments after the flags, so `status JOB --json` works as well
+// as `status --json JOB`.
+func interleaved(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				continue
+			}
+			if i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+		}
+	}
+	return append(flags, pos...)
+}
