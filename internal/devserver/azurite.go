@@ -1,0 +1,187 @@
+// Package devserver starts the real servers the system runs on, for tests, the demo and the load
+// test: Azurite (blob and queue as two node processes with disk persistence on free 127.0.0.1
+// ports) and a NATS server with JetStream (in-process). Nothing here is a mock.
+//
+// Azurite's processes are started with a parent-death signal, so they stop by themselves if their
+// parent dies, and Stop kills them by process id.
+package devserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// AccountName and AccountKey are Azurite's well-known development credentials.
+const (
+	AccountName = "devstoreaccount1"
+	AccountKey  = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// AzuriteServer is a running Azurite: one blob process and one queue process.
+type AzuriteServer struct {
+	BlobPort, QueuePort int
+	Dir                 string
+	procs               []*exec.Cmd
+}
+
+// ConnectionString is the Azure Storage connection string for this Azurite.
+func (a *AzuriteServer) ConnectionString() string {
+	return ConnectionString(a.BlobPort, a.QueuePort)
+}
+
+// ConnectionString builds an Azurite connection string for the given 127.0.0.1 ports.
+func ConnectionString(blobPort, queuePort int) string {
+	return fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;"+
+		"BlobEndpoint=http://127.0.0.1:%d/%s;QueueEndpoint=http://127.0.0.1:%d/%s;",
+		AccountName, AccountKey, blobPort, AccountName, queuePort, AccountName)
+}
+
+// Stop kills both processes by pid and waits for them.
+func (a *AzuriteServer) Stop() {
+	for _, p := range a.procs {
+		if p.Process != nil {
+			_ = p.Process.Kill()
+		}
+	}
+	for _, p := range a.procs {
+		_ = p.Wait()
+	}
+	a.procs = nil
+}
+
+// RepoRoot returns the module root (the folder holding go.mod), found from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// AzuriteBin returns the path of an Azurite binary ("azurite-blob" or "azurite-queue") in the
+// repository's Azurite/node_modules, or an error that says how to install it.
+func AzuriteBin(name string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, "Azurite", "node_modules", ".bin", name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%s not found at %s: install Azurite with `npm ci --prefix %s` (or `make azurite`)",
+			name, p, filepath.Join(root, "Azurite"))
+	}
+	return p, nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// StartAzurite starts a fresh Azurite (blob + queue) in dir on free ports and waits until both
+// accept connections. The caller owns it and must Stop it.
+func StartAzurite(dir string) (*AzuriteServer, error) {
+	var lastErr error
+	for try := 0; try < 3; try++ { // a free port can be taken between FreePort and listen
+		a, err := startAzuriteOnce(dir)
+		if err == nil {
+			return a, nil
+		}
+		lastErr = err
+		if strings.Contains(err.Error(), "not found at") {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func startAzuriteOnce(dir string) (*AzuriteServer, error) {
+	blobBin, err := AzuriteBin("azurite-blob")
+	if err != nil {
+		return nil, err
+	}
+	queueBin, err := AzuriteBin("azurite-queue")
+	if err != nil {
+		return nil, err
+	}
+	bp, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	qp, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	a := &AzuriteServer{BlobPort: bp, QueuePort: qp, Dir: dir}
+	flags := []string{"--skipApiVersionCheck", "--loose", "--disableTelemetry"}
+	specs := []struct {
+		bin  string
+		args []string
+		port int
+	}{
+		{blobBin, append([]string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(bp), "--location", filepath.Join(dir, "blob")}, flags...), bp},
+		{queueBin, append([]string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(qp), "--location", filepath.Join(dir, "queue")}, flags...), qp},
+	}
+	logf, err := os.Create(filepath.Join(dir, "azurite.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	for _, s := range specs {
+		if err := os.MkdirAll(s.args[5], 0o755); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(s.bin, s.args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			a.Stop()
+			return nil, fmt.Errorf("start %s: %w", filepath.Base(s.bin), err)
+		}
+		a.procs = append(a.procs, cmd)
+	}
+	for _, s := range specs {
+		if err := waitPort(s.port, 30*time.Second); err != nil {
+			a.Stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "azurite.log"))
+			return nil, fmt.Errorf("azurite did not listen on %d: %w\n%s", s.port, err, log)
+		}
+	}
+	return a, nil
+}
+
+func waitPort(port int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
