@@ -33,6 +33,9 @@ type Config struct {
 	// InlinePartialLimit is the largest partial sent inside a result message; larger ones go to a
 	// blob and travel as a reference. Default 256 KiB.
 	InlinePartialLimit int
+	// MapDelay is added to every map step. For demos and failover tests, which need a short job
+	// to last long enough to kill its leader half-way; 0 in production. Default 0.
+	MapDelay time.Duration
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// Logger receives the worker's logs. Default slog.Default().
@@ -55,6 +58,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("worker: max attempts %d: must be 1 to 100", c.MaxAttempts)
 	case c.InlinePartialLimit < 1024 || c.InlinePartialLimit > 4<<20:
 		return fmt.Errorf("worker: inline partial limit %d: must be 1 KiB to 4 MiB (NATS payload)", c.InlinePartialLimit)
+	case c.MapDelay < 0 || c.MapDelay > time.Hour:
+		return fmt.Errorf("worker: map delay %v: must be 0 to 1h", c.MapDelay)
 	case c.RetryBackoff < 0:
 		return fmt.Errorf("worker: retry backoff %v: must not be negative", c.RetryBackoff)
 	}
@@ -265,6 +270,13 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *jobs.ShardMsg) (pa
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
+	if w.cfg.MapDelay > 0 {
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(w.cfg.MapDelay):
+		}
+	}
 	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: d.Attempt(), Shard: m.Shard})
 	return partial, 0, err
 }

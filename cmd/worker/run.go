@@ -29,6 +29,7 @@ type runFlags struct {
 	checkpointInterval time.Duration
 	retryInterval      time.Duration
 	startupTimeout     time.Duration
+	mapDelay           time.Duration
 	fs                 *flag.FlagSet
 }
 
@@ -52,6 +53,8 @@ func newRunFlags() *runFlags {
 	bindEnv(fs, "checkpoint-interval", "CHECKPOINT_INTERVAL")
 	fs.DurationVar(&f.startupTimeout, "startup-timeout", 60*time.Second, "how long to wait for storage and NATS at start")
 	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
+	fs.DurationVar(&f.mapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
+	bindEnv(fs, "map-delay", "MAP_DELAY")
 	return f
 }
 
@@ -86,7 +89,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr("%v", err)
 	}
 	wcfg := worker.DefaultConfig()
-	wcfg.ID, wcfg.Concurrency, wcfg.MaxAttempts, wcfg.Logger = f.id, f.concurrency, f.maxAttempts, log
+	wcfg.ID, wcfg.Concurrency, wcfg.MaxAttempts, wcfg.MapDelay, wcfg.Logger = f.id, f.concurrency, f.maxAttempts, f.mapDelay, log
 	if err := wcfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
