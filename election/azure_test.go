@@ -1,0 +1,195 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+
+	"mapagg/internal/testenv"
+)
+
+func TestAzureAPI_EnsureBlob_ConcurrentCreatorsAllSucceed(t *testing.T) {
+	t.Parallel()
+	api := NewAzureAPI(testClient(t))
+	ctx := context.Background()
+	container := testenv.Name(t, "ensure")
+
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			// Each creator has its own client, as separate processes would.
+			errs[i] = NewAzureAPI(testClient(t)).EnsureBlob(ctx, container, "lease")
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("creator %d: %v", i, err)
+		}
+	}
+	p, err := api.GetProperties(ctx, container, "lease")
+	if err != nil {
+		t.Fatalf("blob not created: %v", err)
+	}
+	if p.Held() {
+		t.Errorf("new blob is leased: %+v", p)
+	}
+
+	// An existing blob is never overwritten: its metadata (the epoch) survives, also while leased.
+	if err := api.SetMetadata(ctx, container, "lease", "", map[string]string{MetaEpoch: "41"}); err != nil {
+		t.Fatal(err)
+	}
+	id := newLeaseID()
+	if err := api.AcquireLease(ctx, container, "lease", id, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, leased := range []bool{true, false} {
+		if !leased {
+			if err := api.ReleaseLease(ctx, container, "lease", id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := api.EnsureBlob(ctx, container, "lease"); err != nil {
+			t.Errorf("EnsureBlob on existing blob (leased=%v): %v", leased, err)
+		}
+		p, err := api.GetProperties(ctx, container, "lease")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Metadata[MetaEpoch] != "41" {
+			t.Errorf("EnsureBlob (leased=%v) overwrote the blob: metadata %v", leased, p.Metadata)
+		}
+	}
+}
+
+func TestElector_Run_ConcurrentStartOnMissingContainer(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, testenv.Name(t, "fresh"))
+	c.add(nil, nil)
+	c.add(nil, nil)
+	c.startAll() // both create the container and blob at once
+	evs := c.waitTerms(1, 10*time.Second)
+	if evs[0].term.Epoch != 1 {
+		t.Errorf("first epoch on a new blob = %d, want 1", evs[0].term.Epoch)
+	}
+	if got := len(c.leaders()); got != 1 {
+		t.Errorf("%d leaders, want 1", got)
+	}
+}
+
+func TestAzureAPI_TranslatesErrors(t *testing.T) {
+	t.Parallel()
+	api := NewAzureAPI(testClient(t))
+	ctx := context.Background()
+	container := testenv.Name(t, "errs")
+
+	if _, err := api.GetProperties(ctx, container, "lease"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("properties of missing container: %v, want ErrNotFound", err)
+	}
+	if err := api.AcquireLease(ctx, container, "lease", newLeaseID(), 15*time.Second); !errors.Is(err, ErrNotFound) {
+		t.Errorf("acquire on missing container: %v, want ErrNotFound", err)
+	}
+	if err := api.EnsureBlob(ctx, container, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newLeaseID(), newLeaseID()
+	if err := api.RenewLease(ctx, container, "lease", a); !errors.Is(err, ErrLeaseNotHeld) {
+		t.Errorf("renew without a lease: %v, want ErrLeaseNotHeld", err)
+	}
+	if err := api.AcquireLease(ctx, container, "lease", a, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.AcquireLease(ctx, container, "lease", a, 15*time.Second); err != nil {
+		t.Errorf("re-acquire with the holder's ID: %v, want success", err)
+	}
+	err := api.AcquireLease(ctx, container, "lease", b, 15*time.Second)
+	if !errors.Is(err, ErrLeaseHeld) {
+		t.Errorf("acquire of a held lease: %v, want ErrLeaseHeld", err)
+	}
+	var se *StorageError
+	var re *azcore.ResponseError
+	if !errors.As(err, &se) || se.StatusCode != 409 || !errors.As(err, &re) {
+		t.Errorf("acquire error %v is not a StorageError over an azcore.ResponseError", err)
+	}
+	for name, call := range map[string]func() error{
+		"renew":    func() error { return api.RenewLease(ctx, container, "lease", b) },
+		"release":  func() error { return api.ReleaseLease(ctx, container, "lease", b) },
+		"setmeta":  func() error { return api.SetMetadata(ctx, container, "lease", b, map[string]string{"x": "1"}) },
+		"no lease": func() error { return api.SetMetadata(ctx, container, "lease", "", map[string]string{"x": "1"}) },
+	} {
+		if err := call(); !errors.Is(err, ErrLeaseNotHeld) {
+			t.Errorf("%s with a wrong lease ID: %v, want ErrLeaseNotHeld", name, err)
+		}
+	}
+	if err := api.SetMetadata(ctx, container, "lease", a, map[string]string{"x": "1"}); err != nil {
+		t.Errorf("setmeta by the holder: %v", err)
+	}
+	if err := api.ReleaseLease(ctx, container, "lease", a); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.SetMetadata(ctx, container, "lease", a, map[string]string{"x": "1"}); !errors.Is(err, ErrLeaseNotHeld) {
+		t.Errorf("setmeta with a released lease ID: %v, want ErrLeaseNotHeld", err)
+	}
+
+	// A transient failure stays transient.
+	cctx, cancel := context.WithTimeout(ctx, time.Nanosecond)
+	defer cancel()
+	<-cctx.Done()
+	err = api.RenewLease(cctx, container, "lease", a)
+	if err == nil || IsDefinitive(err) || errors.Is(err, ErrLeaseHeld) {
+		t.Errorf("timed-out renew: %v, want a transient error", err)
+	}
+}
+
+func TestReadLeader_ReportsHolderOrNil(t *testing.T) {
+	t.Parallel()
+	client := testClient(t)
+	ctx := context.Background()
+	container := testenv.Name(t, "read")
+
+	info, err := ReadLeader(ctx, client, container, "lease")
+	if info != nil || err != nil {
+		t.Fatalf("missing container: %+v, %v; want nil, nil", info, err)
+	}
+	c := newCluster(t, container)
+	c.add(nil, func(cfg *Config) { cfg.Identity = "alpha" })
+	c.add(nil, func(cfg *Config) { cfg.Identity = "beta" })
+	if err := c.nodes[0].api.EnsureBlob(ctx, container, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := ReadLeader(ctx, client, container, "lease"); info != nil || err != nil {
+		t.Fatalf("blob without lease: %+v, %v; want nil, nil", info, err)
+	}
+	if info, err := c.nodes[1].e.Leader(ctx); info != nil || err != nil {
+		t.Fatalf("Leader with nobody leading: %+v, %v; want nil, nil", info, err)
+	}
+
+	c.start(c.nodes[0], nil)
+	evs := c.waitTerms(1, 10*time.Second)
+	for _, read := range []func() (*LeaderInfo, error){
+		func() (*LeaderInfo, error) { return ReadLeader(ctx, client, container, "lease") },
+		func() (*LeaderInfo, error) { return c.nodes[1].e.Leader(ctx) },
+	} {
+		info, err := read()
+		if err != nil || info == nil {
+			t.Fatalf("with a leader: %+v, %v", info, err)
+		}
+		if info.ID != "alpha" || info.Epoch != evs[0].term.Epoch || !info.Since.Equal(evs[0].term.Since.Round(0).UTC()) {
+			t.Errorf("leader info %+v, want alpha, epoch %d, since %v", info, evs[0].term.Epoch, evs[0].term.Since)
+		}
+	}
+
+	c.nodes[0].stop(t)
+	if info, err := ReadLeader(ctx, client, container, "lease"); info != nil || err != nil {
+		t.Errorf("after release: %+v, %v; want nil, nil", info, err)
+	}
+}

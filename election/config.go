@@ -1,0 +1,210 @@
+package election
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strings"
+	"time"
+)
+
+// Azure's limits on a fixed-duration blob lease.
+const (
+	MinLeaseDuration = 15 * time.Second
+	MaxLeaseDuration = 60 * time.Second
+)
+
+// Config configures an Elector. Zero fields take their defaults in New; Validate checks the
+// values as given.
+type Config struct {
+	// Identity names this process in the lease blob's metadata and in logs, e.g. hostname-pid
+	// (see DefaultIdentity). Required; printable ASCII, at most 256 characters.
+	Identity string
+
+	// Container holds the lease blob and nothing else. Default "leader".
+	Container string
+
+	// Blob is the lease blob's name. Default "lease".
+	Blob string
+
+	// LeaseDuration is the Azure lease duration, a whole number of seconds in 15s..60s.
+	// Default 15s. After a crash, a new leader is elected within LeaseDuration + RetryInterval.
+	LeaseDuration time.Duration
+
+	// RenewInterval is the period between renewals. Default LeaseDuration/3. It must leave room
+	// for at least one retry: RenewInterval*2 <= LeaseDuration - SafetyMargin.
+	RenewInterval time.Duration
+
+	// RetryInterval is the acquire period while following. Default 1s. Each wait is
+	// RetryInterval*(1-Jitter*rand), so it never exceeds RetryInterval. Also the pause after a
+	// term ends before campaigning again.
+	RetryInterval time.Duration
+
+	// Jitter in [0,1] spreads the followers' acquire attempts. Default 0.25 (0 means default).
+	Jitter float64
+
+	// SafetyMargin is taken off the lease: the leader's right to act ends at
+	// (monotonic time the last successful renew was sent) + LeaseDuration - SafetyMargin.
+	// It absorbs clock-rate differences and the time the caller needs to notice. Default 2s.
+	SafetyMargin time.Duration
+
+	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
+	// the leader context and releases the lease: use it to depose a coordinator whose main loop
+	// is stuck. It runs on the renew goroutine; if it blocks, renewing stops and the safety
+	// deadline ends the term.
+	Healthy func() error
+
+	// OnRelease, when set, is called after this process released the lease (graceful stop, lead
+	// returned, Healthy failed, lead panicked). Announce the release (e.g. on NATS) so that
+	// followers call Poke and take over at once instead of at their next retry.
+	OnRelease func(Term)
+
+	// Logger receives the elector's logs, with component=election. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults. Identity is left empty: set it (DefaultIdentity is a
+// reasonable choice).
+func DefaultConfig() Config {
+	return Config{
+		Container:     "leader",
+		Blob:          "lease",
+		LeaseDuration: 15 * time.Second,
+		RenewInterval: 5 * time.Second,
+		RetryInterval: time.Second,
+		Jitter:        0.25,
+		SafetyMargin:  2 * time.Second,
+	}
+}
+
+// DefaultIdentity returns "hostname-pid".
+func DefaultIdentity() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "unknown"
+	}
+	return fmt.Sprintf("%s-%d", h, os.Getpid())
+}
+
+// withDefaults fills zero fields with their defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Container == "" {
+		c.Container = d.Container
+	}
+	if c.Blob == "" {
+		c.Blob = d.Blob
+	}
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = d.LeaseDuration
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = c.LeaseDuration / 3
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = d.RetryInterval
+	}
+	if c.Jitter == 0 {
+		c.Jitter = d.Jitter
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = d.SafetyMargin
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate refuses settings that cannot work, saying which field to change and how. It checks
+// the values as given (New applies defaults to zero fields first).
+func (c Config) Validate() error {
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+
+	switch {
+	case c.Identity == "":
+		add("Identity is empty: set it to a name unique to this process, e.g. hostname-pid")
+	case len(c.Identity) > 256:
+		add("Identity is %d characters long: use at most 256", len(c.Identity))
+	case !printableASCII(c.Identity) || strings.TrimSpace(c.Identity) != c.Identity:
+		add("Identity %q must be printable ASCII without leading or trailing spaces (it is stored in blob metadata)", c.Identity)
+	}
+	if msg := checkContainerName(c.Container); msg != "" {
+		add("Container %q %s", c.Container, msg)
+	}
+	switch {
+	case c.Blob == "":
+		add("Blob is empty: name the lease blob, e.g. %q", "lease")
+	case len(c.Blob) > 1024:
+		add("Blob name is %d characters long: use at most 1024", len(c.Blob))
+	}
+
+	leaseOK := true
+	switch {
+	case c.LeaseDuration < MinLeaseDuration || c.LeaseDuration > MaxLeaseDuration:
+		add("LeaseDuration %v is outside Azure's range: set it between %v and %v", c.LeaseDuration, MinLeaseDuration, MaxLeaseDuration)
+		leaseOK = false
+	case c.LeaseDuration%time.Second != 0:
+		add("LeaseDuration %v is not a whole number of seconds: Azure leases are set in seconds", c.LeaseDuration)
+	}
+	marginOK := true
+	switch {
+	case c.SafetyMargin <= 0:
+		add("SafetyMargin %v must be positive (default 2s)", c.SafetyMargin)
+		marginOK = false
+	case leaseOK && c.SafetyMargin >= c.LeaseDuration:
+		add("SafetyMargin %v must be well below LeaseDuration %v", c.SafetyMargin, c.LeaseDuration)
+		marginOK = false
+	}
+	switch {
+	case c.RenewInterval <= 0:
+		add("RenewInterval %v must be positive (default LeaseDuration/3)", c.RenewInterval)
+	case leaseOK && marginOK && c.RenewInterval*2 > c.LeaseDuration-c.SafetyMargin:
+		add("RenewInterval %v is not well inside the lease: need RenewInterval*2 <= LeaseDuration-SafetyMargin (%v); set RenewInterval to at most %v",
+			c.RenewInterval, c.LeaseDuration-c.SafetyMargin, (c.LeaseDuration-c.SafetyMargin)/2)
+	}
+	switch {
+	case c.RetryInterval < 10*time.Millisecond:
+		add("RetryInterval %v is too short (it would hammer the storage account): use at least 10ms (default 1s)", c.RetryInterval)
+	case c.RetryInterval > MaxLeaseDuration:
+		add("RetryInterval %v is longer than any lease: use at most %v (default 1s)", c.RetryInterval, MaxLeaseDuration)
+	}
+	if math.IsNaN(c.Jitter) || c.Jitter < 0 || c.Jitter > 1 {
+		add("Jitter %v must be between 0 and 1 (default 0.25)", c.Jitter)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// checkContainerName returns "" for a valid Azure container name, else what is wrong with it.
+func checkContainerName(s string) string {
+	if len(s) < 3 || len(s) > 63 {
+		return "must be 3 to 63 characters long"
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		switch {
+		case ch >= 'a' && ch <= 'z', ch >= '0' && ch <= '9':
+		case ch == '-':
+			if i == 0 || i == len(s)-1 || s[i-1] == '-' {
+				return "must start and end with a letter or digit and have no consecutive hyphens"
+			}
+		default:
+			return "may hold only lower-case letters, digits and single hyphens"
+		}
+	}
+	return ""
+}

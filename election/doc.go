@@ -1,0 +1,73 @@
+// Package election elects one leader among identical processes by a lease on one Azure blob,
+// and gives the leader a fencing token.
+//
+// Use:
+//
+//	e, err := election.NewAzure(client, cfg) // cfg.Identity is required
+//	err = e.Run(ctx, func(leaderCtx context.Context) error {
+//		term, _ := election.TermFromContext(leaderCtx)
+//		return coordinator.Run(leaderCtx, term.Epoch)
+//	})
+//
+// Run campaigns until ctx ends. It creates the lease container and blob when they are missing
+// (concurrent creators all succeed; an existing blob is never overwritten), then tries to
+// acquire the lease every RetryInterval (less jitter), or at once after Poke. The winner bumps
+// the epoch and runs lead; the others keep trying. Losing leadership never makes Run return or
+// panic: lead's context is cancelled, Run waits for lead, pauses RetryInterval and campaigns
+// again. A panic in lead is recovered, logged and ends the term the same way.
+//
+// # What is guaranteed
+//
+// Epoch. Every acquisition reads the epoch from the lease blob's metadata and writes epoch+1
+// (with the leader's identity and start time) conditional on the new lease ID, before lead is
+// called. Only the lease holder can write that metadata, so epochs strictly increase and no two
+// terms share one. If the write fails the lease is given up and lead is not called.
+// Term.Epoch is the fencing token; LeaderInfo.Epoch reports it to observers.
+//
+// Safety deadline. The leader context is cancelled at (monotonic time the last successful renew,
+// or the acquire, was sent) + LeaseDuration − SafetyMargin. The server's lease cannot end
+// before sent + LeaseDuration, because the server received the request after it was sent, so
+// the leader context ends at least SafetyMargin before anyone else can acquire the lease
+// (provided the two clocks run at nearly the same rate, which the margin absorbs). The deadline
+// is a timer of its own: a renew call that hangs does not extend it, and renew calls are given
+// per-call timeouts that end by the deadline. A definitive refusal (lease ID mismatch, lease
+// lost or broken, 412) cancels the leader context at once; transient failures (timeouts, 5xx,
+// connection errors) are retried with a short backoff until the deadline. context.Cause of the
+// leader context says why it ended (ErrLeadershipLost with ErrLeaseNotHeld, ErrRenewDeadline or
+// ErrUnhealthy; or ErrSteppedDown).
+//
+// Liveness. Config.Healthy is checked before every renewal; when it fails renewing stops, the
+// leader context is cancelled and the lease is released, so a coordinator stuck in its main loop
+// is replaced. After a crash, a follower acquires within LeaseDuration + RetryInterval. After a
+// graceful stop the lease is released and OnRelease called; followers that are poked (the caller
+// relays the announcement, e.g. over NATS) take over within milliseconds.
+//
+// The leader context carries ctx's values (not its cancellation) and the Term.
+//
+// Graceful stop. When ctx ends while leading: the leader context is cancelled, Run waits for
+// lead to return (renewing meanwhile, so the final checkpoint is written while the lease is
+// still held), releases the lease, calls OnRelease and returns nil.
+//
+// # What is not guaranteed
+//
+// A lease does not stop a process from writing elsewhere. A leader that is paused (GC, swap,
+// SIGSTOP, a slow disk) past its deadline learns that its context was cancelled only when it
+// runs again, and may in between issue writes to other systems. Two processes may therefore
+// briefly both believe they lead. Correctness must come from the epoch: stamp it on every
+// message and checkpoint, make every state write conditional (If-Match on the ETag last seen),
+// and refuse input from a lower epoch. The coordinator does this; this package only hands out
+// the epoch and ends the leader context as early as it safely can.
+//
+// Observers (Leader, ReadLeader) read the blob's metadata: for the few milliseconds between an
+// acquisition and its metadata write they still report the previous leader. They report nil
+// when no lease is held.
+//
+// Deleting the lease blob resets the epoch to zero and so breaks fencing; the blob holds no
+// data and its container should hold nothing else.
+//
+// # Why not client-go or BlobDistributedMutex
+//
+// client-go's leaderelection gives no fencing token and its Run returns after the first loss;
+// Azure's BlobDistributedMutex takes ~35 s to fail over. Here the fencing epoch is part of the
+// protocol, Run keeps campaigning, and a graceful handover takes three round trips after Poke (acquire, read and write the epoch).
+package election

@@ -1,0 +1,232 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+)
+
+// Elector campaigns for leadership on one blob lease. Create it with New or NewAzure and call
+// Run once; Run may be called again after it returned.
+type Elector struct {
+	api BlobAPI
+	cfg Config
+	log *slog.Logger
+
+	poke    chan struct{} // buffered(1): a follower should try to acquire now
+	running atomic.Bool
+	leading atomic.Bool
+
+	terms, renewals, renewFailures, losses, releases atomic.Uint64
+}
+
+// Stats are counters since the Elector was created.
+type Stats struct {
+	Terms         uint64 // leaderships won (lead was called)
+	Renewals      uint64 // successful renewals
+	RenewFailures uint64 // failed renew calls (transient and definitive)
+	Losses        uint64 // terms ended by loss: lease refused, deadline passed, or unhealthy
+	Releases      uint64 // successful releases of the lease
+}
+
+// New returns an Elector over api. Zero fields of cfg take their defaults; the result must
+// pass Config.Validate.
+func New(api BlobAPI, cfg Config) (*Elector, error) {
+	if api == nil {
+		return nil, errors.New("election: New needs a BlobAPI (use NewAzure for the azblob SDK)")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Elector{
+		api:  api,
+		cfg:  cfg,
+		log:  cfg.Logger.With("component", "election", "identity", cfg.Identity),
+		poke: make(chan struct{}, 1),
+	}, nil
+}
+
+// NewAzure returns an Elector over an azblob client.
+func NewAzure(client *azblob.Client, cfg Config) (*Elector, error) {
+	if client == nil {
+		return nil, errors.New("election: NewAzure needs an azblob client")
+	}
+	return New(NewAzureAPI(client), cfg)
+}
+
+// Config returns the configuration in use, defaults applied.
+func (e *Elector) Config() Config { return e.cfg }
+
+// IsLeader reports whether this Elector leads now: true from just before lead is called until
+// the leader context is cancelled.
+func (e *Elector) IsLeader() bool { return e.leading.Load() }
+
+// Poke makes a following Elector try to acquire the lease at once instead of at its next
+// retry. It never blocks; it is ignored while leading. Call it when the leader announces a
+// release.
+func (e *Elector) Poke() {
+	select {
+	case e.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns the counters.
+func (e *Elector) Stats() Stats {
+	return Stats{
+		Terms:         e.terms.Load(),
+		Renewals:      e.renewals.Load(),
+		RenewFailures: e.renewFailures.Load(),
+		Losses:        e.losses.Load(),
+		Releases:      e.releases.Load(),
+	}
+}
+
+// Run campaigns until ctx ends. Whenever it wins the lease it calls lead with a leader context
+// that carries the Term and is cancelled when the right to lead ends: the lease is refused,
+// the safety deadline passes, Healthy fails, or ctx ends. Run then waits for lead to return and
+// campaigns again; losing leadership never ends Run, and a panic in lead is recovered and
+// logged. lead must return promptly once its context is done.
+//
+// When ctx ends while leading, Run cancels the leader context, waits for lead to return (the
+// lease is still renewed meanwhile), releases the lease, calls OnRelease and returns nil. Run
+// returns a non-nil error only when misused (nil lead, Run already running).
+func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) error) error {
+	if lead == nil {
+		return errors.New("election: Run needs a lead function")
+	}
+	if !e.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer e.running.Store(false)
+
+	e.log.Info("campaign started", "container", e.cfg.Container, "blob", e.cfg.Blob,
+		"lease", e.cfg.LeaseDuration, "renew", e.cfg.RenewInterval, "retry", e.cfg.RetryInterval)
+	leaseID := newLeaseID()
+	ensured := false
+	var ambiguous bool // the last acquire may have succeeded without our knowing
+	for ctx.Err() == nil {
+		if !ensured {
+			if err := e.api.EnsureBlob(ctx, e.cfg.Container, e.cfg.Blob); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				e.log.Warn("cannot create lease blob; retrying", "err", err)
+				e.wait(ctx)
+				continue
+			}
+			ensured = true
+		}
+
+		term, sent, err := e.acquire(ctx, leaseID)
+		if err != nil {
+			ambiguous = !errors.Is(err, ErrLeaseHeld) && !errors.Is(err, ErrNotFound)
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, ErrLeaseHeld):
+				e.log.Debug("lease held by another; following")
+			case errors.Is(err, ErrNotFound):
+				e.log.Warn("lease blob missing; recreating it", "err", err)
+				ensured = false
+			default:
+				e.log.Warn("acquire failed; retrying", "err", err)
+			}
+			e.wait(ctx)
+			continue
+		}
+		ambiguous = false
+
+		e.runTerm(ctx, term, sent, lead)
+		leaseID = newLeaseID()
+		e.cooldown(ctx)
+	}
+	if ambiguous {
+		// An acquire whose answer we never saw may have won the lease: hand it back rather than
+		// leave it to expire. Refused harmlessly when we do not hold it.
+		e.releaseQuietly(ctx, leaseID)
+	}
+	e.log.Info("campaign stopped")
+	return nil
+}
+
+// acquire tries once to win the lease and stamp a new term into the blob's metadata. sent is
+// when the acquire request was sent (monotonic clock): the lease lasts at least until
+// sent+LeaseDuration on the server.
+func (e *Elector) acquire(ctx context.Context, leaseID string) (term Term, sent time.Time, err error) {
+	cctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+	defer cancel()
+	sent = time.Now()
+	if err := e.api.AcquireLease(cctx, e.cfg.Container, e.cfg.Blob, leaseID, e.cfg.LeaseDuration); err != nil {
+		return Term{}, sent, err
+	}
+	term, err = e.stamp(cctx, leaseID)
+	if err != nil {
+		// Give up the term: without its epoch written, it has no fencing token.
+		e.log.Warn("acquired the lease but could not write the new epoch; giving it up", "err", err)
+		if !IsDefinitive(err) {
+			e.releaseQuietly(ctx, leaseID)
+		}
+		return Term{}, sent, fmt.Errorf("start term: %w", err)
+	}
+	return term, sent, nil
+}
+
+// stamp reads the epoch under the lease and writes epoch+1, the identity and the start time,
+// conditional on holding the lease.
+func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
+	p, err := e.api.GetProperties(ctx, e.cfg.Container, e.cfg.Blob)
+	if err != nil {
+		return Term{}, err
+	}
+	old, err := parseEpoch(p.Metadata)
+	if err != nil {
+		return Term{}, err
+	}
+	t := Term{Epoch: old + 1, Identity: e.cfg.Identity, Since: time.Now(), LeaseID: leaseID}
+	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, termMetadata(t)); err != nil {
+		return Term{}, err
+	}
+	return t, nil
+}
+
+// opTimeout bounds a single acquire, stamp or renew call.
+func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
+
+// wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends.
+func (e *Elector) wait(ctx context.Context) {
+	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-e.poke:
+	case <-t.C:
+	}
+}
+
+// cooldown pauses RetryInterval after a term ended, so that a released lease goes to another
+// process (which OnRelease poked) and a failing lead does not spin. Pokes are ignored: the
+// announcement of our own release may come back to us.
+func (e *Elector) cooldown(ctx context.Context) {
+	e.drainPoke()
+	t := time.NewTimer(e.cfg.RetryInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (e *Elector) drainPoke() {
+	select {
+	case <-e.poke:
+	default:
+	}
+}

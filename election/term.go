@@ -1,0 +1,269 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// releaseTimeout bounds the best-effort release at the end of a term, and the wait for a renew
+// call that ignores its context.
+const releaseTimeout = 5 * time.Second
+
+// guard owns the leader context of one term and the safety deadline. The deadline timer is
+// independent of the renew goroutine: a renew call that hangs cannot keep the term alive.
+type guard struct {
+	e       *Elector
+	leaseID string
+	window  time.Duration // LeaseDuration - SafetyMargin
+	cancel  context.CancelCauseFunc
+	lostCh  chan struct{} // closed when renewing must stop
+
+	mu       sync.Mutex
+	deadline time.Time // monotonic
+	timer    *time.Timer
+	ended    bool  // the leader context was cancelled
+	reason   error // why it was cancelled
+	lost     error // why the lease is lost or unsafe to hold; nil while renewing may go on
+}
+
+// start marks the process leader and arms the deadline at sent+window.
+func (g *guard) start(sent time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.e.leading.Store(true)
+	g.deadline = sent.Add(g.window)
+	g.timer = time.AfterFunc(time.Until(g.deadline), g.expire)
+}
+
+// extend moves the deadline to sent+window after a renewal sent at sent succeeded. It reports
+// false when the term was already lost (too late: the deadline fired first).
+func (g *guard) extend(sent time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lost != nil {
+		return false
+	}
+	g.deadline = sent.Add(g.window)
+	g.timer.Reset(time.Until(g.deadline))
+	return true
+}
+
+func (g *guard) remaining() time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return time.Until(g.deadline)
+}
+
+func (g *guard) expire() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.lost != nil || time.Now().Before(g.deadline) {
+		return // already over, or extended while this call waited for the lock
+	}
+	g.loseLocked(fmt.Errorf("%w: %w: no renewal succeeded within %v of the last one sent",
+		ErrLeadershipLost, ErrRenewDeadline, g.window))
+}
+
+// lose ends the term for good: renewing stops and the leader context is cancelled.
+func (g *guard) lose(cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.loseLocked(cause)
+}
+
+func (g *guard) loseLocked(cause error) {
+	if g.lost != nil {
+		return
+	}
+	g.lost = cause
+	close(g.lostCh)
+	g.endLocked(cause)
+}
+
+// end cancels the leader context; renewing goes on until the term is over (graceful stop keeps
+// the lease while lead finishes).
+func (g *guard) end(cause error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.endLocked(cause)
+}
+
+func (g *guard) endLocked(cause error) {
+	if g.ended {
+		return
+	}
+	g.ended = true
+	g.reason = cause
+	g.e.leading.Store(false)
+	g.cancel(cause)
+}
+
+// finish stops the timer and returns why the leader context ended and why the lease was lost
+// (nil when it was not).
+func (g *guard) finish() (reason, lost error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.timer.Stop()
+	return g.reason, g.lost
+}
+
+// runTerm leads one term: it calls lead with the leader context, renews the lease until lead
+// returns, then releases the lease unless it is known lost.
+func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func(context.Context) error) {
+	log := e.log.With("epoch", t.Epoch)
+	base := context.WithoutCancel(ctx) // keeps ctx's values; the term owns cancellation
+	leaderCtx, cancelLeader := context.WithCancelCause(context.WithValue(base, termKey{}, t))
+	defer cancelLeader(ErrSteppedDown)
+
+	g := &guard{e: e, leaseID: t.LeaseID, window: e.cfg.LeaseDuration - e.cfg.SafetyMargin, cancel: cancelLeader, lostCh: make(chan struct{})}
+	e.drainPoke()
+	e.terms.Add(1)
+	g.start(sent)
+	log.Info("elected", "since", t.Since.UTC(), "deadline_in", g.remaining().Round(time.Millisecond))
+
+	stopOnCtx := context.AfterFunc(ctx, func() { g.end(fmt.Errorf("%w: shutting down", ErrSteppedDown)) })
+	renewCtx, stopRenew := context.WithCancel(base)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		e.renewLoop(renewCtx, g, sent, log)
+	}()
+
+	leadErr := e.callLead(leaderCtx, lead, log)
+	g.end(fmt.Errorf("%w: lead returned", ErrSteppedDown))
+	stopOnCtx()
+	stopRenew()
+	select {
+	case <-renewDone:
+	case <-time.After(releaseTimeout):
+		log.Warn("a renew call ignores its context; leaving it behind")
+	}
+	reason, lost := g.finish()
+
+	switch {
+	case lost != nil:
+		e.losses.Add(1)
+		log.Info("leadership lost", "reason", lost)
+	case leadErr != nil && leaderCtx.Err() == nil:
+		log.Warn("lead returned; stepping down", "err", leadErr)
+	default:
+		log.Info("stepping down", "reason", reason)
+	}
+	if lost != nil && IsDefinitive(lost) {
+		return // the service said the lease is not ours: nothing to release
+	}
+	e.release(ctx, t, log)
+}
+
+// callLead runs lead, turning a panic into an error.
+func (e *Elector) callLead(ctx context.Context, lead func(context.Context) error, log *slog.Logger) (err error) {
+	done := make(chan struct{})
+	defer close(done)
+	// Complain when lead outlives its context: Run cannot campaign again until it returns.
+	context.AfterFunc(ctx, func() {
+		t := time.NewTimer(e.cfg.LeaseDuration)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			log.Warn("lead has not returned although its context ended", "after", e.cfg.LeaseDuration)
+		}
+	})
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("lead panicked; ending the term", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("lead panicked: %v", r)
+		}
+	}()
+	return lead(ctx)
+}
+
+// renewLoop renews every RenewInterval after the last successful renewal was sent, retrying
+// transient failures with a short backoff until the deadline, and ends the term at once when
+// the lease is definitively lost or Healthy fails.
+func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, log *slog.Logger) {
+	timer := time.NewTimer(time.Until(lastSent.Add(e.cfg.RenewInterval)))
+	defer timer.Stop()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.lostCh:
+			return
+		case <-timer.C:
+		}
+		if h := e.cfg.Healthy; h != nil {
+			if err := h(); err != nil {
+				g.lose(fmt.Errorf("%w: %w: %w", ErrLeadershipLost, ErrUnhealthy, err))
+				return
+			}
+		}
+		left := g.remaining()
+		if left <= 0 {
+			return // the deadline timer ends the term
+		}
+		sent := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, min(e.opTimeout(), left))
+		err := e.api.RenewLease(cctx, e.cfg.Container, e.cfg.Blob, g.leaseID)
+		cancel()
+		if err == nil {
+			if !g.extend(sent) {
+				return
+			}
+			e.renewals.Add(1)
+			backoff = 0
+			log.Debug("renewed", "took", time.Since(sent).Round(time.Millisecond))
+			timer.Reset(time.Until(sent.Add(e.cfg.RenewInterval)))
+			continue
+		}
+		if ctx.Err() != nil {
+			return // the term is over; the failure is ours
+		}
+		e.renewFailures.Add(1)
+		if IsDefinitive(err) {
+			g.lose(fmt.Errorf("%w: %w", ErrLeadershipLost, err))
+			return
+		}
+		backoff = min(max(2*backoff, 250*time.Millisecond), 2*time.Second)
+		log.Warn("renew failed; retrying", "err", err, "retry_in", backoff,
+			"deadline_in", g.remaining().Round(time.Millisecond))
+		timer.Reset(backoff)
+	}
+}
+
+// release gives the lease back (best effort, a few seconds at most, even while ctx is
+// cancelled) and calls OnRelease when it worked.
+func (e *Elector) release(ctx context.Context, t Term, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := e.api.ReleaseLease(rctx, e.cfg.Container, e.cfg.Blob, t.LeaseID); err != nil {
+		log.Warn("release failed; the lease will expire by itself", "err", err)
+		return
+	}
+	e.releases.Add(1)
+	log.Info("released")
+	if e.cfg.OnRelease == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("OnRelease panicked", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	e.cfg.OnRelease(t)
+}
+
+// releaseQuietly releases leaseID when it may hold the lease; refusals are expected.
+func (e *Elector) releaseQuietly(ctx context.Context, leaseID string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := e.api.ReleaseLease(rctx, e.cfg.Container, e.cfg.Blob, leaseID); err == nil {
+		e.releases.Add(1)
+		e.log.Info("released a lease won by an unfinished acquisition")
+	}
+}
