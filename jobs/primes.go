@@ -1,0 +1,315 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+)
+
+// Primes is the built-in job "primes": count the primes p with from ≤ p < to, by a segmented
+// sieve of Eratosthenes over each shard's range. Exact and CPU-bound.
+type Primes struct{}
+
+var _ Job = Primes{}
+
+// PrimesParams are the parameters of a primes job, e.g. {"from": 0, "to": 10000000, "shards": 100}.
+type PrimesParams struct {
+	// From is the start of the range, inclusive. Optional, default 0.
+	From uint64 `json:"from"`
+	// To is the end of the range, exclusive. Required; from < to ≤ 2^50.
+	To uint64 `json:"to"`
+	// Shards is how many shards to split the range into. Required; 1 ≤ shards ≤ min(1,000,000,
+	// to-from), and no shard may cover more than 2^32 numbers.
+	Shards int `json:"shards"`
+}
+
+// PrimesResult is the result of a primes job.
+type PrimesResult struct {
+	Count uint64 `json:"count"` // the number of primes in [from, to)
+}
+
+const (
+	primesType = "primes"
+	// primesMaxTo bounds "to": the base primes of a shard (up to √to ≈ 3.4·10^7) stay small.
+	primesMaxTo = 1 << 50
+	// primesMaxShardSpan bounds the numbers one shard sieves (seconds of work).
+	primesMaxShardSpan = 1 << 32
+	primesUsage        = `{"from": 0, "to": 10000000, "shards": 100}`
+)
+
+// Type returns "primes".
+func (Primes) Type() string { return primesType }
+
+// Validate checks the parameters; errors match ErrBadParams.
+func (Primes) Validate(params json.RawMessage) error {
+	_, err := parsePrimesParams(params)
+	return err
+}
+
+func parsePrimesParams(raw json.RawMessage) (PrimesParams, error) {
+	var p PrimesParams
+	if _, err := decodeParams(primesType, primesUsage, raw, &p, "to", "shards"); err != nil {
+		return p, err
+	}
+	switch {
+	case p.To > primesMaxTo:
+		return p, badParam(primesType, "to", `"to" must be at most %d (2^50) (got %d)`, uint64(primesMaxTo), p.To)
+	case p.To <= p.From:
+		return p, badParam(primesType, "to", `"to" must be greater than "from" (got from=%d, to=%d)`, p.From, p.To)
+	case p.Shards < 1:
+		return p, badParam(primesType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
+	case p.Shards > MaxShards:
+		return p, badParam(primesType, "shards", `"shards" must be at most %d (got %d)`, MaxShards, p.Shards)
+	case uint64(p.Shards) > p.To-p.From:
+		return p, badParam(primesType, "shards",
+			`"shards" must be at most the size of the range, to-from=%d (got %d)`, p.To-p.From, p.Shards)
+	}
+	span := p.To - p.From
+	if per := ceilDiv(span, uint64(p.Shards)); per > primesMaxShardSpan {
+		return p, badParam(primesType, "shards",
+			`"shards" is too small: each shard would cover %d numbers, the limit is %d; use "shards" ≥ %d`,
+			per, uint64(primesMaxShardSpan), ceilDiv(span, primesMaxShardSpan))
+	}
+	return p, nil
+}
+
+func ceilDiv(a, b uint64) uint64 { return a/b + min(a%b, 1) }
+
+// primesShard is a shard of a primes job: count the primes in [Lo, Hi).
+type primesShard struct {
+	Lo uint64 `json:"lo"`
+	Hi uint64 `json:"hi"`
+}
+
+// Split divides [from, to) into shards ranges whose sizes differ by at most one.
+func (Primes) Split(_ context.Context, _ Env, params json.RawMessage) ([][]byte, error) {
+	p, err := parsePrimesParams(params)
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(p.Shards)
+	span := p.To - p.From
+	base, extra := span/n, span%n
+	shards := make([][]byte, 0, n)
+	lo := p.From
+	for i := uint64(0); i < n; i++ {
+		hi := lo + base
+		if i < extra {
+			hi++
+		}
+		s, err := encodeShardJSON(primesType, primesShard{Lo: lo, Hi: hi})
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, s)
+		lo = hi
+	}
+	return shards, nil
+}
+
+func decodePrimesShard(data []byte) (primesShard, error) {
+	var s primesShard
+	if err := decodeShardJSON(primesType, data, &s); err != nil {
+		return s, err
+	}
+	if s.Lo >= s.Hi || s.Hi > primesMaxTo || s.Hi-s.Lo > primesMaxShardSpan {
+		return s, fmt.Errorf("%w: primes: range [%d, %d) is empty or out of bounds", ErrBadShard, s.Lo, s.Hi)
+	}
+	return s, nil
+}
+
+// Map counts the primes in the shard's range. The partial is the count.
+func (Primes) Map(ctx context.Context, _ Env, task Task) ([]byte, error) {
+	s, err := decodePrimesShard(task.Shard)
+	if err != nil {
+		return nil, err
+	}
+	n, err := countPrimes(ctx, s.Lo, s.Hi)
+	if err != nil {
+		return nil, err
+	}
+	return encodePrimesPartial(n), nil
+}
+
+func encodePrimesPartial(count uint64) []byte {
+	return binary.AppendUvarint(appendPartialHeader(nil, tagPrimes), count)
+}
+
+func decodePrimesPartial(data []byte) (uint64, error) {
+	r := newPartialReader(data, tagPrimes)
+	n := r.uvarint()
+	return n, r.finish()
+}
+
+// NewAggregate returns an aggregate summing the shards' counts.
+func (Primes) NewAggregate(params json.RawMessage) (Aggregate, error) {
+	p, err := parsePrimesParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return &primesAggregate{limit: p.To - p.From}, nil
+}
+
+type primesAggregate struct {
+	limit uint64 // no more primes than numbers in the range
+	count uint64
+}
+
+func (a *primesAggregate) Merge(partial []byte) error {
+	n, err := decodePrimesPartial(partial)
+	if err != nil {
+		return fmt.Errorf("%w: primes: %v", ErrBadPartial, err)
+	}
+	if n > a.limit || a.count+n > a.limit {
+		return fmt.Errorf("%w: primes: count %d would exceed the %d numbers in the range", ErrBadPartial, n, a.limit)
+	}
+	a.count += n
+	return nil
+}
+
+func (a *primesAggregate) MarshalBinary() ([]byte, error) { return encodePrimesPartial(a.count), nil }
+
+func (a *primesAggregate) UnmarshalBinary(data []byte) error {
+	n, err := decodePrimesPartial(data)
+	if err == nil && n > a.limit {
+		err = fmt.Errorf("count %d exceeds the %d numbers in the range", n, a.limit)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: primes aggregate: %v", ErrBadCheckpoint, err)
+	}
+	a.count = n
+	return nil
+}
+
+func (a *primesAggregate) Result() (json.RawMessage, error) {
+	return json.Marshal(PrimesResult{Count: a.count})
+}
+
+// countPrimes counts the primes in [lo, hi) with a segmented sieve over the odd numbers. It
+// checks ctx between segments.
+func countPrimes(ctx context.Context, lo, hi uint64) (uint64, error) {
+	var count uint64
+	if lo <= 2 && 2 < hi {
+		count = 1
+	}
+	start := max(lo, 3) | 1 // the first odd number ≥ max(lo, 3)
+	if start >= hi {
+		return count, nil
+	}
+	base := oddPrimesUpTo(isqrt(hi - 1))
+
+	// One byte per odd number; a segment fits in L2 cache. Bigger ranges get bigger segments so
+	// that the per-segment pass over the base primes stays small next to the sieving.
+	segOdds := uint64(1 << 15)
+	if len(base) > 1<<12 {
+		segOdds = 1 << 20
+	}
+	seg := make([]byte, segOdds)
+	// next[k] is the next odd multiple of base[k] still to cross out, ≥ base[k]².
+	next := make([]uint64, len(base))
+	for k, p32 := range base {
+		p := uint64(p32)
+		m := p * p
+		if m < start {
+			m = ceilDiv(start, p) * p
+			if m&1 == 0 {
+				m += p
+			}
+		}
+		next[k] = m
+	}
+	for segLo := start; segLo < hi; segLo += 2 * segOdds {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		segHi := min(segLo+2*segOdds, hi) // odd numbers segLo, segLo+2, … below segHi
+		n := (segHi - segLo + 1) / 2
+		s := seg[:n]
+		clear(s)
+		for k, p32 := range base {
+			p := uint64(p32)
+			m := next[k]
+			if m >= segHi {
+				if p*p >= segHi {
+					break // and so for every larger prime
+				}
+				continue
+			}
+			j := (m - segLo) / 2
+			for ; j < n; j += p {
+				s[j] = 1
+			}
+			next[k] = segLo + 2*j
+		}
+		count += uint64(bytes.Count(s, []byte{0}))
+	}
+	return count, nil
+}
+
+// isqrt returns ⌊√n⌋.
+func isqrt(n uint64) uint64 {
+	r := uint64(math.Sqrt(float64(n)))
+	for r*r > n {
+		r--
+	}
+	for (r+1)*(r+1) <= n {
+		r++
+	}
+	return r
+}
+
+// primesBaseCache holds the odd primes up to some limit, shared by every shard of a process so
+// that many small shards high in the range do not each re-sieve their base primes.
+var primesBaseCache struct {
+	mu     sync.Mutex
+	limit  uint64
+	primes []uint32
+}
+
+// oddPrimesUpTo returns the odd primes ≤ limit (limit ≤ 2^25), ascending. The slice is shared:
+// callers must not modify it.
+func oddPrimesUpTo(limit uint64) []uint32 {
+	c := &primesBaseCache
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if limit > c.limit {
+		c.limit = max(limit, 1<<16)
+		c.primes = sieveOddPrimes(c.limit)
+	}
+	// The cache may hold primes past limit; return only those ≤ limit.
+	lo, hi := 0, len(c.primes)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if uint64(c.primes[mid]) <= limit {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return c.primes[:lo:lo]
+}
+
+// sieveOddPrimes is a plain sieve of Eratosthenes over the odd numbers up to limit.
+func sieveOddPrimes(limit uint64) []uint32 {
+	if limit < 3 {
+		return nil
+	}
+	// composite[i] is for the odd number 2i+1.
+	composite := make([]bool, limit/2+1)
+	var primes []uint32
+	for i := uint64(1); 2*i+1 <= limit; i++ {
+		if composite[i] {
+			continue
+		}
+		p := 2*i + 1
+		primes = append(primes, uint32(p))
+		for m := p * p; m <= limit; m += 2 * p {
+			composite[m/2] = true
+		}
+	}
+	return primes
+}
