@@ -1,0 +1,430 @@
+// Package cluster runs a real local cluster for end-to-end tests, the load test and the demo:
+// Azurite (two node processes), a NATS server with JetStream (in-process), and N `worker run`
+// processes, which it can kill with any signal and restart. It reads the workers' JSON logs to
+// time elections and first merges.
+//
+// Every server listens on 127.0.0.1 only. Worker and Azurite processes get a parent-death signal,
+// so they stop by themselves if the owner dies; Stop stops them by process id.
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"mapagg/bus"
+	"mapagg/client"
+	"mapagg/election"
+	"mapagg/internal/devserver"
+	"mapagg/queue"
+	"mapagg/store"
+)
+
+// Options configure a cluster. Zero fields take their defaults.
+type Options struct {
+	// Dir holds logs and server data. Required.
+	Dir string
+	// WorkerBin is the worker binary (see Build). Required.
+	WorkerBin string
+	// Workers is the number of worker processes. Default 3.
+	Workers int
+	// Namespace prefixes container, queue and stream names, so clusters can share one Azurite.
+	// Default "" (the binary's defaults: jobs, jobs, leader, mapagg).
+	Namespace string
+	// LeaseDuration of the election. Default 15s.
+	LeaseDuration time.Duration
+	// Concurrency per worker. Default 2.
+	Concurrency int
+	// ShardTimeout (AckWait of shards). Default 30s.
+	ShardTimeout time.Duration
+	// MapDelay slows every map step (see worker.Config.MapDelay). Default 0.
+	MapDelay time.Duration
+	// MaxAttempts per shard. Default 3.
+	MaxAttempts int
+	// Env adds environment variables (KEY=VALUE) to every worker.
+	Env []string
+	// ConnStr and NATSURL attach to running servers instead of starting them.
+	ConnStr, NATSURL string
+}
+
+// Event is one interesting line of a worker's log.
+type Event struct {
+	Time   time.Time
+	Worker string
+	Msg    string // "elected", "released", "lost", "first result merged", "job finished", ...
+	Epoch  uint64
+	Raw    map[string]any
+}
+
+var watched = map[string]bool{
+	"elected": true, "released": true, "lost": true, "leadership lost": true, "first result merged": true,
+	"coordinator resumed": true, "job finished": true, "job planned": true, "coordinator stopped": true,
+}
+
+// Proc is one worker process.
+type Proc struct {
+	ID      string
+	PID     int
+	LogPath string
+	Started time.Time
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// Exited is closed when the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.done }
+
+// Err is the process's exit error (after Exited).
+func (p *Proc) Err() error { <-p.done; return p.err }
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	opts    Options
+	ConnStr string
+	NATSURL string
+	Client  *client.Client
+	Bus     *bus.Bus
+
+	az   *devserver.AzuriteServer
+	ns   *server.Server
+	blob *azblob.Client
+
+	mu     sync.Mutex
+	procs  map[string]*Proc
+	all    []*Proc
+	events []Event
+	seq    int
+}
+
+// Names used by a cluster in its namespace.
+func (o Options) names() (jobsContainer, queueName, leaseContainer, prefix string) {
+	if o.Namespace == "" {
+		return "jobs", "jobs", "leader", "mapagg"
+	}
+	return o.Namespace + "-jobs", o.Namespace + "-jobs", o.Namespace + "-leader", strings.ReplaceAll(o.Namespace, "-", "")
+}
+
+// Start starts the servers (unless attached) and the workers, and waits for a leader.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Dir == "" || opts.WorkerBin == "" {
+		return nil, errors.New("cluster: Dir and WorkerBin are required")
+	}
+	if opts.Workers == 0 {
+		opts.Workers = 3
+	}
+	if opts.LeaseDuration == 0 {
+		opts.LeaseDuration = 15 * time.Second
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 2
+	}
+	if opts.ShardTimeout == 0 {
+		opts.ShardTimeout = 30 * time.Second
+	}
+	if opts.MaxAttempts == 0 {
+		opts.MaxAttempts = 3
+	}
+	c := &Cluster{opts: opts, procs: map[string]*Proc{}, ConnStr: opts.ConnStr, NATSURL: opts.NATSURL}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Stop()
+		}
+	}()
+	if c.ConnStr == "" {
+		az, err := devserver.StartAzurite(filepath.Join(opts.Dir, "azurite"))
+		if err != nil {
+			return nil, err
+		}
+		c.az, c.ConnStr = az, az.ConnectionString()
+	}
+	if c.NATSURL == "" {
+		ns, err := devserver.StartNATS(filepath.Join(opts.Dir, "nats"))
+		if err != nil {
+			return nil, err
+		}
+		c.ns, c.NATSURL = ns, ns.ClientURL()
+	}
+	var err error
+	if c.blob, err = store.NewClient(c.ConnStr); err != nil {
+		return nil, err
+	}
+	jc, qn, _, prefix := opts.names()
+	q, err := queue.New(c.ConnStr, qn)
+	if err != nil {
+		return nil, err
+	}
+	jobsC := store.New(c.blob, jc)
+	if err := jobsC.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if err := q.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	if c.Bus, err = bus.Connect(c.NATSURL, "cluster-harness", bus.Config{Prefix: prefix}); err != nil {
+		return nil, err
+	}
+	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus}
+	for i := 1; i <= opts.Workers; i++ {
+		if _, err := c.StartWorker(fmt.Sprintf("w%d", i)); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.WaitLeader(ctx, func(*election.LeaderInfo) bool { return true }); err != nil {
+		return nil, fmt.Errorf("no leader elected: %w", err)
+	}
+	ok = true
+	return c, nil
+}
+
+// Blob is the cluster's blob service client.
+func (c *Cluster) Blob() *azblob.Client { return c.blob }
+
+// Options returns the effective options.
+func (c *Cluster) Options() Options { return c.opts }
+
+// WorkerEnv is the environment a worker of this cluster runs with.
+func (c *Cluster) WorkerEnv(id string) []string {
+	jc, qn, lc, prefix := c.opts.names()
+	env := append(os.Environ(),
+		"AZURE_STORAGE_CONNECTION_STRING="+c.ConnStr, "NATS_URL="+c.NATSURL, "WORKER_ID="+id,
+		"JOBS_CONTAINER="+jc, "JOBS_QUEUE="+qn, "LEASE_CONTAINER="+lc, "STREAM_PREFIX="+prefix,
+		"LEASE_DURATION="+c.opts.LeaseDuration.String(), "WORKER_CONCURRENCY="+fmt.Sprint(c.opts.Concurrency),
+		"SHARD_TIMEOUT="+c.opts.ShardTimeout.String(), "MAP_DELAY="+c.opts.MapDelay.String(),
+		"MAX_ATTEMPTS="+fmt.Sprint(c.opts.MaxAttempts), "LOG_LEVEL=info")
+	return append(env, c.opts.Env...)
+}
+
+// StartWorker starts a worker process with the given id (a restart reuses the id).
+func (c *Cluster) StartWorker(id string) (*Proc, error) {
+	c.mu.Lock()
+	if p, ok := c.procs[id]; ok {
+		select {
+		case <-p.done:
+		default:
+			c.mu.Unlock()
+			return nil, fmt.Errorf("worker %s is running", id)
+		}
+	}
+	c.seq++
+	logPath := filepath.Join(c.opts.Dir, fmt.Sprintf("%s.%d.log", id, c.seq))
+	c.mu.Unlock()
+
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.opts.WorkerBin, "run")
+	cmd.Env = c.WorkerEnv(id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	cmd.Stdout = logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start worker %s: %w", id, err)
+	}
+	p := &Proc{ID: id, PID: cmd.Process.Pid, LogPath: logPath, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
+	var lines sync.WaitGroup
+	lines.Add(1)
+	go func() {
+		defer lines.Done()
+		c.readLog(id, stderr, logf)
+	}()
+	go func() {
+		lines.Wait()
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	c.mu.Lock()
+	c.procs[id] = p
+	c.all = append(c.all, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+func (c *Cluster) readLog(id string, r io.Reader, copyTo io.Writer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		_, _ = copyTo.Write(append(line, '\n'))
+		var m map[string]any
+		if json.Unmarshal(line, &m) != nil {
+			continue
+		}
+		msg, _ := m["msg"].(string)
+		if !watched[msg] {
+			continue
+		}
+		ev := Event{Worker: id, Msg: msg, Raw: m}
+		if ts, ok := m["time"].(string); ok {
+			ev.Time, _ = time.Parse(time.RFC3339Nano, ts)
+		}
+		if e, ok := m["epoch"].(float64); ok {
+			ev.Epoch = uint64(e)
+		}
+		c.mu.Lock()
+		c.events = append(c.events, ev)
+		c.mu.Unlock()
+	}
+}
+
+// Proc returns the process of worker id (the latest, if restarted).
+func (c *Cluster) Proc(id string) *Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs[id]
+}
+
+// Running lists the ids of workers still running, sorted.
+func (c *Cluster) Running() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id, p := range c.procs {
+		select {
+		case <-p.done:
+		default:
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Signal sends sig to worker id and waits for it to exit (SIGKILL after 30s).
+func (c *Cluster) Signal(id string, sig syscall.Signal) (time.Time, error) {
+	p := c.Proc(id)
+	if p == nil {
+		return time.Time{}, fmt.Errorf("no worker %s", id)
+	}
+	at := time.Now()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return at, fmt.Errorf("signal %s: %w", id, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return at, fmt.Errorf("worker %s did not exit within 30s of %v", id, sig)
+	}
+	return at, nil
+}
+
+// Leader reads who holds the lease (nil when nobody does).
+func (c *Cluster) Leader(ctx context.Context) (*election.LeaderInfo, error) {
+	_, _, lc, _ := c.opts.names()
+	return election.ReadLeader(ctx, c.blob, lc, "lease")
+}
+
+// WaitLeader polls until a leader satisfying ok holds the lease, or ctx ends.
+func (c *Cluster) WaitLeader(ctx context.Context, ok func(*election.LeaderInfo) bool) (*election.LeaderInfo, error) {
+	for {
+		l, err := c.Leader(ctx)
+		if err == nil && l != nil && ok(l) {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a leader: %w (last read error: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Events returns the watched log events so far, in arrival order.
+func (c *Cluster) Events() []Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Event(nil), c.events...)
+}
+
+// WaitEvent polls the events until one satisfies ok, or ctx ends.
+func (c *Cluster) WaitEvent(ctx context.Context, ok func(Event) bool) (Event, error) {
+	for {
+		for _, e := range c.Events() {
+			if ok(e) {
+				return e, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return Event{}, fmt.Errorf("waiting for a log event: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops every worker (SIGTERM, then SIGKILL after 10s) and the servers it started.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	procs := append([]*Proc(nil), c.all...)
+	c.mu.Unlock()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	if c.Bus != nil {
+		c.Bus.Close()
+	}
+	if c.ns != nil {
+		c.ns.Shutdown()
+		c.ns.WaitForShutdown()
+	}
+	if c.az != nil {
+		c.az.Stop()
+	}
+}
+
+// Build compiles the worker binary into dir (with the race detector when race is set) and
+// returns its path. It runs `go build` in the module root.
+func Build(dir string, race bool) (string, error) {
+	root, err := devserver.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "worker")
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/worker")...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build worker: %w\n%s", err, b)
+	}
+	return out, nil
+}
