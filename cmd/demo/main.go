@@ -1,0 +1,366 @@
+// Command demo is `make demo`: it runs a real cluster on this machine (Azurite as two node
+// processes, an in-process NATS server with JetStream, three `worker run` processes), submits a
+// primes job, kills the leader with SIGKILL half-way, shows the takeover (old and new leader,
+// their epochs, the time without a leader) and checks that the result is exact.
+//
+// It stops every process it started and closes every port it opened: on success, on failure and
+// on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under .demo/
+// in the repository; the logs of the last run stay there for reading.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"mapagg/client"
+	"mapagg/election"
+	"mapagg/internal/cluster"
+	"mapagg/internal/devserver"
+	"mapagg/jobs"
+)
+
+// The job: count the primes below 2·10^7. π(2·10^7) = 1,270,607 is a published value, so the
+// demo can say "exact" rather than "finished".
+const (
+	jobParams = `{"from":0,"to":20000000,"shards":200}`
+	wantCount = 1270607
+)
+
+// errInterrupted is Ctrl-C or SIGTERM; errLeftBehind is a process or port that outlived the stop.
+var (
+	errInterrupted = errors.New("interrupted")
+	errLeftBehind  = errors.New("left behind")
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintln(os.Stderr, "demo: interrupted; everything it started is stopped")
+		os.Exit(130)
+	default:
+		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	dir      string
+	workers  int
+	mapDelay time.Duration
+	timeout  time.Duration
+}
+
+func parseFlags(args []string, out io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.dir, "dir", "", "folder for the binary, server data and logs (default .demo in the repository)")
+	fs.IntVar(&o.workers, "workers", 3, "worker processes (at least 2: one dies)")
+	fs.DurationVar(&o.mapDelay, "map-delay", 300*time.Millisecond, "extra time per shard, so the job lasts long enough to kill its leader half-way")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if o.workers < 2 {
+		return o, fmt.Errorf("-workers %d: need at least 2, one of them is killed", o.workers)
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, out io.Writer) (err error) {
+	o, err := parseFlags(args, out)
+	if err != nil {
+		return err
+	}
+	if o.dir == "" {
+		root, err := devserver.RepoRoot()
+		if err != nil {
+			return err
+		}
+		o.dir = filepath.Join(root, ".demo")
+	}
+	// Whatever went wrong, say it was Ctrl-C when it was (main's ctx ends only on a signal).
+	interrupted := ctx
+	defer func() {
+		switch {
+		case err == nil:
+		case interrupted.Err() != nil && !errors.Is(err, errLeftBehind):
+			err = errInterrupted
+		case errors.Is(err, context.DeadlineExceeded):
+			err = fmt.Errorf("gave up after %v (-timeout); the worker logs are in %s: %w", o.timeout, rel(filepath.Join(o.dir, "run")), err)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	d := newDisplay(out)
+	d.line("mapagg demo: %d workers count the primes below 20,000,000; the leader dies half-way.", o.workers)
+
+	start := time.Now()
+	d.step("building the worker")
+	bin, err := cluster.Build(filepath.Join(o.dir, "bin"), false)
+	if err != nil {
+		return err
+	}
+	d.done(time.Since(start))
+
+	// A fresh cluster every run: old data would hold old jobs and an old lease.
+	runDir := filepath.Join(o.dir, "run")
+	if err := os.RemoveAll(runDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(runDir, "azurite"), 0o755); err != nil {
+		return err
+	}
+	start = time.Now()
+	d.step("starting Azurite, NATS with JetStream and %d workers", o.workers)
+	c, err := cluster.Start(ctx, cluster.Options{
+		Dir: runDir, WorkerBin: bin, Workers: o.workers, MapDelay: o.mapDelay,
+		// Shards of a killed worker come back after this instead of the default 30 s.
+		ShardTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("start cluster (logs in %s): %w", runDir, err)
+	}
+	defer func() {
+		if serr := stopAll(c, d); serr != nil {
+			err = errors.Join(serr, err)
+		}
+	}()
+	d.done(time.Since(start))
+	d.line("  storage %s, NATS %s, logs in %s", storageHosts(c.ConnStr), strings.TrimPrefix(c.NATSURL, "nats://"), rel(runDir))
+
+	first, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	if first == nil {
+		return errors.New("the cluster started but nobody holds the lease")
+	}
+	d.line("▸ %s is leader (epoch %d)", first.ID, first.Epoch)
+
+	id, err := c.Client.Submit(ctx, "primes", json.RawMessage(jobParams))
+	if err != nil {
+		return fmt.Errorf("submit: %w", err)
+	}
+	d.line("▸ submitted %s: primes in [0, 20000000), 200 shards, each slowed by %v (-map-delay)", id, o.mapDelay)
+
+	f, err := follow(ctx, c, d, id)
+	if err != nil {
+		return err
+	}
+	return report(d, f, o)
+}
+
+// failover is what happened to one job.
+type failover struct {
+	status    *client.Status
+	took      time.Duration
+	killed    *election.LeaderInfo // the leader killed; nil if the job ended first
+	killedAt  time.Time
+	doneAt    int // shards merged when it was killed
+	elected   *cluster.Event
+	firstMrg  *cluster.Event
+	restarted bool
+}
+
+// follow polls the job until it ends, kills the leader half-way, waits for the next election
+// and restarts the killed worker.
+func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*failover, error) {
+	f := &failover{}
+	start := time.Now()
+	leader := ""
+	for {
+		st, err := c.Client.Status(ctx, id)
+		if err != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err == nil {
+			f.status = st
+			desc := "leader " + leader
+			switch {
+			case f.killed != nil && f.elected == nil:
+				desc = "no leader"
+			case leader == "":
+				desc = "waiting for the leader"
+			}
+			d.progress(st.ShardsDone, st.ShardsTotal, desc)
+			if st.State.Terminal() {
+				f.took = time.Since(start)
+				d.finish()
+				return f, nil
+			}
+			if f.killed == nil && st.ShardsTotal > 0 && 2*st.ShardsDone >= st.ShardsTotal {
+				if err := kill(ctx, c, d, f, st.ShardsDone); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if leader == "" || f.killed != nil && f.elected == nil {
+			if l, err := c.Leader(ctx); err == nil && l != nil && (f.killed == nil || l.ID != f.killed.ID) {
+				leader = fmt.Sprintf("%s (epoch %d)", l.ID, l.Epoch)
+			}
+		}
+		if f.killed != nil && f.elected == nil {
+			if ev, ok := electedAfter(c, f.killedAt); ok {
+				f.elected = &ev
+				leader = fmt.Sprintf("%s (epoch %d)", ev.Worker, ev.Epoch)
+				d.note("▸ %s elected (epoch %d) %.1f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.killedAt).Seconds())
+				if _, err := c.StartWorker(f.killed.ID); err != nil {
+					d.note("  could not restart %s: %v", f.killed.ID, err)
+				} else {
+					f.restarted = true
+					d.note("▸ %s restarted; it joins as a follower", f.killed.ID)
+				}
+			}
+		}
+		if f.elected != nil && f.firstMrg == nil {
+			for _, ev := range c.Events() {
+				if ev.Msg == "first result merged" && ev.Worker == f.elected.Worker && !ev.Time.Before(f.elected.Time) {
+					f.firstMrg = &ev
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			d.finish()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// kill SIGKILLs the current leader: no checkpoint, no release; the lease has to expire.
+func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done int) error {
+	l, err := c.Leader(ctx)
+	if err != nil || l == nil {
+		return nil // between leaders; try again at the next poll
+	}
+	d.note("▸ %d of %d shards merged: killing the leader %s (epoch %d) with SIGKILL", done, f.status.ShardsTotal, l.ID, l.Epoch)
+	at, err := c.Signal(l.ID, syscall.SIGKILL)
+	if err != nil {
+		return fmt.Errorf("kill the leader: %w", err)
+	}
+	f.killed, f.killedAt, f.doneAt = l, at, done
+	d.note("  no leader until its lease (15 s from its last renewal) runs out; the workers keep mapping")
+	return nil
+}
+
+// electedAfter returns the first "elected" event logged after t.
+func electedAfter(c *cluster.Cluster, t time.Time) (cluster.Event, bool) {
+	for _, ev := range c.Events() {
+		if ev.Msg == "elected" && ev.Time.After(t) {
+			return ev, true
+		}
+	}
+	return cluster.Event{}, false
+}
+
+// report prints the outcome and says whether the result is exact.
+func report(d *display, f *failover, o options) error {
+	st := f.status
+	if st.State != jobs.StateSucceeded {
+		return fmt.Errorf("job %s %s: %s", st.ID, st.State, st.Error)
+	}
+	var res jobs.PrimesResult
+	if err := json.Unmarshal(st.Result, &res); err != nil {
+		return fmt.Errorf("result %s: %w", st.Result, err)
+	}
+	d.line("")
+	d.line("  job               %s succeeded in %.1f s", st.ID, f.took.Seconds())
+	if f.killed != nil {
+		d.line("  old leader        %s, epoch %d: killed with SIGKILL at %d/%d shards", f.killed.ID, f.killed.Epoch, f.doneAt, st.ShardsTotal)
+	}
+	if f.elected != nil {
+		d.line("  new leader        %s, epoch %d", f.elected.Worker, f.elected.Epoch)
+		d.line("  without a leader  %.1f s (kill → elected; the lease is 15 s)", f.elected.Time.Sub(f.killedAt).Seconds())
+		if f.firstMrg != nil {
+			d.line("  first merge       %s after the election (results waited on JetStream)", f.firstMrg.Time.Sub(f.elected.Time).Round(time.Millisecond))
+		}
+	}
+	d.line("  duplicates        %d results dropped because their shard was already merged", st.Duplicates)
+	d.line("  result            %s", st.Result)
+	if res.Count != wantCount {
+		return fmt.Errorf("wrong result: %d primes below 20,000,000, want %d", res.Count, wantCount)
+	}
+	d.line("                    exact: π(2·10^7) = 1,270,607")
+	if f.killed == nil {
+		d.line("  (the job ended before half of it was seen; try a larger -map-delay than %v to see a takeover)", o.mapDelay)
+	}
+	return nil
+}
+
+// stopAll stops the workers and servers, then checks that nothing still listens on their ports.
+func stopAll(c *cluster.Cluster, d *display) error {
+	d.finish()
+	start := time.Now()
+	d.step("stopping the workers, NATS and Azurite")
+	addrs := append(hostsOf(c.ConnStr), strings.TrimPrefix(c.NATSURL, "nats://"))
+	c.Stop()
+	if r := c.Running(); len(r) > 0 {
+		return fmt.Errorf("%w: workers still running after stop: %v", errLeftBehind, r)
+	}
+	for _, a := range addrs {
+		if conn, err := net.DialTimeout("tcp", a, 300*time.Millisecond); err == nil {
+			conn.Close()
+			return fmt.Errorf("%w: %s still accepts connections after stop", errLeftBehind, a)
+		}
+	}
+	d.done(time.Since(start))
+	return nil
+}
+
+// hostsOf returns the host:port of the blob and queue endpoints of a connection string.
+func hostsOf(connStr string) []string {
+	var out []string
+	for _, part := range strings.Split(connStr, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		if k == "BlobEndpoint" || k == "QueueEndpoint" {
+			if u, err := url.Parse(v); err == nil {
+				out = append(out, u.Host)
+			}
+		}
+	}
+	return out
+}
+
+func storageHosts(connStr string) string {
+	h := hostsOf(connStr)
+	if len(h) != 2 {
+		return "?"
+	}
+	return "blob " + h[0] + " queue " + h[1]
+}
+
+// rel shortens a path below the working directory.
+func rel(p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return p
+	}
+	if r, err := filepath.Rel(wd, p); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return p
+}
