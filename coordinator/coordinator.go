@@ -88,14 +88,7 @@ type dispatchEvent struct {
 // takes new jobs from the queue. On return it has stopped dispatching and written a final
 // checkpoint of every job it could.
 func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
-	t := &term{
-		Coordinator: c, epoch: epoch, elected: time.Now(),
-		log:      c.log.With("epoch", epoch),
-		active:   map[string]*job{},
-		finished: map[string]jobs.State{},
-		newJobs:  make(chan *job), claimReq: make(chan string, 64),
-		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
-	}
+	t := c.newTerm(epoch)
 	c.beat()
 	c.leading.Store(true)
 	defer c.leading.Store(false)
@@ -159,6 +152,17 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		return nil
 	}
 	return err
+}
+
+func (c *Coordinator) newTerm(epoch uint64) *term {
+	return &term{
+		Coordinator: c, epoch: epoch, elected: time.Now(),
+		log:      c.log.With("epoch", epoch),
+		active:   map[string]*job{},
+		finished: map[string]jobs.State{},
+		newJobs:  make(chan *job), claimReq: make(chan string, 64),
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
+	}
 }
 
 func nonBlocking[T any](ch chan T, v T) {

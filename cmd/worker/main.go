@@ -84,4 +84,11 @@ type usageError struct{ msg string }
 func (e usageError) Error() string        { return e.msg }
 func (e usageError) Is(target error) bool { return target == errUsage }
 
-func usageErr(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+func usageErr(format string, a ...any) error {
+	for _, v := range a {
+		if err, ok := v.(error); ok && errors.Is(err, flag.ErrHelp) {
+			return flag.ErrHelp
+		}
+	}
+	return usageError{fmt.Sprintf(format, a...)}
+}

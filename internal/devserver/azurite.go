@@ -143,6 +143,9 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 		{blobBin, append([]string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(bp), "--location", filepath.Join(dir, "blob")}, flags...), bp},
 		{queueBin, append([]string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(qp), "--location", filepath.Join(dir, "queue")}, flags...), qp},
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	logf, err := os.Create(filepath.Join(dir, "azurite.log"))
 	if err != nil {
 		return nil, err
