@@ -4,12 +4,21 @@ BIN       := bin
 AZURITE   := Azurite/node_modules/.bin/azurite-blob
 GOTESTFLAGS ?=
 
-.PHONY: all build test vet azurite clean fuzz
+.PHONY: all build test vet azurite clean fuzz demo nats-server
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/ ./cmd/worker
+
+# A nats-server binary at the version pinned in go.mod, for running a cluster by hand.
+nats-server:
+	$(GO) build -o $(BIN)/nats-server github.com/nats-io/nats-server/v2
+
+# The failover demo on this machine (Go, node and npm; no Docker): Azurite, NATS with JetStream
+# and 3 workers; the leader is killed half-way through a primes job. DEMOFLAGS: go run ./cmd/demo -h
+demo: azurite
+	$(GO) run ./cmd/demo $(DEMOFLAGS)
 
 # Azurite's npm packages (pinned in Azurite/package-lock.json), installed when absent.
 azurite: $(AZURITE)
@@ -33,4 +42,4 @@ fuzz:
 	done
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) .demo
