@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"mapagg/jobs"
+)
+
+// baselineOpts size one baseline variant.
+type baselineOpts struct {
+	name     string // stream name prefix, unique per variant
+	shards   int
+	workers  int // consuming connections, like worker processes
+	prefetch int // messages each pulls ahead
+}
+
+// runBaseline drives the JetStream round trip the system makes for every shard, with no
+// coordination: publish the shards (in acknowledged batches of 1,024 with message ids, as the
+// leader dispatches), fetch + process + publish a result + ack on `workers` connections (as the
+// workers do: the shard is acked once its result is stored), and fetch + ack every result on
+// one connection (as the leader does). Same streams (file storage, work queue, duplicate
+// window), same message bodies. It returns the time from the first publish to the last result
+// acknowledged.
+func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	conn := func(name string) (*nats.Conn, jetstream.JetStream, error) {
+		nc, err := nats.Connect(url, nats.Name(name))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return nc, js, nil
+	}
+	lnc, ljs, err := conn(o.name + "-leader")
+	if err != nil {
+		return 0, fmt.Errorf("baseline: %w", err)
+	}
+	defer lnc.Close()
+	shardSubj, resultSubj := o.name+".shards", o.name+".results"
+	up := func(s string) string { return fmt.Sprintf("%s_%s", upper(o.name), s) }
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: up("SHARDS"), Subjects: []string{shardSubj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute},
+		{Name: up("RESULTS"), Subjects: []string{resultSubj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute},
+	} {
+		if _, err := ljs.CreateOrUpdateStream(ctx, sc); err != nil {
+			return 0, fmt.Errorf("baseline stream: %w", err)
+		}
+		defer func() { _ = ljs.DeleteStream(context.WithoutCancel(ctx), sc.Name) }()
+	}
+	shardCons, err := ljs.CreateOrUpdateConsumer(ctx, up("SHARDS"), jetstream.ConsumerConfig{
+		Durable: "workers", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: -1,
+		MaxAckPending: 65536, FilterSubject: shardSubj + ".>",
+	})
+	if err != nil {
+		return 0, fmt.Errorf("baseline consumer: %w", err)
+	}
+	resCons, err := ljs.CreateOrUpdateConsumer(ctx, up("RESULTS"), jetstream.ConsumerConfig{
+		Durable: "leader", AckPolicy: jetstream.AckExplicitPolicy, AckWait: 60 * time.Second, MaxDeliver: -1,
+		MaxAckPending: 1 << 18, FilterSubject: resultSubj + ".>",
+	})
+	if err != nil {
+		return 0, fmt.Errorf("baseline consumer: %w", err)
+	}
+
+	// The same bodies the system sends: sleep shards of 0s, and their results.
+	job := "20260101-000000-base" + fmt.Sprintf("%04d", o.shards%10000)
+	params, _ := json.Marshal(jobs.SleepParams{Shards: o.shards})
+	plan, err := jobs.Sleep{}.Split(ctx, nil, params)
+	if err != nil {
+		return 0, err
+	}
+	bodies := make([][]byte, len(plan))
+	for i, s := range plan {
+		m := jobs.ShardMsg{Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
+		if bodies[i], err = m.Encode(); err != nil {
+			return 0, err
+		}
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, o.workers+2)
+	wctx, stopWorkers := context.WithCancel(ctx)
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+	}()
+	for w := range o.workers {
+		nc, js, err := conn(fmt.Sprintf("%s-w%d", o.name, w))
+		if err != nil {
+			return 0, err
+		}
+		defer nc.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := baselineWorker(wctx, js, shardCons, resultSubj, fmt.Sprintf("w%d", w), o.prefetch); err != nil && wctx.Err() == nil {
+				errc <- err
+			}
+		}()
+	}
+
+	done := make(chan struct{})
+	var got atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seen := make([]bool, o.shards)
+		mc, err := resCons.Messages(jetstream.PullMaxMessages(2048))
+		if err != nil {
+			errc <- err
+			return
+		}
+		context.AfterFunc(wctx, mc.Stop)
+		defer mc.Stop()
+		n := 0
+		for n < o.shards {
+			m, err := mc.Next()
+			if err != nil {
+				if wctx.Err() == nil {
+					errc <- fmt.Errorf("baseline results: %w", err)
+				}
+				return
+			}
+			r, err := jobs.DecodeResultMsg(m.Data())
+			if err == nil && !seen[r.Index] {
+				seen[r.Index] = true
+				n++
+				got.Store(int64(n))
+			}
+			_ = m.Ack()
+		}
+		close(done)
+	}()
+
+	start := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		const batch = 1024
+		for i := 0; i < len(bodies); i += batch {
+			futures := make([]jetstream.PubAckFuture, 0, batch)
+			for k := i; k < min(i+batch, len(bodies)); k++ {
+				f, err := ljs.PublishMsgAsync(&nats.Msg{Subject: shardSubj + "." + job, Data: bodies[k]}, jetstream.WithMsgID(fmt.Sprintf("%s/%d", job, k)))
+				if err != nil {
+					errc <- err
+					return
+				}
+				futures = append(futures, f)
+			}
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					errc <- err
+					return
+				case <-wctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	select {
+	case <-done:
+		return time.Since(start), nil
+	case err := <-errc:
+		return 0, fmt.Errorf("baseline: %w", err)
+	case <-ctx.Done():
+		return 0, fmt.Errorf("baseline: %d of %d results: %w", got.Load(), o.shards, ctx.Err())
+	}
+}
+
+// baselineWorker is a worker without a job registry: decode the shard, publish its result, ack
+// the shard when the result is stored.
+func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, resultSubj, id string, prefetch int) error {
+	mc, err := cons.Messages(jetstream.PullMaxMessages(prefetch))
+	if err != nil {
+		return err
+	}
+	context.AfterFunc(ctx, mc.Stop)
+	defer mc.Stop()
+	type pending struct {
+		f jetstream.PubAckFuture
+		m jetstream.Msg
+	}
+	acks := make(chan pending, 4096)
+	defer close(acks)
+	go func() {
+		for p := range acks {
+			select {
+			case <-p.f.Ok():
+				_ = p.m.Ack()
+			case <-p.f.Err():
+				_ = p.m.Nak()
+			}
+		}
+	}()
+	partial := []byte{1, 1, 0}
+	for {
+		m, err := mc.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return err
+		}
+		s, err := jobs.DecodeShardMsg(m.Data())
+		if err != nil {
+			return err
+		}
+		md, _ := m.Metadata()
+		attempt := 1
+		if md != nil {
+			attempt = int(md.NumDelivered)
+		}
+		r := jobs.ResultMsg{Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
+		data, err := r.Encode()
+		if err != nil {
+			return err
+		}
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: resultSubj + "." + s.Job, Data: data},
+			jetstream.WithMsgID(fmt.Sprintf("%s/%d/%d", s.Job, s.Index, attempt)))
+		if err != nil {
+			return err
+		}
+		acks <- pending{f, m}
+	}
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z':
+			b[i] = c - 32
+		case c == '.' || c == '-':
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scenario names, in the order they run.
+const (
+	scThroughput  = "throughput"
+	scEfficiency  = "efficiency"
+	scCrash       = "crash"
+	scGraceful    = "graceful"
+	scWorkerCrash = "worker-crash"
+)
+
+var allScenarios = []string{scThroughput, scEfficiency, scCrash, scGraceful, scWorkerCrash}
+
+// Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
+// QuickConfig.
+type Config struct {
+	// Dir holds worker logs and server data. Default: a fresh temporary directory, removed at the
+	// end unless Keep is set or the run failed.
+	Dir string
+	// Keep keeps Dir after a successful run.
+	Keep bool
+	// WorkerBin is the worker binary. Default: built from ./cmd/worker into Dir.
+	WorkerBin string
+	// ConnStr and NATSURL attach to running servers; empty starts Azurite and NATS on 127.0.0.1.
+	ConnStr, NATSURL string
+	// Scenarios to run, a subset of allScenarios.
+	Scenarios []string
+	// Seed makes kill points and the choice of victims reproducible.
+	Seed uint64
+	// Quick marks the small correctness run (targets are reported, not judged).
+	Quick bool
+
+	// Workers is the number of worker processes in every cluster. Default 3.
+	Workers int
+	// Concurrency is shards run at once per worker (WORKER_CONCURRENCY). Default 2.
+	Concurrency int
+
+	// ThroughputShards is the size of each zero-duration sleep job. Default 100,000.
+	ThroughputShards int
+	// ThroughputRuns is how many rounds of (system job, every baseline variant) run; the best of
+	// each counts. Default 3.
+	ThroughputRuns int
+	// ThroughputConcurrency is the worker concurrency of the throughput cluster. A worker pulls
+	// as many shards at a time as it has slots, so zero-duration shards need many slots to keep
+	// the pipeline full. Default 64.
+	ThroughputConcurrency int
+	// BaselinePrefetch lists the per-worker prefetch depths the baseline tries; the best counts.
+	BaselinePrefetch []int
+
+	// EfficiencyShards and EfficiencyDuration size the efficiency job. Default 1,200 × 50ms over
+	// Workers × Concurrency slots (10 s of ideal makespan with the defaults).
+	EfficiencyShards   int
+	EfficiencyDuration time.Duration
+
+	// CrashRuns, GracefulRuns and WorkerCrashRuns count the failover runs. Default 20, 10, 3.
+	CrashRuns, GracefulRuns, WorkerCrashRuns int
+	// DoubleKillEvery: every n-th crash run also kills the leader that took over. Default 5.
+	DoubleKillEvery int
+	// PrimesEvery: every n-th leader failover run uses a primes job instead of sleep. Default 5.
+	PrimesEvery int
+	// FailoverShards is the size of the failover jobs. Default 300.
+	FailoverShards int
+	// MapDelay slows every map step of the failover clusters, so a job lasts long enough to be
+	// killed half-way. Default 40ms (300 shards ≈ 2 s over 6 slots).
+	MapDelay time.Duration
+	// LeaseDuration of the failover clusters. Default 15s (the Azure minimum).
+	LeaseDuration time.Duration
+	// ShardTimeout (AckWait of shards) in the failover clusters: shards held by a killed worker
+	// come back after it. Default 5s.
+	ShardTimeout time.Duration
+	// Parallel is how many independent clusters (sharing the servers, in their own namespaces)
+	// run failover runs side by side. Leader failover time is mostly waiting for the lease to
+	// expire, so this divides the wall time without changing what is measured. Default 3.
+	Parallel int
+	// JobTimeout bounds a single job; a job not finished by then is lost. Default 3m.
+	JobTimeout time.Duration
+}
+
+// DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
+func DefaultConfig() Config {
+	return Config{
+		Scenarios: slices.Clone(allScenarios),
+		Workers:   3, Concurrency: 2,
+		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 64,
+		BaselinePrefetch: []int{64, 256},
+		EfficiencyShards: 1200, EfficiencyDuration: 50 * time.Millisecond,
+		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
+		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
+		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
+		Parallel: 3, JobTimeout: 3 * time.Minute,
+	}
+}
+
+// QuickConfig is `loadtest --quick` and the CI test: a small version of every scenario, judged on
+// correctness only, in well under 2 minutes.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Quick = true
+	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
+	c.EfficiencyShards = 120
+	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
+	c.FailoverShards = 200
+	c.Parallel = 3
+	return c
+}
+
+func (c *Config) has(s string) bool { return slices.Contains(c.Scenarios, s) }
+
+// slots is the number of shards the efficiency cluster runs at once.
+func (c *Config) slots() int { return c.Workers * c.Concurrency }
+
+// parseScenarios reads a comma-separated list ("all" for every one).
+func parseScenarios(s string) ([]string, error) {
+	if s == "" || s == "all" {
+		return slices.Clone(allScenarios), nil
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allScenarios, p) {
+			return nil, fmt.Errorf("unknown scenario %q; known: %s", p, strings.Join(allScenarios, ", "))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Validate refuses settings that cannot produce a meaningful run.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Scenarios) == 0:
+		return errors.New("no scenario to run")
+	case c.Workers < 2 || c.Workers > 16:
+		return fmt.Errorf("workers %d: must be 2 to 16 (failover needs a survivor)", c.Workers)
+	case c.Concurrency < 1 || c.Concurrency > 256:
+		return fmt.Errorf("concurrency %d: must be 1 to 256", c.Concurrency)
+	case c.ThroughputConcurrency < 1 || c.ThroughputConcurrency > 4096:
+		return fmt.Errorf("throughput concurrency %d: must be 1 to 4096", c.ThroughputConcurrency)
+	case c.has(scThroughput) && (c.ThroughputShards < 1000 || c.ThroughputShards > 1_000_000 || c.ThroughputRuns < 1):
+		return fmt.Errorf("throughput: %d shards × %d runs: need 1,000 to 1,000,000 shards and at least one run", c.ThroughputShards, c.ThroughputRuns)
+	case c.has(scThroughput) && len(c.BaselinePrefetch) == 0:
+		return errors.New("throughput: the baseline needs at least one prefetch depth")
+	case c.has(scEfficiency) && (c.EfficiencyShards < 1 || c.EfficiencyDuration <= 0):
+		return fmt.Errorf("efficiency: %d shards of %v: need at least one shard of positive duration", c.EfficiencyShards, c.EfficiencyDuration)
+	case c.CrashRuns < 0 || c.GracefulRuns < 0 || c.WorkerCrashRuns < 0:
+		return errors.New("run counts must not be negative")
+	case c.FailoverShards < 20:
+		return fmt.Errorf("failover shards %d: need at least 20 to kill at 10%% to 90%% progress", c.FailoverShards)
+	case c.LeaseDuration < 15*time.Second || c.LeaseDuration > 60*time.Second:
+		return fmt.Errorf("lease duration %v: Azure allows 15s to 60s", c.LeaseDuration)
+	case c.ShardTimeout < time.Second:
+		return fmt.Errorf("shard timeout %v: must be at least 1s", c.ShardTimeout)
+	case c.MapDelay < 0:
+		return fmt.Errorf("map delay %v: must not be negative", c.MapDelay)
+	case c.Parallel < 1 || c.Parallel > 8:
+		return fmt.Errorf("parallel %d: must be 1 to 8 clusters", c.Parallel)
+	case c.JobTimeout < c.LeaseDuration*3:
+		return fmt.Errorf("job timeout %v: must be at least three lease durations (%v)", c.JobTimeout, 3*c.LeaseDuration)
+	}
+	for _, p := range c.BaselinePrefetch {
+		if p < 1 || p > 65536 {
+			return fmt.Errorf("baseline prefetch %d: must be 1 to 65536", p)
+		}
+	}
+	return nil
+}

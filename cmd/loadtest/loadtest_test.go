@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestQuick is `loadtest --quick` in CI: every scenario at small size against real Azurite, NATS
+// and worker processes, with leaders and workers killed mid-job. It asserts correctness only:
+// every job ends with its exact result and none is lost. Speed is a benchmark (make bench),
+// not a test.
+func TestQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Azurite, NATS and worker processes; about a minute")
+	}
+	cfg := QuickConfig()
+	cfg.Seed = uint64(time.Now().UnixNano())
+	cfg.Dir = t.TempDir()
+	cfg.Keep = true // t.TempDir removes it; worker logs stay readable until then
+	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, tls, err := Run(ctx, cfg, &progress)
+	t.Logf("seed %d; progress:\n%s", cfg.Seed, progress.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if rep.WrongResults != 0 || rep.LostJobs != 0 {
+		t.Errorf("%d wrong results, %d lost jobs: %s", rep.WrongResults, rep.LostJobs, strings.Join(rep.Errors, "; "))
+	}
+	// The run must have done what it claims: every scenario ran and every kill happened.
+	if rep.Throughput == nil || len(rep.Throughput.Runs) != cfg.ThroughputRuns || rep.Throughput.BaselinePerS <= 0 {
+		t.Errorf("throughput not measured: %+v", rep.Throughput)
+	}
+	if rep.Efficiency == nil || rep.Efficiency.MakespanS <= 0 {
+		t.Errorf("efficiency not measured: %+v", rep.Efficiency)
+	}
+	for _, c := range []struct {
+		name string
+		runs []FailoverRun
+		want int
+	}{
+		{"crash", leaderRuns(rep.Failover.Crash), cfg.CrashRuns},
+		{"graceful", leaderRuns(rep.Failover.Graceful), cfg.GracefulRuns},
+		{"worker crash", workerRuns(rep.WorkerCrash), cfg.WorkerCrashRuns},
+	} {
+		if len(c.runs) != c.want {
+			t.Errorf("%s: %d runs, want %d", c.name, len(c.runs), c.want)
+		}
+		for _, r := range c.runs {
+			if r.Skipped == "" && len(r.Kills) == 0 {
+				t.Errorf("%s run %d: no kill recorded", c.name, r.N)
+			}
+			for _, k := range r.Kills {
+				if k.Leader && k.NewLeader == "" {
+					t.Errorf("%s run %d: no new leader after killing %s", c.name, r.N, k.Worker)
+				}
+			}
+		}
+	}
+	if rep.Jobs < cfg.ThroughputRuns+1+cfg.CrashRuns+cfg.GracefulRuns+cfg.WorkerCrashRuns {
+		t.Errorf("only %d jobs submitted", rep.Jobs)
+	}
+
+	// The outputs render.
+	dir := t.TempDir()
+	out := outputs{json: filepath.Join(dir, "r.json"), markdown: filepath.Join(dir, "r.md"), plot: filepath.Join(dir, "r.svg")}
+	var stdout bytes.Buffer
+	if err := writeOutputs(rep, tls, out, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	b, _ := os.ReadFile(out.json)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("json report: %v", err)
+	}
+	for _, k := range []string{"throughput", "efficiency", "failover", "redone_shards", "wrong_results", "lost_jobs"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("json report lacks %q", k)
+		}
+	}
+	if svg, _ := os.ReadFile(out.plot); !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("SIGKILL")) {
+		t.Errorf("plot has no kill marked")
+	}
+	if !strings.Contains(stdout.String(), "| wrong results | 0 |") {
+		t.Errorf("markdown summary:\n%s", stdout.String())
+	}
+}
+
+func leaderRuns(f *LeaderFailover) []FailoverRun {
+	if f == nil {
+		return nil
+	}
+	return f.Runs
+}
+
+func workerRuns(w *WorkerCrash) []FailoverRun {
+	if w == nil {
+		return nil
+	}
+	return w.Runs
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // a wrong result, a lost job, a run that could not complete, or (--strict) a missed target
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+type outputs struct {
+	json, markdown, plot string
+	strict               bool
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	cfg, out, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first Ctrl-C the run stops what it started; a second one ends the process at
+	// once (its children get a parent-death signal).
+	context.AfterFunc(ctx, stop)
+
+	rep, tls, runErr := Run(ctx, cfg, stderr)
+	if rep == nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
+		return exitUsage
+	}
+	code := exitOK
+	if err := writeOutputs(rep, tls, out, stdout); err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		code = exitFailed
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "loadtest: interrupted; everything it started is stopped")
+		return exitInterrupted
+	case runErr != nil:
+		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
+		code = exitFailed
+	}
+	if !rep.correct() {
+		fmt.Fprintf(stderr, "loadtest: FAILED: %d wrong results, %d lost jobs\n", rep.WrongResults, rep.LostJobs)
+		code = exitFailed
+	}
+	if m := rep.missed(); len(m) > 0 {
+		var names []string
+		for _, t := range m {
+			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, num(t.Value), t.Unit))
+		}
+		fmt.Fprintf(stderr, "loadtest: targets missed: %s\n", strings.Join(names, "; "))
+		if out.strict {
+			code = exitFailed
+		}
+	}
+	return code
+}
+
+// writeOutputs writes the plot, the JSON report and the Markdown summary (to stdout as well).
+func writeOutputs(rep *Report, tls []*timeline, out outputs, stdout io.Writer) error {
+	var errs []error
+	if out.plot != "" {
+		f, err := os.Create(out.plot)
+		if err == nil {
+			err = writeSVG(f, tls)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("plot: %w", err))
+		} else {
+			rep.Plot = out.plot
+		}
+	}
+	if out.json != "" {
+		if err := writeJSON(out.json, rep); err != nil {
+			errs = append(errs, fmt.Errorf("json report: %w", err))
+		}
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	if out.markdown != "" {
+		if err := os.WriteFile(out.markdown, md.Bytes(), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("markdown: %w", err))
+		}
+	}
+	_, _ = stdout.Write(md.Bytes())
+	return errors.Join(errs...)
+}
+
+// parseFlags reads the command line. --quick switches the defaults to QuickConfig; flags given
+// explicitly override either set.
+func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
+	parse := func(cfg *Config, out *outputs) (*flag.FlagSet, error) {
+		fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "Usage: loadtest [flags]\n\n"+
+				"Failover load test and benchmark of mapagg: starts Azurite and NATS on 127.0.0.1 (or attaches),\n"+
+				"runs worker clusters, kills leaders and workers, and reports throughput, efficiency, failover\n"+
+				"times and correctness. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
+			fs.PrintDefaults()
+		}
+		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (< 2 min)")
+		fs.StringVar(&out.json, "json", "", "write the JSON report to `FILE`")
+		fs.StringVar(&out.markdown, "markdown", "", "write the Markdown summary to `FILE` (it is printed to stdout as well)")
+		fs.StringVar(&out.plot, "plot", "", "write the timeline plot (SVG) to `FILE.svg`")
+		fs.BoolVar(&out.strict, "strict", false, "exit non-zero when a target is missed, too")
+		scen := fs.String("scenarios", strings.Join(cfg.Scenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
+		fs.Uint64Var(&cfg.Seed, "seed", cfg.Seed, "seed of kill points and victims (0: random, printed)")
+		fs.StringVar(&cfg.WorkerBin, "worker-bin", "", "worker binary (default: go build ./cmd/worker)")
+		fs.StringVar(&cfg.ConnStr, "azure-connection-string", "", "attach to this Azure Storage (default: start Azurite on 127.0.0.1)")
+		fs.StringVar(&cfg.NATSURL, "nats-url", "", "attach to this NATS server with JetStream (default: start one in-process on 127.0.0.1)")
+		fs.StringVar(&cfg.Dir, "dir", "", "directory for logs and server data (default: a temporary one, removed on success)")
+		fs.BoolVar(&cfg.Keep, "keep", false, "keep --dir after a successful run")
+		fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "worker processes per cluster")
+		fs.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "shards run at once per worker (efficiency and failover clusters)")
+		fs.IntVar(&cfg.ThroughputShards, "throughput-shards", cfg.ThroughputShards, "shards per throughput job")
+		fs.IntVar(&cfg.ThroughputRuns, "throughput-runs", cfg.ThroughputRuns, "throughput jobs (the best counts)")
+		fs.IntVar(&cfg.ThroughputConcurrency, "throughput-concurrency", cfg.ThroughputConcurrency, "worker concurrency of the throughput cluster")
+		prefetch := fs.String("baseline-prefetch", joinInts(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
+		fs.IntVar(&cfg.EfficiencyShards, "efficiency-shards", cfg.EfficiencyShards, "shards of the efficiency job")
+		fs.DurationVar(&cfg.EfficiencyDuration, "efficiency-duration", cfg.EfficiencyDuration, "duration of each efficiency shard")
+		fs.IntVar(&cfg.CrashRuns, "crash-runs", cfg.CrashRuns, "leader crash (SIGKILL) runs")
+		fs.IntVar(&cfg.GracefulRuns, "graceful-runs", cfg.GracefulRuns, "graceful handover (SIGTERM) runs")
+		fs.IntVar(&cfg.WorkerCrashRuns, "worker-crash-runs", cfg.WorkerCrashRuns, "follower crash (SIGKILL) runs")
+		fs.IntVar(&cfg.DoubleKillEvery, "double-kill-every", cfg.DoubleKillEvery, "every n-th crash run also kills the next leader (0: never)")
+		fs.IntVar(&cfg.PrimesEvery, "primes-every", cfg.PrimesEvery, "every n-th leader run uses a primes job (0: never)")
+		fs.IntVar(&cfg.FailoverShards, "failover-shards", cfg.FailoverShards, "shards of each failover job")
+		fs.DurationVar(&cfg.MapDelay, "map-delay", cfg.MapDelay, "map delay of the failover clusters (makes a job last long enough to kill)")
+		fs.DurationVar(&cfg.LeaseDuration, "lease-duration", cfg.LeaseDuration, "leader lease of the clusters (15s to 60s)")
+		fs.DurationVar(&cfg.ShardTimeout, "shard-timeout", cfg.ShardTimeout, "shard timeout (AckWait) of the failover clusters")
+		fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "clusters running failover runs side by side")
+		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
+		if err := fs.Parse(args); err != nil {
+			return fs, err
+		}
+		if fs.NArg() > 0 {
+			return fs, fmt.Errorf("unexpected arguments %v", fs.Args())
+		}
+		var err error
+		if cfg.Scenarios, err = parseScenarios(*scen); err != nil {
+			return fs, err
+		}
+		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
+			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
+		}
+		return fs, nil
+	}
+	cfg, out := DefaultConfig(), outputs{}
+	if _, err := parse(&cfg, &out); err != nil {
+		return cfg, out, err
+	}
+	if cfg.Quick {
+		cfg, out = QuickConfig(), outputs{}
+		if _, err := parse(&cfg, &out); err != nil {
+			return cfg, out, err
+		}
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	return cfg, out, cfg.Validate()
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// writeMarkdown writes the human summary of rep: targets, correctness, p50/p90/max of every
+// figure, then the individual runs.
+func writeMarkdown(w io.Writer, rep *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	s := rep.Settings
+	kind := "benchmark"
+	if rep.Quick {
+		kind = "quick run (correctness only)"
+	}
+	p("# Load test: %s", kind)
+	p("")
+	p("%s, %d CPUs, %s. %d workers per cluster; concurrency %d (throughput: %d); lease %.0f s; shard timeout %.0f s; "+
+		"failover jobs of %d shards with %.0f ms map delay on %d clusters side by side. Seed %d; took %.0f s.",
+		rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.Machine.CPUs, rep.Machine.Go, s.Workers, s.Concurrency,
+		s.ThroughputConcurrency, s.LeaseS, s.ShardTimeoutS, s.FailoverShards, 1000*s.MapDelayS, s.Parallel, rep.Seed, rep.DurationS)
+	if rep.Incomplete != "" {
+		p("")
+		p("**Incomplete:** %s", rep.Incomplete)
+	}
+	p("")
+	p("## Targets")
+	p("")
+	p("| target | want | measured | verdict |")
+	p("|---|---|---|---|")
+	for _, t := range rep.Targets {
+		verdict := "met"
+		switch {
+		case !t.Judged:
+			verdict = "not judged"
+		case !t.Met:
+			verdict = "**MISSED**"
+		}
+		note := ""
+		if t.Note != "" {
+			note = " (" + t.Note + ")"
+		}
+		p("| %s%s | %s | %s | %s |", t.Name, note, t.Want, num(t.Value)+t.Unit, verdict)
+	}
+	p("")
+	p("Jobs submitted: %d. Wrong results: %d. Lost jobs: %d. Shards run more than once (all failover runs): %d; "+
+		"of them completed by a surviving process and re-run: %d.", rep.Jobs, rep.WrongResults, rep.LostJobs, rep.RedoneShards, rep.CompletedRerun)
+
+	p("")
+	p("## Figures")
+	p("")
+	p("| figure | n | p50 | p90 | max |")
+	p("|---|---|---|---|---|")
+	row := func(name string, d Dist) {
+		if d.N == 0 {
+			p("| %s | 0 | – | – | – |", name)
+			return
+		}
+		p("| %s | %d | %s | %s | %s |", name, d.N, num(d.P50), num(d.P90), num(d.Max))
+	}
+	if tp := rep.Throughput; tp != nil {
+		row(fmt.Sprintf("throughput, shards/s end to end (%d shards)", tp.Shards), tp.PerS)
+		var b []float64
+		for _, x := range tp.Baseline {
+			b = append(b, x.PerS)
+		}
+		row("baseline JetStream round trip, shards/s", dist(b))
+		row("throughput ratio (best ÷ best)", single(tp.Ratio, tp.BaselinePerS > 0))
+	}
+	if e := rep.Efficiency; e != nil {
+		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), single(e.Ratio, e.MakespanS > 0))
+		row("efficiency, makespan s (ideal "+num(e.IdealS)+" s)", single(e.MakespanS, e.MakespanS > 0))
+	}
+	for _, lf := range []struct {
+		name string
+		f    *LeaderFailover
+	}{{"crash (SIGKILL leader)", rep.Failover.Crash}, {"graceful (SIGTERM leader)", rep.Failover.Graceful}} {
+		if lf.f == nil {
+			continue
+		}
+		row(lf.name+": s to a new leader", lf.f.ToLeader)
+		if lf.f == rep.Failover.Graceful {
+			row(lf.name+": s from the signal to the process's exit", lf.f.Exit)
+		}
+		row(lf.name+": s to its first merged result", lf.f.ToFirstMerge)
+		row(lf.name+": shards run more than once per run", lf.f.Redone)
+		row(lf.name+": duplicate results dropped per run", lf.f.Duplicates)
+		row(lf.name+": s lost per run (makespan − no-kill makespan)", lf.f.TimeLost)
+	}
+	if wc := rep.WorkerCrash; wc != nil {
+		row("worker crash (SIGKILL follower): s lost per run", wc.TimeLost)
+		row("worker crash: shards run more than once per run", wc.Redone)
+	}
+
+	if tp := rep.Throughput; tp != nil {
+		p("")
+		p("## Throughput")
+		p("")
+		p("| run | shards/s | seconds | planned after s | duplicates |")
+		p("|---|---|---|---|---|")
+		for i, r := range tp.Runs {
+			p("| system %d (%s) | %s | %s | %s | %d |", i+1, r.Job, num(r.PerS), num(r.SecondsE2E), num(r.PlannedS), r.Duplicates)
+		}
+		for _, b := range tp.Baseline {
+			p("| baseline, %d workers × prefetch %d | %s | %s | – | – |", b.Workers, b.Prefetch, num(b.PerS), num(b.Seconds))
+		}
+	}
+
+	var runs []FailoverRun
+	if c := rep.Failover.Crash; c != nil {
+		runs = append(runs, c.Runs...)
+	}
+	if g := rep.Failover.Graceful; g != nil {
+		runs = append(runs, g.Runs...)
+	}
+	if wc := rep.WorkerCrash; wc != nil {
+		runs = append(runs, wc.Runs...)
+	}
+	if len(runs) > 0 {
+		p("")
+		p("## Failover runs")
+		p("")
+		p("| run | job | kill at | kills (signal worker @ merged → new leader: s to leader / s to first merge) | makespan s (ref) | redone | dups | result |")
+		p("|---|---|---|---|---|---|---|---|")
+		for _, r := range runs {
+			var ks []string
+			for _, k := range r.Kills {
+				x := fmt.Sprintf("%s %s @%d", k.Signal, k.Worker, k.Done)
+				if k.Leader {
+					x += fmt.Sprintf(" → %s: %s", k.NewLeader, num(k.ToLeaderS))
+					if k.MergeSeen {
+						x += " / " + num(k.ToMergeS)
+					} else {
+						x += " / –"
+					}
+				}
+				ks = append(ks, x)
+			}
+			if r.Skipped != "" {
+				ks = append(ks, "none: "+r.Skipped)
+			}
+			res := "exact"
+			switch {
+			case r.Lost:
+				res = "**LOST**"
+			case !r.Exact:
+				res = "**WRONG**: " + r.Error
+			}
+			if r.CompletedRerun > 0 {
+				res += fmt.Sprintf(", **%d completed shards re-run**", r.CompletedRerun)
+			}
+			p("| %s %d (%s) | %s | %.0f%% | %s | %s (%s) | %d | %d | %s |", r.Kind, r.N, r.Cluster, r.JobType, 100*r.KillAt,
+				strings.Join(ks, "; "), num(r.MakespanS), num(r.ReferenceS), r.Redone, r.Duplicates, res)
+		}
+	}
+	if notes := notes(rep); len(notes) > 0 {
+		p("")
+		p("## Notes")
+		p("")
+		for _, n := range notes {
+			p("- %s", n)
+		}
+	}
+	if rep.Plot != "" {
+		p("")
+		p("Timeline plot: %s", rep.Plot)
+	}
+	if len(rep.Errors) > 0 {
+		p("")
+		p("## Errors")
+		p("")
+		for _, e := range rep.Errors {
+			p("- %s", e)
+		}
+	}
+}
+
+// notes explains the figures from the settings that shape them.
+func notes(rep *Report) []string {
+	s := rep.Settings
+	var out []string
+	if c := rep.Failover.Crash; c != nil && c.ToLeader.N > 0 {
+		out = append(out, fmt.Sprintf("After a leader crash the lease (%.0f s, renewed every %.0f s) expires %.0f–%.0f s after the kill, "+
+			"depending on when it was last renewed; a follower takes it at its next acquire attempt (every second). "+
+			"Measured: %s–%s s. Meanwhile the workers go on with the queued shards, so the new leader merges a backlog at once "+
+			"(first merge p50 %s s after the kill).",
+			s.LeaseS, s.LeaseS/3, s.LeaseS*2/3, s.LeaseS, num(c.ToLeader.Min), num(c.ToLeader.Max), num(c.ToFirstMerge.P50)))
+	}
+	if g := rep.Failover.Graceful; g != nil && g.TimeLost.N > 0 && g.TimeLost.P50 >= 0.5*s.ShardTimeoutS {
+		early, late := 0, 0
+		for _, r := range g.Runs {
+			for _, x := range r.RerunAfterS {
+				if x < s.ShardTimeoutS/2 {
+					early++
+				} else {
+					late++
+				}
+			}
+		}
+		out = append(out, fmt.Sprintf("A graceful stop hands the lease over in %s s (p50), yet its job finishes %s s later than without "+
+			"the stop (p50), about one shard timeout (%.0f s). Of the shards re-run after a SIGTERM, %d came back at once (handed "+
+			"back by the stopping worker) and %d only after the shard timeout: shards the stopping worker had prefetched are not "+
+			"handed back and wait out their AckWait. With the default shard timeout (30 s) a rolling restart stalls jobs 30 s.",
+			num(g.ToLeader.P50), num(g.TimeLost.P50), s.ShardTimeoutS, early, late))
+	}
+	if w := rep.WorkerCrash; w != nil && w.TimeLost.N > 0 {
+		out = append(out, fmt.Sprintf("A SIGKILLed worker's shards (running and prefetched, at most %d) come back after the shard "+
+			"timeout (%.0f s): time lost p50 %s s.", s.InFlightBound, s.ShardTimeoutS, num(w.TimeLost.P50)))
+	}
+	if tp := rep.Throughput; tp != nil && tp.BaselinePerS > 0 {
+		out = append(out, fmt.Sprintf("Throughput runs every process (%d workers, NATS, Azurite, the baseline) on the same %d CPUs; "+
+			"the system's best of %d runs against the baseline's best of %d. A worker pulls as many shards at a time as it has "+
+			"slots (%d here), so zero-duration shards need many slots.",
+			s.Workers, rep.Machine.CPUs, len(tp.Runs), len(tp.Baseline), tp.Concurrency))
+	}
+	return out
+}
+
+func single(x float64, ok bool) Dist {
+	if !ok {
+		return Dist{}
+	}
+	return Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
+}
+
+// num formats a figure with as many decimals as its size deserves.
+func num(x float64) string {
+	switch a := max(x, -x); {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", x)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", x)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", x)
+	default:
+		return fmt.Sprintf("%.3f", x)
+	}
+}

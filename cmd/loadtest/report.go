@@ -1,0 +1,255 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"slices"
+	"time"
+)
+
+// Report is the JSON report (--json). Durations are seconds (float); every distribution carries
+// its p50, p90 and max.
+type Report struct {
+	Version    int       `json:"version"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationS  float64   `json:"duration_s"`
+	Quick      bool      `json:"quick"`
+	Seed       uint64    `json:"seed"`
+	Machine    Machine   `json:"machine"`
+	Settings   Settings  `json:"settings"`
+	Scenarios  []string  `json:"scenarios"`
+	Incomplete string    `json:"incomplete,omitempty"` // why the run stopped early, if it did
+
+	Throughput  *Throughput  `json:"throughput,omitempty"`
+	Efficiency  *Efficiency  `json:"efficiency,omitempty"`
+	Failover    Failover     `json:"failover"`
+	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
+
+	// RedoneShards counts shards run more than once across every failover run: shards
+	// redelivered after a kill (attempt > 1) plus extra completions of the same shard.
+	RedoneShards int `json:"redone_shards"`
+	// CompletedRerun counts shards that a surviving process had completed and that were run
+	// again after a kill: the target is zero (only shards in flight on the killed process may run
+	// twice).
+	CompletedRerun int `json:"completed_shards_rerun"`
+	// RedoneOverBound counts SIGKILL runs after which more shards were redelivered than the
+	// killed processes could hold in flight (see Settings.InFlightBound).
+	RedoneOverBound int `json:"redone_over_bound"`
+	// WrongResults counts jobs that ended with a result other than the exact one (or failed).
+	WrongResults int `json:"wrong_results"`
+	// LostJobs counts jobs that did not end within the job timeout.
+	LostJobs int `json:"lost_jobs"`
+	// Jobs is how many jobs were submitted.
+	Jobs int `json:"jobs"`
+
+	Targets []Target `json:"targets"`
+	Errors  []string `json:"errors,omitempty"`
+	Plot    string   `json:"plot,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs int    `json:"cpus"`
+	OS   string `json:"os"`
+	Go   string `json:"go"`
+}
+
+// Settings are the cluster settings that shape the figures.
+type Settings struct {
+	Workers               int     `json:"workers"`
+	Concurrency           int     `json:"concurrency"`
+	ThroughputConcurrency int     `json:"throughput_concurrency"`
+	LeaseS                float64 `json:"lease_s"`
+	ShardTimeoutS         float64 `json:"shard_timeout_s"`
+	MapDelayS             float64 `json:"map_delay_s"`
+	FailoverShards        int     `json:"failover_shards"`
+	Parallel              int     `json:"parallel_clusters"`
+	// InFlightBound is how many shards one worker process can hold unacknowledged: concurrency
+	// running, concurrency prefetched, one handed over.
+	InFlightBound int    `json:"in_flight_bound"`
+	Attached      bool   `json:"attached"`
+	WorkerBin     string `json:"worker_bin"`
+}
+
+// Dist is a distribution's summary.
+type Dist struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	Max float64 `json:"max"`
+	Min float64 `json:"min"`
+}
+
+// dist summarizes xs by nearest rank (p90 of 20 samples is the 18th smallest).
+func dist(xs []float64) Dist {
+	if len(xs) == 0 {
+		return Dist{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(s)))) - 1
+		return s[max(0, min(i, len(s)-1))]
+	}
+	return Dist{N: len(s), P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1], Min: s[0]}
+}
+
+// Throughput is scenario 1.
+type Throughput struct {
+	Shards       int             `json:"shards"`
+	Concurrency  int             `json:"concurrency"`
+	ShardsPerS   float64         `json:"shards_per_s"`   // best run, submit to job finished
+	BaselinePerS float64         `json:"baseline_per_s"` // best baseline variant
+	Ratio        float64         `json:"ratio"`          // shards_per_s ÷ baseline_per_s
+	Runs         []ThroughputRun `json:"runs"`
+	Baseline     []BaselineRun   `json:"baseline"`
+	PerS         Dist            `json:"per_s"`
+}
+
+// ThroughputRun is one zero-duration sleep job.
+type ThroughputRun struct {
+	Job        string  `json:"job"`
+	SecondsE2E float64 `json:"seconds"`      // submit to finished (checkpoint time)
+	PerS       float64 `json:"shards_per_s"` // shards ÷ seconds
+	PlannedS   float64 `json:"planned_s"`    // submit to "job planned"
+	Exact      bool    `json:"exact"`
+	Duplicates int64   `json:"duplicates"`
+}
+
+// BaselineRun is one variant of the uncoordinated JetStream round trip.
+type BaselineRun struct {
+	Workers  int     `json:"workers"`
+	Prefetch int     `json:"prefetch"`
+	Seconds  float64 `json:"seconds"`
+	PerS     float64 `json:"shards_per_s"`
+}
+
+// Efficiency is scenario 2.
+type Efficiency struct {
+	Shards    int     `json:"shards"`
+	ShardS    float64 `json:"shard_s"`
+	Slots     int     `json:"slots"`
+	IdealS    float64 `json:"ideal_s"`    // shards × shard duration ÷ slots
+	MakespanS float64 `json:"makespan_s"` // submit to finished
+	// Ratio is ideal ÷ makespan (1 is perfect; target ≥ 0.95).
+	Ratio float64 `json:"ratio"`
+	// MakespanOverIdeal is the inverse (1 is perfect).
+	MakespanOverIdeal float64 `json:"makespan_over_ideal"`
+	PlannedS          float64 `json:"planned_s"` // submit to "job planned"
+	Job               string  `json:"job"`
+	Exact             bool    `json:"exact"`
+}
+
+// Failover holds scenarios 3 and 4.
+type Failover struct {
+	Crash    *LeaderFailover `json:"crash,omitempty"`
+	Graceful *LeaderFailover `json:"graceful,omitempty"`
+}
+
+// LeaderFailover summarizes runs that kill (or stop) the leader. Each kill of a leader is one
+// sample; a run that also kills the next leader gives two.
+type LeaderFailover struct {
+	// P50S, P90S, MaxS: seconds from the signal to another worker's "elected".
+	P50S float64 `json:"p50_s"`
+	P90S float64 `json:"p90_s"`
+	MaxS float64 `json:"max_s"`
+	// ToLeader repeats those, with n and min.
+	ToLeader Dist `json:"to_leader_s"`
+	// ToFirstMerge: seconds from the signal to the first result merged by the new leader.
+	ToFirstMerge Dist `json:"to_first_merge_s"`
+	// Redone: shards run more than once per run; Duplicates: results dropped as duplicates.
+	Redone     Dist `json:"redone"`
+	Duplicates Dist `json:"duplicates"`
+	// TimeLost: makespan minus the cluster's reference makespan (same job, no kill).
+	TimeLost Dist `json:"time_lost_s"`
+	// Exit: seconds from the signal to the process's exit (a graceful stop's own duration).
+	Exit Dist          `json:"exit_s"`
+	Runs []FailoverRun `json:"runs"`
+}
+
+// WorkerCrash is scenario 5.
+type WorkerCrash struct {
+	TimeLost Dist          `json:"time_lost_s"`
+	Redone   Dist          `json:"redone"`
+	Runs     []FailoverRun `json:"runs"`
+}
+
+// FailoverRun is one job with one or two kills.
+type FailoverRun struct {
+	Kind       string          `json:"kind"` // crash, graceful, worker-crash
+	N          int             `json:"n"`
+	Cluster    string          `json:"cluster"`
+	Job        string          `json:"job"`
+	JobType    string          `json:"job_type"`
+	Shards     int             `json:"shards"`
+	KillAt     float64         `json:"kill_at"` // target progress of the first kill
+	Kills      []Kill          `json:"kills"`
+	Elections  []Elect         `json:"elections,omitempty"`
+	MakespanS  float64         `json:"makespan_s"`
+	ReferenceS float64         `json:"reference_s"` // the cluster's no-kill makespan of the same job
+	TimeLostS  float64         `json:"time_lost_s"`
+	State      string          `json:"state"`
+	Exact      bool            `json:"exact"`
+	Lost       bool            `json:"lost,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Skipped    string          `json:"skipped,omitempty"` // why no kill happened (the job ended first)
+
+	Duplicates     int64 `json:"duplicates"`      // status: results dropped, shard already merged
+	Redelivered    int   `json:"redelivered"`     // shards whose result came with attempt > 1
+	CompletedTwice int   `json:"completed_twice"` // shards with more than one result
+	Redone         int   `json:"redone"`          // shards run more than once (either of the above)
+	CompletedRerun int   `json:"completed_rerun"` // completed by a survivor, then run again
+	Redispatched   int   `json:"redispatched"`    // shard publishes beyond the first (deduplicated by JetStream)
+	Results        int   `json:"results"`         // result messages seen
+	// RerunAfterS: seconds after the first kill at which each result of a re-run (attempt > 1)
+	// arrived: in-flight shards handed back at once come early, shards left to AckWait late.
+	RerunAfterS []float64 `json:"rerun_after_s,omitempty"`
+
+	timeline *timeline
+}
+
+// Kill is one signal sent to a worker.
+type Kill struct {
+	AtS       float64 `json:"at_s"` // since submit
+	Worker    string  `json:"worker"`
+	Signal    string  `json:"signal"`
+	Leader    bool    `json:"leader"`
+	Epoch     uint64  `json:"epoch,omitempty"` // the killed leader's epoch
+	Done      int     `json:"done"`            // shards merged (last checkpoint) at the kill
+	ExitS     float64 `json:"exit_s"`          // signal to process exit
+	ToLeaderS float64 `json:"to_leader_s,omitempty"`
+	ToMergeS  float64 `json:"to_first_merge_s,omitempty"`
+	NewLeader string  `json:"new_leader,omitempty"`
+	NewEpoch  uint64  `json:"new_epoch,omitempty"`
+	MergeSeen bool    `json:"first_merge_seen"`
+
+	at time.Time // when the signal was sent
+}
+
+// Elect is an election seen during a run.
+type Elect struct {
+	AtS    float64 `json:"at_s"`
+	Worker string  `json:"worker"`
+	Epoch  uint64  `json:"epoch"`
+}
+
+// Target is one of the issue's targets with the measured value.
+type Target struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Met    bool    `json:"met"`
+	Judged bool    `json:"judged"` // false in --quick runs (correctness only) or when not measured
+	Note   string  `json:"note,omitempty"`
+}
+
+func writeJSON(path string, r *Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"mapagg/client"
+)
+
+// throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished
+// checkpoint), and the uncoordinated JetStream baseline on the same NATS server with the same
+// shard count and as many consuming connections as there are workers. Rounds interleave a system
+// job with every baseline variant, so load from outside the test (other processes on the
+// machine) weighs on both alike; the best of each counts.
+func (r *runner) throughput(ctx context.Context) error {
+	cfg := r.cfg
+	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
+	r.rep.Throughput = tp
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "tp", concurrency: cfg.ThroughputConcurrency,
+		leaseDuration: cfg.LeaseDuration, shardTimeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	job := sleepJob(cfg.ThroughputShards, "")
+	var rates []float64
+	for i := range cfg.ThroughputRuns {
+		r.log.Phase(fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
+		id, start, err := submit(ctx, c, job)
+		if err != nil {
+			return err
+		}
+		o, err := await(ctx, c, job, id, start, cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
+		r.log.Done()
+		if err != nil {
+			return err
+		}
+		r.account(o)
+		if !o.lost && o.exact {
+			run := ThroughputRun{Job: id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates}
+			run.PerS = round3(float64(cfg.ThroughputShards) / o.makespan.Seconds())
+			if p := plannedAt(c, id); !p.IsZero() {
+				run.PlannedS = round3(p.Sub(start).Seconds())
+			}
+			tp.Runs = append(tp.Runs, run)
+			rates = append(rates, run.PerS)
+			tp.ShardsPerS = max(tp.ShardsPerS, run.PerS)
+			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS)
+		}
+
+		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))
+		for k, pf := range cfg.BaselinePrefetch {
+			d, err := runBaseline(ctx, r.env.natsURL, baselineOpts{name: fmt.Sprintf("%sbase%d%d", r.env.runID, i, k),
+				shards: cfg.ThroughputShards, workers: cfg.Workers, prefetch: pf})
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r.errorf("baseline (prefetch %d): %v", pf, err)
+				continue
+			}
+			b := BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: round3(d.Seconds()), PerS: round3(float64(cfg.ThroughputShards) / d.Seconds())}
+			tp.Baseline = append(tp.Baseline, b)
+			tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
+			r.log.Add(1)
+			r.log.Logf("baseline %d: %d connections × prefetch %d: %.2fs = %.0f shards/s", i+1, b.Workers, pf, b.Seconds, b.PerS)
+		}
+		r.log.Done()
+	}
+	tp.PerS = dist(rates)
+	if tp.BaselinePerS > 0 {
+		tp.Ratio = round3(tp.ShardsPerS / tp.BaselinePerS)
+	}
+	return nil
+}
+
+// efficiency is scenario 2: shards of a fixed duration over Workers × Concurrency slots; the
+// makespan (submit to the finished checkpoint) against the ideal, total work ÷ slots.
+func (r *runner) efficiency(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "eff", concurrency: cfg.Concurrency,
+		leaseDuration: cfg.LeaseDuration, shardTimeout: 30 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	job := sleepJob(cfg.EfficiencyShards, cfg.EfficiencyDuration.String())
+	r.log.Phase("efficiency", cfg.EfficiencyShards)
+	id, start, err := submit(ctx, c, job)
+	if err != nil {
+		return err
+	}
+	o, err := await(ctx, c, job, id, start, cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
+	r.log.Done()
+	if err != nil {
+		return err
+	}
+	r.account(o)
+	ideal := cfg.EfficiencyDuration.Seconds() * float64(cfg.EfficiencyShards) / float64(cfg.slots())
+	e := &Efficiency{Shards: cfg.EfficiencyShards, ShardS: cfg.EfficiencyDuration.Seconds(), Slots: cfg.slots(),
+		IdealS: round3(ideal), Job: id, Exact: o.exact}
+	r.rep.Efficiency = e
+	if o.lost || o.makespan <= 0 {
+		return nil
+	}
+	e.MakespanS = round3(o.makespan.Seconds())
+	e.Ratio = round3(ideal / o.makespan.Seconds())
+	e.MakespanOverIdeal = round3(o.makespan.Seconds() / ideal)
+	if p := plannedAt(c, id); !p.IsZero() {
+		e.PlannedS = round3(p.Sub(start).Seconds())
+	}
+	r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f", cfg.EfficiencyShards, cfg.EfficiencyDuration, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio)
+	return nil
+}
