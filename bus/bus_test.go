@@ -122,3 +122,41 @@ func TestBus_NewLeaderGetsUnackedResultsAtOnce(t *testing.T) {
 	}, "old leader's feed still open")
 	old.Stop()
 }
+
+// A feed that stops hands the messages it pulled but did not deliver back at once, so another
+// consumer gets them without waiting out AckWait (a rolling restart must not stall jobs).
+func TestFeed_StopHandsBackPrefetchedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.NATS(t)
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []bus.Outgoing
+	for i := 0; i < 20; i++ {
+		msgs = append(msgs, bus.Outgoing{Subject: b.ShardSubject("j"), MsgID: fmt.Sprintf("j/%d", i), Data: []byte{byte(i)}})
+	}
+	if err := b.PublishAll(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.Shards(ctx, 16) // pulls up to 16 ahead
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := recv(t, first, 1)[0]
+	_ = d.Ack()
+	first.Stop()
+	second, err := b.Shards(ctx, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	got := recv(t, second, 19) // recv fails after 10 s, far below the 1-minute AckWait
+	for _, d := range got {
+		_ = d.Ack()
+	}
+}

@@ -69,7 +69,14 @@ func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Fee
 	f := &Feed{C: ch, mc: mc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		<-ctx.Done()
-		mc.Stop()
+		// Drain, not Stop: messages already pulled into the client still come out of Next, and
+		// the pump hands each back at once (Nak) instead of leaving it to wait out AckWait.
+		mc.Drain()
+		select {
+		case <-f.done:
+		case <-time.After(3 * time.Second):
+			mc.Stop()
+		}
 	}()
 	go func() {
 		defer close(f.done)
@@ -78,7 +85,7 @@ func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Fee
 			m, err := mc.Next()
 			if err != nil {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-					return
+					return // closed, or draining and the buffer yields an error: stop here
 				}
 				f.mu.Lock()
 				f.errs++
@@ -94,10 +101,14 @@ func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Fee
 				}
 				continue
 			}
+			if ctx.Err() != nil {
+				_ = m.Nak() // stopping: redeliver to another consumer now
+				continue
+			}
 			select {
 			case ch <- newDelivery(m):
 			case <-ctx.Done():
-				return
+				_ = m.Nak()
 			}
 		}
 	}()
@@ -111,8 +122,8 @@ func (f *Feed) Err() (int, error) {
 	return f.errs, f.last
 }
 
-// Stop ends the feed and waits for its goroutine. Messages pulled but not yet read are
-// redelivered by JetStream after their AckWait.
+// Stop ends the feed and waits for its goroutine. Messages pulled but not yet read are handed
+// back (Nak) for immediate redelivery.
 func (f *Feed) Stop() {
 	f.cancel()
 	<-f.done
