@@ -85,6 +85,18 @@ func leader(t *testing.T, c *cluster.Cluster) *election.LeaderInfo {
 	return l
 }
 
+// primesAt40Percent submits the primes job, waits until 80 of its 200 shards are merged
+// and returns it with the leader of that moment.
+func primesAt40Percent(t *testing.T, c *cluster.Cluster) (string, *election.LeaderInfo) {
+	t.Helper()
+	id, err := c.Client.Submit(context.Background(), "primes", json.RawMessage(primesParams))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, c, id, 80)
+	return id, leader(t, c)
+}
+
 // waitDone waits until the job has at least n shards merged.
 func waitDone(t *testing.T, c *cluster.Cluster, id string, n int) {
 	t.Helper()
@@ -147,12 +159,7 @@ func newLeader(t *testing.T, c *cluster.Cluster, old *election.LeaderInfo, since
 // one acquire retry, and the job finishes with the exact answer.
 func TestFailover_LeaderSIGKILLAt40Percent(t *testing.T) {
 	c := start(t, cluster.Options{Workers: 3, Concurrency: 1, MapDelay: 100 * time.Millisecond, LeaseDuration: lease})
-	id, err := c.Client.Submit(context.Background(), "primes", json.RawMessage(primesParams))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, c, id, 80)
-	old := leader(t, c)
+	id, old := primesAt40Percent(t, c)
 	at, err := c.Signal(old.ID, syscall.SIGKILL)
 	if err != nil {
 		t.Fatal(err)
@@ -173,12 +180,7 @@ func TestFailover_LeaderSIGKILLAt40Percent(t *testing.T) {
 // results; the third finishes the job with the exact answer.
 func TestFailover_TwoLeadersSIGKILLed(t *testing.T) {
 	c := start(t, cluster.Options{Workers: 3, Concurrency: 1, MapDelay: 300 * time.Millisecond, LeaseDuration: lease})
-	id, err := c.Client.Submit(context.Background(), "primes", json.RawMessage(primesParams))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, c, id, 80)
-	first := leader(t, c)
+	id, first := primesAt40Percent(t, c)
 	at, err := c.Signal(first.ID, syscall.SIGKILL)
 	if err != nil {
 		t.Fatal(err)
@@ -212,12 +214,7 @@ func TestFailover_TwoLeadersSIGKILLed(t *testing.T) {
 // A leader stopped with SIGTERM hands over: a new leader within 1 s, and the exact answer.
 func TestHandover_LeaderSIGTERM(t *testing.T) {
 	c := start(t, cluster.Options{Workers: 3, Concurrency: 1, MapDelay: 100 * time.Millisecond, LeaseDuration: lease})
-	id, err := c.Client.Submit(context.Background(), "primes", json.RawMessage(primesParams))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, c, id, 80)
-	old := leader(t, c)
+	id, old := primesAt40Percent(t, c)
 	at := time.Now()
 	if _, err := c.Signal(old.ID, syscall.SIGTERM); err != nil {
 		t.Fatal(err)

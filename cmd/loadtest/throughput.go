@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"mapagg/internal/cluster"
 	"time"
 
 	"mapagg/client"
@@ -26,22 +27,15 @@ func (r *runner) throughput(ctx context.Context) error {
 	job := sleepJob(cfg.ThroughputShards, "")
 	var rates []float64
 	for i := range cfg.ThroughputRuns {
-		r.log.Phase(fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
-		id, start, err := submit(ctx, c, job)
+		o, err := r.runJob(ctx, c, job, fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
 		if err != nil {
 			return err
 		}
-		o, err := await(ctx, c, job, id, start, cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
-		r.log.Done()
-		if err != nil {
-			return err
-		}
-		r.account(o)
 		if !o.lost && o.exact {
-			run := ThroughputRun{Job: id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates}
+			run := ThroughputRun{Job: o.id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates}
 			run.PerS = round3(float64(cfg.ThroughputShards) / o.makespan.Seconds())
-			if p := plannedAt(c, id); !p.IsZero() {
-				run.PlannedS = round3(p.Sub(start).Seconds())
+			if p := plannedAt(c, o.id); !p.IsZero() {
+				run.PlannedS = round3(p.Sub(o.start).Seconds())
 			}
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
@@ -86,20 +80,13 @@ func (r *runner) efficiency(ctx context.Context) error {
 	}
 	defer r.env.stopCluster(c)
 	job := sleepJob(cfg.EfficiencyShards, cfg.EfficiencyDuration.String())
-	r.log.Phase("efficiency", cfg.EfficiencyShards)
-	id, start, err := submit(ctx, c, job)
+	o, err := r.runJob(ctx, c, job, "efficiency", cfg.EfficiencyShards)
 	if err != nil {
 		return err
 	}
-	o, err := await(ctx, c, job, id, start, cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
-	r.log.Done()
-	if err != nil {
-		return err
-	}
-	r.account(o)
 	ideal := cfg.EfficiencyDuration.Seconds() * float64(cfg.EfficiencyShards) / float64(cfg.slots())
 	e := &Efficiency{Shards: cfg.EfficiencyShards, ShardS: cfg.EfficiencyDuration.Seconds(), Slots: cfg.slots(),
-		IdealS: round3(ideal), Job: id, Exact: o.exact}
+		IdealS: round3(ideal), Job: o.id, Exact: o.exact}
 	r.rep.Efficiency = e
 	if o.lost || o.makespan <= 0 {
 		return nil
@@ -107,9 +94,25 @@ func (r *runner) efficiency(ctx context.Context) error {
 	e.MakespanS = round3(o.makespan.Seconds())
 	e.Ratio = round3(ideal / o.makespan.Seconds())
 	e.MakespanOverIdeal = round3(o.makespan.Seconds() / ideal)
-	if p := plannedAt(c, id); !p.IsZero() {
-		e.PlannedS = round3(p.Sub(start).Seconds())
+	if p := plannedAt(c, o.id); !p.IsZero() {
+		e.PlannedS = round3(p.Sub(o.start).Seconds())
 	}
 	r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f", cfg.EfficiencyShards, cfg.EfficiencyDuration, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio)
 	return nil
+}
+
+// runJob submits job, shows its progress as phase, waits for it and accounts its outcome.
+func (r *runner) runJob(ctx context.Context, c *cluster.Cluster, job jobSpec, phase string, shards int) (outcome, error) {
+	r.log.Phase(phase, shards)
+	id, start, err := submit(ctx, c, job)
+	if err != nil {
+		return outcome{}, err
+	}
+	o, err := await(ctx, c, job, id, start, r.cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
+	r.log.Done()
+	if err != nil {
+		return o, err
+	}
+	r.account(o)
+	return o, nil
 }
