@@ -24,6 +24,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // Config names the streams and sets their limits. The zero value of a field takes its default.
@@ -93,19 +95,19 @@ func (c Config) Validate() error {
 
 // Control subjects (core NATS, fire-and-forget hints; correctness never depends on them).
 const (
-	CtlReleased  = "ctl.released"  // the leader released the lease: followers acquire now
-	CtlSubmitted = "ctl.submitted" // a job was enqueued: the leader polls the queue now
-	CtlCancel    = "ctl.cancel"    // data = job id: the leader cancels it now
+	CtlReleased  = protocol.CtlReleased  // the leader released the lease: followers acquire now
+	CtlSubmitted = protocol.CtlSubmitted // a job was enqueued: the leader polls the queue now
+	CtlCancel    = protocol.CtlCancel    // data = job id: the leader cancels it now
 )
 
 // Bus is a connection to NATS with the project's streams.
 type Bus struct {
-	cfg                          Config
-	nc                           *nats.Conn
-	js                           jetstream.JetStream
-	shardStream, resultStream    string
-	deadStream                   string
-	shardSubj, resultSubj, dSubj string
+	cfg                       Config
+	nc                        *nats.Conn
+	js                        jetstream.JetStream
+	names                     protocol.Names
+	shardStream, resultStream string
+	deadStream                string
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name.
@@ -124,25 +126,11 @@ func Connect(url, name string, cfg Config) (*Bus, error) {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	up := upper(cfg.Prefix)
+	n := protocol.NewNames(cfg.Prefix)
 	return &Bus{
-		cfg: cfg, nc: nc, js: js,
-		shardStream: up + "_SHARDS", resultStream: up + "_RESULTS", deadStream: up + "_DEAD",
-		shardSubj: cfg.Prefix + ".shards", resultSubj: cfg.Prefix + ".results", dSubj: cfg.Prefix + ".dead",
+		cfg: cfg, nc: nc, js: js, names: n,
+		shardStream: n.ShardStream(), resultStream: n.ResultStream(), deadStream: n.DeadStream(),
 	}, nil
-}
-
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			b[i] = c - 32
-		}
-		if c == '.' || c == '-' {
-			b[i] = '_'
-		}
-	}
-	return string(b)
 }
 
 // Close drains nothing and closes the connection.
@@ -165,11 +153,11 @@ func (b *Bus) Ensure(ctx context.Context) error {
 		storage = jetstream.MemoryStorage
 	}
 	streams := []jetstream.StreamConfig{
-		{Name: b.shardStream, Subjects: []string{b.shardSubj + ".>"}, Retention: jetstream.WorkQueuePolicy,
+		{Name: b.shardStream, Subjects: []string{b.names.ShardSubject(">")}, Retention: jetstream.WorkQueuePolicy,
 			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow, Discard: jetstream.DiscardOld},
-		{Name: b.resultStream, Subjects: []string{b.resultSubj + ".>"}, Retention: jetstream.WorkQueuePolicy,
+		{Name: b.resultStream, Subjects: []string{b.names.ResultSubject(">")}, Retention: jetstream.WorkQueuePolicy,
 			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow},
-		{Name: b.deadStream, Subjects: []string{b.dSubj + ".>"}, Retention: jetstream.LimitsPolicy,
+		{Name: b.deadStream, Subjects: []string{b.names.DeadSubject(">")}, Retention: jetstream.LimitsPolicy,
 			Storage: storage, Replicas: b.cfg.Replicas, MaxAge: 7 * 24 * time.Hour, MaxMsgs: 100_000},
 	}
 	for _, sc := range streams {
@@ -189,15 +177,15 @@ func (b *Bus) workersConsumerConfig() jetstream.ConsumerConfig {
 		Durable: workersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
 		// Unlimited deliveries: the worker enforces the attempt limit from the delivery count, so a
 		// shard whose every attempt crashed still reaches a live worker, which reports the failure.
-		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.shardSubj + ".>",
+		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.names.ShardSubject(">"),
 	}
 }
 
 // ShardSubject is the subject of job's shards.
-func (b *Bus) ShardSubject(job string) string { return b.shardSubj + "." + job }
+func (b *Bus) ShardSubject(job string) string { return b.names.ShardSubject(job) }
 
 // ResultSubject is the subject of job's results.
-func (b *Bus) ResultSubject(job string) string { return b.resultSubj + "." + job }
+func (b *Bus) ResultSubject(job string) string { return b.names.ResultSubject(job) }
 
 // ErrPublish wraps a failure to store a message in JetStream.
 var ErrPublish = errors.New("publish not acknowledged")
@@ -279,7 +267,7 @@ func (b *Bus) QueuedShards(ctx context.Context) (uint64, error) {
 
 // DeadLetter stores a message that could not be processed, with the reason, for an operator.
 func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason string) error {
-	m := nats.NewMsg(b.dSubj + "." + source)
+	m := nats.NewMsg(b.names.DeadSubject(source))
 	m.Data = data
 	m.Header.Set("Reason", reason)
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {
@@ -290,7 +278,7 @@ func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason
 
 // Announce publishes a control hint on core NATS (subject without the prefix, e.g. CtlReleased).
 func (b *Bus) Announce(subject string, data []byte) error {
-	if err := b.nc.Publish(b.cfg.Prefix+"."+subject, data); err != nil {
+	if err := b.nc.Publish(b.names.Control(subject), data); err != nil {
 		return err
 	}
 	return b.nc.Flush()
@@ -298,7 +286,7 @@ func (b *Bus) Announce(subject string, data []byte) error {
 
 // Subscribe calls fn for every control hint on subject until the returned stop is called.
 func (b *Bus) Subscribe(subject string, fn func(data []byte)) (stop func(), err error) {
-	sub, err := b.nc.Subscribe(b.cfg.Prefix+"."+subject, func(m *nats.Msg) { fn(m.Data) })
+	sub, err := b.nc.Subscribe(b.names.Control(subject), func(m *nats.Msg) { fn(m.Data) })
 	if err != nil {
 		return nil, err
 	}

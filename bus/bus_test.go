@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"mapagg/bus"
-	"mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/testenv"
 )
 
 func connect(t *testing.T, url string) *bus.Bus {

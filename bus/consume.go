@@ -168,7 +168,7 @@ func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Fee
 	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ResultsAckWait,
 		MaxDeliver: -1, MaxAckPending: b.cfg.ResultsMaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: b.resultSubj + ".>", InactiveThreshold: 0,
+		FilterSubject: b.names.ResultSubject(">"), InactiveThreshold: 0,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create results consumer %s: %w", name, err)

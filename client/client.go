@@ -14,8 +14,9 @@ import (
 	"sort"
 	"time"
 
-	"mapagg/jobs"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Store is the jobs container.
@@ -84,7 +85,7 @@ func (c *Client) now() time.Time {
 }
 
 // Validate checks a job type and its parameters without writing anything.
-func (c *Client) Validate(typ string, params json.RawMessage) (*jobs.Spec, error) {
+func (c *Client) Validate(typ string, params json.RawMessage) (*protocol.Spec, error) {
 	job, err := c.registry().Lookup(typ)
 	if err != nil {
 		return nil, err
@@ -98,7 +99,7 @@ func (c *Client) Validate(typ string, params json.RawMessage) (*jobs.Spec, error
 	if err := job.Validate(params); err != nil {
 		return nil, err
 	}
-	spec := &jobs.Spec{ID: jobs.NewID(c.now()), Type: typ, Params: params, SubmittedAt: c.now().UTC()}
+	spec := &protocol.Spec{ID: protocol.NewID(c.now()), Type: typ, Params: params, SubmittedAt: c.now().UTC()}
 	if _, err := spec.Encode(); err != nil {
 		return nil, err
 	}
@@ -115,11 +116,11 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage)
 	if err != nil {
 		return "", err
 	}
-	if _, err := c.Store.Put(ctx, jobs.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
+	if _, err := c.Store.Put(ctx, protocol.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
 		return "", fmt.Errorf("write spec: %w", err)
 	}
 	if err := c.Queue.Enqueue(ctx, spec.ID); err != nil {
-		_ = c.Store.Delete(context.WithoutCancel(ctx), jobs.SpecBlob(spec.ID))
+		_ = c.Store.Delete(context.WithoutCancel(ctx), protocol.SpecBlob(spec.ID))
 		return "", fmt.Errorf("queue job: %w", err)
 	}
 	if c.Notify != nil {
@@ -130,29 +131,29 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage)
 
 // Status reads one job's state from storage.
 func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
-	if err := jobs.CheckID(id); err != nil {
+	if err := protocol.CheckID(id); err != nil {
 		return nil, err
 	}
-	data, _, err := c.Store.Get(ctx, jobs.SpecBlob(id))
+	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	spec, err := jobs.ParseSpec(data)
+	spec, err := protocol.ParseSpec(data)
 	if err != nil {
 		return nil, err
 	}
 	st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt}
-	data, _, err = c.Store.Get(ctx, jobs.CheckpointBlob(id))
+	data, _, err = c.Store.Get(ctx, protocol.CheckpointBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return st, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	cp, err := jobs.DecodeCheckpoint(data)
+	cp, err := protocol.DecodeCheckpoint(data)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 	}
 	var ids []string
 	for _, d := range dirs {
-		if jobs.CheckID(d) == nil && d+"/" != jobs.ActivePrefix {
+		if protocol.CheckID(d) == nil && d+"/" != protocol.ActivePrefix {
 			ids = append(ids, d)
 		}
 	}
@@ -222,7 +223,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
 	if st.State.Terminal() {
 		return st, fmt.Errorf("job %s has already %s", id, st.State)
 	}
-	if _, err := c.Store.Put(ctx, jobs.CancelBlob(id), []byte(c.now().UTC().Format(time.RFC3339Nano)), store.Cond{}); err != nil {
+	if _, err := c.Store.Put(ctx, protocol.CancelBlob(id), []byte(c.now().UTC().Format(time.RFC3339Nano)), store.Cond{}); err != nil {
 		return nil, fmt.Errorf("write cancel marker: %w", err)
 	}
 	if c.Notify != nil {
@@ -257,7 +258,7 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 }
 
 func isTransient(err error) bool {
-	for _, perm := range []error{ErrNoSuchJob, jobs.ErrBadID, jobs.ErrBadSpec, jobs.ErrBadCheckpoint} {
+	for _, perm := range []error{ErrNoSuchJob, protocol.ErrBadID, protocol.ErrBadSpec, jobs.ErrBadCheckpoint} {
 		if errors.Is(err, perm) {
 			return false
 		}

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"time"
 
-	"mapagg/bus"
-	"mapagg/jobs"
-	"mapagg/queue"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Config configures a Coordinator. Zero fields take their defaults.

@@ -12,8 +12,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"mapagg/bus"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
@@ -265,15 +266,15 @@ func (t *term) ensure(ctx context.Context, id string) error {
 // rescan claims every job marked active that this term does not hold: at election, and
 // periodically for a job planned by a deposed leader that did not know it was deposed.
 func (t *term) rescan(ctx context.Context) error {
-	marks, err := t.store.List(ctx, jobs.ActivePrefix)
+	marks, err := t.store.List(ctx, protocol.ActivePrefix)
 	if err != nil {
 		t.log.Warn("list active jobs", "err", err)
 		return nil
 	}
 	var ids []string
 	for _, m := range marks {
-		id := strings.TrimPrefix(m.Name, jobs.ActivePrefix)
-		if _, ok := t.active[id]; ok || jobs.CheckID(id) != nil {
+		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
+		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
 			continue
 		}
 		ids = append(ids, id)
@@ -314,7 +315,7 @@ func (t *term) checkCancels(ctx context.Context) {
 		if j.cp.State.Terminal() {
 			continue
 		}
-		if ok, err := t.store.Exists(ctx, jobs.CancelBlob(id)); err == nil && ok {
+		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
 			t.cancel(ctx, id, "cancelled by user")
 		}
 	}
@@ -369,13 +370,13 @@ func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan 
 		n := min(t.cfg.DispatchBatch, len(plan)-i)
 		batch := make([]bus.Outgoing, 0, n)
 		for k := i; k < i+n; k++ {
-			m := jobs.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
+			m := protocol.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
 			data, err := m.Encode()
 			if err != nil {
 				t.report(ctx, dispatchEvent{job: id, err: err})
 				return
 			}
-			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: fmt.Sprintf("%s/%d", id, k), Data: data})
+			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
 		}
 		if err := t.bus.PublishAll(ctx, batch); err != nil {
 			if ctx.Err() != nil {
@@ -405,7 +406,7 @@ func (t *term) report(ctx context.Context, ev dispatchEvent) {
 // done-bitmap and its epoch is the job's plan epoch; it is acknowledged only after the checkpoint
 // that includes it is written. Results that change nothing are acknowledged at once.
 func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
-	r, err := jobs.DecodeResultMsg(d.Data())
+	r, err := protocol.DecodeResultMsg(d.Data())
 	if err != nil {
 		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
 		if derr := t.bus.DeadLetter(ctx, "results", d.Data(), err.Error()); derr != nil {

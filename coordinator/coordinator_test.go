@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"log/slog"
 	"sort"
@@ -14,13 +15,14 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"mapagg/bus"
-	"mapagg/client"
-	"mapagg/internal/testenv"
-	"mapagg/jobs"
-	"mapagg/queue"
-	"mapagg/store"
-	"mapagg/worker"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -57,7 +59,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	b := connect(t, url)
-	return &rig{t: t, blob: blob, st: st, q: q, b: b, url: url, cl: &client.Client{Store: st, Queue: q, Notify: b}}
+	return &rig{t: t, blob: blob, st: st, q: q, b: b, url: url, cl: &client.Client{Store: st, Queue: q, Notify: b, Registry: builtin.Registry()}}
 }
 
 func connect(t *testing.T, url string) *bus.Bus {
@@ -92,7 +94,7 @@ func (l *leading) stop() error {
 // lead runs a coordinator term with its own NATS connection until the test ends.
 func (r *rig) lead(epoch uint64) *leading {
 	r.t.Helper()
-	c, err := New(Config{Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond},
+	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond},
 		r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
@@ -110,6 +112,9 @@ func (r *rig) work(cfg worker.Config) {
 		cfg.ID = "w"
 	}
 	cfg.Logger = quietLog()
+	if cfg.Registry == nil {
+		cfg.Registry = builtin.Registry()
+	}
 	w, err := worker.New(cfg, connect(r.t, r.url), r.st, store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
@@ -145,7 +150,7 @@ func (r *rig) wait(id string, within time.Duration) *client.Status {
 func sequential(t *testing.T, env jobs.Env, typ, params string) json.RawMessage {
 	t.Helper()
 	ctx := context.Background()
-	j, err := jobs.Default().Lookup(typ)
+	j, err := builtin.Registry().Lookup(typ)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,30 +246,30 @@ func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 	}
 	// Finished jobs leave no active marker and their result copy.
 	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool {
-		marks, _ := r.st.List(ctx, jobs.ActivePrefix)
+		marks, _ := r.st.List(ctx, protocol.ActivePrefix)
 		return len(marks) == 0
 	}, "active markers left behind")
 	for _, id := range ids {
-		if ok, _ := r.st.Exists(ctx, jobs.ResultBlob(id)); !ok {
+		if ok, _ := r.st.Exists(ctx, protocol.ResultBlob(id)); !ok {
 			t.Fatalf("no result.json for %s", id)
 		}
 	}
 }
 
 // shardsOf takes n shard messages of the rig's stream, acking them, as a fake worker would.
-func (r *rig) shardsOf(n int) []*jobs.ShardMsg {
+func (r *rig) shardsOf(n int) []*protocol.ShardMsg {
 	r.t.Helper()
 	f, err := r.b.Shards(context.Background(), n)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	defer f.Stop()
-	var out []*jobs.ShardMsg
+	var out []*protocol.ShardMsg
 	timeout := time.After(30 * time.Second)
 	for len(out) < n {
 		select {
 		case d := <-f.C:
-			m, err := jobs.DecodeShardMsg(d.Data())
+			m, err := protocol.DecodeShardMsg(d.Data())
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -279,19 +284,19 @@ func (r *rig) shardsOf(n int) []*jobs.ShardMsg {
 }
 
 // result maps a shard and publishes its result with the given epoch and attempt.
-func (r *rig) result(m *jobs.ShardMsg, epoch uint64, attempt int, mutate func(*jobs.ResultMsg)) {
+func (r *rig) result(m *protocol.ShardMsg, epoch uint64, attempt int, mutate func(*protocol.ResultMsg)) {
 	r.t.Helper()
-	j, _ := jobs.Default().Lookup(m.Type)
+	j, _ := builtin.Registry().Lookup(m.Type)
 	p, err := j.Map(context.Background(), nil, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: 2, Shard: m.Shard})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res := jobs.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p}
+	res := protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p}
 	if mutate != nil {
 		mutate(&res)
 	}
 	data, _ := res.Encode()
-	if err := <-r.b.PublishAsync(bus.Outgoing{Subject: r.b.ResultSubject(m.Job), MsgID: fmt.Sprintf("%s/%d/%d", m.Job, m.Index, attempt), Data: data}); err != nil {
+	if err := <-r.b.PublishAsync(bus.Outgoing{Subject: r.b.ResultSubject(m.Job), MsgID: protocol.ResultMsgID(m.Job, m.Index, attempt), Data: data}); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -323,8 +328,8 @@ func TestCoordinator_OlderEpochResultDropped(t *testing.T) {
 	id := r.submit("sleep", `{"shards":3}`)
 	shards := r.shardsOf(3)
 	// A result stamped with an older epoch, carrying a partial that would corrupt the sum.
-	r.result(shards[1], 4, 1, func(m *jobs.ResultMsg) {
-		j, _ := jobs.Default().Lookup("sleep")
+	r.result(shards[1], 4, 1, func(m *protocol.ResultMsg) {
+		j, _ := builtin.Registry().Lookup("sleep")
 		other, _ := j.Split(context.Background(), nil, json.RawMessage(`{"shards":100}`))
 		m.Partial, _ = j.Map(context.Background(), nil, jobs.Task{Index: 99, Attempt: 2, Shard: other[99]})
 	})
@@ -354,11 +359,11 @@ func TestCoordinator_DeposedLeaderCannotCheckpointAndStops(t *testing.T) {
 
 	// The deposed leader's situation, step by step: it holds the ETag it last wrote; a term of a
 	// newer epoch claims the job; the old term's next checkpoint write is refused as deposed.
-	_, staleETag, err := r.st.Get(ctx, jobs.CheckpointBlob(id))
+	_, staleETag, err := r.st.Get(ctx, protocol.CheckpointBlob(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Logger: quietLog()}, r.st, r.q, r.b, nil)
+	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog()}, r.st, r.q, r.b, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,10 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"mapagg/jobs"
-	"mapagg/queue"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
 )
 
 // intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
@@ -52,7 +53,7 @@ func (t *term) idle(ctx context.Context) {
 func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	id := strings.TrimSpace(m.Text)
 	log := t.log.With("job", id)
-	if err := jobs.CheckID(id); err != nil {
+	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
 		t.deadQueue(ctx, m, err.Error())
 		return
@@ -65,7 +66,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		return
 	}
 	// Planned already (a leader died after the first checkpoint, before deleting the message)?
-	if ok, err := t.store.Exists(ctx, jobs.CheckpointBlob(id)); err != nil {
+	if ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); err != nil {
 		log.Warn("check for a checkpoint", "err", err)
 		return
 	} else if ok {
@@ -73,7 +74,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		t.request(ctx, id)
 		return
 	}
-	data, _, err := t.store.Get(ctx, jobs.SpecBlob(id))
+	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
 		t.deadQueue(ctx, m, "no spec blob for job "+id)
@@ -83,12 +84,12 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		log.Warn("read spec", "err", err)
 		return
 	}
-	spec, err := jobs.ParseSpec(data)
+	spec, err := protocol.ParseSpec(data)
 	if err != nil {
 		t.refuse(ctx, m, id, "", err)
 		return
 	}
-	if ok, err := t.store.Exists(ctx, jobs.CancelBlob(id)); err == nil && ok {
+	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
 		t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
 		t.deleteMsg(ctx, m)
 		return
@@ -126,11 +127,11 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 			return
 		}
 	}
-	if _, err := t.store.Put(ctx, jobs.PlanBlob(id, t.epoch), jobs.EncodePlan(shards), store.Cond{}); err != nil {
+	if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
 		log.Warn("write plan", "err", err)
 		return
 	}
-	if _, err := t.store.Put(ctx, jobs.ActiveBlob(id), nil, store.Cond{}); err != nil {
+	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
 		log.Warn("write active marker", "err", err)
 		return
 	}
@@ -157,7 +158,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 // with a reason. Only one leader's first checkpoint can exist.
 func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
 	now := t.cfg.Now().UTC()
-	cp := jobs.Checkpoint{Version: jobs.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
+	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
 		WriterEpoch: t.epoch, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		cp.FinishedAt = &now
@@ -176,7 +177,7 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 	if err != nil {
 		return "", err
 	}
-	etag, err := t.store.Put(ctx, jobs.CheckpointBlob(id), data, store.Cond{IfNoneMatch: true})
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(id), data, store.Cond{IfNoneMatch: true})
 	if err != nil {
 		if !errors.Is(err, store.ErrExists) {
 			t.log.Warn("write first checkpoint", "job", id, "err", err)

@@ -7,18 +7,19 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"mapagg/bus"
-	"mapagg/jobs"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // job is one running job's in-memory state, owned by the term's main loop.
 type job struct {
 	id   string
-	spec *jobs.Spec
+	spec *protocol.Spec
 	impl jobs.Job
 	// cp is the last checkpoint written (Done and Aggregate left nil: they live in done and agg).
-	cp   jobs.Checkpoint
+	cp   protocol.Checkpoint
 	etag store.ETag
 	agg  jobs.Aggregate
 	done *roaring.Bitmap
@@ -40,14 +41,14 @@ type job struct {
 // It returns nil (and no error) for a job that has no checkpoint or has already ended.
 func (t *term) claim(ctx context.Context, id string) (*job, error) {
 	for try := 0; try < 5; try++ {
-		data, etag, err := t.store.Get(ctx, jobs.CheckpointBlob(id))
+		data, etag, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		cp, err := jobs.DecodeCheckpoint(data)
+		cp, err := protocol.DecodeCheckpoint(data)
 		if err != nil {
 			t.log.Error("unreadable checkpoint; job left as it is", "job", id, "err", err)
 			return nil, nil
@@ -79,7 +80,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 var errRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
 
 // load rebuilds a job from its checkpoint, spec and (while dispatch is unfinished) plan.
-func (t *term) load(ctx context.Context, cp *jobs.Checkpoint) (*job, error) {
+func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) {
 	id := cp.Job
 	spec, impl, err := t.readSpec(ctx, id)
 	if err != nil {
@@ -105,11 +106,11 @@ func (t *term) load(ctx context.Context, cp *jobs.Checkpoint) (*job, error) {
 	j.cp.Done, j.cp.Aggregate = nil, nil
 	j.complete = cp.DoneCount == cp.Total
 	if cp.Dispatched < cp.Total {
-		data, _, err := t.store.Get(ctx, jobs.PlanBlob(id, cp.PlanEpoch))
+		data, _, err := t.store.Get(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
 		if err != nil {
 			return nil, fmt.Errorf("read plan: %w", err)
 		}
-		if j.plan, err = jobs.DecodePlan(data); err != nil {
+		if j.plan, err = protocol.DecodePlan(data); err != nil {
 			return nil, err
 		}
 		if len(j.plan) != cp.Total {
@@ -119,12 +120,12 @@ func (t *term) load(ctx context.Context, cp *jobs.Checkpoint) (*job, error) {
 	return j, nil
 }
 
-func (t *term) readSpec(ctx context.Context, id string) (*jobs.Spec, jobs.Job, error) {
-	data, _, err := t.store.Get(ctx, jobs.SpecBlob(id))
+func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Job, error) {
+	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read spec: %w", err)
 	}
-	spec, err := jobs.ParseSpec(data)
+	spec, err := protocol.ParseSpec(data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -166,7 +167,7 @@ func (t *term) write(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	etag, err := t.store.Put(ctx, jobs.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
 	if errors.Is(err, store.ErrConflict) {
 		return t.conflict(ctx, j.id)
 	}
@@ -181,11 +182,11 @@ func (t *term) write(ctx context.Context, j *job) error {
 // conflict explains a failed conditional write: a higher epoch means this leader is deposed; a
 // lower one (possible only while claiming) means a deposed leader wrote late: re-read.
 func (t *term) conflict(ctx context.Context, id string) error {
-	data, _, err := t.store.Get(ctx, jobs.CheckpointBlob(id))
+	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 	if err != nil {
 		return fmt.Errorf("%w: checkpoint of %s changed and cannot be re-read: %v", ErrDeposed, id, err)
 	}
-	cp, err := jobs.DecodeCheckpoint(data)
+	cp, err := protocol.DecodeCheckpoint(data)
 	if err != nil {
 		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
 	}
@@ -198,23 +199,23 @@ func (t *term) conflict(ctx context.Context, id string) error {
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
 // partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
 // rest to the next one (claim calls cleanup for terminal jobs still marked active).
-func (t *term) cleanup(ctx context.Context, cp *jobs.Checkpoint) {
+func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 	id := cp.Job
 	if cp.State == jobs.StateSucceeded {
-		if _, err := t.store.Put(ctx, jobs.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
+		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
 			t.log.Warn("write result copy", "job", id, "err", err)
 			return // keep the marker: the next pass retries
 		}
 	} else if err := t.bus.PurgeJob(ctx, id); err != nil {
 		t.log.Warn("purge shards", "job", id, "err", err)
 	}
-	if parts, err := t.store.List(ctx, jobs.PartialsPrefix(id)); err == nil {
+	if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
 		for _, p := range parts {
 			_ = t.store.Delete(ctx, p.Name)
 		}
 	}
-	_ = t.store.Delete(ctx, jobs.PlanBlob(id, cp.PlanEpoch))
-	if err := t.store.Delete(ctx, jobs.ActiveBlob(id)); err != nil {
+	_ = t.store.Delete(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
+	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		t.log.Warn("delete active marker", "job", id, "err", err)
 	}
 }

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"mapagg/client"
-	"mapagg/election"
-	"mapagg/internal/cluster"
-	"mapagg/internal/testenv"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 var workerBin string

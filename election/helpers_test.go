@@ -14,7 +14,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

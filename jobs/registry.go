@@ -103,25 +103,13 @@ func (r *Registry) Types() []string {
 	return types
 }
 
-// Builtins returns a new instance of each built-in job: primes, pi, wordcount and sleep.
-func Builtins() []Job {
-	return []Job{Primes{}, Pi{}, Wordcount{}, Sleep{}}
-}
+// defaultRegistry is the process-wide registry, empty until a program registers its job types.
+var defaultRegistry = NewRegistry()
 
-// defaultRegistry is built on first use, holding the built-ins.
-var defaultRegistry = sync.OnceValue(func() *Registry {
-	r := NewRegistry()
-	for _, j := range Builtins() {
-		if err := r.Register(j); err != nil {
-			panic(err) // the built-ins have distinct, valid names
-		}
-	}
-	return r
-})
+// Default returns the process-wide registry: whatever was added with Register (the stock worker
+// binary registers the built-in jobs of package builtin).
+func Default() *Registry { return defaultRegistry }
 
-// Default returns the process-wide registry: the built-ins plus whatever was added with Register.
-func Default() *Registry { return defaultRegistry() }
-
-// Register adds j to the default registry. Call it from main, before the worker starts, to add a
+// Register adds j to the default registry. Call it from main, before the node starts, to add a
 // job type of your own.
 func Register(j Job) error { return Default().Register(j) }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"mapagg/internal/testenv"
-	"mapagg/queue"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/queue"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -26,7 +26,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Sentinels. Callers match them with errors.Is.

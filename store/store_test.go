@@ -6,8 +6,8 @@ import (
 	"io"
 	"testing"
 
-	"mapagg/internal/testenv"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -11,9 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"mapagg/bus"
-	"mapagg/jobs"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Config configures a Worker. Zero fields take their defaults.
@@ -174,7 +175,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) handle(ctx context.Context, d *bus.Delivery, pending *sync.WaitGroup) {
-	m, err := jobs.DecodeShardMsg(d.Data())
+	m, err := protocol.DecodeShardMsg(d.Data())
 	if err != nil {
 		w.malformed.Add(1)
 		w.log.Error("malformed shard message; dead-lettered", "subject", d.Subject(), "err", err)
@@ -190,7 +191,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, pending *sync.Wait
 	if d.Attempt() > 1 {
 		w.redelivered.Add(1)
 	}
-	res := jobs.ResultMsg{Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: d.Attempt(), Worker: w.cfg.ID}
+	res := protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: d.Attempt(), Worker: w.cfg.ID}
 	if d.Attempt() > w.cfg.MaxAttempts {
 		// Every earlier attempt ended without a verdict: the worker running it died or the shard
 		// outlived the shard timeout.
@@ -222,7 +223,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, pending *sync.Wait
 		return
 	}
 	if len(partial) > w.cfg.InlinePartialLimit {
-		name := jobs.PartialBlob(m.Job, m.Index, d.Attempt())
+		name := protocol.PartialBlob(m.Job, m.Index, d.Attempt())
 		if _, err := w.store.Put(ctx, name, partial, store.Cond{}); err != nil {
 			log.Warn("storing large partial failed; will retry", "err", err)
 			_ = d.Nak(w.cfg.RetryBackoff)
@@ -236,7 +237,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, pending *sync.Wait
 }
 
 // run executes the map step with panic recovery, marking the shard in progress while it runs.
-func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *jobs.ShardMsg) (partial []byte, dur time.Duration, err error) {
+func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg) (partial []byte, dur time.Duration, err error) {
 	w.executed.Add(1)
 	job, err := w.cfg.Registry.Lookup(m.Type)
 	if err != nil {
@@ -283,7 +284,7 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *jobs.ShardMsg) (pa
 
 // publish stores the result in JetStream and then settles the shard: Ack on success, Term when
 // the result reports the shard failed for good. If the publish fails, the shard is redelivered.
-func (w *Worker) publish(ctx context.Context, d *bus.Delivery, res *jobs.ResultMsg, pending *sync.WaitGroup, final bool) {
+func (w *Worker) publish(ctx context.Context, d *bus.Delivery, res *protocol.ResultMsg, pending *sync.WaitGroup, final bool) {
 	data, err := res.Encode()
 	if err != nil {
 		_ = d.Nak(w.cfg.RetryBackoff)
@@ -291,7 +292,7 @@ func (w *Worker) publish(ctx context.Context, d *bus.Delivery, res *jobs.ResultM
 	}
 	done := w.bus.PublishAsync(bus.Outgoing{
 		Subject: w.bus.ResultSubject(res.Job),
-		MsgID:   fmt.Sprintf("%s/%d/%d", res.Job, res.Index, res.Attempt),
+		MsgID:   protocol.ResultMsgID(res.Job, res.Index, res.Attempt),
 		Data:    data,
 	})
 	pending.Add(1)

@@ -24,11 +24,12 @@ import (
 	"syscall"
 	"time"
 
-	"mapagg/client"
-	"mapagg/election"
-	"mapagg/internal/cluster"
-	"mapagg/internal/devserver"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // The job: count the primes below 2·10^7. π(2·10^7) = 1,270,607 is a published value, so the
@@ -283,7 +284,7 @@ func report(d *display, f *failover, o options) error {
 	if st.State != jobs.StateSucceeded {
 		return fmt.Errorf("job %s %s: %s", st.ID, st.State, st.Error)
 	}
-	var res jobs.PrimesResult
+	var res builtin.PrimesResult
 	if err := json.Unmarshal(st.Result, &res); err != nil {
 		return fmt.Errorf("result %s: %w", st.Result, err)
 	}

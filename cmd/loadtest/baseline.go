@@ -12,7 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // baselineOpts size one baseline variant.
@@ -78,14 +79,14 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 
 	// The same bodies the system sends: sleep shards of 0s, and their results.
 	job := "20260101-000000-base" + fmt.Sprintf("%04d", o.shards%10000)
-	params, _ := json.Marshal(jobs.SleepParams{Shards: o.shards})
-	plan, err := jobs.Sleep{}.Split(ctx, nil, params)
+	params, _ := json.Marshal(builtin.SleepParams{Shards: o.shards})
+	plan, err := builtin.Sleep{}.Split(ctx, nil, params)
 	if err != nil {
 		return 0, err
 	}
 	bodies := make([][]byte, len(plan))
 	for i, s := range plan {
-		m := jobs.ShardMsg{Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
+		m := protocol.ShardMsg{Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
 		if bodies[i], err = m.Encode(); err != nil {
 			return 0, err
 		}
@@ -135,7 +136,7 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 				}
 				return
 			}
-			r, err := jobs.DecodeResultMsg(m.Data())
+			r, err := protocol.DecodeResultMsg(m.Data())
 			if err == nil && !seen[r.Index] {
 				seen[r.Index] = true
 				n++
@@ -217,7 +218,7 @@ func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.
 			}
 			return err
 		}
-		s, err := jobs.DecodeShardMsg(m.Data())
+		s, err := protocol.DecodeShardMsg(m.Data())
 		if err != nil {
 			return err
 		}
@@ -226,7 +227,7 @@ func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.
 		if md != nil {
 			attempt = int(md.NumDelivered)
 		}
-		r := jobs.ResultMsg{Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
+		r := protocol.ResultMsg{Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
 		data, err := r.Encode()
 		if err != nil {
 			return err

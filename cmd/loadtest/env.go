@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"mapagg/internal/cluster"
-	"mapagg/internal/devserver"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/store"
 )
 
 // env owns what a run starts: the servers (unless attached), the worker binary and every

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"mapagg/election"
-	"mapagg/internal/cluster"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // task is one failover run to do.

@@ -7,9 +7,9 @@ import (
 	"math"
 	"time"
 
-	"mapagg/client"
-	"mapagg/internal/cluster"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // outcome is how one submitted job ended.

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/builtin"
 )
 
 // jobSpec is a job the load test submits and knows the exact answer of.
@@ -18,9 +18,9 @@ type jobSpec struct {
 // sleepJob is shards sleep shards of duration d (a Go duration, "" for none). Its exact result
 // is {"shards": n, "index_sum": n·(n−1)/2}.
 func sleepJob(shards int, d string) jobSpec {
-	p, _ := json.Marshal(jobs.SleepParams{Shards: shards, Duration: d})
+	p, _ := json.Marshal(builtin.SleepParams{Shards: shards, Duration: d})
 	return jobSpec{typ: "sleep", params: p, shards: shards, check: func(res json.RawMessage) error {
-		var r jobs.SleepResult
+		var r builtin.SleepResult
 		if err := json.Unmarshal(res, &r); err != nil {
 			return fmt.Errorf("sleep result %s: %v", res, err)
 		}
@@ -41,9 +41,9 @@ func primesJob(to uint64, shards int) jobSpec {
 	if !ok {
 		panic(fmt.Sprintf("primesJob: π(%d) unknown", to))
 	}
-	p, _ := json.Marshal(jobs.PrimesParams{To: to, Shards: shards})
+	p, _ := json.Marshal(builtin.PrimesParams{To: to, Shards: shards})
 	return jobSpec{typ: "primes", params: p, shards: shards, check: func(res json.RawMessage) error {
-		var r jobs.PrimesResult
+		var r builtin.PrimesResult
 		if err := json.Unmarshal(res, &r); err != nil {
 			return fmt.Errorf("primes result %s: %v", res, err)
 		}

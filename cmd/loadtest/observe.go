@@ -9,9 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"mapagg/internal/cluster"
-	"mapagg/jobs"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // jobsContainer is the name of c's jobs container (see cluster.Options.Namespace).
@@ -50,9 +51,9 @@ func startSampler(ctx context.Context, c *cluster.Cluster, job string, every tim
 		defer t.Stop()
 		for {
 			// The checkpoint alone (client.Status reads the spec too): one request per reading.
-			data, _, err := jobsC.Get(ctx, jobs.CheckpointBlob(job))
+			data, _, err := jobsC.Get(ctx, protocol.CheckpointBlob(job))
 			if err == nil {
-				if cp, err := jobs.DecodeCheckpoint(data); err == nil {
+				if cp, err := protocol.DecodeCheckpoint(data); err == nil {
 					s.add(sample{T: time.Now(), Done: cp.DoneCount, Total: cp.Total, State: cp.State})
 					if cp.State.Terminal() {
 						return

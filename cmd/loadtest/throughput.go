@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/cluster"
 	"time"
 
-	"mapagg/client"
+	"github.com/mapagg/mapagg/client"
 )
 
 // throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished

@@ -1,94 +1,20 @@
-// Command worker is the one binary of the cluster. `worker run` joins it: every process processes
-// shards, and the one holding the blob lease also coordinates. The other subcommands submit and
-// inspect jobs.
+// Command worker is the stock binary of the cluster: the built-in job types (package builtin) and
+// the embeddable node. `worker run` joins the cluster: every process processes shards, and the one
+// holding the blob lease also coordinates. The other subcommands submit and inspect jobs.
+// `worker -h` lists them.
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
+	"log"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/node"
 )
 
-const usage = `usage: worker <command> [flags]
-
-commands:
-  run       join the cluster: process shards, and coordinate when elected leader
-  submit    submit a job:            worker submit --type primes --params '{"from":0,"to":1000000,"shards":10}' [--wait]
-  status    show the leader and jobs: worker status [JOB] [--json]
-  result    print a job's result:     worker result JOB
-  cancel    cancel a job:             worker cancel JOB
-  env       list the environment variables the binary reads
-
-Run 'worker <command> -h' for the flags of a command.
-`
-
-// errUsage marks a mistake in the command line (exit status 2).
-var errUsage = errors.New("usage")
-
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
+	if err := builtin.Register(jobs.Default()); err != nil {
+		log.Fatal(err)
 	}
-	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"run": runCmd, "submit": submitCmd, "status": statusCmd, "result": resultCmd, "cancel": cancelCmd,
-		"env": func(_ context.Context, _ []string, out, _ io.Writer) error { registerAll(); printEnv(out); return nil },
-	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
-		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(stdout, usage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "worker: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	err := cmd(ctx, args[1:], stdout, stderr)
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-		return 2
-	default:
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
-		return 1
-	}
-}
-
-// registerAll builds every subcommand's flag set, so knownEnv lists every variable.
-func registerAll() {
-	newRunFlags()
-	newSubmitFlags()
-	newStatusFlags()
-	newJobFlags("result")
-	newJobFlags("cancel")
-}
-
-// usageError is a mistake in the command line or its input; it exits with status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == errUsage }
-
-func usageErr(format string, a ...any) error {
-	for _, v := range a {
-		if err, ok := v.(error); ok && errors.Is(err, flag.ErrHelp) {
-			return flag.ErrHelp
-		}
-	}
-	return usageError{fmt.Sprintf(format, a...)}
+	node.Main()
 }

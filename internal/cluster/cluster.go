@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"os"
 	"os/exec"
@@ -26,12 +27,12 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats-server/v2/server"
 
-	"mapagg/bus"
-	"mapagg/client"
-	"mapagg/election"
-	"mapagg/internal/devserver"
-	"mapagg/queue"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Options configure a cluster. Zero fields take their defaults.
@@ -179,7 +180,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.Bus, err = bus.Connect(c.NATSURL, "cluster-harness", bus.Config{Prefix: prefix}); err != nil {
 		return nil, err
 	}
-	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus}
+	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus, Registry: builtin.Registry()}
 	for i := 1; i <= opts.Workers; i++ {
 		if _, err := c.StartWorker(fmt.Sprintf("w%d", i)); err != nil {
 			return nil, err

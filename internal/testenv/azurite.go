@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/devserver"
 )
 
 // Re-exported for tests.

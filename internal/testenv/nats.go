@@ -3,7 +3,7 @@ package testenv
 import (
 	"testing"
 
-	"mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/devserver"
 )
 
 // NATS starts an in-process NATS server with JetStream for this test and returns its URL. It is

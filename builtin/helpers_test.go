@@ -1,4 +1,4 @@
-package jobs
+package builtin
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -25,7 +26,7 @@ type fakeBlobEnv struct {
 	oneByte bool
 }
 
-var _ Env = (*fakeBlobEnv)(nil)
+var _ jobs.Env = (*fakeBlobEnv)(nil)
 
 func newFakeBlobEnv() *fakeBlobEnv {
 	return &fakeBlobEnv{containers: make(map[string]map[string][]byte)}
@@ -40,17 +41,17 @@ func (e *fakeBlobEnv) put(container, name string, data []byte) {
 	e.containers[container][name] = bytes.Clone(data)
 }
 
-func (e *fakeBlobEnv) ListBlobs(_ context.Context, container, prefix string) ([]BlobInfo, error) {
+func (e *fakeBlobEnv) ListBlobs(_ context.Context, container, prefix string) ([]jobs.BlobInfo, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c, ok := e.containers[container]
 	if !ok {
 		return nil, fmt.Errorf("container %q not found", container)
 	}
-	var out []BlobInfo
+	var out []jobs.BlobInfo
 	for name, data := range c {
 		if strings.HasPrefix(name, prefix) {
-			out = append(out, BlobInfo{Name: name, Size: int64(len(data))})
+			out = append(out, jobs.BlobInfo{Name: name, Size: int64(len(data))})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -78,7 +79,7 @@ func (e *fakeBlobEnv) ReadRange(_ context.Context, container, name string, offse
 // runJob runs a whole job in one process the way the system does: Validate, Split, Map every
 // shard in a random order, and Merge the partials, marshalling the aggregate and restoring it into
 // a fresh one at random points (as a failover would). It returns the result JSON.
-func runJob(t testing.TB, j Job, env Env, params string, rng *rand.Rand) json.RawMessage {
+func runJob(t testing.TB, j jobs.Job, env jobs.Env, params string, rng *rand.Rand) json.RawMessage {
 	t.Helper()
 	ctx := context.Background()
 	raw := json.RawMessage(params)
@@ -89,23 +90,23 @@ func runJob(t testing.TB, j Job, env Env, params string, rng *rand.Rand) json.Ra
 	if err != nil {
 		t.Fatalf("Split(%s): %v", params, err)
 	}
-	if len(shards) == 0 || len(shards) > MaxShards {
+	if len(shards) == 0 || len(shards) > jobs.MaxShards {
 		t.Fatalf("Split(%s) returned %d shards", params, len(shards))
 	}
 	for i, s := range shards {
-		if len(s) > MaxShardBytes {
+		if len(s) > jobs.MaxShardBytes {
 			t.Fatalf("shard %d is %d bytes", i, len(s))
 		}
 	}
 	partials := make([][]byte, len(shards))
 	for _, i := range rng.Perm(len(shards)) {
-		p, err := j.Map(ctx, env, Task{JobID: "test", Index: i, Attempt: 2, Shard: shards[i]})
+		p, err := j.Map(ctx, env, jobs.Task{JobID: "test", Index: i, Attempt: 2, Shard: shards[i]})
 		if err != nil {
 			t.Fatalf("Map shard %d (%s): %v", i, shards[i], err)
 		}
 		// Map is a pure function of the shard: a second run gives the same partial.
 		if i%7 == 0 {
-			again, err := j.Map(ctx, env, Task{JobID: "test", Index: i, Attempt: 3, Shard: shards[i]})
+			again, err := j.Map(ctx, env, jobs.Task{JobID: "test", Index: i, Attempt: 3, Shard: shards[i]})
 			if err != nil || !bytes.Equal(again, p) {
 				t.Fatalf("Map shard %d twice: partials differ (err %v)", i, err)
 			}
@@ -117,7 +118,7 @@ func runJob(t testing.TB, j Job, env Env, params string, rng *rand.Rand) json.Ra
 
 // mergeShuffled merges partials in a random order into a new aggregate, round-tripping it through
 // MarshalBinary/UnmarshalBinary at random points, and returns the result.
-func mergeShuffled(t testing.TB, j Job, params json.RawMessage, partials [][]byte, rng *rand.Rand) json.RawMessage {
+func mergeShuffled(t testing.TB, j jobs.Job, params json.RawMessage, partials [][]byte, rng *rand.Rand) json.RawMessage {
 	t.Helper()
 	agg, err := j.NewAggregate(params)
 	if err != nil {
@@ -140,7 +141,7 @@ func mergeShuffled(t testing.TB, j Job, params json.RawMessage, partials [][]byt
 
 // roundTrip checkpoints agg and restores it into a fresh aggregate, checking that the encoding is
 // deterministic.
-func roundTrip(t testing.TB, j Job, params json.RawMessage, agg Aggregate) Aggregate {
+func roundTrip(t testing.TB, j jobs.Job, params json.RawMessage, agg jobs.Aggregate) jobs.Aggregate {
 	t.Helper()
 	data, err := agg.MarshalBinary()
 	if err != nil {
@@ -161,7 +162,7 @@ func roundTrip(t testing.TB, j Job, params json.RawMessage, agg Aggregate) Aggre
 }
 
 // mapAll splits and maps a job in order, returning the shards and partials.
-func mapAll(t testing.TB, j Job, env Env, params string) (shards, partials [][]byte) {
+func mapAll(t testing.TB, j jobs.Job, env jobs.Env, params string) (shards, partials [][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	shards, err := j.Split(ctx, env, json.RawMessage(params))
@@ -169,7 +170,7 @@ func mapAll(t testing.TB, j Job, env Env, params string) (shards, partials [][]b
 		t.Fatalf("Split(%s): %v", params, err)
 	}
 	for i, s := range shards {
-		p, err := j.Map(ctx, env, Task{JobID: "test", Index: i, Attempt: 2, Shard: s})
+		p, err := j.Map(ctx, env, jobs.Task{JobID: "test", Index: i, Attempt: 2, Shard: s})
 		if err != nil {
 			t.Fatalf("Map shard %d: %v", i, err)
 		}
@@ -181,7 +182,7 @@ func mapAll(t testing.TB, j Job, env Env, params string) (shards, partials [][]b
 // checkAggregateFuzz is the body of the aggregate fuzz targets: Merge and UnmarshalBinary of
 // arbitrary bytes must not panic, a failed Merge must change nothing, and what UnmarshalBinary
 // accepts must re-encode to a fixed point.
-func checkAggregateFuzz(t *testing.T, j Job, params string, seed, data []byte) {
+func checkAggregateFuzz(t *testing.T, j jobs.Job, params string, seed, data []byte) {
 	raw := json.RawMessage(params)
 	agg, err := j.NewAggregate(raw)
 	if err != nil {
@@ -218,13 +219,13 @@ func checkAggregateFuzz(t *testing.T, j Job, params string, seed, data []byte) {
 
 // checkParamsFuzz is the body of the parameter fuzz targets: Validate never panics, and
 // parameters it accepts are accepted by NewAggregate and (for jobs that need no storage) Split.
-func checkParamsFuzz(t *testing.T, j Job, params []byte, split bool) {
+func checkParamsFuzz(t *testing.T, j jobs.Job, params []byte, split bool) {
 	raw := json.RawMessage(params)
 	err := j.Validate(raw)
 	if err != nil {
-		var pe *ParamError
-		if !errors.As(err, &pe) || pe.Job != j.Type() || !errors.Is(err, ErrBadParams) {
-			t.Fatalf("Validate error is not a *ParamError of %s: %T %v", j.Type(), err, err)
+		var pe *jobs.ParamError
+		if !errors.As(err, &pe) || pe.Job != j.Type() || !errors.Is(err, jobs.ErrBadParams) {
+			t.Fatalf("Validate error is not a *jobs.ParamError of %s: %T %v", j.Type(), err, err)
 		}
 		return
 	}
@@ -236,7 +237,7 @@ func checkParamsFuzz(t *testing.T, j Job, params []byte, split bool) {
 		if err != nil {
 			t.Fatalf("Split refused what Validate accepted: %v", err)
 		}
-		if len(shards) == 0 || len(shards) > MaxShards {
+		if len(shards) == 0 || len(shards) > jobs.MaxShards {
 			t.Fatalf("Split returned %d shards", len(shards))
 		}
 	}

@@ -1,34 +1,18 @@
-package jobs
+package protocol
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/mapagg/mapagg/jobs"
 )
-
-// State is where a job is in its life.
-type State string
-
-// The states of a job. Queued jobs have a spec and no checkpoint yet.
-const (
-	StateQueued    State = "queued"
-	StateRunning   State = "running"
-	StateSucceeded State = "succeeded"
-	StateFailed    State = "failed"
-	StateCancelled State = "cancelled"
-)
-
-// Terminal reports whether the job will not change again.
-func (s State) Terminal() bool {
-	return s == StateSucceeded || s == StateFailed || s == StateCancelled
-}
 
 // ErrBadCheckpoint is matched by every error DecodeCheckpoint and DecodePlan return.
-var ErrBadCheckpoint = errors.New("bad checkpoint")
+var ErrBadCheckpoint = jobs.ErrBadCheckpoint
 
 // CheckpointVersion is the format written by this build.
 const CheckpointVersion = 1
@@ -37,10 +21,10 @@ const CheckpointVersion = 1
 // conditional blob write. Done and Aggregate change together, which is what makes aggregation
 // exactly-once: a shard is in Done if and only if its partial is in Aggregate.
 type Checkpoint struct {
-	Version int    `json:"version"`
-	Job     string `json:"job"`
-	Type    string `json:"type"`
-	State   State  `json:"state"`
+	Version int        `json:"version"`
+	Job     string     `json:"job"`
+	Type    string     `json:"type"`
+	State   jobs.State `json:"state"`
 	// PlanEpoch is the epoch of the leader that planned the job; shards carry it.
 	PlanEpoch uint64 `json:"plan_epoch"`
 	// WriterEpoch is the epoch of the leader that wrote this checkpoint. A leader never overwrites
@@ -78,14 +62,14 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrBadCheckpoint, c.Version, CheckpointVersion)
 	case CheckID(c.Job) != nil:
 		return nil, fmt.Errorf("%w: job id %q", ErrBadCheckpoint, c.Job)
-	case c.Total < 0 || c.Total > MaxShards || c.DoneCount < 0 || c.DoneCount > c.Total ||
+	case c.Total < 0 || c.Total > jobs.MaxShards || c.DoneCount < 0 || c.DoneCount > c.Total ||
 		c.Dispatched < 0 || c.Dispatched > c.Total:
 		return nil, fmt.Errorf("%w: counts out of range (total %d, done %d, dispatched %d)", ErrBadCheckpoint, c.Total, c.DoneCount, c.Dispatched)
 	case c.PlanEpoch == 0 || c.WriterEpoch < c.PlanEpoch:
 		return nil, fmt.Errorf("%w: epochs out of order (plan %d, writer %d)", ErrBadCheckpoint, c.PlanEpoch, c.WriterEpoch)
 	}
 	switch c.State {
-	case StateRunning, StateSucceeded, StateFailed, StateCancelled:
+	case jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled:
 	default:
 		return nil, fmt.Errorf("%w: state %q", ErrBadCheckpoint, c.State)
 	}
@@ -121,14 +105,14 @@ func DecodePlan(data []byte) ([][]byte, error) {
 	}
 	r := body[len(planMagic):]
 	count, k := binary.Uvarint(r)
-	if k <= 0 || count > MaxShards {
+	if k <= 0 || count > jobs.MaxShards {
 		return nil, fmt.Errorf("%w: plan: shard count", ErrBadCheckpoint)
 	}
 	r = r[k:]
 	shards := make([][]byte, 0, count)
 	for i := uint64(0); i < count; i++ {
 		l, k := binary.Uvarint(r)
-		if k <= 0 || l > MaxShardBytes || l > uint64(len(r)-k) {
+		if k <= 0 || l > jobs.MaxShardBytes || l > uint64(len(r)-k) {
 			return nil, fmt.Errorf("%w: plan: shard %d length", ErrBadCheckpoint, i)
 		}
 		r = r[k:]

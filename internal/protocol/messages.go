@@ -1,9 +1,10 @@
-package jobs
+package protocol
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // ErrBadMessage is matched by every error the message decoders return.
@@ -32,7 +33,7 @@ func DecodeShardMsg(data []byte) (*ShardMsg, error) {
 	if err := CheckID(m.Job); err != nil {
 		return nil, fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
 	}
-	if m.Type == "" || m.Index < 0 || m.Index >= MaxShards || m.Epoch == 0 || len(m.Shard) > MaxShardBytes {
+	if m.Type == "" || m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || len(m.Shard) > jobs.MaxShardBytes {
 		return nil, fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
 	}
 	return &m, nil
@@ -68,7 +69,7 @@ func DecodeResultMsg(data []byte) (*ResultMsg, error) {
 	if err := CheckID(m.Job); err != nil {
 		return nil, fmt.Errorf("%w: result: %w", ErrBadMessage, err)
 	}
-	if m.Index < 0 || m.Index >= MaxShards || m.Epoch == 0 || m.Attempt < 1 {
+	if m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || m.Attempt < 1 {
 		return nil, fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
 	}
 	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") {

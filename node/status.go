@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"mapagg/client"
-	"mapagg/election"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
 )
 
 type statusFlags struct {

@@ -1,10 +1,11 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"slices"
 	"strings"
 	"sync"
@@ -13,22 +14,23 @@ import (
 
 // typedJob wraps a built-in under another name.
 type typedJob struct {
-	Job
+	jobs.Job
 	name string
 }
 
 func (t typedJob) Type() string { return t.name }
 
-func TestDefault_HasBuiltins(t *testing.T) {
-	got := Default().Types()
+func TestRegistry_HasBuiltins(t *testing.T) {
+	reg := Registry()
+	got := reg.Types()
 	want := []string{"pi", "primes", "sleep", "wordcount"}
 	for _, w := range want {
 		if !slices.Contains(got, w) {
-			t.Errorf("Default().Types() = %v, missing %q", got, w)
+			t.Errorf("Registry().Types() = %v, missing %q", got, w)
 		}
 	}
 	for _, w := range want {
-		j, err := Default().Lookup(w)
+		j, err := reg.Lookup(w)
 		if err != nil {
 			t.Fatalf("Lookup(%q): %v", w, err)
 		}
@@ -39,42 +41,42 @@ func TestDefault_HasBuiltins(t *testing.T) {
 }
 
 func TestRegistry_Lookup_Unknown(t *testing.T) {
-	r := NewRegistry()
-	for _, j := range Builtins() {
+	r := jobs.NewRegistry()
+	for _, j := range Jobs() {
 		if err := r.Register(j); err != nil {
 			t.Fatal(err)
 		}
 	}
 	_, err := r.Lookup("prime")
-	if !errors.Is(err, ErrUnknownType) {
+	if !errors.Is(err, jobs.ErrUnknownType) {
 		t.Fatalf("Lookup(prime) error %v does not match ErrUnknownType", err)
 	}
-	var ute *UnknownTypeError
+	var ute *jobs.UnknownTypeError
 	if !errors.As(err, &ute) || ute.Type != "prime" {
-		t.Fatalf("Lookup(prime) error %#v is not an *UnknownTypeError for prime", err)
+		t.Fatalf("Lookup(prime) error %#v is not an *jobs.UnknownTypeError for prime", err)
 	}
 	const want = `unknown job type "prime"; known: pi, primes, sleep, wordcount`
 	if err.Error() != want {
 		t.Errorf("message = %q, want %q", err.Error(), want)
 	}
-	if errors.Is(err, ErrBadParams) {
+	if errors.Is(err, jobs.ErrBadParams) {
 		t.Error("an unknown type matches ErrBadParams")
 	}
 
-	_, err = NewRegistry().Lookup("x")
-	if !errors.Is(err, ErrUnknownType) || !strings.Contains(err.Error(), "no job types are registered") {
+	_, err = jobs.NewRegistry().Lookup("x")
+	if !errors.Is(err, jobs.ErrUnknownType) || !strings.Contains(err.Error(), "no job types are registered") {
 		t.Errorf("empty registry: %v", err)
 	}
 }
 
 func TestRegistry_Register_Refuses(t *testing.T) {
-	r := NewRegistry()
+	r := jobs.NewRegistry()
 	if err := r.Register(Primes{}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name string
-		job  Job
+		job  jobs.Job
 		is   error
 	}{
 		{"nil", nil, nil},
@@ -82,14 +84,14 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 		{"space", typedJob{Sleep{}, "my job"}, nil},
 		{"slash", typedJob{Sleep{}, "a/b"}, nil},
 		{"too long", typedJob{Sleep{}, strings.Repeat("x", 65)}, nil},
-		{"duplicate", Primes{}, ErrDuplicateType},
-		{"duplicate other impl", typedJob{Sleep{}, "primes"}, ErrDuplicateType},
+		{"duplicate", Primes{}, jobs.ErrDuplicateType},
+		{"duplicate other impl", typedJob{Sleep{}, "primes"}, jobs.ErrDuplicateType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := r.Register(tt.job)
 			if err == nil {
-				t.Fatal("Register succeeded")
+				t.Fatal("jobs.Register succeeded")
 			}
 			if tt.is != nil && !errors.Is(err, tt.is) {
 				t.Errorf("error %v does not match %v", err, tt.is)
@@ -107,14 +109,14 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 
 func TestRegister_AddsToDefault(t *testing.T) {
 	const name = "test-register-adds-to-default"
-	if err := Register(typedJob{Sleep{}, name}); err != nil {
+	if err := jobs.Register(typedJob{Sleep{}, name}); err != nil {
 		t.Fatal(err)
 	}
-	j, err := Default().Lookup(name)
+	j, err := jobs.Default().Lookup(name)
 	if err != nil || j.Type() != name {
 		t.Fatalf("Lookup(%q) = %v, %v", name, j, err)
 	}
-	if err := Register(typedJob{Sleep{}, name}); !errors.Is(err, ErrDuplicateType) {
+	if err := jobs.Register(typedJob{Sleep{}, name}); !errors.Is(err, jobs.ErrDuplicateType) {
 		t.Errorf("second Register: %v", err)
 	}
 	// A registered job is usable through the registry.
@@ -125,7 +127,7 @@ func TestRegister_AddsToDefault(t *testing.T) {
 }
 
 func TestRegistry_Concurrent(t *testing.T) {
-	r := NewRegistry()
+	r := jobs.NewRegistry()
 	var wg sync.WaitGroup
 	for i := range 8 {
 		wg.Add(1)

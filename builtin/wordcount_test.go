@@ -1,4 +1,4 @@
-package jobs
+package builtin
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -221,7 +222,7 @@ func TestWordcount_EmptyBlobs(t *testing.T) {
 func TestWordcount_SplitErrors(t *testing.T) {
 	env := newFakeBlobEnv()
 	env.put("corpus", "a", []byte("x"))
-	env.put("big", "a", make([]byte, MaxShards+1))
+	env.put("big", "a", make([]byte, jobs.MaxShards+1))
 	ctx := context.Background()
 
 	_, err := Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "corpus", "prefix": "zz"}`))
@@ -233,12 +234,12 @@ func TestWordcount_SplitErrors(t *testing.T) {
 		t.Errorf("missing container: %v", err)
 	}
 	_, err = Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 1}`))
-	var pe *ParamError
+	var pe *jobs.ParamError
 	if !errors.As(err, &pe) || pe.Field != "shard_bytes" || !strings.Contains(err.Error(), "use a larger") {
 		t.Errorf("too many shards: %v", err)
 	}
 	shards, err := Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 2}`))
-	if err != nil || len(shards) != MaxShards/2+1 {
+	if err != nil || len(shards) != jobs.MaxShards/2+1 {
 		t.Errorf("big blob in 2-byte shards: %d shards, %v", len(shards), err)
 	}
 	// A blob name too long for a shard description.
@@ -258,23 +259,23 @@ func TestWordcount_MapErrors(t *testing.T) {
 		`{"c": "corpus", "b": "a", "o": 0, "n": -5}`, `{"c": "corpus", "b": "a", "o": 0, "n": 1073741825}`,
 		`{"c": "corpus", "b": "a", "o": 9223372036854775807, "n": 5}`,
 	} {
-		if _, err := (Wordcount{}).Map(ctx, env, Task{Shard: []byte(shard)}); !errors.Is(err, ErrBadShard) {
-			t.Errorf("Map(%q) = %v, want ErrBadShard", shard, err)
+		if _, err := (Wordcount{}).Map(ctx, env, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
 	// The blob shrank after the split.
-	_, err := Wordcount{}.Map(ctx, env, Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 10, "n": 100}`)})
+	_, err := Wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 10, "n": 100}`)})
 	if err == nil || !strings.Contains(err.Error(), "change after the job was split") {
 		t.Errorf("short blob: %v", err)
 	}
-	_, err = Wordcount{}.Map(ctx, env, Task{Shard: []byte(`{"c": "corpus", "b": "gone", "o": 0, "n": 5}`)})
+	_, err = Wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "gone", "o": 0, "n": 5}`)})
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("missing blob: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	env.put("corpus", "big", bytes.Repeat([]byte("word "), 100_000))
-	_, err = Wordcount{}.Map(cctx, env, Task{Shard: []byte(`{"c": "corpus", "b": "big", "o": 0, "n": 500000}`)})
+	_, err = Wordcount{}.Map(cctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "big", "o": 0, "n": 500000}`)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
@@ -326,16 +327,16 @@ func TestWordcountAggregate(t *testing.T) {
 		"too many words": {tagWordcount, 1, 3, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"total overflow": binaryUvarint([]byte{tagWordcount, 1}, 1<<64-1, 0),
 	} {
-		if err := agg.Merge(bad); !errors.Is(err, ErrBadPartial) {
-			t.Errorf("%s: Merge = %v, want ErrBadPartial", name, err)
+		if err := agg.Merge(bad); !errors.Is(err, jobs.ErrBadPartial) {
+			t.Errorf("%s: Merge = %v, want jobs.ErrBadPartial", name, err)
 		}
 		if after, _ := agg.MarshalBinary(); !bytes.Equal(before, after) {
 			t.Errorf("%s: the failed Merge changed the aggregate", name)
 		}
 		if name != "total overflow" {
 			fresh, _ := Wordcount{}.NewAggregate(params)
-			if err := fresh.UnmarshalBinary(bad); !errors.Is(err, ErrBadCheckpoint) {
-				t.Errorf("%s: UnmarshalBinary = %v, want ErrBadCheckpoint", name, err)
+			if err := fresh.UnmarshalBinary(bad); !errors.Is(err, jobs.ErrBadCheckpoint) {
+				t.Errorf("%s: UnmarshalBinary = %v, want jobs.ErrBadCheckpoint", name, err)
 			}
 		}
 	}
@@ -355,7 +356,7 @@ func binaryUvarint(b []byte, vs ...uint64) []byte {
 func TestWordcountPartial_Deterministic(t *testing.T) {
 	env := newFakeBlobEnv()
 	env.put("corpus", "a", trickyText(rand.New(rand.NewPCG(1, 2)), 3000))
-	task := Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 100, "n": 5000}`)}
+	task := jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 100, "n": 5000}`)}
 	first, err := Wordcount{}.Map(context.Background(), env, task)
 	if err != nil {
 		t.Fatal(err)
@@ -393,9 +394,9 @@ func FuzzWordcountShard(f *testing.F) {
 	env.put("corpus", "t", text)
 	f.Fuzz(func(t *testing.T, shard []byte) {
 		s, decErr := decodeWordcountShard(shard)
-		p, err := Wordcount{}.Map(context.Background(), env, Task{Shard: shard})
+		p, err := Wordcount{}.Map(context.Background(), env, jobs.Task{Shard: shard})
 		if decErr != nil {
-			if !errors.Is(err, ErrBadShard) {
+			if !errors.Is(err, jobs.ErrBadShard) {
 				t.Fatalf("Map of an undecodable shard = %v", err)
 			}
 			return
@@ -463,7 +464,7 @@ func BenchmarkWordcountMap(b *testing.B) {
 			shard := []byte(fmt.Sprintf(`{"c": "corpus", "b": "t", "o": 0, "n": %d}`, len(tc.text)))
 			b.SetBytes(int64(len(tc.text)))
 			for b.Loop() {
-				if _, err := (Wordcount{}).Map(context.Background(), env, Task{Shard: shard}); err != nil {
+				if _, err := (Wordcount{}).Map(context.Background(), env, jobs.Task{Shard: shard}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"mapagg/bus"
-	"mapagg/coordinator"
-	"mapagg/election"
-	"mapagg/queue"
-	"mapagg/store"
-	"mapagg/worker"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/coordinator"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
 )
 
 type runFlags struct {

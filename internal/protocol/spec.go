@@ -1,4 +1,4 @@
-package jobs
+package protocol
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"time"
 )
 
@@ -50,7 +51,7 @@ func CheckID(id string) error {
 	return nil
 }
 
-// Encode returns the spec's JSON, refusing one over MaxSpecBytes.
+// Encode returns the spec's JSON, refusing one over jobs.MaxSpecBytes.
 func (s *Spec) Encode() ([]byte, error) {
 	if err := s.checkShape(); err != nil {
 		return nil, err
@@ -59,8 +60,8 @@ func (s *Spec) Encode() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSpec, err)
 	}
-	if len(b) > MaxSpecBytes {
-		return nil, fmt.Errorf("%w: %d bytes encoded, the limit is %d", ErrBadSpec, len(b), MaxSpecBytes)
+	if len(b) > jobs.MaxSpecBytes {
+		return nil, fmt.Errorf("%w: %d bytes encoded, the limit is %d", ErrBadSpec, len(b), jobs.MaxSpecBytes)
 	}
 	return b, nil
 }
@@ -68,8 +69,8 @@ func (s *Spec) Encode() ([]byte, error) {
 // ParseSpec decodes a spec read from storage and checks its shape (not its parameters: that is the
 // job type's Validate).
 func ParseSpec(data []byte) (*Spec, error) {
-	if len(data) > MaxSpecBytes {
-		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadSpec, len(data), MaxSpecBytes)
+	if len(data) > jobs.MaxSpecBytes {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrBadSpec, len(data), jobs.MaxSpecBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -1,8 +1,9 @@
-package jobs
+package protocol
 
 import (
 	"bytes"
 	"errors"
+	"github.com/mapagg/mapagg/jobs"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q) = %v, want ErrBadSpec", bad, err)
 		}
 	}
-	big := Spec{ID: "j", Type: "x", Params: []byte(`"` + strings.Repeat("a", MaxSpecBytes) + `"`)}
+	big := Spec{ID: "j", Type: "x", Params: []byte(`"` + strings.Repeat("a", jobs.MaxSpecBytes) + `"`)}
 	if _, err := big.Encode(); !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("oversized spec: %v", err)
 	}
@@ -107,7 +108,7 @@ func TestPlan_RoundTrip(t *testing.T) {
 }
 
 func TestDecodeCheckpoint(t *testing.T) {
-	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10}
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10}
 	b, _ := c.Encode()
 	if _, err := DecodeCheckpoint(b); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func FuzzParseSpec(f *testing.F) {
 }
 
 func FuzzDecodeCheckpoint(f *testing.F) {
-	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: StateRunning, PlanEpoch: 1, WriterEpoch: 1, Total: 2}
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 1, WriterEpoch: 1, Total: 2}
 	b, _ := c.Encode()
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {

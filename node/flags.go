@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"mapagg/bus"
-	"mapagg/client"
-	"mapagg/queue"
-	"mapagg/store"
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
 )
 
 // envFlag records which environment variable backs a flag. Every variable the binary reads is

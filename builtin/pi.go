@@ -1,10 +1,11 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"math/rand/v2"
 )
 
@@ -13,7 +14,7 @@ import (
 // parameters: not on the order of shards, retries or failovers.
 type Pi struct{}
 
-var _ Job = Pi{}
+var _ jobs.Job = Pi{}
 
 // PiParams are the parameters of a pi job, e.g. {"samples": 100000000, "shards": 100, "seed": 1}.
 type PiParams struct {
@@ -61,8 +62,8 @@ func parsePiParams(raw json.RawMessage) (PiParams, error) {
 		return p, badParam(piType, "samples", `"samples" must be at most %d (got %d)`, int64(piMaxSamples), p.Samples)
 	case p.Shards < 1:
 		return p, badParam(piType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
-	case p.Shards > MaxShards:
-		return p, badParam(piType, "shards", `"shards" must be at most %d (got %d)`, MaxShards, p.Shards)
+	case p.Shards > jobs.MaxShards:
+		return p, badParam(piType, "shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
 	case int64(p.Shards) > p.Samples:
 		return p, badParam(piType, "shards", `"shards" must be at most "samples" (got samples=%d, shards=%d)`, p.Samples, p.Shards)
 	}
@@ -83,7 +84,7 @@ type piShard struct {
 
 // Split gives shard i the stream i and samples/shards points, the first samples%shards shards
 // one more.
-func (Pi) Split(_ context.Context, _ Env, params json.RawMessage) ([][]byte, error) {
+func (Pi) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, err := parsePiParams(params)
 	if err != nil {
 		return nil, err
@@ -111,7 +112,7 @@ func decodePiShard(data []byte) (piShard, error) {
 		return s, err
 	}
 	if s.N < 1 || s.N > piMaxShardSamples {
-		return s, fmt.Errorf("%w: pi: %d samples, want 1 to %d", ErrBadShard, s.N, piMaxShardSamples)
+		return s, fmt.Errorf("%w: pi: %d samples, want 1 to %d", jobs.ErrBadShard, s.N, piMaxShardSamples)
 	}
 	return s, nil
 }
@@ -119,7 +120,7 @@ func decodePiShard(data []byte) (piShard, error) {
 // Map draws the shard's points: x and y are consecutive values of
 // rand.New(rand.NewPCG(seed, stream)).Float64() (computed inline, without the interface call), and
 // the point is inside when x²+y² < 1. The partial is (samples, inside).
-func (Pi) Map(ctx context.Context, _ Env, task Task) ([]byte, error) {
+func (Pi) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodePiShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -168,7 +169,7 @@ func decodePiPartial(data []byte) (samples, inside uint64, err error) {
 }
 
 // NewAggregate returns an aggregate summing the shards' points.
-func (Pi) NewAggregate(params json.RawMessage) (Aggregate, error) {
+func (Pi) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, err := parsePiParams(params)
 	if err != nil {
 		return nil, err
@@ -185,10 +186,10 @@ type piAggregate struct {
 func (a *piAggregate) Merge(partial []byte) error {
 	n, in, err := decodePiPartial(partial)
 	if err != nil {
-		return fmt.Errorf("%w: pi: %v", ErrBadPartial, err)
+		return fmt.Errorf("%w: pi: %v", jobs.ErrBadPartial, err)
 	}
 	if n > a.limit || a.samples+n > a.limit {
-		return fmt.Errorf("%w: pi: %d samples would exceed the job's %d", ErrBadPartial, n, a.limit)
+		return fmt.Errorf("%w: pi: %d samples would exceed the job's %d", jobs.ErrBadPartial, n, a.limit)
 	}
 	a.samples += n
 	a.inside += in
@@ -205,7 +206,7 @@ func (a *piAggregate) UnmarshalBinary(data []byte) error {
 		err = fmt.Errorf("%d samples exceed the job's %d", n, a.limit)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: pi aggregate: %v", ErrBadCheckpoint, err)
+		return fmt.Errorf("%w: pi aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
 	a.samples, a.inside = n, in
 	return nil

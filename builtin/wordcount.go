@@ -1,4 +1,4 @@
-package jobs
+package builtin
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"io"
 	"slices"
 	"strings"
@@ -27,7 +28,7 @@ import (
 // that far past its range.
 type Wordcount struct{}
 
-var _ Job = Wordcount{}
+var _ jobs.Job = Wordcount{}
 
 // WordcountParams are the parameters of a wordcount job, e.g.
 // {"container": "corpus", "prefix": "books/", "top": 10}.
@@ -142,7 +143,7 @@ type wordcountShard struct {
 // Split lists the blobs and cuts each into ranges of shard_bytes (the last one shorter). Empty
 // blobs get no shard; if every blob is empty the job gets one empty shard, so that it has at least
 // one. It fails if no blob matches, or if the blobs need more than MaxShards shards.
-func (Wordcount) Split(ctx context.Context, env Env, params json.RawMessage) ([][]byte, error) {
+func (Wordcount) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, err := parseWordcountParams(params)
 	if err != nil {
 		return nil, err
@@ -160,10 +161,10 @@ func (Wordcount) Split(ctx context.Context, env Env, params json.RawMessage) ([]
 			return nil, fmt.Errorf("wordcount: listing of container %q returned a blob named %q of %d bytes", p.Container, b.Name, b.Size)
 		}
 		count += ceilDiv(uint64(b.Size), uint64(p.ShardBytes))
-		if count > MaxShards {
+		if count > jobs.MaxShards {
 			return nil, badParam(wordcountType, "shard_bytes",
 				`"shard_bytes" is too small: the %d blobs would need more than %d shards of %d bytes; use a larger "shard_bytes" (at least %d)`,
-				len(blobs), MaxShards, p.ShardBytes, ceilDiv(totalSize(blobs), MaxShards))
+				len(blobs), jobs.MaxShards, p.ShardBytes, ceilDiv(totalSize(blobs), jobs.MaxShards))
 		}
 	}
 	shards := make([][]byte, 0, max(count, 1))
@@ -191,7 +192,7 @@ func (Wordcount) Split(ctx context.Context, env Env, params json.RawMessage) ([]
 	return shards, nil
 }
 
-func totalSize(blobs []BlobInfo) uint64 {
+func totalSize(blobs []jobs.BlobInfo) uint64 {
 	var n uint64
 	for _, b := range blobs {
 		n += uint64(b.Size)
@@ -206,18 +207,18 @@ func decodeWordcountShard(data []byte) (wordcountShard, error) {
 	}
 	switch {
 	case checkContainerName(s.Container) != "":
-		return s, fmt.Errorf("%w: wordcount: bad container name %q", ErrBadShard, s.Container)
+		return s, fmt.Errorf("%w: wordcount: bad container name %q", jobs.ErrBadShard, s.Container)
 	case s.Blob == "":
-		return s, fmt.Errorf("%w: wordcount: no blob name", ErrBadShard)
+		return s, fmt.Errorf("%w: wordcount: no blob name", jobs.ErrBadShard)
 	case s.Offset < 0 || s.Len < 0 || s.Len > wordcountMaxShardBytes || s.Offset > 1<<62:
-		return s, fmt.Errorf("%w: wordcount: range of %d bytes at %d out of bounds", ErrBadShard, s.Len, s.Offset)
+		return s, fmt.Errorf("%w: wordcount: range of %d bytes at %d out of bounds", jobs.ErrBadShard, s.Len, s.Offset)
 	}
 	return s, nil
 }
 
 // Map counts the words that start in the shard's range. The partial holds the number of words
 // and the count of each word of at most 1,024 bytes.
-func (Wordcount) Map(ctx context.Context, env Env, task Task) ([]byte, error) {
+func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodeWordcountShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -233,7 +234,7 @@ func (Wordcount) Map(ctx context.Context, env Env, task Task) ([]byte, error) {
 // countShardWords counts into t the words starting in the shard's range and returns their number.
 // It reads chunk bytes at a time (at least 16: the first chunk must hold the look-behind and the
 // first rune of the range).
-func countShardWords(ctx context.Context, env Env, s wordcountShard, t *wordTally, chunk int) (uint64, error) {
+func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTally, chunk int) (uint64, error) {
 	if s.Len == 0 {
 		return 0, nil
 	}
@@ -492,7 +493,7 @@ func decodeWordcountPartial(data []byte) (wordcountPartial, error) {
 }
 
 // NewAggregate returns an aggregate summing the shards' counts.
-func (Wordcount) NewAggregate(params json.RawMessage) (Aggregate, error) {
+func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, err := parseWordcountParams(params)
 	if err != nil {
 		return nil, err
@@ -514,7 +515,7 @@ func (a *wordcountAggregate) Merge(partial []byte) error {
 		err = errors.New("total overflows")
 	}
 	if err != nil {
-		return fmt.Errorf("%w: wordcount: %v", ErrBadPartial, err)
+		return fmt.Errorf("%w: wordcount: %v", jobs.ErrBadPartial, err)
 	}
 	a.total += p.total
 	for i, w := range p.words {
@@ -530,7 +531,7 @@ func (a *wordcountAggregate) MarshalBinary() ([]byte, error) {
 func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 	p, err := decodeWordcountPartial(data)
 	if err != nil {
-		return fmt.Errorf("%w: wordcount aggregate: %v", ErrBadCheckpoint, err)
+		return fmt.Errorf("%w: wordcount aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
 	t := newWordTally()
 	for i, w := range p.words {

@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"mapagg/client"
-	"mapagg/jobs"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 type submitFlags struct {

@@ -1,15 +1,16 @@
-package jobs
+package builtin
 
 import (
 	"encoding/json"
 	"errors"
+	"github.com/mapagg/mapagg/jobs"
 	"strings"
 	"testing"
 )
 
 func TestValidate_BadParams(t *testing.T) {
 	tests := []struct {
-		job    Job
+		job    jobs.Job
 		params string
 		field  string // want ParamError.Field
 		msg    string // want in the message
@@ -97,15 +98,15 @@ func TestValidate_BadParams(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Validate(%s) = nil", tt.params)
 			}
-			if !errors.Is(err, ErrBadParams) {
-				t.Errorf("error %v does not match ErrBadParams", err)
+			if !errors.Is(err, jobs.ErrBadParams) {
+				t.Errorf("error %v does not match jobs.ErrBadParams", err)
 			}
-			var pe *ParamError
+			var pe *jobs.ParamError
 			if !errors.As(err, &pe) {
-				t.Fatalf("error %T is not a *ParamError", err)
+				t.Fatalf("error %T is not a *jobs.ParamError", err)
 			}
 			if pe.Job != tt.job.Type() || pe.Field != tt.field {
-				t.Errorf("ParamError{Job: %q, Field: %q}, want {%q, %q}", pe.Job, pe.Field, tt.job.Type(), tt.field)
+				t.Errorf("jobs.ParamError{Job: %q, Field: %q}, want {%q, %q}", pe.Job, pe.Field, tt.job.Type(), tt.field)
 			}
 			if !strings.HasPrefix(err.Error(), "bad parameters for "+tt.job.Type()+": ") {
 				t.Errorf("message %q does not start with the job", err)
@@ -114,10 +115,10 @@ func TestValidate_BadParams(t *testing.T) {
 				t.Errorf("message %q does not contain %q", err, tt.msg)
 			}
 			// Split and NewAggregate refuse them too.
-			if _, err := tt.job.NewAggregate(json.RawMessage(tt.params)); !errors.Is(err, ErrBadParams) {
+			if _, err := tt.job.NewAggregate(json.RawMessage(tt.params)); !errors.Is(err, jobs.ErrBadParams) {
 				t.Errorf("NewAggregate: %v", err)
 			}
-			if _, err := tt.job.Split(t.Context(), newFakeBlobEnv(), json.RawMessage(tt.params)); !errors.Is(err, ErrBadParams) {
+			if _, err := tt.job.Split(t.Context(), newFakeBlobEnv(), json.RawMessage(tt.params)); !errors.Is(err, jobs.ErrBadParams) {
 				t.Errorf("Split: %v", err)
 			}
 		})
@@ -126,7 +127,7 @@ func TestValidate_BadParams(t *testing.T) {
 
 func TestValidate_GoodParams(t *testing.T) {
 	tests := []struct {
-		job    Job
+		job    jobs.Job
 		params string
 	}{
 		{Primes{}, `{"from": 0, "to": 10000000, "shards": 100}`},
@@ -152,20 +153,20 @@ func TestValidate_GoodParams(t *testing.T) {
 }
 
 func TestValidate_OversizedParams(t *testing.T) {
-	params := `{"container": "corpus", "prefix": "` + strings.Repeat("x", MaxSpecBytes) + `"}`
+	params := `{"container": "corpus", "prefix": "` + strings.Repeat("x", jobs.MaxSpecBytes) + `"}`
 	err := Wordcount{}.Validate(json.RawMessage(params))
-	if !errors.Is(err, ErrBadParams) || !strings.Contains(err.Error(), "the limit is 65536") {
+	if !errors.Is(err, jobs.ErrBadParams) || !strings.Contains(err.Error(), "the limit is 65536") {
 		t.Errorf("Validate of %d bytes: %v", len(params), err)
 	}
 }
 
 func TestParamError_Is(t *testing.T) {
 	err := error(badParam("primes", "to", "x"))
-	if !errors.Is(err, ErrBadParams) || errors.Is(err, ErrUnknownType) || errors.Is(err, ErrBadShard) {
-		t.Errorf("ParamError matches wrongly")
+	if !errors.Is(err, jobs.ErrBadParams) || errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadShard) {
+		t.Errorf("jobs.ParamError matches wrongly")
 	}
 	wrapped := errors.Join(errors.New("submit"), err)
-	if !errors.Is(wrapped, ErrBadParams) {
-		t.Errorf("wrapped ParamError does not match ErrBadParams")
+	if !errors.Is(wrapped, jobs.ErrBadParams) {
+		t.Errorf("wrapped jobs.ParamError does not match jobs.ErrBadParams")
 	}
 }

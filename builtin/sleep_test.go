@@ -1,10 +1,11 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -36,12 +37,12 @@ func failingFirst(t *testing.T, params string) []int {
 	}
 	var failed []int
 	for i, s := range shards {
-		if _, err := (Sleep{}).Map(context.Background(), nil, Task{Index: i, Attempt: 1, Shard: s}); err != nil {
+		if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 1, Shard: s}); err != nil {
 			if !strings.Contains(err.Error(), "first attempt") {
 				t.Fatalf("shard %d: %v", i, err)
 			}
 			failed = append(failed, i)
-			if _, err := (Sleep{}).Map(context.Background(), nil, Task{Index: i, Attempt: 2, Shard: s}); err != nil {
+			if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 2, Shard: s}); err != nil {
 				t.Fatalf("shard %d failed its second attempt: %v", i, err)
 			}
 		}
@@ -78,7 +79,7 @@ func TestSleep_FailAndPanicAlways(t *testing.T) {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 5; attempt++ {
-		_, err := (Sleep{}).Map(context.Background(), nil, Task{Index: 1, Attempt: attempt, Shard: shards[1]})
+		_, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 1, Attempt: attempt, Shard: shards[1]})
 		if err == nil || !strings.Contains(err.Error(), "every attempt") {
 			t.Errorf("fail_always shard, attempt %d: %v", attempt, err)
 		}
@@ -88,14 +89,14 @@ func TestSleep_FailAndPanicAlways(t *testing.T) {
 					t.Errorf("panic_always shard, attempt %d: recovered %v", attempt, r)
 				}
 			}()
-			_, _ = (Sleep{}).Map(context.Background(), nil, Task{Index: 3, Attempt: attempt, Shard: shards[3]})
+			_, _ = (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 3, Attempt: attempt, Shard: shards[3]})
 		}()
 	}
 	// The other shards fail first (fail_rate 1) and succeed after.
-	if _, err := (Sleep{}).Map(context.Background(), nil, Task{Index: 0, Attempt: 1, Shard: shards[0]}); err == nil {
+	if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 0, Attempt: 1, Shard: shards[0]}); err == nil {
 		t.Error("shard 0 succeeded on attempt 1 with fail_rate 1")
 	}
-	if p, err := (Sleep{}).Map(context.Background(), nil, Task{Index: 4, Attempt: 2, Shard: shards[4]}); err != nil || string(p) != string(encodeSleepPartial(1, 4)) {
+	if p, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 4, Attempt: 2, Shard: shards[4]}); err != nil || string(p) != string(encodeSleepPartial(1, 4)) {
 		t.Errorf("shard 4, attempt 2: %x, %v", p, err)
 	}
 }
@@ -108,7 +109,7 @@ func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := (Sleep{}).Map(ctx, nil, Task{Attempt: 1, Shard: shards[0]})
+		_, err := (Sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]})
 		done <- err
 	}()
 	cancel()
@@ -119,7 +120,7 @@ func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
 	// A deadline shorter than the duration ends the sleep: Map does sleep, and stops in time.
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	if _, err := (Sleep{}).Map(ctx, nil, Task{Attempt: 1, Shard: shards[0]}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := (Sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Map past its deadline = %v, want context.DeadlineExceeded", err)
 	}
 }
@@ -127,8 +128,8 @@ func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
 func TestSleep_MapBadShard(t *testing.T) {
 	for _, shard := range []string{``, `{}x`, `{"i": -1, "ns": 0}`, `{"i": 1000000, "ns": 0}`, `{"i": 1, "ns": -1}`,
 		`{"i": 1, "ns": 3600000000001}`, `{"i": 1, "ns": 1, "mode": "explode"}`, `{"i": 1, "ns": 1, "x": 1}`} {
-		if _, err := (Sleep{}).Map(context.Background(), nil, Task{Attempt: 1, Shard: []byte(shard)}); !errors.Is(err, ErrBadShard) {
-			t.Errorf("Map(%q) = %v, want ErrBadShard", shard, err)
+		if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Attempt: 1, Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
 }
@@ -140,11 +141,11 @@ func TestSleepAggregate(t *testing.T) {
 		nil, {tagSleep, 1, 1}, encodeSleepPartial(5, 0), encodeSleepPartial(1, 4), encodeSleepPartial(2, 7), encodePiPartial(1, 1),
 		encodeSleepPartial(1<<63, 1<<63),
 	} {
-		if err := agg.Merge(bad); !errors.Is(err, ErrBadPartial) {
-			t.Errorf("Merge(%x) = %v, want ErrBadPartial", bad, err)
+		if err := agg.Merge(bad); !errors.Is(err, jobs.ErrBadPartial) {
+			t.Errorf("Merge(%x) = %v, want jobs.ErrBadPartial", bad, err)
 		}
-		if err := agg.UnmarshalBinary(bad); !errors.Is(err, ErrBadCheckpoint) {
-			t.Errorf("UnmarshalBinary(%x) = %v, want ErrBadCheckpoint", bad, err)
+		if err := agg.UnmarshalBinary(bad); !errors.Is(err, jobs.ErrBadCheckpoint) {
+			t.Errorf("UnmarshalBinary(%x) = %v, want jobs.ErrBadCheckpoint", bad, err)
 		}
 	}
 	for i := range uint64(4) {
@@ -152,7 +153,7 @@ func TestSleepAggregate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := agg.Merge(encodeSleepPartial(1, 0)); !errors.Is(err, ErrBadPartial) {
+	if err := agg.Merge(encodeSleepPartial(1, 0)); !errors.Is(err, jobs.ErrBadPartial) {
 		t.Errorf("a fifth shard of four merged: %v", err)
 	}
 	if res, err := agg.Result(); err != nil || string(res) != `{"shards":4,"index_sum":6}` {
@@ -187,9 +188,9 @@ func FuzzSleepShard(f *testing.F) {
 				t.Fatalf("Map panicked on a shard that is not panic_always: %v", r)
 			}
 		}()
-		p, err := Sleep{}.Map(ctx, nil, Task{Attempt: attempt, Shard: shard})
+		p, err := Sleep{}.Map(ctx, nil, jobs.Task{Attempt: attempt, Shard: shard})
 		if decErr != nil {
-			if !errors.Is(err, ErrBadShard) {
+			if !errors.Is(err, jobs.ErrBadShard) {
 				t.Fatalf("Map of an undecodable shard = %v", err)
 			}
 			return

@@ -1,10 +1,11 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"time"
 )
 
@@ -14,7 +15,7 @@ import (
 // shards == n and index_sum == n·(n−1)/2.
 type Sleep struct{}
 
-var _ Job = Sleep{}
+var _ jobs.Job = Sleep{}
 
 // SleepParams are the parameters of a sleep job, e.g.
 // {"shards": 1000, "duration": "50ms", "fail_rate": 0.1, "seed": 7}.
@@ -73,8 +74,8 @@ func parseSleepParams(raw json.RawMessage) (SleepParams, time.Duration, error) {
 	switch {
 	case p.Shards < 1:
 		return p, 0, badParam(sleepType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
-	case p.Shards > MaxShards:
-		return p, 0, badParam(sleepType, "shards", `"shards" must be at most %d (got %d)`, MaxShards, p.Shards)
+	case p.Shards > jobs.MaxShards:
+		return p, 0, badParam(sleepType, "shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
 	case !(p.FailRate >= 0 && p.FailRate <= 1):
 		return p, 0, badParam(sleepType, "fail_rate", `"fail_rate" must be between 0 and 1 (got %v)`, p.FailRate)
 	}
@@ -135,7 +136,7 @@ type sleepShard struct {
 }
 
 // Split returns one shard per index, each carrying its duration and failure mode.
-func (Sleep) Split(_ context.Context, _ Env, params json.RawMessage) ([][]byte, error) {
+func (Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, d, err := parseSleepParams(params)
 	if err != nil {
 		return nil, err
@@ -168,22 +169,22 @@ func decodeSleepShard(data []byte) (sleepShard, error) {
 		return s, err
 	}
 	switch {
-	case s.Index < 0 || s.Index >= MaxShards:
-		return s, fmt.Errorf("%w: sleep: index %d out of range", ErrBadShard, s.Index)
+	case s.Index < 0 || s.Index >= jobs.MaxShards:
+		return s, fmt.Errorf("%w: sleep: index %d out of range", jobs.ErrBadShard, s.Index)
 	case s.Nanos < 0 || s.Nanos > int64(sleepMaxDuration):
-		return s, fmt.Errorf("%w: sleep: duration %v out of range", ErrBadShard, time.Duration(s.Nanos))
+		return s, fmt.Errorf("%w: sleep: duration %v out of range", jobs.ErrBadShard, time.Duration(s.Nanos))
 	}
 	switch s.Mode {
 	case sleepOK, sleepFailFirst, sleepFailAlways, sleepPanicAlways:
 	default:
-		return s, fmt.Errorf("%w: sleep: unknown mode %q", ErrBadShard, s.Mode)
+		return s, fmt.Errorf("%w: sleep: unknown mode %q", jobs.ErrBadShard, s.Mode)
 	}
 	return s, nil
 }
 
 // Map sleeps the shard's duration (returning ctx.Err() if ctx ends first), then fails or panics
 // if the shard's mode says so. The partial is (1, index).
-func (Sleep) Map(ctx context.Context, _ Env, task Task) ([]byte, error) {
+func (Sleep) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodeSleepShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -223,7 +224,7 @@ func decodeSleepPartial(data []byte) (shards, indexSum uint64, err error) {
 }
 
 // NewAggregate returns an aggregate counting shards and summing their indices.
-func (Sleep) NewAggregate(params json.RawMessage) (Aggregate, error) {
+func (Sleep) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, _, err := parseSleepParams(params)
 	if err != nil {
 		return nil, err
@@ -255,7 +256,7 @@ func (a *sleepAggregate) Merge(partial []byte) error {
 		err = a.check(a.shards+n, a.indexSum+sum)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: sleep: %v", ErrBadPartial, err)
+		return fmt.Errorf("%w: sleep: %v", jobs.ErrBadPartial, err)
 	}
 	a.shards += n
 	a.indexSum += sum
@@ -272,7 +273,7 @@ func (a *sleepAggregate) UnmarshalBinary(data []byte) error {
 		err = a.check(n, sum)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: sleep aggregate: %v", ErrBadCheckpoint, err)
+		return fmt.Errorf("%w: sleep aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
 	a.shards, a.indexSum = n, sum
 	return nil

@@ -1,9 +1,10 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/mapagg/mapagg/jobs"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -85,8 +86,8 @@ func TestPi_SplitSamplesEvenly(t *testing.T) {
 
 func TestPi_MapBadShard(t *testing.T) {
 	for _, shard := range []string{``, `{}`, `{"seed": 1, "stream": 0, "n": 0}`, `{"n": 1000000001}`, `{"n": -1}`, `{"n": 5, "m": 1}`} {
-		if _, err := (Pi{}).Map(context.Background(), nil, Task{Shard: []byte(shard)}); !errors.Is(err, ErrBadShard) {
-			t.Errorf("Map(%q) = %v, want ErrBadShard", shard, err)
+		if _, err := (Pi{}).Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
 }
@@ -100,11 +101,11 @@ func TestPiAggregate(t *testing.T) {
 	for _, bad := range [][]byte{
 		nil, {tagPi, 1}, {tagPi, 1, 5}, encodePiPartial(5, 6), encodePiPartial(101, 1), encodePrimesPartial(1),
 	} {
-		if err := agg.Merge(bad); !errors.Is(err, ErrBadPartial) {
-			t.Errorf("Merge(%x) = %v, want ErrBadPartial", bad, err)
+		if err := agg.Merge(bad); !errors.Is(err, jobs.ErrBadPartial) {
+			t.Errorf("Merge(%x) = %v, want jobs.ErrBadPartial", bad, err)
 		}
-		if err := agg.UnmarshalBinary(bad); !errors.Is(err, ErrBadCheckpoint) {
-			t.Errorf("UnmarshalBinary(%x) = %v, want ErrBadCheckpoint", bad, err)
+		if err := agg.UnmarshalBinary(bad); !errors.Is(err, jobs.ErrBadCheckpoint) {
+			t.Errorf("UnmarshalBinary(%x) = %v, want jobs.ErrBadCheckpoint", bad, err)
 		}
 	}
 	for _, p := range [][]byte{encodePiPartial(60, 50), encodePiPartial(40, 30)} {
@@ -112,7 +113,7 @@ func TestPiAggregate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := agg.Merge(encodePiPartial(1, 1)); !errors.Is(err, ErrBadPartial) {
+	if err := agg.Merge(encodePiPartial(1, 1)); !errors.Is(err, jobs.ErrBadPartial) {
 		t.Errorf("Merge past the job's samples = %v", err)
 	}
 	res, err := agg.Result()
@@ -137,15 +138,15 @@ func FuzzPiShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, shard []byte) {
 		s, err := decodePiShard(shard)
 		if err != nil {
-			if !errors.Is(err, ErrBadShard) {
-				t.Fatalf("decode error %v is not ErrBadShard", err)
+			if !errors.Is(err, jobs.ErrBadShard) {
+				t.Fatalf("decode error %v is not jobs.ErrBadShard", err)
 			}
 			return
 		}
 		if s.N > 100000 {
 			return // valid, but too slow for a fuzz iteration
 		}
-		p, err := Pi{}.Map(context.Background(), nil, Task{Shard: shard})
+		p, err := Pi{}.Map(context.Background(), nil, jobs.Task{Shard: shard})
 		if err != nil {
 			t.Fatalf("Map of a decodable shard: %v", err)
 		}

@@ -1,4 +1,4 @@
-package jobs
+package builtin
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"math"
 	"sync"
 )
@@ -14,7 +15,7 @@ import (
 // sieve of Eratosthenes over each shard's range. Exact and CPU-bound.
 type Primes struct{}
 
-var _ Job = Primes{}
+var _ jobs.Job = Primes{}
 
 // PrimesParams are the parameters of a primes job, e.g. {"from": 0, "to": 10000000, "shards": 100}.
 type PrimesParams struct {
@@ -62,8 +63,8 @@ func parsePrimesParams(raw json.RawMessage) (PrimesParams, error) {
 		return p, badParam(primesType, "to", `"to" must be greater than "from" (got from=%d, to=%d)`, p.From, p.To)
 	case p.Shards < 1:
 		return p, badParam(primesType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
-	case p.Shards > MaxShards:
-		return p, badParam(primesType, "shards", `"shards" must be at most %d (got %d)`, MaxShards, p.Shards)
+	case p.Shards > jobs.MaxShards:
+		return p, badParam(primesType, "shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
 	case uint64(p.Shards) > p.To-p.From:
 		return p, badParam(primesType, "shards",
 			`"shards" must be at most the size of the range, to-from=%d (got %d)`, p.To-p.From, p.Shards)
@@ -86,7 +87,7 @@ type primesShard struct {
 }
 
 // Split divides [from, to) into shards ranges whose sizes differ by at most one.
-func (Primes) Split(_ context.Context, _ Env, params json.RawMessage) ([][]byte, error) {
+func (Primes) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, err := parsePrimesParams(params)
 	if err != nil {
 		return nil, err
@@ -117,13 +118,13 @@ func decodePrimesShard(data []byte) (primesShard, error) {
 		return s, err
 	}
 	if s.Lo >= s.Hi || s.Hi > primesMaxTo || s.Hi-s.Lo > primesMaxShardSpan {
-		return s, fmt.Errorf("%w: primes: range [%d, %d) is empty or out of bounds", ErrBadShard, s.Lo, s.Hi)
+		return s, fmt.Errorf("%w: primes: range [%d, %d) is empty or out of bounds", jobs.ErrBadShard, s.Lo, s.Hi)
 	}
 	return s, nil
 }
 
 // Map counts the primes in the shard's range. The partial is the count.
-func (Primes) Map(ctx context.Context, _ Env, task Task) ([]byte, error) {
+func (Primes) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodePrimesShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -146,7 +147,7 @@ func decodePrimesPartial(data []byte) (uint64, error) {
 }
 
 // NewAggregate returns an aggregate summing the shards' counts.
-func (Primes) NewAggregate(params json.RawMessage) (Aggregate, error) {
+func (Primes) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, err := parsePrimesParams(params)
 	if err != nil {
 		return nil, err
@@ -162,10 +163,10 @@ type primesAggregate struct {
 func (a *primesAggregate) Merge(partial []byte) error {
 	n, err := decodePrimesPartial(partial)
 	if err != nil {
-		return fmt.Errorf("%w: primes: %v", ErrBadPartial, err)
+		return fmt.Errorf("%w: primes: %v", jobs.ErrBadPartial, err)
 	}
 	if n > a.limit || a.count+n > a.limit {
-		return fmt.Errorf("%w: primes: count %d would exceed the %d numbers in the range", ErrBadPartial, n, a.limit)
+		return fmt.Errorf("%w: primes: count %d would exceed the %d numbers in the range", jobs.ErrBadPartial, n, a.limit)
 	}
 	a.count += n
 	return nil
@@ -179,7 +180,7 @@ func (a *primesAggregate) UnmarshalBinary(data []byte) error {
 		err = fmt.Errorf("count %d exceeds the %d numbers in the range", n, a.limit)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: primes aggregate: %v", ErrBadCheckpoint, err)
+		return fmt.Errorf("%w: primes aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
 	a.count = n
 	return nil

@@ -1,10 +1,11 @@
-package main
+package node
 
 import (
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"net/url"
 	"os"
@@ -18,7 +19,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
-	"mapagg/client"
+	"github.com/mapagg/mapagg/client"
 )
 
 // These tests keep docker-compose.yml and the Dockerfile honest: they load the compose file with
@@ -27,8 +28,8 @@ import (
 // refuse, or a command it does not have.
 
 const (
-	composeFile = "../../docker-compose.yml"
-	dockerfile  = "../../Dockerfile"
+	composeFile = "../docker-compose.yml"
+	dockerfile  = "../Dockerfile"
 	// workerPath is where the Dockerfile puts the binary.
 	workerPath = "/usr/local/bin/worker"
 )
@@ -311,7 +312,7 @@ func checkArgs(args []string) error {
 	}
 	if args[0] == "submit" {
 		typ, params := fs.Lookup("type").Value.String(), fs.Lookup("params").Value.String()
-		if _, err := (&client.Client{}).Validate(typ, json.RawMessage(params)); err != nil {
+		if _, err := (&client.Client{Registry: builtin.Registry()}).Validate(typ, json.RawMessage(params)); err != nil {
 			return err
 		}
 	}
@@ -343,7 +344,7 @@ func mounted(s types.ServiceConfig, path string) bool {
 
 // azuritePin is the Azurite version Azurite/package.json pins.
 func azuritePin() (string, error) {
-	data, err := os.ReadFile("../../Azurite/package.json")
+	data, err := os.ReadFile("../Azurite/package.json")
 	if err != nil {
 		return "", err
 	}
@@ -362,7 +363,7 @@ func azuritePin() (string, error) {
 
 // natsPin is the major.minor of the nats-server module in go.mod.
 func natsPin() (string, error) {
-	data, err := os.ReadFile("../../go.mod")
+	data, err := os.ReadFile("../go.mod")
 	if err != nil {
 		return "", err
 	}

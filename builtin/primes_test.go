@@ -1,10 +1,11 @@
-package jobs
+package builtin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/jobs"
 	"math/rand/v2"
 	"testing"
 )
@@ -128,9 +129,9 @@ func TestPrimes_MapBadShard(t *testing.T) {
 		`{"lo": 0, "hi": 1125899906842625}`, `{"lo": 0, "hi": 4294967297}`,
 		`{"lo": 0, "hi": 10, "x": 1}`, `{"lo": 0, "hi": 10} x`, `{"lo": -1, "hi": 10}`,
 	} {
-		_, err := Primes{}.Map(context.Background(), nil, Task{Shard: []byte(shard)})
-		if !errors.Is(err, ErrBadShard) {
-			t.Errorf("Map(%q) = %v, want ErrBadShard", shard, err)
+		_, err := Primes{}.Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)})
+		if !errors.Is(err, jobs.ErrBadShard) {
+			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
 }
@@ -138,7 +139,7 @@ func TestPrimes_MapBadShard(t *testing.T) {
 func TestPrimes_MapCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Primes{}.Map(ctx, nil, Task{Shard: []byte(`{"lo": 0, "hi": 1000000}`)})
+	_, err := Primes{}.Map(ctx, nil, jobs.Task{Shard: []byte(`{"lo": 0, "hi": 1000000}`)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Map with a cancelled context = %v", err)
 	}
@@ -160,17 +161,17 @@ func TestPrimesAggregate(t *testing.T) {
 		nil, {tagPrimes}, {tagPrimes, 2, 1}, {tagPi, 1, 1}, {tagPrimes, 1}, {tagPrimes, 1, 1, 0},
 		encodePrimesPartial(1001), // more primes than numbers
 	} {
-		if err := agg.Merge(bad); !errors.Is(err, ErrBadPartial) {
-			t.Errorf("Merge(%x) = %v, want ErrBadPartial", bad, err)
+		if err := agg.Merge(bad); !errors.Is(err, jobs.ErrBadPartial) {
+			t.Errorf("Merge(%x) = %v, want jobs.ErrBadPartial", bad, err)
 		}
-		if err := agg.UnmarshalBinary(bad); !errors.Is(err, ErrBadCheckpoint) {
-			t.Errorf("UnmarshalBinary(%x) = %v, want ErrBadCheckpoint", bad, err)
+		if err := agg.UnmarshalBinary(bad); !errors.Is(err, jobs.ErrBadCheckpoint) {
+			t.Errorf("UnmarshalBinary(%x) = %v, want jobs.ErrBadCheckpoint", bad, err)
 		}
 	}
 	if err := agg.Merge(encodePrimesPartial(1000)); err != nil {
 		t.Fatal(err)
 	}
-	if err := agg.Merge(encodePrimesPartial(1)); !errors.Is(err, ErrBadPartial) {
+	if err := agg.Merge(encodePrimesPartial(1)); !errors.Is(err, jobs.ErrBadPartial) {
 		t.Errorf("Merge past the range size = %v", err)
 	}
 }
@@ -194,15 +195,15 @@ func FuzzPrimesShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, shard []byte) {
 		s, err := decodePrimesShard(shard)
 		if err != nil {
-			if !errors.Is(err, ErrBadShard) {
-				t.Fatalf("decode error %v is not ErrBadShard", err)
+			if !errors.Is(err, jobs.ErrBadShard) {
+				t.Fatalf("decode error %v is not jobs.ErrBadShard", err)
 			}
 			return
 		}
 		if s.Hi-s.Lo > 100000 {
 			return // valid, but too slow to sieve in a fuzz iteration
 		}
-		p, err := Primes{}.Map(context.Background(), nil, Task{Shard: shard})
+		p, err := Primes{}.Map(context.Background(), nil, jobs.Task{Shard: shard})
 		if err != nil {
 			t.Fatalf("Map of a decodable shard: %v", err)
 		}
@@ -226,7 +227,7 @@ func BenchmarkPrimesShard(b *testing.B) {
 	// One shard of [0, 2·10^7) in 200 shards, from the top of the range.
 	shard := []byte(`{"lo": 19900000, "hi": 20000000}`)
 	for b.Loop() {
-		if _, err := (Primes{}).Map(context.Background(), nil, Task{Shard: shard}); err != nil {
+		if _, err := (Primes{}).Map(context.Background(), nil, jobs.Task{Shard: shard}); err != nil {
 			b.Fatal(err)
 		}
 	}
