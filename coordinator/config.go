@@ -44,6 +44,10 @@ type Config struct {
 	ResultsPrefetch int
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
+	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
+	// job planned/resumed/finished, dead-lettered message, term ended): the typed counterpart of
+	// its Info logs. It must return quickly without blocking.
+	OnEvent func(Event)
 	// Logger receives logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (tests). Default time.Now.

@@ -104,6 +104,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	}
 	defer feed.Stop()
 	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
+	c.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: len(t.active)})
 
 	for _, sub := range []struct {
 		subj string
@@ -150,8 +151,9 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t.cleanups.Wait()
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
-		return nil
+		err = nil
 	}
+	c.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
 	return err
 }
 
@@ -242,6 +244,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		}()
 	}
 	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
+	t.emit(Event{Kind: EventJobResumed, Epoch: t.epoch, Job: j.id, Count: j.cp.DoneCount})
 }
 
 // ensure claims a planned job this term does not hold yet.
@@ -409,6 +412,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	r, err := protocol.DecodeResultMsg(d.Data())
 	if err != nil {
 		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
+		t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Err: err})
 		if derr := t.bus.DeadLetter(ctx, "results", d.Data(), err.Error()); derr != nil {
 			_ = d.Nak(time.Second)
 			return nil
@@ -472,6 +476,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	t.pending++
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
+		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
 	}
 	if int(j.done.GetCardinality()) == j.cp.Total {
 		j.complete = true
@@ -528,6 +533,11 @@ func (t *term) retire(ctx context.Context, j *job) {
 	t.finished[j.id] = j.cp.State
 	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
 		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
+	var why error
+	if j.cp.Error != "" {
+		why = errors.New(j.cp.Error)
+	}
+	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
 	t.cleanups.Add(1)
 	go func() {

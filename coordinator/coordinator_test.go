@@ -8,8 +8,10 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,9 +94,12 @@ func (l *leading) stop() error {
 }
 
 // lead runs a coordinator term with its own NATS connection until the test ends.
-func (r *rig) lead(epoch uint64) *leading {
+func (r *rig) lead(epoch uint64) *leading { return r.leadObserved(epoch, nil) }
+
+// leadObserved is lead with an event hook.
+func (r *rig) leadObserved(epoch uint64, onEvent func(Event)) *leading {
 	r.t.Helper()
-	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond},
+	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond, OnEvent: onEvent},
 		r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
@@ -476,5 +481,45 @@ func TestClient_SubmitRefusesBadJobsAndWritesNothing(t *testing.T) {
 	}
 	if n, err := r.q.Depth(ctx); err != nil || n != 0 {
 		t.Fatalf("refused submits queued %d messages (%v)", n, err)
+	}
+}
+
+func TestCoordinator_ReportsEvents(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var kinds []EventKind
+	var finished Event
+	l := r.leadObserved(7, func(ev Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ev.Epoch != 7 {
+			t.Errorf("event %s with epoch %d, want 7", ev.Kind, ev.Epoch)
+		}
+		kinds = append(kinds, ev.Kind)
+		if ev.Kind == EventJobFinished {
+			finished = ev
+		}
+	})
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("sleep", `{"shards":20}`)
+	if st := r.wait(id, time.Minute); st.State != jobs.StateSucceeded {
+		t.Fatalf("%s: %s", st.State, st.Error)
+	}
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return finished.Job != ""
+	}, "no job_finished event")
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []EventKind{EventTermStarted, EventJobPlanned, EventJobResumed, EventFirstMerge, EventJobFinished, EventTermEnded}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
+	}
+	if finished.Job != id || finished.State != string(jobs.StateSucceeded) || finished.Count != 20 || finished.Err != nil {
+		t.Errorf("job_finished event %+v", finished)
 	}
 }

@@ -148,6 +148,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	j.etag = etag
 	t.deleteMsg(ctx, m)
 	log.Info("job planned", "type", spec.Type, "shards", len(shards), "took", time.Since(start).Round(time.Microsecond))
+	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: len(shards)})
 	select {
 	case t.newJobs <- j:
 	case <-ctx.Done():

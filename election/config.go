@@ -60,6 +60,11 @@ type Config struct {
 	// followers call Poke and take over at once instead of at their next retry.
 	OnRelease func(Term)
 
+	// OnEvent, when set, is called with every transition of this elector (elected, lost,
+	// stepped down, released): the typed counterpart of its Info logs, for metrics, dashboards and
+	// tests. It runs on the elector's goroutines and must return quickly without blocking.
+	OnEvent func(Event)
+
 	// Logger receives the elector's logs, with component=election. Default slog.Default().
 	Logger *slog.Logger
 }

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -124,6 +125,7 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	e.terms.Add(1)
 	g.start(sent)
 	log.Info("elected", "since", t.Since.UTC(), "deadline_in", g.remaining().Round(time.Millisecond))
+	e.emit(EventElected, t, nil)
 
 	stopOnCtx := context.AfterFunc(ctx, func() { g.end(fmt.Errorf("%w: shutting down", ErrSteppedDown)) })
 	renewCtx, stopRenew := context.WithCancel(base)
@@ -148,10 +150,17 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	case lost != nil:
 		e.losses.Add(1)
 		log.Info("leadership lost", "reason", lost)
+		e.emit(EventLost, t, lost)
 	case leadErr != nil && leaderCtx.Err() == nil:
 		log.Warn("lead returned; stepping down", "err", leadErr)
+		e.emit(EventSteppedDown, t, leadErr)
 	default:
 		log.Info("stepping down", "reason", reason)
+		if errors.Is(reason, ErrLeadershipLost) {
+			e.emit(EventLost, t, reason)
+		} else {
+			e.emit(EventSteppedDown, t, reason)
+		}
 	}
 	if lost != nil && IsDefinitive(lost) {
 		return // the service said the lease is not ours: nothing to release
@@ -247,6 +256,7 @@ func (e *Elector) release(ctx context.Context, t Term, log *slog.Logger) {
 	}
 	e.releases.Add(1)
 	log.Info("released")
+	e.emit(EventReleased, t, nil)
 	if e.cfg.OnRelease == nil {
 		return
 	}

@@ -1,0 +1,40 @@
+package election
+
+import "time"
+
+// EventKind names a transition of an elector. Tools and tests subscribe to these (Config.OnEvent)
+// instead of reading log lines; the log lines are for people.
+type EventKind string
+
+// The transitions an elector reports.
+const (
+	// EventElected: this process acquired the lease and stamped a new epoch (Event.Term).
+	EventElected EventKind = "elected"
+	// EventLost: the term ended because the lease was lost or could no longer be trusted (refused
+	// renewal, safety deadline, unhealthy coordinator); Event.Err says why.
+	EventLost EventKind = "lost"
+	// EventSteppedDown: the term ended by choice (lead returned, or the process is stopping).
+	EventSteppedDown EventKind = "stepped_down"
+	// EventReleased: this process released the lease after its term.
+	EventReleased EventKind = "released"
+)
+
+// Event is one transition of an elector.
+type Event struct {
+	Kind EventKind
+	// Term is the term the event is about (Epoch, Identity, Since; LeaseID is left empty).
+	Term Term
+	// Err says why a term ended (EventLost, EventSteppedDown); nil otherwise.
+	Err error
+	// At is when it happened (wall clock).
+	At time.Time
+}
+
+// emit calls Config.OnEvent, if set. OnEvent runs on the elector's goroutines and must not block.
+func (e *Elector) emit(kind EventKind, t Term, err error) {
+	if e.cfg.OnEvent == nil {
+		return
+	}
+	t.LeaseID = ""
+	e.cfg.OnEvent(Event{Kind: kind, Term: t, Err: err, At: time.Now()})
+}
