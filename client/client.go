@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -178,7 +179,8 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	return st, nil
 }
 
-// List returns the status of the most recent jobs (ids sort by submission time), newest last.
+// List returns the status of the limit most recent jobs (all when limit <= 0), newest last. Job ids
+// sort by submission time to the second; jobs submitted within one second are in no given order.
 func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 	dirs, err := c.Store.ListDirs(ctx, "")
 	if err != nil {
@@ -194,20 +196,20 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 		}
 	}
 	sort.Strings(ids)
-	if limit > 0 && len(ids) > limit {
-		ids = ids[len(ids)-limit:]
-	}
-	out := make([]Status, 0, len(ids))
-	for _, id := range ids {
-		st, err := c.Status(ctx, id)
+	// Newest first until limit jobs are found: a folder without a spec (e.g. wordcount input
+	// data) does not count towards the limit.
+	var out []Status
+	for i := len(ids) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		st, err := c.Status(ctx, ids[i])
 		if errors.Is(err, ErrNoSuchJob) {
-			continue // a folder without a spec (e.g. wordcount input data)
+			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", id, err)
+			return nil, fmt.Errorf("status of %s: %w", ids[i], err)
 		}
 		out = append(out, *st)
 	}
+	slices.Reverse(out)
 	return out, nil
 }
 
