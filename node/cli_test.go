@@ -242,6 +242,9 @@ func TestOptionsAndConfig_Validate(t *testing.T) {
 	if _, err := New(Options{Registry: jobs.NewRegistry(), Name: "my worker"}); !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("New with a spaced name = %v", err)
 	}
+	if _, err := New(Options{Registry: jobs.NewRegistry(), Control: ControlConfig{Window: time.Hour}}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Window up to 1m") {
+		t.Fatalf("New with an hour's window = %v", err)
+	}
 	d := DefaultConfig()
 	d.StorageConnectionString = "UseDevelopmentStorage=true"
 	if err := d.Validate(); err != nil {

@@ -29,6 +29,7 @@
 // setting, refused job); every command has --help. Every flag of the connection settings also
 // reads an environment variable (`worker env` lists them); the command line wins.
 //
-// Not guaranteed: the cluster's answer about a type reflects the workers running at that moment;
-// a job whose only capable workers leave after submit waits for one to come back.
+// Not guaranteed: the cluster's answer about a type reflects the workers running at that moment.
+// If every worker that has the type leaves after its job was accepted, what becomes of the job is
+// the cluster's shard routing's business (packages coordinator and worker), not submit's.
 package node

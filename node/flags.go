@@ -149,7 +149,7 @@ func (n *Node) client(c *common, withNATS bool) (*client.Client, func(), error) 
 	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q, Registry: n.opts.Registry}
 	closer := func() {}
 	if withNATS {
-		v := &clusterValidator{url: c.natsURL, names: c.names(), local: n.opts.Registry.Types(), cfg: DefaultControlConfig()}
+		v := &clusterValidator{url: c.natsURL, names: c.names(), local: n.opts.Registry.Types(), cfg: n.opts.Control}
 		b, err := c.connectNATS(n.opts.Name + "-cli")
 		if err == nil {
 			cl.Notify = b

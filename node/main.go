@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -28,11 +29,15 @@ type Options struct {
 	// LookupEnv reads an environment variable for a flag not given on the command line.
 	// Default os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+
+	// Control bounds the requests a command makes to the running workers (submit of a type this
+	// binary lacks, types). Zero fields take DefaultControlConfig's.
+	Control ControlConfig
 }
 
 // DefaultOptions returns Options with every default filled in and no registry.
 func DefaultOptions() Options {
-	return Options{Name: "worker", LookupEnv: os.LookupEnv}
+	return Options{Name: "worker", LookupEnv: os.LookupEnv, Control: DefaultControlConfig()}
 }
 
 func (o *Options) fill() {
@@ -42,6 +47,12 @@ func (o *Options) fill() {
 	}
 	if o.LookupEnv == nil {
 		o.LookupEnv = d.LookupEnv
+	}
+	if o.Control.Timeout == 0 {
+		o.Control.Timeout = d.Control.Timeout
+	}
+	if o.Control.Window == 0 {
+		o.Control.Window = d.Control.Window
 	}
 }
 
@@ -53,6 +64,9 @@ func (o Options) Validate() error {
 	}
 	if strings.ContainsAny(o.Name, " \t\n") {
 		errs = append(errs, fmt.Errorf("Options.Name %q holds white space: use the program's file name", o.Name))
+	}
+	if o.Control.Timeout < 0 || o.Control.Window < 0 || o.Control.Window > time.Minute {
+		errs = append(errs, fmt.Errorf("Options.Control %+v: use a positive Timeout and a Window up to 1m (0 for the defaults)", o.Control))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))

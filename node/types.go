@@ -23,7 +23,7 @@ func (n *Node) newTypesFlags() *typesFlags {
 	f := &typesFlags{fs: n.newFlagSet("types")}
 	f.common.register(f.fs)
 	f.fs.BoolVar(&f.json, "json", false, "print JSON")
-	f.fs.DurationVar(&f.window, "wait", DefaultControlConfig().Window, "how long to collect the running workers' answers")
+	f.fs.DurationVar(&f.window, "wait", n.opts.Control.Window, "how long to collect the running workers' answers")
 	return f
 }
 
