@@ -1,9 +1,3 @@
-// Package client is what a user (the CLI, the load test) does with the cluster without being part
-// of it: submit a job, read its status and result, cancel it, wait for it. It talks to storage
-// and the queue only; NATS is optional (used to wake the leader sooner).
-//
-// Guarantees: Submit validates everything it can before writing anything, so a refused job leaves
-// no trace; a job it accepts has its spec stored before its id is queued.
 package client
 
 import (
@@ -11,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -38,13 +33,27 @@ type Notifier interface {
 	Announce(subject string, data []byte) error
 }
 
-// Client submits and inspects jobs.
+// Validator checks a job type and its parameters where the type is known: the running cluster
+// (node's NATS validator asks a live worker that has the type). It returns nil, an
+// *jobs.UnknownTypeError listing the types the cluster knows, the job's own error (a
+// *jobs.ParamError, matching jobs.ErrBadParams), or an error saying why it could not ask.
+type Validator interface {
+	ValidateJob(ctx context.Context, typ string, params json.RawMessage) error
+}
+
+// Client submits and inspects jobs. Store and Queue are required; the rest is optional.
 type Client struct {
-	Store    Store
-	Queue    Queue
-	Notify   Notifier // optional
+	Store  Store
+	Queue  Queue
+	Notify Notifier // optional: wakes the leader sooner
+
+	// Registry holds the job types this program has, validated locally (no cluster needed).
+	// Nil: none.
 	Registry *jobs.Registry
-	Now      func() time.Time
+	// Validator validates the types Registry lacks. Nil: such a type is refused as unknown.
+	Validator Validator
+
+	Now func() time.Time // default time.Now
 }
 
 // Errors.
@@ -70,13 +79,6 @@ type Status struct {
 	Result      json.RawMessage `json:"-"`
 }
 
-func (c *Client) registry() *jobs.Registry {
-	if c.Registry == nil {
-		return jobs.Default()
-	}
-	return c.Registry
-}
-
 func (c *Client) now() time.Time {
 	if c.Now == nil {
 		return time.Now()
@@ -84,19 +86,32 @@ func (c *Client) now() time.Time {
 	return c.Now()
 }
 
-// Validate checks a job type and its parameters without writing anything.
-func (c *Client) Validate(typ string, params json.RawMessage) (*protocol.Spec, error) {
-	job, err := c.registry().Lookup(typ)
-	if err != nil {
-		return nil, err
-	}
+// Validate checks a job type and its parameters without writing anything, and returns the spec
+// Submit would write. A type in Registry is validated locally; any other goes to Validator.
+func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
 	if !json.Valid(params) {
 		return nil, fmt.Errorf("%w: params for %s are not valid JSON", jobs.ErrBadParams, typ)
 	}
-	if err := job.Validate(params); err != nil {
+	var job jobs.Job
+	var err error
+	if c.Registry != nil {
+		job, err = c.Registry.Lookup(typ)
+	} else {
+		err = &jobs.UnknownTypeError{Type: typ}
+	}
+	switch {
+	case err == nil:
+		if err := job.Validate(params); err != nil {
+			return nil, err
+		}
+	case errors.Is(err, jobs.ErrUnknownType) && c.Validator != nil:
+		if err := c.Validator.ValidateJob(ctx, typ, params); err != nil {
+			return nil, err
+		}
+	default:
 		return nil, err
 	}
 	spec := &protocol.Spec{ID: protocol.NewID(c.now()), Type: typ, Params: params, SubmittedAt: c.now().UTC()}
@@ -108,7 +123,7 @@ func (c *Client) Validate(typ string, params json.RawMessage) (*protocol.Spec, e
 
 // Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
 func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage) (string, error) {
-	spec, err := c.Validate(typ, params)
+	spec, err := c.Validate(ctx, typ, params)
 	if err != nil {
 		return "", err
 	}
@@ -164,7 +179,8 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	return st, nil
 }
 
-// List returns the status of the most recent jobs (ids sort by submission time), newest last.
+// List returns the status of the limit most recent jobs (all when limit <= 0), newest last. Job ids
+// sort by submission time to the second; jobs submitted within one second are in no given order.
 func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 	dirs, err := c.Store.ListDirs(ctx, "")
 	if err != nil {
@@ -180,20 +196,20 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 		}
 	}
 	sort.Strings(ids)
-	if limit > 0 && len(ids) > limit {
-		ids = ids[len(ids)-limit:]
-	}
-	out := make([]Status, 0, len(ids))
-	for _, id := range ids {
-		st, err := c.Status(ctx, id)
+	// Newest first until limit jobs are found: a folder without a spec (e.g. wordcount input
+	// data) does not count towards the limit.
+	var out []Status
+	for i := len(ids) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		st, err := c.Status(ctx, ids[i])
 		if errors.Is(err, ErrNoSuchJob) {
-			continue // a folder without a spec (e.g. wordcount input data)
+			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", id, err)
+			return nil, fmt.Errorf("status of %s: %w", ids[i], err)
 		}
 		out = append(out, *st)
 	}
+	slices.Reverse(out)
 	return out, nil
 }
 

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"github.com/mapagg/mapagg/builtin"
 	"io"
@@ -89,7 +88,6 @@ func TestCompose_CatchesDrift(t *testing.T) {
 
 // composeProblems lists what is wrong with a compose project, one sentence per problem.
 func composeProblems(p *types.Project) []string {
-	registerAll()
 	var out []string
 	add := func(format string, a ...any) { out = append(out, fmt.Sprintf(format, a...)) }
 
@@ -221,8 +219,8 @@ func checkEnv(add func(string, ...any), name string, s types.ServiceConfig) {
 		return
 	}
 	reads := map[string]string{} // variable → flag
-	for _, fe := range envOf[fs] {
-		reads[fe[1]] = fe[0]
+	for _, fe := range fs.env {
+		reads[fe.Env] = fe.Flag
 	}
 	keys := make([]string, 0, len(s.Environment))
 	for k := range s.Environment {
@@ -230,7 +228,7 @@ func checkEnv(add func(string, ...any), name string, s types.ServiceConfig) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if _, ok := knownEnv[k]; !ok {
+		if _, ok := stockNode().envVars()[k]; !ok {
 			add("%s: environment variable %s is not read by the binary (see `worker env`)", name, k)
 			continue
 		}
@@ -278,23 +276,25 @@ func checkEndpoints(add func(string, ...any), s types.ServiceConfig, ports map[s
 	}
 }
 
-// subcommandFlags returns the flag set of a worker subcommand, nil when there is none.
-func subcommandFlags(name string) *flag.FlagSet {
-	var fs *flag.FlagSet
-	switch name {
-	case "run":
-		fs = newRunFlags().fs
-	case "submit":
-		fs = newSubmitFlags().fs
-	case "status":
-		fs = newStatusFlags().fs
-	case "result", "cancel":
-		fs = newJobFlags(name).fs
-	default:
-		return nil
+// stockNode is the node of the stock binary (cmd/worker).
+func stockNode() *Node {
+	n, err := New(Options{Registry: builtin.Registry()})
+	if err != nil {
+		panic(err)
 	}
-	fs.SetOutput(io.Discard)
-	return fs
+	return n
+}
+
+// subcommandFlags returns the flag set of a worker subcommand, nil when there is none.
+func subcommandFlags(name string) *flagSet {
+	for _, c := range stockNode().commands() {
+		if c.name == name {
+			fs := c.flags()
+			fs.SetOutput(io.Discard)
+			return fs
+		}
+	}
+	return nil
 }
 
 // checkArgs parses a worker command line (without the binary) as the binary would, and for
@@ -307,12 +307,12 @@ func checkArgs(args []string) error {
 	if fs == nil {
 		return fmt.Errorf("no worker subcommand %q", args[0])
 	}
-	if err := fs.Parse(interleaved(fs, args[1:])); err != nil {
+	if err := fs.Parse(interleaved(fs.FlagSet, args[1:])); err != nil {
 		return err
 	}
 	if args[0] == "submit" {
 		typ, params := fs.Lookup("type").Value.String(), fs.Lookup("params").Value.String()
-		if _, err := (&client.Client{Registry: builtin.Registry()}).Validate(typ, json.RawMessage(params)); err != nil {
+		if _, err := (&client.Client{Registry: builtin.Registry()}).Validate(context.Background(), typ, json.RawMessage(params)); err != nil {
 			return err
 		}
 	}

@@ -7,60 +7,81 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 
-// envFlag records which environment variable backs a flag. Every variable the binary reads is
-// registered through bindEnv, so `worker env` (and the compose test) can list them.
+// flagSet is one command's flags and the environment variables that back them. Every variable the
+// binary reads is bound through bindEnv, so `worker env` (and the compose test) can list them.
+type flagSet struct {
+	*flag.FlagSet
+	env       []envFlag
+	lookupEnv func(string) (string, bool)
+}
+
+// envFlag records which environment variable backs a flag.
 type envFlag struct {
 	Flag, Env, Usage string
 }
 
-var knownEnv = map[string]envFlag{}
+func (n *Node) newFlagSet(name string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), lookupEnv: n.opts.LookupEnv}
+	prog := n.opts.Name
+	fs.Usage = func() {
+		out := fs.Output()
+		for _, c := range n.commands() {
+			if c.name == name {
+				fmt.Fprintf(out, "%s %s: %s\n", prog, name, c.summary)
+				if c.example != "" {
+					fmt.Fprintf(out, "usage: %s %s\n", prog, c.example)
+				}
+			}
+		}
+		fmt.Fprintf(out, "\nflags of %s %s:\n", prog, name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
 
 // bindEnv names the environment variable that sets flag name when it is not given on the
 // command line.
-func bindEnv(fs *flag.FlagSet, name, env string) {
+func bindEnv(fs *flagSet, name, env string) {
 	f := fs.Lookup(name)
 	if f == nil {
 		panic("bindEnv: no flag " + name)
 	}
 	f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, env)
-	knownEnv[env] = envFlag{Flag: name, Env: env, Usage: f.Usage}
-	envOf[fs] = append(envOf[fs], [2]string{name, env})
+	fs.env = append(fs.env, envFlag{Flag: name, Env: env, Usage: f.Usage})
 }
-
-var envOf = map[*flag.FlagSet][][2]string{}
 
 // parse parses args, then fills every flag not given on the command line from its environment
 // variable. A bad value in the environment is an error that names the variable.
-func parse(fs *flag.FlagSet, args []string) error {
+func (fs *flagSet) parse(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, fe := range envOf[fs] {
-		if v, ok := os.LookupEnv(fe[1]); ok && !given[fe[0]] && v != "" {
-			if err := fs.Set(fe[0], v); err != nil {
-				return fmt.Errorf("environment %s=%q: %v", fe[1], v, err)
+	for _, fe := range fs.env {
+		if v, ok := fs.lookupEnv(fe.Env); ok && !given[fe.Flag] && v != "" {
+			if err := fs.Set(fe.Flag, v); err != nil {
+				return fmt.Errorf("environment %s=%q: %v", fe.Env, v, err)
 			}
 		}
 	}
 	return nil
 }
 
-// common holds the settings every subcommand needs to reach the cluster.
+// common holds the settings every subcommand needs to reach the cluster. Its defaults are
+// DefaultConfig's.
 type common struct {
 	connStr        string
 	natsURL        string
@@ -69,21 +90,21 @@ type common struct {
 	leaseContainer string
 	streamPrefix   string
 	logLevel       string
-	timeout        time.Duration
 }
 
-func (c *common) register(fs *flag.FlagSet) {
+func (c *common) register(fs *flagSet) {
+	d := DefaultConfig()
 	fs.StringVar(&c.connStr, "azure-connection-string", "", "Azure Storage connection string (required)")
 	bindEnv(fs, "azure-connection-string", "AZURE_STORAGE_CONNECTION_STRING")
-	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	fs.StringVar(&c.natsURL, "nats-url", d.NATSURL, "NATS server URL(s), comma-separated")
 	bindEnv(fs, "nats-url", "NATS_URL")
-	fs.StringVar(&c.jobsContainer, "jobs-container", "jobs", "blob container for job specs, checkpoints and results")
+	fs.StringVar(&c.jobsContainer, "jobs-container", d.JobsContainer, "blob container for job specs, checkpoints and results")
 	bindEnv(fs, "jobs-container", "JOBS_CONTAINER")
-	fs.StringVar(&c.queueName, "queue", "jobs", "Azure Storage queue that carries submitted job ids")
+	fs.StringVar(&c.queueName, "queue", d.Queue, "Azure Storage queue that carries submitted job ids")
 	bindEnv(fs, "queue", "JOBS_QUEUE")
-	fs.StringVar(&c.leaseContainer, "lease-container", "leader", "blob container holding the leader lease blob")
+	fs.StringVar(&c.leaseContainer, "lease-container", d.LeaseContainer, "blob container holding the leader lease blob")
 	bindEnv(fs, "lease-container", "LEASE_CONTAINER")
-	fs.StringVar(&c.streamPrefix, "stream-prefix", "mapagg", "prefix of the JetStream streams and NATS subjects")
+	fs.StringVar(&c.streamPrefix, "stream-prefix", d.StreamPrefix, "prefix of the JetStream streams and NATS subjects")
 	bindEnv(fs, "stream-prefix", "STREAM_PREFIX")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bindEnv(fs, "log-level", "LOG_LEVEL")
@@ -106,8 +127,17 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 
 func (c *common) blob() (*azblob.Client, error) { return store.NewClient(c.connStr) }
 
-// client builds a job client; the NATS hint connection is optional and skipped when unreachable.
-func (c *common) client(ctx context.Context, withNATS bool) (*client.Client, func(), error) {
+func (c *common) names() protocol.Names { return protocol.NewNames(c.streamPrefix) }
+
+// connectNATS connects to NATS as a client of the cluster (not a member).
+func (c *common) connectNATS(name string) (*bus.Bus, error) {
+	return bus.Connect(c.natsURL, name, bus.Config{Prefix: c.streamPrefix})
+}
+
+// client builds a job client with the node's registry. With withNATS it also connects to NATS,
+// best effort: the connection wakes the leader sooner and validates the types the registry
+// lacks (a ValidateJob without it says NATS is unreachable).
+func (n *Node) client(c *common, withNATS bool) (*client.Client, func(), error) {
 	bc, err := c.blob()
 	if err != nil {
 		return nil, nil, err
@@ -116,13 +146,19 @@ func (c *common) client(ctx context.Context, withNATS bool) (*client.Client, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q}
+	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q, Registry: n.opts.Registry}
 	closer := func() {}
 	if withNATS {
-		if b, err := bus.Connect(c.natsURL, "worker-cli", bus.Config{Prefix: c.streamPrefix}); err == nil {
+		v := &clusterValidator{url: c.natsURL, names: c.names(), local: n.opts.Registry.Types(), cfg: n.opts.Control}
+		b, err := c.connectNATS(n.opts.Name + "-cli")
+		if err == nil {
 			cl.Notify = b
+			v.nc = b.Conn()
 			closer = b.Close
+		} else {
+			v.connErr = err
 		}
+		cl.Validator = v
 	}
 	return cl, closer, nil
 }
@@ -143,14 +179,34 @@ func (c *common) ensure(ctx context.Context) error {
 	return q.Ensure(ctx)
 }
 
-// printEnv lists every environment variable the binary reads.
-func printEnv(w io.Writer) {
-	names := make([]string, 0, len(knownEnv))
-	for n := range knownEnv {
-		names = append(names, n)
+// envVars lists every environment variable the binary reads, by name.
+func (n *Node) envVars() map[string]envFlag {
+	out := map[string]envFlag{}
+	for _, c := range n.commands() {
+		for _, fe := range c.flags().env {
+			out[fe.Env] = fe
+		}
+	}
+	return out
+}
+
+func (n *Node) envCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := n.newFlagSet("env")
+	fs.SetOutput(stderr)
+	if err := fs.parse(args); err != nil {
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected arguments %v", fs.Args())
+	}
+	known := n.envVars()
+	names := make([]string, 0, len(known))
+	for name := range known {
+		names = append(names, name)
 	}
 	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "%-34s --%-24s %s\n", n, knownEnv[n].Flag, strings.TrimSuffix(knownEnv[n].Usage, " (env "+n+")"))
+	for _, name := range names {
+		fmt.Fprintf(stdout, "%-34s --%-24s %s\n", name, known[name].Flag, strings.TrimSuffix(known[name].Usage, " (env "+name+")"))
 	}
+	return nil
 }

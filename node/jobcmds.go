@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -10,18 +9,18 @@ import (
 
 type jobFlags struct {
 	common
-	fs *flag.FlagSet
+	fs *flagSet
 }
 
-func newJobFlags(name string) *jobFlags {
-	f := &jobFlags{fs: flag.NewFlagSet(name, flag.ContinueOnError)}
+func (n *Node) newJobFlags(name string) *jobFlags {
+	f := &jobFlags{fs: n.newFlagSet(name)}
 	f.common.register(f.fs)
 	return f
 }
 
 func (f *jobFlags) parseJob(args []string, stderr io.Writer) (string, error) {
 	f.fs.SetOutput(stderr)
-	if err := parse(f.fs, interleaved(f.fs, args)); err != nil {
+	if err := f.fs.parse(interleaved(f.fs.FlagSet, args)); err != nil {
 		return "", usageErr("%v", err)
 	}
 	if f.fs.NArg() != 1 {
@@ -33,15 +32,15 @@ func (f *jobFlags) parseJob(args []string, stderr io.Writer) (string, error) {
 	return f.fs.Arg(0), nil
 }
 
-func resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newJobFlags("result")
+func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newJobFlags("result")
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := f.client(ctx, false)
+	cl, done, err := n.client(&f.common, false)
 	if err != nil {
 		return err
 	}
@@ -54,15 +53,15 @@ func resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newJobFlags("cancel")
+func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newJobFlags("cancel")
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := f.client(ctx, true)
+	cl, done, err := n.client(&f.common, true)
 	if err != nil {
 		return err
 	}

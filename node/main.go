@@ -1,12 +1,3 @@
-// Package node assembles a worker node (election, coordinator, worker, the NATS wiring, signals,
-// flags and environment) from the job types registered in jobs.Default(), and runs the worker
-// command line: run, submit, status, result, cancel, env. A custom binary is its own main that
-// registers its job types and calls Main:
-//
-//	func main() {
-//		jobs.Register(myJob{})
-//		node.Main()
-//	}
 package node
 
 import (
@@ -17,88 +8,181 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
-const usage = `usage: worker <command> [flags]
+// Options assemble a node binary. Zero fields take their defaults in New; Validate checks the
+// values as given.
+type Options struct {
+	// Registry holds the job types this binary has: `run` processes and coordinates them, and
+	// `submit` validates them locally. Required (jobs.NewRegistry() for a binary with none, which
+	// still submits any type the running cluster knows).
+	Registry *jobs.Registry
 
-commands:
-  run       join the cluster: process shards, and coordinate when elected leader
-  submit    submit a job:            worker submit --type primes --params '{"from":0,"to":1000000,"shards":10}' [--wait]
-  status    show the leader and jobs: worker status [JOB] [--json]
-  result    print a job's result:     worker result JOB
-  cancel    cancel a job:             worker cancel JOB
-  env       list the environment variables the binary reads
+	// Name is the program name in usage and error messages. Default "worker".
+	Name string
 
-Run 'worker <command> -h' for the flags of a command.
-`
+	// LookupEnv reads an environment variable for a flag not given on the command line.
+	// Default os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 
-// errUsage marks a mistake in the command line (exit status 2).
-var errUsage = errors.New("usage")
-
-// Main runs the worker command line (os.Args) with the job types registered in jobs.Default() and
-// exits with its status: 0 on success, 1 on failure, 2 on a usage mistake. SIGINT and SIGTERM stop
-// `run` gracefully (a leader hands over its lease).
-func Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	// Control bounds the requests a command makes to the running workers (submit of a type this
+	// binary lacks, types). Zero fields take DefaultControlConfig's.
+	Control ControlConfig
 }
 
-// Run runs one command of the worker command line and returns its exit status.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// DefaultOptions returns Options with every default filled in and no registry.
+func DefaultOptions() Options {
+	return Options{Name: "worker", LookupEnv: os.LookupEnv, Control: DefaultControlConfig()}
+}
+
+func (o *Options) fill() {
+	d := DefaultOptions()
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	if o.LookupEnv == nil {
+		o.LookupEnv = d.LookupEnv
+	}
+	if o.Control.Timeout == 0 {
+		o.Control.Timeout = d.Control.Timeout
+	}
+	if o.Control.Window == 0 {
+		o.Control.Window = d.Control.Window
+	}
+}
+
+// Validate reports every problem with o and what to change.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Registry == nil {
+		errs = append(errs, errors.New("Options.Registry is nil: pass the registry holding your job types (builtin.Registry() for the built-ins, jobs.NewRegistry() for none)"))
+	}
+	if strings.ContainsAny(o.Name, " \t\n") {
+		errs = append(errs, fmt.Errorf("Options.Name %q holds white space: use the program's file name", o.Name))
+	}
+	if o.Control.Timeout < 0 || o.Control.Window < 0 || o.Control.Window > time.Minute {
+		errs = append(errs, fmt.Errorf("Options.Control %+v: use a positive Timeout and a Window up to 1m (0 for the defaults)", o.Control))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+	}
+	return nil
+}
+
+// Node is a worker binary: its job types and its command line. It holds no state between
+// commands; one Node may run many commands, one after another or at once.
+type Node struct {
+	opts Options
+}
+
+// New returns the node described by opts.
+func New(opts Options) (*Node, error) {
+	opts.fill()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Node{opts: opts}, nil
+}
+
+// Main builds the node described by opts and runs its command line (os.Args) with SIGINT and
+// SIGTERM stopping `run` gracefully (a leader hands over its lease). It exits with the command's
+// status: 0 on success, 1 on failure, 2 on a usage mistake or invalid opts.
+func Main(opts Options) {
+	n, err := New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	n.Main()
+}
+
+// Main runs the command line (os.Args) and exits with its status; see the package function Main.
+func (n *Node) Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := n.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand of the command line.
+type command struct {
+	name, summary, example string
+	flags                  func() *flagSet // the command's flag set, for `env` and tests
+	run                    func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func (n *Node) commands() []command {
+	return []command{
+		{"run", "join the cluster: process shards, and coordinate when elected leader", "",
+			func() *flagSet { return n.newRunFlags().fs }, n.runCmd},
+		{"submit", "submit a job", `submit --type primes --params '{"from":0,"to":1000000,"shards":10}' [--wait]`,
+			func() *flagSet { return n.newSubmitFlags().fs }, n.submitCmd},
+		{"status", "show the leader and jobs", "status [JOB] [--json]",
+			func() *flagSet { return n.newStatusFlags().fs }, n.statusCmd},
+		{"result", "print a job's result", "result JOB",
+			func() *flagSet { return n.newJobFlags("result").fs }, n.resultCmd},
+		{"cancel", "cancel a job", "cancel JOB",
+			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
+		{"types", "list the job types of the running workers", "types [--json]",
+			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
+		{"env", "list the environment variables the binary reads", "env",
+			func() *flagSet { return n.newFlagSet("env") }, n.envCmd},
+	}
+}
+
+func (n *Node) usage() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: %s <command> [flags]\n\ncommands:\n", n.opts.Name)
+	for _, c := range n.commands() {
+		line := fmt.Sprintf("  %-8s %s", c.name, c.summary)
+		if c.example != "" {
+			line = fmt.Sprintf("%-52s %s %s", line+":", n.opts.Name, c.example)
+		}
+		fmt.Fprintln(&b, strings.TrimRight(line, " "))
+	}
+	fmt.Fprintf(&b, "\nRun '%s <command> -h' for the flags of a command.\n", n.opts.Name)
+	return b.String()
+}
+
+// Run runs one command of the command line (args without the program name) and returns its exit
+// status: 0 on success, 1 on failure, 2 on a usage mistake. It writes results to stdout, and
+// errors, help and logs to stderr.
+func (n *Node) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, n.usage())
 		return 2
 	}
-	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"run": runCmd, "submit": submitCmd, "status": statusCmd, "result": resultCmd, "cancel": cancelCmd,
-		"env": func(_ context.Context, _ []string, out, _ io.Writer) error { registerAll(); printEnv(out); return nil },
+	var cmd *command
+	for _, c := range n.commands() {
+		if c.name == args[0] {
+			cmd = &c
+			break
+		}
 	}
-	cmd, ok := cmds[args[0]]
-	if !ok {
+	if cmd == nil {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			fmt.Fprint(stdout, usage)
+			fmt.Fprint(stdout, n.usage())
 			return 0
 		}
-		fmt.Fprintf(stderr, "worker: unknown command %q\n\n%s", args[0], usage)
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", n.opts.Name, args[0], n.usage())
 		return 2
 	}
-	err := cmd(ctx, args[1:], stdout, stderr)
+	err := cmd.run(ctx, args[1:], stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s %s: %v\n", n.opts.Name, args[0], err)
 		return 2
 	default:
-		fmt.Fprintf(stderr, "worker %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s %s: %v\n", n.opts.Name, args[0], err)
 		return 1
 	}
-}
-
-// registerAll builds every subcommand's flag set, so knownEnv lists every variable.
-func registerAll() {
-	newRunFlags()
-	newSubmitFlags()
-	newStatusFlags()
-	newJobFlags("result")
-	newJobFlags("cancel")
-}
-
-// usageError is a mistake in the command line or its input; it exits with status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == errUsage }
-
-func usageErr(format string, a ...any) error {
-	for _, v := range a {
-		if err, ok := v.(error); ok && errors.Is(err, flag.ErrHelp) {
-			return flag.ErrHelp
-		}
-	}
-	return usageError{fmt.Sprintf(format, a...)}
 }

@@ -3,11 +3,9 @@ package node
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -19,95 +17,90 @@ import (
 	"github.com/mapagg/mapagg/worker"
 )
 
+// runFlags maps the flags (and environment) of `run` onto a Config.
 type runFlags struct {
 	common
-	id                 string
-	leaseDuration      time.Duration
-	concurrency        int
-	maxAttempts        int
-	shardTimeout       time.Duration
-	checkpointInterval time.Duration
-	retryInterval      time.Duration
-	startupTimeout     time.Duration
-	mapDelay           time.Duration
-	fs                 *flag.FlagSet
+	cfg Config
+	fs  *flagSet
 }
 
-func newRunFlags() *runFlags {
-	f := &runFlags{fs: flag.NewFlagSet("run", flag.ContinueOnError)}
-	fs := f.fs
+func (n *Node) newRunFlags() *runFlags {
+	f := &runFlags{fs: n.newFlagSet("run")}
+	fs, d := f.fs, DefaultConfig()
 	f.common.register(fs)
-	fs.StringVar(&f.id, "id", election.DefaultIdentity(), "this worker's id (default hostname-pid)")
+	fs.StringVar(&f.cfg.ID, "id", d.ID, "this worker's id (default hostname-pid)")
 	bindEnv(fs, "id", "WORKER_ID")
-	fs.DurationVar(&f.leaseDuration, "lease-duration", 15*time.Second, "leader lease duration, 15s to 60s")
+	fs.DurationVar(&f.cfg.LeaseDuration, "lease-duration", d.LeaseDuration, "leader lease duration, 15s to 60s")
 	bindEnv(fs, "lease-duration", "LEASE_DURATION")
-	fs.DurationVar(&f.retryInterval, "acquire-interval", time.Second, "how often a follower tries to take the lease")
+	fs.DurationVar(&f.cfg.AcquireInterval, "acquire-interval", d.AcquireInterval, "how often a follower tries to take the lease")
 	bindEnv(fs, "acquire-interval", "ACQUIRE_INTERVAL")
-	fs.IntVar(&f.concurrency, "concurrency", runtime.NumCPU(), "shards processed at once")
+	fs.IntVar(&f.cfg.Concurrency, "concurrency", d.Concurrency, "shards processed at once")
 	bindEnv(fs, "concurrency", "WORKER_CONCURRENCY")
-	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "attempts per shard before its job fails")
+	fs.IntVar(&f.cfg.MaxAttempts, "max-attempts", d.MaxAttempts, "attempts per shard before its job fails")
 	bindEnv(fs, "max-attempts", "MAX_ATTEMPTS")
-	fs.DurationVar(&f.shardTimeout, "shard-timeout", 30*time.Second, "a shard not finished or marked in progress within this is redelivered")
+	fs.DurationVar(&f.cfg.ShardTimeout, "shard-timeout", d.ShardTimeout, "a shard not finished or marked in progress within this is redelivered")
 	bindEnv(fs, "shard-timeout", "SHARD_TIMEOUT")
-	fs.DurationVar(&f.checkpointInterval, "checkpoint-interval", 200*time.Millisecond, "how often the leader checkpoints running jobs")
+	fs.DurationVar(&f.cfg.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often the leader checkpoints running jobs")
 	bindEnv(fs, "checkpoint-interval", "CHECKPOINT_INTERVAL")
-	fs.DurationVar(&f.startupTimeout, "startup-timeout", 60*time.Second, "how long to wait for storage and NATS at start")
+	fs.DurationVar(&f.cfg.StartupTimeout, "startup-timeout", d.StartupTimeout, "how long to wait for storage and NATS at start")
 	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
-	fs.DurationVar(&f.mapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
+	fs.DurationVar(&f.cfg.MapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	bindEnv(fs, "map-delay", "MAP_DELAY")
 	return f
 }
 
-func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newRunFlags()
+// config is the Config the flags describe.
+func (f *runFlags) config(log *slog.Logger) Config {
+	c := f.cfg
+	c.StorageConnectionString, c.NATSURL = f.connStr, f.natsURL
+	c.JobsContainer, c.Queue, c.LeaseContainer, c.StreamPrefix = f.jobsContainer, f.queueName, f.leaseContainer, f.streamPrefix
+	c.Logger = log
+	return c
+}
+
+func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newRunFlags()
 	f.fs.SetOutput(stderr)
-	if err := parse(f.fs, args); err != nil {
+	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
 	}
 	if f.fs.NArg() > 0 {
 		return usageErr("unexpected arguments %v", f.fs.Args())
 	}
-	if err := f.check(); err != nil {
-		return usageErr("%v", err)
-	}
 	log, err := f.logger(stderr)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	log = log.With("worker", f.id)
+	cfg := f.config(log)
+	if err := cfg.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	return n.Serve(ctx, cfg)
+}
 
-	ecfg := election.DefaultConfig()
-	ecfg.Identity, ecfg.Container, ecfg.LeaseDuration, ecfg.RetryInterval = f.id, f.leaseContainer, f.leaseDuration, f.retryInterval
-	ecfg.RenewInterval = f.leaseDuration / 3
-	ecfg.Logger = log
-	if err := ecfg.Validate(); err != nil {
-		return usageErr("%v", err)
+// Serve runs a node until ctx ends: it processes shards of the registry's job types, coordinates
+// while it holds the leader lease, and answers the cluster's control requests (validate, types).
+// When ctx ends a leader releases its lease. Zero fields of cfg take their defaults; an invalid
+// cfg is an error matching ErrBadConfig, before anything is touched.
+func (n *Node) Serve(ctx context.Context, cfg Config) error {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	ccfg := coordinator.DefaultConfig()
-	ccfg.CheckpointInterval, ccfg.Logger = f.checkpointInterval, log
-	if err := ccfg.Validate(); err != nil {
-		return usageErr("%v", err)
-	}
-	wcfg := worker.DefaultConfig()
-	wcfg.ID, wcfg.Concurrency, wcfg.MaxAttempts, wcfg.MapDelay, wcfg.Logger = f.id, f.concurrency, f.maxAttempts, f.mapDelay, log
-	if err := wcfg.Validate(); err != nil {
-		return usageErr("%v", err)
-	}
-	bcfg := bus.Config{Prefix: f.streamPrefix, ShardTimeout: f.shardTimeout}
-	if err := bcfg.Validate(); err != nil {
-		return usageErr("%v", err)
-	}
+	p := cfg.parts()
+	log := p.worker.Logger
+	p.coordinator.Registry, p.worker.Registry = n.opts.Registry, n.opts.Registry
 
-	blobClient, err := f.blob()
+	blobClient, err := store.NewClient(cfg.StorageConnectionString)
 	if err != nil {
 		return err
 	}
-	jobsC := store.New(blobClient, f.jobsContainer)
-	q, err := queue.New(f.connStr, f.queueName)
+	jobsC := store.New(blobClient, cfg.JobsContainer)
+	q, err := queue.New(cfg.StorageConnectionString, cfg.Queue)
 	if err != nil {
 		return err
 	}
-	b, err := connectCluster(ctx, log, f.startupTimeout, f.natsURL, f.id, bcfg, func(ctx context.Context) error {
+	b, err := connectCluster(ctx, log, cfg.StartupTimeout, cfg.NATSURL, cfg.ID, p.bus, func(ctx context.Context) error {
 		if err := jobsC.Ensure(ctx); err != nil {
 			return err
 		}
@@ -119,21 +112,21 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer b.Close()
 
 	env := store.NewEnv(blobClient)
-	coord, err := coordinator.New(ccfg, jobsC, q, b, env)
+	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(wcfg, b, jobsC, env)
+	w, err := worker.New(p.worker, b, jobsC, env)
 	if err != nil {
 		return err
 	}
-	ecfg.Healthy = coord.Healthy
-	ecfg.OnRelease = func(t election.Term) {
+	p.election.Healthy = coord.Healthy
+	p.election.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {
 			log.Warn("announce release", "err", err)
 		}
 	}
-	el, err := election.NewAzure(blobClient, ecfg)
+	el, err := election.NewAzure(blobClient, p.election)
 	if err != nil {
 		return err
 	}
@@ -142,9 +135,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer stopSub()
+	resp, err := startResponder(b.Conn(), b.Config().Prefix, cfg.ID, n.opts.Registry, log)
+	if err != nil {
+		return err
+	}
+	defer resp.stop()
 
-	log.Info("worker started", "nats", f.natsURL, "jobs_container", f.jobsContainer, "queue", f.queueName,
-		"lease_duration", f.leaseDuration, "concurrency", f.concurrency)
+	log.Info("worker started", "nats", cfg.NATSURL, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
+		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

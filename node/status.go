@@ -18,11 +18,11 @@ type statusFlags struct {
 	common
 	json  bool
 	limit int
-	fs    *flag.FlagSet
+	fs    *flagSet
 }
 
-func newStatusFlags() *statusFlags {
-	f := &statusFlags{fs: flag.NewFlagSet("status", flag.ContinueOnError)}
+func (n *Node) newStatusFlags() *statusFlags {
+	f := &statusFlags{fs: n.newFlagSet("status")}
 	f.common.register(f.fs)
 	f.fs.BoolVar(&f.json, "json", false, "print JSON")
 	f.fs.IntVar(&f.limit, "limit", 50, "show at most this many of the most recent jobs")
@@ -41,10 +41,10 @@ type statusJSON struct {
 	Jobs   []*client.Status `json:"jobs"`
 }
 
-func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newStatusFlags()
+func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newStatusFlags()
 	f.fs.SetOutput(stderr)
-	if err := parse(f.fs, interleaved(f.fs, args)); err != nil {
+	if err := f.fs.parse(interleaved(f.fs.FlagSet, args)); err != nil {
 		return usageErr("%v", err)
 	}
 	if f.fs.NArg() > 1 {
@@ -67,7 +67,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if info != nil {
 		leader = &leaderJSON{ID: info.ID, Epoch: info.Epoch, Since: info.Since.UTC().Format(time.RFC3339)}
 	}
-	cl, done, err := f.client(ctx, false)
+	cl, done, err := n.client(&f.common, false)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,13 +21,13 @@ type submitFlags struct {
 	typ, params, paramsFile string
 	wait                    bool
 	poll                    time.Duration
-	fs                      *flag.FlagSet
+	fs                      *flagSet
 }
 
-func newSubmitFlags() *submitFlags {
-	f := &submitFlags{fs: flag.NewFlagSet("submit", flag.ContinueOnError)}
+func (n *Node) newSubmitFlags() *submitFlags {
+	f := &submitFlags{fs: n.newFlagSet("submit")}
 	f.common.register(f.fs)
-	f.fs.StringVar(&f.typ, "type", "", "job type: "+joinTypes())
+	f.fs.StringVar(&f.typ, "type", "", "job type: one this binary has ("+joinOrNone(n.opts.Registry.Types())+") or any the running workers have (see `types`)")
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
@@ -36,28 +35,17 @@ func newSubmitFlags() *submitFlags {
 	return f
 }
 
-func joinTypes() string {
-	s := ""
-	for i, t := range jobs.Default().Types() {
-		if i > 0 {
-			s += ", "
-		}
-		s += t
-	}
-	return s
-}
-
-func submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newSubmitFlags()
+func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newSubmitFlags()
 	f.fs.SetOutput(stderr)
-	if err := parse(f.fs, args); err != nil {
+	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
 	}
 	if f.fs.NArg() > 0 {
 		return usageErr("unexpected arguments %v", f.fs.Args())
 	}
 	if f.typ == "" {
-		return usageErr("--type is required (one of %s)", joinTypes())
+		return usageErr("--type is required: a type this binary has (%s) or one the running workers have (`%s types` lists them)", joinOrNone(n.opts.Registry.Types()), n.opts.Name)
 	}
 	if f.params != "" && f.paramsFile != "" {
 		return usageErr("give --params or --params-file, not both")
@@ -75,20 +63,30 @@ func submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !json.Valid(params) {
 		return usageErr("--params is not valid JSON: %s", oneLine(string(params), 120))
 	}
+	// A type this binary has is validated before anything else, without storage or NATS.
+	if _, err := n.opts.Registry.Lookup(f.typ); err == nil {
+		if _, err := (&client.Client{Registry: n.opts.Registry}).Validate(ctx, f.typ, params); err != nil {
+			return usageErr("%v", err)
+		}
+	}
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
-	cl, done, err := f.client(ctx, true)
+	cl, done, err := n.client(&f.common, true)
 	if err != nil {
 		return err
 	}
 	defer done()
-	// Refuse a bad job before touching storage at all.
-	if _, err := cl.Validate(f.typ, params); err != nil {
-		return usageErr("%v", err)
-	}
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// Refuse a bad job before touching storage at all (Submit validates again, locally or by
+	// asking the cluster, before it writes).
+	if _, err := cl.Validate(tctx, f.typ, params); err != nil {
+		if errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) {
+			return usageErr("%v", err)
+		}
+		return err
+	}
 	if err := f.ensure(tctx); err != nil {
 		return err
 	}

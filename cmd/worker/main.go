@@ -5,16 +5,8 @@
 package main
 
 import (
-	"log"
-
 	"github.com/mapagg/mapagg/builtin"
-	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/node"
 )
 
-func main() {
-	if err := builtin.Register(jobs.Default()); err != nil {
-		log.Fatal(err)
-	}
-	node.Main()
-}
+func main() { node.Main(node.Options{Registry: builtin.Registry()}) }

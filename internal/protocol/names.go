@@ -1,6 +1,9 @@
 package protocol
 
-import "strconv"
+import (
+	"encoding/hex"
+	"strconv"
+)
 
 // Names are the NATS names of one cluster, all derived from its prefix (default "mapagg"). Every
 // stream, subject and de-duplication id the cluster uses is built here and nowhere else.
@@ -59,4 +62,24 @@ func upper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// ValidateSubject is the core-NATS request subject on which the workers that have job type typ
+// validate its parameters (one queue group, so one of them answers). A type name holding '.' is
+// hex-encoded after a '=' (a character type names never hold), so that every type is exactly one
+// subject token and no two types share a subject.
+func (n Names) ValidateSubject(typ string) string {
+	return n.Prefix + ".ctl.validate." + typeToken(typ)
+}
+
+// TypesSubject is the core-NATS request subject every worker answers with its id and job types.
+func (n Names) TypesSubject() string { return n.Prefix + ".ctl.types" }
+
+func typeToken(typ string) string {
+	for i := 0; i < len(typ); i++ {
+		if typ[i] == '.' {
+			return "=" + hex.EncodeToString([]byte(typ))
+		}
+	}
+	return typ
 }

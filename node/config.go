@@ -1,0 +1,161 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/coordinator"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/worker"
+)
+
+// Config configures a running node (`worker run`, Node.Serve). Zero fields take their defaults
+// (DefaultConfig) in Serve; Validate checks the values as given after defaulting. Each field is
+// set by the `run` flag named in its comment, or by the flag's environment variable.
+type Config struct {
+	// StorageConnectionString reaches Azure Storage (blobs and the queue). Required.
+	// --azure-connection-string.
+	StorageConnectionString string
+	// NATSURL is the NATS server URL(s), comma-separated. Default nats://127.0.0.1:4222. --nats-url.
+	NATSURL string
+	// JobsContainer holds job specs, checkpoints and results. Default "jobs". --jobs-container.
+	JobsContainer string
+	// Queue is the Azure Storage queue of submitted job ids. Default "jobs". --queue.
+	Queue string
+	// LeaseContainer holds the leader lease blob. Default "leader". --lease-container.
+	LeaseContainer string
+	// StreamPrefix prefixes the JetStream streams and NATS subjects. Default "mapagg". --stream-prefix.
+	StreamPrefix string
+
+	// ID names this worker in the lease, logs and `worker types`. Default hostname-pid. --id.
+	ID string
+	// LeaseDuration is the leader lease, 15s to 60s. Default 15s. --lease-duration.
+	LeaseDuration time.Duration
+	// AcquireInterval is how often a follower tries to take the lease. Default 1s. --acquire-interval.
+	AcquireInterval time.Duration
+	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
+	Concurrency int
+	// MaxAttempts is the attempts per shard before its job fails. Default 3. --max-attempts.
+	MaxAttempts int
+	// ShardTimeout: a shard not finished or marked in progress within it is redelivered.
+	// Default 30s. --shard-timeout.
+	ShardTimeout time.Duration
+	// CheckpointInterval is how often the leader checkpoints running jobs. Default 200ms.
+	// --checkpoint-interval.
+	CheckpointInterval time.Duration
+	// StartupTimeout bounds the wait for storage and NATS at start. Default 60s. --startup-timeout.
+	StartupTimeout time.Duration
+	// MapDelay is added to every map step, to slow jobs down for failover demos and tests.
+	// Default 0. --map-delay.
+	MapDelay time.Duration
+
+	// Logger receives the node's logs. Default slog.Default(). --log-level sets the CLI's.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of every field but StorageConnectionString.
+func DefaultConfig() Config {
+	return Config{
+		NATSURL:            "nats://127.0.0.1:4222",
+		JobsContainer:      "jobs",
+		Queue:              "jobs",
+		LeaseContainer:     "leader",
+		StreamPrefix:       "mapagg",
+		ID:                 election.DefaultIdentity(),
+		LeaseDuration:      15 * time.Second,
+		AcquireInterval:    time.Second,
+		Concurrency:        runtime.NumCPU(),
+		MaxAttempts:        3,
+		ShardTimeout:       30 * time.Second,
+		CheckpointInterval: 200 * time.Millisecond,
+		StartupTimeout:     60 * time.Second,
+		Logger:             slog.Default(),
+	}
+}
+
+// fill sets every zero field to its default; the one place defaults are applied.
+func (c *Config) fill() {
+	d := DefaultConfig()
+	def := func(v *string, dv string) {
+		if *v == "" {
+			*v = dv
+		}
+	}
+	dur := func(v *time.Duration, dv time.Duration) {
+		if *v == 0 {
+			*v = dv
+		}
+	}
+	def(&c.NATSURL, d.NATSURL)
+	def(&c.JobsContainer, d.JobsContainer)
+	def(&c.Queue, d.Queue)
+	def(&c.LeaseContainer, d.LeaseContainer)
+	def(&c.StreamPrefix, d.StreamPrefix)
+	def(&c.ID, d.ID)
+	dur(&c.LeaseDuration, d.LeaseDuration)
+	dur(&c.AcquireInterval, d.AcquireInterval)
+	dur(&c.ShardTimeout, d.ShardTimeout)
+	dur(&c.CheckpointInterval, d.CheckpointInterval)
+	dur(&c.StartupTimeout, d.StartupTimeout)
+	if c.Concurrency == 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+}
+
+// parts are the configurations of the node's parts, derived from a Config.
+type parts struct {
+	election    election.Config
+	coordinator coordinator.Config
+	worker      worker.Config
+	bus         bus.Config
+}
+
+func (c Config) parts() parts {
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("worker", c.ID)
+	p := parts{election: election.DefaultConfig(), coordinator: coordinator.DefaultConfig(), worker: worker.DefaultConfig()}
+	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
+	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
+	p.election.Logger = log
+	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
+	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
+	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout}
+	return p
+}
+
+// Validate reports every problem with c (its own and those of the parts it configures: election,
+// coordinator, worker, bus) and what to change. Zero fields are checked as their defaults.
+func (c Config) Validate() error {
+	c.fill()
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.StorageConnectionString == "" {
+		add("no storage connection string: pass --azure-connection-string or set AZURE_STORAGE_CONNECTION_STRING (Config.StorageConnectionString)")
+	}
+	if c.StartupTimeout < 0 {
+		add("startup timeout %v: use a positive duration (--startup-timeout)", c.StartupTimeout)
+	}
+	p := c.parts()
+	for _, v := range []interface{ Validate() error }{p.election, p.coordinator, p.worker, p.bus} {
+		if err := v.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+	}
+	return nil
+}

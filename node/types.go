@@ -1,0 +1,84 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+type typesFlags struct {
+	common
+	json   bool
+	window time.Duration
+	fs     *flagSet
+}
+
+func (n *Node) newTypesFlags() *typesFlags {
+	f := &typesFlags{fs: n.newFlagSet("types")}
+	f.common.register(f.fs)
+	f.fs.BoolVar(&f.json, "json", false, "print JSON")
+	f.fs.DurationVar(&f.window, "wait", n.opts.Control.Window, "how long to collect the running workers' answers")
+	return f
+}
+
+// typeJSON is one job type of `worker types --json`.
+type typeJSON struct {
+	Type    string   `json:"type"`
+	Workers []string `json:"workers"`
+}
+
+type typesJSON struct {
+	Types   []typeJSON            `json:"types"`
+	Workers []protocol.TypesReply `json:"workers"`
+}
+
+func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newTypesFlags()
+	f.fs.SetOutput(stderr)
+	if err := f.fs.parse(args); err != nil {
+		return usageErr("%v", err)
+	}
+	if f.fs.NArg() > 0 {
+		return usageErr("unexpected arguments %v", f.fs.Args())
+	}
+	if f.window <= 0 || f.window > time.Minute {
+		return usageErr("--wait %v: use a duration above 0 and at most 1m", f.window)
+	}
+	b, err := f.connectNATS(n.opts.Name + "-cli")
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	workers, err := gatherTypes(ctx, b.Conn(), f.names(), f.window)
+	if err != nil {
+		return err
+	}
+	if len(workers) == 0 {
+		return noWorkers(f.natsURL, f.names())
+	}
+	out := typesJSON{Workers: workers}
+	for _, t := range unionTypes(workers) {
+		tj := typeJSON{Type: t, Workers: []string{}}
+		for _, w := range workers {
+			if slices.Contains(w.Types, t) {
+				tj.Workers = append(tj.Workers, w.Worker)
+			}
+		}
+		out.Types = append(out.Types, tj)
+	}
+	if f.json {
+		return writeJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tWORKERS")
+	for _, t := range out.Types {
+		fmt.Fprintf(tw, "%s\t%d of %d: %s\n", t.Type, len(t.Workers), len(workers), strings.Join(t.Workers, ", "))
+	}
+	return tw.Flush()
+}
