@@ -64,20 +64,27 @@ var (
 
 // Status is a job as `worker status` shows it.
 type Status struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	State       jobs.State      `json:"state"`
-	ShardsTotal int             `json:"shards_total"`
-	ShardsDone  int             `json:"shards_done"`
-	Error       string          `json:"error,omitempty"`
-	SubmittedAt time.Time       `json:"submitted_at"`
-	UpdatedAt   *time.Time      `json:"updated_at,omitempty"`
-	FinishedAt  *time.Time      `json:"finished_at,omitempty"`
-	PlanEpoch   uint64          `json:"plan_epoch,omitempty"`
-	Epoch       uint64          `json:"epoch,omitempty"` // epoch of the leader that last checkpointed it
-	Duplicates  int64           `json:"duplicates"`      // results dropped because their shard was already merged
-	Result      json.RawMessage `json:"-"`
+	ID          string     `json:"id"`
+	Type        string     `json:"type"`
+	State       jobs.State `json:"state"`
+	ShardsTotal int        `json:"shards_total"`
+	ShardsDone  int        `json:"shards_done"`
+	Error       string     `json:"error,omitempty"`
+	SubmittedAt time.Time  `json:"submitted_at"`
+	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	PlanEpoch   uint64     `json:"plan_epoch,omitempty"`
+	Epoch       uint64     `json:"epoch,omitempty"` // epoch of the leader that last checkpointed it
+	Duplicates  int64      `json:"duplicates"`      // results dropped because their shard was already merged
+	// Unreadable is set (and State is StateUnreadable) when List could not read this job's spec
+	// or checkpoint: it says why, so one damaged job does not hide the others.
+	Unreadable string          `json:"unreadable,omitempty"`
+	Result     json.RawMessage `json:"-"`
 }
+
+// StateUnreadable is the State List reports for a job whose spec or checkpoint cannot be read
+// or decoded (Status.Unreadable says why). It is not a state a job is ever stored in.
+const StateUnreadable jobs.State = "unreadable"
 
 func (c *Client) now() time.Time {
 	if c.Now == nil {
@@ -205,7 +212,11 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("status of %s: %w", ids[i], err)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("status of %s: %w", ids[i], err)
+			}
+			// One damaged job must not hide the others: show it with what is wrong.
+			st = &Status{ID: ids[i], State: StateUnreadable, Unreadable: err.Error()}
 		}
 		out = append(out, *st)
 	}

@@ -327,3 +327,48 @@ func TestClient_List(t *testing.T) {
 		t.Fatalf("List(0) = %d jobs, %v; want 3", len(list), err)
 	}
 }
+
+// One corrupt spec or checkpoint does not break the list: that job is shown with its error and
+// the others as they are.
+func TestClient_List_UnreadableJobShownWithItsError(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	clock := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	e.cl.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
+	var ids []string
+	for i := 0; i < 3; i++ {
+		id, err := e.cl.Submit(ctx, "pi", json.RawMessage(`{"samples":1000,"shards":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := e.jobs.Put(ctx, protocol.SpecBlob(ids[0]), []byte(`{"id":`), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.jobs.Put(ctx, protocol.CheckpointBlob(ids[1]), []byte("not a checkpoint"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.cl.List(ctx, 0)
+	if err != nil {
+		t.Fatalf("List with two damaged jobs: %v", err)
+	}
+	if len(list) != 3 {
+		t.Fatalf("List = %d jobs, want 3: %+v", len(list), list)
+	}
+	for i, want := range []string{"bad job spec", "bad checkpoint", ""} {
+		st := list[i]
+		if st.ID != ids[i] {
+			t.Fatalf("list[%d] is %s, want %s", i, st.ID, ids[i])
+		}
+		if want == "" {
+			if st.State != jobs.StateQueued || st.Unreadable != "" {
+				t.Errorf("intact job %s: state %s, unreadable %q", st.ID, st.State, st.Unreadable)
+			}
+			continue
+		}
+		if st.State != client.StateUnreadable || !strings.Contains(st.Unreadable, want) {
+			t.Errorf("damaged job %s: state %s, unreadable %q; want %s and %q", st.ID, st.State, st.Unreadable, client.StateUnreadable, want)
+		}
+	}
+}

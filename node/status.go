@@ -124,7 +124,7 @@ func printJobs(w io.Writer, list []*client.Status) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tERROR")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, oneLine(s.Error, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, oneLine(s.Error+s.Unreadable, 80))
 	}
 	tw.Flush()
 }
