@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,11 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
-
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -62,7 +58,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // common holds the settings every subcommand needs to reach the cluster.
 type common struct {
-	connStr        string
+	connectFlags   // storage and NATS endpoints, credentials, stream replicas (connect.go)
 	natsURL        string
 	jobsContainer  string
 	queueName      string
@@ -73,8 +69,6 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.connStr, "azure-connection-string", "", "Azure Storage connection string (required)")
-	bindEnv(fs, "azure-connection-string", "AZURE_STORAGE_CONNECTION_STRING")
 	fs.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	bindEnv(fs, "nats-url", "NATS_URL")
 	fs.StringVar(&c.jobsContainer, "jobs-container", "jobs", "blob container for job specs, checkpoints and results")
@@ -87,13 +81,11 @@ func (c *common) register(fs *flag.FlagSet) {
 	bindEnv(fs, "stream-prefix", "STREAM_PREFIX")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bindEnv(fs, "log-level", "LOG_LEVEL")
+	c.connectFlags.register(fs)
 }
 
 func (c *common) check() error {
-	if c.connStr == "" {
-		return errors.New("no storage connection string: pass --azure-connection-string or set AZURE_STORAGE_CONNECTION_STRING")
-	}
-	return nil
+	return c.connectFlags.resolve(c.natsURL)
 }
 
 func (c *common) logger(w io.Writer) (*slog.Logger, error) {
@@ -104,22 +96,24 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-func (c *common) blob() (*azblob.Client, error) { return store.NewClient(c.connStr) }
-
 // client builds a job client; the NATS hint connection is optional and skipped when unreachable.
 func (c *common) client(ctx context.Context, withNATS bool) (*client.Client, func(), error) {
 	bc, err := c.blob()
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := queue.New(c.connStr, c.queueName)
+	q, err := c.queue(c.queueName)
 	if err != nil {
 		return nil, nil, err
 	}
 	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q}
 	closer := func() {}
 	if withNATS {
-		if b, err := bus.Connect(c.natsURL, "worker-cli", bus.Config{Prefix: c.streamPrefix}); err == nil {
+		opts, err := c.natsOptions()
+		if err != nil {
+			return nil, nil, err
+		}
+		if b, err := bus.Connect(c.natsURL, "worker-cli", c.busConfig(bus.Config{Prefix: c.streamPrefix}), opts...); err == nil {
 			cl.Notify = b
 			closer = b.Close
 		}
@@ -136,7 +130,7 @@ func (c *common) ensure(ctx context.Context) error {
 	if err := store.New(bc, c.jobsContainer).Ensure(ctx); err != nil {
 		return err
 	}
-	q, err := queue.New(c.connStr, c.queueName)
+	q, err := c.queue(c.queueName)
 	if err != nil {
 		return err
 	}

@@ -11,10 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
@@ -93,7 +94,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := wcfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
-	bcfg := bus.Config{Prefix: f.streamPrefix, ShardTimeout: f.shardTimeout}
+	bcfg := f.busConfig(bus.Config{Prefix: f.streamPrefix, ShardTimeout: f.shardTimeout})
 	if err := bcfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
@@ -103,11 +104,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	jobsC := store.New(blobClient, f.jobsContainer)
-	q, err := queue.New(f.connStr, f.queueName)
+	q, err := f.queue(f.queueName)
 	if err != nil {
 		return err
 	}
-	b, err := connectCluster(ctx, log, f.startupTimeout, f.natsURL, f.id, bcfg, func(ctx context.Context) error {
+	natsOpts, err := f.natsOptions()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	b, err := connectCluster(ctx, log, f.startupTimeout, f.natsURL, f.id, bcfg, natsOpts, func(ctx context.Context) error {
 		if err := jobsC.Ensure(ctx); err != nil {
 			return err
 		}
@@ -143,7 +148,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer stopSub()
 
-	log.Info("worker started", "nats", f.natsURL, "jobs_container", f.jobsContainer, "queue", f.queueName,
+	storageDesc, natsDesc := f.describe()
+	log.Info("worker started", "nats", f.natsURL, "nats_auth", natsDesc, "storage", storageDesc, "stream_replicas", bcfg.Replicas, "jobs_container", f.jobsContainer, "queue", f.queueName,
 		"lease_duration", f.leaseDuration, "concurrency", f.concurrency)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -168,11 +174,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // connectCluster connects to NATS and prepares streams and storage, retrying while the servers
 // come up (a compose cluster starts them side by side).
-func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration, url, name string, cfg bus.Config, prepare func(context.Context) error) (*bus.Bus, error) {
+func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration, url, name string, cfg bus.Config, opts []nats.Option, prepare func(context.Context) error) (*bus.Bus, error) {
 	deadline := time.Now().Add(within)
 	var last error
 	for attempt := 0; ; attempt++ {
-		b, err := bus.Connect(url, name, cfg)
+		b, err := bus.Connect(url, name, cfg, opts...)
+		if bus.Permanent(err) {
+			return nil, err // wrong settings or credentials: retrying cannot help
+		}
 		if err == nil {
 			octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			err = b.Ensure(octx)

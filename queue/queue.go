@@ -17,6 +17,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+
+	"github.com/mapagg/mapagg/store"
 )
 
 // ErrNotFound: the queue does not exist.
@@ -36,15 +38,28 @@ type Queue struct {
 	qc   *azqueue.QueueClient
 }
 
+// ClientOptions are the SDK options this project uses: a bounded time per try and a few retries.
+func ClientOptions() *azqueue.ClientOptions {
+	return &azqueue.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
+		MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+	}}}
+}
+
 // New returns the queue name of the account in connectionString.
 func New(connectionString, name string) (*Queue, error) {
-	qc, err := azqueue.NewQueueClientFromConnectionString(connectionString, name, &azqueue.ClientOptions{
-		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
-			MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
-		}},
-	})
+	qc, err := azqueue.NewQueueClientFromConnectionString(connectionString, name, ClientOptions())
 	if err != nil {
 		return nil, fmt.Errorf("queue client: %w (check the storage connection string)", err)
+	}
+	return &Queue{name: name, qc: qc}, nil
+}
+
+// Open returns queue name of the account of clients (connection string, SAS or Entra ID), built
+// with ClientOptions.
+func Open(clients *store.Clients, name string) (*Queue, error) {
+	qc, err := clients.Queue(name, ClientOptions())
+	if err != nil {
+		return nil, err
 	}
 	return &Queue{name: name, qc: qc}, nil
 }
