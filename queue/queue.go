@@ -67,9 +67,18 @@ func Open(clients *store.Clients, name string) (*Queue, error) {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Ensure creates the queue when it is missing. Concurrent callers all succeed.
+// Ensure creates the queue when it is missing. Concurrent callers all succeed. A caller not
+// allowed to create queues succeeds when the queue exists and it can read it.
 func (q *Queue) Ensure(ctx context.Context) error {
 	_, err := q.qc.Create(ctx, nil)
+	if err != nil && queueerror.HasCode(err, queueerror.AuthorizationPermissionMismatch, queueerror.AuthorizationFailure) {
+		// Least privilege (Storage Queue Data Message Processor + Sender) may not create queues: an
+		// existing queue we can read is enough.
+		if _, perr := q.qc.PeekMessages(ctx, nil); perr == nil {
+			return nil
+		}
+		return fmt.Errorf("create queue %s: %w (not allowed to create it and cannot read it: create the queue, or grant Storage Queue Data Message Processor and Sender on it)", q.name, err)
+	}
 	if err != nil && !queueerror.HasCode(err, queueerror.QueueAlreadyExists) {
 		return fmt.Errorf("create queue %s: %w", q.name, err)
 	}

@@ -236,7 +236,19 @@ func TestStorageAccount_EntraIDSendsBearerTokenOnBlobAndQueue(t *testing.T) {
 		mu.Lock()
 		seen = append(seen, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
 		mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
+		switch {
+		case r.Method == http.MethodPut && (strings.HasSuffix(r.URL.Path, "/leader") || strings.HasSuffix(r.URL.Path, "/q2")):
+			// A role scoped to an existing container or queue: creating it is not allowed.
+			w.Header().Set("x-ms-error-code", "AuthorizationPermissionMismatch")
+			w.WriteHeader(http.StatusForbidden)
+		case r.Method == http.MethodPut:
+			w.WriteHeader(http.StatusCreated)
+		case strings.HasSuffix(r.URL.Path, "/messages"):
+			w.Header().Set("Content-Type", "application/xml")
+			_, _ = w.Write([]byte(`<?xml version="1.0" encoding="utf-8"?><QueueMessagesList></QueueMessagesList>`))
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
 	}))
 	defer srv.Close()
 	cred := &fakeCred{}
@@ -259,9 +271,21 @@ func TestStorageAccount_EntraIDSendsBearerTokenOnBlobAndQueue(t *testing.T) {
 	if err := q.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Least privilege: not allowed to create, but the container and queue exist and are readable.
+	if err := store.New(c.Blob, "leader").Ensure(ctx); err != nil {
+		t.Fatalf("existing container, create forbidden: %v", err)
+	}
+	q2, err := queue.Open(c, "q2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q2.Ensure(ctx); err != nil {
+		t.Fatalf("existing queue, create forbidden: %v", err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"PUT /blobs/jobs Bearer entra-token", "PUT /queues/jobs Bearer entra-token"}
+	want := []string{"PUT /blobs/jobs Bearer entra-token", "PUT /queues/jobs Bearer entra-token", "PUT /blobs/leader Bearer entra-token",
+		"GET /blobs/leader Bearer entra-token", "PUT /queues/q2 Bearer entra-token", "GET /queues/q2/messages Bearer entra-token"}
 	if strings.Join(seen, "|") != strings.Join(want, "|") {
 		t.Fatalf("requests %q, want %q", seen, want)
 	}

@@ -79,9 +79,18 @@ func New(client *azblob.Client, name string) *Container {
 // Name is the container's name.
 func (c *Container) Name() string { return c.name }
 
-// Ensure creates the container when it is missing. Concurrent callers all succeed.
+// Ensure creates the container when it is missing. Concurrent callers all succeed. A caller not
+// allowed to create containers succeeds when the container exists and it can read it.
 func (c *Container) Ensure(ctx context.Context) error {
 	_, err := c.cc.Create(ctx, nil)
+	if err != nil && bloberror.HasCode(err, bloberror.AuthorizationPermissionMismatch, bloberror.AuthorizationFailure) {
+		// A role scoped to the container (least privilege) may not create containers: an existing
+		// container we can read is enough.
+		if _, perr := c.cc.GetProperties(ctx, nil); perr == nil {
+			return nil
+		}
+		return fmt.Errorf("create container %s: %w (not allowed to create it and cannot read it: create the container, or grant Storage Blob Data Contributor on it)", c.name, err)
+	}
 	if err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
 		return fmt.Errorf("create container %s: %w", c.name, err)
 	}
