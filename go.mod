@@ -14,6 +14,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/nats-io/nkeys v0.4.16
 	github.com/schollz/progressbar/v3 v3.19.1
+	go.yaml.in/yaml/v4 v4.0.0-rc.4
 	golang.org/x/sync v0.24.0
 	golang.org/x/term v0.47.0
 )
@@ -50,7 +51,6 @@ require (
 	github.com/sirupsen/logrus v1.10.1 // indirect
 	github.com/xhit/go-str2duration/v2 v2.1.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
-	go.yaml.in/yaml/v4 v4.0.0-rc.4 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260813180055-c1d0aacb2297 // indirect
 	golang.org/x/net v0.60.0 // indirect
