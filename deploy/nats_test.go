@@ -30,8 +30,17 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 	})
 	s := newStorage(t)
 	pw := passwordFile(t, workerPassword)
-	startWorker(t, "w1", append(s.args(), "--nats-url", nc.url(0), "--nats-user", "worker", "--nats-password-file", pw,
+	w := startWorker(t, "w1", append(s.args(), "--nats-url", nc.url(0), "--nats-user", "worker", "--nats-password-file", pw,
 		"--concurrency", "2")...)
+	defer func() {
+		w.stop()
+		if strings.Contains(w.log.String(), workerPassword) {
+			t.Errorf("the worker's log shows its NATS password:\n%s", w.log)
+		}
+		if !strings.Contains(w.log.String(), `"nats_auth":"user worker"`) {
+			t.Errorf("the start log does not name the NATS auth:\n%s", w.log)
+		}
+	}()
 
 	cl := jobClient(t, s)
 	// The submit-only user: its hint reaches the subject, and the server reports no violation.
