@@ -22,7 +22,9 @@ const (
 )
 
 // A worker whose NATS user has exactly the permissions docs/deploy.md lists runs jobs (as leader
-// and as worker), and a submit-only client with its narrower list can send the submit hint.
+// and as worker), and a submit-only client with its narrower list can send the submit hint. The
+// worker reaches storage by its endpoint URLs and a SAS file (lease, jobs container, queue, Env),
+// and its log shows neither the SAS nor the NATS password.
 func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 	nc := startNATS(t, 1, []*server.User{
 		{Username: "worker", Password: workerPassword, Permissions: workerPerms},
@@ -30,12 +32,15 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 	})
 	s := newStorage(t)
 	pw := passwordFile(t, workerPassword)
-	w := startWorker(t, "w1", append(s.args(), "--nats-url", nc.url(0), "--nats-user", "worker", "--nats-password-file", pw,
+	w := startWorker(t, "w1", append(s.sasArgs(t), "--nats-url", nc.url(0), "--nats-user", "worker", "--nats-password-file", pw,
 		"--concurrency", "2")...)
 	defer func() {
 		w.stop()
-		if strings.Contains(w.log.String(), workerPassword) {
-			t.Errorf("the worker's log shows its NATS password:\n%s", w.log)
+		if strings.Contains(w.log.String(), workerPassword) || strings.Contains(w.log.String(), "sig=") {
+			t.Errorf("the worker's log shows its NATS password or SAS:\n%s", w.log)
+		}
+		if !strings.Contains(w.log.String(), `"storage":"sas (blob http://127.0.0.1:`) {
+			t.Errorf("the start log does not name the storage auth:\n%s", w.log)
 		}
 		if !strings.Contains(w.log.String(), `"nats_auth":"user worker"`) {
 			t.Errorf("the start log does not name the NATS auth:\n%s", w.log)

@@ -3,9 +3,13 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,6 +203,38 @@ func newStorage(t *testing.T) storageNames {
 
 func (s storageNames) args() []string {
 	return []string{"--azure-connection-string", s.conn, "--jobs-container", s.jobs, "--queue", s.queue, "--lease-container", s.lease}
+}
+
+// sasArgs are args with the account reached by its endpoint URLs and an account SAS (blob and
+// queue) in a file, instead of the connection string.
+func (s storageNames) sasArgs(t *testing.T) []string {
+	t.Helper()
+	var blobURL, queueURL string
+	for _, part := range strings.Split(s.conn, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "BlobEndpoint":
+			blobURL = v
+		case "QueueEndpoint":
+			queueURL = v
+		}
+	}
+	const version = "2021-08-06"
+	se := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	key, err := base64.StdEncoding.DecodeString(testenv.AccountKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(strings.Join([]string{testenv.AccountName, "rwdlacup", "bq", "sco", "", se, "", "https,http", version, "", ""}, "\n")))
+	sas := url.Values{"sv": {version}, "ss": {"bq"}, "srt": {"sco"}, "sp": {"rwdlacup"}, "se": {se}, "spr": {"https,http"},
+		"sig": {base64.StdEncoding.EncodeToString(mac.Sum(nil))}}.Encode()
+	f := filepath.Join(t.TempDir(), "sas")
+	if err := os.WriteFile(f, []byte(sas+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--storage-account-url", blobURL, "--storage-queue-url", queueURL, "--storage-sas-file", f,
+		"--jobs-container", s.jobs, "--queue", s.queue, "--lease-container", s.lease}
 }
 
 // startWorker runs `worker run args...` and returns once it has logged "worker started" (so its

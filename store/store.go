@@ -1,7 +1,10 @@
 // Package store is the blob-storage adapter: one container of Azure Blob Storage (Azurite in tests
 // and local runs) seen as a small key/value store with conditional writes, which is all the
 // coordinator, the worker and the CLI need. SDK errors are translated here into the sentinels
-// below, so no other package looks at bloberror codes.
+// below, so no other package looks at bloberror codes. Account (account.go) says how to reach the
+// storage account — a connection string, endpoint URLs with a SAS, or endpoint URLs with Microsoft
+// Entra ID (azidentity) — and builds the blob client and the queue clients the same way from it;
+// its secrets never appear in its errors, String or LogValue.
 //
 // Guarantees: Put with IfMatch writes only if the blob's ETag is unchanged, and with IfNoneMatch
 // only if the blob does not exist; both are enforced by the storage service, so they fence writers
