@@ -79,7 +79,7 @@ func (c *connectFlags) register(fs *flag.FlagSet) {
 func (c *connectFlags) resolve(natsURL string) error {
 	var errs []error
 	if c.sasFile != "" {
-		if _, ok := os.LookupEnv(envSASToken); ok && os.Getenv(envSASToken) != "" {
+		if os.Getenv(envSASToken) != "" {
 			errs = append(errs, fmt.Errorf("storage: both --storage-sas-file and %s are set: keep one", envSASToken))
 		}
 		b, err := os.ReadFile(c.sasFile)
