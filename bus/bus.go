@@ -110,16 +110,21 @@ type Bus struct {
 	deadStream                string
 }
 
-// Connect dials NATS at url (comma-separated for a cluster) as client name.
-func Connect(url, name string, cfg Config) (*Bus, error) {
+// Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
+// add credentials and TLS. Settings the server cannot honour fail with ErrMisconfigured.
+func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.fill()
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)
+	}
+	if err := checkServer(nc, cfg); err != nil {
+		nc.Close()
+		return nil, err
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {

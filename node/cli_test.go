@@ -159,16 +159,16 @@ func TestCommands_UsageErrors(t *testing.T) {
 		{[]string{"submit", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		// A type the binary has is validated before storage is needed.
 		{[]string{"submit", "--type", "squares", "--params", `{"n":0,"shards":1}`}, 2, `bad parameters for squares: "n" must be 1 to 1000000 (got 0)`},
-		{[]string{"submit", "--type", "primes", "--params", `{"from":0,"to":10,"shards":1}`}, 2, "no storage connection string: pass --azure-connection-string or set AZURE_STORAGE_CONNECTION_STRING"},
+		{[]string{"submit", "--type", "primes", "--params", `{"from":0,"to":10,"shards":1}`}, 2, "no storage account: pass --storage-account-url"},
 		{[]string{"status", "a", "b"}, 2, "at most one job id"},
-		{[]string{"status"}, 2, "no storage connection string"},
+		{[]string{"status"}, 2, "no storage account"},
 		{[]string{"result"}, 2, "expected one job id, got 0"},
 		{[]string{"cancel", conn, "a", "b"}, 2, "expected one job id, got 2"},
 		{[]string{"types", "extra"}, 2, "unexpected arguments"},
 		{[]string{"types", "--wait", "0s"}, 2, "--wait 0s: use a duration above 0"},
 		{[]string{"env", "extra"}, 2, "unexpected arguments"},
 		{[]string{"run", "extra"}, 2, "unexpected arguments"},
-		{[]string{"run"}, 2, "no storage connection string"},
+		{[]string{"run"}, 2, "no storage account"},
 		{[]string{"run", conn, "--log-level", "loud"}, 2, `log level "loud": use debug, info, warn or error`},
 		{[]string{"run", conn, "--lease-duration", "5s", "--concurrency", "-1"}, 2, "LeaseDuration 5s is outside Azure's range: set it between 15s and 1m0s\nworker: concurrency -1"},
 		{[]string{"run", conn, "--concurrency", "-1"}, 2, "concurrency -1"},
@@ -221,7 +221,7 @@ func TestCommands_EnvFallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := f.config(nil)
-	if cfg.LeaseDuration != 20*time.Second || cfg.Concurrency != 7 || cfg.JobsContainer != "fromflag" || cfg.StorageConnectionString != "UseDevelopmentStorage=true" {
+	if cfg.LeaseDuration != 20*time.Second || cfg.Concurrency != 7 || cfg.JobsContainer != "fromflag" || cfg.Storage.ConnectionString != "UseDevelopmentStorage=true" {
 		t.Fatalf("config from env and flags: %+v", cfg)
 	}
 	code, out, _ := run(t, n, "env")
@@ -246,11 +246,11 @@ func TestOptionsAndConfig_Validate(t *testing.T) {
 		t.Fatalf("New with an hour's window = %v", err)
 	}
 	d := DefaultConfig()
-	d.StorageConnectionString = "UseDevelopmentStorage=true"
+	d.Storage.ConnectionString = "UseDevelopmentStorage=true"
 	if err := d.Validate(); err != nil {
 		t.Fatalf("DefaultConfig with a connection string: %v", err)
 	}
-	if err := (Config{StorageConnectionString: "x"}).Validate(); err != nil {
+	if err := (Config{Storage: store.Account{ConnectionString: "x"}}).Validate(); err != nil {
 		t.Fatalf("zero fields take their defaults: %v", err)
 	}
 	// Every problem is reported at once.
@@ -259,7 +259,7 @@ func TestOptionsAndConfig_Validate(t *testing.T) {
 	if !errors.Is(err, ErrBadConfig) {
 		t.Fatalf("Validate = %v", err)
 	}
-	for _, want := range []string{"no storage connection string", "startup timeout", "5s"} {
+	for _, want := range []string{"no storage account", "startup timeout", "5s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate does not report %q:\n%v", want, err)
 		}

@@ -1,11 +1,13 @@
 package node
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/mapagg/mapagg/builtin"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -73,6 +75,7 @@ func TestCompose_CatchesDrift(t *testing.T) {
 		{"bad-submit.yml", `"shards"`},                      // the example job would be refused
 		{"wrong-endpoint.yml", "BlobEndpoint"},              // storage at a host no service has
 		{"bad-health-command.yml", "flag provided but not"}, // a flag `worker status` lacks
+		{"start-interval.yml", "start_interval"},            // Engine 25+ only
 	}
 	for _, tt := range tests {
 		t.Run(strings.TrimSuffix(tt.file, ".yml"), func(t *testing.T) {
@@ -106,6 +109,11 @@ func composeProblems(p *types.Project) []string {
 		}
 		if hc := s.HealthCheck; hc == nil || hc.Disable || len(hc.Test) < 2 || hc.Test[0] == "NONE" {
 			add("%s: no health check", name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
+		if hc := p.Services[name].HealthCheck; hc != nil && hc.StartInterval != nil {
+			add("%s: healthcheck.start_interval needs Docker Engine 25 (Engine 20.10, Debian 12's, refuses the whole file): drop it", name)
 		}
 	}
 
@@ -431,5 +439,78 @@ func TestDockerfile_StaticNonRootWithHealthCheck(t *testing.T) {
 	}
 	if err := checkArgs(args[1:]); err != nil {
 		t.Errorf("HEALTHCHECK %q: %v", args, err)
+	}
+}
+
+// TestDockerfile_BuildsWithoutBuildKit: the classic builder (DOCKER_BUILDKIT=0, Engine 20.10) sets
+// no platform arguments, knows no RUN --mount, and takes one name per ARG.
+func TestDockerfile_BuildsWithoutBuildKit(t *testing.T) {
+	data, err := os.ReadFile(dockerfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(data), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "#") {
+			continue
+		}
+		for _, v := range []string{"BUILDPLATFORM", "TARGETPLATFORM", "BUILDOS", "BUILDARCH"} {
+			if strings.Contains(l, "$"+v) || (strings.Contains(l, "${"+v) && !strings.Contains(l, "${"+v+":-")) {
+				t.Errorf("Dockerfile:%d: %s without a default (${%s:-...}): the classic builder leaves it empty", i+1, v, v)
+			}
+		}
+		if strings.Contains(l, "--mount=") {
+			t.Errorf("Dockerfile:%d: RUN --mount needs BuildKit", i+1)
+		}
+		if f := strings.Fields(l); len(f) > 2 && strings.EqualFold(f[0], "ARG") {
+			t.Errorf("Dockerfile:%d: %q: one name per ARG for the classic builder", i+1, l)
+		}
+	}
+}
+
+// TestCompose_WalkThroughIsSelfConsistent reads the takeover walk-through in the compose file's
+// comments: MAP_DELAY is exported (not set for one command), every `run` after the kill keeps
+// the killed worker down (--no-deps), and a detached submit is removed before `down -v`.
+// (No Docker daemon runs where the tests run; this checks the commands as written.)
+func TestCompose_WalkThroughIsSelfConsistent(t *testing.T) {
+	f, err := os.Open(composeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cmds []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "#"))
+		if cmd, _, _ := strings.Cut(l, "   "); strings.HasPrefix(cmd, "docker ") || strings.HasPrefix(cmd, "export ") ||
+			strings.HasPrefix(cmd, "MAP_DELAY=") || strings.HasPrefix(cmd, "unset ") {
+			cmds = append(cmds, strings.TrimSpace(cmd))
+		}
+	}
+	exported, killed, detachedName := false, false, ""
+	for _, c := range cmds {
+		switch {
+		case strings.HasPrefix(c, "MAP_DELAY="):
+			t.Errorf("%q: MAP_DELAY for one command only; the next compose command recreates the workers without it: export it", c)
+		case strings.HasPrefix(c, "export MAP_DELAY="):
+			exported = true
+		case strings.HasPrefix(c, "docker kill"):
+			killed = true
+		case strings.Contains(c, "compose") && strings.Contains(c, " run ") && exported && !strings.Contains(c, "--no-deps"):
+			t.Errorf("%q: without --no-deps, run restarts the killed worker through depends_on", c)
+		}
+		if strings.Contains(c, " run ") && strings.Contains(c, " -d ") {
+			if _, after, ok := strings.Cut(c, "--name "); ok {
+				detachedName = strings.Fields(after)[0]
+			} else {
+				t.Errorf("%q: a detached run needs --name so it can be removed before down -v", c)
+			}
+		}
+	}
+	if !exported || !killed {
+		t.Fatalf("walk-through not found (export MAP_DELAY %v, docker kill %v) in:\n%s", exported, killed, strings.Join(cmds, "\n"))
+	}
+	if detachedName != "" && !slices.ContainsFunc(cmds, func(c string) bool { return strings.HasPrefix(c, "docker rm -f "+detachedName) }) {
+		t.Errorf("the detached submit %s is never removed: `down -v` leaves it and the network behind", detachedName)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
 
@@ -17,9 +18,19 @@ import (
 // (DefaultConfig) in Serve; Validate checks the values as given after defaulting. Each field is
 // set by the `run` flag named in its comment, or by the flag's environment variable.
 type Config struct {
-	// StorageConnectionString reaches Azure Storage (blobs and the queue). Required.
-	// --azure-connection-string.
-	StorageConnectionString string
+	// Storage says how to reach and authenticate to Azure Storage (blobs and the queue): a
+	// connection string (account key; Azurite), or an account URL with Entra ID
+	// (DefaultAzureCredential) or a SAS token. Required. --azure-connection-string,
+	// --storage-account-url, --storage-queue-url, --storage-sas-file.
+	Storage store.Account
+	// NATSAuth holds the NATS credentials and TLS settings (creds file, nkey seed, user and
+	// password, CA, client certificate). Default none. --nats-creds, --nats-user, --nats-tls-ca, ...
+	NATSAuth bus.Auth
+	// StreamReplicas is the JetStream streams' replica count: 1 on one server, 3 on a NATS
+	// cluster; checked against the server at start. Default 1. --stream-replicas.
+	StreamReplicas int
+	// StreamStorage is "file" or "memory". Default "file". --stream-storage.
+	StreamStorage string
 	// NATSURL is the NATS server URL(s), comma-separated. Default nats://127.0.0.1:4222. --nats-url.
 	NATSURL string
 	// JobsContainer holds job specs, checkpoints and results. Default "jobs". --jobs-container.
@@ -57,7 +68,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns the defaults of every field but StorageConnectionString.
+// DefaultConfig returns the defaults of every field but Storage.
 func DefaultConfig() Config {
 	return Config{
 		NATSURL:            "nats://127.0.0.1:4222",
@@ -65,6 +76,8 @@ func DefaultConfig() Config {
 		Queue:              "jobs",
 		LeaseContainer:     "leader",
 		StreamPrefix:       "mapagg",
+		StreamReplicas:     1,
+		StreamStorage:      "file",
 		ID:                 election.DefaultIdentity(),
 		LeaseDuration:      15 * time.Second,
 		AcquireInterval:    time.Second,
@@ -95,6 +108,10 @@ func (c *Config) fill() {
 	def(&c.Queue, d.Queue)
 	def(&c.LeaseContainer, d.LeaseContainer)
 	def(&c.StreamPrefix, d.StreamPrefix)
+	def(&c.StreamStorage, d.StreamStorage)
+	if c.StreamReplicas == 0 {
+		c.StreamReplicas = d.StreamReplicas
+	}
 	def(&c.ID, d.ID)
 	dur(&c.LeaseDuration, d.LeaseDuration)
 	dur(&c.AcquireInterval, d.AcquireInterval)
@@ -132,7 +149,7 @@ func (c Config) parts() parts {
 	p.election.Logger = log
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
-	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout}
+	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout, Replicas: c.StreamReplicas, MemoryStorage: c.StreamStorage == "memory"}
 	return p
 }
 
@@ -142,9 +159,7 @@ func (c Config) Validate() error {
 	c.fill()
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.StorageConnectionString == "" {
-		add("no storage connection string: pass --azure-connection-string or set AZURE_STORAGE_CONNECTION_STRING (Config.StorageConnectionString)")
-	}
+	errs = append(errs, checkConnection(c.Storage, c.NATSAuth, c.NATSURL, c.StreamReplicas, c.StreamStorage)...)
 	if c.StartupTimeout < 0 {
 		add("startup timeout %v: use a positive duration (--startup-timeout)", c.StartupTimeout)
 	}

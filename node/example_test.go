@@ -41,7 +41,7 @@ func ExampleNode_Serve() {
 		return
 	}
 	cfg := node.DefaultConfig()
-	cfg.StorageConnectionString = os.Getenv("AZURE_STORAGE_CONNECTION_STRING")
+	cfg.Storage.ConnectionString = os.Getenv("AZURE_STORAGE_CONNECTION_STRING")
 	cfg.NATSURL = "nats://127.0.0.1:4222"
 	cfg.ID = "worker-1"
 	ctx, stop := context.WithCancel(context.Background())

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,12 +9,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
-
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -62,6 +58,12 @@ func bindEnv(fs *flagSet, name, env string) {
 	fs.env = append(fs.env, envFlag{Flag: name, Env: env, Usage: f.Usage})
 }
 
+// envOnly records an environment variable that no flag backs (a secret: a flag's value shows in
+// ps and shell history). The code that uses it reads it through fs.lookupEnv.
+func envOnly(fs *flagSet, env, usage string) {
+	fs.env = append(fs.env, envFlag{Env: env, Usage: usage})
+}
+
 // parse parses args, then fills every flag not given on the command line from its environment
 // variable. A bad value in the environment is an error that names the variable.
 func (fs *flagSet) parse(args []string) error {
@@ -71,6 +73,9 @@ func (fs *flagSet) parse(args []string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	for _, fe := range fs.env {
+		if fe.Flag == "" {
+			continue // env only: read where it is used
+		}
 		if v, ok := fs.lookupEnv(fe.Env); ok && !given[fe.Flag] && v != "" {
 			if err := fs.Set(fe.Flag, v); err != nil {
 				return fmt.Errorf("environment %s=%q: %v", fe.Env, v, err)
@@ -83,7 +88,7 @@ func (fs *flagSet) parse(args []string) error {
 // common holds the settings every subcommand needs to reach the cluster. Its defaults are
 // DefaultConfig's.
 type common struct {
-	connStr        string
+	connectFlags   // storage and NATS endpoints, credentials, stream replicas (connect.go)
 	natsURL        string
 	jobsContainer  string
 	queueName      string
@@ -94,8 +99,7 @@ type common struct {
 
 func (c *common) register(fs *flagSet) {
 	d := DefaultConfig()
-	fs.StringVar(&c.connStr, "azure-connection-string", "", "Azure Storage connection string (required)")
-	bindEnv(fs, "azure-connection-string", "AZURE_STORAGE_CONNECTION_STRING")
+	c.connectFlags.register(fs)
 	fs.StringVar(&c.natsURL, "nats-url", d.NATSURL, "NATS server URL(s), comma-separated")
 	bindEnv(fs, "nats-url", "NATS_URL")
 	fs.StringVar(&c.jobsContainer, "jobs-container", d.JobsContainer, "blob container for job specs, checkpoints and results")
@@ -111,10 +115,7 @@ func (c *common) register(fs *flagSet) {
 }
 
 func (c *common) check() error {
-	if c.connStr == "" {
-		return errors.New("no storage connection string: pass --azure-connection-string or set AZURE_STORAGE_CONNECTION_STRING")
-	}
-	return nil
+	return c.connectFlags.resolve(c.natsURL)
 }
 
 func (c *common) logger(w io.Writer) (*slog.Logger, error) {
@@ -125,13 +126,15 @@ func (c *common) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-func (c *common) blob() (*azblob.Client, error) { return store.NewClient(c.connStr) }
-
 func (c *common) names() protocol.Names { return protocol.NewNames(c.streamPrefix) }
 
 // connectNATS connects to NATS as a client of the cluster (not a member).
 func (c *common) connectNATS(name string) (*bus.Bus, error) {
-	return bus.Connect(c.natsURL, name, bus.Config{Prefix: c.streamPrefix})
+	opts, err := c.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	return bus.Connect(c.natsURL, name, c.busConfig(bus.Config{Prefix: c.streamPrefix}), opts...)
 }
 
 // client builds a job client with the node's registry. With withNATS it also connects to NATS,
@@ -142,7 +145,7 @@ func (n *Node) client(c *common, withNATS bool) (*client.Client, func(), error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := queue.New(c.connStr, c.queueName)
+	q, err := c.queue(c.queueName)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +175,7 @@ func (c *common) ensure(ctx context.Context) error {
 	if err := store.New(bc, c.jobsContainer).Ensure(ctx); err != nil {
 		return err
 	}
-	q, err := queue.New(c.connStr, c.queueName)
+	q, err := c.queue(c.queueName)
 	if err != nil {
 		return err
 	}
@@ -206,7 +209,11 @@ func (n *Node) envCmd(_ context.Context, args []string, stdout, stderr io.Writer
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(stdout, "%-34s --%-24s %s\n", name, known[name].Flag, strings.TrimSuffix(known[name].Usage, " (env "+name+")"))
+		flagName := "--" + known[name].Flag
+		if known[name].Flag == "" {
+			flagName = "(env only)"
+		}
+		fmt.Fprintf(stdout, "%-34s %-26s %s\n", name, flagName, strings.TrimSuffix(known[name].Usage, " (env "+name+")"))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
@@ -52,7 +54,8 @@ func (n *Node) newRunFlags() *runFlags {
 // config is the Config the flags describe.
 func (f *runFlags) config(log *slog.Logger) Config {
 	c := f.cfg
-	c.StorageConnectionString, c.NATSURL = f.connStr, f.natsURL
+	c.Storage, c.NATSAuth, c.NATSURL = f.account, f.natsAuth, f.natsURL
+	c.StreamReplicas, c.StreamStorage = f.streamReplicas, f.streamStorage
 	c.JobsContainer, c.Queue, c.LeaseContainer, c.StreamPrefix = f.jobsContainer, f.queueName, f.leaseContainer, f.streamPrefix
 	c.Logger = log
 	return c
@@ -66,6 +69,9 @@ func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	if f.fs.NArg() > 0 {
 		return usageErr("unexpected arguments %v", f.fs.Args())
+	}
+	if err := f.check(); err != nil {
+		return usageErr("%v", err)
 	}
 	log, err := f.logger(stderr)
 	if err != nil {
@@ -91,16 +97,21 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	log := p.worker.Logger
 	p.coordinator.Registry, p.worker.Registry = n.opts.Registry, n.opts.Registry
 
-	blobClient, err := store.NewClient(cfg.StorageConnectionString)
+	clients, err := cfg.Storage.Open()
 	if err != nil {
 		return err
 	}
+	blobClient := clients.Blob
 	jobsC := store.New(blobClient, cfg.JobsContainer)
-	q, err := queue.New(cfg.StorageConnectionString, cfg.Queue)
+	q, err := queue.Open(clients, cfg.Queue)
 	if err != nil {
 		return err
 	}
-	b, err := connectCluster(ctx, log, cfg.StartupTimeout, cfg.NATSURL, cfg.ID, p.bus, func(ctx context.Context) error {
+	natsOpts, err := cfg.NATSAuth.Options()
+	if err != nil {
+		return err
+	}
+	b, err := connectCluster(ctx, log, cfg.StartupTimeout, cfg.NATSURL, cfg.ID, p.bus, natsOpts, func(ctx context.Context) error {
 		if err := jobsC.Ensure(ctx); err != nil {
 			return err
 		}
@@ -141,7 +152,8 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	}
 	defer resp.stop()
 
-	log.Info("worker started", "nats", cfg.NATSURL, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
+	log.Info("worker started", "nats", cfg.NATSURL, "nats_auth", cfg.NATSAuth.Describe(), "storage", cfg.Storage.String(),
+		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
 		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -166,11 +178,14 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 
 // connectCluster connects to NATS and prepares streams and storage, retrying while the servers
 // come up (a compose cluster starts them side by side).
-func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration, url, name string, cfg bus.Config, prepare func(context.Context) error) (*bus.Bus, error) {
+func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration, url, name string, cfg bus.Config, opts []nats.Option, prepare func(context.Context) error) (*bus.Bus, error) {
 	deadline := time.Now().Add(within)
 	var last error
 	for attempt := 0; ; attempt++ {
-		b, err := bus.Connect(url, name, cfg)
+		b, err := bus.Connect(url, name, cfg, opts...)
+		if bus.Permanent(err) {
+			return nil, err // wrong settings or credentials: retrying cannot help
+		}
 		if err == nil {
 			octx, cancel := context.WithTimeout(ctx, 15*time.Second)
 			err = b.Ensure(octx)

@@ -17,6 +17,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+
+	"github.com/mapagg/mapagg/store"
 )
 
 // ErrNotFound: the queue does not exist.
@@ -36,15 +38,28 @@ type Queue struct {
 	qc   *azqueue.QueueClient
 }
 
+// ClientOptions are the SDK options this project uses: a bounded time per try and a few retries.
+func ClientOptions() *azqueue.ClientOptions {
+	return &azqueue.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
+		MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
+	}}}
+}
+
 // New returns the queue name of the account in connectionString.
 func New(connectionString, name string) (*Queue, error) {
-	qc, err := azqueue.NewQueueClientFromConnectionString(connectionString, name, &azqueue.ClientOptions{
-		ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
-			MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
-		}},
-	})
+	qc, err := azqueue.NewQueueClientFromConnectionString(connectionString, name, ClientOptions())
 	if err != nil {
 		return nil, fmt.Errorf("queue client: %w (check the storage connection string)", err)
+	}
+	return &Queue{name: name, qc: qc}, nil
+}
+
+// Open returns queue name of the account of clients (connection string, SAS or Entra ID), built
+// with ClientOptions.
+func Open(clients *store.Clients, name string) (*Queue, error) {
+	qc, err := clients.Queue(name, ClientOptions())
+	if err != nil {
+		return nil, err
 	}
 	return &Queue{name: name, qc: qc}, nil
 }
@@ -52,9 +67,18 @@ func New(connectionString, name string) (*Queue, error) {
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
-// Ensure creates the queue when it is missing. Concurrent callers all succeed.
+// Ensure creates the queue when it is missing. Concurrent callers all succeed. A caller not
+// allowed to create queues succeeds when the queue exists and it can read it.
 func (q *Queue) Ensure(ctx context.Context) error {
 	_, err := q.qc.Create(ctx, nil)
+	if err != nil && queueerror.HasCode(err, queueerror.AuthorizationPermissionMismatch, queueerror.AuthorizationFailure) {
+		// Least privilege (Storage Queue Data Message Processor + Sender) may not create queues: an
+		// existing queue we can read is enough.
+		if _, perr := q.qc.PeekMessages(ctx, nil); perr == nil {
+			return nil
+		}
+		return fmt.Errorf("create queue %s: %w (not allowed to create it and cannot read it: create the queue, or grant Storage Queue Data Message Processor and Sender on it)", q.name, err)
+	}
 	if err != nil && !queueerror.HasCode(err, queueerror.QueueAlreadyExists) {
 		return fmt.Errorf("create queue %s: %w", q.name, err)
 	}

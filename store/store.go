@@ -1,7 +1,10 @@
 // Package store is the blob-storage adapter: one container of Azure Blob Storage (Azurite in tests
 // and local runs) seen as a small key/value store with conditional writes, which is all the
 // coordinator, the worker and the CLI need. SDK errors are translated here into the sentinels
-// below, so no other package looks at bloberror codes.
+// below, so no other package looks at bloberror codes. Account (account.go) says how to reach the
+// storage account — a connection string, endpoint URLs with a SAS, or endpoint URLs with Microsoft
+// Entra ID (azidentity) — and builds the blob client and the queue clients the same way from it;
+// its secrets never appear in its errors, String or LogValue.
 //
 // Guarantees: Put with IfMatch writes only if the blob's ETag is unchanged, and with IfNoneMatch
 // only if the blob does not exist; both are enforced by the storage service, so they fence writers
@@ -79,9 +82,18 @@ func New(client *azblob.Client, name string) *Container {
 // Name is the container's name.
 func (c *Container) Name() string { return c.name }
 
-// Ensure creates the container when it is missing. Concurrent callers all succeed.
+// Ensure creates the container when it is missing. Concurrent callers all succeed. A caller not
+// allowed to create containers succeeds when the container exists and it can read it.
 func (c *Container) Ensure(ctx context.Context) error {
 	_, err := c.cc.Create(ctx, nil)
+	if err != nil && bloberror.HasCode(err, bloberror.AuthorizationPermissionMismatch, bloberror.AuthorizationFailure) {
+		// A role scoped to the container (least privilege) may not create containers: an existing
+		// container we can read is enough.
+		if _, perr := c.cc.GetProperties(ctx, nil); perr == nil {
+			return nil
+		}
+		return fmt.Errorf("create container %s: %w (not allowed to create it and cannot read it: create the container, or grant Storage Blob Data Contributor on it)", c.name, err)
+	}
 	if err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
 		return fmt.Errorf("create container %s: %w", c.name, err)
 	}

@@ -1,0 +1,337 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/node"
+	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/store"
+)
+
+func TestMain(m *testing.M) {
+	if err := builtin.Register(jobs.Default()); err != nil {
+		panic(err)
+	}
+	testenv.Main(m)
+}
+
+// The NATS permissions docs/deploy.md gives a worker (which may lead) and a submit-only client,
+// for the default stream prefix "mapagg". The tests run with exactly these.
+var (
+	workerPerms = &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"mapagg.>", "$JS.API.>", "$JS.ACK.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"mapagg.ctl.>", "_INBOX.>"}},
+	}
+	submitPerms = &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"mapagg.ctl.>"}},
+		Subscribe: &server.SubjectPermission{Deny: []string{">"}},
+	}
+)
+
+const workerPassword = "w0rker-pa55"
+
+// natsCluster is n in-process NATS servers on 127.0.0.1 with JetStream, routed into one cluster
+// (n > 1), each with its own store directory and fixed ports so a stopped node restarts as itself.
+type natsCluster struct {
+	t     *testing.T
+	opts  []*server.Options
+	mu    sync.Mutex
+	nodes []*server.Server
+}
+
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+func startNATS(t *testing.T, n int, users []*server.User) *natsCluster {
+	t.Helper()
+	ports := freePorts(t, 2*n)
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	c := &natsCluster{t: t, nodes: make([]*server.Server, n)}
+	for i := range n {
+		o := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: ports[i],
+			JetStream: true, StoreDir: filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)),
+			JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+			NoLog: true, NoSigs: true, Users: users,
+		}
+		if n > 1 {
+			o.Cluster = server.ClusterOpts{Name: "mapagg-test", Host: "127.0.0.1", Port: ports[n+i]}
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}
+		c.opts = append(c.opts, o)
+	}
+	for i := range n {
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range n {
+			c.stop(i)
+		}
+	})
+	return c
+}
+
+// start starts node i (again).
+func (c *natsCluster) start(i int) {
+	c.t.Helper()
+	o := *c.opts[i]
+	s, err := server.NewServer(&o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		s.Shutdown()
+		c.t.Fatalf("nats node %d not ready", i)
+	}
+	c.mu.Lock()
+	c.nodes[i] = s
+	c.mu.Unlock()
+}
+
+// stop shuts node i down and waits for it.
+func (c *natsCluster) stop(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+func (c *natsCluster) url(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", c.opts[i].Port) }
+
+// waitJetStream waits until the cluster has a JetStream meta leader.
+func (c *natsCluster) waitJetStream() {
+	c.t.Helper()
+	testenv.Eventually(c.t, 30*time.Second, 50*time.Millisecond, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, s := range c.nodes {
+			if s != nil && s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return len(c.nodes) == 1
+	}, "no JetStream meta leader")
+}
+
+// syncBuffer is a log sink shared by a worker goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// count is how many log lines have msg as their message.
+func (s *syncBuffer) count(msg string) int {
+	n := 0
+	for _, line := range strings.Split(s.String(), "\n") {
+		var rec struct{ Msg string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// runningWorker is one `worker run` in this process (node.Run, the binary's own code path).
+type runningWorker struct {
+	id     string
+	log    *syncBuffer
+	cancel context.CancelFunc
+	done   chan int
+}
+
+// storageNames are one test's containers and queue.
+type storageNames struct{ conn, jobs, queue, lease string }
+
+func newStorage(t *testing.T) storageNames {
+	return storageNames{conn: testenv.Azurite(t), jobs: testenv.Name(t, "jobs"), queue: testenv.Name(t, "q"), lease: testenv.Name(t, "lease")}
+}
+
+func (s storageNames) args() []string {
+	return []string{"--azure-connection-string", s.conn, "--jobs-container", s.jobs, "--queue", s.queue, "--lease-container", s.lease}
+}
+
+// sasArgs are args with the account reached by its endpoint URLs and an account SAS (blob and
+// queue) in a file, instead of the connection string.
+func (s storageNames) sasArgs(t *testing.T) []string {
+	t.Helper()
+	var blobURL, queueURL string
+	for _, part := range strings.Split(s.conn, ";") {
+		k, v, _ := strings.Cut(part, "=")
+		switch k {
+		case "BlobEndpoint":
+			blobURL = v
+		case "QueueEndpoint":
+			queueURL = v
+		}
+	}
+	const version = "2021-08-06"
+	se := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	key, err := base64.StdEncoding.DecodeString(testenv.AccountKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(strings.Join([]string{testenv.AccountName, "rwdlacup", "bq", "sco", "", se, "", "https,http", version, "", ""}, "\n")))
+	sas := url.Values{"sv": {version}, "ss": {"bq"}, "srt": {"sco"}, "sp": {"rwdlacup"}, "se": {se}, "spr": {"https,http"},
+		"sig": {base64.StdEncoding.EncodeToString(mac.Sum(nil))}}.Encode()
+	f := filepath.Join(t.TempDir(), "sas")
+	if err := os.WriteFile(f, []byte(sas+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--storage-account-url", blobURL, "--storage-queue-url", queueURL, "--storage-sas-file", f,
+		"--jobs-container", s.jobs, "--queue", s.queue, "--lease-container", s.lease}
+}
+
+// startWorker runs `worker run args...` and returns once it has logged "worker started" (so its
+// flag parsing is over before the next worker's starts: the flag registry is process-global).
+func startWorker(t *testing.T, id string, args ...string) *runningWorker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &runningWorker{id: id, log: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	go func() {
+		w.done <- stockRun(ctx, append([]string{"run", "--id", id}, args...), w.log, w.log)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for w.log.count("worker started") == 0 {
+		select {
+		case code := <-w.done:
+			t.Fatalf("worker %s exited %d:\n%s", id, code, w.log)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("worker %s did not start:\n%s", id, w.log)
+		}
+	}
+	t.Cleanup(w.stop)
+	return w
+}
+
+// stop ends the worker gracefully and waits for it.
+func (w *runningWorker) stop() {
+	w.cancel()
+	select {
+	case code := <-w.done:
+		w.done <- code
+	case <-time.After(60 * time.Second):
+		panic("worker " + w.id + " did not stop within 60s")
+	}
+}
+
+// jobClient is a storage-only client of the test's account.
+func jobClient(t *testing.T, s storageNames) *client.Client {
+	t.Helper()
+	bc, err := store.NewClient(s.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := queue.New(s.conn, s.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(bc, s.jobs)
+	ctx := context.Background()
+	if err := st.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &client.Client{Store: st, Queue: q, Registry: jobs.Default()}
+}
+
+func passwordFile(t *testing.T, pw string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "nats-password")
+	if err := os.WriteFile(f, []byte(pw+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// primesCount reads the count of a finished primes job.
+func primesCount(t *testing.T, cl *client.Client, id string) uint64 {
+	t.Helper()
+	raw, err := cl.Result(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r builtin.PrimesResult
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("result %s: %v", raw, err)
+	}
+	return r.Count
+}
+
+// runOnce runs `worker run args...` to its end (for runs that must refuse to start).
+func runOnce(args []string, log *syncBuffer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	return stockRun(ctx, append([]string{"run"}, args...), log, log)
+}
+
+// stockRun runs the stock worker command line (the built-ins, the process environment), as the
+// binary does.
+func stockRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	n, err := node.New(node.Options{Registry: builtin.Registry()})
+	if err != nil {
+		panic(err)
+	}
+	return n.Run(ctx, args, stdout, stderr)
+}
