@@ -13,9 +13,11 @@ package builtin
 
 import "github.com/mapagg/mapagg/jobs"
 
-// Jobs returns a new instance of each built-in job: primes, pi, wordcount and sleep.
+// Jobs returns a new instance of each built-in job: primes, pi, wordcount and sleep. Primes and
+// pi are written with the typed API (jobs.Typed); wordcount, whose partials stream, and sleep,
+// which counts attempts, implement the byte-level jobs.Job.
 func Jobs() []jobs.Job {
-	return []jobs.Job{Primes{}, Pi{}, Wordcount{}, Sleep{}}
+	return []jobs.Job{jobs.Typed(primesType, Primes{}), jobs.Typed(piType, Pi{}), Wordcount{}, Sleep{}}
 }
 
 // Register adds every built-in job to r.
