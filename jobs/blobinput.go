@@ -25,6 +25,65 @@ const (
 	MaxLineBytes  = 1 << 20
 )
 
+// DefaultShardBytes is the size of the ranges BlobInput.Split makes when ShardBytes is 0.
+const DefaultShardBytes = 1 << 20
+
+// BlobInput is the parameters of a job whose input is blobs: use it as a TypedJob's parameters,
+// or embed it in yours (its fields then appear at the top level of the JSON, and your Validate
+// should call BlobInput.Validate). Split cuts the blobs into BlobRanges, one per shard.
+type BlobInput struct {
+	// Container holds the input blobs. Required; a valid Azure container name.
+	Container string `json:"container" jobs:"required"`
+	// Prefix selects the blobs whose names start with it. Optional, default "" (all); at most
+	// 1,024 bytes.
+	Prefix string `json:"prefix,omitempty"`
+	// ShardBytes is the size of a shard's range. Optional, default 1 MiB; at most 1 GiB.
+	ShardBytes int64 `json:"shard_bytes,omitempty"`
+}
+
+// Validate checks the fields without touching storage; errors are *ParamError.
+func (in BlobInput) Validate() error {
+	if reason := checkContainerName(in.Container); reason != "" {
+		return BadParam("container", `"container" %s (got %q)`, reason, in.Container)
+	}
+	if len(in.Prefix) > 1024 {
+		return BadParam("prefix", `"prefix" must be at most 1024 bytes (got %d)`, len(in.Prefix))
+	}
+	if in.ShardBytes < 0 || in.ShardBytes > MaxRangeBytes {
+		return BadParam("shard_bytes", `"shard_bytes" must be between 1 and %d (1 GiB), or 0 for the default (got %d)`,
+			MaxRangeBytes, in.ShardBytes)
+	}
+	return nil
+}
+
+// Split cuts the blobs into ranges of ShardBytes (see SplitBlobs).
+func (in BlobInput) Split(ctx context.Context, env Env) ([]BlobRange, error) {
+	size := in.ShardBytes
+	if size == 0 {
+		size = DefaultShardBytes
+	}
+	return SplitBlobs(ctx, env, in.Container, in.Prefix, size)
+}
+
+// checkContainerName returns what is wrong with an Azure container name, or "".
+func checkContainerName(name string) string {
+	const rule = "must be 3 to 63 characters of a-z, 0-9 and '-', start with a letter or digit, " +
+		"and have no '-' at the end or next to another '-'"
+	if len(name) < 3 || len(name) > 63 {
+		return rule
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(name)-1 && name[i-1] != '-':
+		default:
+			return rule
+		}
+	}
+	return ""
+}
+
 // Validate refuses a range no SplitBlobs makes; Typed calls it on a decoded shard that embeds a
 // BlobRange.
 func (r BlobRange) Validate() error {
@@ -67,7 +126,8 @@ func SplitBlobs(ctx context.Context, env Env, container, prefix string, size int
 // or the end of the blob. A line belongs to the range holding its first byte, so the ranges of a
 // blob together see each of its lines exactly once, as Hadoop's line reader does: Lines reads the
 // byte before r to learn whether a line starts at r.Offset, and past r to finish its last line.
-// fn must not keep line after it returns. Lines stops at fn's first error and returns it; it fails
+// fn must not keep line after it returns. Lines stops at fn's first error and returns it, wrapped
+// with the blob and the line's offset (so errors.Is and errors.As see it); it fails
 // if a line is longer than MaxLineBytes, or if the blob ends before r does (blobs must not change
 // while a job runs).
 func Lines(ctx context.Context, env Env, r BlobRange, fn func(line []byte) error) error {
@@ -103,9 +163,10 @@ func Lines(ctx context.Context, env Env, r BlobRange, fn func(line []byte) error
 		if err != nil && err != io.EOF {
 			return fmt.Errorf("read lines of %s/%s at %d: %w", r.Container, r.Blob, pos, err)
 		}
+		start := pos
 		pos += int64(n)
 		if err := fn(line); err != nil {
-			return err
+			return fmt.Errorf("%s/%s: line at byte %d: %w", r.Container, r.Blob, start, err)
 		}
 	}
 	return nil

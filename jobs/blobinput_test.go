@@ -97,7 +97,7 @@ func TestLines_Errors(t *testing.T) {
 		t.Errorf("range inside a long line: %v", err)
 	}
 	stop := errors.New("stop")
-	if err := jobs.Lines(ctx, env, jobs.BlobRange{Container: "c", Blob: "short", Offset: 0, Length: 4}, func([]byte) error { return stop }); err != stop {
+	if err := jobs.Lines(ctx, env, jobs.BlobRange{Container: "c", Blob: "short", Offset: 0, Length: 4}, func([]byte) error { return stop }); !errors.Is(err, stop) || err.Error() != "c/short: line at byte 0: stop" {
 		t.Errorf("fn's error: %v", err)
 	}
 	for _, r := range []jobs.BlobRange{{Container: "c", Blob: "", Length: 1}, {Container: "c", Blob: "x", Offset: -1, Length: 1},
@@ -151,4 +151,54 @@ func FuzzLines(f *testing.F) {
 			t.Fatalf("%q in ranges of %d: %q, %v; want %q", text, int64(size)%32+1, got, err, fmt.Sprint(want))
 		}
 	})
+}
+
+// withInput embeds BlobInput in parameters of its own.
+type withInput struct {
+	jobs.BlobInput
+	Width int `json:"width"`
+}
+
+func TestBlobInput_Params(t *testing.T) {
+	var p withInput
+	present, err := jobs.DecodeParams("h", []byte(`{"container": "data", "prefix": "x/", "width": 3}`), &p)
+	if err != nil || p.Container != "data" || p.Prefix != "x/" || p.Width != 3 || !present["container"] {
+		t.Fatalf("DecodeParams = %+v, %v, %v", p, present, err)
+	}
+	for _, tt := range []struct{ params, field, msg string }{
+		{`{"width": 3}`, "container", `"container" is required`},
+		{`{"container": "data", "Prefix": "x"}`, "Prefix", `unknown field "Prefix"; allowed fields: container, prefix, shard_bytes, width`},
+		{`{"container": "data", "shard_bytes": "x"}`, "shard_bytes", `"shard_bytes" must be an integer (got string)`},
+	} {
+		_, err := jobs.DecodeParams("h", []byte(tt.params), &withInput{})
+		var pe *jobs.ParamError
+		if !errors.As(err, &pe) || pe.Field != tt.field || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("%s: %v, want %q for %q", tt.params, err, tt.msg, tt.field)
+		}
+	}
+	for _, tt := range []struct {
+		in    jobs.BlobInput
+		field string
+	}{
+		{jobs.BlobInput{Container: "Data"}, "container"},
+		{jobs.BlobInput{Container: "ab"}, "container"},
+		{jobs.BlobInput{Container: "a--b"}, "container"},
+		{jobs.BlobInput{Container: "data", Prefix: strings.Repeat("p", 1025)}, "prefix"},
+		{jobs.BlobInput{Container: "data", ShardBytes: -1}, "shard_bytes"},
+		{jobs.BlobInput{Container: "data", ShardBytes: jobs.MaxRangeBytes + 1}, "shard_bytes"},
+	} {
+		var pe *jobs.ParamError
+		if err := tt.in.Validate(); !errors.As(err, &pe) || pe.Field != tt.field {
+			t.Errorf("Validate(%+v) = %v, want a *ParamError for %q", tt.in, err, tt.field)
+		}
+	}
+	if err := (jobs.BlobInput{Container: "data-1", ShardBytes: 5}).Validate(); err != nil {
+		t.Errorf("good input: %v", err)
+	}
+	env := jobstest.NewEnv()
+	env.Put("data", "a", make([]byte, 3*jobs.DefaultShardBytes+1))
+	ranges, err := jobs.BlobInput{Container: "data"}.Split(context.Background(), env)
+	if err != nil || len(ranges) != 4 || ranges[3] != (jobs.BlobRange{Container: "data", Blob: "a", Offset: 3 * jobs.DefaultShardBytes, Length: 1}) {
+		t.Errorf("Split with the default size = %v, %v", ranges, err)
+	}
 }

@@ -70,9 +70,14 @@ func DecodeParams(job string, raw json.RawMessage, dst any) (present map[string]
 	if err := dec.Decode(dst); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
+			// Field is a path such as "opts.x", or "Embedded.x" for a field of an embedded
+			// struct: name the first element that is a parameter.
 			field := typeErr.Field
-			if i := strings.IndexByte(field, '.'); i >= 0 {
-				field = field[:i]
+			for _, f := range strings.Split(typeErr.Field, ".") {
+				if allowed[f] {
+					field = f
+					break
+				}
 			}
 			want, got := typeErr.Type, typeErr.Value
 			if ft := jsonFieldType(t.Elem(), field); ft != nil && ft != want {
@@ -89,36 +94,58 @@ func badParam(job, field, format string, args ...any) *ParamError {
 	return &ParamError{Job: job, Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// jsonFields returns the JSON names of the exported fields of struct type t, and those of them
-// tagged `jobs:"required"`, in field order.
+// jsonFields returns the JSON names of the exported fields of struct type t (with those of
+// embedded structs without a JSON name, as encoding/json promotes them), and those of them tagged
+// `jobs:"required"`, in field order.
 func jsonFields(t reflect.Type) (names map[string]bool, required []string) {
 	names = make(map[string]bool, t.NumField())
+	walkFields(t, func(name string, f reflect.StructField) {
+		names[name] = true
+		if f.Tag.Get("jobs") == "required" {
+			required = append(required, name)
+		}
+	})
+	return names, required
+}
+
+// walkFields calls fn with the JSON name of each field of struct type t that encoding/json
+// decodes, descending into embedded structs that have no JSON name.
+func walkFields(t reflect.Type, fn func(name string, f reflect.StructField)) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				walkFields(ft, fn)
+				continue
+			}
+		}
+		if !f.IsExported() {
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
-		names[name] = true
-		if f.Tag.Get("jobs") == "required" {
-			required = append(required, name)
-		}
+		fn(name, f)
 	}
-	return names, required
 }
 
 // jsonFieldType returns the type of the field of struct type t whose JSON name is name.
 func jsonFieldType(t reflect.Type, name string) reflect.Type {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name || n == "" && f.Name == name {
-			return f.Type
+	var typ reflect.Type
+	walkFields(t, func(n string, f reflect.StructField) {
+		if n == name && typ == nil {
+			typ = f.Type
 		}
-	}
-	return nil
+	})
+	return typ
 }
 
 func joinSorted(set map[string]bool) string {
