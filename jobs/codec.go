@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 )
 
 // codec encodes the shards or the partials of a typed job: with the type's own
@@ -68,6 +69,14 @@ func (c codec[T]) decode(data []byte) (T, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		var zero T
 		return zero, errors.New("trailing data after the JSON value")
+	}
+	if t := reflect.TypeFor[T](); t.Kind() == reflect.Array {
+		// encoding/json drops the elements past a Go array's length, and zeroes the missing.
+		var elems []json.RawMessage
+		if err := json.Unmarshal(data, &elems); err == nil && elems != nil && len(elems) != t.Len() {
+			var zero T
+			return zero, fmt.Errorf("a list of %d elements, want %d", len(elems), t.Len())
+		}
 	}
 	return v, nil
 }

@@ -73,7 +73,8 @@
 // # Encodings, and why JSON
 //
 // Shards, partials and the aggregate's checkpoint are encoded for you: as JSON, decoded strictly
-// (unknown fields and trailing data refused, shards bounded by MaxShardBytes). A type with
+// (unknown fields, trailing data and a Go array's JSON list of another length refused, shards
+// bounded by MaxShardBytes). A type with
 // MarshalBinary and UnmarshalBinary (on its pointer) is encoded with those instead: the
 // built-in primes and pi keep their compact binary partials that way. JSON holds no NaN or ±Inf;
 // encoding one fails with an error that says so.

@@ -332,3 +332,28 @@ func FuzzTypedPartialStruct(f *testing.F) {
 func FuzzTypedParams(f *testing.F) {
 	jobstest.FuzzParams(f, sumsq, `{"n": 10, "shards": 2}`, `{"n": 0}`, `{"N": 1, "shards": 1}`, `[]`, `{"n": 1e2, "shards": 1}`)
 }
+
+type arrayJob struct{}
+
+func (arrayJob) Split(context.Context, jobs.Env, struct{}) ([]int, error) { return []int{0, 1, 2}, nil }
+func (arrayJob) Map(_ context.Context, _ jobs.Env, i int) (c [3]int64, _ error) {
+	c[i] = 1
+	return c, nil
+}
+func (arrayJob) Merge(a, b [3]int64) [3]int64 { return [3]int64{a[0] + b[0], a[1] + b[1], a[2] + b[2]} }
+
+func TestTyped_ArrayPartialLengthIsChecked(t *testing.T) {
+	j := jobs.Typed("array", arrayJob{})
+	if got := jobstest.Run(t, j, nil, `{}`); string(got) != "[1,1,1]" {
+		t.Errorf("result %s", got)
+	}
+	agg, _ := j.NewAggregate(nil)
+	for _, bad := range []string{"[1,2]", "[1,2,3,4]", "[]"} {
+		if err := agg.Merge([]byte(bad)); !errors.Is(err, jobs.ErrBadPartial) || !strings.Contains(err.Error(), "want 3") {
+			t.Errorf("Merge(%s) = %v", bad, err)
+		}
+	}
+	if err := agg.Merge([]byte("null")); err != nil {
+		t.Errorf("Merge(null) = %v", err)
+	}
+}
