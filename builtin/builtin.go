@@ -9,13 +9,45 @@
 //
 // Their parameter types (PrimesParams, ...) document each field's default and bounds; their result
 // types (PrimesResult, ...) are the JSON a job's result holds.
+//
+// Primes and Pi are written with the typed API (jobs.TypedJob, registered through jobs.Typed), as
+// examples of it; Wordcount, whose partials stream, and Sleep, whose behaviour depends on the
+// attempt, implement the byte-level jobs.Job.
+//
+// # Encodings
+//
+// Shard descriptions are small JSON objects (readable when a shard is dead-lettered),
+// decoded strictly. Partials are binary: a tag byte naming the job, a version byte, then varints
+// and length-prefixed byte strings. Binary keeps wordcount's partials compact and exact: a word
+// may hold bytes that are not valid UTF-8, which JSON would rewrite. An aggregate's checkpoint
+// form is a partial of its job, so restoring one decodes a partial. Merge checks a partial against
+// the job's parameters where it can (no more primes than numbers in the range, no more samples or
+// shards than the job has), so a partial of another job is refused rather than merged.
+//
+// # How wordcount counts each word once
+//
+// A word is a maximal run of runes that are not unicode.IsSpace, runes being those a
+// left-to-right utf8.DecodeRune of the whole blob yields (an invalid byte is a one-byte non-space
+// rune): the same words as strings.FieldsFunc(text, unicode.IsSpace) and `wc -w`. Shards are byte
+// ranges [o, o+n) of a blob, and a word belongs to the shard whose range holds its first byte.
+// A shard finds the first rune starting at or after o (a byte that is not a UTF-8 continuation
+// byte always starts a rune, so looking back 3 bytes tells whether o falls inside a multi-byte
+// rune, which then belongs to the previous shard), and decodes the rune before it (reading 8 bytes
+// before o is enough) to learn whether a word is already running there; that word is skipped. It
+// counts each word starting before o+n, and reads past o+n only to finish its last word. A
+// multi-byte space such as U+3000 or U+0085 cut by a boundary is thus decoded whole by both
+// shards. Words longer than 1,024 bytes are counted in the total but not ranked, which bounds how
+// far a shard reads past its range. Blobs must not change while the job runs; a blob found shorter
+// than its shard's range fails the shard.
 package builtin
 
 import "github.com/mapagg/mapagg/jobs"
 
-// Jobs returns a new instance of each built-in job: primes, pi, wordcount and sleep.
+// Jobs returns a new instance of each built-in job: primes, pi, wordcount and sleep. Primes and
+// pi are written with the typed API (jobs.Typed); wordcount, whose partials stream, and sleep,
+// which counts attempts, implement the byte-level jobs.Job.
 func Jobs() []jobs.Job {
-	return []jobs.Job{Primes{}, Pi{}, Wordcount{}, Sleep{}}
+	return []jobs.Job{jobs.Typed(primesType, Primes{}), jobs.Typed(piType, Pi{}), Wordcount{}, Sleep{}}
 }
 
 // Register adds every built-in job to r.

@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
-	"sort"
-	"strings"
 
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -17,125 +14,6 @@ import (
 // badParam returns a *ParamError for field of job, the reason formatted from format and args.
 func badParam(job, field, format string, args ...any) *jobs.ParamError {
 	return &jobs.ParamError{Job: job, Field: field, Reason: fmt.Sprintf(format, args...)}
-}
-
-// decodeParams decodes a job's JSON parameters into dst, a pointer to a struct whose fields carry
-// json tags. It refuses anything but one JSON object, unknown fields (matched exactly, not
-// case-insensitively as encoding/json would), values of the wrong type, and absent or null
-// required fields. usage is an example shown when a required field is missing. It returns the set
-// of fields present with a non-null value, so callers can apply defaults to the others.
-func decodeParams(job, usage string, raw json.RawMessage, dst any, required ...string) (map[string]bool, error) {
-	if len(raw) > jobs.MaxSpecBytes {
-		return nil, badParam(job, "", "parameters are %d bytes, the limit is %d", len(raw), jobs.MaxSpecBytes)
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		raw = json.RawMessage("{}")
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			return nil, badParam(job, "", "parameters must be a JSON object (got %s); usage: %s", typeErr.Value, usage)
-		}
-		return nil, badParam(job, "", "parameters are not valid JSON: %v", err)
-	}
-	if fields == nil { // the JSON was null
-		fields = map[string]json.RawMessage{}
-	}
-	allowed := jsonFieldNames(dst)
-	for name := range fields {
-		if !allowed[name] {
-			return nil, badParam(job, name, "unknown field %q; allowed fields: %s", name, joinSorted(allowed))
-		}
-	}
-	present := make(map[string]bool, len(fields))
-	for name, v := range fields {
-		if !bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
-			present[name] = true
-		}
-	}
-	for _, name := range required {
-		if !present[name] {
-			return nil, badParam(job, name, "%q is required; usage: %s", name, usage)
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) {
-			field := typeErr.Field
-			if i := strings.IndexByte(field, '.'); i >= 0 {
-				field = field[:i]
-			}
-			want, got := typeErr.Type, typeErr.Value
-			if ft := jsonFieldType(dst, field); ft != nil && ft != want {
-				want, got = ft, got+" in the list" // an element of a list field
-			}
-			return nil, badParam(job, field, "%q must be %s (got %s)", field, describeType(want), got)
-		}
-		return nil, badParam(job, "", "parameters could not be decoded: %v", err)
-	}
-	return present, nil
-}
-
-// jsonFieldNames returns the JSON names of the fields of the struct dst points to.
-func jsonFieldNames(dst any) map[string]bool {
-	t := reflect.TypeOf(dst).Elem()
-	names := make(map[string]bool, t.NumField())
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		names[name] = true
-	}
-	return names
-}
-
-// jsonFieldType returns the type of the field of the struct dst points to whose JSON name is name.
-func jsonFieldType(dst any, name string) reflect.Type {
-	t := reflect.TypeOf(dst).Elem()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n == name || n == "" && f.Name == name {
-			return f.Type
-		}
-	}
-	return nil
-}
-
-func joinSorted(set map[string]bool) string {
-	names := make([]string, 0, len(set))
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
-}
-
-// describeType names what a JSON value must be to decode into t.
-func describeType(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a non-negative integer"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Slice, reflect.Array:
-		return "a list of " + strings.TrimPrefix(strings.TrimPrefix(describeType(t.Elem()), "a "), "an ") + "s"
-	default:
-		return "a " + t.String()
-	}
 }
 
 // decodeShardJSON decodes a built-in job's shard description: one JSON object with only known

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 	"strings"
 	"testing"
 )
@@ -16,44 +17,44 @@ func TestValidate_BadParams(t *testing.T) {
 		msg    string // want in the message
 	}{
 		// Shape, shared by every job through decodeParams.
-		{Primes{}, `[1, 2]`, "", "must be a JSON object"},
-		{Primes{}, `"to"`, "", "must be a JSON object"},
-		{Primes{}, `{"to": 10,`, "", "not valid JSON"},
-		{Primes{}, `{"to": 10} {}`, "", "not valid JSON"},
-		{Primes{}, `{"to": 10, "shards": 1, "form": 0}`, "form", `unknown field "form"; allowed fields: from, shards, to`},
-		{Primes{}, `{"To": 10, "shards": 1}`, "To", `unknown field "To"`},
-		{Primes{}, `{"to": "10", "shards": 1}`, "to", `"to" must be a non-negative integer (got string)`},
-		{Primes{}, `{"to": 10, "shards": 1.5}`, "shards", `"shards" must be an integer (got number 1.5)`},
-		{Primes{}, `{"to": 10, "shards": true}`, "shards", `"shards" must be an integer (got bool)`},
+		{primesJob, `[1, 2]`, "", "must be a JSON object"},
+		{primesJob, `"to"`, "", "must be a JSON object"},
+		{primesJob, `{"to": 10,`, "", "not valid JSON"},
+		{primesJob, `{"to": 10} {}`, "", "not valid JSON"},
+		{primesJob, `{"to": 10, "shards": 1, "form": 0}`, "form", `unknown field "form"; allowed fields: from, shards, to`},
+		{primesJob, `{"To": 10, "shards": 1}`, "To", `unknown field "To"`},
+		{primesJob, `{"to": "10", "shards": 1}`, "to", `"to" must be a non-negative integer (got string)`},
+		{primesJob, `{"to": 10, "shards": 1.5}`, "shards", `"shards" must be an integer (got number 1.5)`},
+		{primesJob, `{"to": 10, "shards": true}`, "shards", `"shards" must be an integer (got bool)`},
 
 		// primes
-		{Primes{}, ``, "to", `"to" is required; usage: {"from": 0, "to": 10000000, "shards": 100}`},
-		{Primes{}, `null`, "to", `"to" is required`},
-		{Primes{}, `{"shards": 2}`, "to", `"to" is required`},
-		{Primes{}, `{"to": null, "shards": 2}`, "to", `"to" is required`},
-		{Primes{}, `{"to": 100}`, "shards", `"shards" is required`},
-		{Primes{}, `{"from": -1, "to": 100, "shards": 2}`, "from", `"from" must be a non-negative integer (got number -1)`},
-		{Primes{}, `{"from": 10, "to": 5, "shards": 1}`, "to", `"to" must be greater than "from" (got from=10, to=5)`},
-		{Primes{}, `{"from": 10, "to": 10, "shards": 1}`, "to", `must be greater than "from"`},
-		{Primes{}, `{"to": 1125899906842625, "shards": 1000000}`, "to", `"to" must be at most 1125899906842624 (2^50)`},
-		{Primes{}, `{"to": 18446744073709551616, "shards": 1}`, "to", `"to" must be a non-negative integer`},
-		{Primes{}, `{"to": 100, "shards": 0}`, "shards", `"shards" must be at least 1 (got 0)`},
-		{Primes{}, `{"to": 100, "shards": -3}`, "shards", `"shards" must be at least 1 (got -3)`},
-		{Primes{}, `{"to": 10000000, "shards": 1000001}`, "shards", `"shards" must be at most 1000000 (got 1000001)`},
-		{Primes{}, `{"from": 5, "to": 10, "shards": 6}`, "shards", `"shards" must be at most the size of the range, to-from=5 (got 6)`},
-		{Primes{}, `{"to": 10000000000, "shards": 1}`, "shards", `"shards" is too small: each shard would cover 10000000000 numbers, the limit is 4294967296; use "shards" ≥ 3`},
+		{primesJob, ``, "to", `"to" is required; usage: {"from": 0, "to": 10000000, "shards": 100}`},
+		{primesJob, `null`, "to", `"to" is required`},
+		{primesJob, `{"shards": 2}`, "to", `"to" is required`},
+		{primesJob, `{"to": null, "shards": 2}`, "to", `"to" is required`},
+		{primesJob, `{"to": 100}`, "shards", `"shards" is required`},
+		{primesJob, `{"from": -1, "to": 100, "shards": 2}`, "from", `"from" must be a non-negative integer (got number -1)`},
+		{primesJob, `{"from": 10, "to": 5, "shards": 1}`, "to", `"to" must be greater than "from" (got from=10, to=5)`},
+		{primesJob, `{"from": 10, "to": 10, "shards": 1}`, "to", `must be greater than "from"`},
+		{primesJob, `{"to": 1125899906842625, "shards": 1000000}`, "to", `"to" must be at most 1125899906842624 (2^50)`},
+		{primesJob, `{"to": 18446744073709551616, "shards": 1}`, "to", `"to" must be a non-negative integer`},
+		{primesJob, `{"to": 100, "shards": 0}`, "shards", `"shards" must be at least 1 (got 0)`},
+		{primesJob, `{"to": 100, "shards": -3}`, "shards", `"shards" must be at least 1 (got -3)`},
+		{primesJob, `{"to": 10000000, "shards": 1000001}`, "shards", `"shards" must be at most 1000000 (got 1000001)`},
+		{primesJob, `{"from": 5, "to": 10, "shards": 6}`, "shards", `"shards" must be at most the size of the range, to-from=5 (got 6)`},
+		{primesJob, `{"to": 10000000000, "shards": 1}`, "shards", `"shards" is too small: each shard would cover 10000000000 numbers, the limit is 4294967296; use "shards" ≥ 3`},
 
 		// pi
-		{Pi{}, `{}`, "samples", `"samples" is required`},
-		{Pi{}, `{"samples": 100}`, "shards", `"shards" is required`},
-		{Pi{}, `{"samples": 0, "shards": 1}`, "samples", `"samples" must be at least 1 (got 0)`},
-		{Pi{}, `{"samples": -5, "shards": 1}`, "samples", `"samples" must be at least 1 (got -5)`},
-		{Pi{}, `{"samples": 1000000000000001, "shards": 1000000}`, "samples", `"samples" must be at most 1000000000000000`},
-		{Pi{}, `{"samples": 100, "shards": 0}`, "shards", `"shards" must be at least 1`},
-		{Pi{}, `{"samples": 100, "shards": 101}`, "shards", `"shards" must be at most "samples" (got samples=100, shards=101)`},
-		{Pi{}, `{"samples": 10000000000, "shards": 2}`, "shards", `each shard would draw 5000000000 samples, the limit is 1000000000; use "shards" ≥ 10`},
-		{Pi{}, `{"samples": 100, "shards": 1, "seed": -1}`, "seed", `"seed" must be a non-negative integer (got number -1)`},
-		{Pi{}, `{"samples": 100, "shards": 1, "sed": 1}`, "sed", `unknown field "sed"; allowed fields: samples, seed, shards`},
+		{piJob, `{}`, "samples", `"samples" is required`},
+		{piJob, `{"samples": 100}`, "shards", `"shards" is required`},
+		{piJob, `{"samples": 0, "shards": 1}`, "samples", `"samples" must be at least 1 (got 0)`},
+		{piJob, `{"samples": -5, "shards": 1}`, "samples", `"samples" must be at least 1 (got -5)`},
+		{piJob, `{"samples": 1000000000000001, "shards": 1000000}`, "samples", `"samples" must be at most 1000000000000000`},
+		{piJob, `{"samples": 100, "shards": 0}`, "shards", `"shards" must be at least 1`},
+		{piJob, `{"samples": 100, "shards": 101}`, "shards", `"shards" must be at most "samples" (got samples=100, shards=101)`},
+		{piJob, `{"samples": 10000000000, "shards": 2}`, "shards", `each shard would draw 5000000000 samples, the limit is 1000000000; use "shards" ≥ 10`},
+		{piJob, `{"samples": 100, "shards": 1, "seed": -1}`, "seed", `"seed" must be a non-negative integer (got number -1)`},
+		{piJob, `{"samples": 100, "shards": 1, "sed": 1}`, "sed", `unknown field "sed"; allowed fields: samples, seed, shards`},
 
 		// wordcount
 		{Wordcount{}, `{}`, "container", `"container" is required; usage:`},
@@ -118,7 +119,7 @@ func TestValidate_BadParams(t *testing.T) {
 			if _, err := tt.job.NewAggregate(json.RawMessage(tt.params)); !errors.Is(err, jobs.ErrBadParams) {
 				t.Errorf("NewAggregate: %v", err)
 			}
-			if _, err := tt.job.Split(t.Context(), newFakeBlobEnv(), json.RawMessage(tt.params)); !errors.Is(err, jobs.ErrBadParams) {
+			if _, err := tt.job.Split(t.Context(), jobstest.NewEnv(), json.RawMessage(tt.params)); !errors.Is(err, jobs.ErrBadParams) {
 				t.Errorf("Split: %v", err)
 			}
 		})
@@ -130,14 +131,14 @@ func TestValidate_GoodParams(t *testing.T) {
 		job    jobs.Job
 		params string
 	}{
-		{Primes{}, `{"from": 0, "to": 10000000, "shards": 100}`},
-		{Primes{}, `{"to": 1, "shards": 1}`},
-		{Primes{}, `{"from": 5, "to": 10, "shards": 5}`},
-		{Primes{}, `{"to": 1125899906842624, "shards": 1000000}`},
-		{Primes{}, ` {"to": 10, "shards": 1, "from": null} `},
-		{Pi{}, `{"samples": 1, "shards": 1}`},
-		{Pi{}, `{"samples": 100000000, "shards": 100, "seed": 18446744073709551615}`},
-		{Pi{}, `{"samples": 1000000000000000, "shards": 1000000}`},
+		{primesJob, `{"from": 0, "to": 10000000, "shards": 100}`},
+		{primesJob, `{"to": 1, "shards": 1}`},
+		{primesJob, `{"from": 5, "to": 10, "shards": 5}`},
+		{primesJob, `{"to": 1125899906842624, "shards": 1000000}`},
+		{primesJob, ` {"to": 10, "shards": 1, "from": null} `},
+		{piJob, `{"samples": 1, "shards": 1}`},
+		{piJob, `{"samples": 100000000, "shards": 100, "seed": 18446744073709551615}`},
+		{piJob, `{"samples": 1000000000000000, "shards": 1000000}`},
 		{Wordcount{}, `{"container": "corpus"}`},
 		{Wordcount{}, `{"container": "a-b-c", "prefix": "books/", "top": 0, "shard_bytes": 1}`},
 		{Wordcount{}, `{"container": "` + strings.Repeat("a", 63) + `", "top": 10000, "shard_bytes": 1073741824}`},

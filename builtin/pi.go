@@ -3,7 +3,6 @@ package builtin
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
 	"math/rand/v2"
@@ -11,18 +10,23 @@ import (
 
 // Pi is the built-in job "pi": a seeded Monte Carlo estimate of π. Shard i draws its points from
 // a math/rand/v2 PCG generator seeded with (seed, i), so the result depends only on the
-// parameters: not on the order of shards, retries or failovers.
+// parameters: not on the order of shards, retries or failovers. It is written with the typed API
+// (jobs.TypedJob); builtin.Jobs registers jobs.Typed("pi", Pi{}).
 type Pi struct{}
 
-var _ jobs.Job = Pi{}
+var (
+	_ jobs.TypedJob[PiParams, piShard, piPartial] = Pi{}
+	_ jobs.WithCheck[PiParams, piPartial]         = Pi{}
+	_ jobs.WithResult[PiParams, piPartial]        = Pi{}
+)
 
 // PiParams are the parameters of a pi job, e.g. {"samples": 100000000, "shards": 100, "seed": 1}.
 type PiParams struct {
 	// Samples is the number of random points in all. Required; 1 ≤ samples ≤ 10^15.
-	Samples int64 `json:"samples"`
+	Samples int64 `json:"samples" jobs:"required"`
 	// Shards is how many shards to split the samples into, as evenly as possible. Required;
 	// 1 ≤ shards ≤ min(1,000,000, samples), and no shard may draw more than 10^9 samples.
-	Shards int `json:"shards"`
+	Shards int `json:"shards" jobs:"required"`
 	// Seed selects the random streams. Optional, default 0.
 	Seed uint64 `json:"seed"`
 }
@@ -38,41 +42,31 @@ const (
 	piType            = "pi"
 	piMaxSamples      = 1_000_000_000_000_000
 	piMaxShardSamples = 1_000_000_000
-	piUsage           = `{"samples": 100000000, "shards": 100, "seed": 1}`
 )
 
-// Type returns "pi".
-func (Pi) Type() string { return piType }
+// Usage is an example of good parameters.
+func (PiParams) Usage() string { return `{"samples": 100000000, "shards": 100, "seed": 1}` }
 
-// Validate checks the parameters; errors match ErrBadParams.
-func (Pi) Validate(params json.RawMessage) error {
-	_, err := parsePiParams(params)
-	return err
-}
-
-func parsePiParams(raw json.RawMessage) (PiParams, error) {
-	var p PiParams
-	if _, err := decodeParams(piType, piUsage, raw, &p, "samples", "shards"); err != nil {
-		return p, err
-	}
+// Validate checks the decoded parameters; errors are *jobs.ParamError.
+func (p PiParams) Validate() error {
 	switch {
 	case p.Samples < 1:
-		return p, badParam(piType, "samples", `"samples" must be at least 1 (got %d)`, p.Samples)
+		return jobs.BadParam("samples", `"samples" must be at least 1 (got %d)`, p.Samples)
 	case p.Samples > piMaxSamples:
-		return p, badParam(piType, "samples", `"samples" must be at most %d (got %d)`, int64(piMaxSamples), p.Samples)
+		return jobs.BadParam("samples", `"samples" must be at most %d (got %d)`, int64(piMaxSamples), p.Samples)
 	case p.Shards < 1:
-		return p, badParam(piType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
+		return jobs.BadParam("shards", `"shards" must be at least 1 (got %d)`, p.Shards)
 	case p.Shards > jobs.MaxShards:
-		return p, badParam(piType, "shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
+		return jobs.BadParam("shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
 	case int64(p.Shards) > p.Samples:
-		return p, badParam(piType, "shards", `"shards" must be at most "samples" (got samples=%d, shards=%d)`, p.Samples, p.Shards)
+		return jobs.BadParam("shards", `"shards" must be at most "samples" (got samples=%d, shards=%d)`, p.Samples, p.Shards)
 	}
 	if per := ceilDiv(uint64(p.Samples), uint64(p.Shards)); per > piMaxShardSamples {
-		return p, badParam(piType, "shards",
+		return jobs.BadParam("shards",
 			`"shards" is too small: each shard would draw %d samples, the limit is %d; use "shards" ≥ %d`,
 			per, piMaxShardSamples, ceilDiv(uint64(p.Samples), piMaxShardSamples))
 	}
-	return p, nil
+	return nil
 }
 
 // piShard is a shard of a pi job: draw N points from PCG(Seed, Stream).
@@ -82,54 +76,79 @@ type piShard struct {
 	N      uint64 `json:"n"`
 }
 
+// Validate refuses a sample count no split makes.
+func (s piShard) Validate() error {
+	if s.N < 1 || s.N > piMaxShardSamples {
+		return fmt.Errorf("%d samples, want 1 to %d", s.N, piMaxShardSamples)
+	}
+	return nil
+}
+
 // Split gives shard i the stream i and samples/shards points, the first samples%shards shards
 // one more.
-func (Pi) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
-	p, err := parsePiParams(params)
-	if err != nil {
-		return nil, err
-	}
+func (Pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) {
 	n := uint64(p.Shards)
 	base, extra := uint64(p.Samples)/n, uint64(p.Samples)%n
-	shards := make([][]byte, 0, n)
+	shards := make([]piShard, 0, n)
 	for i := uint64(0); i < n; i++ {
 		s := piShard{Seed: p.Seed, Stream: i, N: base}
 		if i < extra {
 			s.N++
 		}
-		b, err := encodeShardJSON(piType, s)
-		if err != nil {
-			return nil, err
-		}
-		shards = append(shards, b)
+		shards = append(shards, s)
 	}
 	return shards, nil
-}
-
-func decodePiShard(data []byte) (piShard, error) {
-	var s piShard
-	if err := decodeShardJSON(piType, data, &s); err != nil {
-		return s, err
-	}
-	if s.N < 1 || s.N > piMaxShardSamples {
-		return s, fmt.Errorf("%w: pi: %d samples, want 1 to %d", jobs.ErrBadShard, s.N, piMaxShardSamples)
-	}
-	return s, nil
 }
 
 // Map draws the shard's points: x and y are consecutive values of
 // rand.New(rand.NewPCG(seed, stream)).Float64() (computed inline, without the interface call), and
 // the point is inside when x²+y² < 1. The partial is (samples, inside).
-func (Pi) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
-	s, err := decodePiShard(task.Shard)
-	if err != nil {
-		return nil, err
-	}
+func (Pi) Map(ctx context.Context, _ jobs.Env, s piShard) (piPartial, error) {
 	inside, err := piSample(ctx, s.Seed, s.Stream, s.N)
 	if err != nil {
-		return nil, err
+		return piPartial{}, err
 	}
-	return encodePiPartial(s.N, inside), nil
+	return piPartial{Samples: s.N, Inside: inside}, nil
+}
+
+// Merge adds the points.
+func (Pi) Merge(a, b piPartial) piPartial {
+	return piPartial{Samples: a.Samples + b.Samples, Inside: a.Inside + b.Inside}
+}
+
+// Check refuses samples past the job's.
+func (Pi) Check(p PiParams, acc, b piPartial) error {
+	limit := uint64(p.Samples)
+	if b.Samples > limit || acc.Samples+b.Samples > limit {
+		return fmt.Errorf("%d samples would exceed the job's %d", b.Samples, limit)
+	}
+	return nil
+}
+
+// Result returns the estimate; it fails if no samples were merged.
+func (Pi) Result(_ PiParams, acc piPartial) (any, error) {
+	if acc.Samples == 0 {
+		return nil, fmt.Errorf("pi: no samples merged")
+	}
+	return PiResult{
+		Estimate: 4 * float64(acc.Inside) / float64(acc.Samples),
+		Samples:  acc.Samples,
+		Inside:   acc.Inside,
+	}, nil
+}
+
+// piPartial is the partial of a pi job, in the built-ins' binary form (codec.go): tag 'M',
+// version, samples and inside as uvarints.
+type piPartial struct {
+	Samples, Inside uint64
+}
+
+func (p piPartial) MarshalBinary() ([]byte, error) { return encodePiPartial(p.Samples, p.Inside), nil }
+
+func (p *piPartial) UnmarshalBinary(data []byte) error {
+	var err error
+	p.Samples, p.Inside, err = decodePiPartial(data)
+	return err
 }
 
 func piSample(ctx context.Context, seed, stream, n uint64) (uint64, error) {
@@ -166,60 +185,4 @@ func decodePiPartial(data []byte) (samples, inside uint64, err error) {
 		return 0, 0, fmt.Errorf("%d points inside of %d", inside, samples)
 	}
 	return samples, inside, nil
-}
-
-// NewAggregate returns an aggregate summing the shards' points.
-func (Pi) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
-	p, err := parsePiParams(params)
-	if err != nil {
-		return nil, err
-	}
-	return &piAggregate{limit: uint64(p.Samples)}, nil
-}
-
-type piAggregate struct {
-	limit   uint64 // the job's samples: no more can be merged
-	samples uint64
-	inside  uint64
-}
-
-func (a *piAggregate) Merge(partial []byte) error {
-	n, in, err := decodePiPartial(partial)
-	if err != nil {
-		return fmt.Errorf("%w: pi: %v", jobs.ErrBadPartial, err)
-	}
-	if n > a.limit || a.samples+n > a.limit {
-		return fmt.Errorf("%w: pi: %d samples would exceed the job's %d", jobs.ErrBadPartial, n, a.limit)
-	}
-	a.samples += n
-	a.inside += in
-	return nil
-}
-
-func (a *piAggregate) MarshalBinary() ([]byte, error) {
-	return encodePiPartial(a.samples, a.inside), nil
-}
-
-func (a *piAggregate) UnmarshalBinary(data []byte) error {
-	n, in, err := decodePiPartial(data)
-	if err == nil && n > a.limit {
-		err = fmt.Errorf("%d samples exceed the job's %d", n, a.limit)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: pi aggregate: %v", jobs.ErrBadCheckpoint, err)
-	}
-	a.samples, a.inside = n, in
-	return nil
-}
-
-// Result returns the estimate; it fails if no samples were merged.
-func (a *piAggregate) Result() (json.RawMessage, error) {
-	if a.samples == 0 {
-		return nil, fmt.Errorf("pi: no samples merged")
-	}
-	return json.Marshal(PiResult{
-		Estimate: 4 * float64(a.inside) / float64(a.samples),
-		Samples:  a.samples,
-		Inside:   a.inside,
-	})
 }

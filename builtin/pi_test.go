@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,13 +13,9 @@ import (
 
 func TestPi_SameResultWhateverTheOrder(t *testing.T) {
 	const params = `{"samples": 1000003, "shards": 17, "seed": 42}`
-	first := runJob(t, Pi{}, nil, params, rand.New(rand.NewPCG(1, 1)))
-	for seed := range uint64(5) {
-		got := runJob(t, Pi{}, nil, params, rand.New(rand.NewPCG(seed+2, 9)))
-		if string(got) != string(first) {
-			t.Fatalf("result %s, then %s", first, got)
-		}
-	}
+	// Run merges the partials in shard order and in shuffled orders, checkpointing on the way,
+	// and fails unless every order gives the same result.
+	first := jobstest.Run(t, piJob, nil, params)
 	var res PiResult
 	if err := json.Unmarshal(first, &res); err != nil {
 		t.Fatal(err)
@@ -30,7 +27,7 @@ func TestPi_SameResultWhateverTheOrder(t *testing.T) {
 	if math.Abs(res.Estimate-math.Pi) > 0.01 {
 		t.Errorf("estimate %v is far from π", res.Estimate)
 	}
-	other := runJob(t, Pi{}, nil, `{"samples": 1000003, "shards": 17, "seed": 43}`, rand.New(rand.NewPCG(1, 1)))
+	other := jobstest.Run(t, piJob, nil, `{"samples": 1000003, "shards": 17, "seed": 43}`)
 	if string(other) == string(first) {
 		t.Errorf("seeds 42 and 43 gave the same result %s", other)
 	}
@@ -54,7 +51,7 @@ func TestPi_MatchesDirectComputation(t *testing.T) {
 			}
 		}
 	}
-	res := runJob(t, Pi{}, nil, `{"samples": 100000, "shards": 7, "seed": 5}`, rand.New(rand.NewPCG(3, 3)))
+	res := jobstest.Run(t, piJob, nil, `{"samples": 100000, "shards": 7, "seed": 5}`)
 	var got PiResult
 	if err := json.Unmarshal(res, &got); err != nil {
 		t.Fatal(err)
@@ -65,7 +62,7 @@ func TestPi_MatchesDirectComputation(t *testing.T) {
 }
 
 func TestPi_SplitSamplesEvenly(t *testing.T) {
-	shards, err := Pi{}.Split(context.Background(), nil, json.RawMessage(`{"samples": 10, "shards": 4, "seed": 9}`))
+	shards, err := piJob.Split(context.Background(), nil, json.RawMessage(`{"samples": 10, "shards": 4, "seed": 9}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +83,7 @@ func TestPi_SplitSamplesEvenly(t *testing.T) {
 
 func TestPi_MapBadShard(t *testing.T) {
 	for _, shard := range []string{``, `{}`, `{"seed": 1, "stream": 0, "n": 0}`, `{"n": 1000000001}`, `{"n": -1}`, `{"n": 5, "m": 1}`} {
-		if _, err := (Pi{}).Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+		if _, err := piJob.Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
 			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
@@ -94,7 +91,7 @@ func TestPi_MapBadShard(t *testing.T) {
 
 func TestPiAggregate(t *testing.T) {
 	params := json.RawMessage(`{"samples": 100, "shards": 2}`)
-	agg, _ := Pi{}.NewAggregate(params)
+	agg, _ := piJob.NewAggregate(params)
 	if _, err := agg.Result(); err == nil {
 		t.Error("Result of an empty aggregate succeeded")
 	}
@@ -127,7 +124,7 @@ func FuzzPiParams(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
-		checkParamsFuzz(t, Pi{}, params, splitIsCheap(params))
+		checkParamsFuzz(t, piJob, params, splitIsCheap(params))
 	})
 }
 
@@ -146,7 +143,7 @@ func FuzzPiShard(f *testing.F) {
 		if s.N > 100000 {
 			return // valid, but too slow for a fuzz iteration
 		}
-		p, err := Pi{}.Map(context.Background(), nil, jobs.Task{Shard: shard})
+		p, err := piJob.Map(context.Background(), nil, jobs.Task{Shard: shard})
 		if err != nil {
 			t.Fatalf("Map of a decodable shard: %v", err)
 		}
@@ -157,10 +154,6 @@ func FuzzPiShard(f *testing.F) {
 }
 
 func FuzzPiAggregate(f *testing.F) {
-	f.Add(encodePiPartial(10, 7))
-	f.Add(encodePiPartial(0, 0))
-	f.Add(encodePiPartial(7, 10))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkAggregateFuzz(t, Pi{}, `{"samples": 1000, "shards": 10}`, encodePiPartial(10, 8), data)
-	})
+	jobstest.FuzzAggregate(f, piJob, `{"samples": 1000, "shards": 10}`,
+		encodePiPartial(10, 8), encodePiPartial(10, 7), encodePiPartial(0, 0), encodePiPartial(7, 10))
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
 	"math"
@@ -12,20 +11,25 @@ import (
 )
 
 // Primes is the built-in job "primes": count the primes p with from ≤ p < to, by a segmented
-// sieve of Eratosthenes over each shard's range. Exact and CPU-bound.
+// sieve of Eratosthenes over each shard's range. Exact and CPU-bound. It is written with the typed
+// API (jobs.TypedJob); builtin.Jobs registers jobs.Typed("primes", Primes{}).
 type Primes struct{}
 
-var _ jobs.Job = Primes{}
+var (
+	_ jobs.TypedJob[PrimesParams, primesShard, primesCount] = Primes{}
+	_ jobs.WithCheck[PrimesParams, primesCount]             = Primes{}
+	_ jobs.WithResult[PrimesParams, primesCount]            = Primes{}
+)
 
 // PrimesParams are the parameters of a primes job, e.g. {"from": 0, "to": 10000000, "shards": 100}.
 type PrimesParams struct {
 	// From is the start of the range, inclusive. Optional, default 0.
 	From uint64 `json:"from"`
 	// To is the end of the range, exclusive. Required; from < to ≤ 2^50.
-	To uint64 `json:"to"`
+	To uint64 `json:"to" jobs:"required"`
 	// Shards is how many shards to split the range into. Required; 1 ≤ shards ≤ min(1,000,000,
 	// to-from), and no shard may cover more than 2^32 numbers.
-	Shards int `json:"shards"`
+	Shards int `json:"shards" jobs:"required"`
 }
 
 // PrimesResult is the result of a primes job.
@@ -39,43 +43,33 @@ const (
 	primesMaxTo = 1 << 50
 	// primesMaxShardSpan bounds the numbers one shard sieves (seconds of work).
 	primesMaxShardSpan = 1 << 32
-	primesUsage        = `{"from": 0, "to": 10000000, "shards": 100}`
 )
 
-// Type returns "primes".
-func (Primes) Type() string { return primesType }
+// Usage is an example of good parameters.
+func (PrimesParams) Usage() string { return `{"from": 0, "to": 10000000, "shards": 100}` }
 
-// Validate checks the parameters; errors match ErrBadParams.
-func (Primes) Validate(params json.RawMessage) error {
-	_, err := parsePrimesParams(params)
-	return err
-}
-
-func parsePrimesParams(raw json.RawMessage) (PrimesParams, error) {
-	var p PrimesParams
-	if _, err := decodeParams(primesType, primesUsage, raw, &p, "to", "shards"); err != nil {
-		return p, err
-	}
+// Validate checks the decoded parameters; errors are *jobs.ParamError.
+func (p PrimesParams) Validate() error {
 	switch {
 	case p.To > primesMaxTo:
-		return p, badParam(primesType, "to", `"to" must be at most %d (2^50) (got %d)`, uint64(primesMaxTo), p.To)
+		return jobs.BadParam("to", `"to" must be at most %d (2^50) (got %d)`, uint64(primesMaxTo), p.To)
 	case p.To <= p.From:
-		return p, badParam(primesType, "to", `"to" must be greater than "from" (got from=%d, to=%d)`, p.From, p.To)
+		return jobs.BadParam("to", `"to" must be greater than "from" (got from=%d, to=%d)`, p.From, p.To)
 	case p.Shards < 1:
-		return p, badParam(primesType, "shards", `"shards" must be at least 1 (got %d)`, p.Shards)
+		return jobs.BadParam("shards", `"shards" must be at least 1 (got %d)`, p.Shards)
 	case p.Shards > jobs.MaxShards:
-		return p, badParam(primesType, "shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
+		return jobs.BadParam("shards", `"shards" must be at most %d (got %d)`, jobs.MaxShards, p.Shards)
 	case uint64(p.Shards) > p.To-p.From:
-		return p, badParam(primesType, "shards",
+		return jobs.BadParam("shards",
 			`"shards" must be at most the size of the range, to-from=%d (got %d)`, p.To-p.From, p.Shards)
 	}
 	span := p.To - p.From
 	if per := ceilDiv(span, uint64(p.Shards)); per > primesMaxShardSpan {
-		return p, badParam(primesType, "shards",
+		return jobs.BadParam("shards",
 			`"shards" is too small: each shard would cover %d numbers, the limit is %d; use "shards" ≥ %d`,
 			per, uint64(primesMaxShardSpan), ceilDiv(span, primesMaxShardSpan))
 	}
-	return p, nil
+	return nil
 }
 
 func ceilDiv(a, b uint64) uint64 { return a/b + min(a%b, 1) }
@@ -86,54 +80,65 @@ type primesShard struct {
 	Hi uint64 `json:"hi"`
 }
 
-// Split divides [from, to) into shards ranges whose sizes differ by at most one.
-func (Primes) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
-	p, err := parsePrimesParams(params)
-	if err != nil {
-		return nil, err
+// Validate refuses a range no split makes.
+func (s primesShard) Validate() error {
+	if s.Lo >= s.Hi || s.Hi > primesMaxTo || s.Hi-s.Lo > primesMaxShardSpan {
+		return fmt.Errorf("range [%d, %d) is empty or out of bounds", s.Lo, s.Hi)
 	}
+	return nil
+}
+
+// Split divides [from, to) into shards ranges whose sizes differ by at most one.
+func (Primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesShard, error) {
 	n := uint64(p.Shards)
 	span := p.To - p.From
 	base, extra := span/n, span%n
-	shards := make([][]byte, 0, n)
+	shards := make([]primesShard, 0, n)
 	lo := p.From
 	for i := uint64(0); i < n; i++ {
 		hi := lo + base
 		if i < extra {
 			hi++
 		}
-		s, err := encodeShardJSON(primesType, primesShard{Lo: lo, Hi: hi})
-		if err != nil {
-			return nil, err
-		}
-		shards = append(shards, s)
+		shards = append(shards, primesShard{Lo: lo, Hi: hi})
 		lo = hi
 	}
 	return shards, nil
 }
 
-func decodePrimesShard(data []byte) (primesShard, error) {
-	var s primesShard
-	if err := decodeShardJSON(primesType, data, &s); err != nil {
-		return s, err
-	}
-	if s.Lo >= s.Hi || s.Hi > primesMaxTo || s.Hi-s.Lo > primesMaxShardSpan {
-		return s, fmt.Errorf("%w: primes: range [%d, %d) is empty or out of bounds", jobs.ErrBadShard, s.Lo, s.Hi)
-	}
-	return s, nil
+// Map counts the primes in the shard's range. The partial is the count.
+func (Primes) Map(ctx context.Context, _ jobs.Env, s primesShard) (primesCount, error) {
+	n, err := countPrimes(ctx, s.Lo, s.Hi)
+	return primesCount(n), err
 }
 
-// Map counts the primes in the shard's range. The partial is the count.
-func (Primes) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
-	s, err := decodePrimesShard(task.Shard)
-	if err != nil {
-		return nil, err
+// Merge adds two counts.
+func (Primes) Merge(a, b primesCount) primesCount { return a + b }
+
+// Check refuses a count that would exceed the numbers in the range.
+func (Primes) Check(p PrimesParams, acc, n primesCount) error {
+	limit := primesCount(p.To - p.From)
+	if n > limit || acc+n > limit {
+		return fmt.Errorf("count %d would exceed the %d numbers in the range", n, limit)
 	}
-	n, err := countPrimes(ctx, s.Lo, s.Hi)
-	if err != nil {
-		return nil, err
-	}
-	return encodePrimesPartial(n), nil
+	return nil
+}
+
+// Result is the count as a PrimesResult.
+func (Primes) Result(_ PrimesParams, n primesCount) (any, error) {
+	return PrimesResult{Count: uint64(n)}, nil
+}
+
+// primesCount is the partial of a primes job, in the built-ins' binary form (codec.go): tag 'P',
+// version, the count as a uvarint.
+type primesCount uint64
+
+func (n primesCount) MarshalBinary() ([]byte, error) { return encodePrimesPartial(uint64(n)), nil }
+
+func (n *primesCount) UnmarshalBinary(data []byte) error {
+	v, err := decodePrimesPartial(data)
+	*n = primesCount(v)
+	return err
 }
 
 func encodePrimesPartial(count uint64) []byte {
@@ -144,50 +149,6 @@ func decodePrimesPartial(data []byte) (uint64, error) {
 	r := newPartialReader(data, tagPrimes)
 	n := r.uvarint()
 	return n, r.finish()
-}
-
-// NewAggregate returns an aggregate summing the shards' counts.
-func (Primes) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
-	p, err := parsePrimesParams(params)
-	if err != nil {
-		return nil, err
-	}
-	return &primesAggregate{limit: p.To - p.From}, nil
-}
-
-type primesAggregate struct {
-	limit uint64 // no more primes than numbers in the range
-	count uint64
-}
-
-func (a *primesAggregate) Merge(partial []byte) error {
-	n, err := decodePrimesPartial(partial)
-	if err != nil {
-		return fmt.Errorf("%w: primes: %v", jobs.ErrBadPartial, err)
-	}
-	if n > a.limit || a.count+n > a.limit {
-		return fmt.Errorf("%w: primes: count %d would exceed the %d numbers in the range", jobs.ErrBadPartial, n, a.limit)
-	}
-	a.count += n
-	return nil
-}
-
-func (a *primesAggregate) MarshalBinary() ([]byte, error) { return encodePrimesPartial(a.count), nil }
-
-func (a *primesAggregate) UnmarshalBinary(data []byte) error {
-	n, err := decodePrimesPartial(data)
-	if err == nil && n > a.limit {
-		err = fmt.Errorf("count %d exceeds the %d numbers in the range", n, a.limit)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: primes aggregate: %v", jobs.ErrBadCheckpoint, err)
-	}
-	a.count = n
-	return nil
-}
-
-func (a *primesAggregate) Result() (json.RawMessage, error) {
-	return json.Marshal(PrimesResult{Count: a.count})
 }
 
 // countPrimes counts the primes in [lo, hi) with a segmented sieve over the odd numbers. It

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 	"math/rand/v2"
 	"testing"
 )
@@ -36,7 +37,7 @@ func TestPrimes_KnownCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.params, func(t *testing.T) {
-			res := runJob(t, Primes{}, nil, tt.params, rand.New(rand.NewPCG(1, 2)))
+			res := jobstest.Run(t, primesJob, nil, tt.params)
 			var got PrimesResult
 			if err := json.Unmarshal(res, &got); err != nil {
 				t.Fatal(err)
@@ -65,7 +66,7 @@ func TestPrimes_SmallRangesMatchTrialDivision(t *testing.T) {
 		}
 		params := fmt.Sprintf(`{"from": %d, "to": %d, "shards": %d}`, from, to, shards)
 		var got PrimesResult
-		if err := json.Unmarshal(runJob(t, Primes{}, nil, params, rng), &got); err != nil {
+		if err := json.Unmarshal(jobstest.Run(t, primesJob, nil, params), &got); err != nil {
 			t.Fatal(err)
 		}
 		if got.Count != want {
@@ -103,7 +104,7 @@ func isPrimeTrialFast(n uint64) bool {
 }
 
 func TestPrimes_SplitCoversRangeEvenly(t *testing.T) {
-	shards, err := Primes{}.Split(context.Background(), nil, json.RawMessage(`{"from": 7, "to": 1007, "shards": 7}`))
+	shards, err := primesJob.Split(context.Background(), nil, json.RawMessage(`{"from": 7, "to": 1007, "shards": 7}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestPrimes_MapBadShard(t *testing.T) {
 		`{"lo": 0, "hi": 1125899906842625}`, `{"lo": 0, "hi": 4294967297}`,
 		`{"lo": 0, "hi": 10, "x": 1}`, `{"lo": 0, "hi": 10} x`, `{"lo": -1, "hi": 10}`,
 	} {
-		_, err := Primes{}.Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)})
+		_, err := primesJob.Map(context.Background(), nil, jobs.Task{Shard: []byte(shard)})
 		if !errors.Is(err, jobs.ErrBadShard) {
 			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
@@ -139,7 +140,7 @@ func TestPrimes_MapBadShard(t *testing.T) {
 func TestPrimes_MapCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := Primes{}.Map(ctx, nil, jobs.Task{Shard: []byte(`{"lo": 0, "hi": 1000000}`)})
+	_, err := primesJob.Map(ctx, nil, jobs.Task{Shard: []byte(`{"lo": 0, "hi": 1000000}`)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Map with a cancelled context = %v", err)
 	}
@@ -147,16 +148,16 @@ func TestPrimes_MapCancelled(t *testing.T) {
 
 func TestPrimesAggregate(t *testing.T) {
 	params := json.RawMessage(`{"to": 1000, "shards": 10}`)
-	_, partials := mapAll(t, Primes{}, nil, string(params))
+	_, partials := jobstest.MapAll(t, primesJob, nil, string(params))
 	want := json.RawMessage(`{"count":168}`)
 	for seed := range uint64(10) {
-		got := mergeShuffled(t, Primes{}, params, partials, rand.New(rand.NewPCG(seed, 0)))
+		got := jobstest.MergeShuffled(t, primesJob, string(params), partials, seed)
 		if string(got) != string(want) {
 			t.Fatalf("result %s, want %s", got, want)
 		}
 	}
 
-	agg, _ := Primes{}.NewAggregate(params)
+	agg, _ := primesJob.NewAggregate(params)
 	for _, bad := range [][]byte{
 		nil, {tagPrimes}, {tagPrimes, 2, 1}, {tagPi, 1, 1}, {tagPrimes, 1}, {tagPrimes, 1, 1, 0},
 		encodePrimesPartial(1001), // more primes than numbers
@@ -184,7 +185,7 @@ func FuzzPrimesParams(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
-		checkParamsFuzz(t, Primes{}, params, splitIsCheap(params))
+		checkParamsFuzz(t, primesJob, params, splitIsCheap(params))
 	})
 }
 
@@ -203,7 +204,7 @@ func FuzzPrimesShard(f *testing.F) {
 		if s.Hi-s.Lo > 100000 {
 			return // valid, but too slow to sieve in a fuzz iteration
 		}
-		p, err := Primes{}.Map(context.Background(), nil, jobs.Task{Shard: shard})
+		p, err := primesJob.Map(context.Background(), nil, jobs.Task{Shard: shard})
 		if err != nil {
 			t.Fatalf("Map of a decodable shard: %v", err)
 		}
@@ -214,20 +215,16 @@ func FuzzPrimesShard(f *testing.F) {
 }
 
 func FuzzPrimesAggregate(f *testing.F) {
-	f.Add(encodePrimesPartial(0))
-	f.Add(encodePrimesPartial(25))
-	f.Add(encodePrimesPartial(1 << 40))
-	f.Add([]byte{tagPrimes, 1, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkAggregateFuzz(t, Primes{}, `{"to": 1000000, "shards": 10}`, encodePrimesPartial(3), data)
-	})
+	jobstest.FuzzAggregate(f, primesJob, `{"to": 1000000, "shards": 10}`,
+		encodePrimesPartial(3), encodePrimesPartial(0), encodePrimesPartial(25), encodePrimesPartial(1<<40),
+		[]byte{tagPrimes, 1, 0xff, 0xff})
 }
 
 func BenchmarkPrimesShard(b *testing.B) {
 	// One shard of [0, 2·10^7) in 200 shards, from the top of the range.
 	shard := []byte(`{"lo": 19900000, "hi": 20000000}`)
 	for b.Loop() {
-		if _, err := (Primes{}).Map(context.Background(), nil, jobs.Task{Shard: shard}); err != nil {
+		if _, err := primesJob.Map(context.Background(), nil, jobs.Task{Shard: shard}); err != nil {
 			b.Fatal(err)
 		}
 	}

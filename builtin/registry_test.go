@@ -71,7 +71,7 @@ func TestRegistry_Lookup_Unknown(t *testing.T) {
 
 func TestRegistry_Register_Refuses(t *testing.T) {
 	r := jobs.NewRegistry()
-	if err := r.Register(Primes{}); err != nil {
+	if err := r.Register(primesJob); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -84,7 +84,7 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 		{"space", typedJob{Sleep{}, "my job"}, nil},
 		{"slash", typedJob{Sleep{}, "a/b"}, nil},
 		{"too long", typedJob{Sleep{}, strings.Repeat("x", 65)}, nil},
-		{"duplicate", Primes{}, jobs.ErrDuplicateType},
+		{"duplicate", primesJob, jobs.ErrDuplicateType},
 		{"duplicate other impl", typedJob{Sleep{}, "primes"}, jobs.ErrDuplicateType},
 	}
 	for _, tt := range tests {
@@ -102,7 +102,7 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 		t.Errorf("Types() = %v after refused registrations", got)
 	}
 	j, err := r.Lookup("primes")
-	if err != nil || j != (Primes{}) {
+	if err != nil || j != primesJob {
 		t.Errorf("duplicate registration replaced the job: %v %v", j, err)
 	}
 }

@@ -21,7 +21,7 @@ var _ jobs.Job = Sleep{}
 // {"shards": 1000, "duration": "50ms", "fail_rate": 0.1, "seed": 7}.
 type SleepParams struct {
 	// Shards is the number of shards. Required; 1 ≤ shards ≤ 1,000,000.
-	Shards int `json:"shards"`
+	Shards int `json:"shards" jobs:"required"`
 	// Duration is how long each shard sleeps, as a Go duration ("50ms", "2s"). Optional, default
 	// "0s"; at most "1h".
 	Duration string `json:"duration,omitempty"`
@@ -46,8 +46,12 @@ const (
 	sleepType        = "sleep"
 	sleepMaxDuration = time.Hour
 	sleepMaxList     = 1000
-	sleepUsage       = `{"shards": 100, "duration": "50ms", "fail_rate": 0.1, "seed": 1}`
 )
+
+// Usage is an example of good parameters.
+func (SleepParams) Usage() string {
+	return `{"shards": 100, "duration": "50ms", "fail_rate": 0.1, "seed": 1}`
+}
 
 // The modes of a sleep shard.
 const (
@@ -68,7 +72,7 @@ func (Sleep) Validate(params json.RawMessage) error {
 
 func parseSleepParams(raw json.RawMessage) (SleepParams, time.Duration, error) {
 	var p SleepParams
-	if _, err := decodeParams(sleepType, sleepUsage, raw, &p, "shards"); err != nil {
+	if _, err := jobs.DecodeParams(sleepType, raw, &p); err != nil {
 		return p, 0, err
 	}
 	switch {

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
-	"math/rand/v2"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +16,7 @@ import (
 func TestSleep_EveryShardCountedOnce(t *testing.T) {
 	for _, n := range []int{1, 2, 10, 1000} {
 		params := fmt.Sprintf(`{"shards": %d, "duration": "0s", "fail_rate": 0.3, "seed": 11}`, n)
-		res := runJob(t, Sleep{}, nil, params, rand.New(rand.NewPCG(uint64(n), 1)))
+		res := jobstest.Run(t, Sleep{}, nil, params)
 		var got SleepResult
 		if err := json.Unmarshal(res, &got); err != nil {
 			t.Fatal(err)
@@ -204,10 +204,6 @@ func FuzzSleepShard(f *testing.F) {
 }
 
 func FuzzSleepAggregate(f *testing.F) {
-	f.Add(encodeSleepPartial(1, 5))
-	f.Add(encodeSleepPartial(10, 45))
-	f.Add(encodeSleepPartial(11, 0))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkAggregateFuzz(t, Sleep{}, `{"shards": 10}`, encodeSleepPartial(1, 9), data)
-	})
+	jobstest.FuzzAggregate(f, Sleep{}, `{"shards": 10}`,
+		encodeSleepPartial(1, 9), encodeSleepPartial(1, 5), encodeSleepPartial(10, 45), encodeSleepPartial(11, 0))
 }

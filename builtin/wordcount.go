@@ -35,7 +35,7 @@ var _ jobs.Job = Wordcount{}
 type WordcountParams struct {
 	// Container holds the blobs. Required; a valid Azure container name: 3 to 63 characters of
 	// a-z, 0-9 and '-', starting with a letter or digit, no '-' at the end or next to another.
-	Container string `json:"container"`
+	Container string `json:"container" jobs:"required"`
 	// Prefix selects the blobs whose names start with it. Optional, default "" (all); at most
 	// 1,024 bytes.
 	Prefix string `json:"prefix,omitempty"`
@@ -59,6 +59,11 @@ type WordFreq struct {
 	Count uint64 `json:"count"`
 }
 
+// Usage is an example of good parameters.
+func (WordcountParams) Usage() string {
+	return `{"container": "corpus", "prefix": "books/", "top": 10}`
+}
+
 const (
 	wordcountType              = "wordcount"
 	wordcountDefaultTop        = 10
@@ -74,7 +79,6 @@ const (
 	wordcountLookBehind = 2 * utf8.UTFMax
 	// wordcountChunk is the read buffer of a shard.
 	wordcountChunk = 64 << 10
-	wordcountUsage = `{"container": "corpus", "prefix": "books/", "top": 10}`
 )
 
 // Type returns "wordcount".
@@ -88,7 +92,7 @@ func (Wordcount) Validate(params json.RawMessage) error {
 
 func parseWordcountParams(raw json.RawMessage) (WordcountParams, error) {
 	var p WordcountParams
-	present, err := decodeParams(wordcountType, wordcountUsage, raw, &p, "container")
+	present, err := jobs.DecodeParams(wordcountType, raw, &p)
 	if err != nil {
 		return p, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -74,7 +75,7 @@ func trickyText(rng *rand.Rand, tokens int) []byte {
 
 // countRanges counts text cut into ranges of shardBytes, reading chunk bytes at a time, and
 // returns the summed total and counts.
-func countRanges(t testing.TB, env *fakeBlobEnv, name string, size, shardBytes int64, chunk int) (uint64, map[string]uint64) {
+func countRanges(t testing.TB, env *jobstest.Env, name string, size, shardBytes int64, chunk int) (uint64, map[string]uint64) {
 	t.Helper()
 	var total uint64
 	counts := make(map[string]uint64)
@@ -97,9 +98,9 @@ func TestCountShardWords_EveryCut(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for trial := range 6 {
 		text := trickyText(rng, 60+trial*20)
-		env := newFakeBlobEnv()
-		env.oneByte = trial%2 == 1
-		env.put("corpus", "t", text)
+		env := jobstest.NewEnv()
+		env.OneByteReads(trial%2 == 1)
+		env.Put("corpus", "t", text)
 		wantTotal, wantCounts := directWordCount(text)
 		size := int64(len(text))
 		for sb := int64(1); sb <= size+1; sb++ {
@@ -124,8 +125,8 @@ func TestCountShardWords_LongWords(t *testing.T) {
 		strings.Repeat("c", 5*max+123), // spans many shards and chunks
 		"end",
 	}, "\u3000")
-	env := newFakeBlobEnv()
-	env.put("corpus", "long", []byte(text))
+	env := jobstest.NewEnv()
+	env.Put("corpus", "long", []byte(text))
 	wantTotal, wantCounts := directWordCount([]byte(text))
 	if wantTotal != 6 || len(wantCounts) != 3 {
 		t.Fatalf("reference: %d words, %d ranked", wantTotal, len(wantCounts))
@@ -144,8 +145,8 @@ func TestCountShardWords_BigText(t *testing.T) {
 	// More than one 64 KiB chunk per shard, so runes straddle chunk boundaries.
 	rng := rand.New(rand.NewPCG(8, 8))
 	text := trickyText(rng, 120_000)
-	env := newFakeBlobEnv()
-	env.put("corpus", "big", text)
+	env := jobstest.NewEnv()
+	env.Put("corpus", "big", text)
 	wantTotal, wantCounts := directWordCount(text)
 	for _, sb := range []int64{100_003, 1 << 20} {
 		total, counts := countRanges(t, env, "big", int64(len(text)), sb, wordcountChunk)
@@ -157,15 +158,15 @@ func TestCountShardWords_BigText(t *testing.T) {
 
 func TestWordcount_MatchesDirectCount(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	env := newFakeBlobEnv()
+	env := jobstest.NewEnv()
 	var texts [][]byte
 	for i := range 5 {
 		text := trickyText(rng, 500+300*i)
-		env.put("corpus", fmt.Sprintf("books/%d.txt", i), text)
+		env.Put("corpus", fmt.Sprintf("books/%d.txt", i), text)
 		texts = append(texts, text)
 	}
-	env.put("corpus", "books/empty.txt", nil)
-	env.put("corpus", "other/skip.txt", []byte("not counted"))
+	env.Put("corpus", "books/empty.txt", nil)
+	env.Put("corpus", "other/skip.txt", []byte("not counted"))
 	for _, tt := range []struct {
 		shardBytes string
 		top        int
@@ -174,55 +175,55 @@ func TestWordcount_MatchesDirectCount(t *testing.T) {
 		{`, "shard_bytes": 97`, 50}, {`, "shard_bytes": 4096`, 10000}, {``, 10},
 	} {
 		params := fmt.Sprintf(`{"container": "corpus", "prefix": "books/", "top": %d%s}`, tt.top, tt.shardBytes)
-		got := runJob(t, Wordcount{}, env, params, rng)
+		got := jobstest.Run(t, Wordcount{}, env, params)
 		if want := directResult(t, tt.top, texts...); string(got) != want {
 			t.Errorf("%s:\n got %s\nwant %s", params, got, want)
 		}
 	}
 	// Default top is 10.
-	got := runJob(t, Wordcount{}, env, `{"container": "corpus", "prefix": "books/"}`, rng)
+	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "prefix": "books/"}`)
 	if want := directResult(t, 10, texts...); string(got) != want {
 		t.Errorf("default top:\n got %s\nwant %s", got, want)
 	}
 }
 
 func TestWordcount_Result(t *testing.T) {
-	env := newFakeBlobEnv()
-	env.put("corpus", "a", []byte("the cat  the dog\u3000the bird  cat zebra apple apple\n"))
-	got := runJob(t, Wordcount{}, env, `{"container": "corpus", "top": 4, "shard_bytes": 3}`, rand.New(rand.NewPCG(1, 1)))
+	env := jobstest.NewEnv()
+	env.Put("corpus", "a", []byte("the cat  the dog\u3000the bird  cat zebra apple apple\n"))
+	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "top": 4, "shard_bytes": 3}`)
 	const want = `{"total":10,"top":[{"word":"the","count":3},{"word":"apple","count":2},{"word":"cat","count":2},{"word":"bird","count":1}]}`
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	got = runJob(t, Wordcount{}, env, `{"container": "corpus", "top": 0}`, rand.New(rand.NewPCG(1, 1)))
+	got = jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "top": 0}`)
 	if string(got) != `{"total":10,"top":[]}` {
 		t.Errorf("top 0: %s", got)
 	}
 }
 
 func TestWordcount_EmptyBlobs(t *testing.T) {
-	env := newFakeBlobEnv()
-	env.put("corpus", "e1", nil)
-	env.put("corpus", "e2", nil)
+	env := jobstest.NewEnv()
+	env.Put("corpus", "e1", nil)
+	env.Put("corpus", "e2", nil)
 	shards, err := Wordcount{}.Split(context.Background(), env, json.RawMessage(`{"container": "corpus"}`))
 	if err != nil || len(shards) != 1 {
 		t.Fatalf("Split of empty blobs: %d shards, %v", len(shards), err)
 	}
-	got := runJob(t, Wordcount{}, env, `{"container": "corpus"}`, rand.New(rand.NewPCG(1, 1)))
+	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus"}`)
 	if string(got) != `{"total":0,"top":[]}` {
 		t.Errorf("result %s", got)
 	}
-	env.put("corpus", "spaces", []byte(" \u3000\n "))
-	got = runJob(t, Wordcount{}, env, `{"container": "corpus", "shard_bytes": 1}`, rand.New(rand.NewPCG(1, 1)))
+	env.Put("corpus", "spaces", []byte(" \u3000\n "))
+	got = jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "shard_bytes": 1}`)
 	if string(got) != `{"total":0,"top":[]}` {
 		t.Errorf("result %s", got)
 	}
 }
 
 func TestWordcount_SplitErrors(t *testing.T) {
-	env := newFakeBlobEnv()
-	env.put("corpus", "a", []byte("x"))
-	env.put("big", "a", make([]byte, jobs.MaxShards+1))
+	env := jobstest.NewEnv()
+	env.Put("corpus", "a", []byte("x"))
+	env.Put("big", "a", make([]byte, jobs.MaxShards+1))
 	ctx := context.Background()
 
 	_, err := Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "corpus", "prefix": "zz"}`))
@@ -243,15 +244,15 @@ func TestWordcount_SplitErrors(t *testing.T) {
 		t.Errorf("big blob in 2-byte shards: %d shards, %v", len(shards), err)
 	}
 	// A blob name too long for a shard description.
-	env.put("corpus", strings.Repeat("ü", 3000), []byte("x"))
+	env.Put("corpus", strings.Repeat("ü", 3000), []byte("x"))
 	if _, err := (Wordcount{}).Split(ctx, env, json.RawMessage(`{"container": "corpus"}`)); err == nil || !strings.Contains(err.Error(), "limit is 4096") {
 		t.Errorf("long blob name: %v", err)
 	}
 }
 
 func TestWordcount_MapErrors(t *testing.T) {
-	env := newFakeBlobEnv()
-	env.put("corpus", "a", []byte("hello world, this is text"))
+	env := jobstest.NewEnv()
+	env.Put("corpus", "a", []byte("hello world, this is text"))
 	ctx := context.Background()
 	for _, shard := range []string{
 		``, `{}`, `{"c": "corpus", "b": "a", "o": 0, "n": 5, "x": 1}`, `{"c": "Corpus", "b": "a", "o": 0, "n": 5}`,
@@ -274,7 +275,7 @@ func TestWordcount_MapErrors(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	env.put("corpus", "big", bytes.Repeat([]byte("word "), 100_000))
+	env.Put("corpus", "big", bytes.Repeat([]byte("word "), 100_000))
 	_, err = Wordcount{}.Map(cctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "big", "o": 0, "n": 500000}`)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
@@ -283,18 +284,18 @@ func TestWordcount_MapErrors(t *testing.T) {
 
 func TestWordcountAggregate(t *testing.T) {
 	params := json.RawMessage(`{"container": "corpus", "top": 3}`)
-	env := newFakeBlobEnv()
+	env := jobstest.NewEnv()
 	rng := rand.New(rand.NewPCG(5, 5))
 	var texts [][]byte
 	for i := range 3 {
 		text := trickyText(rng, 400)
 		texts = append(texts, text)
-		env.put("corpus", fmt.Sprint(i), text)
+		env.Put("corpus", fmt.Sprint(i), text)
 	}
-	_, partials := mapAll(t, Wordcount{}, env, `{"container": "corpus", "top": 3, "shard_bytes": 50}`)
+	_, partials := jobstest.MapAll(t, Wordcount{}, env, `{"container": "corpus", "top": 3, "shard_bytes": 50}`)
 	want := directResult(t, 3, texts...)
 	for seed := range uint64(8) {
-		if got := mergeShuffled(t, Wordcount{}, params, partials, rand.New(rand.NewPCG(seed, 1))); string(got) != want {
+		if got := jobstest.MergeShuffled(t, Wordcount{}, string(params), partials, seed); string(got) != want {
 			t.Fatalf("result %s, want %s", got, want)
 		}
 	}
@@ -354,8 +355,8 @@ func binaryUvarint(b []byte, vs ...uint64) []byte {
 }
 
 func TestWordcountPartial_Deterministic(t *testing.T) {
-	env := newFakeBlobEnv()
-	env.put("corpus", "a", trickyText(rand.New(rand.NewPCG(1, 2)), 3000))
+	env := jobstest.NewEnv()
+	env.Put("corpus", "a", trickyText(rand.New(rand.NewPCG(1, 2)), 3000))
 	task := jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 100, "n": 5000}`)}
 	first, err := Wordcount{}.Map(context.Background(), env, task)
 	if err != nil {
@@ -390,8 +391,8 @@ func FuzzWordcountShard(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	env := newFakeBlobEnv()
-	env.put("corpus", "t", text)
+	env := jobstest.NewEnv()
+	env.Put("corpus", "t", text)
 	f.Fuzz(func(t *testing.T, shard []byte) {
 		s, decErr := decodeWordcountShard(shard)
 		p, err := Wordcount{}.Map(context.Background(), env, jobs.Task{Shard: shard})
@@ -416,14 +417,11 @@ func FuzzWordcountAggregate(f *testing.F) {
 	t := newWordTally()
 	t.add([]byte("b"), 2)
 	t.add([]byte("a\xff"), 1)
-	f.Add(encodeWordcountPartial(4, t))
-	f.Add(encodeWordcountPartial(0, newWordTally()))
-	f.Add([]byte{tagWordcount, 1, 3, 1, 1, 'a', 0})
 	seed := newWordTally()
 	seed.add([]byte("a"), 1)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkAggregateFuzz(t, Wordcount{}, `{"container": "corpus", "top": 2}`, encodeWordcountPartial(1, seed), data)
-	})
+	jobstest.FuzzAggregate(f, Wordcount{}, `{"container": "corpus", "top": 2}`,
+		encodeWordcountPartial(1, seed), encodeWordcountPartial(4, t), encodeWordcountPartial(0, newWordTally()),
+		[]byte{tagWordcount, 1, 3, 1, 1, 'a', 0})
 }
 
 // FuzzWordcountBoundaries checks that however a text is cut into shards, and read in whatever
@@ -439,9 +437,9 @@ func FuzzWordcountBoundaries(f *testing.F) {
 		}
 		sb := 1 + int64(shardBytes)%int64(len(text)+3)
 		sb = max(sb, int64(len(text)+127)/128) // at most 128 shards: each reads a KiB past its range
-		env := newFakeBlobEnv()
-		env.oneByte = chunk%2 == 1
-		env.put("corpus", "t", text)
+		env := jobstest.NewEnv()
+		env.OneByteReads(chunk%2 == 1)
+		env.Put("corpus", "t", text)
 		wantTotal, wantCounts := directWordCount(text)
 		total, counts := countRanges(t, env, "t", int64(len(text)), sb, 16+int(chunk))
 		if total != wantTotal || !maps.Equal(counts, wantCounts) {
@@ -459,8 +457,8 @@ func BenchmarkWordcountMap(b *testing.B) {
 		text []byte
 	}{{"prose", prose}, {"tricky", text}} {
 		b.Run(tc.name, func(b *testing.B) {
-			env := newFakeBlobEnv()
-			env.put("corpus", "t", tc.text)
+			env := jobstest.NewEnv()
+			env.Put("corpus", "t", tc.text)
 			shard := []byte(fmt.Sprintf(`{"c": "corpus", "b": "t", "o": 0, "n": %d}`, len(tc.text)))
 			b.SetBytes(int64(len(tc.text)))
 			for b.Loop() {

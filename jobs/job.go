@@ -6,8 +6,11 @@ import (
 	"io"
 )
 
-// Job is what a user implements to add a job type, then registers with Register (or
-// Registry.Register). The coordinator calls Validate, Split and NewAggregate; every worker calls Map.
+// Job is the byte-level interface of a job type, which the coordinator and the workers call: the
+// coordinator calls Validate, Split and NewAggregate; every worker calls Map. Most jobs are
+// written as a TypedJob and adapted with Typed; implement Job directly to control the bytes of
+// shards and partials (the built-in wordcount streams its partials). Register it with Register
+// (or Registry.Register).
 //
 // Contract:
 //   - Split is deterministic given its inputs and is called once per job: the leader stores the

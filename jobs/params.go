@@ -2,7 +2,7 @@ package jobs
 
 import "errors"
 
-// Errors shared by the built-in jobs. Each is matched with errors.Is.
+// Errors of jobs, typed or byte-level. Each is matched with errors.Is.
 var (
 	// ErrBadParams is matched by every *ParamError: a job's parameters were refused.
 	ErrBadParams = errors.New("bad job parameters")
