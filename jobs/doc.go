@@ -39,7 +39,7 @@
 //		if err := jobs.Register(jobs.Typed("sumsq", SumSquares{})); err != nil {
 //			log.Fatal(err)
 //		}
-//		node.Main()
+//		node.Main(node.Options{Registry: jobs.Default()})
 //	}
 //
 // That binary is a complete worker (`mybinary run`) and client (`mybinary submit --type sumsq

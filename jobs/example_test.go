@@ -55,7 +55,7 @@ func (SumSquares) Merge(a, b int64) int64 { return a + b }
 //		if err := jobs.Register(jobs.Typed("sumsq", SumSquares{})); err != nil {
 //			log.Fatal(err)
 //		}
-//		node.Main()
+//		node.Main(node.Options{Registry: jobs.Default()})
 //	}
 //
 // Here it runs in-process with jobstest, which also checks the job's contract.

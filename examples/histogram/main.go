@@ -51,5 +51,5 @@ func main() {
 	if err := jobs.Register(jobs.Typed("histogram", Histogram{})); err != nil {
 		log.Fatal(err)
 	}
-	node.Main()
+	node.Main(node.Options{Registry: jobs.Default()})
 }
