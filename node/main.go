@@ -28,6 +28,8 @@ commands:
   status    show the leader and jobs: worker status [JOB] [--json]
   result    print a job's result:     worker result JOB
   cancel    cancel a job:             worker cancel JOB
+  workers   list the live workers and who leads: worker workers [--json]
+  health    exit 0 when the local worker is ready (container health check): worker health
   env       list the environment variables the binary reads
 
 Run 'worker <command> -h' for the flags of a command.
@@ -52,7 +54,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"run": runCmd, "submit": submitCmd, "status": statusCmd, "result": resultCmd, "cancel": cancelCmd,
+		"run": runCmd, "submit": submitCmd, "status": statusCmd, "result": resultCmd, "cancel": cancelCmd, "workers": workersCmd, "health": healthCmd,
 		"env": func(_ context.Context, _ []string, out, _ io.Writer) error { registerAll(); printEnv(out); return nil },
 	}
 	cmd, ok := cmds[args[0]]
@@ -86,6 +88,8 @@ func registerAll() {
 	newStatusFlags()
 	newJobFlags("result")
 	newJobFlags("cancel")
+	newWorkersFlags()
+	newHealthFlags()
 }
 
 // usageError is a mistake in the command line or its input; it exits with status 2.

@@ -30,6 +30,7 @@ type runFlags struct {
 	retryInterval      time.Duration
 	startupTimeout     time.Duration
 	mapDelay           time.Duration
+	obs                obsFlags
 	fs                 *flag.FlagSet
 }
 
@@ -55,6 +56,7 @@ func newRunFlags() *runFlags {
 	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
 	fs.DurationVar(&f.mapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	bindEnv(fs, "map-delay", "MAP_DELAY")
+	f.obs.register(fs)
 	return f
 }
 
@@ -93,6 +95,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := wcfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
+	obs := newObserver(f.obs, f.id, log)
+	obs.hook(&ecfg, &ccfg, &wcfg)
 	bcfg := bus.Config{Prefix: f.streamPrefix, ShardTimeout: f.shardTimeout}
 	if err := bcfg.Validate(); err != nil {
 		return usageErr("%v", err)
@@ -133,7 +137,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			log.Warn("announce release", "err", err)
 		}
 	}
-	el, err := election.NewAzure(blobClient, ecfg)
+	el, err := obs.newElector(blobClient, ecfg)
 	if err != nil {
 		return err
 	}
@@ -146,20 +150,29 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log.Info("worker started", "nats", f.natsURL, "jobs_container", f.jobsContainer, "queue", f.queueName,
 		"lease_duration", f.leaseDuration, "concurrency", f.concurrency)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	octx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
+	if err := obs.start(octx, &wg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: f.leaseContainer,
+		coord: coord, worker: w, concurrency: f.concurrency}); err != nil {
+		stopObs()
+		return err
+	}
+	var work sync.WaitGroup
+	work.Add(2)
 	go func() {
-		defer wg.Done()
+		defer work.Done()
 		if err := w.Run(ctx); err != nil {
 			log.Error("worker stopped", "err", err)
 		}
 	}()
 	go func() {
-		defer wg.Done()
+		defer work.Done()
 		_ = el.Run(ctx, func(lctx context.Context) error {
 			term, _ := election.TermFromContext(lctx)
 			return coord.Lead(lctx, term.Epoch)
 		})
 	}()
+	work.Wait()
+	stopObs() // the HTTP server and membership outlive the work, so /readyz and the dashboard see the stop
 	wg.Wait()
 	st := w.Stats()
 	log.Info("worker stopped", "executed", st.Executed, "succeeded", st.Succeeded, "failed", st.Failed, "redelivered", st.Redelivered)

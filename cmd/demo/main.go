@@ -237,7 +237,7 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 		}
 		if f.elected != nil && f.firstMrg == nil {
 			for _, ev := range c.Events() {
-				if ev.Msg == "first result merged" && ev.Worker == f.elected.Worker && !ev.Time.Before(f.elected.Time) {
+				if ev.Kind == cluster.FirstMerge && ev.Worker == f.elected.Worker && !ev.Time.Before(f.elected.Time) {
 					f.firstMrg = &ev
 					break
 				}
@@ -268,10 +268,10 @@ func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done
 	return nil
 }
 
-// electedAfter returns the first "elected" event logged after t.
+// electedAfter returns the first election event after t.
 func electedAfter(c *cluster.Cluster, t time.Time) (cluster.Event, bool) {
 	for _, ev := range c.Events() {
-		if ev.Msg == "elected" && ev.Time.After(t) {
+		if ev.Kind == cluster.Elected && ev.Time.After(t) {
 			return ev, true
 		}
 	}

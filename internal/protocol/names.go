@@ -60,3 +60,9 @@ func upper(s string) string {
 	}
 	return string(b)
 }
+
+// Members is the core-NATS subject on which every worker announces itself (package membership).
+func (n Names) Members() string { return n.Prefix + ".members" }
+
+// Events is the core-NATS subject on which workers publish their election and coordinator events.
+func (n Names) Events() string { return n.Prefix + ".events" }
