@@ -38,7 +38,7 @@ func NewRecorder(worker string) *Recorder {
 func (r *Recorder) Election(ev election.Event) {
 	e := membership.Event{Kind: string(ev.Kind), At: ev.At.UTC(), Epoch: ev.Term.Epoch}
 	if ev.Err != nil {
-		e.Err = ev.Err.Error()
+		e.Err = Redact(ev.Err.Error())
 	}
 	r.add(e)
 }
@@ -47,7 +47,7 @@ func (r *Recorder) Election(ev election.Event) {
 func (r *Recorder) Coordinator(ev coordinator.Event) {
 	e := membership.Event{Kind: string(ev.Kind), At: ev.At.UTC(), Epoch: ev.Epoch, Job: ev.Job, Shard: ev.Shard, State: ev.State, Count: ev.Count}
 	if ev.Err != nil {
-		e.Err = ev.Err.Error()
+		e.Err = Redact(ev.Err.Error())
 	}
 	r.add(e)
 }

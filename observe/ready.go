@@ -57,7 +57,7 @@ func (r *Readiness) Check(ctx context.Context) ([]CheckResult, bool) {
 				err := c.Fn(cctx)
 				res[i] = CheckResult{Name: c.Name, OK: err == nil, Took: time.Since(start).Round(time.Microsecond).String()}
 				if err != nil {
-					res[i].Error = err.Error()
+					res[i].Error = Redact(err.Error())
 				}
 			}()
 		}

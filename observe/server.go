@@ -181,7 +181,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: s.cfg.Members(), Events: s.cfg.Events.Cluster(),
 		Cancel: s.cfg.DashboardCancel, Now: time.Now().UTC()}
 	if err != nil {
-		v.LeaderErr = err.Error()
+		v.LeaderErr = Redact(err.Error())
 	}
 	writeJSON(w, http.StatusOK, v)
 }
@@ -190,7 +190,7 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := s.cfg.Jobs.Jobs(r.Context())
 	body := map[string]any{"jobs": jobs}
 	if err != nil {
-		body["error"] = err.Error()
+		body["error"] = Redact(err.Error())
 	}
 	writeJSON(w, http.StatusOK, body)
 }
@@ -202,7 +202,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	if err := s.cfg.Cancel(r.Context(), id); err != nil {
-		writeErr(w, http.StatusBadRequest, err.Error())
+		writeErr(w, http.StatusBadRequest, Redact(err.Error()))
 		return
 	}
 	s.cfg.Logger.Info("job cancelled from the dashboard", "job", id, "remote", r.RemoteAddr)
