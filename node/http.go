@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,7 @@ type observer struct {
 
 	worker  atomic.Pointer[worker.Worker]
 	elector atomic.Pointer[election.Elector]
+	bus     atomic.Pointer[bus.Bus]
 	epoch   atomic.Uint64 // the epoch this worker leads, 0 when following
 }
 
@@ -76,6 +78,12 @@ func newObserver(f obsFlags, id string, log *slog.Logger) *observer {
 				return e.Stats()
 			}
 			return election.Stats{}
+		},
+		QueuedShards: func(ctx context.Context) (uint64, error) {
+			if b := o.bus.Load(); b != nil {
+				return b.QueuedShards(ctx)
+			}
+			return 0, errors.New("not connected yet")
 		},
 	})
 	return o
@@ -148,6 +156,7 @@ type observed struct {
 // ends. It fails only when the HTTP address cannot be bound.
 func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) error {
 	o.worker.Store(c.worker)
+	o.bus.Store(c.bus)
 	names := protocol.NewNames(c.bus.Config().Prefix)
 	nc := c.bus.Conn()
 	watcher, err := membership.Watch(nc, names.Members(), 0, o.log)

@@ -116,7 +116,7 @@ func TestObservability(t *testing.T) {
 		"mapagg_leader_epoch ", "mapagg_leader_terms_total 1", "mapagg_results_merged_total 8", "mapagg_shards_executed_total 8",
 		`mapagg_map_duration_seconds_count{outcome="ok",type="pi"} 8`, "mapagg_checkpoint_size_bytes_count", "mapagg_checkpoint_write_duration_seconds_bucket",
 		`mapagg_coordinator_events_total{kind="first_merge"} 1`, `mapagg_election_events_total{kind="elected"} 1`,
-		"mapagg_lease_renew_failures_total 0", "mapagg_shards_in_flight 0", `mapagg_build_info{version=`, "go_goroutines",
+		"mapagg_lease_renew_failures_total 0", "mapagg_shards_in_flight 0", "mapagg_shards_queued 0", `mapagg_build_info{version=`, "go_goroutines",
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)

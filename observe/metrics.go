@@ -3,6 +3,7 @@ package observe
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,8 @@ var (
 type Sources struct {
 	Worker  func() worker.Stats
 	Elector func() election.Stats
+	// QueuedShards counts the shards waiting in the stream (the same on every worker).
+	QueuedShards func(ctx context.Context) (uint64, error)
 }
 
 // NewMetrics registers every metric (names in README, "Metrics") with a new registry, plus the
@@ -97,6 +100,18 @@ func NewMetrics(version string, src Sources) *Metrics {
 			func() float64 { return float64(s().RenewFailures) }))
 		f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mapagg_leader_losses_total", Help: "Terms ended by loss: lease refused, deadline passed, or unhealthy."},
 			func() float64 { return float64(s().Losses) }))
+	}
+	if q := src.QueuedShards; q != nil {
+		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mapagg_shards_queued", Help: "Shards waiting in the shard stream, cluster-wide (NaN when NATS does not answer within 2s)."},
+			func() float64 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				n, err := q(ctx)
+				if err != nil {
+					return math.NaN()
+				}
+				return float64(n)
+			}))
 	}
 	return m
 }
