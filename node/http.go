@@ -61,7 +61,8 @@ type observer struct {
 	worker  atomic.Pointer[worker.Worker]
 	elector atomic.Pointer[election.Elector]
 	bus     atomic.Pointer[bus.Bus]
-	epoch   atomic.Uint64 // the epoch this worker leads, 0 when following
+	srv     *observe.Server // nil with --http-addr off
+	epoch   atomic.Uint64   // the epoch this worker leads, 0 when following
 }
 
 func newObserver(f obsFlags, id string, log *slog.Logger) *observer {
@@ -140,6 +141,32 @@ func (o *observer) newElector(blobClient *azblob.Client, cfg election.Config) (*
 	return el, err
 }
 
+// listen binds the HTTP server before the worker reaches storage and NATS, so /healthz answers
+// (and /readyz says "starting") while it waits.
+func (o *observer) listen() error {
+	if o.flags.httpAddr == "off" {
+		return nil
+	}
+	srv, err := observe.Listen(observe.Config{Addr: o.flags.httpAddr, Pprof: o.flags.pprof, DashboardCancel: o.flags.dashboardCancel,
+		Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	o.srv = srv
+	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.flags.pprof, "dashboard_cancel", o.flags.dashboardCancel)
+	return nil
+}
+
+// serve serves HTTP until ctx ends (nothing with --http-addr off). Its owner waits for it.
+func (o *observer) serve(ctx context.Context) {
+	if o.srv == nil {
+		return
+	}
+	if err := o.srv.Serve(ctx); err != nil {
+		o.log.Error("http server stopped", "err", err)
+	}
+}
+
 // cluster is what the observer reads and serves.
 type observed struct {
 	bus            *bus.Bus
@@ -152,8 +179,8 @@ type observed struct {
 	concurrency    int
 }
 
-// start runs membership, events and (unless --http-addr off) the HTTP server under wg until ctx
-// ends. It fails only when the HTTP address cannot be bound.
+// start runs membership and events under wg until ctx ends, and attaches the cluster to the
+// HTTP server.
 func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) error {
 	o.worker.Store(c.worker)
 	o.bus.Store(c.bus)
@@ -163,14 +190,13 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	if err != nil {
 		return fmt.Errorf("watch membership: %w", err)
 	}
-	var srv *observe.Server
-	if o.flags.httpAddr != "off" {
+	addr := ""
+	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
-		srv, err = observe.Listen(observe.Config{
-			Addr: o.flags.httpAddr, Pprof: o.flags.pprof, DashboardCancel: o.flags.dashboardCancel, Worker: o.id,
-			Metrics: o.metrics, Events: o.events, Members: watcher.Live, Logger: o.log,
-			Ready: &observe.Readiness{Checks: o.readyChecks(c)},
-			Jobs:  &observe.JobCache{Lister: cl},
+		err = o.srv.Attach(observe.Backend{
+			Members: watcher.Live,
+			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
+			Jobs:    &observe.JobCache{Lister: cl},
 			Leader: func(ctx context.Context) (*election.LeaderInfo, error) {
 				return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
 			},
@@ -180,14 +206,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 			watcher.Stop()
 			return err
 		}
-		o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.flags.pprof, "dashboard_cancel", o.flags.dashboardCancel)
+		addr = o.srv.Addr().String()
 	}
 	types := jobs.Default().Types()
-	addr := ""
-	if srv != nil {
-		addr = srv.Addr().String()
-	}
-	wg.Add(3)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		defer watcher.Stop()
@@ -201,15 +223,6 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		defer wg.Done()
 		if err := o.events.Run(ctx, nc, names.Events(), o.log); err != nil {
 			o.log.Warn("cluster events unavailable", "err", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if srv == nil {
-			return
-		}
-		if err := srv.Serve(ctx); err != nil {
-			o.log.Error("http server stopped", "err", err)
 		}
 	}()
 	return nil

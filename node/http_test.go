@@ -223,3 +223,33 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return fmt.Sprint(s.b.String())
 }
+
+// TestHealthWhileStarting: while a worker waits for NATS, /healthz is 200 and /readyz 503 says
+// why; when the startup timeout passes, the worker exits with an error.
+func TestHealthWhileStarting(t *testing.T) {
+	conn := testenv.Azurite(t)
+	deadNATS := "nats://" + freeAddr(t) // nothing listens there
+	addr := freeAddr(t)
+	name := testenv.Name(t, "obs")
+	done := make(chan int, 1)
+	var logs syncBuffer
+	go func() {
+		done <- Run(context.Background(), []string{"run", "--azure-connection-string", conn, "--nats-url", deadNATS,
+			"--jobs-container", name, "--queue", name, "--id", "starting", "--http-addr", addr, "--startup-timeout", "4s"}, io.Discard, &logs)
+	}()
+	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() bool { code, _ := get("http://" + addr + "/healthz"); return code == 200 }, "/healthz while starting")
+	if code, body := get("http://" + addr + "/readyz"); code != 503 || !strings.Contains(body, "waiting for storage and NATS") {
+		t.Errorf("/readyz while starting: %d %s", code, body)
+	}
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(logs.String(), "not reachable within") {
+			t.Errorf("worker run exited %d:\n%s", code, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("worker run did not give up after its startup timeout")
+	}
+	if code, _ := get("http://" + addr + "/healthz"); code != 0 {
+		t.Errorf("the HTTP server outlived the worker: %d", code)
+	}
+}

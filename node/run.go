@@ -102,6 +102,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageErr("%v", err)
 	}
 
+	if err := obs.listen(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	octx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopObs(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); obs.serve(octx) }()
 	blobClient, err := f.blob()
 	if err != nil {
 		return err
@@ -149,11 +157,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	log.Info("worker started", "nats", f.natsURL, "jobs_container", f.jobsContainer, "queue", f.queueName,
 		"lease_duration", f.leaseDuration, "concurrency", f.concurrency)
-	var wg sync.WaitGroup
-	octx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
 	if err := obs.start(octx, &wg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: f.leaseContainer,
 		coord: coord, worker: w, concurrency: f.concurrency}); err != nil {
-		stopObs()
 		return err
 	}
 	var work sync.WaitGroup
@@ -171,9 +176,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return coord.Lead(lctx, term.Epoch)
 		})
 	}()
-	work.Wait()
-	stopObs() // the HTTP server and membership outlive the work, so /readyz and the dashboard see the stop
-	wg.Wait()
+	work.Wait() // the HTTP server and membership outlive the work (deferred stop), so /readyz and the dashboard see the stop
 	st := w.Stats()
 	log.Info("worker stopped", "executed", st.Executed, "succeeded", st.Succeeded, "failed", st.Failed, "redelivered", st.Redelivered)
 	return nil

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,16 +38,20 @@ type Config struct {
 	Worker string
 
 	Metrics *Metrics
-	Ready   *Readiness
 	Events  *Recorder
-	Jobs    *JobCache
+	Logger  *slog.Logger
+}
+
+// Backend is what the server reads once the worker has reached storage and NATS (Attach).
+type Backend struct {
+	Ready *Readiness
+	Jobs  *JobCache
 	// Members lists the live workers (membership.Watcher.Live).
 	Members func() []membership.Member
 	// Leader reads the lease blob: who leads, by record.
 	Leader func(ctx context.Context) (*election.LeaderInfo, error)
-	// Cancel cancels a job (used only when DashboardCancel).
+	// Cancel cancels a job (used only when Config.DashboardCancel).
 	Cancel func(ctx context.Context, id string) error
-	Logger *slog.Logger
 }
 
 // Validate reports every missing piece.
@@ -55,21 +60,42 @@ func (c Config) Validate() error {
 	if c.Addr == "" {
 		errs = append(errs, errors.New("observe: no listen address: set --http-addr (e.g. :8080, or 127.0.0.1:0 for a random local port)"))
 	}
-	if c.Metrics == nil || c.Ready == nil || c.Events == nil || c.Jobs == nil || c.Members == nil || c.Leader == nil {
-		errs = append(errs, errors.New("observe: Metrics, Ready, Events, Jobs, Members and Leader are required"))
-	}
-	if c.DashboardCancel && c.Cancel == nil {
-		errs = append(errs, errors.New("observe: DashboardCancel needs Cancel"))
+	if c.Metrics == nil || c.Events == nil {
+		errs = append(errs, errors.New("observe: Metrics and Events are required"))
 	}
 	return errors.Join(errs...)
 }
 
-// Server is a worker's HTTP server.
+// Server is a worker's HTTP server. It serves /healthz, /metrics and /api/events from the start;
+// /readyz, /api/cluster and /api/jobs answer 503 "starting" until Attach.
 type Server struct {
-	cfg    Config
-	ln     net.Listener
-	srv    *http.Server
-	leader cachedLeader
+	cfg     Config
+	ln      net.Listener
+	srv     *http.Server
+	backend atomic.Pointer[Backend]
+	leader  cachedLeader
+}
+
+// Attach hands the server what it needs to answer readiness, cluster and job requests.
+func (s *Server) Attach(b Backend) error {
+	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil || (s.cfg.DashboardCancel && b.Cancel == nil) {
+		return errors.New("observe: Attach needs Ready, Jobs, Members, Leader (and Cancel with DashboardCancel)")
+	}
+	s.leader.mu.Lock()
+	s.leader.read = b.Leader
+	s.leader.mu.Unlock()
+	s.backend.Store(&b)
+	return nil
+}
+
+// attached returns the backend, or answers 503 and returns nil while the worker starts.
+func (s *Server) attached(w http.ResponseWriter) *Backend {
+	b := s.backend.Load()
+	if b == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "worker": s.cfg.Worker,
+			"error": "starting: waiting for storage and NATS", "checks": []CheckResult{{Name: "startup", Error: "waiting for storage and NATS"}}})
+	}
+	return b
 }
 
 // Listen binds the address (so the caller can log the real port before serving).
@@ -85,7 +111,6 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("observe: listen on %s: %w (choose another --http-addr)", cfg.Addr, err)
 	}
 	s := &Server{cfg: cfg, ln: ln}
-	s.leader.read = cfg.Leader
 	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	return s, nil
 }
@@ -117,7 +142,11 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "worker": s.cfg.Worker})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		res, ok := s.cfg.Ready.Check(r.Context())
+		b := s.attached(w)
+		if b == nil {
+			return
+		}
+		res, ok := b.Ready.Check(r.Context())
 		code := http.StatusOK
 		if !ok {
 			code = http.StatusServiceUnavailable
@@ -177,8 +206,12 @@ type ClusterView struct {
 }
 
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
 	l, err := s.leader.get(r.Context())
-	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: s.cfg.Members(), Events: s.cfg.Events.Cluster(),
+	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
 		Cancel: s.cfg.DashboardCancel, Now: time.Now().UTC()}
 	if err != nil {
 		v.LeaderErr = Redact(err.Error())
@@ -187,7 +220,11 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
-	jobs, err := s.cfg.Jobs.Jobs(r.Context())
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	jobs, err := b.Jobs.Jobs(r.Context())
 	body := map[string]any{"jobs": jobs}
 	if err != nil {
 		body["error"] = Redact(err.Error())
@@ -200,8 +237,12 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusForbidden, "cancelling from the dashboard is disabled: start the worker with --dashboard-cancel to allow it")
 		return
 	}
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
 	id := r.PathValue("id")
-	if err := s.cfg.Cancel(r.Context(), id); err != nil {
+	if err := b.Cancel(r.Context(), id); err != nil {
 		writeErr(w, http.StatusBadRequest, Redact(err.Error()))
 		return
 	}
