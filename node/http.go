@@ -167,7 +167,7 @@ func (o *observer) serve(ctx context.Context) {
 	}
 }
 
-// cluster is what the observer reads and serves.
+// observed is what the observer reads and serves once the worker reached the cluster.
 type observed struct {
 	bus            *bus.Bus
 	blob           *azblob.Client

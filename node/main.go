@@ -1,7 +1,7 @@
 // Package node assembles a worker node (election, coordinator, worker, the NATS wiring, signals,
 // flags and environment) from the job types registered in jobs.Default(), and runs the worker
-// command line: run, submit, status, result, cancel, env. A custom binary is its own main that
-// registers its job types and calls Main:
+// command line: run, submit, status, result, cancel, workers, health, env. A custom binary is its
+// own main that registers its job types and calls Main:
 //
 //	func main() {
 //		jobs.Register(myJob{})
