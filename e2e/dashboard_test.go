@@ -124,6 +124,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the dashboard shows leader %s with epoch %d, not above the killed leader's %d", next, ep, old.Epoch)
 	}
 	t.Logf("the dashboard showed %s (epoch %d) %v after %s was killed", next, ep, time.Since(killed).Round(100*time.Millisecond), old.ID)
+	waitText(10*time.Second, "#workers tbody", "the killed worker gone from the live workers", func(s string) bool {
+		return !strings.Contains(s, old.ID) && strings.Contains(s, next)
+	})
 	waitText(10*time.Second, "#epochs tbody", "both terms in the epoch history", func(s string) bool {
 		return strings.Contains(s, old.ID) && strings.Contains(s, next)
 	})
