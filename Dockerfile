@@ -33,8 +33,9 @@ COPY --from=build /out/worker /usr/local/bin/worker
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/worker"]
 CMD ["run"]
-# The binary has no HTTP endpoint; `worker status` reads the lease blob and the latest job, so it
-# exits 0 only when this container reaches storage with its configuration
-# (AZURE_STORAGE_CONNECTION_STRING and friends). A dead worker process ends the container itself.
-HEALTHCHECK --interval=10s --timeout=10s --start-period=30s --retries=3 \
-    CMD ["/usr/local/bin/worker", "status", "--json", "--limit", "1"]
+# `worker health` GETs the local worker's /readyz (HTTP_ADDR, default :8080): 200 only when this
+# worker reaches storage and NATS and, on the leader, its coordinator's main loop is turning. The
+# image has no shell or curl, hence a worker subcommand. A dead worker process ends the container.
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["/usr/local/bin/worker", "health"]

@@ -48,6 +48,9 @@ type Config struct {
 	// job planned/resumed/finished, dead-lettered message, term ended): the typed counterpart of
 	// its Info logs. It must return quickly without blocking.
 	OnEvent func(Event)
+	// Metrics receives merges, dropped duplicates and checkpoint writes (package observe).
+	// Default: none.
+	Metrics Metrics
 	// Logger receives logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (tests). Default time.Now.
@@ -64,6 +67,9 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) fill() {
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
 	d := DefaultConfig()
 	set := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
@@ -154,3 +160,16 @@ var (
 	// ErrStalled: the main loop has not turned within StallTimeout.
 	ErrStalled = errors.New("coordinator main loop stalled")
 )
+
+// Metrics receives measurements of the coordinator's work. Calls must return quickly.
+type Metrics interface {
+	ResultMerged()
+	DuplicateDropped()
+	CheckpointWritten(took time.Duration, bytes int, err error)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) ResultMerged()                               {}
+func (noMetrics) DuplicateDropped()                           {}
+func (noMetrics) CheckpointWritten(time.Duration, int, error) {}

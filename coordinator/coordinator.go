@@ -447,6 +447,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	case j.done.Contains(uint32(r.Index)):
 		j.cp.Duplicates++
+		t.cfg.Metrics.DuplicateDropped()
 		j.dirty = true
 		_ = d.Ack()
 		return nil
@@ -471,6 +472,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	}
 	j.done.Add(uint32(r.Index))
+	t.cfg.Metrics.ResultMerged()
 	j.acks = append(j.acks, d)
 	j.dirty = true
 	t.pending++

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -167,7 +168,9 @@ func (t *term) write(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
+	t.cfg.Metrics.CheckpointWritten(time.Since(start), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return t.conflict(ctx, j.id)
 	}

@@ -45,7 +45,7 @@ var (
 	}
 	submitPerms = &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{"mapagg.ctl.>"}},
-		Subscribe: &server.SubjectPermission{Deny: []string{">"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "mapagg.ctl.members"}},
 	}
 )
 
@@ -245,7 +245,7 @@ func startWorker(t *testing.T, id string, args ...string) *runningWorker {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &runningWorker{id: id, log: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
-		w.done <- stockRun(ctx, append([]string{"run", "--id", id}, args...), w.log, w.log)
+		w.done <- stockRun(ctx, append([]string{"run", "--id", id, "--http-addr", "127.0.0.1:0"}, args...), w.log, w.log)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for w.log.count("worker started") == 0 {
@@ -323,7 +323,7 @@ func primesCount(t *testing.T, cl *client.Client, id string) uint64 {
 func runOnce(args []string, log *syncBuffer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	return stockRun(ctx, append([]string{"run"}, args...), log, log)
+	return stockRun(ctx, append([]string{"run", "--http-addr", "127.0.0.1:0"}, args...), log, log)
 }
 
 // stockRun runs the stock worker command line (the built-ins, the process environment), as the

@@ -78,10 +78,13 @@ func tail(b []byte, n int) []byte {
 
 func leader(t *testing.T, c *cluster.Cluster) *election.LeaderInfo {
 	t.Helper()
-	l, err := c.Leader(context.Background())
-	if err != nil || l == nil {
-		t.Fatalf("no leader: %v", err)
-	}
+	// A lease just acquired reads as held with no leader until the winner stamps its epoch.
+	var l *election.LeaderInfo
+	var err error
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() bool {
+		l, err = c.Leader(context.Background())
+		return err == nil && l != nil && l.Epoch > 0
+	}, "no leader: %v", err)
 	return l
 }
 
@@ -137,7 +140,7 @@ func newLeader(t *testing.T, c *cluster.Cluster, old *election.LeaderInfo, since
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within+5*time.Second)
 	defer cancel()
-	ev, err := c.WaitEvent(ctx, func(e cluster.Event) bool { return e.Msg == "elected" && e.Epoch > old.Epoch })
+	ev, err := c.WaitEvent(ctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > old.Epoch })
 	if err != nil {
 		t.Fatalf("no leader after epoch %d: %v", old.Epoch, err)
 	}
@@ -188,7 +191,7 @@ func TestFailover_TwoLeadersSIGKILLed(t *testing.T) {
 	second, _ := newLeader(t, c, first, at, lease+acquireEvery+time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.WaitEvent(ctx, func(e cluster.Event) bool { return e.Msg == "first result merged" && e.Epoch == second.Epoch }); err != nil {
+	if _, err := c.WaitEvent(ctx, func(e cluster.Event) bool { return e.Kind == cluster.FirstMerge && e.Epoch == second.Epoch }); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := c.Client.Status(ctx, id); st != nil && st.State.Terminal() {

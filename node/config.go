@@ -64,6 +64,16 @@ type Config struct {
 	// Default 0. --map-delay.
 	MapDelay time.Duration
 
+	// HTTPAddr is the address of the HTTP server (/metrics, /healthz, /readyz, the dashboard at
+	// /, /api/...); "off" disables it; 127.0.0.1:0 picks a free local port (logged). Default
+	// DefaultHTTPAddr (":8080", for containers). --http-addr.
+	HTTPAddr string
+	// Pprof serves /debug/pprof/ on the HTTP server. Default false. --pprof.
+	Pprof bool
+	// DashboardCancel lets the dashboard cancel jobs; it is read-only otherwise. Default false.
+	// --dashboard-cancel.
+	DashboardCancel bool
+
 	// Logger receives the node's logs. Default slog.Default(). --log-level sets the CLI's.
 	Logger *slog.Logger
 }
@@ -78,6 +88,7 @@ func DefaultConfig() Config {
 		StreamPrefix:       "mapagg",
 		StreamReplicas:     1,
 		StreamStorage:      "file",
+		HTTPAddr:           DefaultHTTPAddr,
 		ID:                 election.DefaultIdentity(),
 		LeaseDuration:      15 * time.Second,
 		AcquireInterval:    time.Second,
@@ -109,6 +120,7 @@ func (c *Config) fill() {
 	def(&c.LeaseContainer, d.LeaseContainer)
 	def(&c.StreamPrefix, d.StreamPrefix)
 	def(&c.StreamStorage, d.StreamStorage)
+	def(&c.HTTPAddr, d.HTTPAddr)
 	if c.StreamReplicas == 0 {
 		c.StreamReplicas = d.StreamReplicas
 	}

@@ -73,21 +73,38 @@ func (c *connectFlags) register(fs *flagSet) {
 // resolve reads the secrets from their files or the environment and reports every problem with
 // the connection settings. natsURL is checked for an embedded password.
 func (c *connectFlags) resolve(natsURL string) error {
-	var errs []error
-	if c.sasFile != "" {
-		if c.getenv(envSASToken) != "" {
-			errs = append(errs, fmt.Errorf("storage: both --storage-sas-file and %s are set: keep one", envSASToken))
-		}
-		b, err := os.ReadFile(c.sasFile)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("storage: --storage-sas-file %s: cannot read it (%v)", c.sasFile, errors.Unwrap(err)))
-		} else if c.account.SASToken = strings.TrimSpace(string(b)); c.account.SASToken == "" {
-			errs = append(errs, fmt.Errorf("storage: --storage-sas-file %s is empty", c.sasFile))
-		}
-	} else {
-		c.account.SASToken = strings.TrimSpace(c.getenv(envSASToken))
-	}
+	errs := c.readSecrets(true)
+	errs = append(errs, checkConnection(c.account, c.natsAuth, natsURL, c.streamReplicas, c.streamStorage)...)
+	return errors.Join(errs...)
+}
 
+// resolveNATS is resolve for the commands that reach NATS only (types, workers): it reads the NATS
+// secrets and checks the NATS settings, and ignores storage.
+func (c *connectFlags) resolveNATS(natsURL string) error {
+	errs := c.readSecrets(false)
+	errs = append(errs, checkNATS(c.natsAuth, natsURL)...)
+	return errors.Join(errs...)
+}
+
+// readSecrets reads the secrets from their files or the environment (the SAS token only with
+// storage), reporting a secret given both ways or a file that cannot be read.
+func (c *connectFlags) readSecrets(storage bool) []error {
+	var errs []error
+	if storage {
+		if c.sasFile != "" {
+			if c.getenv(envSASToken) != "" {
+				errs = append(errs, fmt.Errorf("storage: both --storage-sas-file and %s are set: keep one", envSASToken))
+			}
+			b, err := os.ReadFile(c.sasFile)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("storage: --storage-sas-file %s: cannot read it (%v)", c.sasFile, errors.Unwrap(err)))
+			} else if c.account.SASToken = strings.TrimSpace(string(b)); c.account.SASToken == "" {
+				errs = append(errs, fmt.Errorf("storage: --storage-sas-file %s is empty", c.sasFile))
+			}
+		} else {
+			c.account.SASToken = strings.TrimSpace(c.getenv(envSASToken))
+		}
+	}
 	if c.natsPasswordFile != "" {
 		if c.getenv(envNATSPassword) != "" {
 			errs = append(errs, fmt.Errorf("nats: both --nats-password-file and %s are set: keep one", envNATSPassword))
@@ -101,8 +118,7 @@ func (c *connectFlags) resolve(natsURL string) error {
 	} else {
 		c.natsAuth.Password = c.getenv(envNATSPassword)
 	}
-	errs = append(errs, checkConnection(c.account, c.natsAuth, natsURL, c.streamReplicas, c.streamStorage)...)
-	return errors.Join(errs...)
+	return errs
 }
 
 func (c *connectFlags) getenv(name string) string {
@@ -118,6 +134,19 @@ func checkConnection(account store.Account, auth bus.Auth, natsURL string, repli
 	if err := account.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, checkNATS(auth, natsURL)...)
+	switch {
+	case replicas < 1 || replicas > 5:
+		errs = append(errs, fmt.Errorf("--stream-replicas %d: use 1 (one NATS server) or 3 (a NATS cluster; at most 5)", replicas))
+	case storage != "file" && storage != "memory":
+		errs = append(errs, fmt.Errorf("--stream-storage %q: use file or memory", storage))
+	}
+	return errs
+}
+
+// checkNATS reports every problem with the NATS credentials and a NATS URL that carries them.
+func checkNATS(auth bus.Auth, natsURL string) []error {
+	var errs []error
 	if err := auth.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -131,12 +160,6 @@ func checkConnection(account store.Account, auth bus.Auth, natsURL string, repli
 			errs = append(errs, fmt.Errorf("nats: --nats-url %s carries credentials: give the bare URL, the user in --nats-user and the password in %s or --nats-password-file", pu.Redacted(), envNATSPassword))
 			break
 		}
-	}
-	switch {
-	case replicas < 1 || replicas > 5:
-		errs = append(errs, fmt.Errorf("--stream-replicas %d: use 1 (one NATS server) or 3 (a NATS cluster; at most 5)", replicas))
-	case storage != "file" && storage != "memory":
-		errs = append(errs, fmt.Errorf("--stream-storage %q: use file or memory", storage))
 	}
 	return errs
 }

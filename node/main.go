@@ -130,6 +130,10 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
+		{"workers", "list the live workers and who leads", "workers [--json]",
+			func() *flagSet { return n.newWorkersFlags().fs }, n.workersCmd},
+		{"health", "exit 0 when the local worker is ready (container health check)", "health",
+			func() *flagSet { return n.newHealthFlags().fs }, n.healthCmd},
 		{"env", "list the environment variables the binary reads", "env",
 			func() *flagSet { return n.newFlagSet("env") }, n.envCmd},
 	}

@@ -48,6 +48,7 @@ func (n *Node) newRunFlags() *runFlags {
 	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
 	fs.DurationVar(&f.cfg.MapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	bindEnv(fs, "map-delay", "MAP_DELAY")
+	registerHTTPFlags(fs, &f.cfg)
 	return f
 }
 
@@ -97,6 +98,20 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	log := p.worker.Logger
 	p.coordinator.Registry, p.worker.Registry = n.opts.Registry, n.opts.Registry
 
+	// The HTTP server binds before the node reaches storage and NATS, so /healthz answers (and
+	// /readyz says "starting") while it waits; it outlives the work (deferred stop), so /readyz
+	// and the dashboard see the stop.
+	obs := newObserver(cfg, log)
+	obs.hook(&p.election, &p.coordinator, &p.worker)
+	if err := obs.listen(); err != nil {
+		return err
+	}
+	var owg sync.WaitGroup
+	octx, stopObs := context.WithCancel(context.WithoutCancel(ctx))
+	defer func() { stopObs(); owg.Wait() }()
+	owg.Add(1)
+	go func() { defer owg.Done(); obs.serve(octx) }()
+
 	clients, err := cfg.Storage.Open()
 	if err != nil {
 		return err
@@ -137,7 +152,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 			log.Warn("announce release", "err", err)
 		}
 	}
-	el, err := election.NewAzure(blobClient, p.election)
+	el, err := obs.newElector(blobClient, p.election)
 	if err != nil {
 		return err
 	}
@@ -155,6 +170,10 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	log.Info("worker started", "nats", cfg.NATSURL, "nats_auth", cfg.NATSAuth.Describe(), "storage", cfg.Storage.String(),
 		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
 		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
+	if err := obs.start(octx, &owg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: cfg.LeaseContainer,
+		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types()}); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

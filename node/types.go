@@ -50,6 +50,9 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if f.window <= 0 || f.window > time.Minute {
 		return usageErr("--wait %v: use a duration above 0 and at most 1m", f.window)
 	}
+	if err := f.resolveNATS(f.natsURL); err != nil {
+		return usageErr("%v", err)
+	}
 	b, err := f.connectNATS(n.opts.Name + "-cli")
 	if err != nil {
 		return err

@@ -41,7 +41,20 @@ type Config struct {
 	Registry *jobs.Registry
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives the start and end of every map step (package observe). Default: none.
+	Metrics Metrics
 }
+
+// Metrics receives measurements of map steps. Calls must return quickly.
+type Metrics interface {
+	MapStarted(jobType string)
+	MapFinished(jobType string, took time.Duration, err error)
+}
+
+type noMetrics struct{}
+
+func (noMetrics) MapStarted(string)                        {}
+func (noMetrics) MapFinished(string, time.Duration, error) {}
 
 // DefaultConfig returns the defaults (ID left empty).
 func DefaultConfig() Config {
@@ -130,6 +143,9 @@ func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -264,12 +280,14 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg)
 		wg.Wait()
 	}()
 	start := time.Now()
+	w.cfg.Metrics.MapStarted(m.Type)
 	defer func() {
 		dur = time.Since(start)
 		if r := recover(); r != nil {
 			w.log.Error("map step panicked", "job", m.Job, "shard", m.Index, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("panic: %v", r)
 		}
+		w.cfg.Metrics.MapFinished(m.Type, dur, err)
 	}()
 	if w.cfg.MapDelay > 0 {
 		select {

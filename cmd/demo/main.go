@@ -159,6 +159,9 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		return errors.New("the cluster started but nobody holds the lease")
 	}
 	d.line("▸ %s is leader (epoch %d)", first.ID, first.Epoch)
+	if addr, by := dashboard(ctx, c, first.ID); addr != "" {
+		d.line("▸ dashboard: http://%s/ (served by %s, which outlives the kill; every worker serves one)", addr, by)
+	}
 
 	id, err := c.Client.Submit(ctx, "primes", json.RawMessage(jobParams))
 	if err != nil {
@@ -237,7 +240,7 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 		}
 		if f.elected != nil && f.firstMrg == nil {
 			for _, ev := range c.Events() {
-				if ev.Msg == "first result merged" && ev.Worker == f.elected.Worker && !ev.Time.Before(f.elected.Time) {
+				if ev.Kind == cluster.FirstMerge && ev.Worker == f.elected.Worker && !ev.Time.Before(f.elected.Time) {
 					f.firstMrg = &ev
 					break
 				}
@@ -268,10 +271,10 @@ func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done
 	return nil
 }
 
-// electedAfter returns the first "elected" event logged after t.
+// electedAfter returns the first election event after t.
 func electedAfter(c *cluster.Cluster, t time.Time) (cluster.Event, bool) {
 	for _, ev := range c.Events() {
-		if ev.Msg == "elected" && ev.Time.After(t) {
+		if ev.Kind == cluster.Elected && ev.Time.After(t) {
 			return ev, true
 		}
 	}
@@ -364,4 +367,19 @@ func rel(p string) string {
 		return r
 	}
 	return p
+}
+
+// dashboard returns the HTTP address of a worker other than the leader, as the workers announce
+// it on NATS within a few seconds of starting ("" if none did within 3 s).
+func dashboard(ctx context.Context, c *cluster.Cluster, leader string) (addr, worker string) {
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, m := range c.Members() {
+			if m.ID != leader && m.HTTPAddr != "" {
+				return m.HTTPAddr, m.ID
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return "", ""
 }

@@ -13,8 +13,8 @@
 //  2. Efficiency: shards of a fixed duration over workers × concurrency slots; ideal makespan
 //     (total work ÷ slots) ÷ measured makespan.
 //  3. Crash failover: SIGKILL the leader at a random point between 10% and 90% progress (some
-//     runs kill the next leader too); seconds to another worker's "elected" log event and to its
-//     "first result merged", shards run more than once, exactness.
+//     runs kill the next leader too); seconds to another worker's "elected" event and to its
+//     first merge (events on NATS, see internal/cluster), shards run more than once, exactness.
 //  4. Graceful handover: the same with SIGTERM.
 //  5. Worker crash: SIGKILL a follower mid-job; time lost against the same job without a kill,
 //     shards redone.

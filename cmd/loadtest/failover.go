@@ -195,7 +195,7 @@ func (fc *fcluster) ready(ctx context.Context) (*election.LeaderInfo, error) {
 		l, err := fc.c.Leader(ctx)
 		if err == nil && l != nil && len(running) == fc.r.cfg.Workers && slices.Contains(running, l.ID) {
 			for _, e := range fc.c.Events() {
-				if e.Msg == "coordinator resumed" && e.Epoch == l.Epoch && e.Worker == l.ID {
+				if e.Kind == cluster.TermStarted && e.Epoch == l.Epoch && e.Worker == l.ID {
 					return l, nil
 				}
 			}
@@ -325,7 +325,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	}
 	end := time.Now()
 	for _, e := range fc.c.Events() {
-		if e.Msg == "elected" && e.Time.After(start) && e.Time.Before(end) {
+		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
 			run.Elections = append(run.Elections, Elect{AtS: round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
 		}
 	}
@@ -347,7 +347,7 @@ func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *sampler, k Kill) (
 		if x, have, _ := smp.last(); have && x.State.Terminal() && ended.IsZero() {
 			ended = time.Now()
 		}
-		// The log line of a merge that came before the end may still be in the pipe.
+		// The event of a merge that came before the end may still be on its way.
 		if !ended.IsZero() && time.Since(ended) > 500*time.Millisecond {
 			return false, 0
 		}
@@ -363,7 +363,7 @@ func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *sampler, k Kill) (
 // and how long after k.
 func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
 	for _, e := range fc.c.Events() {
-		if e.Msg == "first result merged" && e.Epoch == k.NewEpoch {
+		if e.Kind == cluster.FirstMerge && e.Epoch == k.NewEpoch {
 			return true, round3(e.Time.Sub(k.at).Seconds())
 		}
 	}
@@ -388,7 +388,7 @@ func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start ti
 	k.Leader, k.Epoch = true, l.Epoch
 	wctx, cancel := context.WithTimeout(ctx, 3*fc.r.cfg.LeaseDuration+10*time.Second)
 	defer cancel()
-	ev, err := fc.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Msg == "elected" && e.Epoch > l.Epoch })
+	ev, err := fc.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
 	if err != nil {
 		return k, v, fmt.Errorf("no new leader after %v of %s: %w", sig, l.ID, err)
 	}

@@ -77,10 +77,10 @@ func judge(o outcome, j jobSpec, st *client.Status) outcome {
 	return o
 }
 
-// plannedAt returns when the cluster logged "job planned" for id (zero if not seen).
+// plannedAt returns when the leader reported planning id (zero if not seen).
 func plannedAt(c *cluster.Cluster, id string) time.Time {
 	for _, e := range c.Events() {
-		if e.Msg == "job planned" && e.Raw["job"] == id {
+		if e.Kind == cluster.JobPlanned && e.Job == id {
 			return e.Time
 		}
 	}

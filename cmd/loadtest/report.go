@@ -112,7 +112,7 @@ type ThroughputRun struct {
 	Job        string  `json:"job"`
 	SecondsE2E float64 `json:"seconds"`      // submit to finished (checkpoint time)
 	PerS       float64 `json:"shards_per_s"` // shards ÷ seconds
-	PlannedS   float64 `json:"planned_s"`    // submit to "job planned"
+	PlannedS   float64 `json:"planned_s"`    // submit to the job_planned event
 	Exact      bool    `json:"exact"`
 	Duplicates int64   `json:"duplicates"`
 }
@@ -136,7 +136,7 @@ type Efficiency struct {
 	Ratio float64 `json:"ratio"`
 	// MakespanOverIdeal is the inverse (1 is perfect).
 	MakespanOverIdeal float64 `json:"makespan_over_ideal"`
-	PlannedS          float64 `json:"planned_s"` // submit to "job planned"
+	PlannedS          float64 `json:"planned_s"` // submit to the job_planned event
 	Job               string  `json:"job"`
 	Exact             bool    `json:"exact"`
 }
@@ -150,7 +150,7 @@ type Failover struct {
 // LeaderFailover summarizes runs that kill (or stop) the leader. Each kill of a leader is one
 // sample; a run that also kills the next leader gives two.
 type LeaderFailover struct {
-	// P50S, P90S, MaxS: seconds from the signal to another worker's "elected".
+	// P50S, P90S, MaxS: seconds from the signal to another worker's elected event.
 	P50S float64 `json:"p50_s"`
 	P90S float64 `json:"p90_s"`
 	MaxS float64 `json:"max_s"`

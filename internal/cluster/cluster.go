@@ -1,20 +1,18 @@
 // Package cluster runs a real local cluster for end-to-end tests, the load test and the demo:
 // Azurite (two node processes), a NATS server with JetStream (in-process), and N `worker run`
-// processes, which it can kill with any signal and restart. It reads the workers' JSON logs to
-// time elections and first merges.
+// processes, which it can kill with any signal and restart. It learns about elections and first
+// merges from the typed events the workers publish on NATS (package membership; the kinds are
+// election.EventKind and coordinator.EventKind values), never from their log text, and knows each
+// worker's HTTP address from its membership announcements.
 //
 // Every server listens on 127.0.0.1 only. Worker and Azurite processes get a parent-death signal,
 // so they stop by themselves if the owner dies; Stop stops them by process id.
 package cluster
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/builtin"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,11 +24,16 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
@@ -62,19 +65,25 @@ type Options struct {
 	ConnStr, NATSURL string
 }
 
-// Event is one interesting line of a worker's log.
+// Event is one election or coordinator event of a worker, as it published it on NATS.
 type Event struct {
-	Time   time.Time
+	Time   time.Time // when it happened, by the worker's clock
 	Worker string
-	Msg    string // "elected", "released", "lost", "first result merged", "job finished", ...
+	Kind   string // an election.EventKind or coordinator.EventKind value (see the constants below)
 	Epoch  uint64
-	Raw    map[string]any
+	Job    string
+	Shard  int
+	Err    string
 }
 
-var watched = map[string]bool{
-	"elected": true, "released": true, "lost": true, "leadership lost": true, "first result merged": true,
-	"coordinator resumed": true, "job finished": true, "job planned": true, "coordinator stopped": true,
-}
+// The event kinds tools wait for.
+const (
+	Elected     = string(election.EventElected)
+	TermStarted = string(coordinator.EventTermStarted)
+	FirstMerge  = string(coordinator.EventFirstMerge)
+	JobPlanned  = string(coordinator.EventJobPlanned)
+	JobFinished = string(coordinator.EventJobFinished)
+)
 
 // Proc is one worker process.
 type Proc struct {
@@ -105,10 +114,14 @@ type Cluster struct {
 	ns   *server.Server
 	blob *azblob.Client
 
+	eventsSub *nats.Subscription
+	members   *membership.Watcher
+
 	mu     sync.Mutex
 	procs  map[string]*Proc
 	all    []*Proc
 	events []Event
+	bad    int
 	seq    int
 }
 
@@ -181,6 +194,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus, Registry: builtin.Registry()}
+	names := protocol.NewNames(prefix)
+	if c.eventsSub, err = c.Bus.Conn().Subscribe(names.Events(), c.onEvent); err != nil {
+		return nil, fmt.Errorf("subscribe to worker events: %w", err)
+	}
+	if c.members, err = membership.Watch(c.Bus.Conn(), names.Members(), 0, nil); err != nil {
+		return nil, fmt.Errorf("watch membership: %w", err)
+	}
+	if err := c.Bus.Conn().Flush(); err != nil {
+		return nil, err
+	}
 	for i := 1; i <= opts.Workers; i++ {
 		if _, err := c.StartWorker(fmt.Sprintf("w%d", i)); err != nil {
 			return nil, err
@@ -207,7 +230,7 @@ func (c *Cluster) WorkerEnv(id string) []string {
 		"JOBS_CONTAINER="+jc, "JOBS_QUEUE="+qn, "LEASE_CONTAINER="+lc, "STREAM_PREFIX="+prefix,
 		"LEASE_DURATION="+c.opts.LeaseDuration.String(), "WORKER_CONCURRENCY="+fmt.Sprint(c.opts.Concurrency),
 		"SHARD_TIMEOUT="+c.opts.ShardTimeout.String(), "MAP_DELAY="+c.opts.MapDelay.String(),
-		"MAX_ATTEMPTS="+fmt.Sprint(c.opts.MaxAttempts), "LOG_LEVEL=info")
+		"MAX_ATTEMPTS="+fmt.Sprint(c.opts.MaxAttempts), "LOG_LEVEL=info", "HTTP_ADDR=127.0.0.1:0")
 	return append(env, c.opts.Env...)
 }
 
@@ -233,25 +256,13 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 	cmd := exec.Command(c.opts.WorkerBin, "run")
 	cmd.Env = c.WorkerEnv(id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		logf.Close()
-		return nil, err
-	}
-	cmd.Stdout = logf
+	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start worker %s: %w", id, err)
 	}
 	p := &Proc{ID: id, PID: cmd.Process.Pid, LogPath: logPath, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
-	var lines sync.WaitGroup
-	lines.Add(1)
 	go func() {
-		defer lines.Done()
-		c.readLog(id, stderr, logf)
-	}()
-	go func() {
-		lines.Wait()
 		p.err = cmd.Wait()
 		logf.Close()
 		close(p.done)
@@ -263,31 +274,29 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 	return p, nil
 }
 
-func (c *Cluster) readLog(id string, r io.Reader, copyTo io.Writer) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		_, _ = copyTo.Write(append(line, '\n'))
-		var m map[string]any
-		if json.Unmarshal(line, &m) != nil {
-			continue
-		}
-		msg, _ := m["msg"].(string)
-		if !watched[msg] {
-			continue
-		}
-		ev := Event{Worker: id, Msg: msg, Raw: m}
-		if ts, ok := m["time"].(string); ok {
-			ev.Time, _ = time.Parse(time.RFC3339Nano, ts)
-		}
-		if e, ok := m["epoch"].(float64); ok {
-			ev.Epoch = uint64(e)
-		}
-		c.mu.Lock()
-		c.events = append(c.events, ev)
-		c.mu.Unlock()
+func (c *Cluster) onEvent(m *nats.Msg) {
+	e, err := membership.DecodeEvent(m.Data)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.bad++
+		return
 	}
+	c.events = append(c.events, Event{Time: e.At, Worker: e.Worker, Kind: e.Kind, Epoch: e.Epoch, Job: e.Job, Shard: e.Shard, Err: e.Err})
+}
+
+// Members lists the workers that announced themselves within the last three seconds.
+func (c *Cluster) Members() []membership.Member { return c.members.Live() }
+
+// HTTPAddr returns the address of worker id's HTTP server, as it last announced it ("" when it
+// has not announced itself yet, or is gone).
+func (c *Cluster) HTTPAddr(id string) string {
+	for _, m := range c.members.Live() {
+		if m.ID == id {
+			return m.HTTPAddr
+		}
+	}
+	return ""
 }
 
 // Proc returns the process of worker id (the latest, if restarted).
@@ -354,7 +363,7 @@ func (c *Cluster) WaitLeader(ctx context.Context, ok func(*election.LeaderInfo) 
 	}
 }
 
-// Events returns the watched log events so far, in arrival order.
+// Events returns the workers' events so far, in arrival order.
 func (c *Cluster) Events() []Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -371,7 +380,7 @@ func (c *Cluster) WaitEvent(ctx context.Context, ok func(Event) bool) (Event, er
 		}
 		select {
 		case <-ctx.Done():
-			return Event{}, fmt.Errorf("waiting for a log event: %w", ctx.Err())
+			return Event{}, fmt.Errorf("waiting for a worker event: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -397,6 +406,12 @@ func (c *Cluster) Stop() {
 			_ = p.cmd.Process.Kill()
 			<-p.done
 		}
+	}
+	if c.members != nil {
+		c.members.Stop()
+	}
+	if c.eventsSub != nil {
+		_ = c.eventsSub.Unsubscribe()
 	}
 	if c.Bus != nil {
 		c.Bus.Close()

@@ -83,3 +83,8 @@ func typeToken(typ string) string {
 	}
 	return typ
 }
+// Members is the core-NATS subject on which every worker announces itself (package membership).
+func (n Names) Members() string { return n.Prefix + ".ctl.members" }
+
+// Events is the core-NATS subject on which workers publish their election and coordinator events.
+func (n Names) Events() string { return n.Prefix + ".ctl.events" }

@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/testenv"
+)
+
+const chromiumInstall = "apt-get update && apt-get install -y chromium"
+
+// chromium returns the browser's path. Without one the test fails in CI (CI=true) and skips
+// elsewhere, saying in both cases how to install it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "the dashboard browser test needs Chromium, which is not installed; install it with: " + chromiumInstall
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestDashboardInBrowser drives the dashboard of a follower in headless Chromium against a real
+// 3-worker cluster and checks what a person sees: the leader's id and epoch, a job's progress, a
+// new leader after the old one is killed with SIGKILL half-way through the job, and the job's
+// progress bar reaching 100 %.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := chromium(t)
+	c := start(t, cluster.Options{Workers: 3, LeaseDuration: lease, Concurrency: 2, Env: []string{"ACQUIRE_INTERVAL=" + acquireEvery.String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	old := leader(t, c)
+
+	// Watch from a follower: it outlives the leader's death.
+	var follower, addr string
+	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, func() bool {
+		for _, m := range c.Members() {
+			if m.ID != old.ID && m.HTTPAddr != "" {
+				follower, addr = m.ID, m.HTTPAddr
+				return true
+			}
+		}
+		return false
+	}, "a follower announces its HTTP address")
+	url := "http://" + addr + "/"
+	t.Logf("dashboard of %s at %s; leader %s (epoch %d)", follower, url, old.ID, old.Epoch)
+
+	actx, acancel := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-default-browser-check", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1000))
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer bcancel()
+	if err := chromedp.Run(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("open %s in Chromium: %v", url, err)
+	}
+
+	// text returns the text content of the first element matching sel ("" when absent).
+	text := func(sel string) string {
+		var s string
+		js := fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel)
+		if err := chromedp.Run(bctx, chromedp.Evaluate(js, &s)); err != nil {
+			t.Fatalf("read %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	waitText := func(within time.Duration, sel, what string, ok func(string) bool) string {
+		t.Helper()
+		var last string
+		testenv.Eventually(t, within, 200*time.Millisecond, func() bool { last = text(sel); return ok(last) },
+			"the dashboard shows %s (%s reads %q)", what, sel, last)
+		return last
+	}
+	waitText(20*time.Second, "#leader-id", "the leader "+old.ID, func(s string) bool { return s == old.ID })
+	waitText(5*time.Second, "#leader-epoch", "epoch "+fmt.Sprint(old.Epoch), func(s string) bool { return s == fmt.Sprint(old.Epoch) })
+	waitText(10*time.Second, "#workers tbody", "three workers", func(s string) bool {
+		return strings.Contains(s, "w1") && strings.Contains(s, "w2") && strings.Contains(s, "w3")
+	})
+
+	// A job runs: the page shows it part-way.
+	id, err := c.Client.Submit(ctx, "sleep", json.RawMessage(`{"shards":150,"duration":"300ms"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct := func(s string) int {
+		n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(s, "%", 2)[0]))
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	row := fmt.Sprintf(`tr.job[data-id=%q] .pct`, id)
+	waitText(60*time.Second, row, "the job part-way", func(s string) bool { p := pct(s); return p >= 25 && p <= 70 })
+	screenshot(t, bctx, "dashboard-running.png")
+
+	// The leader dies: the page shows another leader with a higher epoch, and the job finishes.
+	if _, err := c.Signal(old.ID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	next := waitText(3*lease, "#leader-id", "a new leader", func(s string) bool { return s != "" && s != old.ID && s != "none" })
+	ep, _ := strconv.ParseUint(text("#leader-epoch"), 10, 64)
+	if ep <= old.Epoch {
+		t.Fatalf("the dashboard shows leader %s with epoch %d, not above the killed leader's %d", next, ep, old.Epoch)
+	}
+	t.Logf("the dashboard showed %s (epoch %d) %v after %s was killed", next, ep, time.Since(killed).Round(100*time.Millisecond), old.ID)
+	waitText(10*time.Second, "#workers tbody", "the killed worker gone from the live workers", func(s string) bool {
+		return !strings.Contains(s, old.ID) && strings.Contains(s, next)
+	})
+	waitText(10*time.Second, "#epochs tbody", "both terms in the epoch history", func(s string) bool {
+		return strings.Contains(s, old.ID) && strings.Contains(s, next)
+	})
+	waitText(90*time.Second, row, "the job at 100 %", func(s string) bool { return pct(s) == 100 })
+	waitText(10*time.Second, fmt.Sprintf(`tr.job[data-id=%q]`, id), "the job succeeded", func(s string) bool { return strings.Contains(s, "succeeded") })
+	waitText(10*time.Second, "#timeline", "the election on the job's timeline", func(s string) bool {
+		return strings.Contains(s, fmt.Sprintf("elected %s (epoch %d)", next, ep))
+	})
+	screenshot(t, bctx, "dashboard-after-failover.png")
+}
+
+// screenshot saves the page as a PNG in the test's artifact directory and, when ARTIFACTS_DIR is
+// set, there too.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	var png []byte
+	if err := chromedp.Run(ctx, chromedp.FullScreenshot(&png, 100)); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dirs := []string{t.ArtifactDir()}
+	if d := os.Getenv("ARTIFACTS_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(d, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s", p)
+	}
+}

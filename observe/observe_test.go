@@ -1,0 +1,84 @@
+package observe
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+func TestReadinessCachesAndBoundsHungChecks(t *testing.T) {
+	var calls atomic.Int32
+	r := &Readiness{Timeout: 100 * time.Millisecond, TTL: time.Hour, Checks: []Check{
+		{Name: "ok", Fn: func(context.Context) error { calls.Add(1); return nil }},
+		// A hung dependency (the real servers cannot hang on demand): the check must honour ctx.
+		{Name: "hung", Fn: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+	}}
+	start := time.Now()
+	res, ok := r.Check(context.Background())
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("check took %v with a 100ms timeout", took)
+	}
+	if ok || len(res) != 2 || res[0].Name != "hung" || res[0].OK || !strings.Contains(res[0].Error, "deadline") || !res[1].OK {
+		t.Fatalf("results %+v ok %v", res, ok)
+	}
+	r.Check(context.Background())
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("checks ran %d times within the TTL, want 1", n)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	in := `GET https://acct.blob.core.windows.net/jobs/x?sv=2020&sig=abcd%2F: 403; DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0==;`
+	out := Redact(in)
+	for _, secret := range []string{"abcd", "c2VjcmV0", "sv=2020"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("Redact left %q in %q", secret, out)
+		}
+	}
+	if !strings.Contains(out, "AccountName=a") || !strings.Contains(out, "403") {
+		t.Fatalf("Redact removed too much: %q", out)
+	}
+}
+
+type lister struct {
+	calls atomic.Int32
+	list  []client.Status
+	err   error
+}
+
+func (l *lister) List(context.Context, int) ([]client.Status, error) {
+	l.calls.Add(1)
+	return l.list, l.err
+}
+
+func TestJobCacheReadsOncePerTTLAndEstimatesRate(t *testing.T) {
+	l := &lister{list: []client.Status{{ID: "a", State: jobs.StateRunning, ShardsTotal: 100, ShardsDone: 10}}}
+	c := &JobCache{Lister: l, TTL: 50 * time.Millisecond}
+	for range 5 {
+		if _, err := c.Jobs(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := l.calls.Load(); n != 1 {
+		t.Fatalf("storage read %d times within the TTL, want 1", n)
+	}
+	time.Sleep(60 * time.Millisecond)
+	l.list[0].ShardsDone = 40
+	v, _ := c.Jobs(context.Background())
+	if len(v) != 1 || len(v[0].Samples) != 2 || v[0].Rate <= 0 || v[0].ETA == nil || *v[0].ETA <= 0 {
+		t.Fatalf("view %+v", v)
+	}
+	// A failed read keeps the last view and reports the error.
+	time.Sleep(60 * time.Millisecond)
+	l.err = errors.New("storage down")
+	v, err := c.Jobs(context.Background())
+	if err == nil || len(v) != 1 {
+		t.Fatalf("after a failed read: %v, %d jobs", err, len(v))
+	}
+}

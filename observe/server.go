@@ -1,0 +1,272 @@
+package observe
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/membership"
+)
+
+//go:embed dashboard
+var dashboardFS embed.FS
+
+// Config configures a worker's HTTP server.
+type Config struct {
+	// Addr is the listen address, e.g. ":8080" in a container or "127.0.0.1:0" locally. Required.
+	Addr string
+	// Pprof serves /debug/pprof/ (off by default: it exposes internals and costs CPU when used).
+	Pprof bool
+	// DashboardCancel lets the dashboard cancel jobs (POST /api/jobs/{id}/cancel). Off by default:
+	// the dashboard is read-only.
+	DashboardCancel bool
+	// Worker is this worker's id.
+	Worker string
+
+	Metrics *Metrics
+	Events  *Recorder
+	Logger  *slog.Logger
+}
+
+// Backend is what the server reads once the worker has reached storage and NATS (Attach).
+type Backend struct {
+	Ready *Readiness
+	Jobs  *JobCache
+	// Members lists the live workers (membership.Watcher.Live).
+	Members func() []membership.Member
+	// Leader reads the lease blob: who leads, by record.
+	Leader func(ctx context.Context) (*election.LeaderInfo, error)
+	// Cancel cancels a job (used only when Config.DashboardCancel).
+	Cancel func(ctx context.Context, id string) error
+}
+
+// Validate reports every missing piece.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Addr == "" {
+		errs = append(errs, errors.New("observe: no listen address: set --http-addr (e.g. :8080, or 127.0.0.1:0 for a random local port)"))
+	}
+	if c.Metrics == nil || c.Events == nil {
+		errs = append(errs, errors.New("observe: Metrics and Events are required"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is a worker's HTTP server. It serves /healthz, /metrics and /api/events from the start;
+// /readyz, /api/cluster and /api/jobs answer 503 "starting" until Attach.
+type Server struct {
+	cfg     Config
+	ln      net.Listener
+	srv     *http.Server
+	backend atomic.Pointer[Backend]
+	leader  cachedLeader
+}
+
+// Attach hands the server what it needs to answer readiness, cluster and job requests.
+func (s *Server) Attach(b Backend) error {
+	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil || (s.cfg.DashboardCancel && b.Cancel == nil) {
+		return errors.New("observe: Attach needs Ready, Jobs, Members, Leader (and Cancel with DashboardCancel)")
+	}
+	s.leader.mu.Lock()
+	s.leader.read = b.Leader
+	s.leader.mu.Unlock()
+	s.backend.Store(&b)
+	return nil
+}
+
+// attached returns the backend, or answers 503 and returns nil while the worker starts.
+func (s *Server) attached(w http.ResponseWriter) *Backend {
+	b := s.backend.Load()
+	if b == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "worker": s.cfg.Worker,
+			"error": "starting: waiting for storage and NATS", "checks": []CheckResult{{Name: "startup", Error: "waiting for storage and NATS"}}})
+	}
+	return b
+}
+
+// Listen binds the address (so the caller can log the real port before serving).
+func Listen(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("observe: listen on %s: %w (choose another --http-addr)", cfg.Addr, err)
+	}
+	s := &Server{cfg: cfg, ln: ln}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve serves until ctx ends, then shuts down within 2 s.
+func (s *Server) Serve(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("observe: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(sctx)
+	<-done
+	return nil
+}
+
+// Handler returns the server's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics.Registry, promhttp.HandlerOpts{Registry: s.cfg.Metrics.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "worker": s.cfg.Worker})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		b := s.attached(w)
+		if b == nil {
+			return
+		}
+		res, ok := b.Ready.Check(r.Context())
+		code := http.StatusOK
+		if !ok {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]any{"ok": ok, "worker": s.cfg.Worker, "checks": res})
+	})
+	mux.HandleFunc("GET /api/events", s.events)
+	mux.HandleFunc("GET /api/cluster", s.cluster)
+	mux.HandleFunc("GET /api/jobs", s.jobs)
+	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.cancel)
+	if s.cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	static, _ := fs.Sub(dashboardFS, "dashboard")
+	mux.Handle("GET /", http.FileServerFS(static))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// events serves this worker's own events (?since=SEQ for those after SEQ).
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	var since uint64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("since=%q: want the seq of the last event seen (a whole number)", v))
+			return
+		}
+		since = n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"worker": s.cfg.Worker, "events": s.cfg.Events.Own(since)})
+}
+
+// ClusterView is the body of /api/cluster.
+type ClusterView struct {
+	Worker    string               `json:"worker"` // the worker that answered
+	Leader    *election.LeaderInfo `json:"leader"` // by the lease blob; null when nobody holds it
+	LeaderErr string               `json:"leader_error,omitempty"`
+	Members   []membership.Member  `json:"members"`
+	Events    []membership.Event   `json:"events"` // the cluster's events heard since this worker started
+	Cancel    bool                 `json:"cancel_enabled"`
+	Now       time.Time            `json:"now"`
+}
+
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	l, err := s.leader.get(r.Context())
+	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
+		Cancel: s.cfg.DashboardCancel, Now: time.Now().UTC()}
+	if err != nil {
+		v.LeaderErr = Redact(err.Error())
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	jobs, err := b.Jobs.Jobs(r.Context())
+	body := map[string]any{"jobs": jobs}
+	if err != nil {
+		body["error"] = Redact(err.Error())
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	if !s.cfg.DashboardCancel {
+		writeErr(w, http.StatusForbidden, "cancelling from the dashboard is disabled: start the worker with --dashboard-cancel to allow it")
+		return
+	}
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	id := r.PathValue("id")
+	if err := b.Cancel(r.Context(), id); err != nil {
+		writeErr(w, http.StatusBadRequest, Redact(err.Error()))
+		return
+	}
+	s.cfg.Logger.Info("job cancelled from the dashboard", "job", id, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]string{"cancelled": id})
+}
+
+// cachedLeader reads the lease blob at most once a second.
+type cachedLeader struct {
+	read func(ctx context.Context) (*election.LeaderInfo, error)
+	mu   sync.Mutex
+	at   time.Time
+	l    *election.LeaderInfo
+	err  error
+}
+
+func (c *cachedLeader) get(ctx context.Context) (*election.LeaderInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || time.Since(c.at) > time.Second {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		c.l, c.err = c.read(rctx)
+		cancel()
+		c.at = time.Now()
+	}
+	return c.l, c.err
+}
