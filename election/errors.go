@@ -19,6 +19,11 @@ var (
 	// LeaseIsBreakingAndCannotBeAcquired). For a follower it is the normal answer to an acquire.
 	ErrLeaseHeld = errors.New("lease held by another")
 
+	// ErrConditionNotMet means a conditional Break Lease was refused because the blob's ETag
+	// is no longer the one given (HTTP 412): a new term was stamped since it was read, so the
+	// lease the caller meant to break is already gone.
+	ErrConditionNotMet = errors.New("blob changed since it was read")
+
 	// ErrNotFound means the lease container or blob does not exist (HTTP 404 ContainerNotFound,
 	// BlobNotFound).
 	ErrNotFound = errors.New("lease container or blob not found")
@@ -35,6 +40,12 @@ var (
 
 	// ErrUnhealthy means Config.Healthy returned an error, so the leader stopped renewing.
 	ErrUnhealthy = errors.New("leader unhealthy")
+
+	// ErrSuperseded means this leader heard a heartbeat of a higher epoch: another process
+	// acquired the lease and stamped a newer term, so this one's lease is gone (a break while it
+	// was paused or its heartbeats did not arrive). It comes with ErrLeadershipLost and
+	// ErrLeaseNotHeld.
+	ErrSuperseded = errors.New("superseded by a newer term")
 
 	// ErrSteppedDown is the cause of a leader context cancelled because Run's context ended
 	// (graceful stop) or because lead itself returned.
