@@ -203,7 +203,9 @@ func (c Config) Validate() error {
 	case c.RetryInterval > MaxLeaseDuration:
 		add("RetryInterval %v is longer than any lease: use at most %v (default 1s)", c.RetryInterval, MaxLeaseDuration)
 	}
-	if c.Heartbeats != nil { // the heartbeat settings matter only with a transport
+	// The heartbeat settings matter only with a transport, or when set (a caller validates them
+	// before it has connected one).
+	if c.Heartbeats != nil || c.HeartbeatInterval != 0 || c.SuspicionTimeout != 0 {
 		intervalOK := true
 		switch {
 		case c.HeartbeatInterval < 10*time.Millisecond:

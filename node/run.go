@@ -30,6 +30,8 @@ type runFlags struct {
 	retryInterval      time.Duration
 	startupTimeout     time.Duration
 	mapDelay           time.Duration
+	heartbeatInterval  time.Duration
+	suspicionTimeout   time.Duration
 	fs                 *flag.FlagSet
 }
 
@@ -55,6 +57,11 @@ func newRunFlags() *runFlags {
 	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
 	fs.DurationVar(&f.mapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	bindEnv(fs, "map-delay", "MAP_DELAY")
+	ed := election.DefaultConfig()
+	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", ed.HeartbeatInterval, "how often the leader publishes a heartbeat on NATS")
+	bindEnv(fs, "heartbeat-interval", "HEARTBEAT_INTERVAL")
+	fs.DurationVar(&f.suspicionTimeout, "suspicion-timeout", ed.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")
+	bindEnv(fs, "suspicion-timeout", "SUSPICION_TIMEOUT")
 	return f
 }
 
@@ -79,6 +86,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ecfg := election.DefaultConfig()
 	ecfg.Identity, ecfg.Container, ecfg.LeaseDuration, ecfg.RetryInterval = f.id, f.leaseContainer, f.leaseDuration, f.retryInterval
 	ecfg.RenewInterval = f.leaseDuration / 3
+	ecfg.HeartbeatInterval, ecfg.SuspicionTimeout = f.heartbeatInterval, f.suspicionTimeout
 	ecfg.Logger = log
 	if err := ecfg.Validate(); err != nil {
 		return usageErr("%v", err)
@@ -128,6 +136,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	ecfg.Healthy = coord.Healthy
+	ecfg.Heartbeats = b.Heartbeats()
 	ecfg.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {
 			log.Warn("announce release", "err", err)
