@@ -30,8 +30,9 @@ var (
 
 	// ErrLeadershipLost is the cause (context.Cause) of a leader context that was cancelled
 	// because the right to lead ended or may have ended: the lease was refused, the safety
-	// deadline passed, or Config.Healthy failed. The cause also wraps the specific reason
-	// (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy).
+	// deadline passed, Config.Healthy failed, or a heartbeat of a newer term was heard. The cause
+	// also wraps the specific reason (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy,
+	// ErrSuperseded with ErrLeaseNotHeld).
 	ErrLeadershipLost = errors.New("leadership lost")
 
 	// ErrRenewDeadline means no renewal succeeded in time: the safety deadline
