@@ -155,7 +155,11 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	}
 	reason, lost := g.finish()
 	e.cur.Store(nil)
-	<-beatsDone // the leader context has ended
+	select { // the leader context has ended, so the beats have stopped, unless Publish hangs
+	case <-beatsDone:
+	case <-time.After(releaseTimeout):
+		log.Warn("a heartbeat publish ignores its context; leaving it behind")
+	}
 	e.watch.restart(time.Now(), t.Epoch, t.Identity)
 
 	switch {
