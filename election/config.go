@@ -63,8 +63,9 @@ type Config struct {
 	// time, must hear no heartbeat of the current term before it reads the lease blob and breaks
 	// the lease of that term. It must be at least 4 heartbeat intervals (late beats under load
 	// must not depose a live leader) and below LeaseDuration − SafetyMargin (otherwise the lease
-	// expires first). Default 1.5s: under two saturated cores the latest heartbeat measured
-	// arrived well under that (see the package documentation).
+	// expires first). Default 1.5s: with every core of a 2-core machine saturated, the latest
+	// heartbeat measured was 1.03s late, p99 0.58s (see the package documentation); a crashed
+	// leader is then replaced in about 1.5s.
 	SuspicionTimeout time.Duration
 
 	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
