@@ -26,9 +26,14 @@ type BlobAPI interface {
 	// ReleaseLease releases the lease. ErrLeaseNotHeld when leaseID does not hold it.
 	ReleaseLease(ctx context.Context, container, blob, leaseID string) error
 
-	// GetProperties returns the blob's lease state and metadata. ErrNotFound when the
+	// GetProperties returns the blob's lease state, metadata and ETag. ErrNotFound when the
 	// container or blob is missing.
 	GetProperties(ctx context.Context, container, blob string) (BlobProps, error)
+
+	// BreakLease breaks the lease at once (break period 0), on condition that the blob's ETag
+	// is still ifMatch (If-Match). ErrConditionNotMet when the ETag changed (a new term was
+	// stamped since it was read); ErrLeaseNotHeld when no lease is held (nothing to break).
+	BreakLease(ctx context.Context, container, blob, ifMatch string) error
 
 	// SetMetadata replaces the blob's metadata, on condition that leaseID holds the lease
 	// (ErrLeaseNotHeld otherwise). With an empty leaseID no lease condition is sent.
@@ -42,6 +47,9 @@ type BlobProps struct {
 	LeaseState string
 	// Metadata with lower-cased keys.
 	Metadata map[string]string
+	// ETag of the blob. Lease operations do not change it; every metadata write (each new
+	// term's stamp) does, so it names the term whose stamp was read.
+	ETag string
 }
 
 // Held reports whether some lease ID holds the lease now.

@@ -98,12 +98,36 @@ func (a *AzureAPI) GetProperties(ctx context.Context, container, name string) (B
 	if resp.LeaseState != nil {
 		p.LeaseState = string(*resp.LeaseState)
 	}
+	if resp.ETag != nil {
+		p.ETag = string(*resp.ETag)
+	}
 	for k, v := range resp.Metadata {
 		if v != nil {
 			p.Metadata[strings.ToLower(k)] = *v
 		}
 	}
 	return p, nil
+}
+
+// BreakLease implements BlobAPI.
+func (a *AzureAPI) BreakLease(ctx context.Context, container, name, ifMatch string) error {
+	if ifMatch == "" {
+		return errors.New("break lease: no ETag to condition the break on")
+	}
+	lc, err := lease.NewBlobClient(a.blob(container, name), nil)
+	if err != nil {
+		return fmt.Errorf("break lease: %w", err)
+	}
+	_, err = lc.BreakLease(ctx, &lease.BlobBreakOptions{
+		BreakPeriod:              to.Ptr(int32(0)),
+		ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: to.Ptr(azcore.ETag(ifMatch))},
+	})
+	err = translate("break lease", err)
+	var se *StorageError
+	if errors.As(err, &se) && se.StatusCode == http.StatusPreconditionFailed {
+		se.Kind = ErrConditionNotMet
+	}
+	return err
 }
 
 // SetMetadata implements BlobAPI.

@@ -193,3 +193,79 @@ func TestReadLeader_ReportsHolderOrNil(t *testing.T) {
 		t.Errorf("after release: %+v, %v; want nil, nil", info, err)
 	}
 }
+
+// Break Lease is fenced by the ETag of the stamp read: with a stale ETag it is refused (412,
+// ErrConditionNotMet) and the holder keeps the lease; with the current one the lease ends at
+// once, the old holder's renew is refused for good, and another ID acquires immediately.
+func TestAzureAPI_BreakLease_FencedByETag(t *testing.T) {
+	t.Parallel()
+	api := NewAzureAPI(testClient(t))
+	ctx := context.Background()
+	container := testenv.Name(t, "break")
+	if err := api.EnsureBlob(ctx, container, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.BreakLease(ctx, container, "lease", "\"0x1\""); !errors.Is(err, ErrLeaseNotHeld) && !errors.Is(err, ErrConditionNotMet) {
+		t.Errorf("break without a lease: %v, want ErrLeaseNotHeld or ErrConditionNotMet", err)
+	}
+	a, b, c := newLeaseID(), newLeaseID(), newLeaseID()
+	if err := api.AcquireLease(ctx, container, "lease", a, 15*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, err := api.GetProperties(ctx, container, "lease")
+	if err != nil || before.ETag == "" {
+		t.Fatalf("properties: %+v, %v; want an ETag", before, err)
+	}
+	if err := api.SetMetadata(ctx, container, "lease", a, map[string]string{MetaEpoch: "7"}); err != nil {
+		t.Fatal(err)
+	}
+	stamped, err := api.GetProperties(ctx, container, "lease")
+	if err != nil || stamped.ETag == before.ETag {
+		t.Fatalf("stamp did not change the ETag (%q → %q): %v", before.ETag, stamped.ETag, err)
+	}
+	if err := api.RenewLease(ctx, container, "lease", a); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := api.GetProperties(ctx, container, "lease"); p.ETag != stamped.ETag {
+		t.Errorf("a renewal changed the ETag %q → %q: it would fence breaks of live terms", stamped.ETag, p.ETag)
+	}
+
+	err = api.BreakLease(ctx, container, "lease", before.ETag)
+	var se *StorageError
+	if !errors.Is(err, ErrConditionNotMet) || !errors.As(err, &se) || se.StatusCode != 412 || IsDefinitive(err) {
+		t.Fatalf("break with a stale ETag: %v, want ErrConditionNotMet (412)", err)
+	}
+	if err := api.RenewLease(ctx, container, "lease", a); err != nil {
+		t.Fatalf("holder's renew after a refused break: %v", err)
+	}
+
+	if err := api.BreakLease(ctx, container, "lease", stamped.ETag); err != nil {
+		t.Fatalf("break with the current ETag: %v", err)
+	}
+	if p, _ := api.GetProperties(ctx, container, "lease"); p.Held() {
+		t.Errorf("lease state %q after a break with period 0, want not held", p.LeaseState)
+	}
+	if err := api.RenewLease(ctx, container, "lease", a); !errors.Is(err, ErrLeaseNotHeld) {
+		t.Errorf("old holder's renew after the break: %v, want ErrLeaseNotHeld", err)
+	}
+	if err := api.AcquireLease(ctx, container, "lease", b, 15*time.Second); err != nil {
+		t.Fatalf("acquire right after the break: %v", err)
+	}
+	if err := api.RenewLease(ctx, container, "lease", a); !errors.Is(err, ErrLeaseNotHeld) {
+		t.Errorf("old holder's renew after a new acquire: %v, want ErrLeaseNotHeld", err)
+	}
+	// A second breaker that read the same stamp before the new holder stamped anew would still
+	// match (lease operations keep the ETag); once the new term is stamped it cannot.
+	if err := api.SetMetadata(ctx, container, "lease", b, map[string]string{MetaEpoch: "8"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.BreakLease(ctx, container, "lease", stamped.ETag); !errors.Is(err, ErrConditionNotMet) {
+		t.Errorf("late break of the old term after the new stamp: %v, want ErrConditionNotMet", err)
+	}
+	if err := api.AcquireLease(ctx, container, "lease", c, 15*time.Second); !errors.Is(err, ErrLeaseHeld) {
+		t.Errorf("acquire after a refused break: %v, want ErrLeaseHeld", err)
+	}
+	if err := api.BreakLease(ctx, container, "lease", ""); err == nil {
+		t.Error("break without an ETag accepted")
+	}
+}

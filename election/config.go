@@ -49,6 +49,25 @@ type Config struct {
 	// It absorbs clock-rate differences and the time the caller needs to notice. Default 2s.
 	SafetyMargin time.Duration
 
+	// Heartbeats, when set, turns on fast crash takeover: the leader publishes a Beat every
+	// HeartbeatInterval, and a follower that hears none from the current term for
+	// SuspicionTimeout breaks that term's lease (fenced by the ETag of its stamp) and campaigns
+	// at once, instead of waiting up to LeaseDuration for the lease to expire. Nil: no
+	// heartbeats, takeover after a crash within LeaseDuration + RetryInterval.
+	Heartbeats Heartbeats
+
+	// HeartbeatInterval is the period of the leader's heartbeats. Default 250ms.
+	HeartbeatInterval time.Duration
+
+	// SuspicionTimeout is how long a follower, connected to the heartbeat transport the whole
+	// time, must hear no heartbeat of the current term before it reads the lease blob and breaks
+	// the lease of that term. It must be at least 4 heartbeat intervals (late beats under load
+	// must not depose a live leader) and below LeaseDuration − SafetyMargin (otherwise the lease
+	// expires first). Default 1.5s: with every core of a 2-core machine saturated, the latest
+	// heartbeat measured was 1.03s late, p99 0.58s (see the package documentation); a crashed
+	// leader is then replaced in about 1.5s.
+	SuspicionTimeout time.Duration
+
 	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
 	// the leader context and releases the lease: use it to depose a coordinator whose main loop
 	// is stuck. It runs on the renew goroutine; if it blocks, renewing stops and the safety
@@ -80,6 +99,9 @@ func DefaultConfig() Config {
 		RetryInterval: time.Second,
 		Jitter:        0.25,
 		SafetyMargin:  2 * time.Second,
+
+		HeartbeatInterval: 250 * time.Millisecond,
+		SuspicionTimeout:  1500 * time.Millisecond,
 	}
 }
 
@@ -115,6 +137,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SafetyMargin == 0 {
 		c.SafetyMargin = d.SafetyMargin
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = d.HeartbeatInterval
+	}
+	if c.SuspicionTimeout == 0 {
+		c.SuspicionTimeout = d.SuspicionTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -175,6 +203,27 @@ func (c Config) Validate() error {
 		add("RetryInterval %v is too short (it would hammer the storage account): use at least 10ms (default 1s)", c.RetryInterval)
 	case c.RetryInterval > MaxLeaseDuration:
 		add("RetryInterval %v is longer than any lease: use at most %v (default 1s)", c.RetryInterval, MaxLeaseDuration)
+	}
+	// The heartbeat settings matter only with a transport, or when set (a caller validates them
+	// before it has connected one).
+	if c.Heartbeats != nil || c.HeartbeatInterval != 0 || c.SuspicionTimeout != 0 {
+		intervalOK := true
+		switch {
+		case c.HeartbeatInterval < 10*time.Millisecond:
+			add("HeartbeatInterval %v is too short: use at least 10ms (default 250ms)", c.HeartbeatInterval)
+			intervalOK = false
+		case c.HeartbeatInterval > 10*time.Second:
+			add("HeartbeatInterval %v is too long to speed up a takeover: use at most 10s (default 250ms)", c.HeartbeatInterval)
+			intervalOK = false
+		}
+		switch {
+		case intervalOK && c.SuspicionTimeout < 4*c.HeartbeatInterval:
+			add("SuspicionTimeout %v is shorter than 4 heartbeat intervals (%v): a few late heartbeats would depose a live leader; set it to at least %v (default 1.5s)",
+				c.SuspicionTimeout, 4*c.HeartbeatInterval, 4*c.HeartbeatInterval)
+		case leaseOK && marginOK && c.SuspicionTimeout >= c.LeaseDuration-c.SafetyMargin:
+			add("SuspicionTimeout %v is not below LeaseDuration-SafetyMargin (%v): the lease would expire before a follower suspects its holder; set it lower (default 1.5s)",
+				c.SuspicionTimeout, c.LeaseDuration-c.SafetyMargin)
+		}
 	}
 	if math.IsNaN(c.Jitter) || c.Jitter < 0 || c.Jitter > 1 {
 		add("Jitter %v must be between 0 and 1 (default 0.25)", c.Jitter)

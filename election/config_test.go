@@ -47,6 +47,11 @@ func TestConfig_Validate_RefusesBadSettings(t *testing.T) {
 		{"jitter negative", func(c *Config) { c.Jitter = -0.1 }, "Jitter"},
 		{"jitter above one", func(c *Config) { c.Jitter = 1.5 }, "Jitter"},
 		{"jitter NaN", func(c *Config) { c.Jitter = math.NaN() }, "Jitter"},
+		{"heartbeat zero", func(c *Config) { c.Heartbeats = &port{}; c.HeartbeatInterval = 0 }, "HeartbeatInterval"},
+		{"heartbeat too long", func(c *Config) { c.Heartbeats = &port{}; c.HeartbeatInterval = time.Minute }, "HeartbeatInterval"},
+		{"suspicion under 4 beats", func(c *Config) { c.Heartbeats = &port{}; c.SuspicionTimeout = 999 * time.Millisecond }, "SuspicionTimeout"},
+		{"suspicion zero", func(c *Config) { c.Heartbeats = &port{}; c.SuspicionTimeout = 0 }, "SuspicionTimeout"},
+		{"suspicion not below lease", func(c *Config) { c.Heartbeats = &port{}; c.SuspicionTimeout = 13 * time.Second }, "SuspicionTimeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +78,12 @@ func TestConfig_Validate_AcceptsEdges(t *testing.T) {
 			RetryInterval: 10 * time.Millisecond, Jitter: 1, SafetyMargin: 2 * time.Second},
 		{Identity: "a", Container: strings.Repeat("a", 63), Blob: "x/y", LeaseDuration: 60 * time.Second, RenewInterval: 20 * time.Second,
 			RetryInterval: time.Minute, Jitter: 0, SafetyMargin: time.Second},
+		{Identity: "a", Container: "abc", Blob: "l", LeaseDuration: 15 * time.Second, RenewInterval: 5 * time.Second,
+			RetryInterval: time.Second, SafetyMargin: 2 * time.Second,
+			Heartbeats: &port{}, HeartbeatInterval: 10 * time.Millisecond, SuspicionTimeout: 40 * time.Millisecond},
+		{Identity: "a", Container: "abc", Blob: "l", LeaseDuration: 60 * time.Second, RenewInterval: 5 * time.Second,
+			RetryInterval: time.Second, SafetyMargin: 2 * time.Second,
+			Heartbeats: &port{}, HeartbeatInterval: 10 * time.Second, SuspicionTimeout: 40 * time.Second},
 	} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("Validate(%+v): %v", c, err)
@@ -88,7 +99,8 @@ func TestNew_AppliesDefaultsToZeroFields(t *testing.T) {
 	}
 	c := e.Config()
 	if c.Container != "leader" || c.Blob != "lease" || c.RenewInterval != 10*time.Second ||
-		c.RetryInterval != time.Second || c.Jitter != 0.25 || c.SafetyMargin != 2*time.Second || c.Logger == nil {
+		c.RetryInterval != time.Second || c.Jitter != 0.25 || c.SafetyMargin != 2*time.Second || c.Logger == nil ||
+		c.HeartbeatInterval != 250*time.Millisecond || c.SuspicionTimeout != 1500*time.Millisecond {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if _, err := New(&AzureAPI{}, Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Identity") {

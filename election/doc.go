@@ -31,16 +31,54 @@
 // (provided the two clocks run at nearly the same rate, which the margin absorbs). The deadline
 // is a timer of its own: a renew call that hangs does not extend it, and renew calls are given
 // per-call timeouts that end by the deadline. A definitive refusal (lease ID mismatch, lease
-// lost or broken, 412) cancels the leader context at once; transient failures (timeouts, 5xx,
+// lost or broken, 412), or a heartbeat of a newer epoch, cancels the leader context at once; transient failures (timeouts, 5xx,
 // connection errors) are retried with a short backoff until the deadline. context.Cause of the
 // leader context says why it ended (ErrLeadershipLost with ErrLeaseNotHeld, ErrRenewDeadline or
-// ErrUnhealthy; or ErrSteppedDown).
+// ErrUnhealthy, ErrSuperseded; or ErrSteppedDown).
 //
 // Liveness. Config.Healthy is checked before every renewal; when it fails renewing stops, the
 // leader context is cancelled and the lease is released, so a coordinator stuck in its main loop
-// is replaced. After a crash, a follower acquires within LeaseDuration + RetryInterval. After a
+// is replaced. After a crash, a follower acquires within LeaseDuration + RetryInterval, or about
+// SuspicionTimeout with heartbeats (below). After a
 // graceful stop the lease is released and OnRelease called; followers that are poked (the caller
 // relays the announcement, e.g. over NATS) take over within milliseconds.
+//
+// Fast takeover (Config.Heartbeats set). The leader publishes a Beat (epoch, identity, sequence)
+// every HeartbeatInterval from its own process, from the moment it is elected until its leader
+// context ends. A follower that has heard a beat of epoch N and then, while its own link to the
+// transport stays healthy, hears none of N for SuspicionTimeout, reads the lease blob. When the
+// lease is held and the blob's metadata still carries epoch N, it breaks the lease with break
+// period 0 on condition If-Match: the ETag it just read, and campaigns at once. Every new term
+// rewrites the metadata, which changes the ETag, and lease operations (acquire, renew, break) do
+// not, so the break can only end the lease of term N, or of a successor that acquired but had not
+// yet stamped (whose stamp then fails and who never leads). A break that finds a newer stamp fails
+// with ErrConditionNotMet (412); a follower that finds a newer epoch watches it instead. Several
+// suspicious followers may all break; only one acquire wins. A follower never suspects while
+// its transport reports unhealthy (and the silence clock restarts when it comes back), nor before
+// it has heard any other process's beat since Run started, nor while it leads. A crashed leader is
+// thus replaced in about SuspicionTimeout + five storage round trips instead of LeaseDuration.
+// A leader that hears a beat of a newer epoch than its own knows its lease is gone and ends its
+// term at once (ErrSuperseded, with ErrLeaseNotHeld); otherwise its next renew is refused
+// (LeaseIdMismatch or LeaseIsBroken…: ErrLeaseNotHeld).
+//
+// The break changes nothing about fencing: the deposed leader's lease ID can no longer write the
+// blob, and its epoch is below the new one, so every conditional, epoch-stamped write it still
+// attempts is refused. What heartbeats add is a new way to lose the lease: a live leader whose
+// beats do not reach the followers for SuspicionTimeout (its process starved of CPU for that
+// long, or its own link to NATS cut while the followers' work) is deposed. With the defaults
+// (250ms, 1.5s) and every core saturated on a shared 2-core machine (load average ~13), the
+// gap between two beats exceeded the interval by 0.58s at p99 and 1.03s at most in 3 minutes,
+// with no suspicion (TestElector_NoFalseTakeoversUnderCPULoad, ELECTION_LOAD=3m). The margin is
+// finite: a process starved of CPU for more than SuspicionTimeout is deposed, safely (fenced)
+// but needlessly; raise SuspicionTimeout where that matters more than takeover time. During an outage of the transport itself the followers
+// are unhealthy and break nothing; when it comes back the leader's beats resume within a
+// reconnect, well inside SuspicionTimeout, so the leader changes at most once, and only if its
+// reconnect takes longer than SuspicionTimeout after a follower's.
+//
+// After the leader context ends, lead still holds the lease while it finishes (graceful stop),
+// but its beats have stopped: a lead that takes longer than SuspicionTimeout to return may have
+// its lease broken under it. Its final writes must be fenced anyway; a quick final checkpoint
+// (milliseconds) is unaffected.
 //
 // The leader context carries ctx's values (not its cancellation) and the Term.
 //

@@ -22,8 +22,11 @@ type Elector struct {
 	poke    chan struct{} // buffered(1): a follower should try to acquire now
 	running atomic.Bool
 	leading atomic.Bool
+	watch   *watch                // heartbeats heard while following
+	cur     atomic.Pointer[guard] // the term being led, for heartbeats of a newer epoch
 
 	terms, renewals, renewFailures, losses, releases atomic.Uint64
+	suspicions, breaks, beatFailures                 atomic.Uint64
 }
 
 // Stats are counters since the Elector was created.
@@ -33,6 +36,9 @@ type Stats struct {
 	RenewFailures uint64 // failed renew calls (transient and definitive)
 	Losses        uint64 // terms ended by loss: lease refused, deadline passed, or unhealthy
 	Releases      uint64 // successful releases of the lease
+	Suspicions    uint64 // times this follower found the leader silent and checked its lease
+	Breaks        uint64 // leases of silent leaders this follower broke
+	BeatFailures  uint64 // heartbeats this leader could not publish
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -46,10 +52,11 @@ func New(api BlobAPI, cfg Config) (*Elector, error) {
 		return nil, err
 	}
 	return &Elector{
-		api:  api,
-		cfg:  cfg,
-		log:  cfg.Logger.With("component", "election", "identity", cfg.Identity),
-		poke: make(chan struct{}, 1),
+		api:   api,
+		cfg:   cfg,
+		log:   cfg.Logger.With("component", "election", "identity", cfg.Identity),
+		poke:  make(chan struct{}, 1),
+		watch: &watch{self: cfg.Identity},
 	}, nil
 }
 
@@ -86,6 +93,9 @@ func (e *Elector) Stats() Stats {
 		RenewFailures: e.renewFailures.Load(),
 		Losses:        e.losses.Load(),
 		Releases:      e.releases.Load(),
+		Suspicions:    e.suspicions.Load(),
+		Breaks:        e.breaks.Load(),
+		BeatFailures:  e.beatFailures.Load(),
 	}
 }
 
@@ -109,10 +119,17 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 
 	e.log.Info("campaign started", "container", e.cfg.Container, "blob", e.cfg.Blob,
 		"lease", e.cfg.LeaseDuration, "renew", e.cfg.RenewInterval, "retry", e.cfg.RetryInterval)
+	var stopBeats func()
+	defer func() {
+		if stopBeats != nil {
+			stopBeats()
+		}
+	}()
 	leaseID := newLeaseID()
 	ensured := false
 	var ambiguous bool // the last acquire may have succeeded without our knowing
 	for ctx.Err() == nil {
+		e.subscribe(&stopBeats)
 		if !ensured {
 			if err := e.api.EnsureBlob(ctx, e.cfg.Container, e.cfg.Blob); err != nil {
 				if ctx.Err() != nil {
@@ -199,15 +216,33 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 // opTimeout bounds a single acquire, stamp or renew call.
 func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
 
-// wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends.
+// wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
+// until the leader has been silent for SuspicionTimeout (then it checks and maybe breaks the
+// silent term's lease before returning, so that the caller campaigns at once).
 func (e *Elector) wait(ctx context.Context) {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-e.poke:
-	case <-t.C:
+	var tick <-chan time.Time
+	if e.cfg.Heartbeats != nil {
+		tk := time.NewTicker(max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond))
+		defer tk.Stop()
+		tick = tk.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.poke:
+			return
+		case <-t.C:
+			return
+		case now := <-tick:
+			if s, ok := e.watch.poll(now, e.cfg.Heartbeats.Healthy(), e.cfg.SuspicionTimeout); ok {
+				e.check(ctx, s)
+				return
+			}
+		}
 	}
 }
 

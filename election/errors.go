@@ -19,14 +19,20 @@ var (
 	// LeaseIsBreakingAndCannotBeAcquired). For a follower it is the normal answer to an acquire.
 	ErrLeaseHeld = errors.New("lease held by another")
 
+	// ErrConditionNotMet means a conditional Break Lease was refused because the blob's ETag
+	// is no longer the one given (HTTP 412): a new term was stamped since it was read, so the
+	// lease the caller meant to break is already gone.
+	ErrConditionNotMet = errors.New("blob changed since it was read")
+
 	// ErrNotFound means the lease container or blob does not exist (HTTP 404 ContainerNotFound,
 	// BlobNotFound).
 	ErrNotFound = errors.New("lease container or blob not found")
 
 	// ErrLeadershipLost is the cause (context.Cause) of a leader context that was cancelled
 	// because the right to lead ended or may have ended: the lease was refused, the safety
-	// deadline passed, or Config.Healthy failed. The cause also wraps the specific reason
-	// (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy).
+	// deadline passed, Config.Healthy failed, or a heartbeat of a newer term was heard. The cause
+	// also wraps the specific reason (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy,
+	// ErrSuperseded with ErrLeaseNotHeld).
 	ErrLeadershipLost = errors.New("leadership lost")
 
 	// ErrRenewDeadline means no renewal succeeded in time: the safety deadline
@@ -35,6 +41,12 @@ var (
 
 	// ErrUnhealthy means Config.Healthy returned an error, so the leader stopped renewing.
 	ErrUnhealthy = errors.New("leader unhealthy")
+
+	// ErrSuperseded means this leader heard a heartbeat of a higher epoch: another process
+	// acquired the lease and stamped a newer term, so this one's lease is gone (a break while it
+	// was paused or its heartbeats did not arrive). It comes with ErrLeadershipLost and
+	// ErrLeaseNotHeld.
+	ErrSuperseded = errors.New("superseded by a newer term")
 
 	// ErrSteppedDown is the cause of a leader context cancelled because Run's context ended
 	// (graceful stop) or because lead itself returned.

@@ -17,6 +17,12 @@ const (
 	EventSteppedDown EventKind = "stepped_down"
 	// EventReleased: this process released the lease after its term.
 	EventReleased EventKind = "released"
+	// EventSuspected: this follower heard no heartbeat of the term Event.Term (Epoch, Identity
+	// of the suspected leader) for SuspicionTimeout and is checking its lease.
+	EventSuspected EventKind = "suspected"
+	// EventBrokeLease: this follower broke the lease of the silent term Event.Term (the epoch
+	// broken and its leader) and campaigns at once.
+	EventBrokeLease EventKind = "broke_lease"
 )
 
 // Event is one transition of an elector.

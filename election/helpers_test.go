@@ -227,6 +227,7 @@ type hookAPI struct {
 	renew   func(ctx context.Context, next func() error) error
 	release func(ctx context.Context, next func() error) error
 	setMeta func(ctx context.Context, next func() error) error
+	brk     func(ctx context.Context, next func() error) error
 }
 
 func (h *hookAPI) AcquireLease(ctx context.Context, c, b, id string, d time.Duration) error {
@@ -264,3 +265,123 @@ func (h *hookAPI) SetMetadata(ctx context.Context, c, b, id string, md map[strin
 // errUnavailable is a transient storage failure as the adapter reports a 503.
 var errUnavailable = &StorageError{Op: "renew lease", StatusCode: http.StatusServiceUnavailable,
 	Code: "ServerBusy", Err: errors.New("503 Service Unavailable")}
+
+func (h *hookAPI) BreakLease(ctx context.Context, c, b, etag string) error {
+	next := func() error { return h.BlobAPI.BreakLease(ctx, c, b, etag) }
+	if h.brk != nil {
+		return h.brk(ctx, next)
+	}
+	return next()
+}
+
+// hub is an in-memory heartbeat transport shared by a test's electors: each elector gets a
+// port, which a test can cut off (no delivery either way, Healthy false) or mute (its beats
+// are dropped, as when the process is dead or its beats are lost).
+type hub struct {
+	mu    sync.Mutex
+	ports []*port
+}
+
+type port struct {
+	h     *hub
+	cut   atomic.Bool
+	mute  atomic.Bool
+	delay atomic.Int64 // ns each of this port's beats waits before delivery
+	every atomic.Int64 // > 1: only beats whose Seq is a multiple of it are delivered
+	mu    sync.Mutex
+	fns   map[int]func(Beat)
+	next  int
+	sent  atomic.Uint64
+}
+
+func (h *hub) port() *port {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := &port{h: h, fns: map[int]func(Beat){}}
+	h.ports = append(h.ports, p)
+	return p
+}
+
+func (p *port) Publish(ctx context.Context, b Beat) error {
+	if p.cut.Load() {
+		return errors.New("not connected")
+	}
+	if k := p.every.Load(); p.mute.Load() || (k > 1 && b.Seq%uint64(k) != 0) {
+		return nil
+	}
+	p.sent.Add(1)
+	deliver := func() {
+		p.h.mu.Lock()
+		ports := append([]*port(nil), p.h.ports...)
+		p.h.mu.Unlock()
+		for _, q := range ports {
+			if q.cut.Load() || p.cut.Load() {
+				continue
+			}
+			q.mu.Lock()
+			fns := make([]func(Beat), 0, len(q.fns))
+			for _, fn := range q.fns {
+				fns = append(fns, fn)
+			}
+			q.mu.Unlock()
+			for _, fn := range fns {
+				fn(b)
+			}
+		}
+	}
+	if d := time.Duration(p.delay.Load()); d > 0 {
+		time.AfterFunc(d, deliver)
+		return nil
+	}
+	deliver()
+	return nil
+}
+
+func (p *port) Subscribe(fn func(Beat)) (func(), error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := p.next
+	p.next++
+	p.fns[id] = fn
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.fns, id)
+	}, nil
+}
+
+func (p *port) Healthy() bool { return !p.cut.Load() }
+
+// events records an elector's events.
+type events struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (r *events) add(ev Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+}
+
+func (r *events) kinds() []EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []EventKind
+	for _, ev := range r.evs {
+		out = append(out, ev.Kind)
+	}
+	return out
+}
+
+func (r *events) of(kind EventKind) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, ev := range r.evs {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}

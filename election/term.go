@@ -19,6 +19,7 @@ const releaseTimeout = 5 * time.Second
 type guard struct {
 	e       *Elector
 	leaseID string
+	epoch   uint64
 	window  time.Duration // LeaseDuration - SafetyMargin
 	cancel  context.CancelCauseFunc
 	lostCh  chan struct{} // closed when renewing must stop
@@ -120,12 +121,20 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	leaderCtx, cancelLeader := context.WithCancelCause(context.WithValue(base, termKey{}, t))
 	defer cancelLeader(ErrSteppedDown)
 
-	g := &guard{e: e, leaseID: t.LeaseID, window: e.cfg.LeaseDuration - e.cfg.SafetyMargin, cancel: cancelLeader, lostCh: make(chan struct{})}
+	g := &guard{e: e, leaseID: t.LeaseID, epoch: t.Epoch, window: e.cfg.LeaseDuration - e.cfg.SafetyMargin, cancel: cancelLeader, lostCh: make(chan struct{})}
 	e.drainPoke()
 	e.terms.Add(1)
 	g.start(sent)
 	log.Info("elected", "since", t.Since.UTC(), "deadline_in", g.remaining().Round(time.Millisecond))
 	e.emit(EventElected, t, nil)
+	e.cur.Store(g)
+	beatsDone := make(chan struct{})
+	go func() {
+		defer close(beatsDone)
+		if e.cfg.Heartbeats != nil {
+			e.beat(leaderCtx, t, log)
+		}
+	}()
 
 	stopOnCtx := context.AfterFunc(ctx, func() { g.end(fmt.Errorf("%w: shutting down", ErrSteppedDown)) })
 	renewCtx, stopRenew := context.WithCancel(base)
@@ -145,6 +154,13 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 		log.Warn("a renew call ignores its context; leaving it behind")
 	}
 	reason, lost := g.finish()
+	e.cur.Store(nil)
+	select { // the leader context has ended, so the beats have stopped, unless Publish hangs
+	case <-beatsDone:
+	case <-time.After(releaseTimeout):
+		log.Warn("a heartbeat publish ignores its context; leaving it behind")
+	}
+	e.watch.restart(time.Now(), t.Epoch, t.Identity)
 
 	switch {
 	case lost != nil:

@@ -46,6 +46,13 @@ type Config struct {
 	ID string
 	// LeaseDuration is the leader lease, 15s to 60s. Default 15s. --lease-duration.
 	LeaseDuration time.Duration
+	// HeartbeatInterval is how often the leader publishes a heartbeat on NATS. Default 250ms.
+	// --heartbeat-interval.
+	HeartbeatInterval time.Duration
+	// SuspicionTimeout: a follower that hears no heartbeat from the leader for this long breaks
+	// its lease (fenced by the ETag of the leader's epoch stamp) and takes over. At least 4
+	// heartbeat intervals, below the lease. Default 1.5s. --suspicion-timeout.
+	SuspicionTimeout time.Duration
 	// AcquireInterval is how often a follower tries to take the lease. Default 1s. --acquire-interval.
 	AcquireInterval time.Duration
 	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
@@ -92,6 +99,8 @@ func DefaultConfig() Config {
 		ID:                 election.DefaultIdentity(),
 		LeaseDuration:      15 * time.Second,
 		AcquireInterval:    time.Second,
+		HeartbeatInterval:  election.DefaultConfig().HeartbeatInterval,
+		SuspicionTimeout:   election.DefaultConfig().SuspicionTimeout,
 		Concurrency:        runtime.NumCPU(),
 		MaxAttempts:        3,
 		ShardTimeout:       30 * time.Second,
@@ -127,6 +136,8 @@ func (c *Config) fill() {
 	def(&c.ID, d.ID)
 	dur(&c.LeaseDuration, d.LeaseDuration)
 	dur(&c.AcquireInterval, d.AcquireInterval)
+	dur(&c.HeartbeatInterval, d.HeartbeatInterval)
+	dur(&c.SuspicionTimeout, d.SuspicionTimeout)
 	dur(&c.ShardTimeout, d.ShardTimeout)
 	dur(&c.CheckpointInterval, d.CheckpointInterval)
 	dur(&c.StartupTimeout, d.StartupTimeout)
@@ -158,6 +169,7 @@ func (c Config) parts() parts {
 	p := parts{election: election.DefaultConfig(), coordinator: coordinator.DefaultConfig(), worker: worker.DefaultConfig()}
 	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
 	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
+	p.election.HeartbeatInterval, p.election.SuspicionTimeout = c.HeartbeatInterval, c.SuspicionTimeout
 	p.election.Logger = log
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log

@@ -1,0 +1,127 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mapagg/mapagg/election"
+)
+
+// CtlHeartbeat is the core-NATS subject (without the prefix) of the leader's heartbeats.
+const CtlHeartbeat = "ctl.heartbeat"
+
+// ErrNotConnected is returned by Heartbeats.Publish while the connection to NATS is down: a beat
+// is only worth sending now, so it is not buffered for the reconnect.
+var ErrNotConnected = errors.New("not connected to nats")
+
+// Heartbeats is election.Heartbeats over core NATS on <prefix>.ctl.heartbeat. Beats are
+// fire-and-forget; a follower's Healthy is the connection state, so a follower cut off from
+// NATS never suspects the leader.
+type Heartbeats struct {
+	nc      *nats.Conn
+	subject string
+	invalid atomic.Uint64
+}
+
+var _ election.Heartbeats = (*Heartbeats)(nil)
+
+// Heartbeats returns the heartbeat transport of this connection.
+func (b *Bus) Heartbeats() *Heartbeats {
+	return &Heartbeats{nc: b.nc, subject: b.names.Control(CtlHeartbeat)}
+}
+
+// Publish implements election.Heartbeats. It returns ErrNotConnected instead of buffering a
+// beat while reconnecting (a stale beat arriving later would vouch for a leader that may be dead).
+func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !h.nc.IsConnected() {
+		return fmt.Errorf("publish heartbeat: %w", ErrNotConnected)
+	}
+	data, err := EncodeBeat(b)
+	if err != nil {
+		return err
+	}
+	if err := h.nc.Publish(h.subject, data); err != nil {
+		return fmt.Errorf("publish heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Subscribe implements election.Heartbeats. Messages that are not valid beats are dropped and
+// counted (Invalid).
+func (h *Heartbeats) Subscribe(fn func(election.Beat)) (stop func(), err error) {
+	sub, err := h.nc.Subscribe(h.subject, func(m *nats.Msg) {
+		b, err := DecodeBeat(m.Data)
+		if err != nil {
+			h.invalid.Add(1)
+			return
+		}
+		fn(b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to heartbeats: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// Healthy implements election.Heartbeats: connected to NATS now.
+func (h *Heartbeats) Healthy() bool { return h.nc.IsConnected() }
+
+// Invalid is the number of messages on the heartbeat subject that were not valid beats.
+func (h *Heartbeats) Invalid() uint64 { return h.invalid.Load() }
+
+// beatWire is the JSON form of a beat.
+type beatWire struct {
+	Epoch  uint64 `json:"epoch"`
+	Leader string `json:"leader"`
+	Seq    uint64 `json:"seq"`
+	Sent   int64  `json:"sent_unix_nano"`
+}
+
+const maxBeatSize = 1024
+
+// EncodeBeat is the wire form of b.
+func EncodeBeat(b election.Beat) ([]byte, error) {
+	if err := checkBeat(b.Epoch, b.Identity); err != nil {
+		return nil, fmt.Errorf("encode heartbeat: %w", err)
+	}
+	return json.Marshal(beatWire{Epoch: b.Epoch, Leader: b.Identity, Seq: b.Seq, Sent: b.Sent.UnixNano()})
+}
+
+// DecodeBeat parses a beat and refuses anything a leader could not have sent.
+func DecodeBeat(data []byte) (election.Beat, error) {
+	if len(data) > maxBeatSize {
+		return election.Beat{}, fmt.Errorf("decode heartbeat: %d bytes, at most %d", len(data), maxBeatSize)
+	}
+	var w beatWire
+	if err := json.Unmarshal(data, &w); err != nil {
+		return election.Beat{}, fmt.Errorf("decode heartbeat: %w", err)
+	}
+	if err := checkBeat(w.Epoch, w.Leader); err != nil {
+		return election.Beat{}, fmt.Errorf("decode heartbeat: %w", err)
+	}
+	return election.Beat{Epoch: w.Epoch, Identity: w.Leader, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}, nil
+}
+
+func checkBeat(epoch uint64, leader string) error {
+	switch {
+	case epoch == 0:
+		return errors.New("epoch 0 (terms start at 1)")
+	case leader == "" || len(leader) > 256:
+		return fmt.Errorf("leader identity of %d characters, want 1 to 256", len(leader))
+	}
+	for i := 0; i < len(leader); i++ {
+		if leader[i] < 0x20 || leader[i] > 0x7e {
+			return errors.New("leader identity is not printable ASCII")
+		}
+	}
+	return nil
+}

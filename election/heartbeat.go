@@ -1,0 +1,220 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Beat is one heartbeat of a leader: "epoch Epoch, led by Identity, was alive at Sent".
+type Beat struct {
+	Epoch    uint64
+	Identity string
+	Seq      uint64    // 1, 2, … within the term
+	Sent     time.Time // wall clock of the sender; for lateness figures only, never for decisions
+}
+
+// Heartbeats is the transport of leader heartbeats (package bus implements it over core NATS).
+// Delivery is best effort: a lost or late beat can only make a follower suspect a live leader,
+// and the lease break that may follow is fenced (see the package documentation).
+type Heartbeats interface {
+	// Publish sends b to every subscriber. It must not block past ctx.
+	Publish(ctx context.Context, b Beat) error
+	// Subscribe calls fn with every beat published by any process (this one included) until
+	// stop is called. fn must return quickly.
+	Subscribe(fn func(Beat)) (stop func(), err error)
+	// Healthy reports whether this process is connected to the transport now. A follower that
+	// is not never suspects anyone: it cannot tell a dead leader from its own cut-off link.
+	Healthy() bool
+}
+
+// watch is a follower's view of the current term's heartbeats.
+type watch struct {
+	self string
+
+	mu     sync.Mutex
+	heard  bool      // some other process's beat arrived since Run started
+	epoch  uint64    // the newest epoch heard of (by beat or from the blob)
+	leader string    // its identity
+	last   time.Time // last beat of epoch, or when the silence clock was restarted (monotonic)
+	beats  uint64    // beats of epoch accepted, so a check can tell whether one came meanwhile
+}
+
+// suspicion is a silent term a follower is about to check.
+type suspicion struct {
+	epoch  uint64
+	leader string
+	silent time.Duration
+	beats  uint64
+}
+
+// observe takes a beat from another process. Beats of an older epoch (a deposed leader that has
+// not noticed yet) are ignored.
+func (w *watch) observe(b Beat, now time.Time) {
+	if b.Identity == w.self {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b.Epoch < w.epoch {
+		return
+	}
+	if b.Epoch > w.epoch {
+		w.beats = 0
+	}
+	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
+	w.beats++
+}
+
+// poll reports a suspicion when the transport is healthy and the current term has been silent
+// for timeout. While the transport is unhealthy the silence clock is held at zero, so a
+// follower whose own link was down gives the leader a full timeout after it comes back.
+func (w *watch) poll(now time.Time, healthy bool, timeout time.Duration) (suspicion, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.heard {
+		return suspicion{}, false
+	}
+	if !healthy {
+		w.last = now
+		return suspicion{}, false
+	}
+	silent := now.Sub(w.last)
+	if silent < timeout {
+		return suspicion{}, false
+	}
+	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats}, true
+}
+
+// unchanged reports whether no beat of a newer or the same term arrived since s was taken.
+func (w *watch) unchanged(s suspicion) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.epoch == s.epoch && w.beats == s.beats
+}
+
+// restart gives the current term a fresh timeout, adopting epoch (found in the lease blob or
+// led by this process) when it is newer.
+func (w *watch) restart(now time.Time, epoch uint64, leader string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if epoch > w.epoch {
+		w.epoch, w.leader, w.beats = epoch, leader, 0
+	}
+	w.last = now
+}
+
+// onBeat is the subscription callback: followers watch the beat; a leader that hears a newer
+// epoch knows its lease is gone.
+func (e *Elector) onBeat(b Beat) {
+	if b.Epoch == 0 || b.Identity == "" {
+		return
+	}
+	e.watch.observe(b, time.Now())
+	if g := e.cur.Load(); g != nil && b.Epoch > g.epoch && b.Identity != e.cfg.Identity {
+		g.lose(fmt.Errorf("%w: %w: %w: heard a heartbeat of epoch %d from %s",
+			ErrLeadershipLost, ErrLeaseNotHeld, ErrSuperseded, b.Epoch, b.Identity))
+	}
+}
+
+// subscribe starts listening to heartbeats once; it is retried by the follower loop until it
+// works. The returned stop is nil until then.
+func (e *Elector) subscribe(stop *func()) {
+	if e.cfg.Heartbeats == nil || *stop != nil {
+		return
+	}
+	s, err := e.cfg.Heartbeats.Subscribe(e.onBeat)
+	if err != nil {
+		e.log.Warn("cannot subscribe to leader heartbeats; retrying (a crashed leader is replaced only when its lease expires meanwhile)", "err", err)
+		return
+	}
+	*stop = s
+}
+
+// beat publishes this leader's heartbeats until its leader context ends.
+func (e *Elector) beat(ctx context.Context, t Term, log *slog.Logger) {
+	hb := e.cfg.Heartbeats
+	tick := time.NewTicker(e.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	failing := false
+	for seq := uint64(1); ; seq++ {
+		pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
+		err := hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now()})
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.beatFailures.Add(1)
+			if !failing {
+				log.Warn("cannot publish heartbeats; followers may break the lease", "err", err)
+			}
+			failing = true
+		case err == nil && failing:
+			log.Info("heartbeats published again")
+			failing = false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// check runs when a follower suspects the leader of s.epoch is dead. It reads the lease blob
+// and, when the lease is still held under that term's stamp, breaks it on condition of the
+// stamp's ETag (break period 0). The caller campaigns right after.
+func (e *Elector) check(ctx context.Context, s suspicion) {
+	log := e.log.With("suspected_epoch", s.epoch, "suspected_leader", s.leader)
+	e.suspicions.Add(1)
+	log.Info("no heartbeat from the leader; checking its lease", "silent_for", s.silent.Round(time.Millisecond))
+	e.emit(EventSuspected, Term{Epoch: s.epoch, Identity: s.leader}, nil)
+	defer func() { e.watch.restart(time.Now(), 0, "") }() // next suspicion no sooner than a timeout from now
+
+	cctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+	defer cancel()
+	p, err := e.api.GetProperties(cctx, e.cfg.Container, e.cfg.Blob)
+	if err != nil {
+		log.Warn("cannot read the lease blob; not breaking", "err", err)
+		return
+	}
+	if !p.Held() {
+		log.Info("the lease is free; campaigning", "lease_state", p.LeaseState)
+		return
+	}
+	epoch, err := parseEpoch(p.Metadata)
+	switch {
+	case err != nil:
+		log.Warn("not breaking", "err", err)
+		return
+	case epoch > s.epoch:
+		log.Info("a newer term holds the lease; watching it", "epoch", epoch, "leader", p.Metadata[MetaLeader])
+		e.watch.restart(time.Now(), epoch, p.Metadata[MetaLeader])
+		return
+	case epoch < s.epoch:
+		// Either the new term is not stamped yet (a breaker in between acquire and stamp), or
+		// the blob was reset. Neither is the lease of the silent term.
+		log.Info("the lease blob's epoch is older than the silent term; not breaking", "blob_epoch", epoch)
+		return
+	}
+	if !e.watch.unchanged(s) {
+		log.Info("a heartbeat arrived while checking; not breaking")
+		return
+	}
+	if err := e.api.BreakLease(cctx, e.cfg.Container, e.cfg.Blob, p.ETag); err != nil {
+		switch {
+		case errors.Is(err, ErrConditionNotMet):
+			log.Info("the lease blob changed since it was read (a new term); not broken")
+		case errors.Is(err, ErrLeaseNotHeld):
+			log.Info("the lease was already free or broken")
+		default:
+			log.Warn("break failed", "err", err)
+		}
+		return
+	}
+	e.breaks.Add(1)
+	log.Info("broke the lease of a silent leader; campaigning", "etag", p.ETag)
+	e.emit(EventBrokeLease, Term{Epoch: s.epoch, Identity: p.Metadata[MetaLeader]}, nil)
+}
