@@ -1,5 +1,6 @@
-// Package bus is the NATS JetStream adapter: the shards stream (work queue, one durable pull
-// consumer shared by every worker), the results stream (work queue, one consumer owned by the
+// Package bus is the NATS JetStream adapter: the shards stream (work queue; shards of job type T
+// on <prefix>.shards.<T>.<job>, one durable pull consumer per type shared by the workers that
+// have it, so filters never overlap), the results stream (work queue, one consumer owned by the
 // current leader), a dead-letter stream, and core-NATS control subjects (leader released, job
 // submitted, job cancelled).
 //
@@ -9,6 +10,9 @@
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index>, so a new leader re-publishing a shard the old
 //     leader already published within DuplicateWindow adds nothing.
 //   - Result publishes carry <job>/<index>/<attempt>, so a worker's retried publish adds nothing.
+//   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
+//     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's
+//     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).
 //   - OpenResults deletes and recreates the leader's consumer, so results a dead leader had fetched
 //     but not acknowledged are delivered at once, not after AckWait.
 //
@@ -31,12 +35,14 @@ import (
 // Config names the streams and sets their limits. The zero value of a field takes its default.
 type Config struct {
 	// Prefix starts every stream name and subject (default "mapagg"): streams <PREFIX>_SHARDS,
-	// <PREFIX>_RESULTS, <PREFIX>_DEAD; subjects <prefix>.shards.<job>, <prefix>.results.<job>.
+	// <PREFIX>_RESULTS, <PREFIX>_DEAD; subjects <prefix>.shards.<type>.<job>, <prefix>.results.<job>.
 	Prefix string
 	// Replicas is the stream replica count (default 1; 3 on a production NATS cluster).
 	Replicas int
-	// ShardTimeout is the shards consumer's AckWait: a shard not acknowledged (or marked in
-	// progress) within it is redelivered to another worker. Default 30s.
+	// ShardTimeout is the shards consumers' AckWait: a shard not acknowledged (or marked in
+	// progress) within it is redelivered to another worker, so it is how long a dead worker's
+	// shards wait. Live workers mark every shard they hold in progress every third of it, however
+	// long the shard runs. Default 5s.
 	ShardTimeout time.Duration
 	// ResultsAckWait is the results consumer's AckWait. Default 60s (results wait for checkpoints).
 	ResultsAckWait time.Duration
@@ -51,7 +57,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 30 * time.Second, ResultsAckWait: 60 * time.Second,
+	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 5 * time.Second, ResultsAckWait: 60 * time.Second,
 		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute}
 }
 
@@ -142,10 +148,11 @@ func (b *Bus) Conn() *nats.Conn { return b.nc }
 // Config returns the effective configuration.
 func (b *Bus) Config() Config { return b.cfg }
 
-const workersConsumer = "workers"
+const legacyWorkersConsumer = "workers"
 const leaderConsumer = "leader"
 
-// Ensure creates or updates the streams and the shared workers consumer. Every process calls it at
+// Ensure creates or updates the streams (the per-type shard consumers are created by the workers
+// that pull from them, see Shards). Every process calls it at
 // start; concurrent calls with the same configuration all succeed.
 func (b *Bus) Ensure(ctx context.Context) error {
 	storage := jetstream.FileStorage
@@ -165,24 +172,30 @@ func (b *Bus) Ensure(ctx context.Context) error {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
-	_, err := b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig())
-	if err != nil {
-		return fmt.Errorf("ensure consumer %s: %w", workersConsumer, err)
+	// The one shared consumer of earlier releases filtered every shard; its filter would overlap
+	// the per-type consumers, which a work-queue stream refuses.
+	if err := b.js.DeleteConsumer(ctx, b.shardStream, legacyWorkersConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("remove the legacy consumer %s: %w", legacyWorkersConsumer, err)
 	}
 	return nil
 }
 
-func (b *Bus) workersConsumerConfig() jetstream.ConsumerConfig {
+func (b *Bus) workersConsumerConfig(typ string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable: workersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
+		Durable: b.names.WorkersConsumer(typ), AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
 		// Unlimited deliveries: the worker enforces the attempt limit from the delivery count, so a
 		// shard whose every attempt crashed still reaches a live worker, which reports the failure.
-		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.names.ShardSubject(">"),
+		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.names.ShardTypeFilter(typ),
+		MaxWaiting: 4096,
 	}
 }
 
-// ShardSubject is the subject of job's shards.
+// ShardSubject is the filter matching every shard of job (whatever its type); ShardSubject(">")
+// matches every shard.
 func (b *Bus) ShardSubject(job string) string { return b.names.ShardSubject(job) }
+
+// ShardTypeSubject is the subject a shard of job, of job type typ, is published on.
+func (b *Bus) ShardTypeSubject(typ, job string) string { return b.names.ShardTypeSubject(typ, job) }
 
 // ResultSubject is the subject of job's results.
 func (b *Bus) ResultSubject(job string) string { return b.names.ResultSubject(job) }
@@ -240,13 +253,40 @@ func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 	return ch
 }
 
+// Future is a publish in flight.
+type Future struct {
+	f  jetstream.PubAckFuture
+	id string
+}
+
+// Wait returns nil once JetStream stored the message, or the error (at the latest after the
+// client's publish timeout).
+func (f Future) Wait() error {
+	select {
+	case <-f.f.Ok():
+		return nil
+	case err := <-f.f.Err():
+		return fmt.Errorf("%w: %s: %w", ErrPublish, f.id, err)
+	}
+}
+
+// Publish starts publishing one message without a goroutine of its own; Wait on the future for
+// its outcome. Futures resolve in publish order, so one goroutine can settle them in turn.
+func (b *Bus) Publish(m Outgoing) (Future, error) {
+	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+	if err != nil {
+		return Future{}, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+	}
+	return Future{f: f, id: m.MsgID}, nil
+}
+
 // PurgeJob removes every queued shard of job from the shards stream.
 func (b *Bus) PurgeJob(ctx context.Context, job string) error {
 	s, err := b.js.Stream(ctx, b.shardStream)
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", job, err)
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.ShardSubject(job))); err != nil {
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.names.ShardSubject(job))); err != nil {
 		return fmt.Errorf("purge %s: %w", job, err)
 	}
 	return nil

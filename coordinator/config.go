@@ -134,7 +134,7 @@ type Queue interface {
 // Bus is what the leader needs of JetStream (bus.Bus).
 type Bus interface {
 	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
-	ShardSubject(job string) string
+	ShardTypeSubject(typ, job string) string
 	PurgeJob(ctx context.Context, job string) error
 	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error

@@ -368,7 +368,7 @@ func (t *term) onDispatched(ev dispatchEvent) {
 // dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop. A
 // publish that fails is retried until ctx ends: the shards stream may be briefly unavailable.
 func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan [][]byte, from int) {
-	subject := t.bus.ShardSubject(id)
+	subject := t.bus.ShardTypeSubject(typ, id)
 	for i := from; i < len(plan); {
 		n := min(t.cfg.DispatchBatch, len(plan)-i)
 		batch := make([]bus.Outgoing, 0, n)

@@ -264,7 +264,7 @@ func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 // shardsOf takes n shard messages of the rig's stream, acking them, as a fake worker would.
 func (r *rig) shardsOf(n int) []*protocol.ShardMsg {
 	r.t.Helper()
-	f, err := r.b.Shards(context.Background(), n)
+	f, err := r.b.Shards(context.Background(), bus.ShardOptions{Types: builtin.Registry().Types(), Limit: func() int { return n }})
 	if err != nil {
 		r.t.Fatal(err)
 	}

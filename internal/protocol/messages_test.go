@@ -203,3 +203,22 @@ func FuzzDecodePlan(f *testing.F) {
 		}
 	})
 }
+
+func TestTypeToken(t *testing.T) {
+	seen := map[string]string{}
+	for _, typ := range []string{"primes", "word-count", "a.b", "a_2eb", "a_b", "a__b", "ümlaut", "x.y.z", "A"} {
+		tok := TypeToken(typ)
+		for _, c := range []byte(tok) {
+			if !tokenByte(c) && c != '_' {
+				t.Fatalf("TypeToken(%q) = %q: byte %q is not allowed in a subject token or consumer name", typ, tok, c)
+			}
+		}
+		if other, dup := seen[tok]; dup {
+			t.Fatalf("types %q and %q share the token %q", typ, other, tok)
+		}
+		seen[tok] = typ
+	}
+	if got := NewNames("p").ShardTypeSubject("a.b", "j"); got != "p.shards.a_2eb.j" {
+		t.Fatalf("ShardTypeSubject = %q", got)
+	}
+}

@@ -6,7 +6,7 @@ import "strconv"
 // stream, subject and de-duplication id the cluster uses is built here and nowhere else.
 //
 //	streams   <PREFIX>_SHARDS, <PREFIX>_RESULTS, <PREFIX>_DEAD
-//	subjects  <prefix>.shards.<job>, <prefix>.results.<job>, <prefix>.dead.<source>,
+//	subjects  <prefix>.shards.<type>.<job>, <prefix>.results.<job>, <prefix>.dead.<source>,
 //	          <prefix>.<control subject> (core NATS hints, see the Ctl constants)
 type Names struct {
 	Prefix string
@@ -19,8 +19,53 @@ func (n Names) ShardStream() string  { return upper(n.Prefix) + "_SHARDS" }
 func (n Names) ResultStream() string { return upper(n.Prefix) + "_RESULTS" }
 func (n Names) DeadStream() string   { return upper(n.Prefix) + "_DEAD" }
 
-// ShardSubject is the subject of job's shards; ShardSubject(">") matches every job's.
-func (n Names) ShardSubject(job string) string { return n.Prefix + ".shards." + job }
+// ShardSubject is the filter that matches job's shards, whatever their type (for a purge or an
+// observer); ShardSubject(">") matches every shard. Shards are published on ShardTypeSubject.
+func (n Names) ShardSubject(job string) string { return n.Prefix + ".shards.*." + job }
+
+// ShardTypeSubject is the subject a shard of job, of job type typ, is published on. The type is a
+// subject token so that each type has its own consumer: a worker pulls only the types it has, and
+// during a rolling upgrade a worker that lacks a type never receives (and never fails) its shards.
+func (n Names) ShardTypeSubject(typ, job string) string {
+	return n.Prefix + ".shards." + TypeToken(typ) + "." + job
+}
+
+// ShardTypeFilter matches every shard of job type typ.
+func (n Names) ShardTypeFilter(typ string) string { return n.Prefix + ".shards." + TypeToken(typ) + ".>" }
+
+// WorkersConsumer is the durable consumer every worker that has job type typ pulls from.
+func (n Names) WorkersConsumer(typ string) string { return "workers-" + TypeToken(typ) }
+
+// TypeToken encodes a job type (letters, digits, '-', '_', '.') as one subject token and a valid
+// consumer name: ASCII letters, digits and '-' stay; every other byte becomes '_' and two hex
+// digits. The encoding is injective, so two types never share a subject or a consumer.
+func TypeToken(typ string) string {
+	plain := true
+	for i := 0; i < len(typ); i++ {
+		if !tokenByte(typ[i]) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return typ
+	}
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, len(typ)+8)
+	for i := 0; i < len(typ); i++ {
+		c := typ[i]
+		if tokenByte(c) {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '_', hex[c>>4], hex[c&15])
+	}
+	return string(b)
+}
+
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-'
+}
 
 // ResultSubject is the subject of job's results; ResultSubject(">") matches every job's.
 func (n Names) ResultSubject(job string) string { return n.Prefix + ".results." + job }
