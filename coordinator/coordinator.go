@@ -479,7 +479,10 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
 	}
 	if int(j.done.GetCardinality()) == j.cp.Total {
+		// The last result: finish now, not at the next tick (the final checkpoint carries the
+		// result; it is as fenced as any other).
 		j.complete = true
+		return t.checkpoint(ctx, []*job{j})
 	}
 	return nil
 }
@@ -493,6 +496,12 @@ func (t *term) checkpointAll(ctx context.Context) error {
 			dirty = append(dirty, j)
 		}
 	}
+	return t.checkpoint(ctx, dirty)
+}
+
+// checkpoint writes the given jobs (in parallel), then acknowledges the results each write
+// covers, and hands jobs that ended to clean-up.
+func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 	if len(dirty) == 0 {
 		return nil
 	}

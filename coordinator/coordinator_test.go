@@ -98,9 +98,15 @@ func (r *rig) lead(epoch uint64) *leading { return r.leadObserved(epoch, nil) }
 
 // leadObserved is lead with an event hook.
 func (r *rig) leadObserved(epoch uint64, onEvent func(Event)) *leading {
+	return r.leadWith(epoch, func(c *Config) { c.OnEvent = onEvent })
+}
+
+// leadWith is lead with the test's config changes.
+func (r *rig) leadWith(epoch uint64, change func(*Config)) *leading {
 	r.t.Helper()
-	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond, OnEvent: onEvent},
-		r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
+	cfg := Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond}
+	change(&cfg)
+	c, err := New(cfg, r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -195,6 +201,20 @@ func sameJSON(t *testing.T, got, want json.RawMessage) {
 	if string(ga) != string(wb) {
 		t.Fatalf("result\n got %s\nwant %s", ga, wb)
 	}
+}
+
+// A job finishes the moment its last result is merged, not at the next checkpoint tick: with a
+// 1-minute tick, it still finishes in seconds, with the exact result.
+func TestCoordinator_FinishesAtLastMerge(t *testing.T) {
+	r := newRig(t)
+	r.leadWith(1, func(c *Config) { c.CheckpointInterval, c.StallTimeout = time.Minute, 2*time.Minute })
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("primes", `{"from":0,"to":1000000,"shards":20}`)
+	st := r.wait(id, 20*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"count":78498}`))
 }
 
 func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
@@ -316,10 +336,11 @@ func TestCoordinator_DuplicateResultMergedOnce(t *testing.T) {
 	}
 	r.result(shards[0], 3, 1, nil)
 	r.result(shards[0], 3, 2, nil) // a redelivered shard's second result
-	for _, m := range shards[1:] {
+	for _, m := range shards[1:3] {
 		r.result(m, 3, 1, nil)
 	}
 	r.result(shards[2], 3, 3, nil) // after more merges: still dropped
+	r.result(shards[3], 3, 1, nil) // the last result finishes the job at once
 	st := r.wait(id, 30*time.Second)
 	sameJSON(t, st.Result, json.RawMessage(`{"shards":4,"index_sum":6}`))
 	if st.Duplicates != 2 {

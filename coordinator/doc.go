@@ -41,6 +41,13 @@
 // and resumes dispatch from the checkpoint's Dispatched mark (shards already queued are not sent
 // again; an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id).
 //
+// # Finishing
+//
+// A job finishes the moment its last result is merged: the final checkpoint (with the result and
+// state succeeded) is written then, inside the merge loop, fenced like every other write, and the
+// results it covers are acknowledged after it is stored. Other jobs' results wait for the next
+// tick (CheckpointInterval) or for CheckpointEvery merged results.
+//
 // Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
 // Results and shards are at-least-once; only merging is exactly-once.
 package coordinator

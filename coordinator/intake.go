@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -127,12 +128,22 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 			return
 		}
 	}
-	if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
-		log.Warn("write plan", "err", err)
-		return
-	}
-	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
-		log.Warn("write active marker", "err", err)
+	// The plan and the active marker are independent: write them at once (one round trip less).
+	var g errgroup.Group
+	g.Go(func() error {
+		if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+			return fmt.Errorf("write active marker: %w", err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		log.Warn("planning a job", "err", err)
 		return
 	}
 	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards}

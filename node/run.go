@@ -47,7 +47,7 @@ func newRunFlags() *runFlags {
 	bindEnv(fs, "concurrency", "WORKER_CONCURRENCY")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 3, "attempts per shard before its job fails")
 	bindEnv(fs, "max-attempts", "MAX_ATTEMPTS")
-	fs.DurationVar(&f.shardTimeout, "shard-timeout", 30*time.Second, "a shard not finished or marked in progress within this is redelivered")
+	fs.DurationVar(&f.shardTimeout, "shard-timeout", bus.DefaultConfig().ShardTimeout, "a shard not finished or marked in progress within this is redelivered")
 	bindEnv(fs, "shard-timeout", "SHARD_TIMEOUT")
 	fs.DurationVar(&f.checkpointInterval, "checkpoint-interval", 200*time.Millisecond, "how often the leader checkpoints running jobs")
 	bindEnv(fs, "checkpoint-interval", "CHECKPOINT_INTERVAL")
