@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -140,13 +139,8 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, nc: nc}
 	rs, err := nc.Subscribe(c.Bus.ResultSubject(">"), func(m *nats.Msg) {
 		now := time.Now()
-		var r struct {
-			Job     string `json:"j"`
-			Index   int    `json:"i"`
-			Attempt int    `json:"a"`
-			Worker  string `json:"w"`
-		}
-		if json.Unmarshal(m.Data, &r) != nil {
+		r, err := protocol.DecodeResultMsg(m.Data)
+		if err != nil {
 			return
 		}
 		s.mu.Lock()
@@ -158,11 +152,8 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	}
 	s.subs = append(s.subs, rs)
 	ss, err := nc.Subscribe(c.Bus.ShardSubject(">"), func(m *nats.Msg) {
-		var r struct {
-			Job   string `json:"j"`
-			Index int    `json:"i"`
-		}
-		if json.Unmarshal(m.Data, &r) != nil {
+		r, err := protocol.DecodeShardMsg(m.Data)
+		if err != nil {
 			return
 		}
 		s.mu.Lock()

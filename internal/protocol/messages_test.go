@@ -132,6 +132,9 @@ func TestDecodeCheckpoint(t *testing.T) {
 func FuzzDecodeShardMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","t":"primes","i":0,"e":1,"s":"eyJhIjoxfQ=="}`))
 	f.Add([]byte(`{"j":"j1"}`))
+	bin, _ := (&ShardMsg{Job: "j1", Type: "primes", Index: 5, Epoch: 2, Shard: []byte("abc")}).Encode()
+	f.Add(bin)
+	f.Add(bin[:len(bin)-1])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeShardMsg(data)
 		if err != nil {
@@ -150,6 +153,10 @@ func FuzzDecodeShardMsg(f *testing.F) {
 func FuzzDecodeResultMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":1,"p":"AAE="}`))
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":2,"x":"boom"}`))
+	for _, m := range binaryResults() {
+		b, _ := m.Encode()
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeResultMsg(data)
 		if err != nil {
@@ -220,5 +227,64 @@ func TestTypeToken(t *testing.T) {
 	}
 	if got := NewNames("p").ShardTypeSubject("a.b", "j"); got != "p.shards.a_2eb.j" {
 		t.Fatalf("ShardTypeSubject = %q", got)
+	}
+}
+
+func binaryResults() []ResultMsg {
+	return []ResultMsg{
+		{Job: "j1", Index: 3, Epoch: 1, Attempt: 1, Worker: "w", Partial: []byte{0, 1}, Micros: 12},
+		{Job: "j1", Index: 3, Epoch: 9, Attempt: 2, Ref: "j1/partials/3-2"},
+		{Job: "j1", Index: 0, Epoch: 1, Attempt: 4, Error: "boom"},
+		{Job: "j1", Index: 999_999, Epoch: 1 << 40, Attempt: 1},
+	}
+}
+
+func TestResultMsg_BinaryRoundTrip(t *testing.T) {
+	for _, in := range binaryResults() {
+		b, err := in.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != 'M' || b[1] != 'R' {
+			t.Fatalf("not the binary form: %q", b)
+		}
+		out, err := DecodeResultMsg(b)
+		if err != nil {
+			t.Fatalf("%+v: %v", in, err)
+		}
+		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
+			t.Fatalf("round trip: got %+v want %+v", out, in)
+		}
+		for cut := 0; cut < len(b); cut++ {
+			if _, err := DecodeResultMsg(b[:cut]); !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+			}
+		}
+		if _, err := DecodeResultMsg(append(b, 0)); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("trailing byte accepted: %v", err)
+		}
+	}
+}
+
+func BenchmarkShardMsg_EncodeDecode(b *testing.B) {
+	m := ShardMsg{Job: "20261121-005210-3f9a0c1d", Type: "sleep", Index: 123456, Epoch: 7, Shard: []byte(`{"d":"1ms","i":123456}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		data, _ := m.Encode()
+		if _, err := DecodeShardMsg(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkResultMsg_EncodeDecode(b *testing.B) {
+	m := ResultMsg{Job: "20261121-005210-3f9a0c1d", Index: 123456, Epoch: 7, Attempt: 1, Worker: "host-1234", Partial: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Micros: 1000}
+	b.ReportAllocs()
+	for b.Loop() {
+		data, _ := m.Encode()
+		if _, err := DecodeResultMsg(data); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
