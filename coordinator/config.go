@@ -35,6 +35,10 @@ type Config struct {
 	RescanInterval time.Duration
 	// DispatchBatch is how many shards are published per JetStream round of acks. Default 1024.
 	DispatchBatch int
+	// DispatchWindow bounds how many shards of one job are dispatched and not yet merged (queued
+	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
+	// the job's size. It must be at least DispatchBatch. Default 16384.
+	DispatchWindow int
 	// MaxActiveJobs bounds the jobs running at once; intake waits beyond it. Default 64.
 	MaxActiveJobs int
 	// StallTimeout: Healthy reports an error when the main loop has not turned for this long, so
@@ -59,7 +63,7 @@ func DefaultConfig() Config {
 	return Config{
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
-		DispatchBatch: 1024, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
+		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 	}
 }
 
@@ -78,7 +82,7 @@ func (c *Config) fill() {
 	for _, p := range []struct {
 		p *int
 		v int
-	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
+	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
 		if *p.p == 0 {
 			*p.p = p.v
 		}
@@ -108,6 +112,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("coordinator: queue visibility %v: must be at least 5s (planning must finish within it)", c.QueueVisibility)
 	case c.DispatchBatch < 1 || c.DispatchBatch > 65536:
 		return fmt.Errorf("coordinator: dispatch batch %d: must be 1 to 65536", c.DispatchBatch)
+	case c.DispatchWindow < c.DispatchBatch:
+		return fmt.Errorf("coordinator: dispatch window %d: must be at least the dispatch batch %d", c.DispatchWindow, c.DispatchBatch)
 	case c.MaxActiveJobs < 1:
 		return fmt.Errorf("coordinator: max active jobs %d: must be at least 1", c.MaxActiveJobs)
 	case c.StallTimeout <= c.CheckpointInterval:

@@ -240,7 +240,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		t.dispatchers.Add(1)
 		go func() {
 			defer t.dispatchers.Done()
-			t.dispatch(dctx, j.id, j.spec.Type, j.cp.PlanEpoch, j.plan, j.cp.Dispatched)
+			t.dispatch(dctx, j, j.plan, j.cp.Dispatched)
 		}()
 	}
 	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
@@ -365,12 +365,22 @@ func (t *term) onDispatched(ev dispatchEvent) {
 	}
 }
 
-// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop. A
-// publish that fails is retried until ctx ends: the shards stream may be briefly unavailable.
-func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan [][]byte, from int) {
+// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop, and
+// keeps at most DispatchWindow of them dispatched and not merged. A publish that fails is
+// retried until ctx ends: the shards stream may be briefly unavailable. Published shards are
+// dropped from the plan, so a freshly split job's memory shrinks as it is dispatched.
+func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
+	id, typ, epoch := j.id, j.spec.Type, j.cp.PlanEpoch
 	subject := t.bus.ShardTypeSubject(typ, id)
 	for i := from; i < len(plan); {
 		n := min(t.cfg.DispatchBatch, len(plan)-i)
+		for i+n-int(j.merged.Load()) > t.cfg.DispatchWindow {
+			select {
+			case <-ctx.Done():
+				return
+			case <-j.progress:
+			}
+		}
 		batch := make([]bus.Outgoing, 0, n)
 		for k := i; k < i+n; k++ {
 			m := protocol.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
@@ -393,6 +403,7 @@ func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan 
 			}
 			continue
 		}
+		clear(plan[i : i+n])
 		i += n
 		t.report(ctx, dispatchEvent{job: id, upto: i})
 	}
@@ -471,6 +482,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	}
 	j.done.Add(uint32(r.Index))
+	j.mergedOne()
 	j.acks = append(j.acks, d)
 	j.dirty = true
 	t.pending++

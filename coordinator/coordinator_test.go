@@ -217,6 +217,39 @@ func TestCoordinator_FinishesAtLastMerge(t *testing.T) {
 	sameJSON(t, st.Result, json.RawMessage(`{"count":78498}`))
 }
 
+// Dispatch is windowed: a job never has more than DispatchWindow shards dispatched and not merged,
+// so the shards stream's backlog stays bounded whatever the job's size.
+func TestCoordinator_DispatchWindowBoundsBacklog(t *testing.T) {
+	r := newRig(t)
+	r.leadWith(1, func(c *Config) { c.DispatchBatch, c.DispatchWindow = 8, 32 })
+	r.work(worker.Config{Concurrency: 2, Prefetch: 2}) // holds at most 4 shards
+	id := r.submit("sleep", `{"shards":400,"duration":"1ms"}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	peak := make(chan uint64)
+	go func() {
+		var most uint64
+		for ctx.Err() == nil {
+			if n, err := r.b.QueuedShards(ctx); err == nil && n > most {
+				most = n
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		peak <- most
+	}()
+	st := r.wait(id, 60*time.Second)
+	cancel()
+	most := <-peak
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":400,"index_sum":79800}`))
+	// The stream holds the window's shards, plus at most the 4 the worker holds whose results
+	// were merged before the worker's ack reached the stream.
+	if most > 32+4 || most == 0 {
+		t.Fatalf("peak backlog %d shards, want 1 to the window of 32 (+4 acks in flight)", most)
+	}
+}
+
 func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 	r := newRig(t)
 	r.lead(1)

@@ -41,6 +41,14 @@
 // and resumes dispatch from the checkpoint's Dispatched mark (shards already queued are not sent
 // again; an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id).
 //
+// # Windowed dispatch
+//
+// A job's dispatcher keeps at most DispatchWindow of its shards dispatched and not merged, so the
+// shards stream's backlog is bounded whatever the job's size, and drops each shard from memory
+// once JetStream stored it. A new leader resumes the window from the checkpoint's Dispatched mark.
+// Not yet done: the plan is still written whole (<job>/plan-<epoch>) and read whole by a new
+// leader; a plan that is a function of the parameters could be generated as the window drains.
+//
 // # Finishing
 //
 // A job finishes the moment its last result is merged: the final checkpoint (with the result and

@@ -146,7 +146,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		log.Warn("planning a job", "err", err)
 		return
 	}
-	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards}
+	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards, progress: make(chan struct{}, 1)}
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if errors.Is(err, store.ErrExists) {
 		t.deleteMsg(ctx, m) // another leader planned it first: follow its plan

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -31,6 +32,19 @@ type job struct {
 	complete bool // every shard merged: the next checkpoint finalizes
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
+	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow
+	// shards dispatched and not merged; progress wakes it after merges.
+	merged   atomic.Int64
+	progress chan struct{}
+}
+
+// mergedOne tells the dispatcher one more shard is merged.
+func (j *job) mergedOne() {
+	j.merged.Add(1)
+	select {
+	case j.progress <- struct{}{}:
+	default:
+	}
 }
 
 // claim loads a planned job's checkpoint and takes ownership of it by writing it back with this
@@ -102,7 +116,8 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if int(done.GetCardinality()) != cp.DoneCount {
 		return nil, fmt.Errorf("checkpoint says %d shards done, its bitmap holds %d", cp.DoneCount, done.GetCardinality())
 	}
-	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done}
+	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done, progress: make(chan struct{}, 1)}
+	j.merged.Store(int64(cp.DoneCount))
 	j.cp.Done, j.cp.Aggregate = nil, nil
 	j.complete = cp.DoneCount == cp.Total
 	if cp.Dispatched < cp.Total {
