@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // rig is one test's real storage, queue and JetStream, with a coordinator and workers on demand.
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	blob *azblob.Client
 	st   *store.Container
 	q    *queue.Queue
@@ -40,7 +40,7 @@ type rig struct {
 	url  string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	conn := testenv.Azurite(t)
 	url := testenv.NATS(t)
@@ -64,7 +64,7 @@ func newRig(t *testing.T) *rig {
 	return &rig{t: t, blob: blob, st: st, q: q, b: b, url: url, cl: &client.Client{Store: st, Queue: q, Notify: b, Registry: builtin.Registry()}}
 }
 
-func connect(t *testing.T, url string) *bus.Bus {
+func connect(t testing.TB, url string) *bus.Bus {
 	t.Helper()
 	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second})
 	if err != nil {
