@@ -10,6 +10,7 @@ require (
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
+	github.com/nats-io/nuid v1.0.1
 	github.com/schollz/progressbar/v3 v3.19.1
 	golang.org/x/sync v0.24.0
 	golang.org/x/term v0.47.0
@@ -36,7 +37,6 @@ require (
 	github.com/mschoch/smat v0.2.0 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.28 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect

@@ -416,11 +416,14 @@ func (t *term) report(ctx context.Context, ev dispatchEvent) {
 	}
 }
 
-// onResult merges one result, exactly once: a result is merged only if its shard is not in the
-// done-bitmap and its epoch is the job's plan epoch; it is acknowledged only after the checkpoint
-// that includes it is written. Results that change nothing are acknowledged at once.
+// onResult merges the results of one message (one result, or a batch of one job's), exactly once:
+// a result is merged only if its shard is not in the done-bitmap and its epoch is the job's plan
+// epoch; the message is acknowledged only after the checkpoint that includes every result it
+// merged is written. A message that changes nothing is acknowledged at once; one with a result
+// that cannot be merged yet (its large partial unreadable) is handed back whole, and the results
+// of it already merged come back as duplicates, which are dropped.
 func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
-	r, err := protocol.DecodeResultMsg(d.Data())
+	rs, err := protocol.DecodeResults(d.Data())
 	if err != nil {
 		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
 		t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Err: err})
@@ -431,72 +434,98 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		_ = d.Term(err.Error())
 		return nil
 	}
-	j, ok := t.active[r.Job]
+	id := rs[0].Job // a batch holds one job's results
+	j, ok := t.active[id]
 	if !ok {
-		if _, seen := t.finished[r.Job]; !seen {
-			if err := t.ensure(ctx, r.Job); err != nil {
+		if _, seen := t.finished[id]; !seen {
+			if err := t.ensure(ctx, id); err != nil {
 				return err
 			}
 		}
-		if j, ok = t.active[r.Job]; !ok {
+		if j, ok = t.active[id]; !ok {
 			_ = d.Ack() // the job ended (or was never planned): nothing to merge into
 			return nil
 		}
 	}
+	hold, retry := false, false
+	for _, r := range rs {
+		switch t.mergeOne(ctx, j, r) {
+		case mergeKept:
+			hold = true
+		case mergeRetry:
+			retry = true
+		}
+	}
+	switch {
+	case retry:
+		_ = d.Nak(time.Second)
+	case hold:
+		j.acks = append(j.acks, d)
+		t.pending++
+	default:
+		_ = d.Ack()
+	}
+	if j.complete && j.cp.State == jobs.StateRunning {
+		// The last result: finish now, not at the next tick (the final checkpoint carries the
+		// result; it is as fenced as any other).
+		return t.checkpoint(ctx, []*job{j})
+	}
+	return nil
+}
+
+type mergeOutcome int
+
+const (
+	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
+	mergeKept                        // changed the job: ack after the next checkpoint
+	mergeRetry                       // cannot be merged now: hand the message back
+)
+
+// mergeOne merges one result into j, or says why not.
+func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) mergeOutcome {
 	switch {
 	case r.Epoch != j.cp.PlanEpoch:
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
-		_ = d.Ack()
-		return nil
+		return mergeDropped
 	case r.Index >= j.cp.Total:
 		t.log.Error("result for a shard outside the plan; dead-lettered", "job", r.Job, "shard", r.Index, "total", j.cp.Total)
-		_ = t.bus.DeadLetter(ctx, "results", d.Data(), "shard index outside the plan")
-		_ = d.Term("shard index outside the plan")
-		return nil
+		if data, err := r.Encode(); err == nil {
+			_ = t.bus.DeadLetter(ctx, "results", data, "shard index outside the plan")
+		}
+		return mergeDropped
 	case j.cp.State.Terminal():
-		_ = d.Ack()
-		return nil
+		return mergeDropped
 	case j.done.Contains(uint32(r.Index)):
 		j.cp.Duplicates++
 		j.dirty = true
-		_ = d.Ack()
-		return nil
+		return mergeKept
 	case r.Error != "":
 		t.end(j, jobs.StateFailed, r.Error)
-		j.acks = append(j.acks, d)
-		t.pending++
-		return nil
+		return mergeKept
 	}
 	partial := r.Partial
 	if r.Ref != "" {
+		var err error
 		if partial, _, err = t.store.Get(ctx, r.Ref); err != nil {
 			t.log.Warn("reading a large partial failed; result redelivered later", "job", r.Job, "ref", r.Ref, "err", err)
-			_ = d.Nak(time.Second)
-			return nil
+			return mergeRetry
 		}
 	}
 	if err := j.agg.Merge(partial); err != nil {
 		t.end(j, jobs.StateFailed, fmt.Sprintf("merge shard %d: %v", r.Index, err))
-		j.acks = append(j.acks, d)
-		t.pending++
-		return nil
+		return mergeKept
 	}
 	j.done.Add(uint32(r.Index))
 	j.mergedOne()
-	j.acks = append(j.acks, d)
 	j.dirty = true
-	t.pending++
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
 	}
 	if int(j.done.GetCardinality()) == j.cp.Total {
-		// The last result: finish now, not at the next tick (the final checkpoint carries the
-		// result; it is as fenced as any other).
 		j.complete = true
-		return t.checkpoint(ctx, []*job{j})
 	}
-	return nil
+	return mergeKept
 }
 
 // checkpointAll writes every dirty job (in parallel), then acknowledges the results each write

@@ -381,6 +381,44 @@ func TestCoordinator_DuplicateResultMergedOnce(t *testing.T) {
 	}
 }
 
+// batch publishes the results of several shards of one job in one message.
+func (r *rig) batch(ms []*protocol.ShardMsg, epoch uint64, attempt int) {
+	r.t.Helper()
+	var rs []*protocol.ResultMsg
+	for _, m := range ms {
+		j, _ := builtin.Registry().Lookup(m.Type)
+		p, err := j.Map(context.Background(), nil, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		rs = append(rs, &protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p})
+	}
+	data, err := protocol.EncodeResults(rs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := <-r.b.PublishAsync(bus.Outgoing{Subject: r.b.ResultSubject(ms[0].Job), MsgID: protocol.ResultBatchMsgID(ms[0].Job, fmt.Sprint(time.Now().UnixNano())), Data: data}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// Batches of results merge each shard once, across batches and single results.
+func TestCoordinator_BatchedResultsMergedOnce(t *testing.T) {
+	r := newRig(t)
+	r.lead(2)
+	id := r.submit("sleep", `{"shards":5}`)
+	s := r.shardsOf(5)
+	r.batch(s[0:2], 2, 1)
+	r.batch([]*protocol.ShardMsg{s[1], s[2], s[3]}, 2, 2) // shard 1 again
+	r.result(s[3], 2, 3, nil)                             // shard 3 again
+	r.batch([]*protocol.ShardMsg{s[0], s[4]}, 2, 4)       // shard 0 again, and the last one
+	st := r.wait(id, 30*time.Second)
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":5,"index_sum":10}`))
+	if st.Duplicates != 3 {
+		t.Fatalf("duplicates = %d, want 3", st.Duplicates)
+	}
+}
+
 func TestCoordinator_OlderEpochResultDropped(t *testing.T) {
 	r := newRig(t)
 	r.lead(5)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nuid"
+
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -101,13 +103,24 @@ func (w *Worker) observe(d time.Duration) {
 	w.avgRun.Store(old - old/8 + int64(d)/8)
 }
 
-// settle is a result in flight: the shard is settled once JetStream has stored the result.
-type settle struct {
+// outcome is a finished shard: its result, to publish (final: the shard failed for good).
+type outcome struct {
 	d     *bus.Delivery
-	fut   bus.Future
 	res   *protocol.ResultMsg
 	final bool
 }
+
+// settle is a result message in flight: its shards are settled once JetStream stored it.
+type settle struct {
+	fut  bus.Future
+	outs []outcome
+}
+
+// Result messages carry up to this many results, or about this many bytes, of one job.
+const (
+	maxBatchResults = 1024
+	maxBatchBytes   = 512 << 10
+)
 
 // Run processes shards until ctx ends, whether or not there is a leader. On return, shards it had
 // not finished are handed back for redelivery at once, and results it published are acknowledged.
@@ -120,12 +133,22 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer feed.Stop()
 	w.log.Info("processing shards", "types", types, "concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch, "max_attempts", w.cfg.MaxAttempts)
 
-	// One goroutine settles every shard, in publish order, once JetStream has stored its result:
-	// a crash in between only causes a redelivery (and a duplicate result the coordinator drops).
+	// Slots hand finished shards to one publisher, which puts every result available at that
+	// moment into one message per job (no waiting: one result when idle, many under load), and
+	// to one settler, which settles every shard of a message, in publish order, once JetStream
+	// has stored it: a crash in between only causes a redelivery (and duplicate results the
+	// coordinator drops).
+	done := make(chan outcome, bus.MaxShardLimit)
 	settles := make(chan settle, bus.MaxShardLimit)
-	settled := make(chan struct{})
+	var tail sync.WaitGroup
+	tail.Add(2)
 	go func() {
-		defer close(settled)
+		defer tail.Done()
+		defer close(settles)
+		w.publisher(done, settles)
+	}()
+	go func() {
+		defer tail.Done()
 		for s := range settles {
 			w.settle(s)
 		}
@@ -136,19 +159,56 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() {
 			defer slots.Done()
 			for d := range feed.C {
-				w.handle(ctx, d, settles)
+				w.handle(ctx, d, done)
 			}
 		}()
 	}
 	<-ctx.Done()
 	feed.Stop()
 	slots.Wait()
-	close(settles)
-	<-settled
+	close(done)
+	tail.Wait()
 	return nil
 }
 
-func (w *Worker) handle(ctx context.Context, d *bus.Delivery, settles chan<- settle) {
+// publisher batches finished shards into result messages until done is closed.
+func (w *Worker) publisher(done <-chan outcome, settles chan<- settle) {
+	var batch []outcome
+	for o := range done {
+		batch = append(batch[:0], o)
+	more:
+		for len(batch) < maxBatchResults {
+			select {
+			case o, ok := <-done:
+				if !ok {
+					break more
+				}
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		// One message per job, in order of first appearance; large groups split by size.
+		for len(batch) > 0 {
+			job := batch[0].res.Job
+			var group, rest []outcome
+			size := 0
+			for _, o := range batch {
+				n := len(o.res.Partial) + len(o.res.Error) + 64
+				if o.res.Job != job || len(group) > 0 && size+n > maxBatchBytes {
+					rest = append(rest, o)
+					continue
+				}
+				group = append(group, o)
+				size += n
+			}
+			w.publish(group, settles)
+			batch = rest
+		}
+	}
+}
+
+func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- outcome) {
 	m, err := protocol.DecodeShardMsg(d.Data())
 	if err != nil {
 		w.malformed.Add(1)
@@ -173,7 +233,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, settles chan<- set
 			m.Index, m.Job, attempt-1, w.cfg.MaxAttempts)
 		w.gaveUp.Add(1)
 		w.log.Warn("shard gave up", "job", m.Job, "shard", m.Index, "attempt", attempt, "reason", res.Error)
-		w.publish(d, res, settles, true)
+		done <- outcome{d: d, res: res, final: true}
 		return
 	}
 
@@ -193,7 +253,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, settles chan<- set
 		res.Error = fmt.Sprintf("shard %d of job %s failed after %d attempts: last error: %v", m.Index, m.Job, attempt, err)
 		w.gaveUp.Add(1)
 		w.log.Error("shard failed for good", "job", m.Job, "shard", m.Index, "attempt", attempt, "err", err)
-		w.publish(d, res, settles, true)
+		done <- outcome{d: d, res: res, final: true}
 		return
 	}
 	w.observe(dur)
@@ -208,7 +268,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, settles chan<- set
 	} else {
 		res.Partial = partial
 	}
-	w.publish(d, res, settles, false)
+	done <- outcome{d: d, res: res}
 }
 
 // run executes the map step with panic recovery. The shard is kept alive meanwhile by the feed.
@@ -237,38 +297,50 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg)
 	return partial, 0, err
 }
 
-// publish starts storing the result in JetStream and queues the shard to be settled when it is
-// stored: Ack on success, Term when the result reports the shard failed for good. If the publish
-// fails, the shard is redelivered.
-func (w *Worker) publish(d *bus.Delivery, res *protocol.ResultMsg, settles chan<- settle, final bool) {
-	data, err := res.Encode()
+// publish starts storing the results of one job in one message and queues their shards to be
+// settled when it is stored: Ack on success, Term for a result that reports its shard failed for
+// good. If the publish fails, the shards are redelivered.
+func (w *Worker) publish(outs []outcome, settles chan<- settle) {
+	rs := make([]*protocol.ResultMsg, len(outs))
+	for i, o := range outs {
+		rs[i] = o.res
+	}
+	r0 := rs[0]
+	// A single result keeps its de-duplicating id; a batch is never re-published (a failure
+	// redelivers its shards), so a unique id suffices.
+	id := protocol.ResultMsgID(r0.Job, r0.Index, r0.Attempt)
+	if len(rs) > 1 {
+		id = protocol.ResultBatchMsgID(r0.Job, nuid.Next())
+	}
+	data, err := protocol.EncodeResults(rs)
+	var fut bus.Future
+	if err == nil {
+		fut, err = w.bus.Publish(bus.Outgoing{Subject: w.bus.ResultSubject(r0.Job), MsgID: id, Data: data})
+	}
 	if err != nil {
-		_ = d.Nak(w.cfg.RetryBackoff)
+		w.log.Warn("publishing results failed; shards will be redelivered", "job", r0.Job, "results", len(rs), "err", err)
+		for _, o := range outs {
+			_ = o.d.Nak(w.cfg.RetryBackoff)
+		}
 		return
 	}
-	fut, err := w.bus.Publish(bus.Outgoing{
-		Subject: w.bus.ResultSubject(res.Job),
-		MsgID:   protocol.ResultMsgID(res.Job, res.Index, res.Attempt),
-		Data:    data,
-	})
-	if err != nil {
-		w.log.Warn("publishing result failed; shard will be redelivered", "job", res.Job, "shard", res.Index, "err", err)
-		_ = d.Nak(w.cfg.RetryBackoff)
-		return
-	}
-	settles <- settle{d: d, fut: fut, res: res, final: final}
+	settles <- settle{fut: fut, outs: outs}
 }
 
 func (w *Worker) settle(s settle) {
 	if err := s.fut.Wait(); err != nil {
-		w.log.Warn("publishing result failed; shard will be redelivered", "job", s.res.Job, "shard", s.res.Index, "err", err)
-		_ = s.d.Nak(w.cfg.RetryBackoff)
+		w.log.Warn("publishing results failed; shards will be redelivered", "job", s.outs[0].res.Job, "results", len(s.outs), "err", err)
+		for _, o := range s.outs {
+			_ = o.d.Nak(w.cfg.RetryBackoff)
+		}
 		return
 	}
-	if s.final {
-		_ = s.d.Term(s.res.Error)
-		return
+	for _, o := range s.outs {
+		if o.final {
+			_ = o.d.Term(o.res.Error)
+			continue
+		}
+		w.succeeded.Add(1)
+		_ = o.d.Ack()
 	}
-	w.succeeded.Add(1)
-	_ = s.d.Ack()
 }

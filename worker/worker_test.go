@@ -127,12 +127,12 @@ func (r *rig) results(n int) []*protocol.ResultMsg {
 	for len(out) < n {
 		select {
 		case d := <-f.C:
-			m, err := protocol.DecodeResultMsg(d.Data())
+			ms, err := protocol.DecodeResults(d.Data())
 			if err != nil {
 				r.t.Fatal(err)
 			}
 			_ = d.Ack()
-			out = append(out, m)
+			out = append(out, ms...)
 		case <-timeout:
 			r.t.Fatalf("got %d results, want %d", len(out), n)
 		}
@@ -287,4 +287,50 @@ func TestWorker_DeadWorkersShardsBackWithinShardTimeout(t *testing.T) {
 		t.Fatalf("attempt %d, want 2 (redelivered)", res[0].Attempt)
 	}
 	t.Logf("a dead worker's shards were back in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// Results of shards that finish together travel in one message per job (a batch), and every
+// shard is settled once that message is stored.
+func TestWorker_BatchesResults(t *testing.T) {
+	r := newRig(t)
+	release := make(chan struct{})
+	w := r.start(worker.Config{Concurrency: 8}, testJob{typ: "gate", fn: func(jobs.Task) ([]byte, error) {
+		<-release
+		return []byte("p"), nil
+	}})
+	r.dispatch("gate", "job-batch", 8)
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return w.Stats().Executed == 8 }, "8 shards not running")
+	close(release)
+	f, err := r.b.OpenResults(context.Background(), 1, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	seen := map[int]bool{}
+	msgs := 0
+	timeout := time.After(30 * time.Second)
+	for len(seen) < 8 {
+		select {
+		case d := <-f.C:
+			ms, err := protocol.DecodeResults(d.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs++
+			for _, m := range ms {
+				if seen[m.Index] || m.Job != "job-batch" || string(m.Partial) != "p" {
+					t.Fatalf("result %+v (seen before: %v)", m, seen[m.Index])
+				}
+				seen[m.Index] = true
+			}
+			_ = d.Ack()
+		case <-timeout:
+			t.Fatalf("got %d results", len(seen))
+		}
+	}
+	if msgs >= 8 {
+		t.Logf("8 results in %d messages: no batching happened this time (timing)", msgs)
+	}
+	r.noneQueued()
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return w.Stats().Succeeded == 8 }, "shards not all acked")
 }

@@ -139,12 +139,14 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, nc: nc}
 	rs, err := nc.Subscribe(c.Bus.ResultSubject(">"), func(m *nats.Msg) {
 		now := time.Now()
-		r, err := protocol.DecodeResultMsg(m.Data)
+		rs, err := protocol.DecodeResults(m.Data)
 		if err != nil {
 			return
 		}
 		s.mu.Lock()
-		s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker})
+		for _, r := range rs {
+			s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker})
+		}
 		s.mu.Unlock()
 	})
 	if err != nil {

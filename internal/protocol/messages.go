@@ -80,14 +80,22 @@ func DecodeResultMsg(data []byte) (*ResultMsg, error) {
 	} else if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: result: %v", ErrBadMessage, err)
 	}
-	if err := CheckID(m.Job); err != nil {
-		return nil, fmt.Errorf("%w: result: %w", ErrBadMessage, err)
-	}
-	if m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || m.Attempt < 1 {
-		return nil, fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
-	}
-	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") || m.Error != "" && len(m.Partial) > 0 {
-		return nil, fmt.Errorf("%w: result %s/%d: a partial, a ref and an error exclude each other", ErrBadMessage, m.Job, m.Index)
+	if err := m.check(); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+// check validates a decoded result.
+func (m *ResultMsg) check() error {
+	if err := CheckID(m.Job); err != nil {
+		return fmt.Errorf("%w: result: %w", ErrBadMessage, err)
+	}
+	if m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || m.Attempt < 1 {
+		return fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") || m.Error != "" && len(m.Partial) > 0 {
+		return fmt.Errorf("%w: result %s/%d: a partial, a ref and an error exclude each other", ErrBadMessage, m.Job, m.Index)
+	}
+	return nil
 }

@@ -288,3 +288,72 @@ func BenchmarkResultMsg_EncodeDecode(b *testing.B) {
 		}
 	}
 }
+
+func TestResults_BatchRoundTrip(t *testing.T) {
+	var rs []*ResultMsg
+	for _, m := range binaryResults() {
+		m := m
+		rs = append(rs, &m)
+	}
+	b, err := EncodeResults(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeResults(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rs) {
+		t.Fatalf("%d results, want %d", len(got), len(rs))
+	}
+	for i := range rs {
+		in, out := rs[i], got[i]
+		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
+			t.Fatalf("entry %d: got %+v want %+v", i, out, in)
+		}
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := DecodeResults(b[:cut]); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+		}
+	}
+	one, _ := EncodeResults(rs[:1])
+	if got, err := DecodeResults(one); err != nil || len(got) != 1 || one[1] != 'R' {
+		t.Fatalf("a batch of one is a plain result: %q %v", one, err)
+	}
+	other := *rs[1]
+	other.Job = "j2"
+	if _, err := EncodeResults([]*ResultMsg{rs[0], &other}); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("a batch mixing jobs encoded: %v", err)
+	}
+	if _, err := EncodeResults(nil); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("an empty batch encoded: %v", err)
+	}
+}
+
+func FuzzDecodeResults(f *testing.F) {
+	var rs []*ResultMsg
+	for _, m := range binaryResults() {
+		m := m
+		rs = append(rs, &m)
+	}
+	b, _ := EncodeResults(rs)
+	f.Add(b)
+	b, _ = EncodeResults(rs[:2])
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := DecodeResults(data)
+		if err != nil {
+			return
+		}
+		b, err := EncodeResults(ms)
+		if err != nil {
+			t.Fatalf("re-encode of a valid batch failed: %v", err)
+		}
+		again, err := DecodeResults(b)
+		if err != nil || len(again) != len(ms) {
+			t.Fatalf("re-decode of a valid batch: %d results, %v", len(again), err)
+		}
+	})
+}

@@ -31,7 +31,9 @@ func (n Names) ShardTypeSubject(typ, job string) string {
 }
 
 // ShardTypeFilter matches every shard of job type typ.
-func (n Names) ShardTypeFilter(typ string) string { return n.Prefix + ".shards." + TypeToken(typ) + ".>" }
+func (n Names) ShardTypeFilter(typ string) string {
+	return n.Prefix + ".shards." + TypeToken(typ) + ".>"
+}
 
 // WorkersConsumer is the durable consumer every worker that has job type typ pulls from.
 func (n Names) WorkersConsumer(typ string) string { return "workers-" + TypeToken(typ) }
@@ -105,3 +107,8 @@ func upper(s string) string {
 	}
 	return string(b)
 }
+
+// ResultBatchMsgID is the Nats-Msg-Id of a message carrying several results of job: a worker
+// never re-publishes a batch (a failed publish redelivers its shards), so the id is unique
+// (nonce from the worker), and it is distinct from every ResultMsgID.
+func ResultBatchMsgID(job, nonce string) string { return job + "/batch/" + nonce }

@@ -148,8 +148,17 @@ func (m *ResultMsg) appendBinary(b []byte) []byte {
 }
 
 func decodeResultBinary(body []byte, m *ResultMsg) error {
+	rest, err := decodeResultPrefix(body, m)
+	if err == nil && len(rest) != 0 {
+		err = fmt.Errorf("%d trailing bytes", len(rest))
+	}
+	return err
+}
+
+// decodeResultPrefix decodes one result body from the start of body and returns what follows.
+func decodeResultPrefix(body []byte, m *ResultMsg) ([]byte, error) {
 	if len(body) < 1 {
-		return errShort
+		return nil, errShort
 	}
 	flags := body[0]
 	r := reader{b: body[1:]}
@@ -164,17 +173,92 @@ func decodeResultBinary(body []byte, m *ResultMsg) error {
 	case flagError:
 		m.Error = r.string(maxErrorLen)
 		if r.err == nil && m.Error == "" {
-			return errors.New("empty error")
+			return nil, errors.New("empty error")
 		}
 	case flagRef:
 		m.Ref = r.string(maxRefLen)
 		if r.err == nil && m.Ref == "" {
-			return errors.New("empty ref")
+			return nil, errors.New("empty ref")
 		}
 	case flagPartial:
 		m.Partial = r.bytes(maxPartial)
 	default:
-		return fmt.Errorf("flags %#x", flags)
+		return nil, fmt.Errorf("flags %#x", flags)
 	}
-	return r.end()
+	return r.b, r.err
+}
+
+// MaxResultBatch bounds the results in one batch message.
+const MaxResultBatch = 4096
+
+// EncodeResults returns the wire form of results of one job: a single result message for one,
+// a batch message for several (M B 1, a uvarint count, then each result's body as in 'R').
+func EncodeResults(rs []*ResultMsg) ([]byte, error) {
+	switch {
+	case len(rs) == 0 || len(rs) > MaxResultBatch:
+		return nil, fmt.Errorf("%w: %d results in a batch: use 1 to %d", ErrBadMessage, len(rs), MaxResultBatch)
+	case len(rs) == 1:
+		return rs[0].Encode()
+	}
+	n := 8
+	for _, r := range rs {
+		if r.Job != rs[0].Job {
+			return nil, fmt.Errorf("%w: a batch mixes jobs %s and %s", ErrBadMessage, rs[0].Job, r.Job)
+		}
+		n += 40 + len(r.Job) + len(r.Worker) + len(r.Partial) + len(r.Ref) + len(r.Error)
+	}
+	// Each body is the 'R' form without its 3-byte header.
+	b := append(make([]byte, 0, n), 'M', 'B', wireVersion)
+	b = binary.AppendUvarint(b, uint64(len(rs)))
+	for _, r := range rs {
+		start := len(b)
+		b = r.appendBinary(b)
+		b = append(b[:start], b[start+3:]...)
+	}
+	return b, nil
+}
+
+// DecodeResults parses a result message or a batch of results (all of one job), checking each
+// as DecodeResultMsg does. Partials alias data.
+func DecodeResults(data []byte) ([]*ResultMsg, error) {
+	body, ok := header(data, 'B')
+	if !ok {
+		m, err := DecodeResultMsg(data)
+		if err != nil {
+			return nil, err
+		}
+		return []*ResultMsg{m}, nil
+	}
+	count, k := binary.Uvarint(body)
+	if k <= 0 || count < 2 || count > MaxResultBatch {
+		return nil, fmt.Errorf("%w: result batch: count", ErrBadMessage)
+	}
+	body = body[k:]
+	out := make([]*ResultMsg, 0, count)
+	for i := uint64(0); i < count; i++ {
+		m := new(ResultMsg)
+		rest, err := decodeResultPrefix(body, m)
+		if err != nil {
+			return nil, fmt.Errorf("%w: result batch entry %d: %v", ErrBadMessage, i, err)
+		}
+		if err := m.check(); err != nil {
+			return nil, err
+		}
+		if m.Job != out0Job(out, m) {
+			return nil, fmt.Errorf("%w: result batch mixes jobs %s and %s", ErrBadMessage, out[0].Job, m.Job)
+		}
+		out = append(out, m)
+		body = rest
+	}
+	if len(body) != 0 {
+		return nil, fmt.Errorf("%w: result batch: %d trailing bytes", ErrBadMessage, len(body))
+	}
+	return out, nil
+}
+
+func out0Job(out []*ResultMsg, m *ResultMsg) string {
+	if len(out) == 0 {
+		return m.Job
+	}
+	return out[0].Job
 }
