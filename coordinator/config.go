@@ -15,7 +15,9 @@ import (
 
 // Config configures a Coordinator. Zero fields take their defaults.
 type Config struct {
-	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked).
+	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked). A
+	// job whose checkpoint is costly is checkpointed less often: after 10 × what its last
+	// checkpoint took, up to 50 × CheckpointInterval. A job's last result is checkpointed at once.
 	// Default 200ms.
 	CheckpointInterval time.Duration
 	// CheckpointEvery checkpoints sooner once this many merged results wait for a checkpoint.

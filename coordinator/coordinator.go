@@ -212,7 +212,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
-			if err := t.checkpointAll(ctx); err != nil {
+			if err := t.checkpointDirty(ctx, false); err != nil {
 				return err
 			}
 		case <-rescan.C:
@@ -530,14 +530,34 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 
 // checkpointAll writes every dirty job (in parallel), then acknowledges the results each write
 // covers, and hands jobs that ended to clean-up.
-func (t *term) checkpointAll(ctx context.Context) error {
+func (t *term) checkpointAll(ctx context.Context) error { return t.checkpointDirty(ctx, true) }
+
+// checkpointDirty writes the dirty jobs: all of them, or only those whose checkpoint is due (see
+// nextDue) and those that ended or completed.
+func (t *term) checkpointDirty(ctx context.Context, all bool) error {
 	var dirty []*job
+	now := time.Now()
 	for _, j := range t.active {
-		if j.dirty || j.complete && !j.cp.State.Terminal() {
+		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
+		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
 			dirty = append(dirty, j)
 		}
 	}
 	return t.checkpoint(ctx, dirty)
+}
+
+// Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took
+// c to encode and write is next checkpointed (on the tick) after max(CheckpointInterval, 10c), at
+// most maxIntervalFactor × CheckpointInterval later. A big aggregate is then written less often,
+// instead of stalling merging; acknowledgements wait for it (bounded by CheckpointEvery).
+const (
+	costFactor        = 10
+	maxIntervalFactor = 50
+)
+
+func (t *term) due(cost time.Duration) time.Time {
+	iv := min(max(t.cfg.CheckpointInterval, costFactor*cost), maxIntervalFactor*t.cfg.CheckpointInterval)
+	return time.Now().Add(iv)
 }
 
 // checkpoint writes the given jobs (in parallel), then acknowledges the results each write
@@ -547,10 +567,16 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 		return nil
 	}
 	errs := make([]error, len(dirty))
+	costs := make([]time.Duration, len(dirty))
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i, j := range dirty {
-		g.Go(func() error { errs[i] = t.write(ctx, j); return nil })
+		g.Go(func() error {
+			start := time.Now()
+			errs[i] = t.write(ctx, j)
+			costs[i] = time.Since(start)
+			return nil
+		})
 	}
 	_ = g.Wait()
 	for i, j := range dirty {
@@ -561,6 +587,7 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 			t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 			continue
 		}
+		j.nextDue = t.due(costs[i])
 		for _, d := range j.acks {
 			_ = d.Ack()
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -30,6 +31,8 @@ type job struct {
 	acks     []*bus.Delivery
 	dirty    bool
 	complete bool // every shard merged: the next checkpoint finalizes
+	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
+	nextDue time.Time
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
 	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow
