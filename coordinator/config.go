@@ -48,6 +48,11 @@ type Config struct {
 	StallTimeout time.Duration
 	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
 	ResultsPrefetch int
+	// NoBackupTasks turns off backup tasks: near a job's end (every shard dispatched, at most a
+	// tenth left), when no result has come for 4 × the job's mean shard time (at least 200ms),
+	// the shards left are dispatched once more, so a slow worker does not hold the job up; the
+	// first result of each wins and the other is dropped as a duplicate. Default false (on).
+	NoBackupTasks bool
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,

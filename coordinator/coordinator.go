@@ -215,6 +215,9 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if err := t.checkpointDirty(ctx, false); err != nil {
 				return err
 			}
+			if !t.cfg.NoBackupTasks {
+				t.backups(ctx)
+			}
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
 				return err
@@ -518,6 +521,12 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	j.done.Add(uint32(r.Index))
 	j.mergedOne()
 	j.dirty = true
+	j.lastMerge = time.Now()
+	if j.meanMicros == 0 {
+		j.meanMicros = float64(max(r.Micros, 1))
+	} else {
+		j.meanMicros += (float64(r.Micros) - j.meanMicros) / 16
+	}
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})

@@ -250,6 +250,24 @@ func TestCoordinator_DispatchWindowBoundsBacklog(t *testing.T) {
 	}
 }
 
+// Backup tasks: a worker that holds a shard far longer than its peers take does not hold the job
+// up: near the end the shard is dispatched again, the fast worker's result wins, the result is
+// exact, and the straggler's own result (if it ever comes) is dropped as a duplicate.
+func TestCoordinator_BackupTasksBeatAStraggler(t *testing.T) {
+	r := newRig(t)
+	r.lead(1)
+	r.work(worker.Config{ID: "straggler", Concurrency: 1, MapDelay: time.Minute})
+	time.Sleep(300 * time.Millisecond) // the straggler's feed is pulling first
+	id := r.submit("sleep", `{"shards":30,"duration":"2ms"}`)
+	time.Sleep(time.Second) // the straggler took a shard
+	r.work(worker.Config{ID: "fast", Concurrency: 2})
+	st := r.wait(id, 20*time.Second) // far below the straggler's minute
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":30,"index_sum":435}`))
+}
+
 func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 	r := newRig(t)
 	r.lead(1)

@@ -33,6 +33,11 @@ type job struct {
 	complete bool // every shard merged: the next checkpoint finalizes
 	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
 	nextDue time.Time
+	// For backup tasks: a moving mean of shard run times (µs), when the last shard was merged,
+	// and whether the shards left were backed up.
+	meanMicros float64
+	lastMerge  time.Time
+	backedUp   bool
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
 	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow

@@ -89,6 +89,11 @@ const (
 // the stream's duplicate window (a new leader re-publishing the old one's last batch) adds nothing.
 func ShardMsgID(job string, index int) string { return job + "/" + strconv.Itoa(index) }
 
+// BackupShardMsgID is the Nats-Msg-Id of a backup copy of shard index of job (a straggler run
+// again near the job's end): distinct from ShardMsgID, so JetStream does not drop it as a
+// duplicate of the original, and the same for every re-dispatch of the backup.
+func BackupShardMsgID(job string, index int) string { return ShardMsgID(job, index) + "/backup" }
+
 // ResultMsgID is the Nats-Msg-Id of a result: a worker's retried publish of the same attempt adds
 // nothing, while another attempt's result is a distinct message (the leader drops the duplicate).
 func ResultMsgID(job string, index, attempt int) string {
