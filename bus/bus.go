@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,7 +62,8 @@ func DefaultConfig() Config {
 		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute}
 }
 
-func (c *Config) fill() {
+// withDefaults fills zero fields: the one place defaults are applied.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Prefix == "" {
 		c.Prefix = d.Prefix
@@ -81,22 +83,53 @@ func (c *Config) fill() {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = d.DuplicateWindow
 	}
+	return c
 }
 
-// Validate refuses impossible settings.
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = errors.New("bus: invalid config")
+
+// Validate reports every impossible setting and what to change (zero fields are valid: they take
+// their defaults).
 func (c Config) Validate() error {
-	c.fill()
-	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("bus: replicas %d: must be 1 to 5", c.Replicas)
-	case c.ShardTimeout < time.Second:
-		return fmt.Errorf("bus: shard timeout %v: must be at least 1s", c.ShardTimeout)
-	case c.ResultsAckWait < time.Second:
-		return fmt.Errorf("bus: results ack wait %v: must be at least 1s", c.ResultsAckWait)
-	case c.DuplicateWindow < time.Minute:
-		return fmt.Errorf("bus: duplicate window %v: must be at least 1m (it must outlast a failover)", c.DuplicateWindow)
+	c = c.withDefaults()
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if !validPrefix(c.Prefix) {
+		add("Prefix %q: use letters, digits, '-' and '_' only, up to 64 (default %q)", c.Prefix, "mapagg")
 	}
-	return nil
+	if c.Replicas < 1 || c.Replicas > 5 {
+		add("Replicas %d: use 1 to 5 (default 1; 3 on a production NATS cluster)", c.Replicas)
+	}
+	if c.ShardTimeout < time.Second {
+		add("ShardTimeout %v: use at least 1s (default 5s)", c.ShardTimeout)
+	}
+	if c.ResultsAckWait < time.Second {
+		add("ResultsAckWait %v: use at least 1s (default 60s)", c.ResultsAckWait)
+	}
+	if c.ResultsMaxAckPending < 1 {
+		add("ResultsMaxAckPending %d: use at least 1 (default 262144)", c.ResultsMaxAckPending)
+	}
+	if c.DuplicateWindow < time.Minute {
+		add("DuplicateWindow %v: use at least 1m, it must outlast a failover (default 10m)", c.DuplicateWindow)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+func validPrefix(p string) bool {
+	if p == "" || len(p) > 64 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Control subjects (core NATS, fire-and-forget hints; correctness never depends on them).
@@ -118,10 +151,10 @@ type Bus struct {
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name.
 func Connect(url, name string, cfg Config) (*Bus, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.fill()
 	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.RetryOnFailedConnect(false), nats.Timeout(5*time.Second))
 	if err != nil {

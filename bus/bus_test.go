@@ -2,7 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -263,4 +265,19 @@ func TestShards_LimitAndKeepAlive(t *testing.T) {
 		_ = d.Ack()
 	}
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { n, _ := b.QueuedShards(ctx); return n == 0 }, "shards left queued")
+}
+
+func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
+	if err := (bus.Config{}).Validate(); err != nil {
+		t.Fatalf("zero config (all defaults): %v", err)
+	}
+	err := bus.Config{Prefix: "a.b", Replicas: 9, ShardTimeout: time.Millisecond, DuplicateWindow: time.Second}.Validate()
+	if !errors.Is(err, bus.ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"Prefix", "Replicas", "ShardTimeout", "DuplicateWindow"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/bus"
@@ -13,7 +14,7 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Config configures a Coordinator. Zero fields take their defaults.
+// Config configures a Coordinator. Zero fields take their defaults (DefaultConfig).
 type Config struct {
 	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked). A
 	// job whose checkpoint is costly is checkpointed less often: after 10 × what its last
@@ -74,7 +75,8 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c *Config) fill() {
+// withDefaults fills zero fields: the one place defaults are applied.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	set := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
@@ -106,27 +108,55 @@ func (c *Config) fill() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	return c
 }
 
-// Validate refuses impossible settings.
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = errors.New("coordinator: invalid config")
+
+// Validate reports every impossible setting and what to change (zero fields are valid: they
+// take their defaults).
 func (c Config) Validate() error {
-	switch {
-	case c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute:
-		return fmt.Errorf("coordinator: checkpoint interval %v: must be 1ms to 1m", c.CheckpointInterval)
-	case c.CheckpointEvery < 1:
-		return fmt.Errorf("coordinator: checkpoint every %d results: must be at least 1", c.CheckpointEvery)
-	case c.QueueVisibility < 5*time.Second:
-		return fmt.Errorf("coordinator: queue visibility %v: must be at least 5s (planning must finish within it)", c.QueueVisibility)
-	case c.DispatchBatch < 1 || c.DispatchBatch > 65536:
-		return fmt.Errorf("coordinator: dispatch batch %d: must be 1 to 65536", c.DispatchBatch)
-	case c.DispatchWindow < c.DispatchBatch:
-		return fmt.Errorf("coordinator: dispatch window %d: must be at least the dispatch batch %d", c.DispatchWindow, c.DispatchBatch)
-	case c.MaxActiveJobs < 1:
-		return fmt.Errorf("coordinator: max active jobs %d: must be at least 1", c.MaxActiveJobs)
-	case c.StallTimeout <= c.CheckpointInterval:
-		return fmt.Errorf("coordinator: stall timeout %v must exceed the checkpoint interval %v", c.StallTimeout, c.CheckpointInterval)
+	c = c.withDefaults()
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute {
+		add("CheckpointInterval %v: use 1ms to 1m (default 200ms)", c.CheckpointInterval)
 	}
-	return nil
+	if c.CheckpointEvery < 1 {
+		add("CheckpointEvery %d: use at least 1, below the bus's ResultsMaxAckPending (default 8192)", c.CheckpointEvery)
+	}
+	if c.QueuePoll < time.Millisecond {
+		add("QueuePoll %v: use at least 1ms (default 500ms)", c.QueuePoll)
+	}
+	if c.QueueVisibility < 5*time.Second {
+		add("QueueVisibility %v: use at least 5s, planning must finish within it (default 60s)", c.QueueVisibility)
+	}
+	if c.MaxQueueDequeues < 1 {
+		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)
+	}
+	if c.RescanInterval < 10*time.Millisecond {
+		add("RescanInterval %v: use at least 10ms (default 5s)", c.RescanInterval)
+	}
+	if c.DispatchBatch < 1 || c.DispatchBatch > 65536 {
+		add("DispatchBatch %d: use 1 to 65536 (default 1024)", c.DispatchBatch)
+	}
+	if c.DispatchWindow < c.DispatchBatch {
+		add("DispatchWindow %d: use at least DispatchBatch (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch)
+	}
+	if c.MaxActiveJobs < 1 {
+		add("MaxActiveJobs %d: use at least 1 (default 64)", c.MaxActiveJobs)
+	}
+	if c.ResultsPrefetch < 1 {
+		add("ResultsPrefetch %d: use at least 1 (default 2048)", c.ResultsPrefetch)
+	}
+	if c.StallTimeout <= c.CheckpointInterval {
+		add("StallTimeout %v: use more than CheckpointInterval (%v) (default 10s)", c.StallTimeout, c.CheckpointInterval)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
 }
 
 // Store is the jobs container (store.Container).

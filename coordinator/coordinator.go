@@ -34,7 +34,7 @@ type Coordinator struct {
 // New returns a coordinator over the jobs container, the intake queue and the bus; env is what
 // job types read when they split a job.
 func New(cfg Config, st Store, q Queue, b Bus, env jobs.Env) (*Coordinator, error) {
-	cfg.fill()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -648,3 +648,18 @@ func TestDue_AdaptsToCheckpointCost(t *testing.T) {
 		}
 	}
 }
+
+func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("zero config (all defaults): %v", err)
+	}
+	err := Config{CheckpointInterval: time.Hour, QueueVisibility: time.Second, DispatchBatch: 100, DispatchWindow: 10, StallTimeout: time.Second}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"CheckpointInterval", "QueueVisibility", "DispatchWindow", "StallTimeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+}

@@ -85,8 +85,10 @@ func (c Config) withDefaults(b bus.Config) Config {
 	return c
 }
 
-// Validate reports every impossible setting and what to change.
+// Validate reports every impossible setting and what to change (zero fields are valid: they take
+// their defaults).
 func (c Config) Validate() error {
+	c = c.withDefaults(bus.DefaultConfig())
 	var probs []string
 	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
 	if c.ID == "" {

@@ -334,3 +334,20 @@ func TestWorker_BatchesResults(t *testing.T) {
 	r.noneQueued()
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return w.Stats().Succeeded == 8 }, "shards not all acked")
 }
+
+func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
+	err := worker.Config{Concurrency: -1, MaxAttempts: 1000, InlinePartialLimit: 10, MapDelay: -time.Second}.Validate()
+	if !errors.Is(err, worker.ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"ID", "Concurrency", "MaxAttempts", "InlinePartialLimit", "MapDelay"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+	d := worker.DefaultConfig()
+	d.ID = "w"
+	if err := d.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
