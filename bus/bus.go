@@ -9,7 +9,9 @@
 //     future resolves); nothing in flight is lost while there is no leader.
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index>, so a new leader re-publishing a shard the old
 //     leader already published within DuplicateWindow adds nothing.
-//   - Result publishes carry <job>/<index>/<attempt>, so a worker's retried publish adds nothing.
+//   - A single result carries <job>/<index>/<attempt>, so a retried publish adds nothing; a message
+//     of several results carries <job>/batch/<nonce> (it is never re-published: a failed publish
+//     redelivers its shards). Backup copies of shards carry <job>/<index>/backup.
 //   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
 //     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's
 //     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).

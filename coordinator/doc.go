@@ -8,7 +8,11 @@
 // A job's checkpoint (<job>/checkpoint) holds its aggregate and the roaring bitmap of merged
 // shards, written together in one conditional blob write. A result is merged only if its shard is
 // not in the bitmap, and it is acknowledged on the results stream only after the checkpoint that
-// includes it is stored. So after any crash the next leader finds each shard either in the
+// includes it is stored. A results message may carry several results of one job (workers batch
+// what finishes together): it is acknowledged only after the checkpoint that includes every
+// result of it merged; if one of its results cannot be merged yet (its large partial is
+// unreadable), the whole message is handed back, and the results of it already merged return
+// as duplicates, which the bitmap drops. So after any crash the next leader finds each shard either in the
 // checkpoint (and a redelivered duplicate is dropped) or not (and its result is still in the
 // stream): never both, never neither.
 //
@@ -40,6 +44,24 @@
 // results consumer (so results the dead leader fetched but did not acknowledge arrive at once),
 // and resumes dispatch from the checkpoint's Dispatched mark (shards already queued are not sent
 // again; an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id).
+//
+// # Checkpoint cost
+//
+// The tick checkpoints a job only when it is due: after max(CheckpointInterval, 10 × what its
+// last checkpoint took to encode and write), at most 50 × CheckpointInterval. So checkpointing
+// takes about a tenth of the merge loop whatever the aggregate's size, and a big aggregate is
+// written less often instead of stalling merging. CheckpointEvery (merged messages awaiting a
+// checkpoint) still forces one, which bounds what the results consumer holds unacknowledged.
+// Not done: writing in the background (double-buffered) while merging goes on; the write is
+// still inside the loop, only rarer.
+//
+// # Backup tasks
+//
+// Near a job's end (every shard dispatched, at most a tenth left), when no result has come for 4
+// × the job's mean shard time (at least 200ms), the shards left (up to 1024) are published once
+// more, read from the plan blob, with Nats-Msg-Id <job>/<shard>/backup (so JetStream does not
+// drop them as duplicates of the originals, and a re-dispatch of the backup adds nothing). The
+// first result of each shard is merged; the other is a duplicate. Once per job and term.
 //
 // # Windowed dispatch
 //

@@ -5,9 +5,9 @@
 // results wait in JetStream for the next one.
 //
 // Guarantees:
-//   - A shard is acknowledged only after JetStream has stored its result, so a worker killed at
-//     any point causes at most a redelivery (after the shard timeout) and a duplicate result,
-//     which the coordinator drops.
+//   - A shard is acknowledged only after JetStream has stored the message with its result, so a
+//     worker killed at any point causes at most a redelivery (after the shard timeout, 5s by
+//     default) and a duplicate result, which the coordinator drops.
 //   - A map step that errors or panics is retried (redelivered with a backoff) up to MaxAttempts;
 //     the last failure is published as an error result naming the shard, the attempts and the
 //     last error, and the job fails. A panic never takes the worker down.
@@ -17,9 +17,11 @@
 //     the bus's shard timeout (default 5s), however long shards run.
 //   - A worker pulls only the types in its registry: during a rolling upgrade, a worker that lacks
 //     a type never receives (so never fails) its shards; they wait for a worker that has it.
-//   - The hot path has no goroutine, timer or logger per shard: a fixed set of slot goroutines
-//     runs shards, and one goroutine settles them (Ack/Term) in publish order as JetStream stores
-//     their results. How many shards are held beyond the running ones adapts to their duration
+//   - The hot path has no goroutine, timer or logger per shard, and no JSON: a fixed set of slot
+//     goroutines runs shards; one publisher puts every result available at that moment into one
+//     message per job (never waiting for more: one result when idle, up to 1024 or 512 KiB under
+//     load); one settler acknowledges (or, for a shard that failed for good, terminates) every
+//     shard of a message, in publish order, once JetStream stored it. How many shards are held beyond the running ones adapts to their duration
 //     (up to Prefetch while they are short, none from 100ms), so slots stay busy on short shards
 //     and a few long shards spread over every worker.
 //   - Partials above InlinePartialLimit go to a blob and travel as a reference (DESIGN.md §9).
