@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
@@ -42,6 +43,10 @@ type Config struct {
 	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
 	// the job's size. It must be at least DispatchBatch. Default 16384.
 	DispatchWindow int
+	// ShardsPerMsg is how many consecutive shards of a job travel in one message, decided when
+	// the job is planned (and kept in its checkpoint): 0 decides from the job's size (one each
+	// below 4096 shards, else total/4096, 2 to 16). Default 0.
+	ShardsPerMsg int
 	// MaxActiveJobs bounds the jobs running at once; intake waits beyond it. Default 64.
 	MaxActiveJobs int
 	// StallTimeout: Healthy reports an error when the main loop has not turned for this long, so
@@ -143,6 +148,9 @@ func (c Config) Validate() error {
 	}
 	if c.DispatchWindow < c.DispatchBatch {
 		add("DispatchWindow %d: use at least DispatchBatch (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch)
+	}
+	if c.ShardsPerMsg < 0 || c.ShardsPerMsg > protocol.MaxShardBatch {
+		add("ShardsPerMsg %d: use 0 (decide from the job's size) to %d", c.ShardsPerMsg, protocol.MaxShardBatch)
 	}
 	if c.MaxActiveJobs < 1 {
 		add("MaxActiveJobs %d: use at least 1 (default 64)", c.MaxActiveJobs)

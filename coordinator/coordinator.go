@@ -375,8 +375,9 @@ func (t *term) onDispatched(ev dispatchEvent) {
 func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
 	id, typ, epoch := j.id, j.spec.Type, j.cp.PlanEpoch
 	subject := t.bus.ShardTypeSubject(typ, id)
+	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < len(plan); {
-		n := min(t.cfg.DispatchBatch, len(plan)-i)
+		n := min(max(t.cfg.DispatchBatch/per, 1)*per, len(plan)-i)
 		for i+n-int(j.merged.Load()) > t.cfg.DispatchWindow {
 			select {
 			case <-ctx.Done():
@@ -384,15 +385,16 @@ func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
 			case <-j.progress:
 			}
 		}
-		batch := make([]bus.Outgoing, 0, n)
-		for k := i; k < i+n; k++ {
-			m := protocol.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
-			data, err := m.Encode()
+		batch := make([]bus.Outgoing, 0, n/per+1)
+		for k := i; k < i+n; {
+			end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
+			data, err := protocol.EncodeShards(id, typ, epoch, k, plan[k:end])
 			if err != nil {
 				t.report(ctx, dispatchEvent{job: id, err: err})
 				return
 			}
 			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
+			k = end
 		}
 		if err := t.bus.PublishAll(ctx, batch); err != nil {
 			if ctx.Err() != nil {

@@ -268,6 +268,32 @@ func TestCoordinator_BackupTasksBeatAStraggler(t *testing.T) {
 	sameJSON(t, st.Result, json.RawMessage(`{"shards":30,"index_sum":435}`))
 }
 
+// Several shards per message: the answer is exact, and a new leader resumes dispatch from the
+// checkpoint on the same message boundaries.
+func TestCoordinator_ShardBatchesAcrossFailover(t *testing.T) {
+	r := newRig(t)
+	cfg := func(c *Config) { c.ShardsPerMsg, c.DispatchBatch, c.DispatchWindow = 4, 8, 16 }
+	l1 := r.leadWith(1, cfg)
+	id := r.submit("sleep", `{"shards":42,"duration":"1ms"}`)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		n, err := r.b.QueuedShards(context.Background())
+		return err == nil && n == 4 // a window of 16 shards: 4 messages of 4
+	}, "leader 1 did not fill its window")
+	if err := l1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.leadWith(2, cfg)
+	r.work(worker.Config{Concurrency: 2})
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":42,"index_sum":861}`))
+	if st.Duplicates != 0 {
+		t.Fatalf("duplicates = %d, want 0", st.Duplicates)
+	}
+}
+
 func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 	r := newRig(t)
 	r.lead(1)

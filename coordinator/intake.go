@@ -177,6 +177,10 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 	}
 	if j != nil {
 		cp.Total = len(j.plan)
+		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
+		if cp.ShardsPerMsg == 0 {
+			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
+		}
 		var err error
 		if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
 			return "", err
@@ -233,4 +237,14 @@ func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
 		return
 	}
 	t.deleteMsg(ctx, m)
+}
+
+// shardsPerMsg decides how many consecutive shards travel in one message: one each for jobs of
+// fewer than 4096 shards (their shards may be long: one per message spreads them best), else
+// about total/4096, 2 to 16, so a big job of small shards costs a fraction of the messages.
+func shardsPerMsg(total int) int {
+	if total < 4096 {
+		return 1
+	}
+	return min(max(total/4096, 2), 16)
 }

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nuid"
-
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -103,25 +101,6 @@ func (w *Worker) observe(d time.Duration) {
 	w.avgRun.Store(old - old/8 + int64(d)/8)
 }
 
-// outcome is a finished shard: its result, to publish (final: the shard failed for good).
-type outcome struct {
-	d     *bus.Delivery
-	res   *protocol.ResultMsg
-	final bool
-}
-
-// settle is a result message in flight: its shards are settled once JetStream stored it.
-type settle struct {
-	fut  bus.Future
-	outs []outcome
-}
-
-// Result messages carry up to this many results, or about this many bytes, of one job.
-const (
-	maxBatchResults = 1024
-	maxBatchBytes   = 512 << 10
-)
-
 // Run processes shards until ctx ends, whether or not there is a leader. On return, shards it had
 // not finished are handed back for redelivery at once, and results it published are acknowledged.
 func (w *Worker) Run(ctx context.Context) error {
@@ -138,7 +117,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// to one settler, which settles every shard of a message, in publish order, once JetStream
 	// has stored it: a crash in between only causes a redelivery (and duplicate results the
 	// coordinator drops).
-	done := make(chan outcome, bus.MaxShardLimit)
+	done := make(chan []outcome, bus.MaxShardLimit)
 	settles := make(chan settle, bus.MaxShardLimit)
 	var tail sync.WaitGroup
 	tail.Add(2)
@@ -171,108 +150,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// publisher batches finished shards into result messages until done is closed.
-func (w *Worker) publisher(done <-chan outcome, settles chan<- settle) {
-	var batch []outcome
-	for o := range done {
-		batch = append(batch[:0], o)
-	more:
-		for len(batch) < maxBatchResults {
-			select {
-			case o, ok := <-done:
-				if !ok {
-					break more
-				}
-				batch = append(batch, o)
-			default:
-				break more
-			}
-		}
-		// One message per job, in order of first appearance; large groups split by size.
-		for len(batch) > 0 {
-			job := batch[0].res.Job
-			var group, rest []outcome
-			size := 0
-			for _, o := range batch {
-				n := len(o.res.Partial) + len(o.res.Error) + 64
-				if o.res.Job != job || len(group) > 0 && size+n > maxBatchBytes {
-					rest = append(rest, o)
-					continue
-				}
-				group = append(group, o)
-				size += n
-			}
-			w.publish(group, settles)
-			batch = rest
-		}
-	}
-}
-
-func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- outcome) {
-	m, err := protocol.DecodeShardMsg(d.Data())
-	if err != nil {
-		w.malformed.Add(1)
-		w.log.Error("malformed shard message; dead-lettered", "subject", d.Subject(), "err", err)
-		if derr := w.bus.DeadLetter(context.WithoutCancel(ctx), "shards", d.Data(), err.Error()); derr != nil {
-			w.log.Error("dead-letter failed", "err", derr)
-			_ = d.Nak(time.Second)
-			return
-		}
-		_ = d.Term(err.Error())
-		return
-	}
-	attempt := d.Attempt()
-	if attempt > 1 {
-		w.redelivered.Add(1)
-	}
-	res := &protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: attempt, Worker: w.cfg.ID}
-	if attempt > w.cfg.MaxAttempts {
-		// Every earlier attempt ended without a verdict: the worker running it died or the shard
-		// outlived the shard timeout.
-		res.Error = fmt.Sprintf("shard %d of job %s was delivered %d times without finishing (a worker crashed or the shard exceeded the shard timeout); the limit is %d attempts",
-			m.Index, m.Job, attempt-1, w.cfg.MaxAttempts)
-		w.gaveUp.Add(1)
-		w.log.Warn("shard gave up", "job", m.Job, "shard", m.Index, "attempt", attempt, "reason", res.Error)
-		done <- outcome{d: d, res: res, final: true}
-		return
-	}
-
-	partial, dur, err := w.run(ctx, d, m)
-	res.Micros = dur.Microseconds()
-	if ctx.Err() != nil {
-		_ = d.Nak(0) // shutting down: let another worker take it now
-		return
-	}
-	if err != nil {
-		w.failed.Add(1)
-		if attempt < w.cfg.MaxAttempts {
-			w.log.Warn("shard failed; will retry", "job", m.Job, "shard", m.Index, "attempt", attempt, "err", err)
-			_ = d.Nak(w.cfg.RetryBackoff * time.Duration(attempt))
-			return
-		}
-		res.Error = fmt.Sprintf("shard %d of job %s failed after %d attempts: last error: %v", m.Index, m.Job, attempt, err)
-		w.gaveUp.Add(1)
-		w.log.Error("shard failed for good", "job", m.Job, "shard", m.Index, "attempt", attempt, "err", err)
-		done <- outcome{d: d, res: res, final: true}
-		return
-	}
-	w.observe(dur)
-	if len(partial) > w.cfg.InlinePartialLimit {
-		name := protocol.PartialBlob(m.Job, m.Index, attempt)
-		if _, err := w.store.Put(ctx, name, partial, store.Cond{}); err != nil {
-			w.log.Warn("storing large partial failed; will retry", "job", m.Job, "shard", m.Index, "err", err)
-			_ = d.Nak(w.cfg.RetryBackoff)
-			return
-		}
-		res.Ref = name
-	} else {
-		res.Partial = partial
-	}
-	done <- outcome{d: d, res: res}
-}
-
 // run executes the map step with panic recovery. The shard is kept alive meanwhile by the feed.
-func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg) (partial []byte, dur time.Duration, err error) {
+func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (partial []byte, dur time.Duration, err error) {
 	w.executed.Add(1)
 	job, err := w.cfg.Registry.Lookup(m.Type)
 	if err != nil {
@@ -293,54 +172,6 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg)
 		case <-time.After(w.cfg.MapDelay):
 		}
 	}
-	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: d.Attempt(), Shard: m.Shard})
+	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
 	return partial, 0, err
-}
-
-// publish starts storing the results of one job in one message and queues their shards to be
-// settled when it is stored: Ack on success, Term for a result that reports its shard failed for
-// good. If the publish fails, the shards are redelivered.
-func (w *Worker) publish(outs []outcome, settles chan<- settle) {
-	rs := make([]*protocol.ResultMsg, len(outs))
-	for i, o := range outs {
-		rs[i] = o.res
-	}
-	r0 := rs[0]
-	// A single result keeps its de-duplicating id; a batch is never re-published (a failure
-	// redelivers its shards), so a unique id suffices.
-	id := protocol.ResultMsgID(r0.Job, r0.Index, r0.Attempt)
-	if len(rs) > 1 {
-		id = protocol.ResultBatchMsgID(r0.Job, nuid.Next())
-	}
-	data, err := protocol.EncodeResults(rs)
-	var fut bus.Future
-	if err == nil {
-		fut, err = w.bus.Publish(bus.Outgoing{Subject: w.bus.ResultSubject(r0.Job), MsgID: id, Data: data})
-	}
-	if err != nil {
-		w.log.Warn("publishing results failed; shards will be redelivered", "job", r0.Job, "results", len(rs), "err", err)
-		for _, o := range outs {
-			_ = o.d.Nak(w.cfg.RetryBackoff)
-		}
-		return
-	}
-	settles <- settle{fut: fut, outs: outs}
-}
-
-func (w *Worker) settle(s settle) {
-	if err := s.fut.Wait(); err != nil {
-		w.log.Warn("publishing results failed; shards will be redelivered", "job", s.outs[0].res.Job, "results", len(s.outs), "err", err)
-		for _, o := range s.outs {
-			_ = o.d.Nak(w.cfg.RetryBackoff)
-		}
-		return
-	}
-	for _, o := range s.outs {
-		if o.final {
-			_ = o.d.Term(o.res.Error)
-			continue
-		}
-		w.succeeded.Add(1)
-		_ = o.d.Ack()
-	}
 }

@@ -351,3 +351,33 @@ func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 }
+
+// A message of several shards runs them all; if one fails, the whole message is retried, and
+// each shard's result is published once, from the attempt that finished them all.
+func TestWorker_ShardBatchRetriedWhole(t *testing.T) {
+	r := newRig(t)
+	w := r.start(worker.Config{RetryBackoff: time.Millisecond}, testJob{typ: "b", fn: func(task jobs.Task) ([]byte, error) {
+		if task.Index == 2 && task.Attempt == 1 {
+			return nil, errors.New("transient")
+		}
+		return []byte(fmt.Sprint(task.Index)), nil
+	}})
+	data, err := protocol.EncodeShards("job-b", "b", 1, 0, [][]byte{{}, {}, {}, {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.b.PublishAll(context.Background(), []bus.Outgoing{{Subject: r.b.ShardTypeSubject("b", "job-b"), MsgID: protocol.ShardMsgID("job-b", 0), Data: data}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, res := range r.results(4) {
+		if seen[res.Index] || res.Attempt != 2 || string(res.Partial) != fmt.Sprint(res.Index) {
+			t.Fatalf("result %+v", res)
+		}
+		seen[res.Index] = true
+	}
+	r.noneQueued()
+	if s := w.Stats(); s.Succeeded != 4 || s.Failed != 1 || s.Redelivered != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -37,13 +37,21 @@ func DecodeShardMsg(data []byte) (*ShardMsg, error) {
 	} else if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: shard: %v", ErrBadMessage, err)
 	}
-	if err := CheckID(m.Job); err != nil {
-		return nil, fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
-	}
-	if m.Type == "" || m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || len(m.Shard) > jobs.MaxShardBytes {
-		return nil, fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
+	if err := m.check(); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+// check validates a decoded shard.
+func (m *ShardMsg) check() error {
+	if err := CheckID(m.Job); err != nil {
+		return fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
+	}
+	if m.Type == "" || m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || len(m.Shard) > jobs.MaxShardBytes {
+		return fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	return nil
 }
 
 // ResultMsg is the outcome of one shard execution, published by a worker, consumed by the leader.

@@ -357,3 +357,70 @@ func FuzzDecodeResults(f *testing.F) {
 		}
 	})
 }
+
+func TestShards_BatchRoundTrip(t *testing.T) {
+	shards := [][]byte{[]byte("a"), {}, []byte("ccc")}
+	b, err := EncodeShards("j1", "primes", 4, 10, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeShards(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d shards", len(got))
+	}
+	for i, m := range got {
+		if m.Job != "j1" || m.Type != "primes" || m.Epoch != 4 || m.Index != 10+i || !bytes.Equal(m.Shard, shards[i]) {
+			t.Fatalf("shard %d: %+v", i, m)
+		}
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := DecodeShards(b[:cut]); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+		}
+	}
+	if _, err := DecodeShards(append(b, 0)); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("trailing byte accepted")
+	}
+	one, _ := EncodeShards("j1", "primes", 4, 7, shards[:1])
+	if got, err := DecodeShards(one); err != nil || len(got) != 1 || got[0].Index != 7 || one[1] != 'S' {
+		t.Fatalf("a batch of one is a plain shard: %v %+v", err, got)
+	}
+	if _, err := EncodeShards("j1", "primes", 4, 0, nil); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("an empty batch encoded")
+	}
+	if _, err := EncodeShards("j1", "", 4, 0, shards); err != nil {
+		t.Fatal(err) // encoding does not check; decoding does:
+	}
+	bad, _ := EncodeShards("j1", "", 4, 0, shards)
+	if _, err := DecodeShards(bad); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("a batch without a type decoded")
+	}
+}
+
+func FuzzDecodeShards(f *testing.F) {
+	b, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a"), []byte("bb")})
+	f.Add(b)
+	one, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a")})
+	f.Add(one)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := DecodeShards(data)
+		if err != nil {
+			return
+		}
+		shards := make([][]byte, len(ms))
+		for i, m := range ms {
+			shards[i] = m.Shard
+		}
+		b, err := EncodeShards(ms[0].Job, ms[0].Type, ms[0].Epoch, ms[0].Index, shards)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := DecodeShards(b)
+		if err != nil || len(again) != len(ms) {
+			t.Fatalf("re-decode: %d shards, %v", len(again), err)
+		}
+	})
+}

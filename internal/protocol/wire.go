@@ -262,3 +262,69 @@ func out0Job(out []*ResultMsg, m *ResultMsg) string {
 	}
 	return out[0].Job
 }
+
+// MaxShardBatch bounds the shards in one message.
+const MaxShardBatch = 256
+
+// EncodeShards returns the wire form of consecutive shards of one job, plan[first:first+n]: a
+// shard message for one, a batch message for several (M T 1, epoch, first index, job, type, a
+// uvarint count, then each shard as a byte string).
+func EncodeShards(job, typ string, epoch uint64, first int, shards [][]byte) ([]byte, error) {
+	switch {
+	case len(shards) == 0 || len(shards) > MaxShardBatch:
+		return nil, fmt.Errorf("%w: %d shards in a batch: use 1 to %d", ErrBadMessage, len(shards), MaxShardBatch)
+	case len(shards) == 1:
+		m := ShardMsg{Job: job, Type: typ, Index: first, Epoch: epoch, Shard: shards[0]}
+		return m.Encode()
+	}
+	n := 24 + len(job) + len(typ)
+	for _, s := range shards {
+		n += 4 + len(s)
+	}
+	b := append(make([]byte, 0, n), 'M', 'T', wireVersion)
+	b = binary.AppendUvarint(b, epoch)
+	b = binary.AppendUvarint(b, uint64(first))
+	b = appendString(b, job)
+	b = appendString(b, typ)
+	b = binary.AppendUvarint(b, uint64(len(shards)))
+	for _, s := range shards {
+		b = appendBytes(b, s)
+	}
+	return b, nil
+}
+
+// DecodeShards parses a shard message or a batch of consecutive shards of one job, checking each
+// as DecodeShardMsg does. Shards alias data.
+func DecodeShards(data []byte) ([]*ShardMsg, error) {
+	body, ok := header(data, 'T')
+	if !ok {
+		m, err := DecodeShardMsg(data)
+		if err != nil {
+			return nil, err
+		}
+		return []*ShardMsg{m}, nil
+	}
+	r := reader{b: body}
+	epoch := r.uvarint(math.MaxUint64)
+	first := r.uvarint(math.MaxInt32)
+	job := r.string(maxIDLen)
+	typ := r.string(maxTypeLen)
+	count := r.uvarint(MaxShardBatch)
+	if r.err == nil && count < 2 {
+		r.err = fmt.Errorf("count %d", count)
+	}
+	var out []*ShardMsg
+	for i := uint64(0); r.err == nil && i < count; i++ {
+		m := &ShardMsg{Job: job, Type: typ, Epoch: epoch, Index: int(first + i), Shard: r.bytes(maxPartial)}
+		if r.err == nil {
+			if err := m.check(); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, m)
+	}
+	if err := r.end(); err != nil {
+		return nil, fmt.Errorf("%w: shard batch: %v", ErrBadMessage, err)
+	}
+	return out, nil
+}
