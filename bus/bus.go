@@ -7,8 +7,9 @@
 // Guarantees:
 //   - A shard or result published here is stored by JetStream before the publish returns (or its
 //     future resolves); nothing in flight is lost while there is no leader.
-//   - Shard publishes carry Nats-Msg-Id = <job>/<index>, so a new leader re-publishing a shard the old
-//     leader already published within DuplicateWindow adds nothing.
+//   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
+//     carries several), so a new leader re-publishing a message the old leader already published
+//     within DuplicateWindow adds nothing.
 //   - A single result carries <job>/<index>/<attempt>, so a retried publish adds nothing; a message
 //     of several results carries <job>/batch/<nonce> (it is never re-published: a failed publish
 //     redelivers its shards). Backup copies of shards carry <job>/<index>/backup.

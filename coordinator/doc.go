@@ -63,6 +63,16 @@
 // drop them as duplicates of the originals, and a re-dispatch of the backup adds nothing). The
 // first result of each shard is merged; the other is a duplicate. Once per job and term.
 //
+// # Shards per message
+//
+// A big job's consecutive shards travel several to a message (ShardsPerMsg, decided when the job
+// is planned and kept in its checkpoint): message k carries shards [k·n, (k+1)·n) and has
+// Nats-Msg-Id <job>/<k·n>. Dispatch always cuts messages at multiples of n, so a new leader
+// resuming from the checkpoint's Dispatched mark re-publishes exactly the messages the old one
+// may have published, with the same ids, which JetStream drops within its duplicate window.
+// Merging stays per shard (the bitmap), so a message redelivered after some of its results were
+// merged only adds duplicates.
+//
 // # Windowed dispatch
 //
 // A job's dispatcher keeps at most DispatchWindow of its shards dispatched and not merged, so the

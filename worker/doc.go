@@ -17,6 +17,9 @@
 //     the bus's shard timeout (default 5s), however long shards run.
 //   - A worker pulls only the types in its registry: during a rolling upgrade, a worker that lacks
 //     a type never receives (so never fails) its shards; they wait for a worker that has it.
+//   - A message may carry several consecutive shards of one job: they run in turn in one slot; if
+//     one fails (and may be retried) the whole message is handed back, and the message is
+//     settled only once every result message carrying its results is stored.
 //   - The hot path has no goroutine, timer or logger per shard, and no JSON: a fixed set of slot
 //     goroutines runs shards; one publisher puts every result available at that moment into one
 //     message per job (never waiting for more: one result when idle, up to 1024 or 512 KiB under

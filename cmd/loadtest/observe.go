@@ -154,17 +154,19 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	}
 	s.subs = append(s.subs, rs)
 	ss, err := nc.Subscribe(c.Bus.ShardSubject(">"), func(m *nats.Msg) {
-		r, err := protocol.DecodeShardMsg(m.Data)
+		ms, err := protocol.DecodeShards(m.Data)
 		if err != nil {
 			return
 		}
 		s.mu.Lock()
-		d := s.dispatches[r.Job]
-		if d == nil {
-			d = map[int]int{}
-			s.dispatches[r.Job] = d
+		for _, r := range ms {
+			d := s.dispatches[r.Job]
+			if d == nil {
+				d = map[int]int{}
+				s.dispatches[r.Job] = d
+			}
+			d[r.Index]++
 		}
-		d[r.Index]++
 		s.mu.Unlock()
 	})
 	if err != nil {
