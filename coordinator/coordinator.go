@@ -15,6 +15,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
@@ -76,6 +77,19 @@ type term struct {
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
+
+	// Checkpoint writes in the background, at most one per job: their outcomes come back on
+	// writes, to the loop.
+	writes   chan written
+	writers  sync.WaitGroup
+	inflight int
+}
+
+// written is the outcome of a background checkpoint write.
+type written struct {
+	s    *snapshot
+	etag store.ETag
+	err  error
 }
 
 type dispatchEvent struct {
@@ -141,6 +155,17 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		}
 	}
 	t.dispatchers.Wait()
+	// Writes in flight finish (or fail) first: each job's next write is If-Match on their ETag.
+	for t.inflight > 0 {
+		w := <-t.writes
+		t.inflight--
+		if !errors.Is(err, ErrDeposed) {
+			if cerr := t.commit(context.WithoutCancel(ctx), w, false); cerr != nil {
+				t.log.Warn("checkpoint", "err", cerr)
+			}
+		}
+	}
+	t.writers.Wait()
 	if !errors.Is(err, ErrDeposed) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 		if cerr := t.checkpointAll(fctx); cerr != nil {
@@ -165,6 +190,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
+		writes: make(chan written, 64),
 	}
 }
 
@@ -197,9 +223,12 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 				return err
 			}
 			if t.pending >= t.cfg.CheckpointEvery {
-				if err := t.checkpointAll(ctx); err != nil {
-					return err
-				}
+				t.checkpointDirty(ctx, true)
+			}
+		case w := <-t.writes:
+			t.inflight--
+			if err := t.commit(ctx, w, true); err != nil {
+				return err
 			}
 		case j := <-t.newJobs:
 			t.adopt(ctx, j)
@@ -212,9 +241,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
-			if err := t.checkpointDirty(ctx, false); err != nil {
-				return err
-			}
+			t.checkpointDirty(ctx, false)
 			if !t.cfg.NoBackupTasks {
 				t.backups(ctx)
 			}
@@ -470,10 +497,10 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	default:
 		_ = d.Ack()
 	}
-	if j.complete && j.cp.State == jobs.StateRunning {
+	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
 		// The last result: finish now, not at the next tick (the final checkpoint carries the
-		// result; it is as fenced as any other).
-		return t.checkpoint(ctx, []*job{j})
+		// result; it is as fenced as any other). A write in flight does it when it is stored.
+		t.startWrite(ctx, j)
 	}
 	return nil
 }
@@ -539,22 +566,83 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	return mergeKept
 }
 
-// checkpointAll writes every dirty job (in parallel), then acknowledges the results each write
-// covers, and hands jobs that ended to clean-up.
-func (t *term) checkpointAll(ctx context.Context) error { return t.checkpointDirty(ctx, true) }
-
-// checkpointDirty writes the dirty jobs: all of them, or only those whose checkpoint is due (see
-// nextDue) and those that ended or completed.
-func (t *term) checkpointDirty(ctx context.Context, all bool) error {
+// checkpointAll writes every dirty job at once (in parallel), then acknowledges the results each
+// write covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
+func (t *term) checkpointAll(ctx context.Context) error {
 	var dirty []*job
-	now := time.Now()
 	for _, j := range t.active {
-		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
-		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
+		if j.dirty || j.complete && !j.cp.State.Terminal() {
 			dirty = append(dirty, j)
 		}
 	}
 	return t.checkpoint(ctx, dirty)
+}
+
+// checkpointDirty starts background writes of the dirty jobs that have none in flight: all of
+// them, or only those whose checkpoint is due (see nextDue) and those that ended or completed.
+// The loop merges on meanwhile; each write's outcome comes back to commit.
+func (t *term) checkpointDirty(ctx context.Context, all bool) {
+	now := time.Now()
+	for _, j := range t.active {
+		if j.writing {
+			continue
+		}
+		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
+		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
+			t.startWrite(ctx, j)
+		}
+	}
+}
+
+// startWrite encodes j's checkpoint now and stores it in the background. The results merged so
+// far go with it, to be acknowledged once it is stored.
+func (t *term) startWrite(ctx context.Context, j *job) {
+	s, err := t.prepare(j)
+	if err != nil {
+		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+		return
+	}
+	s.acks, j.acks = j.acks, nil
+	j.dirty, j.writing = false, true
+	t.inflight++
+	t.writers.Add(1)
+	go func() {
+		defer t.writers.Done()
+		etag, err := t.put(ctx, s)
+		t.writes <- written{s: s, etag: etag, err: err}
+	}()
+}
+
+// commit takes a background write's outcome: on success the job's checkpoint is the snapshot,
+// the results it covers are acknowledged, and an ended job retires; on failure the results wait
+// for the next write (a deposed leader stops). follow starts the next write of a job that
+// completed or ended while this one was in flight.
+func (t *term) commit(ctx context.Context, w written, follow bool) error {
+	j := w.s.j
+	j.writing = false
+	if w.err != nil {
+		j.acks = append(w.s.acks, j.acks...)
+		j.dirty = true
+		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
+			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
+		}
+		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
+		return nil
+	}
+	t.apply(w.s, w.etag)
+	j.nextDue = t.due(time.Since(w.s.start))
+	for _, d := range w.s.acks {
+		_ = d.Ack()
+	}
+	t.pending -= len(w.s.acks)
+	if j.cp.State.Terminal() && !j.dirty {
+		t.retire(ctx, j)
+		return nil
+	}
+	if follow && j.dirty && (j.complete || j.cp.State.Terminal()) {
+		t.startWrite(ctx, j)
+	}
+	return nil
 }
 
 // Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -688,4 +689,55 @@ func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
 			t.Errorf("%q does not name %s", err, want)
 		}
 	}
+}
+
+// gatedStore holds every checkpoint update (not the first write) until the gate opens: a blob
+// store that hangs, which the real one cannot do on demand.
+type gatedStore struct {
+	Store
+	gate chan struct{}
+	hung atomic.Int32
+}
+
+func (g *gatedStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if strings.HasSuffix(name, "/checkpoint") && cond.IfMatch != "" {
+		g.hung.Add(1)
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return g.Store.Put(ctx, name, data, cond)
+}
+
+// Checkpoints are written in the background: a checkpoint write that hangs far longer than the
+// stall timeout does not stop the merge loop (the leader stays healthy), and once it completes
+// the job finishes exactly.
+func TestCoordinator_SlowCheckpointDoesNotStallMerging(t *testing.T) {
+	r := newRig(t)
+	gs := &gatedStore{Store: r.st, gate: make(chan struct{})}
+	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 20 * time.Millisecond,
+		StallTimeout: 300 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond},
+		gs, r.q, connect(t, r.url), store.NewEnv(r.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Lead(ctx, 1) }()
+	var open sync.Once
+	release := func() { open.Do(func() { close(gs.gate) }) }
+	defer func() { release(); cancel(); <-done }()
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("sleep", `{"shards":50,"duration":"1ms"}`)
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return gs.hung.Load() > 0 }, "no checkpoint write started")
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := c.Healthy(); err != nil {
+			t.Fatalf("a hung checkpoint write stalled the loop: %v", err)
+		}
+	}
+	release()
+	st := r.wait(id, 30*time.Second)
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":50,"index_sum":1225}`))
 }

@@ -52,8 +52,12 @@
 // takes about a tenth of the merge loop whatever the aggregate's size, and a big aggregate is
 // written less often instead of stalling merging. CheckpointEvery (merged messages awaiting a
 // checkpoint) still forces one, which bounds what the results consumer holds unacknowledged.
-// Not done: writing in the background (double-buffered) while merging goes on; the write is
-// still inside the loop, only rarer.
+// Checkpoints are written in the background, double-buffered: the loop encodes the aggregate
+// and the done-bitmap together (a consistent snapshot) and hands the blob write to a goroutine,
+// then merges on into the live state; when the write is stored the loop acknowledges exactly the
+// results the snapshot covered. At most one write per job is in flight, so each is If-Match on
+// the ETag of the one before (fencing unchanged); a failed write puts its results back with the
+// next one. Stepping down waits for writes in flight, then writes a final checkpoint.
 //
 // # Backup tasks
 //

@@ -33,6 +33,9 @@ type job struct {
 	complete bool // every shard merged: the next checkpoint finalizes
 	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
 	nextDue time.Time
+	// writing: a checkpoint of the job is being stored in the background (one at a time, so
+	// each write is If-Match on the previous one's ETag).
+	writing bool
 	// For backup tasks: a moving mean of shard run times (µs), when the last shard was merged,
 	// and whether the shards left were backed up.
 	meanMicros float64
@@ -159,9 +162,22 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 	return spec, impl, nil
 }
 
-// write checkpoints j: the aggregate and the done-bitmap in one conditional blob write. When every
-// shard is merged it also finalizes: the checkpoint carries the result and state succeeded.
-func (t *term) write(ctx context.Context, j *job) error {
+// snapshot is a job's checkpoint encoded in the loop, to be stored (in the background, or at
+// once by write). The Done bitmap and the aggregate are encoded together, at one moment of the
+// loop, so the stored checkpoint is consistent however long the write takes.
+type snapshot struct {
+	j       *job
+	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
+	data    []byte
+	ifMatch store.ETag
+	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
+	start   time.Time
+}
+
+// prepare encodes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
+// carries the result and state succeeded.
+func (t *term) prepare(j *job) (*snapshot, error) {
+	start := time.Now()
 	cp := j.cp
 	cp.WriterEpoch = t.epoch
 	cp.Seq++
@@ -169,10 +185,10 @@ func (t *term) write(ctx context.Context, j *job) error {
 	cp.DoneCount = int(j.done.GetCardinality())
 	var err error
 	if cp.Done, err = j.done.ToBytes(); err != nil {
-		return fmt.Errorf("encode done bitmap: %w", err)
+		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
 	if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
-		return fmt.Errorf("encode aggregate: %w", err)
+		return nil, fmt.Errorf("encode aggregate: %w", err)
 	}
 	if j.complete && cp.State == jobs.StateRunning {
 		res, err := j.agg.Result()
@@ -188,17 +204,45 @@ func (t *term) write(ctx context.Context, j *job) error {
 	}
 	data, err := cp.Encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
+	cp.Done, cp.Aggregate = nil, nil
+	return &snapshot{j: j, cp: cp, data: data, ifMatch: j.etag, start: start}, nil
+}
+
+// put stores a snapshot, If-Match on the ETag its job had when it was prepared. It touches no
+// loop state, so it may run in the background.
+func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), s.data, store.Cond{IfMatch: s.ifMatch})
 	if errors.Is(err, store.ErrConflict) {
-		return t.conflict(ctx, j.id)
+		return "", t.conflict(ctx, s.j.id)
 	}
+	return etag, err
+}
+
+// apply records a stored snapshot as its job's last checkpoint. What the loop changed since the
+// snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
+func (t *term) apply(s *snapshot, etag store.ETag) {
+	j := s.j
+	j.etag = etag
+	j.cp.WriterEpoch, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	if s.cp.State.Terminal() {
+		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
+	}
+}
+
+// write checkpoints j at once (claiming a job, stepping down).
+func (t *term) write(ctx context.Context, j *job) error {
+	s, err := t.prepare(j)
 	if err != nil {
 		return err
 	}
-	cp.Done, cp.Aggregate = nil, nil
-	j.cp, j.etag, j.dirty = cp, etag, false
+	etag, err := t.put(ctx, s)
+	if err != nil {
+		return err
+	}
+	t.apply(s, etag)
+	j.dirty = false
 	return nil
 }
 
