@@ -14,9 +14,14 @@ import (
 // per shard (user+sys, from getrusage: NATS server, leader and workers; Azurite is a separate
 // process and not counted) and shards/s.
 //
-//	go test -run XXX -bench NoopShards -benchtime 3x ./coordinator/
+//	go test -run XXX -bench NoopShards -benchtime 5x ./coordinator/
 func BenchmarkNoopShards(b *testing.B) {
-	const shards = 20000
+	for _, shards := range []int{2000, 20000} { // one shard per message; 4 per message
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) { benchNoop(b, shards) })
+	}
+}
+
+func benchNoop(b *testing.B, shards int) {
 	r := newRig(b)
 	r.lead(1)
 	r.work(worker.Config{ID: "w1"})
