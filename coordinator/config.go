@@ -146,8 +146,8 @@ func (c Config) Validate() error {
 	if c.DispatchBatch < 1 || c.DispatchBatch > 65536 {
 		add("DispatchBatch %d: use 1 to 65536 (default 1024)", c.DispatchBatch)
 	}
-	if c.DispatchWindow < c.DispatchBatch {
-		add("DispatchWindow %d: use at least DispatchBatch (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch)
+	if c.DispatchWindow < max(c.DispatchBatch, c.ShardsPerMsg) {
+		add("DispatchWindow %d: use at least DispatchBatch (%d) and ShardsPerMsg (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch, c.ShardsPerMsg)
 	}
 	if c.ShardsPerMsg < 0 || c.ShardsPerMsg > protocol.MaxShardBatch {
 		add("ShardsPerMsg %d: use 0 (decide from the job's size) to %d", c.ShardsPerMsg, protocol.MaxShardBatch)

@@ -405,7 +405,9 @@ func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
 	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < len(plan); {
 		n := min(max(t.cfg.DispatchBatch/per, 1)*per, len(plan)-i)
-		for i+n-int(j.merged.Load()) > t.cfg.DispatchWindow {
+		// Wait while the window is full, but never while nothing is outstanding (a message may
+		// carry more shards than the window).
+		for m := int(j.merged.Load()); i+n-m > t.cfg.DispatchWindow && i > m; m = int(j.merged.Load()) {
 			select {
 			case <-ctx.Done():
 				return
