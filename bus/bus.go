@@ -1,14 +1,21 @@
-// Package bus is the NATS JetStream adapter: the shards stream (work queue, one durable pull
-// consumer shared by every worker), the results stream (work queue, one consumer owned by the
+// Package bus is the NATS JetStream adapter: the shards stream (work queue; shards of job type T
+// on <prefix>.shards.<T>.<job>, one durable pull consumer per type shared by the workers that
+// have it, so filters never overlap), the results stream (work queue, one consumer owned by the
 // current leader), a dead-letter stream, and core-NATS control subjects (leader released, job
 // submitted, job cancelled).
 //
 // Guarantees:
 //   - A shard or result published here is stored by JetStream before the publish returns (or its
 //     future resolves); nothing in flight is lost while there is no leader.
-//   - Shard publishes carry Nats-Msg-Id = <job>/<index>, so a new leader re-publishing a shard the old
-//     leader already published within DuplicateWindow adds nothing.
-//   - Result publishes carry <job>/<index>/<attempt>, so a worker's retried publish adds nothing.
+//   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
+//     carries several), so a new leader re-publishing a message the old leader already published
+//     within DuplicateWindow adds nothing.
+//   - A single result carries <job>/<index>/<attempt>, so a retried publish adds nothing; a message
+//     of several results carries <job>/batch/<nonce> (it is never re-published: a failed publish
+//     redelivers its shards). Backup copies of shards carry <job>/<index>/backup.
+//   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
+//     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's
+//     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).
 //   - OpenResults deletes and recreates the leader's consumer, so results a dead leader had fetched
 //     but not acknowledged are delivered at once, not after AckWait.
 //
@@ -20,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,12 +39,14 @@ import (
 // Config names the streams and sets their limits. The zero value of a field takes its default.
 type Config struct {
 	// Prefix starts every stream name and subject (default "mapagg"): streams <PREFIX>_SHARDS,
-	// <PREFIX>_RESULTS, <PREFIX>_DEAD; subjects <prefix>.shards.<job>, <prefix>.results.<job>.
+	// <PREFIX>_RESULTS, <PREFIX>_DEAD; subjects <prefix>.shards.<type>.<job>, <prefix>.results.<job>.
 	Prefix string
 	// Replicas is the stream replica count (default 1; 3 on a production NATS cluster).
 	Replicas int
-	// ShardTimeout is the shards consumer's AckWait: a shard not acknowledged (or marked in
-	// progress) within it is redelivered to another worker. Default 30s.
+	// ShardTimeout is the shards consumers' AckWait: a shard not acknowledged (or marked in
+	// progress) within it is redelivered to another worker, so it is how long a dead worker's
+	// shards wait. Live workers mark every shard they hold in progress every third of it, however
+	// long the shard runs. Default 5s.
 	ShardTimeout time.Duration
 	// ResultsAckWait is the results consumer's AckWait. Default 60s (results wait for checkpoints).
 	ResultsAckWait time.Duration
@@ -51,11 +61,12 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 30 * time.Second, ResultsAckWait: 60 * time.Second,
+	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 5 * time.Second, ResultsAckWait: 60 * time.Second,
 		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute}
 }
 
-func (c *Config) fill() {
+// withDefaults fills zero fields: the one place defaults are applied.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Prefix == "" {
 		c.Prefix = d.Prefix
@@ -75,22 +86,53 @@ func (c *Config) fill() {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = d.DuplicateWindow
 	}
+	return c
 }
 
-// Validate refuses impossible settings.
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = errors.New("bus: invalid config")
+
+// Validate reports every impossible setting and what to change (zero fields are valid: they take
+// their defaults).
 func (c Config) Validate() error {
-	c.fill()
-	switch {
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("bus: replicas %d: must be 1 to 5", c.Replicas)
-	case c.ShardTimeout < time.Second:
-		return fmt.Errorf("bus: shard timeout %v: must be at least 1s", c.ShardTimeout)
-	case c.ResultsAckWait < time.Second:
-		return fmt.Errorf("bus: results ack wait %v: must be at least 1s", c.ResultsAckWait)
-	case c.DuplicateWindow < time.Minute:
-		return fmt.Errorf("bus: duplicate window %v: must be at least 1m (it must outlast a failover)", c.DuplicateWindow)
+	c = c.withDefaults()
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if !validPrefix(c.Prefix) {
+		add("Prefix %q: use letters, digits, '-' and '_' only, up to 64 (default %q)", c.Prefix, "mapagg")
 	}
-	return nil
+	if c.Replicas < 1 || c.Replicas > 5 {
+		add("Replicas %d: use 1 to 5 (default 1; 3 on a production NATS cluster)", c.Replicas)
+	}
+	if c.ShardTimeout < time.Second {
+		add("ShardTimeout %v: use at least 1s (default 5s)", c.ShardTimeout)
+	}
+	if c.ResultsAckWait < time.Second {
+		add("ResultsAckWait %v: use at least 1s (default 60s)", c.ResultsAckWait)
+	}
+	if c.ResultsMaxAckPending < 1 {
+		add("ResultsMaxAckPending %d: use at least 1 (default 262144)", c.ResultsMaxAckPending)
+	}
+	if c.DuplicateWindow < time.Minute {
+		add("DuplicateWindow %v: use at least 1m, it must outlast a failover (default 10m)", c.DuplicateWindow)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+func validPrefix(p string) bool {
+	if p == "" || len(p) > 64 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Control subjects (core NATS, fire-and-forget hints; correctness never depends on them).
@@ -113,10 +155,10 @@ type Bus struct {
 // Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
 // add credentials and TLS. Settings the server cannot honour fail with ErrMisconfigured.
 func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.fill()
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, opts...)...)
 	if err != nil {
@@ -147,10 +189,11 @@ func (b *Bus) Conn() *nats.Conn { return b.nc }
 // Config returns the effective configuration.
 func (b *Bus) Config() Config { return b.cfg }
 
-const workersConsumer = "workers"
+const legacyWorkersConsumer = "workers"
 const leaderConsumer = "leader"
 
-// Ensure creates or updates the streams and the shared workers consumer. Every process calls it at
+// Ensure creates or updates the streams (the per-type shard consumers are created by the workers
+// that pull from them, see Shards). Every process calls it at
 // start; concurrent calls with the same configuration all succeed.
 func (b *Bus) Ensure(ctx context.Context) error {
 	storage := jetstream.FileStorage
@@ -170,24 +213,30 @@ func (b *Bus) Ensure(ctx context.Context) error {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
-	_, err := b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig())
-	if err != nil {
-		return fmt.Errorf("ensure consumer %s: %w", workersConsumer, err)
+	// The one shared consumer of earlier releases filtered every shard; its filter would overlap
+	// the per-type consumers, which a work-queue stream refuses.
+	if err := b.js.DeleteConsumer(ctx, b.shardStream, legacyWorkersConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("remove the legacy consumer %s: %w", legacyWorkersConsumer, err)
 	}
 	return nil
 }
 
-func (b *Bus) workersConsumerConfig() jetstream.ConsumerConfig {
+func (b *Bus) workersConsumerConfig(typ string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable: workersConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
+		Durable: b.names.WorkersConsumer(typ), AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ShardTimeout,
 		// Unlimited deliveries: the worker enforces the attempt limit from the delivery count, so a
 		// shard whose every attempt crashed still reaches a live worker, which reports the failure.
-		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.names.ShardSubject(">"),
+		MaxDeliver: -1, MaxAckPending: 65536, FilterSubject: b.names.ShardTypeFilter(typ),
+		MaxWaiting: 4096,
 	}
 }
 
-// ShardSubject is the subject of job's shards.
+// ShardSubject is the filter matching every shard of job (whatever its type); ShardSubject(">")
+// matches every shard.
 func (b *Bus) ShardSubject(job string) string { return b.names.ShardSubject(job) }
+
+// ShardTypeSubject is the subject a shard of job, of job type typ, is published on.
+func (b *Bus) ShardTypeSubject(typ, job string) string { return b.names.ShardTypeSubject(typ, job) }
 
 // ResultSubject is the subject of job's results.
 func (b *Bus) ResultSubject(job string) string { return b.names.ResultSubject(job) }
@@ -245,13 +294,40 @@ func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 	return ch
 }
 
+// Future is a publish in flight.
+type Future struct {
+	f  jetstream.PubAckFuture
+	id string
+}
+
+// Wait returns nil once JetStream stored the message, or the error (at the latest after the
+// client's publish timeout).
+func (f Future) Wait() error {
+	select {
+	case <-f.f.Ok():
+		return nil
+	case err := <-f.f.Err():
+		return fmt.Errorf("%w: %s: %w", ErrPublish, f.id, err)
+	}
+}
+
+// Publish starts publishing one message without a goroutine of its own; Wait on the future for
+// its outcome. Futures resolve in publish order, so one goroutine can settle them in turn.
+func (b *Bus) Publish(m Outgoing) (Future, error) {
+	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+	if err != nil {
+		return Future{}, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+	}
+	return Future{f: f, id: m.MsgID}, nil
+}
+
 // PurgeJob removes every queued shard of job from the shards stream.
 func (b *Bus) PurgeJob(ctx context.Context, job string) error {
 	s, err := b.js.Stream(ctx, b.shardStream)
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", job, err)
 	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.ShardSubject(job))); err != nil {
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(b.names.ShardSubject(job))); err != nil {
 		return fmt.Errorf("purge %s: %w", job, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 type Delivery struct {
 	msg     jetstream.Msg
 	attempt int
+	feed    *ShardFeed // set for shards: settling releases the delivery from its feed
 }
 
 // Data is the message body.
@@ -27,16 +28,22 @@ func (d *Delivery) Subject() string { return d.msg.Subject() }
 func (d *Delivery) Attempt() int { return d.attempt }
 
 // Ack removes the message from its work-queue stream.
-func (d *Delivery) Ack() error { return d.msg.Ack() }
+func (d *Delivery) Ack() error { d.release(); return d.msg.Ack() }
 
 // Nak asks for redelivery after delay.
-func (d *Delivery) Nak(delay time.Duration) error { return d.msg.NakWithDelay(delay) }
+func (d *Delivery) Nak(delay time.Duration) error { d.release(); return d.msg.NakWithDelay(delay) }
 
 // InProgress resets the message's ack timer (+WPI): the consumer is still working on it.
 func (d *Delivery) InProgress() error { return d.msg.InProgress() }
 
 // Term stops redelivery for good.
-func (d *Delivery) Term(reason string) error { return d.msg.TermWithReason(reason) }
+func (d *Delivery) Term(reason string) error { d.release(); return d.msg.TermWithReason(reason) }
+
+func (d *Delivery) release() {
+	if d.feed != nil {
+		d.feed.release(d)
+	}
+}
 
 func newDelivery(m jetstream.Msg) *Delivery {
 	d := &Delivery{msg: m, attempt: 1}
@@ -127,18 +134,6 @@ func (f *Feed) Err() (int, error) {
 func (f *Feed) Stop() {
 	f.cancel()
 	<-f.done
-}
-
-// Shards starts a feed of the shared workers consumer, pulling up to prefetch messages ahead.
-func (b *Bus) Shards(ctx context.Context, prefetch int) (*Feed, error) {
-	cons, err := b.js.Consumer(ctx, b.shardStream, workersConsumer)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		cons, err = b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("shards consumer: %w", err)
-	}
-	return startFeed(ctx, cons, max(prefetch, 1))
 }
 
 // OpenResults makes this leader the only consumer of the results stream: it deletes every other

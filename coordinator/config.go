@@ -5,17 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 
-// Config configures a Coordinator. Zero fields take their defaults.
+// Config configures a Coordinator. Zero fields take their defaults (DefaultConfig).
 type Config struct {
-	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked).
+	// CheckpointInterval is how often dirty jobs are checkpointed (and their results acked). A
+	// job whose checkpoint is costly is checkpointed less often: after 10 × what its last
+	// checkpoint took, up to 50 × CheckpointInterval. A job's last result is checkpointed at once.
 	// Default 200ms.
 	CheckpointInterval time.Duration
 	// CheckpointEvery checkpoints sooner once this many merged results wait for a checkpoint.
@@ -35,6 +39,14 @@ type Config struct {
 	RescanInterval time.Duration
 	// DispatchBatch is how many shards are published per JetStream round of acks. Default 1024.
 	DispatchBatch int
+	// DispatchWindow bounds how many shards of one job are dispatched and not yet merged (queued
+	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
+	// the job's size. It must be at least DispatchBatch. Default 16384.
+	DispatchWindow int
+	// ShardsPerMsg is how many consecutive shards of a job travel in one message, decided when
+	// the job is planned (and kept in its checkpoint): 0 decides from the job's size (one each
+	// below 4096 shards, else total/4096, 2 to 16). Default 0.
+	ShardsPerMsg int
 	// MaxActiveJobs bounds the jobs running at once; intake waits beyond it. Default 64.
 	MaxActiveJobs int
 	// StallTimeout: Healthy reports an error when the main loop has not turned for this long, so
@@ -42,6 +54,11 @@ type Config struct {
 	StallTimeout time.Duration
 	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
 	ResultsPrefetch int
+	// NoBackupTasks turns off backup tasks: near a job's end (every shard dispatched, at most a
+	// tenth left), when no result has come for 4 × the job's mean shard time (at least 200ms),
+	// the shards left are dispatched once more, so a slow worker does not hold the job up; the
+	// first result of each wins and the other is dropped as a duplicate. Default false (on).
+	NoBackupTasks bool
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
@@ -62,14 +79,12 @@ func DefaultConfig() Config {
 	return Config{
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
-		DispatchBatch: 1024, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
+		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 	}
 }
 
-func (c *Config) fill() {
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
+// withDefaults fills zero fields: the one place defaults are applied.
+func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	set := func(p *time.Duration, v time.Duration) {
 		if *p == 0 {
@@ -84,7 +99,7 @@ func (c *Config) fill() {
 	for _, p := range []struct {
 		p *int
 		v int
-	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
+	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
 		if *p.p == 0 {
 			*p.p = p.v
 		}
@@ -101,25 +116,61 @@ func (c *Config) fill() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	return c
 }
 
-// Validate refuses impossible settings.
+// ErrInvalidConfig is matched by every error Validate returns.
+var ErrInvalidConfig = errors.New("coordinator: invalid config")
+
+// Validate reports every impossible setting and what to change (zero fields are valid: they
+// take their defaults).
 func (c Config) Validate() error {
-	switch {
-	case c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute:
-		return fmt.Errorf("coordinator: checkpoint interval %v: must be 1ms to 1m", c.CheckpointInterval)
-	case c.CheckpointEvery < 1:
-		return fmt.Errorf("coordinator: checkpoint every %d results: must be at least 1", c.CheckpointEvery)
-	case c.QueueVisibility < 5*time.Second:
-		return fmt.Errorf("coordinator: queue visibility %v: must be at least 5s (planning must finish within it)", c.QueueVisibility)
-	case c.DispatchBatch < 1 || c.DispatchBatch > 65536:
-		return fmt.Errorf("coordinator: dispatch batch %d: must be 1 to 65536", c.DispatchBatch)
-	case c.MaxActiveJobs < 1:
-		return fmt.Errorf("coordinator: max active jobs %d: must be at least 1", c.MaxActiveJobs)
-	case c.StallTimeout <= c.CheckpointInterval:
-		return fmt.Errorf("coordinator: stall timeout %v must exceed the checkpoint interval %v", c.StallTimeout, c.CheckpointInterval)
+	c = c.withDefaults()
+	var probs []string
+	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
+	if c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute {
+		add("CheckpointInterval %v: use 1ms to 1m (default 200ms)", c.CheckpointInterval)
 	}
-	return nil
+	if c.CheckpointEvery < 1 {
+		add("CheckpointEvery %d: use at least 1, below the bus's ResultsMaxAckPending (default 8192)", c.CheckpointEvery)
+	}
+	if c.QueuePoll < time.Millisecond {
+		add("QueuePoll %v: use at least 1ms (default 500ms)", c.QueuePoll)
+	}
+	if c.QueueVisibility < 5*time.Second {
+		add("QueueVisibility %v: use at least 5s, planning must finish within it (default 60s)", c.QueueVisibility)
+	}
+	if c.MaxQueueDequeues < 1 {
+		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)
+	}
+	if c.RescanInterval < 10*time.Millisecond {
+		add("RescanInterval %v: use at least 10ms (default 5s)", c.RescanInterval)
+	}
+	if c.DispatchBatch < 1 || c.DispatchBatch > 65536 {
+		add("DispatchBatch %d: use 1 to 65536 (default 1024)", c.DispatchBatch)
+	}
+	if c.DispatchWindow < max(c.DispatchBatch, c.ShardsPerMsg) {
+		add("DispatchWindow %d: use at least DispatchBatch (%d) and ShardsPerMsg (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch, c.ShardsPerMsg)
+	}
+	if c.ShardsPerMsg < 0 || c.ShardsPerMsg > protocol.MaxShardBatch {
+		add("ShardsPerMsg %d: use 0 (decide from the job's size) to %d", c.ShardsPerMsg, protocol.MaxShardBatch)
+	}
+	if c.MaxActiveJobs < 1 {
+		add("MaxActiveJobs %d: use at least 1 (default 64)", c.MaxActiveJobs)
+	}
+	if c.ResultsPrefetch < 1 {
+		add("ResultsPrefetch %d: use at least 1 (default 2048)", c.ResultsPrefetch)
+	}
+	if c.StallTimeout <= c.CheckpointInterval {
+		add("StallTimeout %v: use more than CheckpointInterval (%v) (default 10s)", c.StallTimeout, c.CheckpointInterval)
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
 }
 
 // Store is the jobs container (store.Container).
@@ -140,7 +191,7 @@ type Queue interface {
 // Bus is what the leader needs of JetStream (bus.Bus).
 type Bus interface {
 	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
-	ShardSubject(job string) string
+	ShardTypeSubject(typ, job string) string
 	PurgeJob(ctx context.Context, job string) error
 	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error

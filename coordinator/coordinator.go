@@ -15,6 +15,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
@@ -34,7 +35,7 @@ type Coordinator struct {
 // New returns a coordinator over the jobs container, the intake queue and the bus; env is what
 // job types read when they split a job.
 func New(cfg Config, st Store, q Queue, b Bus, env jobs.Env) (*Coordinator, error) {
-	cfg.fill()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -76,6 +77,19 @@ type term struct {
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
+
+	// Checkpoint writes in the background, at most one per job: their outcomes come back on
+	// writes, to the loop.
+	writes   chan written
+	writers  sync.WaitGroup
+	inflight int
+}
+
+// written is the outcome of a background checkpoint write.
+type written struct {
+	s    *snapshot
+	etag store.ETag
+	err  error
 }
 
 type dispatchEvent struct {
@@ -141,6 +155,17 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		}
 	}
 	t.dispatchers.Wait()
+	// Writes in flight finish (or fail) first: each job's next write is If-Match on their ETag.
+	for t.inflight > 0 {
+		w := <-t.writes
+		t.inflight--
+		if !errors.Is(err, ErrDeposed) {
+			if cerr := t.commit(context.WithoutCancel(ctx), w, false); cerr != nil {
+				t.log.Warn("checkpoint", "err", cerr)
+			}
+		}
+	}
+	t.writers.Wait()
 	if !errors.Is(err, ErrDeposed) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 		if cerr := t.checkpointAll(fctx); cerr != nil {
@@ -165,6 +190,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
+		writes: make(chan written, 64),
 	}
 }
 
@@ -197,9 +223,12 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 				return err
 			}
 			if t.pending >= t.cfg.CheckpointEvery {
-				if err := t.checkpointAll(ctx); err != nil {
-					return err
-				}
+				t.checkpointDirty(ctx, true)
+			}
+		case w := <-t.writes:
+			t.inflight--
+			if err := t.commit(ctx, w, true); err != nil {
+				return err
 			}
 		case j := <-t.newJobs:
 			t.adopt(ctx, j)
@@ -212,8 +241,9 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
-			if err := t.checkpointAll(ctx); err != nil {
-				return err
+			t.checkpointDirty(ctx, false)
+			if !t.cfg.NoBackupTasks {
+				t.backups(ctx)
 			}
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
@@ -240,7 +270,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		t.dispatchers.Add(1)
 		go func() {
 			defer t.dispatchers.Done()
-			t.dispatch(dctx, j.id, j.spec.Type, j.cp.PlanEpoch, j.plan, j.cp.Dispatched)
+			t.dispatch(dctx, j, j.plan, j.cp.Dispatched)
 		}()
 	}
 	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
@@ -365,21 +395,35 @@ func (t *term) onDispatched(ev dispatchEvent) {
 	}
 }
 
-// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop. A
-// publish that fails is retried until ctx ends: the shards stream may be briefly unavailable.
-func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan [][]byte, from int) {
-	subject := t.bus.ShardSubject(id)
+// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop, and
+// keeps at most DispatchWindow of them dispatched and not merged. A publish that fails is
+// retried until ctx ends: the shards stream may be briefly unavailable. Published shards are
+// dropped from the plan, so a freshly split job's memory shrinks as it is dispatched.
+func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
+	id, typ, epoch := j.id, j.spec.Type, j.cp.PlanEpoch
+	subject := t.bus.ShardTypeSubject(typ, id)
+	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < len(plan); {
-		n := min(t.cfg.DispatchBatch, len(plan)-i)
-		batch := make([]bus.Outgoing, 0, n)
-		for k := i; k < i+n; k++ {
-			m := protocol.ShardMsg{Job: id, Type: typ, Index: k, Epoch: epoch, Shard: plan[k]}
-			data, err := m.Encode()
+		n := min(max(t.cfg.DispatchBatch/per, 1)*per, len(plan)-i)
+		// Wait while the window is full, but never while nothing is outstanding (a message may
+		// carry more shards than the window).
+		for m := int(j.merged.Load()); i+n-m > t.cfg.DispatchWindow && i > m; m = int(j.merged.Load()) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-j.progress:
+			}
+		}
+		batch := make([]bus.Outgoing, 0, n/per+1)
+		for k := i; k < i+n; {
+			end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
+			data, err := protocol.EncodeShards(id, typ, epoch, k, plan[k:end])
 			if err != nil {
 				t.report(ctx, dispatchEvent{job: id, err: err})
 				return
 			}
 			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
+			k = end
 		}
 		if err := t.bus.PublishAll(ctx, batch); err != nil {
 			if ctx.Err() != nil {
@@ -393,6 +437,7 @@ func (t *term) dispatch(ctx context.Context, id, typ string, epoch uint64, plan 
 			}
 			continue
 		}
+		clear(plan[i : i+n])
 		i += n
 		t.report(ctx, dispatchEvent{job: id, upto: i})
 	}
@@ -405,11 +450,14 @@ func (t *term) report(ctx context.Context, ev dispatchEvent) {
 	}
 }
 
-// onResult merges one result, exactly once: a result is merged only if its shard is not in the
-// done-bitmap and its epoch is the job's plan epoch; it is acknowledged only after the checkpoint
-// that includes it is written. Results that change nothing are acknowledged at once.
+// onResult merges the results of one message (one result, or a batch of one job's), exactly once:
+// a result is merged only if its shard is not in the done-bitmap and its epoch is the job's plan
+// epoch; the message is acknowledged only after the checkpoint that includes every result it
+// merged is written. A message that changes nothing is acknowledged at once; one with a result
+// that cannot be merged yet (its large partial unreadable) is handed back whole, and the results
+// of it already merged come back as duplicates, which are dropped.
 func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
-	r, err := protocol.DecodeResultMsg(d.Data())
+	rs, err := protocol.DecodeResults(d.Data())
 	if err != nil {
 		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
 		t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Err: err})
@@ -420,62 +468,98 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		_ = d.Term(err.Error())
 		return nil
 	}
-	j, ok := t.active[r.Job]
+	id := rs[0].Job // a batch holds one job's results
+	j, ok := t.active[id]
 	if !ok {
-		if _, seen := t.finished[r.Job]; !seen {
-			if err := t.ensure(ctx, r.Job); err != nil {
+		if _, seen := t.finished[id]; !seen {
+			if err := t.ensure(ctx, id); err != nil {
 				return err
 			}
 		}
-		if j, ok = t.active[r.Job]; !ok {
+		if j, ok = t.active[id]; !ok {
 			_ = d.Ack() // the job ended (or was never planned): nothing to merge into
 			return nil
 		}
 	}
+	hold, retry := false, false
+	for _, r := range rs {
+		switch t.mergeOne(ctx, j, r) {
+		case mergeKept:
+			hold = true
+		case mergeRetry:
+			retry = true
+		}
+	}
+	switch {
+	case retry:
+		_ = d.Nak(time.Second)
+	case hold:
+		j.acks = append(j.acks, d)
+		t.pending++
+	default:
+		_ = d.Ack()
+	}
+	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
+		// The last result: finish now, not at the next tick (the final checkpoint carries the
+		// result; it is as fenced as any other). A write in flight does it when it is stored.
+		t.startWrite(ctx, j)
+	}
+	return nil
+}
+
+type mergeOutcome int
+
+const (
+	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
+	mergeKept                        // changed the job: ack after the next checkpoint
+	mergeRetry                       // cannot be merged now: hand the message back
+)
+
+// mergeOne merges one result into j, or says why not.
+func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) mergeOutcome {
 	switch {
 	case r.Epoch != j.cp.PlanEpoch:
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
-		_ = d.Ack()
-		return nil
+		return mergeDropped
 	case r.Index >= j.cp.Total:
 		t.log.Error("result for a shard outside the plan; dead-lettered", "job", r.Job, "shard", r.Index, "total", j.cp.Total)
-		_ = t.bus.DeadLetter(ctx, "results", d.Data(), "shard index outside the plan")
-		_ = d.Term("shard index outside the plan")
-		return nil
+		if data, err := r.Encode(); err == nil {
+			_ = t.bus.DeadLetter(ctx, "results", data, "shard index outside the plan")
+		}
+		return mergeDropped
 	case j.cp.State.Terminal():
-		_ = d.Ack()
-		return nil
+		return mergeDropped
 	case j.done.Contains(uint32(r.Index)):
 		j.cp.Duplicates++
 		t.cfg.Metrics.DuplicateDropped()
 		j.dirty = true
-		_ = d.Ack()
-		return nil
+		return mergeKept
 	case r.Error != "":
 		t.end(j, jobs.StateFailed, r.Error)
-		j.acks = append(j.acks, d)
-		t.pending++
-		return nil
+		return mergeKept
 	}
 	partial := r.Partial
 	if r.Ref != "" {
+		var err error
 		if partial, _, err = t.store.Get(ctx, r.Ref); err != nil {
 			t.log.Warn("reading a large partial failed; result redelivered later", "job", r.Job, "ref", r.Ref, "err", err)
-			_ = d.Nak(time.Second)
-			return nil
+			return mergeRetry
 		}
 	}
 	if err := j.agg.Merge(partial); err != nil {
 		t.end(j, jobs.StateFailed, fmt.Sprintf("merge shard %d: %v", r.Index, err))
-		j.acks = append(j.acks, d)
-		t.pending++
-		return nil
+		return mergeKept
 	}
 	j.done.Add(uint32(r.Index))
 	t.cfg.Metrics.ResultMerged()
-	j.acks = append(j.acks, d)
+	j.mergedOne()
 	j.dirty = true
-	t.pending++
+	j.lastMerge = time.Now()
+	if j.meanMicros == 0 {
+		j.meanMicros = float64(max(r.Micros, 1))
+	} else {
+		j.meanMicros += (float64(r.Micros) - j.meanMicros) / 16
+	}
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
@@ -483,11 +567,11 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	if int(j.done.GetCardinality()) == j.cp.Total {
 		j.complete = true
 	}
-	return nil
+	return mergeKept
 }
 
-// checkpointAll writes every dirty job (in parallel), then acknowledges the results each write
-// covers, and hands jobs that ended to clean-up.
+// checkpointAll writes every dirty job at once (in parallel), then acknowledges the results each
+// write covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
 func (t *term) checkpointAll(ctx context.Context) error {
 	var dirty []*job
 	for _, j := range t.active {
@@ -495,14 +579,107 @@ func (t *term) checkpointAll(ctx context.Context) error {
 			dirty = append(dirty, j)
 		}
 	}
+	return t.checkpoint(ctx, dirty)
+}
+
+// checkpointDirty starts background writes of the dirty jobs that have none in flight: all of
+// them, or only those whose checkpoint is due (see nextDue) and those that ended or completed.
+// The loop merges on meanwhile; each write's outcome comes back to commit.
+func (t *term) checkpointDirty(ctx context.Context, all bool) {
+	now := time.Now()
+	for _, j := range t.active {
+		if j.writing {
+			continue
+		}
+		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
+		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
+			t.startWrite(ctx, j)
+		}
+	}
+}
+
+// startWrite encodes j's checkpoint now and stores it in the background. The results merged so
+// far go with it, to be acknowledged once it is stored.
+func (t *term) startWrite(ctx context.Context, j *job) {
+	s, err := t.prepare(j)
+	if err != nil {
+		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+		return
+	}
+	s.acks, j.acks = j.acks, nil
+	j.dirty, j.writing = false, true
+	t.inflight++
+	t.writers.Add(1)
+	go func() {
+		defer t.writers.Done()
+		etag, err := t.put(ctx, s)
+		t.writes <- written{s: s, etag: etag, err: err}
+	}()
+}
+
+// commit takes a background write's outcome: on success the job's checkpoint is the snapshot,
+// the results it covers are acknowledged, and an ended job retires; on failure the results wait
+// for the next write (a deposed leader stops). follow starts the next write of a job that
+// completed or ended while this one was in flight.
+func (t *term) commit(ctx context.Context, w written, follow bool) error {
+	j := w.s.j
+	j.writing = false
+	if w.err != nil {
+		j.acks = append(w.s.acks, j.acks...)
+		j.dirty = true
+		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
+			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
+		}
+		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
+		return nil
+	}
+	t.apply(w.s, w.etag)
+	j.nextDue = t.due(time.Since(w.s.start))
+	for _, d := range w.s.acks {
+		_ = d.Ack()
+	}
+	t.pending -= len(w.s.acks)
+	if j.cp.State.Terminal() && !j.dirty {
+		t.retire(ctx, j)
+		return nil
+	}
+	if follow && j.dirty && (j.complete || j.cp.State.Terminal()) {
+		t.startWrite(ctx, j)
+	}
+	return nil
+}
+
+// Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took
+// c to encode and write is next checkpointed (on the tick) after max(CheckpointInterval, 10c), at
+// most maxIntervalFactor × CheckpointInterval later. A big aggregate is then written less often,
+// instead of stalling merging; acknowledgements wait for it (bounded by CheckpointEvery).
+const (
+	costFactor        = 10
+	maxIntervalFactor = 50
+)
+
+func (t *term) due(cost time.Duration) time.Time {
+	iv := min(max(t.cfg.CheckpointInterval, costFactor*cost), maxIntervalFactor*t.cfg.CheckpointInterval)
+	return time.Now().Add(iv)
+}
+
+// checkpoint writes the given jobs (in parallel), then acknowledges the results each write
+// covers, and hands jobs that ended to clean-up.
+func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 	if len(dirty) == 0 {
 		return nil
 	}
 	errs := make([]error, len(dirty))
+	costs := make([]time.Duration, len(dirty))
 	var g errgroup.Group
 	g.SetLimit(16)
 	for i, j := range dirty {
-		g.Go(func() error { errs[i] = t.write(ctx, j); return nil })
+		g.Go(func() error {
+			start := time.Now()
+			errs[i] = t.write(ctx, j)
+			costs[i] = time.Since(start)
+			return nil
+		})
 	}
 	_ = g.Wait()
 	for i, j := range dirty {
@@ -513,6 +690,7 @@ func (t *term) checkpointAll(ctx context.Context) error {
 			t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 			continue
 		}
+		j.nextDue = t.due(costs[i])
 		for _, d := range j.acks {
 			_ = d.Ack()
 		}

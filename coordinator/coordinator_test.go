@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // rig is one test's real storage, queue and JetStream, with a coordinator and workers on demand.
 type rig struct {
-	t    *testing.T
+	t    testing.TB
 	blob *azblob.Client
 	st   *store.Container
 	q    *queue.Queue
@@ -40,7 +41,7 @@ type rig struct {
 	url  string
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	conn := testenv.Azurite(t)
 	url := testenv.NATS(t)
@@ -64,7 +65,7 @@ func newRig(t *testing.T) *rig {
 	return &rig{t: t, blob: blob, st: st, q: q, b: b, url: url, cl: &client.Client{Store: st, Queue: q, Notify: b, Registry: builtin.Registry()}}
 }
 
-func connect(t *testing.T, url string) *bus.Bus {
+func connect(t testing.TB, url string) *bus.Bus {
 	t.Helper()
 	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second})
 	if err != nil {
@@ -98,9 +99,15 @@ func (r *rig) lead(epoch uint64) *leading { return r.leadObserved(epoch, nil) }
 
 // leadObserved is lead with an event hook.
 func (r *rig) leadObserved(epoch uint64, onEvent func(Event)) *leading {
+	return r.leadWith(epoch, func(c *Config) { c.OnEvent = onEvent })
+}
+
+// leadWith is lead with the test's config changes.
+func (r *rig) leadWith(epoch uint64, change func(*Config)) *leading {
 	r.t.Helper()
-	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond, OnEvent: onEvent},
-		r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
+	cfg := Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond}
+	change(&cfg)
+	c, err := New(cfg, r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -197,6 +204,97 @@ func sameJSON(t *testing.T, got, want json.RawMessage) {
 	}
 }
 
+// A job finishes the moment its last result is merged, not at the next checkpoint tick: with a
+// 1-minute tick, it still finishes in seconds, with the exact result.
+func TestCoordinator_FinishesAtLastMerge(t *testing.T) {
+	r := newRig(t)
+	r.leadWith(1, func(c *Config) { c.CheckpointInterval, c.StallTimeout = time.Minute, 2*time.Minute })
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("primes", `{"from":0,"to":1000000,"shards":20}`)
+	st := r.wait(id, 20*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"count":78498}`))
+}
+
+// Dispatch is windowed: a job never has more than DispatchWindow shards dispatched and not merged,
+// so the shards stream's backlog stays bounded whatever the job's size.
+func TestCoordinator_DispatchWindowBoundsBacklog(t *testing.T) {
+	r := newRig(t)
+	r.leadWith(1, func(c *Config) { c.DispatchBatch, c.DispatchWindow = 8, 32 })
+	r.work(worker.Config{Concurrency: 2, Prefetch: 2}) // holds at most 4 shards
+	id := r.submit("sleep", `{"shards":400,"duration":"1ms"}`)
+	ctx, cancel := context.WithCancel(context.Background())
+	peak := make(chan uint64)
+	go func() {
+		var most uint64
+		for ctx.Err() == nil {
+			if n, err := r.b.QueuedShards(ctx); err == nil && n > most {
+				most = n
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		peak <- most
+	}()
+	st := r.wait(id, 60*time.Second)
+	cancel()
+	most := <-peak
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":400,"index_sum":79800}`))
+	// The stream holds the window's shards, plus at most the 4 the worker holds whose results
+	// were merged before the worker's ack reached the stream.
+	if most > 32+4 || most == 0 {
+		t.Fatalf("peak backlog %d shards, want 1 to the window of 32 (+4 acks in flight)", most)
+	}
+}
+
+// Backup tasks: a worker that holds a shard far longer than its peers take does not hold the job
+// up: near the end the shard is dispatched again, the fast worker's result wins, the result is
+// exact, and the straggler's own result (if it ever comes) is dropped as a duplicate.
+func TestCoordinator_BackupTasksBeatAStraggler(t *testing.T) {
+	r := newRig(t)
+	r.lead(1)
+	r.work(worker.Config{ID: "straggler", Concurrency: 1, MapDelay: time.Minute})
+	time.Sleep(300 * time.Millisecond) // the straggler's feed is pulling first
+	id := r.submit("sleep", `{"shards":30,"duration":"2ms"}`)
+	time.Sleep(time.Second) // the straggler took a shard
+	r.work(worker.Config{ID: "fast", Concurrency: 2})
+	st := r.wait(id, 20*time.Second) // far below the straggler's minute
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":30,"index_sum":435}`))
+}
+
+// Several shards per message: the answer is exact, and a new leader resumes dispatch from the
+// checkpoint on the same message boundaries.
+func TestCoordinator_ShardBatchesAcrossFailover(t *testing.T) {
+	r := newRig(t)
+	cfg := func(c *Config) { c.ShardsPerMsg, c.DispatchBatch, c.DispatchWindow = 4, 8, 16 }
+	l1 := r.leadWith(1, cfg)
+	id := r.submit("sleep", `{"shards":42,"duration":"1ms"}`)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		n, err := r.b.QueuedShards(context.Background())
+		return err == nil && n == 4 // a window of 16 shards: 4 messages of 4
+	}, "leader 1 did not fill its window")
+	if err := l1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.leadWith(2, cfg)
+	r.work(worker.Config{Concurrency: 2})
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":42,"index_sum":861}`))
+	if st.Duplicates != 0 {
+		t.Fatalf("duplicates = %d, want 0", st.Duplicates)
+	}
+}
+
 func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 	r := newRig(t)
 	r.lead(1)
@@ -264,7 +362,7 @@ func TestCoordinator_BuiltinJobsMatchSequentialRun(t *testing.T) {
 // shardsOf takes n shard messages of the rig's stream, acking them, as a fake worker would.
 func (r *rig) shardsOf(n int) []*protocol.ShardMsg {
 	r.t.Helper()
-	f, err := r.b.Shards(context.Background(), n)
+	f, err := r.b.Shards(context.Background(), bus.ShardOptions{Types: builtin.Registry().Types(), Limit: func() int { return n }})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -316,14 +414,53 @@ func TestCoordinator_DuplicateResultMergedOnce(t *testing.T) {
 	}
 	r.result(shards[0], 3, 1, nil)
 	r.result(shards[0], 3, 2, nil) // a redelivered shard's second result
-	for _, m := range shards[1:] {
+	for _, m := range shards[1:3] {
 		r.result(m, 3, 1, nil)
 	}
 	r.result(shards[2], 3, 3, nil) // after more merges: still dropped
+	r.result(shards[3], 3, 1, nil) // the last result finishes the job at once
 	st := r.wait(id, 30*time.Second)
 	sameJSON(t, st.Result, json.RawMessage(`{"shards":4,"index_sum":6}`))
 	if st.Duplicates != 2 {
 		t.Fatalf("duplicates = %d, want 2", st.Duplicates)
+	}
+}
+
+// batch publishes the results of several shards of one job in one message.
+func (r *rig) batch(ms []*protocol.ShardMsg, epoch uint64, attempt int) {
+	r.t.Helper()
+	var rs []*protocol.ResultMsg
+	for _, m := range ms {
+		j, _ := builtin.Registry().Lookup(m.Type)
+		p, err := j.Map(context.Background(), nil, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		rs = append(rs, &protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p})
+	}
+	data, err := protocol.EncodeResults(rs)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := <-r.b.PublishAsync(bus.Outgoing{Subject: r.b.ResultSubject(ms[0].Job), MsgID: protocol.ResultBatchMsgID(ms[0].Job, fmt.Sprint(time.Now().UnixNano())), Data: data}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// Batches of results merge each shard once, across batches and single results.
+func TestCoordinator_BatchedResultsMergedOnce(t *testing.T) {
+	r := newRig(t)
+	r.lead(2)
+	id := r.submit("sleep", `{"shards":5}`)
+	s := r.shardsOf(5)
+	r.batch(s[0:2], 2, 1)
+	r.batch([]*protocol.ShardMsg{s[1], s[2], s[3]}, 2, 2) // shard 1 again
+	r.result(s[3], 2, 3, nil)                             // shard 3 again
+	r.batch([]*protocol.ShardMsg{s[0], s[4]}, 2, 4)       // shard 0 again, and the last one
+	st := r.wait(id, 30*time.Second)
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":5,"index_sum":10}`))
+	if st.Duplicates != 3 {
+		t.Fatalf("duplicates = %d, want 3", st.Duplicates)
 	}
 }
 
@@ -522,4 +659,85 @@ func TestCoordinator_ReportsEvents(t *testing.T) {
 	if finished.Job != id || finished.State != string(jobs.StateSucceeded) || finished.Count != 20 || finished.Err != nil {
 		t.Errorf("job_finished event %+v", finished)
 	}
+}
+
+// A checkpoint's cost sets the job's next checkpoint: at most a tenth of the time goes to it.
+func TestDue_AdaptsToCheckpointCost(t *testing.T) {
+	tm := &term{Coordinator: &Coordinator{cfg: Config{CheckpointInterval: 200 * time.Millisecond}}}
+	for _, c := range []struct{ cost, want time.Duration }{
+		{time.Millisecond, 200 * time.Millisecond}, // cheap: the configured interval
+		{100 * time.Millisecond, time.Second},      // costly: 10 × its cost
+		{10 * time.Second, 10 * time.Second},       // capped at 50 × the interval
+	} {
+		got := time.Until(tm.due(c.cost))
+		if got > c.want || got < c.want-time.Second/10 {
+			t.Errorf("due after a %v checkpoint in %v, want %v", c.cost, got, c.want)
+		}
+	}
+}
+
+func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Fatalf("zero config (all defaults): %v", err)
+	}
+	err := Config{CheckpointInterval: time.Hour, QueueVisibility: time.Second, DispatchBatch: 100, DispatchWindow: 10, StallTimeout: time.Second}.Validate()
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, want := range []string{"CheckpointInterval", "QueueVisibility", "DispatchWindow", "StallTimeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+}
+
+// gatedStore holds every checkpoint update (not the first write) until the gate opens: a blob
+// store that hangs, which the real one cannot do on demand.
+type gatedStore struct {
+	Store
+	gate chan struct{}
+	hung atomic.Int32
+}
+
+func (g *gatedStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if strings.HasSuffix(name, "/checkpoint") && cond.IfMatch != "" {
+		g.hung.Add(1)
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return g.Store.Put(ctx, name, data, cond)
+}
+
+// Checkpoints are written in the background: a checkpoint write that hangs far longer than the
+// stall timeout does not stop the merge loop (the leader stays healthy), and once it completes
+// the job finishes exactly.
+func TestCoordinator_SlowCheckpointDoesNotStallMerging(t *testing.T) {
+	r := newRig(t)
+	gs := &gatedStore{Store: r.st, gate: make(chan struct{})}
+	c, err := New(Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 20 * time.Millisecond,
+		StallTimeout: 300 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond},
+		gs, r.q, connect(t, r.url), store.NewEnv(r.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Lead(ctx, 1) }()
+	var open sync.Once
+	release := func() { open.Do(func() { close(gs.gate) }) }
+	defer func() { release(); cancel(); <-done }()
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("sleep", `{"shards":50,"duration":"1ms"}`)
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return gs.hung.Load() > 0 }, "no checkpoint write started")
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if err := c.Healthy(); err != nil {
+			t.Fatalf("a hung checkpoint write stalled the loop: %v", err)
+		}
+	}
+	release()
+	st := r.wait(id, 30*time.Second)
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":50,"index_sum":1225}`))
 }

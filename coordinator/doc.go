@@ -8,7 +8,11 @@
 // A job's checkpoint (<job>/checkpoint) holds its aggregate and the roaring bitmap of merged
 // shards, written together in one conditional blob write. A result is merged only if its shard is
 // not in the bitmap, and it is acknowledged on the results stream only after the checkpoint that
-// includes it is stored. So after any crash the next leader finds each shard either in the
+// includes it is stored. A results message may carry several results of one job (workers batch
+// what finishes together): it is acknowledged only after the checkpoint that includes every
+// result of it merged; if one of its results cannot be merged yet (its large partial is
+// unreadable), the whole message is handed back, and the results of it already merged return
+// as duplicates, which the bitmap drops. So after any crash the next leader finds each shard either in the
 // checkpoint (and a redelivered duplicate is dropped) or not (and its result is still in the
 // stream): never both, never neither.
 //
@@ -40,6 +44,53 @@
 // results consumer (so results the dead leader fetched but did not acknowledge arrive at once),
 // and resumes dispatch from the checkpoint's Dispatched mark (shards already queued are not sent
 // again; an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id).
+//
+// # Checkpoint cost
+//
+// The tick checkpoints a job only when it is due: after max(CheckpointInterval, 10 × what its
+// last checkpoint took to encode and write), at most 50 × CheckpointInterval. So checkpointing
+// takes about a tenth of the merge loop whatever the aggregate's size, and a big aggregate is
+// written less often instead of stalling merging. CheckpointEvery (merged messages awaiting a
+// checkpoint) still forces one, which bounds what the results consumer holds unacknowledged.
+// Checkpoints are written in the background, double-buffered: the loop encodes the aggregate
+// and the done-bitmap together (a consistent snapshot) and hands the blob write to a goroutine,
+// then merges on into the live state; when the write is stored the loop acknowledges exactly the
+// results the snapshot covered. At most one write per job is in flight, so each is If-Match on
+// the ETag of the one before (fencing unchanged); a failed write puts its results back with the
+// next one. Stepping down waits for writes in flight, then writes a final checkpoint.
+//
+// # Backup tasks
+//
+// Near a job's end (every shard dispatched, at most a tenth left), when no result has come for 4
+// × the job's mean shard time (at least 200ms), the shards left (up to 1024) are published once
+// more, read from the plan blob, with Nats-Msg-Id <job>/<shard>/backup (so JetStream does not
+// drop them as duplicates of the originals, and a re-dispatch of the backup adds nothing). The
+// first result of each shard is merged; the other is a duplicate. Once per job and term.
+//
+// # Shards per message
+//
+// A big job's consecutive shards travel several to a message (ShardsPerMsg, decided when the job
+// is planned and kept in its checkpoint): message k carries shards [k·n, (k+1)·n) and has
+// Nats-Msg-Id <job>/<k·n>. Dispatch always cuts messages at multiples of n, so a new leader
+// resuming from the checkpoint's Dispatched mark re-publishes exactly the messages the old one
+// may have published, with the same ids, which JetStream drops within its duplicate window.
+// Merging stays per shard (the bitmap), so a message redelivered after some of its results were
+// merged only adds duplicates.
+//
+// # Windowed dispatch
+//
+// A job's dispatcher keeps at most DispatchWindow of its shards dispatched and not merged, so the
+// shards stream's backlog is bounded whatever the job's size, and drops each shard from memory
+// once JetStream stored it. A new leader resumes the window from the checkpoint's Dispatched mark.
+// Not yet done: the plan is still written whole (<job>/plan-<epoch>) and read whole by a new
+// leader; a plan that is a function of the parameters could be generated as the window drains.
+//
+// # Finishing
+//
+// A job finishes the moment its last result is merged: the final checkpoint (with the result and
+// state succeeded) is written then, inside the merge loop, fenced like every other write, and the
+// results it covers are acknowledged after it is stored. Other jobs' results wait for the next
+// tick (CheckpointInterval) or for CheckpointEvery merged results.
 //
 // Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
 // Results and shards are at-least-once; only merging is exactly-once.

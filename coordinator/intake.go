@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -127,15 +128,25 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 			return
 		}
 	}
-	if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
-		log.Warn("write plan", "err", err)
+	// The plan and the active marker are independent: write them at once (one round trip less).
+	var g errgroup.Group
+	g.Go(func() error {
+		if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
+			return fmt.Errorf("write plan: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+			return fmt.Errorf("write active marker: %w", err)
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		log.Warn("planning a job", "err", err)
 		return
 	}
-	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
-		log.Warn("write active marker", "err", err)
-		return
-	}
-	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards}
+	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards, progress: make(chan struct{}, 1)}
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if errors.Is(err, store.ErrExists) {
 		t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
@@ -166,6 +177,10 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 	}
 	if j != nil {
 		cp.Total = len(j.plan)
+		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
+		if cp.ShardsPerMsg == 0 {
+			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
+		}
 		var err error
 		if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
 			return "", err
@@ -222,4 +237,14 @@ func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
 		return
 	}
 	t.deleteMsg(ctx, m)
+}
+
+// shardsPerMsg decides how many consecutive shards travel in one message: one each for jobs of
+// fewer than 4096 shards (their shards may be long: one per message spreads them best), else
+// about total/4096, 2 to 16, so a big job of small shards costs a fraction of the messages.
+func shardsPerMsg(total int) int {
+	if total < 4096 {
+		return 1
+	}
+	return min(max(total/4096, 2), 16)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -30,8 +31,31 @@ type job struct {
 	acks     []*bus.Delivery
 	dirty    bool
 	complete bool // every shard merged: the next checkpoint finalizes
+	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
+	nextDue time.Time
+	// writing: a checkpoint of the job is being stored in the background (one at a time, so
+	// each write is If-Match on the previous one's ETag).
+	writing bool
+	// For backup tasks: a moving mean of shard run times (µs), when the last shard was merged,
+	// and whether the shards left were backed up.
+	meanMicros float64
+	lastMerge  time.Time
+	backedUp   bool
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
+	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow
+	// shards dispatched and not merged; progress wakes it after merges.
+	merged   atomic.Int64
+	progress chan struct{}
+}
+
+// mergedOne tells the dispatcher one more shard is merged.
+func (j *job) mergedOne() {
+	j.merged.Add(1)
+	select {
+	case j.progress <- struct{}{}:
+	default:
+	}
 }
 
 // claim loads a planned job's checkpoint and takes ownership of it by writing it back with this
@@ -103,7 +127,8 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if int(done.GetCardinality()) != cp.DoneCount {
 		return nil, fmt.Errorf("checkpoint says %d shards done, its bitmap holds %d", cp.DoneCount, done.GetCardinality())
 	}
-	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done}
+	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done, progress: make(chan struct{}, 1)}
+	j.merged.Store(int64(cp.DoneCount))
 	j.cp.Done, j.cp.Aggregate = nil, nil
 	j.complete = cp.DoneCount == cp.Total
 	if cp.Dispatched < cp.Total {
@@ -137,9 +162,22 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 	return spec, impl, nil
 }
 
-// write checkpoints j: the aggregate and the done-bitmap in one conditional blob write. When every
-// shard is merged it also finalizes: the checkpoint carries the result and state succeeded.
-func (t *term) write(ctx context.Context, j *job) error {
+// snapshot is a job's checkpoint encoded in the loop, to be stored (in the background, or at
+// once by write). The Done bitmap and the aggregate are encoded together, at one moment of the
+// loop, so the stored checkpoint is consistent however long the write takes.
+type snapshot struct {
+	j       *job
+	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
+	data    []byte
+	ifMatch store.ETag
+	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
+	start   time.Time
+}
+
+// prepare encodes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
+// carries the result and state succeeded.
+func (t *term) prepare(j *job) (*snapshot, error) {
+	start := time.Now()
 	cp := j.cp
 	cp.WriterEpoch = t.epoch
 	cp.Seq++
@@ -147,10 +185,10 @@ func (t *term) write(ctx context.Context, j *job) error {
 	cp.DoneCount = int(j.done.GetCardinality())
 	var err error
 	if cp.Done, err = j.done.ToBytes(); err != nil {
-		return fmt.Errorf("encode done bitmap: %w", err)
+		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
 	if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
-		return fmt.Errorf("encode aggregate: %w", err)
+		return nil, fmt.Errorf("encode aggregate: %w", err)
 	}
 	if j.complete && cp.State == jobs.StateRunning {
 		res, err := j.agg.Result()
@@ -166,19 +204,47 @@ func (t *term) write(ctx context.Context, j *job) error {
 	}
 	data, err := cp.Encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	start := time.Now()
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(j.id), data, store.Cond{IfMatch: j.etag})
-	t.cfg.Metrics.CheckpointWritten(time.Since(start), len(data), err)
+	cp.Done, cp.Aggregate = nil, nil
+	return &snapshot{j: j, cp: cp, data: data, ifMatch: j.etag, start: start}, nil
+}
+
+// put stores a snapshot, If-Match on the ETag its job had when it was prepared. It touches no
+// loop state, so it may run in the background.
+func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	began := time.Now()
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), s.data, store.Cond{IfMatch: s.ifMatch})
+	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(s.data), err)
 	if errors.Is(err, store.ErrConflict) {
-		return t.conflict(ctx, j.id)
+		return "", t.conflict(ctx, s.j.id)
 	}
+	return etag, err
+}
+
+// apply records a stored snapshot as its job's last checkpoint. What the loop changed since the
+// snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
+func (t *term) apply(s *snapshot, etag store.ETag) {
+	j := s.j
+	j.etag = etag
+	j.cp.WriterEpoch, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	if s.cp.State.Terminal() {
+		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
+	}
+}
+
+// write checkpoints j at once (claiming a job, stepping down).
+func (t *term) write(ctx context.Context, j *job) error {
+	s, err := t.prepare(j)
 	if err != nil {
 		return err
 	}
-	cp.Done, cp.Aggregate = nil, nil
-	j.cp, j.etag, j.dirty = cp, etag, false
+	etag, err := t.put(ctx, s)
+	if err != nil {
+		return err
+	}
+	t.apply(s, etag)
+	j.dirty = false
 	return nil
 }
 

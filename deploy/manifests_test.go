@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v4"
-
 )
 
 // These tests hold the Kubernetes example (deploy/kubernetes) to the binary: every environment

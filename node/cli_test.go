@@ -170,8 +170,8 @@ func TestCommands_UsageErrors(t *testing.T) {
 		{[]string{"run", "extra"}, 2, "unexpected arguments"},
 		{[]string{"run"}, 2, "no storage account"},
 		{[]string{"run", conn, "--log-level", "loud"}, 2, `log level "loud": use debug, info, warn or error`},
-		{[]string{"run", conn, "--lease-duration", "5s", "--concurrency", "-1"}, 2, "LeaseDuration 5s is outside Azure's range: set it between 15s and 1m0s\nworker: concurrency -1"},
-		{[]string{"run", conn, "--concurrency", "-1"}, 2, "concurrency -1"},
+		{[]string{"run", conn, "--lease-duration", "5s", "--concurrency", "-1"}, 2, "LeaseDuration 5s is outside Azure's range: set it between 15s and 1m0s\nworker: invalid config: Concurrency -1"},
+		{[]string{"run", conn, "--concurrency", "-1"}, 2, "Concurrency -1: use 1 to 1024"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := run(t, n, tc.args...)

@@ -60,7 +60,8 @@ type Config struct {
 	// MaxAttempts is the attempts per shard before its job fails. Default 3. --max-attempts.
 	MaxAttempts int
 	// ShardTimeout: a shard not finished or marked in progress within it is redelivered.
-	// Default 30s. --shard-timeout.
+	// Default 5s (bus.DefaultConfig; running shards are marked in progress meanwhile, so only a
+	// dead worker's shards wait for it). --shard-timeout.
 	ShardTimeout time.Duration
 	// CheckpointInterval is how often the leader checkpoints running jobs. Default 200ms.
 	// --checkpoint-interval.
@@ -103,7 +104,7 @@ func DefaultConfig() Config {
 		SuspicionTimeout:   election.DefaultConfig().SuspicionTimeout,
 		Concurrency:        runtime.NumCPU(),
 		MaxAttempts:        3,
-		ShardTimeout:       30 * time.Second,
+		ShardTimeout:       bus.DefaultConfig().ShardTimeout,
 		CheckpointInterval: 200 * time.Millisecond,
 		StartupTimeout:     60 * time.Second,
 		Logger:             slog.Default(),

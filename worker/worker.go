@@ -2,10 +2,8 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -17,73 +15,10 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Config configures a Worker. Zero fields take their defaults.
-type Config struct {
-	// ID names this worker in results and logs. Required.
-	ID string
-	// Concurrency is how many shards run at once. Default runtime.NumCPU().
-	Concurrency int
-	// MaxAttempts is how many times a shard may run before its job fails. Default 3.
-	MaxAttempts int
-	// RetryBackoff is the redelivery delay after a failed attempt, times the attempt number.
-	// Default 250ms.
-	RetryBackoff time.Duration
-	// ProgressInterval is how often a running shard is marked in progress (+WPI) so it is not
-	// redelivered. Default: a third of the bus's shard timeout.
-	ProgressInterval time.Duration
-	// InlinePartialLimit is the largest partial sent inside a result message; larger ones go to a
-	// blob and travel as a reference. Default 256 KiB.
-	InlinePartialLimit int
-	// MapDelay is added to every map step. For demos and failover tests, which need a short job
-	// to last long enough to kill its leader half-way; 0 in production. Default 0.
-	MapDelay time.Duration
-	// Registry resolves job types. Default jobs.Default().
-	Registry *jobs.Registry
-	// Logger receives the worker's logs. Default slog.Default().
-	Logger *slog.Logger
-	// Metrics receives the start and end of every map step (package observe). Default: none.
-	Metrics Metrics
-}
-
-// Metrics receives measurements of map steps. Calls must return quickly.
-type Metrics interface {
-	MapStarted(jobType string)
-	MapFinished(jobType string, took time.Duration, err error)
-}
-
-type noMetrics struct{}
-
-func (noMetrics) MapStarted(string)                        {}
-func (noMetrics) MapFinished(string, time.Duration, error) {}
-
-// DefaultConfig returns the defaults (ID left empty).
-func DefaultConfig() Config {
-	return Config{Concurrency: runtime.NumCPU(), MaxAttempts: 3, RetryBackoff: 250 * time.Millisecond, InlinePartialLimit: 256 << 10}
-}
-
-// Validate refuses impossible settings.
-func (c Config) Validate() error {
-	switch {
-	case c.ID == "":
-		return errors.New("worker: an ID is required")
-	case c.Concurrency < 1 || c.Concurrency > 4096:
-		return fmt.Errorf("worker: concurrency %d: must be 1 to 4096", c.Concurrency)
-	case c.MaxAttempts < 1 || c.MaxAttempts > 100:
-		return fmt.Errorf("worker: max attempts %d: must be 1 to 100", c.MaxAttempts)
-	case c.InlinePartialLimit < 1024 || c.InlinePartialLimit > 4<<20:
-		return fmt.Errorf("worker: inline partial limit %d: must be 1 KiB to 4 MiB (NATS payload)", c.InlinePartialLimit)
-	case c.MapDelay < 0 || c.MapDelay > time.Hour:
-		return fmt.Errorf("worker: map delay %v: must be 0 to 1h", c.MapDelay)
-	case c.RetryBackoff < 0:
-		return fmt.Errorf("worker: retry backoff %v: must not be negative", c.RetryBackoff)
-	}
-	return nil
-}
-
 // Bus is what the worker needs of JetStream.
 type Bus interface {
-	Shards(ctx context.Context, prefetch int) (*bus.Feed, error)
-	PublishAsync(m bus.Outgoing) <-chan error
+	Shards(ctx context.Context, opt bus.ShardOptions) (*bus.ShardFeed, error)
+	Publish(m bus.Outgoing) (bus.Future, error)
 	ResultSubject(job string) string
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
 	Config() bus.Config
@@ -109,7 +44,7 @@ type Stats struct {
 	Malformed   int64 // undecodable shard messages, dead-lettered
 }
 
-// Worker runs shards from the shared consumer.
+// Worker runs shards from the consumers of the job types it has.
 type Worker struct {
 	cfg   Config
 	bus   Bus
@@ -117,40 +52,25 @@ type Worker struct {
 	env   jobs.Env
 	log   *slog.Logger
 
+	// avgRun is a moving average of map-step durations (ns), -1 until the first one: it sets how
+	// many shards are held beyond the running ones.
+	avgRun atomic.Int64
+
 	executed, succeeded, failed, gaveUp, redelivered, malformed atomic.Int64
 }
 
 // New returns a worker. env is what map steps read; partials is where large partials go.
 func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error) {
-	d := DefaultConfig()
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = d.Concurrency
-	}
-	if cfg.MaxAttempts == 0 {
-		cfg.MaxAttempts = d.MaxAttempts
-	}
-	if cfg.RetryBackoff == 0 {
-		cfg.RetryBackoff = d.RetryBackoff
-	}
-	if cfg.InlinePartialLimit == 0 {
-		cfg.InlinePartialLimit = d.InlinePartialLimit
-	}
-	if cfg.ProgressInterval == 0 {
-		cfg.ProgressInterval = max(b.Config().ShardTimeout/3, 100*time.Millisecond)
-	}
-	if cfg.Registry == nil {
-		cfg.Registry = jobs.Default()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
-	}
+	cfg = cfg.withDefaults(b.Config())
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, bus: b, store: partials, env: env, log: cfg.Logger.With("component", "worker")}, nil
+	if st := b.Config().ShardTimeout; cfg.ProgressInterval >= st {
+		return nil, fmt.Errorf("%w: ProgressInterval %v: use less than the bus's shard timeout %v (default a third of it)", ErrInvalidConfig, cfg.ProgressInterval, st)
+	}
+	w := &Worker{cfg: cfg, bus: b, store: partials, env: env, log: cfg.Logger.With("component", "worker")}
+	w.avgRun.Store(-1)
+	return w, nil
 }
 
 // Stats returns the counters so far.
@@ -159,126 +79,84 @@ func (w *Worker) Stats() Stats {
 		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load()}
 }
 
+// limit is how many shards the worker holds at once: its slots, plus enough waiting shards to
+// hide the pull round trip when shards are short (none extra once they take 100ms or more, and
+// none until the first one ran, so a few long shards spread over every worker).
+func (w *Worker) limit() int {
+	c := w.cfg.Concurrency
+	avg := time.Duration(w.avgRun.Load())
+	if avg < 0 || avg >= 100*time.Millisecond {
+		return c
+	}
+	extra := c * int((5*time.Millisecond+avg-1)/max(avg, time.Microsecond))
+	return c + min(max(extra, c), w.cfg.Prefetch)
+}
+
+func (w *Worker) observe(d time.Duration) {
+	old := w.avgRun.Load()
+	if old < 0 {
+		w.avgRun.Store(int64(d))
+		return
+	}
+	w.avgRun.Store(old - old/8 + int64(d)/8)
+}
+
 // Run processes shards until ctx ends, whether or not there is a leader. On return, shards it had
 // not finished are handed back for redelivery at once, and results it published are acknowledged.
 func (w *Worker) Run(ctx context.Context) error {
-	feed, err := w.bus.Shards(ctx, w.cfg.Concurrency)
+	types := w.cfg.Registry.Types()
+	feed, err := w.bus.Shards(ctx, bus.ShardOptions{Types: types, Limit: w.limit, KeepAlive: w.cfg.ProgressInterval})
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	defer feed.Stop()
-	w.log.Info("processing shards", "concurrency", w.cfg.Concurrency, "max_attempts", w.cfg.MaxAttempts)
+	w.log.Info("processing shards", "types", types, "concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch, "max_attempts", w.cfg.MaxAttempts)
 
-	// pending tracks results whose publish is in flight; the shard is acked when JetStream has
-	// stored the result, so a crash in between only causes a redelivery (and a duplicate result
-	// the coordinator drops).
-	var pending sync.WaitGroup
+	// Slots hand finished shards to one publisher, which puts every result available at that
+	// moment into one message per job (no waiting: one result when idle, many under load), and
+	// to one settler, which settles every shard of a message, in publish order, once JetStream
+	// has stored it: a crash in between only causes a redelivery (and duplicate results the
+	// coordinator drops).
+	done := make(chan []outcome, bus.MaxShardLimit)
+	settles := make(chan settle, bus.MaxShardLimit)
+	var tail sync.WaitGroup
+	tail.Add(2)
+	go func() {
+		defer tail.Done()
+		defer close(settles)
+		w.publisher(done, settles)
+	}()
+	go func() {
+		defer tail.Done()
+		for s := range settles {
+			w.settle(s)
+		}
+	}()
 	var slots sync.WaitGroup
 	for range w.cfg.Concurrency {
 		slots.Add(1)
 		go func() {
 			defer slots.Done()
 			for d := range feed.C {
-				w.handle(ctx, d, &pending)
+				w.handle(ctx, d, done)
 			}
 		}()
 	}
 	<-ctx.Done()
 	feed.Stop()
 	slots.Wait()
-	pending.Wait()
+	close(done)
+	tail.Wait()
 	return nil
 }
 
-func (w *Worker) handle(ctx context.Context, d *bus.Delivery, pending *sync.WaitGroup) {
-	m, err := protocol.DecodeShardMsg(d.Data())
-	if err != nil {
-		w.malformed.Add(1)
-		w.log.Error("malformed shard message; dead-lettered", "subject", d.Subject(), "err", err)
-		if derr := w.bus.DeadLetter(context.WithoutCancel(ctx), "shards", d.Data(), err.Error()); derr != nil {
-			w.log.Error("dead-letter failed", "err", derr)
-			_ = d.Nak(time.Second)
-			return
-		}
-		_ = d.Term(err.Error())
-		return
-	}
-	log := w.log.With("job", m.Job, "shard", m.Index, "attempt", d.Attempt())
-	if d.Attempt() > 1 {
-		w.redelivered.Add(1)
-	}
-	res := protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: d.Attempt(), Worker: w.cfg.ID}
-	if d.Attempt() > w.cfg.MaxAttempts {
-		// Every earlier attempt ended without a verdict: the worker running it died or the shard
-		// outlived the shard timeout.
-		res.Error = fmt.Sprintf("shard %d of job %s was delivered %d times without finishing (a worker crashed or the shard exceeded the shard timeout); the limit is %d attempts",
-			m.Index, m.Job, d.Attempt()-1, w.cfg.MaxAttempts)
-		w.gaveUp.Add(1)
-		log.Warn("shard gave up", "reason", res.Error)
-		w.publish(ctx, d, &res, pending, true)
-		return
-	}
-
-	partial, dur, err := w.run(ctx, d, m)
-	res.Micros = dur.Microseconds()
-	if ctx.Err() != nil {
-		_ = d.Nak(0) // shutting down: let another worker take it now
-		return
-	}
-	if err != nil {
-		w.failed.Add(1)
-		if d.Attempt() < w.cfg.MaxAttempts {
-			log.Warn("shard failed; will retry", "err", err)
-			_ = d.Nak(w.cfg.RetryBackoff * time.Duration(d.Attempt()))
-			return
-		}
-		res.Error = fmt.Sprintf("shard %d of job %s failed after %d attempts: last error: %v", m.Index, m.Job, d.Attempt(), err)
-		w.gaveUp.Add(1)
-		log.Error("shard failed for good", "err", err)
-		w.publish(ctx, d, &res, pending, true)
-		return
-	}
-	if len(partial) > w.cfg.InlinePartialLimit {
-		name := protocol.PartialBlob(m.Job, m.Index, d.Attempt())
-		if _, err := w.store.Put(ctx, name, partial, store.Cond{}); err != nil {
-			log.Warn("storing large partial failed; will retry", "err", err)
-			_ = d.Nak(w.cfg.RetryBackoff)
-			return
-		}
-		res.Ref = name
-	} else {
-		res.Partial = partial
-	}
-	w.publish(ctx, d, &res, pending, false)
-}
-
-// run executes the map step with panic recovery, marking the shard in progress while it runs.
-func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg) (partial []byte, dur time.Duration, err error) {
+// run executes the map step with panic recovery. The shard is kept alive meanwhile by the feed.
+func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (partial []byte, dur time.Duration, err error) {
 	w.executed.Add(1)
 	job, err := w.cfg.Registry.Lookup(m.Type)
 	if err != nil {
 		return nil, 0, err
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(w.cfg.ProgressInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = d.InProgress()
-			}
-		}
-	}()
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
 	start := time.Now()
 	w.cfg.Metrics.MapStarted(m.Type)
 	defer func() {
@@ -296,36 +174,6 @@ func (w *Worker) run(ctx context.Context, d *bus.Delivery, m *protocol.ShardMsg)
 		case <-time.After(w.cfg.MapDelay):
 		}
 	}
-	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: d.Attempt(), Shard: m.Shard})
+	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
 	return partial, 0, err
-}
-
-// publish stores the result in JetStream and then settles the shard: Ack on success, Term when
-// the result reports the shard failed for good. If the publish fails, the shard is redelivered.
-func (w *Worker) publish(ctx context.Context, d *bus.Delivery, res *protocol.ResultMsg, pending *sync.WaitGroup, final bool) {
-	data, err := res.Encode()
-	if err != nil {
-		_ = d.Nak(w.cfg.RetryBackoff)
-		return
-	}
-	done := w.bus.PublishAsync(bus.Outgoing{
-		Subject: w.bus.ResultSubject(res.Job),
-		MsgID:   protocol.ResultMsgID(res.Job, res.Index, res.Attempt),
-		Data:    data,
-	})
-	pending.Add(1)
-	go func() {
-		defer pending.Done()
-		if err := <-done; err != nil {
-			w.log.Warn("publishing result failed; shard will be redelivered", "job", res.Job, "shard", res.Index, "err", err)
-			_ = d.Nak(w.cfg.RetryBackoff)
-			return
-		}
-		if final {
-			_ = d.Term(res.Error)
-			return
-		}
-		w.succeeded.Add(1)
-		_ = d.Ack()
-	}()
 }

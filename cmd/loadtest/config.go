@@ -48,9 +48,8 @@ type Config struct {
 	// ThroughputRuns is how many rounds of (system job, every baseline variant) run; the best of
 	// each counts. Default 3.
 	ThroughputRuns int
-	// ThroughputConcurrency is the worker concurrency of the throughput cluster. A worker pulls
-	// as many shards at a time as it has slots, so zero-duration shards need many slots to keep
-	// the pipeline full. Default 64.
+	// ThroughputConcurrency is the worker concurrency of the throughput cluster; 0 runs the
+	// workers at their default settings (what issue 12 measures). Default 0.
 	ThroughputConcurrency int
 	// BaselinePrefetch lists the per-worker prefetch depths the baseline tries; the best counts.
 	BaselinePrefetch []int
@@ -89,7 +88,7 @@ func DefaultConfig() Config {
 	return Config{
 		Scenarios: slices.Clone(allScenarios),
 		Workers:   3, Concurrency: 2,
-		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 64,
+		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 0,
 		BaselinePrefetch: []int{64, 256},
 		EfficiencyShards: 1200, EfficiencyDuration: 50 * time.Millisecond,
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
@@ -144,8 +143,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("workers %d: must be 2 to 16 (failover needs a survivor)", c.Workers)
 	case c.Concurrency < 1 || c.Concurrency > 256:
 		return fmt.Errorf("concurrency %d: must be 1 to 256", c.Concurrency)
-	case c.ThroughputConcurrency < 1 || c.ThroughputConcurrency > 4096:
-		return fmt.Errorf("throughput concurrency %d: must be 1 to 4096", c.ThroughputConcurrency)
+	case c.ThroughputConcurrency < 0 || c.ThroughputConcurrency > 4096:
+		return fmt.Errorf("throughput concurrency %d: must be 0 (the worker default) to 4096", c.ThroughputConcurrency)
 	case c.has(scThroughput) && (c.ThroughputShards < 1000 || c.ThroughputShards > 1_000_000 || c.ThroughputRuns < 1):
 		return fmt.Errorf("throughput: %d shards × %d runs: need 1,000 to 1,000,000 shards and at least one run", c.ThroughputShards, c.ThroughputRuns)
 	case c.has(scThroughput) && len(c.BaselinePrefetch) == 0:

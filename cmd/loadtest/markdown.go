@@ -68,6 +68,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		}
 		row("baseline JetStream round trip, shards/s", dist(b))
 		row("throughput ratio (best ÷ best)", single(tp.Ratio, tp.BaselinePerS > 0))
+		row("CPU µs per shard, all processes but Azurite (best run)", single(tp.CPUMicrosPerShard, tp.CPUMicrosPerShard > 0))
 	}
 	if e := rep.Efficiency; e != nil {
 		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), single(e.Ratio, e.MakespanS > 0))
@@ -211,9 +212,9 @@ func notes(rep *Report) []string {
 	}
 	if tp := rep.Throughput; tp != nil && tp.BaselinePerS > 0 {
 		out = append(out, fmt.Sprintf("Throughput runs every process (%d workers, NATS, Azurite, the baseline) on the same %d CPUs; "+
-			"the system's best of %d runs against the baseline's best of %d. A worker pulls as many shards at a time as it has "+
-			"slots (%d here), so zero-duration shards need many slots.",
-			s.Workers, rep.Machine.CPUs, len(tp.Runs), len(tp.Baseline), tp.Concurrency))
+			"the system's best of %d runs against the baseline's best of %d. Worker concurrency %s; a worker holds more "+
+			"shards than it has slots while shards are short, so zero-duration shards keep its slots busy.",
+			s.Workers, rep.Machine.CPUs, len(tp.Runs), len(tp.Baseline), concurrencyText(tp.Concurrency)))
 	}
 	return out
 }
@@ -239,4 +240,11 @@ func num(x float64) string {
 	default:
 		return fmt.Sprintf("%.3f", x)
 	}
+}
+
+func concurrencyText(n int) string {
+	if n == 0 {
+		return "at the worker default"
+	}
+	return fmt.Sprint(n)
 }

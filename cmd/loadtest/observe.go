@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -140,17 +139,14 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, nc: nc}
 	rs, err := nc.Subscribe(c.Bus.ResultSubject(">"), func(m *nats.Msg) {
 		now := time.Now()
-		var r struct {
-			Job     string `json:"j"`
-			Index   int    `json:"i"`
-			Attempt int    `json:"a"`
-			Worker  string `json:"w"`
-		}
-		if json.Unmarshal(m.Data, &r) != nil {
+		rs, err := protocol.DecodeResults(m.Data)
+		if err != nil {
 			return
 		}
 		s.mu.Lock()
-		s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker})
+		for _, r := range rs {
+			s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker})
+		}
 		s.mu.Unlock()
 	})
 	if err != nil {
@@ -158,20 +154,19 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	}
 	s.subs = append(s.subs, rs)
 	ss, err := nc.Subscribe(c.Bus.ShardSubject(">"), func(m *nats.Msg) {
-		var r struct {
-			Job   string `json:"j"`
-			Index int    `json:"i"`
-		}
-		if json.Unmarshal(m.Data, &r) != nil {
+		ms, err := protocol.DecodeShards(m.Data)
+		if err != nil {
 			return
 		}
 		s.mu.Lock()
-		d := s.dispatches[r.Job]
-		if d == nil {
-			d = map[int]int{}
-			s.dispatches[r.Job] = d
+		for _, r := range ms {
+			d := s.dispatches[r.Job]
+			if d == nil {
+				d = map[int]int{}
+				s.dispatches[r.Job] = d
+			}
+			d[r.Index]++
 		}
-		d[r.Index]++
 		s.mu.Unlock()
 	})
 	if err != nil {

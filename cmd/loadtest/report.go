@@ -105,6 +105,9 @@ type Throughput struct {
 	Runs         []ThroughputRun `json:"runs"`
 	Baseline     []BaselineRun   `json:"baseline"`
 	PerS         Dist            `json:"per_s"`
+	// CPUMicrosPerShard is CPU time (user+sys of the workers and of the load test's process with
+	// its NATS server; Azurite not counted) per shard of the best run.
+	CPUMicrosPerShard float64 `json:"cpu_us_per_shard"`
 }
 
 // ThroughputRun is one zero-duration sleep job.
@@ -115,6 +118,7 @@ type ThroughputRun struct {
 	PlannedS   float64 `json:"planned_s"`    // submit to the job_planned event
 	Exact      bool    `json:"exact"`
 	Duplicates int64   `json:"duplicates"`
+	CPUMicros  float64 `json:"cpu_us_per_shard"` // CPU time per shard, as Throughput's
 }
 
 // BaselineRun is one variant of the uncoordinated JetStream round trip.

@@ -27,20 +27,26 @@ func (r *runner) throughput(ctx context.Context) error {
 	job := sleepJob(cfg.ThroughputShards, "")
 	var rates []float64
 	for i := range cfg.ThroughputRuns {
+		cpu0 := clusterCPU(c)
 		o, err := r.runJob(ctx, c, job, fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
 		if err != nil {
 			return err
 		}
+		cpu := clusterCPU(c) - cpu0
 		if !o.lost && o.exact {
-			run := ThroughputRun{Job: o.id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates}
+			run := ThroughputRun{Job: o.id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates,
+				CPUMicros: round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
 			run.PerS = round3(float64(cfg.ThroughputShards) / o.makespan.Seconds())
 			if p := plannedAt(c, o.id); !p.IsZero() {
 				run.PlannedS = round3(p.Sub(o.start).Seconds())
 			}
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
+			if run.PerS > tp.ShardsPerS {
+				tp.CPUMicrosPerShard = run.CPUMicros
+			}
 			tp.ShardsPerS = max(tp.ShardsPerS, run.PerS)
-			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS)
+			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros)
 		}
 
 		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))

@@ -34,6 +34,10 @@ type Checkpoint struct {
 	DoneCount   int    `json:"done_count"`
 	// Dispatched is how many shards, from index 0, were published and acknowledged by JetStream.
 	Dispatched int `json:"dispatched"`
+	// ShardsPerMsg is how many consecutive shards travel in one message (0 or 1: one each),
+	// decided when the job is planned: message k carries shards [k·n, (k+1)·n), with
+	// Nats-Msg-Id ShardMsgID(job, k·n), so a new leader re-dispatching sends the same messages.
+	ShardsPerMsg int `json:"shards_per_msg,omitempty"`
 	// Done is the set of merged shards, as a serialized roaring bitmap.
 	Done []byte `json:"done"`
 	// Aggregate is the job's Aggregate.MarshalBinary.
@@ -65,6 +69,8 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 	case c.Total < 0 || c.Total > jobs.MaxShards || c.DoneCount < 0 || c.DoneCount > c.Total ||
 		c.Dispatched < 0 || c.Dispatched > c.Total:
 		return nil, fmt.Errorf("%w: counts out of range (total %d, done %d, dispatched %d)", ErrBadCheckpoint, c.Total, c.DoneCount, c.Dispatched)
+	case c.ShardsPerMsg < 0 || c.ShardsPerMsg > MaxShardBatch:
+		return nil, fmt.Errorf("%w: %d shards per message, at most %d", ErrBadCheckpoint, c.ShardsPerMsg, MaxShardBatch)
 	case c.PlanEpoch == 0 || c.WriterEpoch < c.PlanEpoch:
 		return nil, fmt.Errorf("%w: epochs out of order (plan %d, writer %d)", ErrBadCheckpoint, c.PlanEpoch, c.WriterEpoch)
 	}

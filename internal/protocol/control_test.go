@@ -11,9 +11,9 @@ func TestNames_ValidateSubject(t *testing.T) {
 	n := NewNames("mapagg")
 	for typ, want := range map[string]string{
 		"primes":   "mapagg.ctl.validate.primes",
-		"my-job_2": "mapagg.ctl.validate.my-job_2",
-		"a.b":      "mapagg.ctl.validate.=612e62",
-		".a":       "mapagg.ctl.validate.=2e61",
+		"my-job_2": "mapagg.ctl.validate.my-job_5f2",
+		"a.b":      "mapagg.ctl.validate.a_2eb",
+		".a":       "mapagg.ctl.validate._2ea",
 	} {
 		if got := n.ValidateSubject(typ); got != want {
 			t.Errorf("ValidateSubject(%q) = %q, want %q", typ, got, want)

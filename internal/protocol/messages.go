@@ -21,22 +21,37 @@ type ShardMsg struct {
 	Shard []byte `json:"s"`
 }
 
-// Encode returns the message's wire form.
-func (m *ShardMsg) Encode() ([]byte, error) { return json.Marshal(m) }
+// Encode returns the message's wire form (binary, see wire.go).
+func (m *ShardMsg) Encode() ([]byte, error) {
+	return m.appendBinary(make([]byte, 0, 16+len(m.Job)+len(m.Type)+len(m.Shard))), nil
+}
 
-// DecodeShardMsg parses a shard message from the stream.
+// DecodeShardMsg parses a shard message from the stream (binary, or the JSON of earlier releases).
+// The returned Shard aliases data.
 func DecodeShardMsg(data []byte) (*ShardMsg, error) {
 	var m ShardMsg
-	if err := json.Unmarshal(data, &m); err != nil {
+	if body, ok := header(data, 'S'); ok {
+		if err := decodeShardBinary(body, &m); err != nil {
+			return nil, fmt.Errorf("%w: shard: %v", ErrBadMessage, err)
+		}
+	} else if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: shard: %v", ErrBadMessage, err)
 	}
-	if err := CheckID(m.Job); err != nil {
-		return nil, fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
-	}
-	if m.Type == "" || m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || len(m.Shard) > jobs.MaxShardBytes {
-		return nil, fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
+	if err := m.check(); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+// check validates a decoded shard.
+func (m *ShardMsg) check() error {
+	if err := CheckID(m.Job); err != nil {
+		return fmt.Errorf("%w: shard: %w", ErrBadMessage, err)
+	}
+	if m.Type == "" || m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || len(m.Shard) > jobs.MaxShardBytes {
+		return fmt.Errorf("%w: shard %s/%d: type, index, epoch or size out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	return nil
 }
 
 // ResultMsg is the outcome of one shard execution, published by a worker, consumed by the leader.
@@ -57,23 +72,38 @@ type ResultMsg struct {
 	Micros int64 `json:"d,omitempty"`
 }
 
-// Encode returns the message's wire form.
-func (m *ResultMsg) Encode() ([]byte, error) { return json.Marshal(m) }
+// Encode returns the message's wire form (binary, see wire.go).
+func (m *ResultMsg) Encode() ([]byte, error) {
+	return m.appendBinary(make([]byte, 0, 32+len(m.Job)+len(m.Worker)+len(m.Partial)+len(m.Ref)+len(m.Error))), nil
+}
 
-// DecodeResultMsg parses a result message from the stream.
+// DecodeResultMsg parses a result message from the stream (binary, or the JSON of earlier
+// releases). The returned Partial aliases data.
 func DecodeResultMsg(data []byte) (*ResultMsg, error) {
 	var m ResultMsg
-	if err := json.Unmarshal(data, &m); err != nil {
+	if body, ok := header(data, 'R'); ok {
+		if err := decodeResultBinary(body, &m); err != nil {
+			return nil, fmt.Errorf("%w: result: %v", ErrBadMessage, err)
+		}
+	} else if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%w: result: %v", ErrBadMessage, err)
 	}
-	if err := CheckID(m.Job); err != nil {
-		return nil, fmt.Errorf("%w: result: %w", ErrBadMessage, err)
-	}
-	if m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || m.Attempt < 1 {
-		return nil, fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
-	}
-	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") {
-		return nil, fmt.Errorf("%w: result %s/%d: a ref excludes a partial or an error", ErrBadMessage, m.Job, m.Index)
+	if err := m.check(); err != nil {
+		return nil, err
 	}
 	return &m, nil
+}
+
+// check validates a decoded result.
+func (m *ResultMsg) check() error {
+	if err := CheckID(m.Job); err != nil {
+		return fmt.Errorf("%w: result: %w", ErrBadMessage, err)
+	}
+	if m.Index < 0 || m.Index >= jobs.MaxShards || m.Epoch == 0 || m.Attempt < 1 {
+		return fmt.Errorf("%w: result %s/%d: index, epoch or attempt out of range", ErrBadMessage, m.Job, m.Index)
+	}
+	if m.Ref != "" && (len(m.Partial) > 0 || m.Error != "") || m.Error != "" && len(m.Partial) > 0 {
+		return fmt.Errorf("%w: result %s/%d: a partial, a ref and an error exclude each other", ErrBadMessage, m.Job, m.Index)
+	}
+	return nil
 }

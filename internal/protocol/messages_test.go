@@ -132,6 +132,9 @@ func TestDecodeCheckpoint(t *testing.T) {
 func FuzzDecodeShardMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","t":"primes","i":0,"e":1,"s":"eyJhIjoxfQ=="}`))
 	f.Add([]byte(`{"j":"j1"}`))
+	bin, _ := (&ShardMsg{Job: "j1", Type: "primes", Index: 5, Epoch: 2, Shard: []byte("abc")}).Encode()
+	f.Add(bin)
+	f.Add(bin[:len(bin)-1])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeShardMsg(data)
 		if err != nil {
@@ -150,6 +153,10 @@ func FuzzDecodeShardMsg(f *testing.F) {
 func FuzzDecodeResultMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":1,"p":"AAE="}`))
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":2,"x":"boom"}`))
+	for _, m := range binaryResults() {
+		b, _ := m.Encode()
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeResultMsg(data)
 		if err != nil {
@@ -200,6 +207,220 @@ func FuzzDecodePlan(f *testing.F) {
 		}
 		if !bytes.Equal(EncodePlan(shards), data) {
 			t.Fatalf("plan does not re-encode to the same bytes")
+		}
+	})
+}
+
+func TestTypeToken(t *testing.T) {
+	seen := map[string]string{}
+	for _, typ := range []string{"primes", "word-count", "a.b", "a_2eb", "a_b", "a__b", "ümlaut", "x.y.z", "A"} {
+		tok := TypeToken(typ)
+		for _, c := range []byte(tok) {
+			if !tokenByte(c) && c != '_' {
+				t.Fatalf("TypeToken(%q) = %q: byte %q is not allowed in a subject token or consumer name", typ, tok, c)
+			}
+		}
+		if other, dup := seen[tok]; dup {
+			t.Fatalf("types %q and %q share the token %q", typ, other, tok)
+		}
+		seen[tok] = typ
+	}
+	if got := NewNames("p").ShardTypeSubject("a.b", "j"); got != "p.shards.a_2eb.j" {
+		t.Fatalf("ShardTypeSubject = %q", got)
+	}
+}
+
+func binaryResults() []ResultMsg {
+	return []ResultMsg{
+		{Job: "j1", Index: 3, Epoch: 1, Attempt: 1, Worker: "w", Partial: []byte{0, 1}, Micros: 12},
+		{Job: "j1", Index: 3, Epoch: 9, Attempt: 2, Ref: "j1/partials/3-2"},
+		{Job: "j1", Index: 0, Epoch: 1, Attempt: 4, Error: "boom"},
+		{Job: "j1", Index: 999_999, Epoch: 1 << 40, Attempt: 1},
+	}
+}
+
+func TestResultMsg_BinaryRoundTrip(t *testing.T) {
+	for _, in := range binaryResults() {
+		b, err := in.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] != 'M' || b[1] != 'R' {
+			t.Fatalf("not the binary form: %q", b)
+		}
+		out, err := DecodeResultMsg(b)
+		if err != nil {
+			t.Fatalf("%+v: %v", in, err)
+		}
+		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
+			t.Fatalf("round trip: got %+v want %+v", out, in)
+		}
+		for cut := 0; cut < len(b); cut++ {
+			if _, err := DecodeResultMsg(b[:cut]); !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+			}
+		}
+		if _, err := DecodeResultMsg(append(b, 0)); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("trailing byte accepted: %v", err)
+		}
+	}
+}
+
+func BenchmarkShardMsg_EncodeDecode(b *testing.B) {
+	m := ShardMsg{Job: "20261121-005210-3f9a0c1d", Type: "sleep", Index: 123456, Epoch: 7, Shard: []byte(`{"d":"1ms","i":123456}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		data, _ := m.Encode()
+		if _, err := DecodeShardMsg(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkResultMsg_EncodeDecode(b *testing.B) {
+	m := ResultMsg{Job: "20261121-005210-3f9a0c1d", Index: 123456, Epoch: 7, Attempt: 1, Worker: "host-1234", Partial: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Micros: 1000}
+	b.ReportAllocs()
+	for b.Loop() {
+		data, _ := m.Encode()
+		if _, err := DecodeResultMsg(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestResults_BatchRoundTrip(t *testing.T) {
+	var rs []*ResultMsg
+	for _, m := range binaryResults() {
+		m := m
+		rs = append(rs, &m)
+	}
+	b, err := EncodeResults(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeResults(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(rs) {
+		t.Fatalf("%d results, want %d", len(got), len(rs))
+	}
+	for i := range rs {
+		in, out := rs[i], got[i]
+		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
+			t.Fatalf("entry %d: got %+v want %+v", i, out, in)
+		}
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := DecodeResults(b[:cut]); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+		}
+	}
+	one, _ := EncodeResults(rs[:1])
+	if got, err := DecodeResults(one); err != nil || len(got) != 1 || one[1] != 'R' {
+		t.Fatalf("a batch of one is a plain result: %q %v", one, err)
+	}
+	other := *rs[1]
+	other.Job = "j2"
+	if _, err := EncodeResults([]*ResultMsg{rs[0], &other}); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("a batch mixing jobs encoded: %v", err)
+	}
+	if _, err := EncodeResults(nil); !errors.Is(err, ErrBadMessage) {
+		t.Fatalf("an empty batch encoded: %v", err)
+	}
+}
+
+func FuzzDecodeResults(f *testing.F) {
+	var rs []*ResultMsg
+	for _, m := range binaryResults() {
+		m := m
+		rs = append(rs, &m)
+	}
+	b, _ := EncodeResults(rs)
+	f.Add(b)
+	b, _ = EncodeResults(rs[:2])
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := DecodeResults(data)
+		if err != nil {
+			return
+		}
+		b, err := EncodeResults(ms)
+		if err != nil {
+			t.Fatalf("re-encode of a valid batch failed: %v", err)
+		}
+		again, err := DecodeResults(b)
+		if err != nil || len(again) != len(ms) {
+			t.Fatalf("re-decode of a valid batch: %d results, %v", len(again), err)
+		}
+	})
+}
+
+func TestShards_BatchRoundTrip(t *testing.T) {
+	shards := [][]byte{[]byte("a"), {}, []byte("ccc")}
+	b, err := EncodeShards("j1", "primes", 4, 10, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeShards(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d shards", len(got))
+	}
+	for i, m := range got {
+		if m.Job != "j1" || m.Type != "primes" || m.Epoch != 4 || m.Index != 10+i || !bytes.Equal(m.Shard, shards[i]) {
+			t.Fatalf("shard %d: %+v", i, m)
+		}
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := DecodeShards(b[:cut]); !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("truncated at %d of %d: %v", cut, len(b), err)
+		}
+	}
+	if _, err := DecodeShards(append(b, 0)); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("trailing byte accepted")
+	}
+	one, _ := EncodeShards("j1", "primes", 4, 7, shards[:1])
+	if got, err := DecodeShards(one); err != nil || len(got) != 1 || got[0].Index != 7 || one[1] != 'S' {
+		t.Fatalf("a batch of one is a plain shard: %v %+v", err, got)
+	}
+	if _, err := EncodeShards("j1", "primes", 4, 0, nil); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("an empty batch encoded")
+	}
+	if _, err := EncodeShards("j1", "", 4, 0, shards); err != nil {
+		t.Fatal(err) // encoding does not check; decoding does:
+	}
+	bad, _ := EncodeShards("j1", "", 4, 0, shards)
+	if _, err := DecodeShards(bad); !errors.Is(err, ErrBadMessage) {
+		t.Fatal("a batch without a type decoded")
+	}
+}
+
+func FuzzDecodeShards(f *testing.F) {
+	b, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a"), []byte("bb")})
+	f.Add(b)
+	one, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a")})
+	f.Add(one)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ms, err := DecodeShards(data)
+		if err != nil {
+			return
+		}
+		shards := make([][]byte, len(ms))
+		for i, m := range ms {
+			shards[i] = m.Shard
+		}
+		b, err := EncodeShards(ms[0].Job, ms[0].Type, ms[0].Epoch, ms[0].Index, shards)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := DecodeShards(b)
+		if err != nil || len(again) != len(ms) {
+			t.Fatalf("re-decode: %d shards, %v", len(again), err)
 		}
 	})
 }

@@ -1,0 +1,86 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mapagg/mapagg/bus"
+)
+
+func startNATS(t *testing.T, port int, dir string) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	return s
+}
+
+// Across a NATS restart, a live worker's feed recovers, and the shards a worker that died held
+// come back within seconds (the shard timeout), not after the old 30s.
+func TestShards_DeadWorkersShardsBackAfterNATSRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startNATS(t, -1, dir)
+	url := s.ClientURL()
+	live := connect(t, url)
+	dead, err := bus.Connect(url, "dead", bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []bus.Outgoing
+	for i := 0; i < 4; i++ {
+		msgs = append(msgs, bus.Outgoing{Subject: live.ShardTypeSubject("t", "j"), MsgID: fmt.Sprintf("j/%d", i), Data: []byte{byte(i)}})
+	}
+	if err := live.PublishAll(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := dead.Shards(ctx, shardOpts(4, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, holder.C, 1)
+	for holder.Held() < 4 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	f, err := live.Shards(ctx, shardOpts(8, "t")) // a live worker, before the restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+
+	p := serverPort(t, s)
+	s.Shutdown()
+	s.WaitForShutdown()
+	dead.Close() // the worker dies while NATS is down
+	s = startNATS(t, p, dir)
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	restarted := time.Now()
+
+	got := recv(t, f.C, 4) // recv gives up after 10s
+	for _, d := range got {
+		if d.Attempt() < 2 {
+			t.Fatalf("attempt %d: want a redelivery", d.Attempt())
+		}
+		_ = d.Ack()
+	}
+	t.Logf("a dead worker's shards were back %v after NATS restarted", time.Since(restarted).Round(time.Millisecond))
+}
+
+func serverPort(t *testing.T, s *server.Server) int {
+	t.Helper()
+	addr, ok := s.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("server address %v", s.Addr())
+	}
+	return addr.Port
+}
