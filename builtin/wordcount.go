@@ -102,7 +102,7 @@ func parseWordcountParams(raw json.RawMessage) (WordcountParams, error) {
 	if !present["shard_bytes"] {
 		p.ShardBytes = wordcountDefaultShardBytes
 	}
-	if reason := checkContainerName(p.Container); reason != "" {
+	if reason := jobs.ContainerNameProblem(p.Container); reason != "" {
 		return p, badParam(wordcountType, "container", `"container" %s (got %q)`, reason, p.Container)
 	}
 	switch {
@@ -115,25 +115,6 @@ func parseWordcountParams(raw json.RawMessage) (WordcountParams, error) {
 			wordcountMaxShardBytes, p.ShardBytes)
 	}
 	return p, nil
-}
-
-// checkContainerName returns what is wrong with an Azure container name, or "".
-func checkContainerName(name string) string {
-	const rule = "must be 3 to 63 characters of a-z, 0-9 and '-', start with a letter or digit, " +
-		"and have no '-' at the end or next to another '-'"
-	if len(name) < 3 || len(name) > 63 {
-		return rule
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(name)-1 && name[i-1] != '-':
-		default:
-			return rule
-		}
-	}
-	return ""
 }
 
 // wordcountShard is a shard of a wordcount job: the words starting in bytes [O, O+N) of blob B.
@@ -210,7 +191,7 @@ func decodeWordcountShard(data []byte) (wordcountShard, error) {
 		return s, err
 	}
 	switch {
-	case checkContainerName(s.Container) != "":
+	case jobs.ContainerNameProblem(s.Container) != "":
 		return s, fmt.Errorf("%w: wordcount: bad container name %q", jobs.ErrBadShard, s.Container)
 	case s.Blob == "":
 		return s, fmt.Errorf("%w: wordcount: no blob name", jobs.ErrBadShard)

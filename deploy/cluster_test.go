@@ -28,8 +28,9 @@ func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 			"--stream-replicas", "3", "--concurrency", "2", "--map-delay", "100ms", "--shard-timeout", "5s",
 			"--acquire-interval", "200ms", "--startup-timeout", "60s")
 	}
+	events := watchEvents(t, nc.url(1), "worker", workerPassword)
 	leader := startWorker(t, "w0", args(0)...)
-	testenv_eventually(t, 30*time.Second, func() bool { return leader.log.count("elected") == 1 }, "w0 not elected")
+	testenv_eventually(t, 30*time.Second, func() bool { return events.count("w0", "elected") == 1 }, "w0 not elected")
 	startWorker(t, "w1", args(1)...)
 	startWorker(t, "w2", args(2)...)
 	cl := jobClient(t, s)
@@ -79,12 +80,12 @@ func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 	if st.PlanEpoch != st.Epoch {
 		t.Errorf("planned in epoch %d, finished in %d: the leader lost its lease", st.PlanEpoch, st.Epoch)
 	}
-	if n := leader.log.count("elected"); n != 1 {
+	if n := events.count("w0", "elected"); n != 1 {
 		t.Errorf("w0 elected %d times, want once:\n%s", n, leader.log)
 	}
-	for _, msg := range []string{"leadership lost", "stepping down"} {
-		if n := leader.log.count(msg); n != 0 {
-			t.Errorf("w0 logged %q:\n%s", msg, leader.log)
+	for _, kind := range []string{"lost", "stepped_down"} {
+		if n := events.count("w0", kind); n != 0 {
+			t.Errorf("w0 reported %q:\n%s", kind, leader.log)
 		}
 	}
 	t.Logf("120-shard primes job: %v without a fault, %v with the leader's NATS node down for %v: %v lost; %d duplicate results dropped",

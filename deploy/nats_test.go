@@ -118,7 +118,7 @@ func TestNATSReplicas_ThreeOnASingleServerRefusedAtStart(t *testing.T) {
 		}
 	}
 	s := newStorage(t)
-	log := &syncBuffer{}
+	log := &testenv.SyncBuffer{}
 	start := time.Now()
 	code := runOnce(append(s.args(), "--nats-url", nc.url(0), "--stream-replicas", "3", "--startup-timeout", "60s"), log)
 	if code == 0 || !strings.Contains(log.String(), "not clustered") {

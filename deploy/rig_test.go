@@ -1,13 +1,15 @@
 package deploy_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/nats-io/nats.go"
 	"io"
 	"net"
 	"net/url"
@@ -157,30 +159,56 @@ func (c *natsCluster) waitJetStream() {
 	}, "no JetStream meta leader")
 }
 
-// syncBuffer is a log sink shared by a worker goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// count is how many log lines have msg as their message.
-func (s *syncBuffer) count(msg string) int {
-	n := 0
-	for _, line := range strings.Split(s.String(), "\n") {
+// started reports whether a worker's log says it reached storage and NATS (its start-up line; how
+// tests learn about elections is clusterEvents, never log text).
+func started(log *testenv.SyncBuffer) bool {
+	for _, line := range strings.Split(log.String(), "\n") {
 		var rec struct{ Msg string }
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "worker started" {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterEvents records the typed election and coordinator events every worker publishes on NATS
+// (<prefix>.ctl.events), as the dashboard and the test harness read them.
+type clusterEvents struct {
+	mu   sync.Mutex
+	list []membership.Event
+}
+
+// watchEvents subscribes to the default prefix's events at url as user/password until the test ends.
+func watchEvents(t *testing.T, url, user, password string) *clusterEvents {
+	t.Helper()
+	ev := &clusterEvents{}
+	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe(protocol.NewNames("mapagg").Events(), func(m *nats.Msg) {
+		if e, err := membership.DecodeEvent(m.Data); err == nil {
+			ev.mu.Lock()
+			ev.list = append(ev.list, *e)
+			ev.mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// count is how many events of kind worker published.
+func (ev *clusterEvents) count(worker, kind string) int {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	n := 0
+	for _, e := range ev.list {
+		if e.Worker == worker && e.Kind == kind {
 			n++
 		}
 	}
@@ -190,7 +218,7 @@ func (s *syncBuffer) count(msg string) int {
 // runningWorker is one `worker run` in this process (node.Run, the binary's own code path).
 type runningWorker struct {
 	id     string
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 	cancel context.CancelFunc
 	done   chan int
 }
@@ -243,12 +271,12 @@ func (s storageNames) sasArgs(t *testing.T) []string {
 func startWorker(t *testing.T, id string, args ...string) *runningWorker {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &runningWorker{id: id, log: &syncBuffer{}, cancel: cancel, done: make(chan int, 1)}
+	w := &runningWorker{id: id, log: &testenv.SyncBuffer{}, cancel: cancel, done: make(chan int, 1)}
 	go func() {
 		w.done <- stockRun(ctx, append([]string{"run", "--id", id, "--http-addr", "127.0.0.1:0"}, args...), w.log, w.log)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
-	for w.log.count("worker started") == 0 {
+	for !started(w.log) {
 		select {
 		case code := <-w.done:
 			t.Fatalf("worker %s exited %d:\n%s", id, code, w.log)
@@ -320,7 +348,7 @@ func primesCount(t *testing.T, cl *client.Client, id string) uint64 {
 }
 
 // runOnce runs `worker run args...` to its end (for runs that must refuse to start).
-func runOnce(args []string, log *syncBuffer) int {
+func runOnce(args []string, log *testenv.SyncBuffer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	return stockRun(ctx, append([]string{"run", "--http-addr", "127.0.0.1:0"}, args...), log, log)

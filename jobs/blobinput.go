@@ -43,7 +43,7 @@ type BlobInput struct {
 
 // Validate checks the fields without touching storage; errors are *ParamError.
 func (in BlobInput) Validate() error {
-	if reason := checkContainerName(in.Container); reason != "" {
+	if reason := ContainerNameProblem(in.Container); reason != "" {
 		return BadParam("container", `"container" %s (got %q)`, reason, in.Container)
 	}
 	if len(in.Prefix) > 1024 {
@@ -65,8 +65,9 @@ func (in BlobInput) Split(ctx context.Context, env Env) ([]BlobRange, error) {
 	return SplitBlobs(ctx, env, in.Container, in.Prefix, size)
 }
 
-// checkContainerName returns what is wrong with an Azure container name, or "".
-func checkContainerName(name string) string {
+// ContainerNameProblem returns what is wrong with an Azure blob container name ("" when it is
+// valid), for a job's Validate: `"container" ` + the problem reads as a sentence.
+func ContainerNameProblem(name string) string {
 	const rule = "must be 3 to 63 characters of a-z, 0-9 and '-', start with a letter or digit, " +
 		"and have no '-' at the end or next to another '-'"
 	if len(name) < 3 || len(name) > 63 {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// syncBuffer is a buffer written by a running command's goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // cluster is what the commands of one test reach: Azurite, an in-process NATS and names of its
 // own, given to the commands through the environment (as compose does).
@@ -89,7 +70,7 @@ func (c *cluster) startWorker(t *testing.T, reg *jobs.Registry, id string) {
 	t.Helper()
 	n := c.node(t, reg)
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	done := make(chan int)
 	go func() {
 		done <- n.Run(ctx, []string{"run", "--id", id, "--concurrency", "2", "--checkpoint-interval", "50ms", "--startup-timeout", "30s"}, &logs, &logs)

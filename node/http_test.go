@@ -65,7 +65,7 @@ func TestObservability(t *testing.T) {
 		"--queue", name, "--lease-container", name + "-l", "--stream-prefix", prefix, "--id", "obs-w1",
 		"--concurrency", "2", "--http-addr", addr, "--log-level", "warn"}
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -210,7 +210,7 @@ func TestHealthWhileStarting(t *testing.T) {
 	addr := freeAddr(t)
 	name := testenv.Name(t, "obs")
 	done := make(chan int, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() {
 		done <- stockNode().Run(context.Background(), []string{"run", "--azure-connection-string", conn, "--nats-url", deadNATS,
 			"--jobs-container", name, "--queue", name, "--id", "starting", "--http-addr", addr, "--startup-timeout", "4s"}, io.Discard, &logs)
