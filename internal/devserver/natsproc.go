@@ -75,10 +75,16 @@ func (n *NATSProcess) Restart() error {
 		return err
 	}
 	defer logf.Close()
+	// The same limits as StartNATS's in-process server.
+	conf := filepath.Join(n.Dir, "nats-server.conf")
+	text := fmt.Sprintf("listen: \"127.0.0.1:%d\"\nmax_payload: %d\njetstream {\n  store_dir: %q\n  max_memory_store: %d\n  max_file_store: %d\n}\n",
+		n.Port, 8<<20, filepath.Join(n.Dir, "store"), 256<<20, int64(4)<<30)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		return err
+	}
 	var last error
 	for try := 0; try < 50; try++ { // the port can linger a moment after a kill
-		cmd := exec.Command(n.Bin, "-a", "127.0.0.1", "-p", fmt.Sprint(n.Port), "-js", "-sd", filepath.Join(n.Dir, "store"),
-			"--max_payload", fmt.Sprint(8<<20))
+		cmd := exec.Command(n.Bin, "-c", conf)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if err := cmd.Start(); err != nil {
