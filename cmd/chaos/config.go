@@ -24,7 +24,9 @@ type Config struct {
 	Quick bool
 	// Workers per cluster. Default 3.
 	Workers int
-	// Shards and MapDelay make the sleep job; Shards of primes below 10⁷ make the primes job.
+	// Shards of ShardDelay make the sleep job; PrimesShards of primes below 10⁷ make the primes
+	// job, each slowed by ShardDelay (a sieve of 10⁷ takes well under a second: without the delay
+	// the job ends before a fault can hit it).
 	Shards       int
 	ShardDelay   time.Duration
 	PrimesShards int
@@ -43,7 +45,7 @@ type Config struct {
 
 // DefaultConfig is the full matrix.
 func DefaultConfig() Config {
-	return Config{Workers: 3, Shards: 400, ShardDelay: 100 * time.Millisecond, PrimesShards: 40, At: 0.3,
+	return Config{Workers: 3, Shards: 400, ShardDelay: 100 * time.Millisecond, PrimesShards: 200, At: 0.3,
 		Deadline: 60 * time.Second, CancelWithin: time.Second, LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second}
 }
 
@@ -98,4 +100,12 @@ func (c Config) Validate() error {
 }
 
 func (c Config) sleepJob() knownjobs.Job  { return knownjobs.Sleep(c.Shards, c.ShardDelay.String()) }
+// mapDelay is the workers' map delay for j: ShardDelay for primes, none for sleep (it sleeps).
+func (c Config) mapDelay(j knownjobs.Job) time.Duration {
+	if j.Type == "primes" {
+		return c.ShardDelay
+	}
+	return 0
+}
+
 func (c Config) primesJob() knownjobs.Job { return knownjobs.Primes(10_000_000, c.PrimesShards) }

@@ -7,9 +7,10 @@
 // The faults: the leader killed (SIGKILL) or stopped past its lease (SIGSTOP, then SIGCONT);
 // nats-server killed and restarted; azurite-blob killed and restarted (it loses its last seconds
 // of acknowledged writes: a storage rollback); azurite-queue down while a job is submitted; every
-// worker killed and restarted; a forged result (well-formed, right plan epoch) and a malformed
-// one published on the job's results subject; garbage on the job queue (an invalid id, a 60 KB
-// message) and on the shards stream; a cancel right after the leader is killed.
+// worker killed and restarted; a forged result (well-formed, right plan epoch), garbage bytes and
+// a well-formed result with a garbage partial published on the job's results subject; garbage
+// on the job queue (an invalid id, a 60 KB message) and on the shards stream; a cancel right
+// after the leader is killed.
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's; a job that does not end within its deadline (Config.Deadline after the fault is

@@ -76,7 +76,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		return res
 	}
 	r.logf("fault %s: %s", f.name, f.what)
-	e, err := r.startEnv(ctx, f.name)
+	e, err := r.startEnv(ctx, f.name, r.cfg.mapDelay(j))
 	if err != nil {
 		return fail(verdictError, err.Error())
 	}

@@ -39,6 +39,7 @@ func matrix() []fault {
 		{name: "workers-kill", what: "every worker is killed (SIGKILL) mid-job, then all are restarted", job: primesJob, inject: injectWorkersKill},
 		{name: "forged-result", what: "well-formed results with the job's plan epoch and wrong partials are published by a plain NATS client", job: sleepJob, inject: injectForged, dead: map[string]int{"results": forgedCount}},
 		{name: "malformed-result", what: "garbage bytes are published on the job's results subject", job: sleepJob, inject: injectMalformed, dead: map[string]int{"results": 1}},
+		{name: "malformed-partial", what: "a well-formed result with the job's plan epoch whose partial is garbage is published", job: sleepJob, inject: injectMalformedPartial, dead: map[string]int{"results": 1}},
 		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: sleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
@@ -286,6 +287,31 @@ func injectMalformed(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	f.note("published garbage on %s", f.e.c.Names().ResultSubject(f.id))
+	return nc.Flush()
+}
+
+// injectMalformedPartial publishes, for the job's last shard (not yet dispatched at this point),
+// a well-formed result with the right plan epoch whose partial does not decode.
+func injectMalformedPartial(ctx context.Context, f *faultRun) error {
+	st := f.e.status(ctx, f.id)
+	if st == nil || st.PlanEpoch == 0 {
+		return fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
+	}
+	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	idx := f.job.Shards - 1
+	m := protocol.ResultMsg{Job: f.id, Index: idx, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: []byte("{not a partial\xff")}
+	data, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
+		return err
+	}
+	f.note("published a result for shard %d (plan epoch %d) with a garbage partial", idx, st.PlanEpoch)
 	return nc.Flush()
 }
 

@@ -116,7 +116,7 @@ func referenceJobs(cfg Config, faults []fault) []knownjobs.Job {
 
 // reference runs j once on a fresh cluster and returns its makespan in seconds.
 func (r *runner) reference(ctx context.Context, j knownjobs.Job) (float64, error) {
-	e, err := r.startEnv(ctx, "reference-"+j.Type)
+	e, err := r.startEnv(ctx, "reference-"+j.Type, r.cfg.mapDelay(j))
 	if err != nil {
 		return 0, err
 	}
@@ -147,7 +147,9 @@ type env struct {
 	jobs *store.Container
 }
 
-func (r *runner) startEnv(ctx context.Context, name string) (*env, error) {
+// startEnv starts a cluster of its own for name; mapDelay slows every map step (see
+// Config.mapDelay).
+func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Duration) (*env, error) {
 	dir := filepath.Join(r.cfg.Dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -156,7 +158,7 @@ func (r *runner) startEnv(ctx context.Context, name string) (*env, error) {
 	defer cancel()
 	start := time.Now()
 	c, err := cluster.Start(sctx, cluster.Options{Dir: dir, WorkerBin: r.bin, NATSBin: r.natsBin, Workers: r.cfg.Workers,
-		LeaseDuration: r.cfg.LeaseDuration, ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2})
+		LeaseDuration: r.cfg.LeaseDuration, ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2, MapDelay: mapDelay})
 	if err != nil {
 		return nil, fmt.Errorf("start cluster %s: %w", name, err)
 	}
