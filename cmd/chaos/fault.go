@@ -164,7 +164,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	}
 	res.Notes = fr.notes
 	stop()
-	res.LeftBehind = append(res.LeftBehind, r.survivors()...)
+	res.LeftBehind = append(res.LeftBehind, e.survivors()...)
 	if len(res.LeftBehind) > 0 {
 		fail(verdictLeft, strings.Join(res.LeftBehind, "; "))
 	}

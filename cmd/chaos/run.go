@@ -145,6 +145,7 @@ type env struct {
 	q    *queue.Queue
 	js   jetstream.JetStream
 	jobs *store.Container
+	pids map[int]string // every process this cluster ran, by pid
 }
 
 // startEnv starts a cluster of its own for name; mapDelay slows every map step (see
@@ -162,7 +163,7 @@ func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Durati
 	if err != nil {
 		return nil, fmt.Errorf("start cluster %s: %w", name, err)
 	}
-	e := &env{r: r, name: name, c: c, jobs: store.New(c.Blob(), c.JobsContainer())}
+	e := &env{r: r, name: name, c: c, jobs: store.New(c.Blob(), c.JobsContainer()), pids: map[int]string{}}
 	e.track()
 	if e.q, err = queue.New(c.ConnStr, "jobs"); err != nil {
 		r.stopEnv(e)
@@ -180,19 +181,23 @@ func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Durati
 func (e *env) track() {
 	e.r.mu.Lock()
 	defer e.r.mu.Unlock()
+	add := func(pid int, what string) {
+		e.pids[pid] = what
+		e.r.pids[pid] = what
+	}
 	if az := e.c.Azurite(); az != nil {
 		for _, s := range []devserver.Service{devserver.Blob, devserver.Queue} {
 			if pid := az.PID(s); pid != 0 {
-				e.r.pids[pid] = s.String()
+				add(pid, s.String())
 			}
 		}
 	}
 	if np := e.c.NATSProcess(); np != nil && np.PID() != 0 {
-		e.r.pids[np.PID()] = "nats-server"
+		add(np.PID(), "nats-server")
 	}
 	for _, id := range e.c.Running() {
 		if p := e.c.Proc(id); p != nil {
-			e.r.pids[p.PID] = "worker " + id
+			add(p.PID, "worker "+id)
 		}
 	}
 }
@@ -206,8 +211,19 @@ func (r *runner) stopEnv(e *env) {
 func (r *runner) survivors() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return alive(r.pids)
+}
+
+// survivors lists the processes this cluster ran that still exist.
+func (e *env) survivors() []string {
+	e.r.mu.Lock()
+	defer e.r.mu.Unlock()
+	return alive(e.pids)
+}
+
+func alive(pids map[int]string) []string {
 	var out []string
-	for pid, what := range r.pids {
+	for pid, what := range pids {
 		if syscall.Kill(pid, 0) == nil {
 			out = append(out, fmt.Sprintf("%s (pid %d) still running", what, pid))
 		}
