@@ -99,7 +99,8 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-func (c Config) sleepJob() knownjobs.Job  { return knownjobs.Sleep(c.Shards, c.ShardDelay.String()) }
+func (c Config) sleepJob() knownjobs.Job { return knownjobs.Sleep(c.Shards, c.ShardDelay.String()) }
+
 // mapDelay is the workers' map delay for j: ShardDelay for primes, none for sleep (it sleeps).
 func (c Config) mapDelay(j knownjobs.Job) time.Duration {
 	if j.Type == "primes" {

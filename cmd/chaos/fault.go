@@ -22,6 +22,8 @@ type fault struct {
 	inject func(ctx context.Context, f *faultRun) error
 	// expectCancel: the job must end cancelled (cancel during a failover).
 	expectCancel bool
+	// minAge: the fault hits no sooner than this after the submit.
+	minAge time.Duration
 	// dead lists the dead letters the fault must leave, by source, (the injected messages).
 	dead map[string]int
 }
@@ -102,6 +104,12 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	if st.State.Terminal() {
 		return fail(verdictError, fmt.Sprintf("job ended (%s) before the fault could be injected: make it longer (--shards, --shard-delay)", st.State))
 	}
+	if f.minAge > 0 {
+		sleep(ctx, time.Until(fr.start.Add(f.minAge)))
+		if st = e.status(ctx, fr.id); st == nil || st.State.Terminal() {
+			return fail(verdictError, fmt.Sprintf("job ended or unreadable %v after the submit, before the fault: make it longer (--shards, --shard-delay)", f.minAge))
+		}
+	}
 	res.InjectedAt = fmt.Sprintf("%d/%d", st.ShardsDone, st.ShardsTotal)
 	if err := f.inject(ctx, fr); err != nil {
 		res.Notes = fr.notes
@@ -121,6 +129,8 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		res.Merged = fmt.Sprintf("%d/%d", fst.ShardsDone, fst.ShardsTotal)
 	}
 	switch {
+	case fst == nil:
+		fail(verdictLost, fmt.Sprintf("job %s unreadable for %v after the fault was healed (its spec or checkpoint is gone)", fr.id, r.cfg.Deadline))
 	case !ended:
 		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, describe(fst)))
 	case f.expectCancel:

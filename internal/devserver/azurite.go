@@ -64,7 +64,7 @@ func (a *AzuriteServer) PID(s Service) int {
 	return a.procs[s].Process.Pid
 }
 
-// Kill sends sig to service s and, for SIGKILL, waits for it to exit. Its data stays in Dir, so
+// Kill sends sig to service s and, for SIGKILL and SIGTERM, waits for it to exit. Its data stays in Dir, so
 // Restart brings it back on the same port with what it had saved (Azurite saves blob metadata
 // every few seconds: a SIGKILL loses the most recent acknowledged writes).
 func (a *AzuriteServer) Kill(s Service, sig syscall.Signal) error {
@@ -74,8 +74,14 @@ func (a *AzuriteServer) Kill(s Service, sig syscall.Signal) error {
 	if err := a.procs[s].Process.Signal(sig); err != nil {
 		return fmt.Errorf("signal %v: %w", s, err)
 	}
-	if sig == syscall.SIGKILL {
+	switch sig {
+	case syscall.SIGKILL:
 		a.wait(s)
+		a.procs[s] = nil
+	case syscall.SIGTERM: // a graceful stop saves the data; SIGKILL after 15 s
+		t := time.AfterFunc(15*time.Second, func() { _ = a.procs[s].Process.Kill() })
+		a.wait(s)
+		t.Stop()
 		a.procs[s] = nil
 	}
 	return nil
