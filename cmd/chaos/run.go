@@ -116,7 +116,7 @@ func referenceJobs(cfg Config, faults []fault) []knownjobs.Job {
 
 // reference runs j once on a fresh cluster and returns its makespan in seconds.
 func (r *runner) reference(ctx context.Context, j knownjobs.Job) (float64, error) {
-	e, err := r.startEnv(ctx, "reference-"+j.Type, r.cfg.mapDelay(j))
+	e, err := r.startEnv(ctx, fmt.Sprintf("reference-%s-%d", j.Type, j.Shards), r.cfg.mapDelay(j))
 	if err != nil {
 		return 0, err
 	}
