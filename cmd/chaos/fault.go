@@ -53,16 +53,17 @@ func (f *faultRun) note(format string, args ...any) {
 
 // Verdicts.
 const (
-	verdictOK        = "ok"
-	verdictWrong     = "WRONG"
-	verdictFailed    = "FAILED"
-	verdictStuck     = "STUCK"
-	verdictLost      = "LOST"
-	verdictSlow      = "SLOW"
-	verdictLeft      = "LEFT BEHIND"
-	verdictNotDead   = "NOT DEAD-LETTERED"
-	verdictNotCancel = "NOT CANCELLED"
-	verdictError     = "HARNESS ERROR"
+	verdictOK          = "ok"
+	verdictWrong       = "WRONG"
+	verdictFailed      = "FAILED"
+	verdictStuck       = "STUCK"
+	verdictLost        = "LOST"
+	verdictSlow        = "SLOW"
+	verdictLeft        = "LEFT BEHIND"
+	verdictNotDead     = "NOT DEAD-LETTERED"
+	verdictNotCancel   = "NOT CANCELLED"
+	verdictError       = "HARNESS ERROR"
+	verdictInterrupted = "INTERRUPTED"
 )
 
 // runFault runs f on a cluster of its own and judges it.
@@ -162,7 +163,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		}
 	}
 	for src, want := range f.dead {
-		if n := e.deadLetters(ctx, src); n < uint64(want) {
+		if n := e.deadLetters(ctx, src, uint64(want)); n < uint64(want) {
 			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
 		} else {
 			fr.note("%d dead letters from %s", n, src)
@@ -175,6 +176,10 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	res.Notes = fr.notes
 	stop()
 	res.LeftBehind = append(res.LeftBehind, e.survivors()...)
+	if ctx.Err() != nil { // what was measured after the interrupt means nothing
+		res.Verdict, res.Problem = verdictInterrupted, "interrupted"
+		return res
+	}
 	if len(res.LeftBehind) > 0 {
 		fail(verdictLeft, strings.Join(res.LeftBehind, "; "))
 	}

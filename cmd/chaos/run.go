@@ -368,11 +368,15 @@ func (e *env) streamCount(ctx context.Context, stream, subject string) (uint64, 
 	return n, nil
 }
 
-// deadLetters counts the dead letters from source ("results", "shards", "queue").
-func (e *env) deadLetters(ctx context.Context, source string) uint64 {
-	n, err := e.streamCount(ctx, e.c.Names().DeadStream(), e.c.Names().DeadSubject(source))
-	if err != nil {
-		return 0
+// deadLetters counts the dead letters from source ("results", "shards", "queue"), waiting up to
+// 15 s for want of them (the leader reads the queue every few seconds).
+func (e *env) deadLetters(ctx context.Context, source string, want uint64) uint64 {
+	until := time.Now().Add(15 * time.Second)
+	for {
+		n, _ := e.streamCount(ctx, e.c.Names().DeadStream(), e.c.Names().DeadSubject(source))
+		if n >= want || time.Now().After(until) || ctx.Err() != nil {
+			return n
+		}
+		sleep(ctx, 500*time.Millisecond)
 	}
-	return n
 }
