@@ -38,6 +38,8 @@ type faultRun struct {
 	notes  []string
 	// more are further jobs the fault submitted; each must end exact as well.
 	more []extraJob
+	// failures are what the injection itself found wrong (verdict, problem).
+	failures [][2]string
 	// elected is when the leader that took over was elected (cancel during a failover).
 	elected time.Time
 }
@@ -45,6 +47,10 @@ type faultRun struct {
 type extraJob struct {
 	id    string
 	start time.Time
+}
+
+func (f *faultRun) fail(verdict, problem string) {
+	f.failures = append(f.failures, [2]string{verdict, problem})
 }
 
 func (f *faultRun) note(format string, args ...any) {
@@ -64,6 +70,7 @@ const (
 	verdictNotCancel   = "NOT CANCELLED"
 	verdictError       = "HARNESS ERROR"
 	verdictInterrupted = "INTERRUPTED"
+	verdictNotDeposed  = "NOT DEPOSED"
 )
 
 // runFault runs f on a cluster of its own and judges it.
@@ -147,6 +154,9 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 				res.TimeLostS = &lost
 			}
 		}
+	}
+	for _, x := range fr.failures {
+		fail(x[0], x[1])
 	}
 	ids := []string{fr.id}
 	for _, x := range fr.more {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/cluster"
 	"github.com/mapagg/mapagg/internal/devserver"
 	"github.com/mapagg/mapagg/internal/knownjobs"
@@ -149,12 +150,34 @@ func injectLeaderStop(ctx context.Context, f *faultRun) error {
 	cont()
 	f.healed = time.Now()
 	f.note("continued %s after %.1f s", id, time.Since(stopped).Seconds())
-	// It must not take the lease back under its old term.
-	sleep(ctx, 3*time.Second)
+	// It must find itself deposed (say so, or exit) and never take the lease back under its old
+	// term.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dep, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool {
+		return e.Worker == id && e.Epoch == epoch && (e.Kind == string(election.EventLost) || e.Kind == string(election.EventSteppedDown))
+	})
+	cancel()
+	switch {
+	case err == nil:
+		f.note("%s reported %q for epoch %d %.2f s after SIGCONT", id, dep.Kind, epoch, dep.Time.Sub(f.healed).Seconds())
+	case !running(p):
+		f.note("%s exited after SIGCONT", id)
+	default:
+		f.fail(verdictNotDeposed, fmt.Sprintf("%s neither reported losing epoch %d nor exited within 10 s of SIGCONT", id, epoch))
+	}
 	if l, err := f.e.c.Leader(ctx); err == nil && l != nil && l.Epoch < ev.Epoch {
-		return fmt.Errorf("after SIGCONT the lease is at epoch %d, below the new leader's %d", l.Epoch, ev.Epoch)
+		f.fail(verdictNotDeposed, fmt.Sprintf("after SIGCONT the lease is at epoch %d, below the new leader's %d", l.Epoch, ev.Epoch))
 	}
 	return nil
+}
+
+func running(p *cluster.Proc) bool {
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
 }
 
 func injectNATSKill(ctx context.Context, f *faultRun) error {

@@ -63,7 +63,7 @@ type Result struct {
 	Job   string `json:"job"`
 	JobID string `json:"job_id,omitempty"`
 	// Verdict is "ok" or what went wrong (WRONG, FAILED, STUCK, LOST, SLOW, NOT CANCELLED,
-	// NOT DEAD-LETTERED, LEFT BEHIND, HARNESS ERROR); Problem says more.
+	// NOT DEAD-LETTERED, NOT DEPOSED, LEFT BEHIND, HARNESS ERROR, INTERRUPTED); Problem says more.
 	Verdict string `json:"verdict"`
 	Problem string `json:"problem,omitempty"`
 	State   string `json:"state,omitempty"`
