@@ -1,5 +1,6 @@
 // Package cluster runs a real local cluster for end-to-end tests, the load test and the demo:
-// Azurite (two node processes), a NATS server with JetStream (in-process), and N `worker run`
+// Azurite (two node processes), a NATS server with JetStream (in-process, or a nats-server process
+// with Options.NATSBin), and N `worker run`
 // processes, which it can kill with any signal and restart. It learns about elections and first
 // merges from the typed events the workers publish on NATS (package membership; the kinds are
 // election.EventKind and coordinator.EventKind values), never from their log text, and knows each
@@ -63,6 +64,9 @@ type Options struct {
 	Env []string
 	// ConnStr and NATSURL attach to running servers instead of starting them.
 	ConnStr, NATSURL string
+	// NATSBin, when set (and NATSURL is not), runs NATS as this nats-server binary in a child
+	// process instead of in-process, so that it can be killed and restarted (see NATSProcess).
+	NATSBin string
 }
 
 // Event is one election or coordinator event of a worker, as it published it on NATS.
@@ -96,6 +100,10 @@ type Proc struct {
 	err     error
 }
 
+// Signal sends sig to the process without waiting (SIGSTOP, SIGCONT; Cluster.Signal waits for
+// an exit).
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
 
@@ -112,6 +120,7 @@ type Cluster struct {
 
 	az   *devserver.AzuriteServer
 	ns   *server.Server
+	np   *devserver.NATSProcess
 	blob *azblob.Client
 
 	eventsSub *nats.Subscription
@@ -167,6 +176,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		c.az, c.ConnStr = az, az.ConnectionString()
 	}
+	if c.NATSURL == "" && opts.NATSBin != "" {
+		np, err := devserver.StartNATSProcess(opts.NATSBin, filepath.Join(opts.Dir, "nats"))
+		if err != nil {
+			return nil, err
+		}
+		c.np, c.NATSURL = np, np.URL()
+	}
 	if c.NATSURL == "" {
 		ns, err := devserver.StartNATS(filepath.Join(opts.Dir, "nats"))
 		if err != nil {
@@ -214,6 +230,24 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	ok = true
 	return c, nil
+}
+
+// Azurite is the Azurite the cluster started (nil when attached), for fault injection.
+func (c *Cluster) Azurite() *devserver.AzuriteServer { return c.az }
+
+// NATSProcess is the nats-server process the cluster started (nil unless Options.NATSBin).
+func (c *Cluster) NATSProcess() *devserver.NATSProcess { return c.np }
+
+// Names are the cluster's stream and subject names.
+func (c *Cluster) Names() protocol.Names {
+	_, _, _, prefix := c.opts.names()
+	return protocol.NewNames(prefix)
+}
+
+// JobsContainer is the name of the cluster's jobs container.
+func (c *Cluster) JobsContainer() string {
+	jc, _, _, _ := c.opts.names()
+	return jc
 }
 
 // Blob is the cluster's blob service client.
@@ -397,6 +431,7 @@ func (c *Cluster) Stop() {
 			continue
 		default:
 		}
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process would not act on SIGTERM
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range procs {
@@ -419,6 +454,9 @@ func (c *Cluster) Stop() {
 	if c.ns != nil {
 		c.ns.Shutdown()
 		c.ns.WaitForShutdown()
+	}
+	if c.np != nil {
+		c.np.Stop()
 	}
 	if c.az != nil {
 		c.az.Stop()

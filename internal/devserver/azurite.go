@@ -29,6 +29,110 @@ type AzuriteServer struct {
 	BlobPort, QueuePort int
 	Dir                 string
 	procs               []*exec.Cmd
+	specs               []azuriteSpec // how each process was started, for Restart
+	logPath             string
+	exited              map[Service]chan struct{} // of restarted processes, whose Wait a goroutine owns
+}
+
+// Service names one Azurite process.
+type Service int
+
+// Azurite's processes.
+const (
+	Blob  Service = 0
+	Queue Service = 1
+)
+
+func (s Service) String() string {
+	if s == Blob {
+		return "azurite-blob"
+	}
+	return "azurite-queue"
+}
+
+type azuriteSpec struct {
+	bin  string
+	args []string
+	port int
+}
+
+// PID is the process id of service s (0 when it is not running).
+func (a *AzuriteServer) PID(s Service) int {
+	if int(s) >= len(a.procs) || a.procs[s] == nil || a.procs[s].Process == nil {
+		return 0
+	}
+	return a.procs[s].Process.Pid
+}
+
+// Kill sends sig to service s and, for SIGKILL and SIGTERM, waits for it to exit. Its data stays in Dir, so
+// Restart brings it back on the same port with what it had saved (Azurite saves blob metadata
+// every few seconds: a SIGKILL loses the most recent acknowledged writes).
+func (a *AzuriteServer) Kill(s Service, sig syscall.Signal) error {
+	if int(s) >= len(a.procs) || a.procs[s] == nil {
+		return fmt.Errorf("%v is not running", s)
+	}
+	if err := a.procs[s].Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %v: %w", s, err)
+	}
+	switch sig {
+	case syscall.SIGKILL:
+		a.wait(s)
+		a.procs[s] = nil
+	case syscall.SIGTERM: // a graceful stop saves the data; SIGKILL after 15 s
+		t := time.AfterFunc(15*time.Second, func() { _ = a.procs[s].Process.Kill() })
+		a.wait(s)
+		t.Stop()
+		a.procs[s] = nil
+	}
+	return nil
+}
+
+// Restart starts service s again (after Kill with SIGKILL) on the same port and data folder and
+// waits until it accepts connections.
+func (a *AzuriteServer) Restart(s Service) error {
+	if int(s) >= len(a.specs) {
+		return fmt.Errorf("%v: unknown service", s)
+	}
+	if a.procs[s] != nil {
+		return fmt.Errorf("%v is running", s)
+	}
+	logf, err := os.OpenFile(a.logPath, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	sp := a.specs[s]
+	var last error
+	for try := 0; try < 50; try++ { // the port can linger a moment after the kill
+		cmd := exec.Command(sp.bin, sp.args...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("restart %v: %w", s, err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- waitPort(sp.port, 30*time.Second) }()
+		exited := make(chan struct{})
+		go func() { _, _ = cmd.Process.Wait(); close(exited) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				a.procs[s] = cmd
+				if a.exited == nil {
+					a.exited = map[Service]chan struct{}{}
+				}
+				a.exited[s] = exited
+				return nil
+			}
+			last = err
+			_ = cmd.Process.Kill()
+			<-exited
+		case <-exited:
+			last = fmt.Errorf("%v exited at start (port %d busy?)", s, sp.port)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("restart %v: %w", s, last)
 }
 
 // ConnectionString is the Azure Storage connection string for this Azurite.
@@ -43,17 +147,28 @@ func ConnectionString(blobPort, queuePort int) string {
 		AccountName, AccountKey, blobPort, AccountName, queuePort, AccountName)
 }
 
-// Stop kills both processes by pid and waits for them.
+// Stop kills both processes by pid and waits for them (a stopped one is continued first).
 func (a *AzuriteServer) Stop() {
 	for _, p := range a.procs {
-		if p.Process != nil {
+		if p != nil && p.Process != nil {
 			_ = p.Process.Kill()
 		}
 	}
-	for _, p := range a.procs {
-		_ = p.Wait()
+	for i, p := range a.procs {
+		if p != nil {
+			a.wait(Service(i))
+		}
 	}
 	a.procs = nil
+}
+
+func (a *AzuriteServer) wait(s Service) {
+	if ch, ok := a.exited[s]; ok {
+		<-ch
+		delete(a.exited, s)
+		return
+	}
+	_ = a.procs[s].Wait()
 }
 
 // RepoRoot returns the module root (the folder holding go.mod), found from the working directory.
@@ -133,13 +248,9 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &AzuriteServer{BlobPort: bp, QueuePort: qp, Dir: dir}
+	a := &AzuriteServer{BlobPort: bp, QueuePort: qp, Dir: dir, logPath: filepath.Join(dir, "azurite.log")}
 	flags := []string{"--skipApiVersionCheck", "--loose", "--disableTelemetry"}
-	specs := []struct {
-		bin  string
-		args []string
-		port int
-	}{
+	specs := []azuriteSpec{
 		{blobBin, append([]string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(bp), "--location", filepath.Join(dir, "blob")}, flags...), bp},
 		{queueBin, append([]string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(qp), "--location", filepath.Join(dir, "queue")}, flags...), qp},
 	}
@@ -163,6 +274,7 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 			return nil, fmt.Errorf("start %s: %w", filepath.Base(s.bin), err)
 		}
 		a.procs = append(a.procs, cmd)
+		a.specs = append(a.specs, s)
 	}
 	for _, s := range specs {
 		if err := waitPort(s.port, 30*time.Second); err != nil {

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/devserver"
+)
+
+// TestQuick is `chaos --quick` in CI: the cheap faults that pass on main (leader SIGKILL, garbage
+// on the results subject, garbage on the job queue and the shards stream) on real Azurite,
+// nats-server and worker processes. It asserts the verdicts: every job exact, nothing stuck,
+// nothing left behind, every injected message dead-lettered.
+func TestQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Azurite, nats-server and worker processes; about a minute")
+	}
+	cfg := QuickConfig()
+	cfg.Dir = t.TempDir()
+	cfg.NATSBin = natsServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := Run(ctx, cfg, &progress)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(rep.Results) != len(quickFaults) {
+		t.Fatalf("%d results, want %d", len(rep.Results), len(quickFaults))
+	}
+	for _, r := range rep.Results {
+		if r.Verdict != verdictOK || !r.Exact || len(r.LeftBehind) > 0 {
+			t.Errorf("%s: %s: %s (notes: %s)", r.Fault, r.Verdict, r.Problem, strings.Join(r.Notes, "; "))
+		}
+		if r.InjectedAt == "" || r.HealedS <= 0 {
+			t.Errorf("%s: the fault was not injected: %+v", r.Fault, r)
+		}
+	}
+	if len(rep.LeftRunning) > 0 {
+		t.Errorf("left running: %v", rep.LeftRunning)
+	}
+	if !rep.ok() {
+		t.Errorf("report not ok: %d failed, incomplete %q", rep.Failed, rep.Incomplete)
+	}
+
+	// The outputs render.
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	if !strings.Contains(md.String(), "| leader-kill | ok | yes |") {
+		t.Errorf("markdown:\n%s", md.String())
+	}
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := writeJSON(path, rep); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	b, _ := os.ReadFile(path)
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("json report: %v", err)
+	}
+	for _, k := range []string{"results", "references", "failed"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("json report lacks %q", k)
+		}
+	}
+}
+
+// TestReport_FailuresAreNotPaperedOver: every verdict but ok fails the report, and the table
+// shows it.
+func TestReport_FailuresAreNotPaperedOver(t *testing.T) {
+	lost := 1.5
+	rep := &Report{Results: []Result{
+		{Fault: "leader-kill", Verdict: verdictOK, Exact: true, TimeLostS: &lost},
+		{Fault: "forged-result", Verdict: verdictWrong, State: "succeeded", Problem: "index_sum off"},
+	}}
+	rep.tally()
+	if rep.ok() || rep.Failed != 1 {
+		t.Fatalf("ok=%v failed=%d, want a failed report", rep.ok(), rep.Failed)
+	}
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	for _, want := range []string{"| leader-kill | ok | yes | +1.5 s | nothing |", "| forged-result | **WRONG** | **no** (succeeded) |", "1 of 2 faults failed"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	rep = &Report{Results: []Result{{Fault: "x", Verdict: verdictOK, Exact: true}}, LeftRunning: []string{"worker w1 (pid 1) still running"}}
+	if rep.ok() {
+		t.Error("a report with a process left running is ok")
+	}
+}
+
+func TestConfig_Validate(t *testing.T) {
+	c := DefaultConfig()
+	c.Dir = "x"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	c.Faults = []string{"no-such-fault"}
+	c.At = 2
+	c.LeaseDuration = time.Second
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	for _, want := range []string{`fault "no-such-fault": unknown; the faults are leader-kill`, "at 2", "lease 1s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	if code := realMain([]string{"--faults", "bogus"}, &bytes.Buffer{}, &stderr); code != exitUsage || !strings.Contains(stderr.String(), `fault "bogus": unknown`) {
+		t.Errorf("exit %d, stderr %q", code, stderr.String())
+	}
+	stderr.Reset()
+	if code := realMain([]string{"-h"}, &bytes.Buffer{}, &stderr); code != exitOK || !strings.Contains(stderr.String(), "forged-result") {
+		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// natsServer returns bin/nats-server, building it (at the version go.mod pins) when absent.
+func natsServer(t *testing.T) string {
+	t.Helper()
+	if p, err := devserver.NATSBin(); err == nil {
+		return p
+	}
+	root, err := devserver.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "nats-server")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build nats-server: %v\n%s", err, b)
+	}
+	return out
+}

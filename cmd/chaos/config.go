@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/knownjobs"
+)
+
+// Config configures a run.
+type Config struct {
+	// Dir holds the servers' data and the worker logs. Required.
+	Dir string
+	// WorkerBin is a prebuilt worker binary; "" builds one into Dir.
+	WorkerBin string
+	// NATSBin is the nats-server binary; "" uses bin/nats-server (make nats-server).
+	NATSBin string
+	// Faults to run, by name (see faultNames); empty runs them all.
+	Faults []string
+	// Quick runs a smaller job.
+	Quick bool
+	// Workers per cluster. Default 3.
+	Workers int
+	// Shards of ShardDelay make the sleep job; PrimesShards of primes below 10⁷ make the primes
+	// job, each slowed by ShardDelay (a sieve of 10⁷ takes well under a second: without the delay
+	// the job ends before a fault can hit it).
+	Shards       int
+	ShardDelay   time.Duration
+	PrimesShards int
+	// At is the fraction of shards merged at which a fault is injected. Default 0.3.
+	At float64
+	// Deadline: a job not ended this long after its fault is healed is stuck. Default 60s.
+	Deadline time.Duration
+	// CancelWithin: a job cancelled during a failover must end this long after the new leader's
+	// election at the latest (issue 10: cancel is checked at claim). Default 1s.
+	CancelWithin time.Duration
+	// LeaseDuration of the election. Default 15s (the Azure minimum).
+	LeaseDuration time.Duration
+	// ShardTimeout of the workers. Default 5s.
+	ShardTimeout time.Duration
+}
+
+// DefaultConfig is the full matrix.
+func DefaultConfig() Config {
+	return Config{Workers: 3, Shards: 400, ShardDelay: 100 * time.Millisecond, PrimesShards: 200, At: 0.3,
+		Deadline: 60 * time.Second, CancelWithin: time.Second, LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second}
+}
+
+// QuickConfig is the quick run: a smaller sleep job, the cheap faults that pass today.
+func QuickConfig() Config {
+	c := DefaultConfig()
+	c.Quick = true
+	c.Shards, c.ShardDelay = 200, 50*time.Millisecond
+	c.Faults = quickFaults
+	return c
+}
+
+// Validate reports every problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Dir == "" {
+		errs = append(errs, errors.New("dir: required"))
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(faultNames(), f) {
+			errs = append(errs, fmt.Errorf("fault %q: unknown; the faults are %s", f, strings.Join(faultNames(), ", ")))
+		}
+	}
+	if c.Workers < 2 {
+		errs = append(errs, fmt.Errorf("workers %d: at least 2 (a leader and one to take over)", c.Workers))
+	}
+	if c.Shards < 20 || c.Shards > 100_000 {
+		errs = append(errs, fmt.Errorf("shards %d: between 20 and 100000", c.Shards))
+	}
+	if c.ShardDelay <= 0 {
+		errs = append(errs, fmt.Errorf("shard delay %v: must be positive, or a job ends before the fault", c.ShardDelay))
+	}
+	if c.PrimesShards < 4 {
+		errs = append(errs, fmt.Errorf("primes shards %d: at least 4", c.PrimesShards))
+	}
+	if !(c.At > 0 && c.At < 0.9) {
+		errs = append(errs, fmt.Errorf("at %v: between 0 and 0.9 (the fraction merged when the fault hits)", c.At))
+	}
+	if c.Deadline < 10*time.Second {
+		errs = append(errs, fmt.Errorf("deadline %v: at least 10s", c.Deadline))
+	}
+	if c.CancelWithin <= 0 {
+		errs = append(errs, fmt.Errorf("cancel-within %v: must be positive", c.CancelWithin))
+	}
+	if c.LeaseDuration < 15*time.Second || c.LeaseDuration > 60*time.Second {
+		errs = append(errs, fmt.Errorf("lease %v: Azure allows 15s to 60s", c.LeaseDuration))
+	}
+	if c.ShardTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("shard timeout %v: at least 1s", c.ShardTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) sleepJob() knownjobs.Job { return knownjobs.Sleep(c.Shards, c.ShardDelay.String()) }
+
+// mapDelay is the workers' map delay for j: ShardDelay for primes, none for sleep (it sleeps).
+func (c Config) mapDelay(j knownjobs.Job) time.Duration {
+	if j.Type == "primes" {
+		return c.ShardDelay
+	}
+	return 0
+}
+
+func (c Config) primesJob() knownjobs.Job { return knownjobs.Primes(10_000_000, c.PrimesShards) }

@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// fault is one row of the matrix.
+type fault struct {
+	name string
+	what string
+	job  func(Config) knownjobs.Job
+	// inject runs once the job has cfg.At of its shards merged. It injects the fault, heals it
+	// (restarts what it killed) and records when the fault was healed.
+	inject func(ctx context.Context, f *faultRun) error
+	// expectCancel: the job must end cancelled (cancel during a failover).
+	expectCancel bool
+	// minAge: the fault hits no sooner than this after the submit.
+	minAge time.Duration
+	// dead lists the dead letters the fault must leave, by source, (the injected messages).
+	dead map[string]int
+}
+
+// faultRun is one fault being run.
+type faultRun struct {
+	e      *env
+	job    knownjobs.Job
+	id     string
+	start  time.Time
+	healed time.Time
+	notes  []string
+	// more are further jobs the fault submitted; each must end exact as well.
+	more []extraJob
+	// failures are what the injection itself found wrong (verdict, problem).
+	failures [][2]string
+	// elected is when the leader that took over was elected (cancel during a failover).
+	elected time.Time
+}
+
+type extraJob struct {
+	id    string
+	start time.Time
+}
+
+func (f *faultRun) fail(verdict, problem string) {
+	f.failures = append(f.failures, [2]string{verdict, problem})
+}
+
+func (f *faultRun) note(format string, args ...any) {
+	f.notes = append(f.notes, fmt.Sprintf(format, args...))
+}
+
+// Verdicts.
+const (
+	verdictOK          = "ok"
+	verdictWrong       = "WRONG"
+	verdictFailed      = "FAILED"
+	verdictStuck       = "STUCK"
+	verdictLost        = "LOST"
+	verdictSlow        = "SLOW"
+	verdictLeft        = "LEFT BEHIND"
+	verdictNotDead     = "NOT DEAD-LETTERED"
+	verdictNotCancel   = "NOT CANCELLED"
+	verdictError       = "HARNESS ERROR"
+	verdictInterrupted = "INTERRUPTED"
+	verdictNotDeposed  = "NOT DEPOSED"
+)
+
+// runFault runs f on a cluster of its own and judges it.
+func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64) Result {
+	j := f.job(r.cfg)
+	res := Result{Fault: f.name, What: f.what, Job: j.String()}
+	fail := func(verdict, problem string) Result {
+		if res.Verdict == "" || res.Verdict == verdictOK {
+			res.Verdict, res.Problem = verdict, problem
+		} else {
+			res.Problem += "; " + problem
+		}
+		return res
+	}
+	r.logf("fault %s: %s", f.name, f.what)
+	e, err := r.startEnv(ctx, f.name, r.cfg.mapDelay(j))
+	if err != nil {
+		return fail(verdictError, err.Error())
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			r.stopEnv(e)
+		}
+	}
+	defer stop()
+
+	fr := &faultRun{e: e, job: j}
+	if fr.id, fr.start, err = e.submit(ctx, j); err != nil {
+		return fail(verdictError, err.Error())
+	}
+	res.JobID = fr.id
+	limit := r.cfg.Deadline + 2*time.Duration(j.Shards)*r.cfg.ShardDelay
+	st, ok := e.waitProgress(ctx, fr.id, r.cfg.At, limit)
+	if !ok {
+		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, describe(st)))
+	}
+	if st.State.Terminal() {
+		return fail(verdictError, fmt.Sprintf("job ended (%s) before the fault could be injected: make it longer (--shards, --shard-delay)", st.State))
+	}
+	if f.minAge > 0 {
+		sleep(ctx, time.Until(fr.start.Add(f.minAge)))
+		if st = e.status(ctx, fr.id); st == nil || st.State.Terminal() {
+			return fail(verdictError, fmt.Sprintf("job ended or unreadable %v after the submit, before the fault: make it longer (--shards, --shard-delay)", f.minAge))
+		}
+	}
+	res.InjectedAt = fmt.Sprintf("%d/%d", st.ShardsDone, st.ShardsTotal)
+	if err := f.inject(ctx, fr); err != nil {
+		res.Notes = fr.notes
+		return fail(verdictError, "inject: "+err.Error())
+	}
+	e.track()
+	if fr.healed.IsZero() {
+		fr.healed = time.Now()
+	}
+	res.HealedS = round3(fr.healed.Sub(fr.start).Seconds())
+	deadline := fr.healed.Add(r.cfg.Deadline)
+
+	// Judge the job.
+	fst, ended := e.waitEnd(ctx, fr.id, deadline)
+	if fst != nil {
+		res.State = string(fst.State)
+		res.Merged = fmt.Sprintf("%d/%d", fst.ShardsDone, fst.ShardsTotal)
+	}
+	switch {
+	case fst == nil:
+		fail(verdictLost, fmt.Sprintf("job %s unreadable for %v after the fault was healed (its spec or checkpoint is gone)", fr.id, r.cfg.Deadline))
+	case !ended:
+		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, describe(fst)))
+	case f.expectCancel:
+		r.judgeCancel(fr, fst, &res, fail)
+	default:
+		r.judgeExact(j, fr.start, fst, &res, fail)
+		if fst.FinishedAt != nil {
+			ms := fst.FinishedAt.Sub(fr.start).Seconds()
+			res.MakespanS = round3(ms)
+			if ref, ok := refs[j.String()]; ok {
+				res.ReferenceS = ref
+				lost := round3(ms - ref)
+				res.TimeLostS = &lost
+			}
+		}
+	}
+	for _, x := range fr.failures {
+		fail(x[0], x[1])
+	}
+	ids := []string{fr.id}
+	for _, x := range fr.more {
+		ids = append(ids, x.id)
+		xst, xended := e.waitEnd(ctx, x.id, deadline)
+		switch {
+		case xst == nil:
+			fail(verdictLost, fmt.Sprintf("job %s (submitted during the fault) unreadable", x.id))
+		case !xended:
+			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, describe(xst)))
+		default:
+			var sub Result
+			r.judgeExact(j, x.start, xst, &sub, func(v, p string) Result { return fail(v, "job submitted during the fault: "+p) })
+		}
+	}
+	for src, want := range f.dead {
+		if n := e.deadLetters(ctx, src, uint64(want)); n < uint64(want) {
+			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
+		} else {
+			fr.note("%d dead letters from %s", n, src)
+		}
+	}
+	res.LeftBehind = e.leftovers(ctx, ids)
+	if exited := r.exitedWorkers(e); len(exited) > 0 {
+		fr.note("exited: %s", strings.Join(exited, ", "))
+	}
+	res.Notes = fr.notes
+	stop()
+	res.LeftBehind = append(res.LeftBehind, e.survivors()...)
+	if ctx.Err() != nil { // what was measured after the interrupt means nothing
+		res.Verdict, res.Problem = verdictInterrupted, "interrupted"
+		return res
+	}
+	if len(res.LeftBehind) > 0 {
+		fail(verdictLeft, strings.Join(res.LeftBehind, "; "))
+	}
+	if res.Verdict == "" {
+		res.Verdict = verdictOK
+	}
+	return res
+}
+
+// judgeExact checks that the job succeeded with its exact answer.
+func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *Result, fail func(string, string) Result) {
+	switch {
+	case st.State != jobs.StateSucceeded:
+		fail(verdictFailed, fmt.Sprintf("job %s %s: %s", st.ID, st.State, clip(st.Error, 300)))
+	default:
+		if err := j.Check(st.Result); err != nil {
+			fail(verdictWrong, fmt.Sprintf("job %s: %v", st.ID, err))
+		} else {
+			res.Exact = true
+		}
+	}
+}
+
+// judgeCancel checks that the job ended cancelled within CancelWithin of the new leader's
+// election.
+func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *Result, fail func(string, string) Result) {
+	if st.State != jobs.StateCancelled {
+		fail(verdictNotCancel, fmt.Sprintf("job %s ended %s, not cancelled", st.ID, st.State))
+		return
+	}
+	res.Exact = true // the exact outcome of a cancelled job is "cancelled"
+	if fr.elected.IsZero() || st.FinishedAt == nil {
+		fail(verdictError, "no election or no finish time recorded")
+		return
+	}
+	after := round3(st.FinishedAt.Sub(fr.elected).Seconds())
+	res.CancelAfterElectionS = &after
+	fr.note("cancelled %.2f s after the new leader's election, %d of %d shards merged", after, st.ShardsDone, st.ShardsTotal)
+	if after > r.cfg.CancelWithin.Seconds() {
+		fail(verdictSlow, fmt.Sprintf("cancelled %.2f s after the new leader's election, want within %v", after, r.cfg.CancelWithin))
+	}
+}
+
+// exitedWorkers lists the workers that are not running, with how they ended.
+func (r *runner) exitedWorkers(e *env) []string {
+	var out []string
+	running := e.c.Running()
+	for i := 1; i <= r.cfg.Workers; i++ {
+		id := fmt.Sprintf("w%d", i)
+		if !slices.Contains(running, id) {
+			if p := e.c.Proc(id); p != nil {
+				out = append(out, fmt.Sprintf("%s (%v)", id, p.Err()))
+			}
+		}
+	}
+	return out
+}

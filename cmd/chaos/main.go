@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // a fault failed (wrong, stuck, lost, slow, left behind) or the run could not complete
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	cfg, jsonPath, mdPath, keep, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		return exitUsage
+	}
+	if cfg.Dir == "" {
+		if cfg.Dir, err = os.MkdirTemp("", "chaos-"); err != nil {
+			fmt.Fprintf(stderr, "chaos: %v\n", err)
+			return exitFailed
+		}
+		if !keep {
+			defer os.RemoveAll(cfg.Dir)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	// After the first Ctrl-C the run stops what it started; a second one ends the process at
+	// once (every child has a parent-death signal).
+	context.AfterFunc(ctx, stop)
+
+	rep, runErr := Run(ctx, cfg, stderr)
+	if rep == nil {
+		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
+		return exitUsage
+	}
+	code := exitOK
+	var md bytes.Buffer
+	writeMarkdown(&md, rep)
+	_, _ = stdout.Write(md.Bytes())
+	if mdPath != "" {
+		if err := os.WriteFile(mdPath, md.Bytes(), 0o644); err != nil {
+			fmt.Fprintf(stderr, "chaos: markdown: %v\n", err)
+			code = exitFailed
+		}
+	}
+	if jsonPath != "" {
+		if err := writeJSON(jsonPath, rep); err != nil {
+			fmt.Fprintf(stderr, "chaos: json: %v\n", err)
+			code = exitFailed
+		}
+	}
+	if keep {
+		fmt.Fprintf(stderr, "chaos: logs and data kept in %s\n", cfg.Dir)
+	}
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "chaos: interrupted; everything it started is stopped")
+		return exitInterrupted
+	case runErr != nil:
+		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
+		return exitFailed
+	case !rep.ok():
+		fmt.Fprintf(stderr, "chaos: FAILED: %d of %d faults failed\n", rep.Failed, len(rep.Results))
+		return exitFailed
+	}
+	return code
+}
+
+func parseFlags(args []string, stderr io.Writer) (cfg Config, jsonPath, mdPath string, keep bool, err error) {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: chaos [flags]
+
+The fault matrix: on a real local cluster (Azurite blob and queue processes, a nats-server
+process, worker processes) it runs a job with a known answer per fault, injects the fault
+mid-job, heals it, and prints a table: fault | verdict | result exact? | time lost | anything
+left behind. Exit status 1 when any job is wrong, stuck, lost or slow to cancel, or anything is
+left behind; 2 on a usage error; 130 on Ctrl-C (everything started is stopped).
+
+Needs bin/nats-server (make nats-server) and Azurite (make azurite); make chaos does both.
+
+Faults: %s
+
+Flags:
+`, strings.Join(faultNames(), ", "))
+		fs.PrintDefaults()
+	}
+	d := DefaultConfig()
+	quick := fs.Bool("quick", false, "the quick run: a smaller job and only the cheap faults that pass today ("+strings.Join(quickFaults, ", ")+")")
+	faults := fs.String("faults", "", "comma-separated faults to run (default: all, or the quick ones with --quick)")
+	dir := fs.String("dir", "", "folder for server data and worker logs (default: a temporary folder)")
+	fs.BoolVar(&keep, "keep", false, "keep the folder (worker logs) after the run")
+	workerBin := fs.String("worker-bin", "", "a prebuilt worker binary (default: build one)")
+	natsBin := fs.String("nats-bin", "", "the nats-server binary (default: bin/nats-server)")
+	fs.StringVar(&jsonPath, "json", "", "write the JSON report here")
+	fs.StringVar(&mdPath, "markdown", "", "write the Markdown table here (it is printed too)")
+	shards := fs.Int("shards", 0, fmt.Sprintf("shards of the sleep job (default %d, quick %d)", d.Shards, QuickConfig().Shards))
+	delay := fs.Duration("shard-delay", 0, fmt.Sprintf("duration of each sleep shard (default %v, quick %v)", d.ShardDelay, QuickConfig().ShardDelay))
+	deadline := fs.Duration("deadline", d.Deadline, "a job not ended this long after its fault is healed is stuck")
+	cancelWithin := fs.Duration("cancel-within", d.CancelWithin, "a job cancelled during a failover must end this long after the new election")
+	if err = fs.Parse(args); err != nil {
+		return cfg, "", "", false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, "", "", false, fmt.Errorf("unexpected arguments %q (see chaos -h)", fs.Args())
+	}
+	cfg = d
+	if *quick {
+		cfg = QuickConfig()
+	}
+	if *faults != "" {
+		cfg.Faults = strings.Split(*faults, ",")
+	}
+	if *shards != 0 {
+		cfg.Shards = *shards
+	}
+	if *delay != 0 {
+		cfg.ShardDelay = *delay
+	}
+	cfg.Dir, cfg.WorkerBin, cfg.NATSBin = *dir, *workerBin, *natsBin
+	cfg.Deadline, cfg.CancelWithin = *deadline, *cancelWithin
+	probe := cfg
+	if probe.Dir == "" {
+		probe.Dir = "-"
+	}
+	if err := probe.Validate(); err != nil {
+		return cfg, "", "", false, err
+	}
+	return cfg, jsonPath, mdPath, keep, nil
+}

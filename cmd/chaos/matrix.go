@@ -1,0 +1,381 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// quickFaults are the cheap faults `go test` runs (TestQuick): they pass on main today.
+var quickFaults = []string{"leader-kill", "malformed-result", "garbage"}
+
+// matrix is every fault, in the order the run takes them.
+func matrix() []fault {
+	sleepJob := func(c Config) knownjobs.Job { return c.sleepJob() }
+	longSleepJob := func(c Config) knownjobs.Job { return knownjobs.Sleep(3*c.Shards, c.ShardDelay.String()) }
+	primesJob := func(c Config) knownjobs.Job {
+		if c.Quick {
+			return c.sleepJob()
+		}
+		return c.primesJob()
+	}
+	return []fault{
+		{name: "leader-kill", what: "the leader is killed (SIGKILL) mid-job and restarted", job: primesJob, inject: injectLeaderKill},
+		{name: "leader-stop", what: "the leader is stopped (SIGSTOP) past its lease, then continued (SIGCONT): it must find itself deposed", job: sleepJob, inject: injectLeaderStop},
+		{name: "nats-kill", what: "nats-server is killed (kill -9) mid-job and restarted on its port and store", job: sleepJob, inject: injectNATSKill},
+		{name: "blob-kill", what: "azurite-blob is killed (kill -9) mid-job, at least 6 s after the submit, and restarted: it loses its last seconds of acknowledged writes (checkpoints), not the job's spec", job: longSleepJob, inject: injectBlobKill, minAge: 6 * time.Second},
+		{name: "queue-down", what: "azurite-queue is stopped (SIGTERM) for 8 s mid-job; a second job is submitted during it", job: sleepJob, inject: injectQueueDown},
+		{name: "workers-kill", what: "every worker is killed (SIGKILL) mid-job, then all are restarted", job: primesJob, inject: injectWorkersKill},
+		{name: "forged-result", what: "well-formed results with the job's plan epoch and wrong partials are published by a plain NATS client", job: sleepJob, inject: injectForged, dead: map[string]int{"results": forgedCount}},
+		{name: "malformed-result", what: "garbage bytes are published on the job's results subject", job: sleepJob, inject: injectMalformed, dead: map[string]int{"results": 1}},
+		{name: "malformed-partial", what: "a well-formed result with the job's plan epoch whose partial is garbage is published", job: sleepJob, inject: injectMalformedPartial, dead: map[string]int{"results": 1}},
+		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
+		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: sleepJob, inject: injectCancelFailover, expectCancel: true},
+	}
+}
+
+func faultNames() []string {
+	var out []string
+	for _, f := range matrix() {
+		out = append(out, f.name)
+	}
+	return out
+}
+
+// selectFaults returns the faults named (all when names is empty), in matrix order.
+func selectFaults(names []string) []fault {
+	var out []fault
+	for _, f := range matrix() {
+		if len(names) == 0 || containsStr(names, f.name) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// leader returns the worker that holds the lease now.
+func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
+	l, err := f.e.c.Leader(ctx)
+	if err != nil {
+		return "", 0, fmt.Errorf("read the leader: %w", err)
+	}
+	if l == nil {
+		return "", 0, fmt.Errorf("nobody holds the lease")
+	}
+	return l.ID, l.Epoch, nil
+}
+
+// waitElected waits for an election with an epoch above epoch and returns when it happened.
+func (f *faultRun) waitElected(ctx context.Context, epoch uint64, within time.Duration) (cluster.Event, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	ev, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > epoch })
+	if err != nil {
+		return ev, fmt.Errorf("no leader elected after epoch %d within %v: %w", epoch, within, err)
+	}
+	return ev, nil
+}
+
+// killLeader kills the leader with SIGKILL, restarts it and returns its id and epoch.
+func (f *faultRun) killLeader(ctx context.Context) (string, uint64, error) {
+	id, epoch, err := f.leader(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
+		return id, epoch, err
+	}
+	f.note("killed leader %s (epoch %d)", id, epoch)
+	if _, err := f.e.c.StartWorker(id); err != nil {
+		return id, epoch, err
+	}
+	return id, epoch, nil
+}
+
+func injectLeaderKill(ctx context.Context, f *faultRun) error {
+	_, epoch, err := f.killLeader(ctx)
+	if err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	f.note("%s elected (epoch %d) %.2f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.healed).Seconds())
+	return nil
+}
+
+func injectLeaderStop(ctx context.Context, f *faultRun) error {
+	id, epoch, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	p := f.e.c.Proc(id)
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	stopped := time.Now()
+	cont := func() { _ = p.Signal(syscall.SIGCONT) }
+	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+	if err != nil {
+		cont()
+		return err
+	}
+	f.note("stopped leader %s (epoch %d); %s elected (epoch %d) %.2f s later", id, epoch, ev.Worker, ev.Epoch, ev.Time.Sub(stopped).Seconds())
+	// Past the lease: the stopped leader's lease has expired for certain when it wakes.
+	sleep(ctx, time.Until(stopped.Add(f.e.r.cfg.LeaseDuration+2*time.Second)))
+	cont()
+	f.healed = time.Now()
+	f.note("continued %s after %.1f s", id, time.Since(stopped).Seconds())
+	// It must find itself deposed (say so, or exit) and never take the lease back under its old
+	// term.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dep, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool {
+		return e.Worker == id && e.Epoch == epoch && (e.Kind == string(election.EventLost) || e.Kind == string(election.EventSteppedDown))
+	})
+	cancel()
+	switch {
+	case err == nil:
+		f.note("%s reported %q for epoch %d %.2f s after SIGCONT", id, dep.Kind, epoch, dep.Time.Sub(f.healed).Seconds())
+	case !running(p):
+		f.note("%s exited after SIGCONT", id)
+	default:
+		f.fail(verdictNotDeposed, fmt.Sprintf("%s neither reported losing epoch %d nor exited within 10 s of SIGCONT", id, epoch))
+	}
+	if l, err := f.e.c.Leader(ctx); err == nil && l != nil && l.Epoch < ev.Epoch {
+		f.fail(verdictNotDeposed, fmt.Sprintf("after SIGCONT the lease is at epoch %d, below the new leader's %d", l.Epoch, ev.Epoch))
+	}
+	return nil
+}
+
+func running(p *cluster.Proc) bool {
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
+}
+
+func injectNATSKill(ctx context.Context, f *faultRun) error {
+	np := f.e.c.NATSProcess()
+	if err := np.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	sleep(ctx, 2*time.Second)
+	if err := np.Restart(); err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	f.note("nats-server down 2 s")
+	return nil
+}
+
+func injectBlobKill(ctx context.Context, f *faultRun) error {
+	az := f.e.c.Azurite()
+	if err := az.Kill(devserver.Blob, syscall.SIGKILL); err != nil {
+		return err
+	}
+	sleep(ctx, 2*time.Second)
+	if err := az.Restart(devserver.Blob); err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	f.note("azurite-blob down 2 s")
+	return nil
+}
+
+func injectQueueDown(ctx context.Context, f *faultRun) error {
+	az := f.e.c.Azurite()
+	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then, so a kill -9
+	// can lose the queue itself (then nothing can be submitted until it is created again): that
+	// is a storage loss, not an outage.
+	if err := az.Kill(devserver.Queue, syscall.SIGTERM); err != nil {
+		return err
+	}
+	down := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	id, start, err := f.e.submit(sctx, f.job)
+	cancel()
+	if err != nil {
+		f.note("submit during the outage refused: %s", clip(err.Error(), 200))
+	} else {
+		f.note("submit during the outage accepted: %s", id)
+		f.more = append(f.more, extraJob{id: id, start: start})
+	}
+	sleep(ctx, time.Until(down.Add(8*time.Second)))
+	if err := az.Restart(devserver.Queue); err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	if len(f.more) == 0 { // refused: it must run when submitted again
+		id, start, err := f.e.submit(ctx, f.job)
+		if err != nil {
+			return fmt.Errorf("submit after the outage: %w", err)
+		}
+		f.more = append(f.more, extraJob{id: id, start: start})
+		f.note("submitted again after the outage: %s", id)
+	}
+	return nil
+}
+
+func injectWorkersKill(ctx context.Context, f *faultRun) error {
+	ids := f.e.c.Running()
+	for _, id := range ids {
+		if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
+			return err
+		}
+	}
+	sleep(ctx, time.Second)
+	for _, id := range ids {
+		if _, err := f.e.c.StartWorker(id); err != nil {
+			return err
+		}
+	}
+	f.healed = time.Now()
+	f.note("killed %s", strings.Join(ids, ", "))
+	return nil
+}
+
+// forgedCount is how many forged results the forged-result fault publishes.
+const forgedCount = 5
+
+// injectForged publishes, for the last forgedCount shards (not yet dispatched at this point of
+// the job), a well-formed result with the job's plan epoch whose partial is that of another shard:
+// merged, it makes the index sum wrong.
+func injectForged(ctx context.Context, f *faultRun) error {
+	st := f.e.status(ctx, f.id)
+	if st == nil || st.PlanEpoch == 0 {
+		return fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
+	}
+	sleepJob := builtin.Sleep{}
+	shards, err := sleepJob.Split(ctx, nil, f.job.Params)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-forger"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	n := len(shards)
+	for k := 0; k < forgedCount; k++ {
+		idx := n - 1 - k
+		partial, err := sleepJob.Map(ctx, nil, jobs.Task{JobID: f.id, Index: 0, Attempt: 1, Shard: shards[0]}) // the partial of shard 0: (1, 0)
+		if err != nil {
+			return err
+		}
+		m := protocol.ResultMsg{Job: f.id, Index: idx, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: partial}
+		data, err := m.Encode()
+		if err != nil {
+			return err
+		}
+		if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
+			return err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return err
+	}
+	f.note("published %d forged results (shards %d–%d, plan epoch %d, partial of shard 0)", forgedCount, n-forgedCount, n-1, st.PlanEpoch)
+	return nil
+}
+
+func injectMalformed(ctx context.Context, f *faultRun) error {
+	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), []byte("R\x01not a result \xff\xfe\x00garbage")); err != nil {
+		return err
+	}
+	f.note("published garbage on %s", f.e.c.Names().ResultSubject(f.id))
+	return nc.Flush()
+}
+
+// injectMalformedPartial publishes, for the job's last shard (not yet dispatched at this point),
+// a well-formed result with the right plan epoch whose partial does not decode.
+func injectMalformedPartial(ctx context.Context, f *faultRun) error {
+	st := f.e.status(ctx, f.id)
+	if st == nil || st.PlanEpoch == 0 {
+		return fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
+	}
+	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	idx := f.job.Shards - 1
+	m := protocol.ResultMsg{Job: f.id, Index: idx, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: []byte("{not a partial\xff")}
+	data, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
+		return err
+	}
+	f.note("published a result for shard %d (plan epoch %d) with a garbage partial", idx, st.PlanEpoch)
+	return nc.Flush()
+}
+
+func injectGarbage(ctx context.Context, f *faultRun) error {
+	if err := f.e.q.Enqueue(ctx, "../not a job id!"); err != nil {
+		return fmt.Errorf("enqueue an invalid id: %w", err)
+	}
+	if err := f.e.q.Enqueue(ctx, string(bytes.Repeat([]byte("x"), 60<<10))); err != nil {
+		return fmt.Errorf("enqueue a 60 KB message: %w", err)
+	}
+	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	subj := f.e.c.Names().ShardTypeSubject(f.job.Type, f.id)
+	if err := nc.Publish(subj, []byte("S\x01not a shard \xff\x00")); err != nil {
+		return err
+	}
+	f.note("enqueued an invalid id and a 60 KB message; published garbage on %s", subj)
+	return nc.Flush()
+}
+
+func injectCancelFailover(ctx context.Context, f *faultRun) error {
+	_, epoch, err := f.killLeader(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := f.e.c.Client.Cancel(ctx, f.id); err != nil {
+		return fmt.Errorf("cancel: %w", err)
+	}
+	f.healed = time.Now()
+	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	f.elected = ev.Time
+	f.note("cancelled right after the kill; %s elected (epoch %d)", ev.Worker, ev.Epoch)
+	return nil
+}

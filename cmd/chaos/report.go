@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+)
+
+// Report is the JSON report (--json). Durations are seconds.
+type Report struct {
+	Version    int         `json:"version"`
+	StartedAt  time.Time   `json:"started_at"`
+	DurationS  float64     `json:"duration_s"`
+	Quick      bool        `json:"quick"`
+	Machine    Machine     `json:"machine"`
+	Settings   Settings    `json:"settings"`
+	References []Reference `json:"references"`
+	Results    []Result    `json:"results"`
+	// LeftRunning lists processes the run started that still existed at its end.
+	LeftRunning []string `json:"left_running,omitempty"`
+	Incomplete  string   `json:"incomplete,omitempty"`
+	// Failed counts the faults whose verdict is not ok.
+	Failed int `json:"failed"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs int    `json:"cpus"`
+	OS   string `json:"os"`
+	Go   string `json:"go"`
+}
+
+// Settings are what shaped the run.
+type Settings struct {
+	Workers       int     `json:"workers"`
+	Concurrency   int     `json:"concurrency"`
+	LeaseS        float64 `json:"lease_s"`
+	ShardTimeoutS float64 `json:"shard_timeout_s"`
+	At            float64 `json:"fault_at_fraction"`
+	DeadlineS     float64 `json:"deadline_after_heal_s"`
+	CancelWithinS float64 `json:"cancel_within_s"`
+}
+
+func settingsOf(c Config) Settings {
+	return Settings{Workers: c.Workers, Concurrency: 2, LeaseS: c.LeaseDuration.Seconds(), ShardTimeoutS: c.ShardTimeout.Seconds(),
+		At: c.At, DeadlineS: c.Deadline.Seconds(), CancelWithinS: c.CancelWithin.Seconds()}
+}
+
+// Reference is a job's makespan without a fault.
+type Reference struct {
+	Job       string  `json:"job"`
+	MakespanS float64 `json:"makespan_s"`
+}
+
+// Result is one fault's row.
+type Result struct {
+	Fault string `json:"fault"`
+	What  string `json:"what"`
+	Job   string `json:"job"`
+	JobID string `json:"job_id,omitempty"`
+	// Verdict is "ok" or what went wrong (WRONG, FAILED, STUCK, LOST, SLOW, NOT CANCELLED,
+	// NOT DEAD-LETTERED, NOT DEPOSED, LEFT BEHIND, HARNESS ERROR, INTERRUPTED); Problem says more.
+	Verdict string `json:"verdict"`
+	Problem string `json:"problem,omitempty"`
+	State   string `json:"state,omitempty"`
+	// Exact: the job ended with its exact answer (cancelled, for the cancel fault).
+	Exact      bool   `json:"exact"`
+	InjectedAt string `json:"injected_at,omitempty"` // shards merged when the fault hit
+	Merged     string `json:"merged,omitempty"`      // shards merged at the end
+	// HealedS is when the fault was healed, from the submit.
+	HealedS    float64  `json:"healed_s"`
+	MakespanS  float64  `json:"makespan_s,omitempty"`
+	ReferenceS float64  `json:"reference_s,omitempty"`
+	TimeLostS  *float64 `json:"time_lost_s,omitempty"`
+	// CancelAfterElectionS: cancel-failover only, how long after the new leader's election the
+	// job ended.
+	CancelAfterElectionS *float64 `json:"cancel_after_election_s,omitempty"`
+	LeftBehind           []string `json:"left_behind,omitempty"`
+	Notes                []string `json:"notes,omitempty"`
+}
+
+func (rep *Report) tally() {
+	rep.Failed = 0
+	for _, r := range rep.Results {
+		if r.Verdict != verdictOK {
+			rep.Failed++
+		}
+	}
+}
+
+// ok reports whether every fault passed and nothing is left running.
+func (rep *Report) ok() bool {
+	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
+}
+
+func writeJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeMarkdown writes the table: fault | verdict | result exact? | time lost | left behind,
+// then each fault's notes and problem.
+func writeMarkdown(w io.Writer, rep *Report) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	kind := "full matrix"
+	if rep.Quick {
+		kind = "quick"
+	}
+	s := rep.Settings
+	p("# Fault matrix (%s)", kind)
+	p("")
+	p("%s, %d CPUs, %s. %d workers, concurrency %d, lease %.0f s, shard timeout %.0f s; faults at %.0f%% of the shards; "+
+		"stuck = not ended %.0f s after the fault was healed. Took %.0f s.",
+		rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.Machine.CPUs, rep.Machine.Go, s.Workers, s.Concurrency, s.LeaseS,
+		s.ShardTimeoutS, 100*s.At, s.DeadlineS, rep.DurationS)
+	if len(rep.References) > 0 {
+		var refs []string
+		for _, r := range rep.References {
+			refs = append(refs, fmt.Sprintf("%s %.2f s", r.Job, r.MakespanS))
+		}
+		p("")
+		p("No-fault reference makespans: %s.", strings.Join(refs, "; "))
+	}
+	if rep.Incomplete != "" {
+		p("")
+		p("**Incomplete:** %s", rep.Incomplete)
+	}
+	p("")
+	p("| fault | verdict | result exact? | time lost | anything left behind |")
+	p("|---|---|---|---|---|")
+	for _, r := range rep.Results {
+		exact := "yes"
+		if !r.Exact {
+			exact = "**no**"
+			if r.State != "" {
+				exact += " (" + r.State + ")"
+			}
+		}
+		lost := "–"
+		switch {
+		case r.TimeLostS != nil:
+			lost = fmt.Sprintf("%+.1f s", *r.TimeLostS)
+		case r.CancelAfterElectionS != nil:
+			lost = fmt.Sprintf("cancelled %.2f s after election", *r.CancelAfterElectionS)
+		}
+		left := "nothing"
+		if len(r.LeftBehind) > 0 {
+			left = cell(strings.Join(r.LeftBehind, "; "))
+		}
+		verdict := r.Verdict
+		if verdict != verdictOK {
+			verdict = "**" + verdict + "**"
+		}
+		p("| %s | %s | %s | %s | %s |", r.Fault, verdict, exact, lost, left)
+	}
+	if len(rep.LeftRunning) > 0 {
+		p("")
+		p("**Still running at the end:** %s", strings.Join(rep.LeftRunning, "; "))
+	}
+	p("")
+	p("%d of %d faults failed.", rep.Failed, len(rep.Results))
+	p("")
+	for _, r := range rep.Results {
+		p("- **%s** (%s; job %s, fault at %s merged, healed at %.1f s)", r.Fault, r.What, r.JobID, r.InjectedAt, r.HealedS)
+		for _, n := range r.Notes {
+			p("  - %s", cell(n))
+		}
+		if r.Problem != "" {
+			p("  - problem: %s", cell(r.Problem))
+		}
+	}
+}
+
+// cell makes s safe in a Markdown table cell.
+func cell(s string) string { return strings.ReplaceAll(clip(s, 400), "|", "\\|") }
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

@@ -1,0 +1,63 @@
+// Package knownjobs holds built-in jobs whose exact answers are known in advance, for the tools
+// that check a cluster's results (the load test, the fault matrix): a sleep job's index sum is
+// n·(n−1)/2, and the number of primes below 10⁷ and 2·10⁷ are public facts. Check says whether a
+// result is exactly right; it never accepts an approximate one.
+package knownjobs
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/mapagg/mapagg/builtin"
+)
+
+// Job is a job with a known exact answer.
+type Job struct {
+	Type   string
+	Params json.RawMessage
+	Shards int
+	// Check returns nil for the exact result, else what is wrong with it.
+	Check func(result json.RawMessage) error
+}
+
+func (j Job) String() string { return fmt.Sprintf("%s %s", j.Type, j.Params) }
+
+// Sleep is a sleep job of shards shards of duration d (a Go duration, "" for none). Its exact
+// result is {"shards": n, "index_sum": n·(n−1)/2}.
+func Sleep(shards int, d string) Job {
+	p, _ := json.Marshal(builtin.SleepParams{Shards: shards, Duration: d})
+	return Job{Type: "sleep", Params: p, Shards: shards, Check: func(res json.RawMessage) error {
+		var r builtin.SleepResult
+		if err := json.Unmarshal(res, &r); err != nil {
+			return fmt.Errorf("sleep result %s: %v", res, err)
+		}
+		n := uint64(shards)
+		if r.Shards != n || r.IndexSum != n*(n-1)/2 {
+			return fmt.Errorf("sleep result %s: want shards %d, index_sum %d", res, n, n*(n-1)/2)
+		}
+		return nil
+	}}
+}
+
+// Pi holds π(x), the number of primes below x, for the ranges Primes accepts.
+var Pi = map[uint64]uint64{10_000_000: 664_579, 20_000_000: 1_270_607}
+
+// Primes counts the primes below to (a key of Pi) in shards shards. It panics for another to: the
+// answer would not be known.
+func Primes(to uint64, shards int) Job {
+	want, ok := Pi[to]
+	if !ok {
+		panic(fmt.Sprintf("knownjobs.Primes: π(%d) unknown", to))
+	}
+	p, _ := json.Marshal(builtin.PrimesParams{To: to, Shards: shards})
+	return Job{Type: "primes", Params: p, Shards: shards, Check: func(res json.RawMessage) error {
+		var r builtin.PrimesResult
+		if err := json.Unmarshal(res, &r); err != nil {
+			return fmt.Errorf("primes result %s: %v", res, err)
+		}
+		if r.Count != want {
+			return fmt.Errorf("primes result %s: want count %d (π(%d))", res, want, to)
+		}
+		return nil
+	}}
+}
