@@ -25,8 +25,6 @@ type job struct {
 	etag store.ETag
 	agg  jobs.Aggregate
 	done *roaring.Bitmap
-	// plan holds the shards while some are not yet dispatched.
-	plan [][]byte
 	// acks are merged results waiting for the checkpoint that includes them.
 	acks     []*bus.Delivery
 	dirty    bool
@@ -104,7 +102,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 
 var errRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
 
-// load rebuilds a job from its checkpoint, spec and (while dispatch is unfinished) plan.
+// load rebuilds a job from its checkpoint and spec. The plan stays where it is (see plan.go).
 func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) {
 	id := cp.Job
 	spec, impl, err := t.readSpec(ctx, id)
@@ -131,16 +129,11 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	j.merged.Store(int64(cp.DoneCount))
 	j.cp.Done, j.cp.Aggregate = nil, nil
 	j.complete = cp.DoneCount == cp.Total
-	if cp.Dispatched < cp.Total {
-		data, _, err := t.store.Get(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
-		if err != nil {
-			return nil, fmt.Errorf("read plan: %w", err)
-		}
-		if j.plan, err = protocol.DecodePlan(data); err != nil {
+	if cp.State == jobs.StateRunning && cp.Dispatched < cp.Total {
+		// Nothing of the plan is read here: the dispatcher makes or reads the shards it needs as
+		// the window drains. Check now that it can.
+		if _, err := t.source(j); err != nil {
 			return nil, err
-		}
-		if len(j.plan) != cp.Total {
-			return nil, fmt.Errorf("plan has %d shards, checkpoint %d", len(j.plan), cp.Total)
 		}
 	}
 	return j, nil
@@ -283,7 +276,7 @@ func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 			_ = t.store.Delete(ctx, p.Name)
 		}
 	}
-	_ = t.store.Delete(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
+	t.deletePlan(ctx, cp)
 	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		t.log.Warn("delete active marker", "job", id, "err", err)
 	}
