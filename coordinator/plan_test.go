@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,7 +19,8 @@ import (
 	"github.com/mapagg/mapagg/worker"
 )
 
-// heapPeak samples the process's HeapInuse until stop is called, and returns the peak.
+// heapPeak samples the process's HeapInuse after a collection (the live heap: garbage not yet
+// collected is not the plan) until stop is called, and returns the peak.
 func heapPeak() (stop func() uint64) {
 	var peak atomic.Uint64
 	done := make(chan struct{})
@@ -27,14 +29,21 @@ func heapPeak() (stop func() uint64) {
 		defer close(finished)
 		var ms runtime.MemStats
 		for {
+			runtime.GC()
 			runtime.ReadMemStats(&ms)
 			if ms.HeapInuse > peak.Load() {
+				if f := os.Getenv("MAPAGG_HEAPPROFILE"); f != "" && ms.HeapInuse > peak.Load()+4<<20 {
+					if out, err := os.Create(f); err == nil {
+						_ = pprof.Lookup("heap").WriteTo(out, 0)
+						out.Close()
+					}
+				}
 				peak.Store(ms.HeapInuse)
 			}
 			select {
 			case <-done:
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}()

@@ -155,19 +155,22 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 	return spec, impl, nil
 }
 
-// snapshot is a job's checkpoint encoded in the loop, to be stored (in the background, or at
-// once by write). The Done bitmap and the aggregate are encoded together, at one moment of the
-// loop, so the stored checkpoint is consistent however long the write takes.
+// snapshot is a job's checkpoint taken in the loop, to be encoded and stored (in the background,
+// or at once by write). The Done bitmap is encoded and the aggregate snapshotted together, at one
+// moment of the loop, so the stored checkpoint is consistent however long the write takes. An
+// aggregate that is a jobs.Snapshotter is encoded by the writer, off the loop, as is the
+// checkpoint itself; any other is encoded in the loop.
 type snapshot struct {
 	j       *job
 	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
-	data    []byte
+	stored  protocol.Checkpoint // to store: Done set, Aggregate from encode
+	encode  func() ([]byte, error)
 	ifMatch store.ETag
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
 }
 
-// prepare encodes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
+// prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
 // carries the result and state succeeded.
 func (t *term) prepare(j *job) (*snapshot, error) {
 	start := time.Now()
@@ -180,8 +183,15 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 	if cp.Done, err = j.done.ToBytes(); err != nil {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
-	if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
-		return nil, fmt.Errorf("encode aggregate: %w", err)
+	var encode func() ([]byte, error)
+	if sn, ok := j.agg.(jobs.Snapshotter); ok {
+		encode = sn.Snapshot()
+	} else {
+		agg, err := j.agg.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("encode aggregate: %w", err)
+		}
+		encode = func() ([]byte, error) { return agg, nil }
 	}
 	if j.complete && cp.State == jobs.StateRunning {
 		res, err := j.agg.Result()
@@ -195,20 +205,27 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 		now := cp.UpdatedAt
 		cp.FinishedAt = &now
 	}
-	data, err := cp.Encode()
-	if err != nil {
-		return nil, err
-	}
+	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, data: data, ifMatch: j.etag, start: start}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start}, nil
 }
 
-// put stores a snapshot, If-Match on the ETag its job had when it was prepared. It touches no
-// loop state, so it may run in the background.
+// put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
+// It touches no loop state, so it may run in the background.
 func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	agg, err := s.encode()
+	if err != nil {
+		return "", fmt.Errorf("encode aggregate: %w", err)
+	}
+	cp := s.stored
+	cp.Aggregate = agg
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
 	began := time.Now()
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), s.data, store.Cond{IfMatch: s.ifMatch})
-	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(s.data), err)
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), data, store.Cond{IfMatch: s.ifMatch})
+	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return "", t.conflict(ctx, s.j.id)
 	}
