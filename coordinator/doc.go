@@ -35,8 +35,8 @@
 // shards still queued, so results of shards dispatched by an earlier leader of the same plan are
 // valid and must be merged; dropping them by "older epoch" would lose work. What must never be
 // merged is a result of a different plan (a wordcount plan lists blobs that may have changed):
-// plans are stored per epoch (<job>/plan-<epoch>/<page>), and a result whose epoch is not the job's plan
-// epoch is dropped. Nats-Msg-Id stays <job>/<shard>: within one plan a re-dispatch is a duplicate.
+// plans are stored per epoch (<job>/plan-<epoch>/<page>), and a result whose epoch is not the
+// job's plan epoch is dropped. Nats-Msg-Id stays <job>/<shard>: within one plan a re-dispatch is a duplicate.
 //
 // # Failover
 //
