@@ -56,8 +56,8 @@
 // and snapshots the aggregate at one moment (a consistent pair) and hands the rest to a
 // goroutine, then merges on into the live state. An aggregate that is a jobs.Snapshotter (the
 // built-in wordcount) is only copied in the loop (its counts: a 200k-word vocabulary costs the
-// loop ~3 ms instead of ~37 ms of sorting and encoding); the writer encodes it, and the
-// checkpoint's JSON, off the loop. Any other aggregate is encoded in the loop (small ones are
+// loop 0.7–1.7 ms instead of 27–60 ms of sorting and encoding, BenchmarkWordcountMergeCheckpointing
+// in builtin/); the writer encodes it, and the checkpoint's JSON, off the loop. Any other aggregate is encoded in the loop (small ones are
 // cheap). Either way what is stored is the pair as it was at the snapshot; when the write is stored the loop acknowledges exactly the
 // results the snapshot covered. At most one write per job is in flight, so each is If-Match on
 // the ETag of the one before (fencing unchanged); a failed write puts its results back with the
