@@ -85,19 +85,34 @@ func (s piShard) Validate() error {
 }
 
 // Split gives shard i the stream i and samples/shards points, the first samples%shards shards
-// one more.
-func (Pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) {
-	n := uint64(p.Shards)
-	base, extra := uint64(p.Samples)/n, uint64(p.Samples)%n
-	shards := make([]piShard, 0, n)
-	for i := uint64(0); i < n; i++ {
-		s := piShard{Seed: p.Seed, Stream: i, N: base}
-		if i < extra {
-			s.N++
+// one more: shard i is Shard(p, i).
+func (j Pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) {
+	shards := make([]piShard, 0, p.Shards)
+	for i := range p.Shards {
+		s, err := j.Shard(p, i)
+		if err != nil {
+			return nil, err
 		}
 		shards = append(shards, s)
 	}
 	return shards, nil
+}
+
+// Count is the number of shards: the leader makes each with Shard as it dispatches it, and stores
+// no plan.
+func (Pi) Count(p PiParams) (int, error) { return int(p.Shards), nil }
+
+// Shard returns shard i of Split.
+func (Pi) Shard(p PiParams, i int) (piShard, error) {
+	n, k := uint64(p.Shards), uint64(i)
+	if i < 0 || k >= n {
+		return piShard{}, fmt.Errorf("shard %d of %d", i, n)
+	}
+	s := piShard{Seed: p.Seed, Stream: k, N: uint64(p.Samples) / n}
+	if k < uint64(p.Samples)%n {
+		s.N++
+	}
+	return s, nil
 }
 
 // Map draws the shard's points: x and y are consecutive values of

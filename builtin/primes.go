@@ -88,22 +88,38 @@ func (s primesShard) Validate() error {
 	return nil
 }
 
-// Split divides [from, to) into shards ranges whose sizes differ by at most one.
-func (Primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesShard, error) {
-	n := uint64(p.Shards)
-	span := p.To - p.From
-	base, extra := span/n, span%n
-	shards := make([]primesShard, 0, n)
-	lo := p.From
-	for i := uint64(0); i < n; i++ {
-		hi := lo + base
-		if i < extra {
-			hi++
+// Split divides [from, to) into shards ranges whose sizes differ by at most one: shard i is
+// Shard(p, i).
+func (j Primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesShard, error) {
+	shards := make([]primesShard, 0, p.Shards)
+	for i := range p.Shards {
+		s, err := j.Shard(p, i)
+		if err != nil {
+			return nil, err
 		}
-		shards = append(shards, primesShard{Lo: lo, Hi: hi})
-		lo = hi
+		shards = append(shards, s)
 	}
 	return shards, nil
+}
+
+// Count is the number of shards: the leader makes each with Shard as it dispatches it, and stores
+// no plan.
+func (Primes) Count(p PrimesParams) (int, error) { return p.Shards, nil }
+
+// Shard returns range i of Split: the first span%shards ranges are one longer.
+func (Primes) Shard(p PrimesParams, i int) (primesShard, error) {
+	n, k := uint64(p.Shards), uint64(i)
+	if i < 0 || k >= n {
+		return primesShard{}, fmt.Errorf("shard %d of %d", i, n)
+	}
+	span := p.To - p.From
+	base, extra := span/n, span%n
+	lo := p.From + k*base + min(k, extra)
+	hi := lo + base
+	if k < extra {
+		hi++
+	}
+	return primesShard{Lo: lo, Hi: hi}, nil
 }
 
 // Map counts the primes in the shard's range. The partial is the count.

@@ -139,8 +139,27 @@ type sleepShard struct {
 	Mode  string `json:"mode,omitempty"`
 }
 
-// Split returns one shard per index, each carrying its duration and failure mode.
-func (Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
+// Split returns one shard per index, each carrying its duration and failure mode: shard i is
+// Plan(params).Shard(i).
+func (j Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
+	plan, err := j.Plan(params)
+	if err != nil {
+		return nil, err
+	}
+	shards := make([][]byte, 0, plan.Len())
+	for i := range plan.Len() {
+		b, err := plan.Shard(i)
+		if err != nil {
+			return nil, err
+		}
+		shards = append(shards, b)
+	}
+	return shards, nil
+}
+
+// Plan makes the shards on demand (jobs.Indexed): the leader of a million-shard sleep job stores
+// no plan and holds only its dispatch window.
+func (Sleep) Plan(params json.RawMessage) (jobs.Plan, error) {
 	p, d, err := parseSleepParams(params)
 	if err != nil {
 		return nil, err
@@ -152,19 +171,26 @@ func (Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]b
 	for _, i := range p.PanicAlways {
 		modes[i] = sleepPanicAlways
 	}
-	shards := make([][]byte, 0, p.Shards)
-	for i := 0; i < p.Shards; i++ {
-		mode, ok := modes[i]
-		if !ok && sleepFailsFirst(p.Seed, i, p.FailRate) {
-			mode = sleepFailFirst
-		}
-		b, err := encodeShardJSON(sleepType, sleepShard{Index: i, Nanos: int64(d), Mode: mode})
-		if err != nil {
-			return nil, err
-		}
-		shards = append(shards, b)
+	return &sleepPlan{p: p, d: d, modes: modes}, nil
+}
+
+type sleepPlan struct {
+	p     SleepParams
+	d     time.Duration
+	modes map[int]string
+}
+
+func (s *sleepPlan) Len() int { return s.p.Shards }
+
+func (s *sleepPlan) Shard(i int) ([]byte, error) {
+	if i < 0 || i >= s.p.Shards {
+		return nil, fmt.Errorf("sleep: shard %d of %d", i, s.p.Shards)
 	}
-	return shards, nil
+	mode, ok := s.modes[i]
+	if !ok && sleepFailsFirst(s.p.Seed, i, s.p.FailRate) {
+		mode = sleepFailFirst
+	}
+	return encodeShardJSON(sleepType, sleepShard{Index: i, Nanos: int64(s.d), Mode: mode})
 }
 
 func decodeSleepShard(data []byte) (sleepShard, error) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 )
@@ -28,7 +29,10 @@ import (
 // that far past its range.
 type Wordcount struct{}
 
-var _ jobs.Job = Wordcount{}
+var (
+	_ jobs.Job         = Wordcount{}
+	_ jobs.Snapshotter = (*wordcountAggregate)(nil)
+)
 
 // WordcountParams are the parameters of a wordcount job, e.g.
 // {"container": "corpus", "prefix": "books/", "top": 10}.
@@ -421,6 +425,11 @@ func (t *wordTally) byWord() []int {
 // encodeWordcountPartial writes: total, the number of words, then each word (ascending, as a
 // length-prefixed byte string) and its count. Sorting makes the encoding deterministic.
 func encodeWordcountPartial(total uint64, t *wordTally) []byte {
+	return encodeWordcountOrdered(total, t, t.byWord())
+}
+
+// encodeWordcountOrdered is encodeWordcountPartial with the words' ascending order given.
+func encodeWordcountOrdered(total uint64, t *wordTally, order []int) []byte {
 	size := 2 + 2*binary.MaxVarintLen64
 	for _, w := range t.words {
 		size += len(w) + 6
@@ -428,7 +437,7 @@ func encodeWordcountPartial(total uint64, t *wordTally) []byte {
 	b := appendPartialHeader(make([]byte, 0, size), tagWordcount)
 	b = binary.AppendUvarint(b, total)
 	b = binary.AppendUvarint(b, uint64(len(t.words)))
-	for _, i := range t.byWord() {
+	for _, i := range order {
 		b = binary.AppendUvarint(b, uint64(len(t.words[i])))
 		b = append(b, t.words[i]...)
 		b = binary.AppendUvarint(b, t.counts[i])
@@ -492,6 +501,17 @@ type wordcountAggregate struct {
 	top   int
 	total uint64
 	tally *wordTally
+	// order is the ascending order of the first words of tally, as the last snapshot
+	// sorted them: the next one sorts only the words added since and merges (words are only ever
+	// appended), so a checkpoint's sort costs O(new words · log + vocabulary), not O(V log V).
+	// Stored by the snapshot's encoder, in another goroutine.
+	order atomic.Pointer[wordOrder]
+}
+
+// wordOrder is the ascending order of the first len(order) words of tally.
+type wordOrder struct {
+	tally *wordTally
+	order []int
 }
 
 func (a *wordcountAggregate) Merge(partial []byte) error {
@@ -513,6 +533,48 @@ func (a *wordcountAggregate) MarshalBinary() ([]byte, error) {
 	return encodeWordcountPartial(a.total, a.tally), nil
 }
 
+// Snapshot copies the counts (8 bytes a word; the words themselves are immutable and only ever
+// appended) and leaves sorting and encoding to the returned function, which the coordinator runs
+// off its merge loop: a checkpoint of a large vocabulary costs the loop a copy, not a sort.
+func (a *wordcountAggregate) Snapshot() func() ([]byte, error) {
+	n := len(a.tally.words)
+	t := &wordTally{words: a.tally.words[:n:n], counts: slices.Clone(a.tally.counts)}
+	total := a.total
+	live := a.tally
+	var prev []int
+	if p := a.order.Load(); p != nil && p.tally == live && len(p.order) <= n {
+		prev = p.order
+	}
+	return func() ([]byte, error) {
+		order := extendOrder(t.words, prev)
+		a.order.Store(&wordOrder{tally: live, order: order})
+		return encodeWordcountOrdered(total, t, order), nil
+	}
+}
+
+// extendOrder returns the ascending order of words, given prev, that of words[:len(prev)]: the
+// words after are sorted and merged in.
+func extendOrder(words []string, prev []int) []int {
+	fresh := make([]int, 0, len(words)-len(prev))
+	for i := len(prev); i < len(words); i++ {
+		fresh = append(fresh, i)
+	}
+	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(words[a], words[b]) })
+	out := make([]int, 0, len(words))
+	i, j := 0, 0
+	for i < len(prev) && j < len(fresh) {
+		if words[prev[i]] < words[fresh[j]] {
+			out = append(out, prev[i])
+			i++
+		} else {
+			out = append(out, fresh[j])
+			j++
+		}
+	}
+	out = append(out, prev[i:]...)
+	return append(out, fresh[j:]...)
+}
+
 func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 	p, err := decodeWordcountPartial(data)
 	if err != nil {
@@ -523,6 +585,7 @@ func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 		t.add(w, p.counts[i])
 	}
 	a.total, a.tally = p.total, t
+	a.order.Store(nil)
 	return nil
 }
 

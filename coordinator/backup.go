@@ -44,34 +44,31 @@ func (t *term) backups(ctx context.Context) {
 		j.backedUp = true
 		t.log.Info("backup tasks: dispatching the shards left once more", "job", j.id, "shards", len(idx),
 			"since_last_merge", now.Sub(j.lastMerge).Round(time.Millisecond), "mean_shard", (time.Duration(j.meanMicros) * time.Microsecond).Round(time.Microsecond))
+		src, err := t.source(j)
+		if err != nil {
+			t.log.Warn("backup tasks: plan", "job", j.id, "err", err)
+			continue
+		}
 		t.dispatchers.Add(1)
 		go func(id, typ string, epoch uint64) {
 			defer t.dispatchers.Done()
-			t.dispatchBackups(ctx, id, typ, epoch, idx)
+			t.dispatchBackups(ctx, id, typ, epoch, src, idx)
 		}(j.id, j.spec.Type, j.cp.PlanEpoch)
 	}
 }
 
-// dispatchBackups reads the job's plan and publishes the given shards again, each with its backup
+// dispatchBackups publishes the given shards (ascending) again, from src, each with its backup
 // message id (so a re-dispatch of the backup adds nothing). A failure only loses the backups.
-func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64, idx []int) {
-	data, _, err := t.store.Get(ctx, protocol.PlanBlob(id, epoch))
-	if err != nil {
-		t.log.Warn("backup tasks: read plan", "job", id, "err", err)
-		return
-	}
-	plan, err := protocol.DecodePlan(data)
-	if err != nil {
-		t.log.Warn("backup tasks: decode plan", "job", id, "err", err)
-		return
-	}
+func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64, src *planSource, idx []int) {
 	subject := t.bus.ShardTypeSubject(typ, id)
 	out := make([]bus.Outgoing, 0, len(idx))
 	for _, i := range idx {
-		if i >= len(plan) {
+		shard, err := src.shard(ctx, i)
+		if err != nil {
+			t.log.Warn("backup tasks: plan", "job", id, "shard", i, "err", err)
 			return
 		}
-		m := protocol.ShardMsg{Job: id, Type: typ, Index: i, Epoch: epoch, Shard: plan[i]}
+		m := protocol.ShardMsg{Job: id, Type: typ, Index: i, Epoch: epoch, Shard: shard}
 		b, err := m.Encode()
 		if err != nil {
 			return

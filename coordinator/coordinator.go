@@ -264,14 +264,19 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.complete {
 		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
 	}
-	if j.plan != nil && j.cp.Dispatched < j.cp.Total {
-		dctx, cancel := context.WithCancel(ctx)
-		j.stopDispatch = cancel
-		t.dispatchers.Add(1)
-		go func() {
-			defer t.dispatchers.Done()
-			t.dispatch(dctx, j, j.plan, j.cp.Dispatched)
-		}()
+	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
+		src, err := t.source(j)
+		if err != nil {
+			t.end(j, jobs.StateFailed, fmt.Sprintf("dispatch: %v", err))
+		} else {
+			dctx, cancel := context.WithCancel(ctx)
+			j.stopDispatch = cancel
+			t.dispatchers.Add(1)
+			go func() {
+				defer t.dispatchers.Done()
+				t.dispatch(dctx, j, src, j.cp.Dispatched)
+			}()
+		}
 	}
 	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
 	t.emit(Event{Kind: EventJobResumed, Epoch: t.epoch, Job: j.id, Count: j.cp.DoneCount})
@@ -390,21 +395,19 @@ func (t *term) onDispatched(ev dispatchEvent) {
 	if ev.upto > j.cp.Dispatched {
 		j.cp.Dispatched, j.dirty = ev.upto, true
 	}
-	if j.cp.Dispatched == j.cp.Total {
-		j.plan = nil
-	}
 }
 
-// dispatch publishes shards [from, len(plan)) in batches, reporting progress to the loop, and
-// keeps at most DispatchWindow of them dispatched and not merged. A publish that fails is
-// retried until ctx ends: the shards stream may be briefly unavailable. Published shards are
-// dropped from the plan, so a freshly split job's memory shrinks as it is dispatched.
-func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
-	id, typ, epoch := j.id, j.spec.Type, j.cp.PlanEpoch
+// dispatch publishes shards [from, Total) in batches, reporting progress to the loop, and keeps
+// at most DispatchWindow of them dispatched and not merged. Shards come from src as they are
+// needed, so the dispatcher holds its batch and at most one plan page. A publish (or a plan page
+// read) that fails is retried until ctx ends: the shards stream or storage may be briefly
+// unavailable; a plan that cannot be read (a corrupt page) fails the job.
+func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) {
+	id, typ, epoch, total := j.id, j.spec.Type, j.cp.PlanEpoch, j.cp.Total
 	subject := t.bus.ShardTypeSubject(typ, id)
 	per := max(j.cp.ShardsPerMsg, 1)
-	for i := from; i < len(plan); {
-		n := min(max(t.cfg.DispatchBatch/per, 1)*per, len(plan)-i)
+	for i := from; i < total; {
+		n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
 		// Wait while the window is full, but never while nothing is outstanding (a message may
 		// carry more shards than the window).
 		for m := int(j.merged.Load()); i+n-m > t.cfg.DispatchWindow && i > m; m = int(j.merged.Load()) {
@@ -414,18 +417,27 @@ func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
 			case <-j.progress:
 			}
 		}
-		batch := make([]bus.Outgoing, 0, n/per+1)
-		for k := i; k < i+n; {
-			end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
-			data, err := protocol.EncodeShards(id, typ, epoch, k, plan[k:end])
+		shards, err := src.shardRange(ctx, i, i+n)
+		if err == nil {
+			batch := make([]bus.Outgoing, 0, n/per+1)
+			for k := i; k < i+n && err == nil; {
+				end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
+				var data []byte
+				if data, err = protocol.EncodeShards(id, typ, epoch, k, shards[k-i:end-i]); err == nil {
+					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
+				}
+				k = end
+			}
 			if err != nil {
 				t.report(ctx, dispatchEvent{job: id, err: err})
 				return
 			}
-			batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
-			k = end
+			err = t.bus.PublishAll(ctx, batch)
+		} else if errors.Is(err, jobs.ErrBadCheckpoint) {
+			t.report(ctx, dispatchEvent{job: id, err: err})
+			return
 		}
-		if err := t.bus.PublishAll(ctx, batch); err != nil {
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -437,7 +449,6 @@ func (t *term) dispatch(ctx context.Context, j *job, plan [][]byte, from int) {
 			}
 			continue
 		}
-		clear(plan[i : i+n])
 		i += n
 		t.report(ctx, dispatchEvent{job: id, upto: i})
 	}

@@ -110,32 +110,44 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		return
 	}
 	start := time.Now()
-	shards, err := impl.Split(ctx, t.env, spec.Params)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split: %w", err))
-		return
-	}
-	if len(shards) > jobs.MaxShards {
-		t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards))
-		return
-	}
-	for i, s := range shards {
-		if len(s) > jobs.MaxShardBytes {
-			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes))
-			return
-		}
-	}
-	// The plan and the active marker are independent: write them at once (one round trip less).
+	// An indexed job stores nothing: its shards are made from the parameters as they are
+	// dispatched. Any other is split now and its plan stored in pages, beside the active marker.
 	var g errgroup.Group
-	g.Go(func() error {
-		if _, err := t.store.Put(ctx, protocol.PlanBlob(id, t.epoch), protocol.EncodePlan(shards), store.Cond{}); err != nil {
-			return fmt.Errorf("write plan: %w", err)
+	var total int
+	form := protocol.PlanIndexed
+	if ix, ok := impl.(jobs.Indexed); ok {
+		plan, err := ix.Plan(spec.Params)
+		if err != nil {
+			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("plan: %w", err))
+			return
 		}
-		return nil
-	})
+		if total = plan.Len(); total < 0 || total > jobs.MaxShards {
+			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards))
+			return
+		}
+	} else {
+		form = protocol.PlanPages
+		shards, err := impl.Split(ctx, t.env, spec.Params)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split: %w", err))
+			return
+		}
+		if len(shards) > jobs.MaxShards {
+			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards))
+			return
+		}
+		for i, s := range shards {
+			if len(s) > jobs.MaxShardBytes {
+				t.refuse(ctx, m, id, spec.Type, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes))
+				return
+			}
+		}
+		total = len(shards)
+		g.Go(func() error { return t.planShards(ctx, id, shards) })
+	}
 	g.Go(func() error {
 		if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
 			return fmt.Errorf("write active marker: %w", err)
@@ -146,7 +158,8 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		log.Warn("planning a job", "err", err)
 		return
 	}
-	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), plan: shards, progress: make(chan struct{}, 1)}
+	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), progress: make(chan struct{}, 1)}
+	j.cp.Total, j.cp.Plan = total, form
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if errors.Is(err, store.ErrExists) {
 		t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
@@ -158,16 +171,16 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	}
 	j.etag = etag
 	t.deleteMsg(ctx, m)
-	log.Info("job planned", "type", spec.Type, "shards", len(shards), "took", time.Since(start).Round(time.Microsecond))
-	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: len(shards)})
+	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))
+	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: total})
 	select {
 	case t.newJobs <- j:
 	case <-ctx.Done():
 	}
 }
 
-// writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan or terminal
-// with a reason. Only one leader's first checkpoint can exist.
+// writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan (j.cp.Total
+// shards, of form j.cp.Plan) or terminal with a reason. Only one leader's first checkpoint can exist.
 func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
 	now := t.cfg.Now().UTC()
 	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
@@ -176,7 +189,7 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 		cp.FinishedAt = &now
 	}
 	if j != nil {
-		cp.Total = len(j.plan)
+		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
 		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
 		if cp.ShardsPerMsg == 0 {
 			cp.ShardsPerMsg = shardsPerMsg(cp.Total)

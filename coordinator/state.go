@@ -25,8 +25,6 @@ type job struct {
 	etag store.ETag
 	agg  jobs.Aggregate
 	done *roaring.Bitmap
-	// plan holds the shards while some are not yet dispatched.
-	plan [][]byte
 	// acks are merged results waiting for the checkpoint that includes them.
 	acks     []*bus.Delivery
 	dirty    bool
@@ -104,7 +102,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 
 var errRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
 
-// load rebuilds a job from its checkpoint, spec and (while dispatch is unfinished) plan.
+// load rebuilds a job from its checkpoint and spec. The plan stays where it is (see plan.go).
 func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) {
 	id := cp.Job
 	spec, impl, err := t.readSpec(ctx, id)
@@ -131,16 +129,11 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	j.merged.Store(int64(cp.DoneCount))
 	j.cp.Done, j.cp.Aggregate = nil, nil
 	j.complete = cp.DoneCount == cp.Total
-	if cp.Dispatched < cp.Total {
-		data, _, err := t.store.Get(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
-		if err != nil {
-			return nil, fmt.Errorf("read plan: %w", err)
-		}
-		if j.plan, err = protocol.DecodePlan(data); err != nil {
+	if cp.State == jobs.StateRunning && cp.Dispatched < cp.Total {
+		// Nothing of the plan is read here: the dispatcher makes or reads the shards it needs as
+		// the window drains. Check now that it can.
+		if _, err := t.source(j); err != nil {
 			return nil, err
-		}
-		if len(j.plan) != cp.Total {
-			return nil, fmt.Errorf("plan has %d shards, checkpoint %d", len(j.plan), cp.Total)
 		}
 	}
 	return j, nil
@@ -162,19 +155,22 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 	return spec, impl, nil
 }
 
-// snapshot is a job's checkpoint encoded in the loop, to be stored (in the background, or at
-// once by write). The Done bitmap and the aggregate are encoded together, at one moment of the
-// loop, so the stored checkpoint is consistent however long the write takes.
+// snapshot is a job's checkpoint taken in the loop, to be encoded and stored (in the background,
+// or at once by write). The Done bitmap is encoded and the aggregate snapshotted together, at one
+// moment of the loop, so the stored checkpoint is consistent however long the write takes. An
+// aggregate that is a jobs.Snapshotter is encoded by the writer, off the loop, as is the
+// checkpoint itself; any other is encoded in the loop.
 type snapshot struct {
 	j       *job
 	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
-	data    []byte
+	stored  protocol.Checkpoint // to store: Done set, Aggregate from encode
+	encode  func() ([]byte, error)
 	ifMatch store.ETag
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
 }
 
-// prepare encodes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
+// prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
 // carries the result and state succeeded.
 func (t *term) prepare(j *job) (*snapshot, error) {
 	start := time.Now()
@@ -187,8 +183,15 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 	if cp.Done, err = j.done.ToBytes(); err != nil {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
-	if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
-		return nil, fmt.Errorf("encode aggregate: %w", err)
+	var encode func() ([]byte, error)
+	if sn, ok := j.agg.(jobs.Snapshotter); ok {
+		encode = sn.Snapshot()
+	} else {
+		agg, err := j.agg.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("encode aggregate: %w", err)
+		}
+		encode = func() ([]byte, error) { return agg, nil }
 	}
 	if j.complete && cp.State == jobs.StateRunning {
 		res, err := j.agg.Result()
@@ -202,20 +205,27 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 		now := cp.UpdatedAt
 		cp.FinishedAt = &now
 	}
-	data, err := cp.Encode()
-	if err != nil {
-		return nil, err
-	}
+	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, data: data, ifMatch: j.etag, start: start}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start}, nil
 }
 
-// put stores a snapshot, If-Match on the ETag its job had when it was prepared. It touches no
-// loop state, so it may run in the background.
+// put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
+// It touches no loop state, so it may run in the background.
 func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	agg, err := s.encode()
+	if err != nil {
+		return "", fmt.Errorf("encode aggregate: %w", err)
+	}
+	cp := s.stored
+	cp.Aggregate = agg
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
 	began := time.Now()
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), s.data, store.Cond{IfMatch: s.ifMatch})
-	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(s.data), err)
+	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), data, store.Cond{IfMatch: s.ifMatch})
+	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return "", t.conflict(ctx, s.j.id)
 	}
@@ -283,7 +293,7 @@ func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 			_ = t.store.Delete(ctx, p.Name)
 		}
 	}
-	_ = t.store.Delete(ctx, protocol.PlanBlob(id, cp.PlanEpoch))
+	t.deletePlan(ctx, cp)
 	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		t.log.Warn("delete active marker", "job", id, "err", err)
 	}

@@ -70,6 +70,13 @@
 // could produce (a count larger than the range, say), so that a corrupt or foreign partial is
 // refused rather than merged.
 //
+// A job whose shards are a function of its parameters (a range cut into parts, a number of
+// samples) should add Count(p) and Shard(p, i) — Split's length and its shard i (WithIndex). The
+// leader then stores no plan and makes each shard as it dispatches it: a job of a million shards
+// costs it the memory of its dispatch window, not of its plan (byte-level: Indexed). A byte-level
+// Aggregate that is large (a vocabulary) should be a Snapshotter, so that checkpointing it costs
+// the leader's merge loop a copy, not an encoding.
+//
 // # Encodings, and why JSON
 //
 // Shards, partials and the aggregate's checkpoint are encoded for you: as JSON, decoded strictly

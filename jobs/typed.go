@@ -32,6 +32,9 @@ import (
 //   - Check(p P, acc, partial R) error: refuses a partial that no run of the job could produce
 //     (more samples than the job has, say) before it is merged into acc, and a checkpoint before
 //     it is restored (acc the identity). Nothing is merged when it fails (WithCheck).
+//   - Count(p P) (int, error) and Shard(p P, i int) (S, error): the plan is a function of the
+//     parameters (Split's shard i is Shard(p, i)); the leader stores no plan and makes each shard
+//     as it dispatches it (WithIndex, Indexed).
 //
 // Shards are encoded as JSON (readable when a shard is dead-lettered), bounded by MaxShardBytes;
 // partials and checkpoints as JSON too. A type with MarshalBinary and UnmarshalBinary (the latter
@@ -85,7 +88,11 @@ func Typed[P, S, R any](name string, job TypedJob[P, S, R]) Job {
 	if t := reflect.TypeFor[P](); t.Kind() != reflect.Struct {
 		panic(fmt.Sprintf("jobs.Typed(%q): the parameters type %v is not a struct", name, t))
 	}
-	return &typed[P, S, R]{name: name, job: job, shards: newCodec[S](MaxShardBytes), partials: newCodec[R](0)}
+	t := &typed[P, S, R]{name: name, job: job, shards: newCodec[S](MaxShardBytes), partials: newCodec[R](0)}
+	if ix, ok := job.(WithIndex[P, S]); ok {
+		return &typedIndexed[P, S, R]{typed: t, index: ix}
+	}
+	return t
 }
 
 type typed[P, S, R any] struct {

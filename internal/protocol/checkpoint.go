@@ -1,17 +1,14 @@
 package protocol
 
 import (
-	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"time"
 
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// ErrBadCheckpoint is matched by every error DecodeCheckpoint and DecodePlan return.
+// ErrBadCheckpoint is matched by every error DecodeCheckpoint and DecodePlanPage return.
 var ErrBadCheckpoint = jobs.ErrBadCheckpoint
 
 // CheckpointVersion is the format written by this build.
@@ -38,6 +35,10 @@ type Checkpoint struct {
 	// decided when the job is planned: message k carries shards [k·n, (k+1)·n), with
 	// Nats-Msg-Id ShardMsgID(job, k·n), so a new leader re-dispatching sends the same messages.
 	ShardsPerMsg int `json:"shards_per_msg,omitempty"`
+	// Plan says where the shards come from: PlanIndexed (made from the parameters on demand,
+	// nothing stored) or PlanPages (stored in pages of PlanPageShards, PlanPageBlob). "" only in
+	// a checkpoint of a job refused before it was planned.
+	Plan string `json:"plan,omitempty"`
 	// Done is the set of merged shards, as a serialized roaring bitmap.
 	Done []byte `json:"done"`
 	// Aggregate is the job's Aggregate.MarshalBinary.
@@ -74,59 +75,15 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 	case c.PlanEpoch == 0 || c.WriterEpoch < c.PlanEpoch:
 		return nil, fmt.Errorf("%w: epochs out of order (plan %d, writer %d)", ErrBadCheckpoint, c.PlanEpoch, c.WriterEpoch)
 	}
+	switch c.Plan {
+	case "", PlanIndexed, PlanPages:
+	default:
+		return nil, fmt.Errorf("%w: plan form %q (this build knows %q and %q)", ErrBadCheckpoint, c.Plan, PlanIndexed, PlanPages)
+	}
 	switch c.State {
 	case jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled:
 	default:
 		return nil, fmt.Errorf("%w: state %q", ErrBadCheckpoint, c.State)
 	}
 	return &c, nil
-}
-
-var planMagic = []byte("MAPAGG-PLAN\x01")
-
-// EncodePlan serializes a job's shards (the output of Split) for <job-id>/plan.
-func EncodePlan(shards [][]byte) []byte {
-	n := len(planMagic) + binary.MaxVarintLen64
-	for _, s := range shards {
-		n += binary.MaxVarintLen64 + len(s)
-	}
-	b := make([]byte, 0, n+4)
-	b = append(b, planMagic...)
-	b = binary.AppendUvarint(b, uint64(len(shards)))
-	for _, s := range shards {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
-}
-
-// DecodePlan parses EncodePlan's output, verifying its checksum and bounds.
-func DecodePlan(data []byte) ([][]byte, error) {
-	if len(data) < len(planMagic)+5 || !bytes.HasPrefix(data, planMagic) {
-		return nil, fmt.Errorf("%w: plan: not a plan", ErrBadCheckpoint)
-	}
-	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if crc32.ChecksumIEEE(body) != sum {
-		return nil, fmt.Errorf("%w: plan: checksum mismatch", ErrBadCheckpoint)
-	}
-	r := body[len(planMagic):]
-	count, k := binary.Uvarint(r)
-	if k <= 0 || count > jobs.MaxShards {
-		return nil, fmt.Errorf("%w: plan: shard count", ErrBadCheckpoint)
-	}
-	r = r[k:]
-	shards := make([][]byte, 0, count)
-	for i := uint64(0); i < count; i++ {
-		l, k := binary.Uvarint(r)
-		if k <= 0 || l > jobs.MaxShardBytes || l > uint64(len(r)-k) {
-			return nil, fmt.Errorf("%w: plan: shard %d length", ErrBadCheckpoint, i)
-		}
-		r = r[k:]
-		shards = append(shards, r[:l:l])
-		r = r[l:]
-	}
-	if len(r) != 0 {
-		return nil, fmt.Errorf("%w: plan: %d trailing bytes", ErrBadCheckpoint, len(r))
-	}
-	return shards, nil
 }

@@ -5,7 +5,8 @@ import "fmt"
 // Blob layout in the jobs container. Every name of a job's blobs is made here.
 //
 //	<job-id>/spec.json          the submitted Spec (written once, If-None-Match)
-//	<job-id>/plan-<epoch>       the shards, as planned by the leader of that epoch
+//	<job-id>/plan-<epoch>/<p>   page p of the shards, as planned by the leader of that epoch
+//	                            (stored plans only: an indexed plan stores nothing)
 //	<job-id>/checkpoint         the Checkpoint (conditional writes, If-Match)
 //	<job-id>/result.json        the final result (a copy of Checkpoint.Result)
 //	<job-id>/cancel             present when a user asked to cancel the job
@@ -21,9 +22,15 @@ func CancelBlob(id string) string     { return id + "/cancel" }
 func ActiveBlob(id string) string     { return ActivePrefix + id }
 func PartialsPrefix(id string) string { return id + "/partials/" }
 
-// PlanBlob names the plan written by the leader of epoch; the checkpoint's PlanEpoch says which
-// plan a job follows, so two leaders racing to plan the same job can never mix their plans.
-func PlanBlob(id string, epoch uint64) string { return fmt.Sprintf("%s/plan-%d", id, epoch) }
+// PlanPrefix is the prefix of the pages of the plan written by the leader of epoch; the
+// checkpoint's PlanEpoch says which plan a job follows, so two leaders racing to plan the same job
+// can never mix their plans.
+func PlanPrefix(id string, epoch uint64) string { return fmt.Sprintf("%s/plan-%d/", id, epoch) }
+
+// PlanPageBlob names page p of the plan written by the leader of epoch.
+func PlanPageBlob(id string, epoch uint64, p int) string {
+	return fmt.Sprintf("%s%d", PlanPrefix(id, epoch), p)
+}
 
 // PartialBlob names a large partial of shard index, attempt.
 func PartialBlob(id string, index, attempt int) string {

@@ -85,30 +85,53 @@ func TestParseSpec(t *testing.T) {
 	}
 }
 
-func TestPlan_RoundTrip(t *testing.T) {
-	for _, shards := range [][][]byte{nil, {{}}, {[]byte("a"), []byte(strings.Repeat("b", 300)), {}}} {
-		got, err := DecodePlan(EncodePlan(shards))
+func TestPlanPage_RoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		first  int
+		shards [][]byte
+	}{{0, [][]byte{{}}}, {PlanPageShards, [][]byte{[]byte("a"), []byte(strings.Repeat("b", 300)), {}}}} {
+		first, got, err := DecodePlanPage(EncodePlanPage(c.first, c.shards))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != len(shards) {
-			t.Fatalf("len %d want %d", len(got), len(shards))
+		if first != c.first || len(got) != len(c.shards) {
+			t.Fatalf("first %d len %d, want %d %d", first, len(got), c.first, len(c.shards))
 		}
 		for i := range got {
-			if !bytes.Equal(got[i], shards[i]) {
+			if !bytes.Equal(got[i], c.shards[i]) {
 				t.Fatalf("shard %d differs", i)
 			}
 		}
 	}
-	b := EncodePlan([][]byte{[]byte("abc")})
+	b := EncodePlanPage(0, [][]byte{[]byte("abc")})
 	b[len(b)-6] ^= 1
-	if _, err := DecodePlan(b); !errors.Is(err, ErrBadCheckpoint) {
-		t.Fatalf("corrupted plan: %v", err)
+	if _, _, err := DecodePlanPage(b); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("corrupted page: %v", err)
+	}
+	if _, _, err := DecodePlanPage(EncodePlanPage(0, nil)); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("empty page accepted: %v", err)
+	}
+	if _, _, err := DecodePlanPage(EncodePlanPage(3, [][]byte{{1}})); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("misaligned page accepted: %v", err)
+	}
+	// A valid page in the wrong place (a page of another job's plan, or a short page) is refused.
+	first, shards, _ := DecodePlanPage(EncodePlanPage(0, [][]byte{{1}, {2}}))
+	if err := CheckPlanPage(0, 2, first, shards); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckPlanPage(1, 2+PlanPageShards, first, shards); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("page 0 accepted as page 1: %v", err)
+	}
+	if err := CheckPlanPage(0, 3, first, shards); !errors.Is(err, ErrBadCheckpoint) {
+		t.Fatalf("short page accepted: %v", err)
+	}
+	if PlanPageCount(0) != 0 || PlanPageCount(1) != 1 || PlanPageCount(PlanPageShards) != 1 || PlanPageCount(PlanPageShards+1) != 2 {
+		t.Fatal("PlanPageCount")
 	}
 }
 
 func TestDecodeCheckpoint(t *testing.T) {
-	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10}
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10, Plan: PlanIndexed}
 	b, _ := c.Encode()
 	if _, err := DecodeCheckpoint(b); err != nil {
 		t.Fatal(err)
@@ -119,6 +142,7 @@ func TestDecodeCheckpoint(t *testing.T) {
 		"epochs":   func(c *Checkpoint) { c.WriterEpoch = 1 },
 		"state":    func(c *Checkpoint) { c.State = "weird" },
 		"job":      func(c *Checkpoint) { c.Job = "" },
+		"plan":     func(c *Checkpoint) { c.Plan = "blob" },
 	} {
 		bad := c
 		mut(&bad)
@@ -197,16 +221,20 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	})
 }
 
-func FuzzDecodePlan(f *testing.F) {
-	f.Add(EncodePlan([][]byte{[]byte("a"), []byte("bc")}))
-	f.Add([]byte("MAPAGG-PLAN\x01\x05"))
+func FuzzDecodePlanPage(f *testing.F) {
+	f.Add(EncodePlanPage(0, [][]byte{[]byte("a"), []byte("bc")}))
+	f.Add(EncodePlanPage(PlanPageShards, [][]byte{{}}))
+	f.Add([]byte("MAPAGG-PAGE\x01\x00\x05"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		shards, err := DecodePlan(data)
+		first, shards, err := DecodePlanPage(data)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(EncodePlan(shards), data) {
-			t.Fatalf("plan does not re-encode to the same bytes")
+		if len(shards) == 0 || len(shards) > PlanPageShards || first%PlanPageShards != 0 {
+			t.Fatalf("accepted a page out of bounds: first %d, %d shards", first, len(shards))
+		}
+		if !bytes.Equal(EncodePlanPage(first, shards), data) {
+			t.Fatalf("page does not re-encode to the same bytes")
 		}
 	})
 }

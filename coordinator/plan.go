@@ -1,0 +1,146 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Plans. A job's shards are never all in the leader's memory after planning:
+//
+//   - an Indexed job (primes, pi, sleep) stores nothing but its shard count; shard i is made from
+//     the parameters (already in the spec) when it is dispatched, by this leader or the next;
+//   - any other job's Split output is stored in pages of protocol.PlanPageShards shards
+//     (<job>/plan-<epoch>/<p>, each with its own checksum) and read back a page at a time as the
+//     dispatch window drains.
+//
+// Either way a dispatcher holds one page (or nothing) besides its window, whatever the job's size.
+
+// planShards stores a split job's shards as pages, in parallel. Each page is dropped from shards
+// once it is encoded, so the split's memory is given back as it is written.
+func (t *term) planShards(ctx context.Context, id string, shards [][]byte) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for p := range protocol.PlanPageCount(len(shards)) {
+		first := p * protocol.PlanPageShards
+		page := shards[first:min(first+protocol.PlanPageShards, len(shards))]
+		data := protocol.EncodePlanPage(first, page)
+		clear(page)
+		g.Go(func() error {
+			if _, err := t.store.Put(gctx, protocol.PlanPageBlob(id, t.epoch, p), data, store.Cond{}); err != nil {
+				return fmt.Errorf("write plan page %d: %w", p, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// deletePlan removes a finished job's stored plan pages (an indexed plan stored none).
+func (t *term) deletePlan(ctx context.Context, cp *protocol.Checkpoint) {
+	if cp.Plan != protocol.PlanPages {
+		return
+	}
+	pages, err := t.store.List(ctx, protocol.PlanPrefix(cp.Job, cp.PlanEpoch))
+	if err != nil {
+		t.log.Warn("list plan pages", "job", cp.Job, "err", err)
+		return
+	}
+	for _, p := range pages {
+		_ = t.store.Delete(ctx, p.Name)
+	}
+}
+
+// planSource gives a job's shards by index, for one goroutine (a dispatcher, a backup run): made
+// from the parameters, or read from the stored plan a page at a time (the last page read is kept).
+type planSource struct {
+	st    Store
+	id    string
+	epoch uint64
+	total int
+	plan  jobs.Plan // an indexed plan; nil for a stored one
+
+	page   int // the page held in shards, -1 for none
+	shards [][]byte
+}
+
+// source returns a new planSource for j. For an indexed job it decodes the parameters again
+// (cheap), so that sources never share a jobs.Plan.
+func (t *term) source(j *job) (*planSource, error) {
+	s := &planSource{st: t.store, id: j.id, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
+	switch j.cp.Plan {
+	case protocol.PlanIndexed:
+		ix, ok := j.impl.(jobs.Indexed)
+		if !ok {
+			return nil, fmt.Errorf("job %s was planned by index, but type %q on this leader has no Plan method: run one build across the cluster", j.id, j.spec.Type)
+		}
+		plan, err := ix.Plan(j.spec.Params)
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+		if plan.Len() != j.cp.Total {
+			return nil, fmt.Errorf("%w: plan has %d shards, checkpoint %d", jobs.ErrBadCheckpoint, plan.Len(), j.cp.Total)
+		}
+		s.plan = plan
+	case protocol.PlanPages:
+	default:
+		return nil, fmt.Errorf("%w: job %s has no plan form (a checkpoint of an older build?)", jobs.ErrBadCheckpoint, j.id)
+	}
+	return s, nil
+}
+
+// shard returns shard i. Errors matching jobs.ErrBadCheckpoint are permanent (a corrupt page, a
+// plan that changed); others (storage unavailable) may pass on retry.
+func (s *planSource) shard(ctx context.Context, i int) ([]byte, error) {
+	if i < 0 || i >= s.total {
+		return nil, fmt.Errorf("%w: shard %d of a plan of %d", jobs.ErrBadCheckpoint, i, s.total)
+	}
+	if s.plan != nil {
+		b, err := s.plan.Shard(i)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", jobs.ErrBadCheckpoint, err)
+		}
+		if len(b) > jobs.MaxShardBytes {
+			return nil, fmt.Errorf("%w: shard %d is %d bytes; the limit is %d", jobs.ErrBadCheckpoint, i, len(b), jobs.MaxShardBytes)
+		}
+		return b, nil
+	}
+	p := i / protocol.PlanPageShards
+	if p != s.page {
+		data, _, err := s.st.Get(ctx, protocol.PlanPageBlob(s.id, s.epoch, p))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("%w: plan page %d of job %s is missing", jobs.ErrBadCheckpoint, p, s.id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read plan page %d: %w", p, err)
+		}
+		first, shards, err := protocol.DecodePlanPage(data)
+		if err == nil {
+			err = protocol.CheckPlanPage(p, s.total, first, shards)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("plan page %d of job %s: %w", p, s.id, err)
+		}
+		s.page, s.shards = p, shards
+	}
+	return s.shards[i-p*protocol.PlanPageShards], nil
+}
+
+// shardRange returns shards [from, to).
+func (s *planSource) shardRange(ctx context.Context, from, to int) ([][]byte, error) {
+	out := make([][]byte, 0, to-from)
+	for i := from; i < to; i++ {
+		b, err := s.shard(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
