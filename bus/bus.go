@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -209,7 +210,7 @@ func (b *Bus) Ensure(ctx context.Context) error {
 			Storage: storage, Replicas: b.cfg.Replicas, MaxAge: 7 * 24 * time.Hour, MaxMsgs: 100_000},
 	}
 	for _, sc := range streams {
-		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := b.ensureStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
@@ -219,6 +220,38 @@ func (b *Bus) Ensure(ctx context.Context) error {
 		return fmt.Errorf("remove the legacy consumer %s: %w", legacyWorkersConsumer, err)
 	}
 	return nil
+}
+
+// ensureStream creates sc, or updates it when it exists with other settings. A stream that
+// already has them is left alone: every process calls Ensure at start, and an update that
+// changes nothing still makes the server rewrite the stream's configuration under its consumers
+// (nats-server 2.15's file store races there with a consumer being created).
+func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	s, err := b.js.Stream(ctx, sc.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		_, err = b.js.CreateStream(ctx, sc)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		_, err = b.js.CreateOrUpdateStream(ctx, sc) // created meanwhile by another process
+		return err
+	case err != nil:
+		return err
+	}
+	if sameStream(s.CachedInfo().Config, sc) {
+		return nil
+	}
+	_, err = b.js.UpdateStream(ctx, sc)
+	return err
+}
+
+// sameStream reports whether have already has every setting Ensure asks for in want.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention &&
+		have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		(want.Duplicates == 0 || have.Duplicates == want.Duplicates) && have.Discard == want.Discard &&
+		(want.MaxAge == 0 || have.MaxAge == want.MaxAge) && (want.MaxMsgs == 0 || have.MaxMsgs == want.MaxMsgs)
 }
 
 func (b *Bus) workersConsumerConfig(typ string) jetstream.ConsumerConfig {

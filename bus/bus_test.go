@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
 )
 
@@ -279,5 +283,46 @@ func TestConfig_ValidateReportsEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not name %s", err, want)
 		}
+	}
+}
+
+// Ensure leaves streams that already have its settings alone and updates those that do not.
+func TestBus_EnsureUpdatesOnlyChangedStreams(t *testing.T) {
+	url := testenv.NATS(t)
+	b := connect(t, url)
+	ctx := context.Background()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := func() *jetstream.StreamInfo {
+		s, err := js.Stream(ctx, protocol.NewNames(b.Config().Prefix).ShardStream())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo()
+	}
+	before := info()
+	if err := b.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again := info(); !again.Created.Equal(before.Created) || again.Config.Duplicates != before.Config.Duplicates {
+		t.Fatalf("second Ensure changed the stream: %+v -> %+v", before.Config, again.Config)
+	}
+	b2, err := bus.Connect(url, t.Name()+"-2", bus.Config{ResultsAckWait: time.Minute, DuplicateWindow: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if err := b2.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := info().Config.Duplicates; got != 20*time.Minute {
+		t.Fatalf("duplicate window %v after Ensure with 20m", got)
 	}
 }
