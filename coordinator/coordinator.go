@@ -206,6 +206,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	defer ckpt.Stop()
 	rescan := time.NewTicker(t.cfg.RescanInterval)
 	defer rescan.Stop()
+	repair := time.NewTicker(t.cfg.RepairInterval)
+	defer repair.Stop()
 	for {
 		t.beat()
 		select {
@@ -245,6 +247,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if !t.cfg.NoBackupTasks {
 				t.backups(ctx)
 			}
+		case <-repair.C:
+			t.repair(ctx)
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
 				return err

@@ -41,6 +41,8 @@ type job struct {
 	meanMicros float64
 	lastMerge  time.Time
 	backedUp   bool
+	// rep is the job's self-repair bookkeeping (repair.go).
+	rep repairState
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
 	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow

@@ -1,0 +1,128 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
+)
+
+// waitDone waits until the job's stored checkpoint counts n shards done.
+func (r *rig) waitDone(id string, n int) {
+	r.t.Helper()
+	testenv.Eventually(r.t, 20*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(context.Background(), id)
+		return err == nil && st.ShardsDone == n
+	}, "shards not checkpointed")
+}
+
+// The issue's scenario: a job's checkpoint goes back in time (storage lost acknowledged writes)
+// after the results it covered were acknowledged, and the shards a worker took are gone too. The
+// next leader resumes from the old checkpoint, finds the missing shards nowhere, dispatches them
+// again, and the job finishes exact without anyone touching it.
+func TestRepair_CheckpointRollbackFinishesExact(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a := r.leadWith(1, func(c *Config) { c.RepairInterval = time.Hour })
+	id := r.submit("sleep", `{"shards":6}`)
+	shards := r.shardsOf(6) // taken and acknowledged, as a worker would
+	r.result(shards[0], 1, 1, nil)
+	r.result(shards[1], 1, 1, nil)
+	r.waitDone(id, 2)
+	old, _, err := r.st.Get(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.result(shards[2], 1, 1, nil)
+	r.result(shards[3], 1, 1, nil)
+	r.waitDone(id, 4)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		s, res, err := r.b.JobBacklog(ctx, id)
+		return err == nil && s == 0 && res == 0
+	}, "results not acknowledged")
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The rollback: the checkpoint of two shards done is back; shards 2-5 are nowhere.
+	if _, err := r.st.Put(ctx, protocol.CheckpointBlob(id), old, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	var repaired atomic.Int64
+	r.work(worker.Config{Concurrency: 2})
+	r.leadWith(2, func(c *Config) {
+		c.RepairInterval = 100 * time.Millisecond
+		c.OnEvent = func(ev Event) {
+			if ev.Kind == EventRepaired && ev.Job == id {
+				repaired.Add(int64(ev.Count))
+			}
+		}
+	})
+	st := r.wait(id, 30*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":6,"index_sum":15}`))
+	if n := repaired.Load(); n != 4 {
+		t.Fatalf("repaired %d shards, want the 4 missing", n)
+	}
+}
+
+// Shards purged from the shards stream while the job runs are dispatched again.
+func TestRepair_PurgedShardsRepaired(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.leadWith(1, func(c *Config) { c.RepairInterval = 100 * time.Millisecond })
+	r.work(worker.Config{Concurrency: 1})
+	params := `{"shards":60,"duration":"20ms"}`
+	id := r.submit("sleep", params)
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone >= 3
+	}, "job did not start")
+	if err := r.b.PurgeJob(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	st := r.wait(id, time.Minute)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, sequential(t, nil, "sleep", params))
+}
+
+// A job whose missing shards cannot be brought back (here: its plan is gone) fails after
+// RepairRounds rounds, naming them, instead of running forever.
+func TestRepair_GivesUpNamingTheShards(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.leadWith(4, func(c *Config) { c.RepairInterval = 50 * time.Millisecond; c.RepairRounds = 2 })
+	id := r.submit("sleep", `{"shards":4}`)
+	r.shardsOf(4) // taken and lost
+	if err := r.st.Delete(ctx, protocol.PlanBlob(id, 4)); err != nil {
+		t.Fatal(err)
+	}
+	st := r.wait(id, 30*time.Second)
+	if st.State != jobs.StateFailed || !strings.Contains(st.Error, "shards 0, 1, 2, 3") || !strings.Contains(st.Error, "self-repair") {
+		t.Fatalf("state %s, error %q: want failed naming shards 0-3", st.State, st.Error)
+	}
+}
+
+func TestShardList(t *testing.T) {
+	set := roaring.BitmapOf(3)
+	if got := shardList(set); got != "shard 3" {
+		t.Fatal(got)
+	}
+	set = roaring.BitmapOf(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	if got := shardList(set); got != "shards 0, 1, 2, 3, 4, 5, 6, 7 and 3 more" {
+		t.Fatal(got)
+	}
+}
