@@ -29,7 +29,22 @@ type Coordinator struct {
 	log   *slog.Logger
 
 	leading  atomic.Bool
-	lastBeat atomic.Int64 // unix nanos of the main loop's last turn
+	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
+	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
+}
+
+// HighestEpochSeen is the highest epoch of any checkpoint this coordinator read: its next term
+// must take an epoch above it (election.Elector.RaiseEpochFloor), even if the lease blob's
+// epoch went back in time.
+func (c *Coordinator) HighestEpochSeen() uint64 { return c.seen.Load() }
+
+func (c *Coordinator) sawEpoch(n uint64) {
+	for {
+		s := c.seen.Load()
+		if n <= s || c.seen.CompareAndSwap(s, n) {
+			return
+		}
+	}
 }
 
 // New returns a coordinator over the jobs container, the intake queue and the bus; env is what
@@ -60,6 +75,7 @@ func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
 type term struct {
 	*Coordinator
 	epoch   uint64
+	id      string // random: tells this term from another that got the same epoch (fence.go)
 	elected time.Time
 	log     *slog.Logger
 
@@ -183,9 +199,10 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 }
 
 func (c *Coordinator) newTerm(epoch uint64) *term {
+	id := newTermID()
 	return &term{
-		Coordinator: c, epoch: epoch, elected: time.Now(),
-		log:      c.log.With("epoch", epoch),
+		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
+		log:      c.log.With("epoch", epoch, "term", id),
 		active:   map[string]*job{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),

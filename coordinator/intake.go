@@ -171,7 +171,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
 	now := t.cfg.Now().UTC()
 	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
-		WriterEpoch: t.epoch, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		cp.FinishedAt = &now
 	}

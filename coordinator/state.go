@@ -80,8 +80,8 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			t.log.Error("unreadable checkpoint; job left as it is", "job", id, "err", err)
 			return nil, nil
 		}
-		if cp.WriterEpoch > t.epoch {
-			return nil, fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+		if err := t.fenced(cp); err != nil {
+			return nil, err
 		}
 		if cp.State.Terminal() {
 			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
@@ -181,7 +181,7 @@ type snapshot struct {
 func (t *term) prepare(j *job) (*snapshot, error) {
 	start := time.Now()
 	cp := j.cp
-	cp.WriterEpoch = t.epoch
+	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
 	cp.Seq++
 	cp.UpdatedAt = t.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
@@ -229,7 +229,7 @@ func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 func (t *term) apply(s *snapshot, etag store.ETag) {
 	j := s.j
 	j.etag = etag
-	j.cp.WriterEpoch, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
 	if s.cp.State.Terminal() {
 		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
 	}
@@ -262,9 +262,13 @@ func (t *term) conflict(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
 	}
 	if cp.WriterEpoch < t.epoch {
+		t.sawEpoch(cp.WriterEpoch)
 		return errRetryClaim
 	}
-	return fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+	if err := t.fenced(cp); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the checkpoint of %s changed under a write of this term (%s)", ErrDeposed, id, t.name())
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large

@@ -191,7 +191,11 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		defer wg.Done()
 		_ = el.Run(ctx, func(lctx context.Context) error {
 			term, _ := election.TermFromContext(lctx)
-			return coord.Lead(lctx, term.Epoch)
+			err := coord.Lead(lctx, term.Epoch)
+			// The next term's epoch is above every checkpoint's, even if the lease blob's epoch
+			// went back in time (coordinator/fence.go).
+			el.RaiseEpochFloor(coord.HighestEpochSeen())
+			return err
 		})
 	}()
 	wg.Wait()
