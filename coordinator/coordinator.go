@@ -543,11 +543,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
 		return mergeDropped
 	case r.Index >= j.cp.Total:
-		t.log.Error("result for a shard outside the plan; dead-lettered", "job", r.Job, "shard", r.Index, "total", j.cp.Total)
-		if data, err := r.Encode(); err == nil {
-			_ = t.bus.DeadLetter(ctx, "results", data, "shard index outside the plan")
-		}
-		return mergeDropped
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s: outside the plan of %d shards", r.Index, r.Job, j.cp.Total))
 	case j.cp.State.Terminal():
 		return mergeDropped
 	case j.done.Contains(uint32(r.Index)):
@@ -568,8 +564,9 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		}
 	}
 	if err := j.agg.Merge(partial); err != nil {
-		t.end(j, jobs.StateFailed, fmt.Sprintf("merge shard %d: %v", r.Index, err))
-		return mergeKept
+		// The aggregate is unchanged (jobs.Aggregate's contract) and the shard stays missing:
+		// its real result, or self-repair, completes it.
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s cannot be merged: %v", r.Index, r.Job, err))
 	}
 	j.done.Add(uint32(r.Index))
 	t.cfg.Metrics.ResultMerged()

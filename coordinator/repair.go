@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,11 +33,12 @@ import (
 
 // repairState is a job's self-repair bookkeeping, owned by the loop.
 type repairState struct {
-	seenDone  int // shards merged at the last look
-	idle      int // consecutive looks that found nothing of the job in either stream
-	rounds    int // repair rounds since the last merge
-	doneRound int // shards merged when the last round was dispatched
-	round     int // repair rounds of the job in this term (for message ids)
+	seenDone  int    // shards merged at the last look
+	idle      int    // consecutive looks that found nothing of the job in either stream
+	rounds    int    // repair rounds since the last merge
+	doneRound int    // shards merged when the last round was dispatched
+	round     int    // repair rounds of the job in this term (for message ids)
+	refused   string // why the job's last refused result was dead-lettered
 }
 
 // repair looks at every running job once (see above).
@@ -79,6 +81,9 @@ func (t *term) repair(ctx context.Context) {
 		if j.rep.rounds >= t.cfg.RepairRounds {
 			why := fmt.Sprintf("self-repair: %s never completed after %d re-dispatches without progress (not queued, running or waiting as results)",
 				shardList(missing), j.rep.rounds)
+			if j.rep.refused != "" {
+				why += "; last refused result: " + j.rep.refused
+			}
 			t.log.Error("self-repair gave up; job failed", "job", j.id, "missing", missing.GetCardinality(), "rounds", j.rep.rounds)
 			t.end(j, jobs.StateFailed, why)
 			continue
@@ -162,4 +167,24 @@ func shardList(set *roaring.Bitmap) string {
 		fmt.Fprintf(&b, " and %d more", n-few)
 	}
 	return b.String()
+}
+
+// refuseResult dead-letters one result that cannot be merged (its partial unreadable, its shard
+// outside the plan) with the reason, and leaves the job running: the shard stays missing until
+// its real result comes or self-repair runs it again. If the dead letter cannot be stored, the
+// message is handed back to try again.
+func (t *term) refuseResult(ctx context.Context, j *job, r *protocol.ResultMsg, reason string) mergeOutcome {
+	reason = protocol.Clip(reason, 512)
+	t.log.Error("result refused; dead-lettered", "job", j.id, "shard", r.Index, "worker", protocol.Clip(r.Worker, protocol.ClipLen), "reason", reason)
+	data, err := protocol.EncodeResults([]*protocol.ResultMsg{r})
+	if err != nil {
+		data = nil
+	}
+	if err := t.bus.DeadLetter(ctx, "results", data, reason); err != nil {
+		t.log.Warn("dead-letter a refused result; handing it back", "job", j.id, "err", err)
+		return mergeRetry
+	}
+	j.rep.refused = reason
+	t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Job: j.id, Shard: r.Index, Err: errors.New(reason)})
+	return mergeDropped
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
@@ -124,5 +125,73 @@ func TestShardList(t *testing.T) {
 	set = roaring.BitmapOf(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 	if got := shardList(set); got != "shards 0, 1, 2, 3, 4, 5, 6, 7 and 3 more" {
 		t.Fatal(got)
+	}
+}
+
+// deadLetter returns the last dead letter from source and its reason.
+func (r *rig) deadLetter(source string) (data []byte, reason string) {
+	r.t.Helper()
+	js, err := jetstream.New(r.b.Conn())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	names := protocol.NewNames(r.b.Config().Prefix)
+	s, err := js.Stream(context.Background(), names.DeadStream())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), names.DeadSubject(source))
+	if err != nil {
+		r.t.Fatalf("no dead letter from %s: %v", source, err)
+	}
+	return m.Data, m.Header.Get("Reason")
+}
+
+// A well-formed result with a garbage partial is dead-lettered with its reason; the job goes on
+// and its answer is exact (the shard's real result completes it).
+func TestRepair_MalformedPartialDeadLetteredJobExact(t *testing.T) {
+	r := newRig(t)
+	r.lead(1)
+	id := r.submit("sleep", `{"shards":3}`)
+	shards := r.shardsOf(3)
+	r.result(shards[1], 1, 1, func(m *protocol.ResultMsg) { m.Partial = []byte("garbage") })
+	r.result(shards[2], 1, 1, func(m *protocol.ResultMsg) { m.Index = 7 }) // outside the plan
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		_, reason := r.deadLetter("results")
+		return strings.Contains(reason, "outside the plan")
+	}, "result outside the plan not dead-lettered")
+	data, reason := r.deadLetter("results")
+	for _, m := range shards {
+		r.result(m, 1, 2, nil)
+	}
+	st := r.wait(id, 30*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":3,"index_sum":3}`))
+	if rs, err := protocol.DecodeResults(data); err != nil || rs[0].Index != 7 {
+		t.Fatalf("dead letter %q: %v", data, err)
+	}
+	if !strings.Contains(reason, "shard 7") {
+		t.Fatalf("reason %q does not name the shard", reason)
+	}
+	js, _ := jetstream.New(r.b.Conn())
+	names := protocol.NewNames(r.b.Config().Prefix)
+	s, _ := js.Stream(context.Background(), names.DeadStream())
+	found := false
+	for seq := uint64(1); ; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		if err != nil {
+			break
+		}
+		if rs, err := protocol.DecodeResults(m.Data); err == nil && rs[0].Job == id && string(rs[0].Partial) == "garbage" {
+			found = strings.Contains(m.Header.Get("Reason"), "shard 1") && strings.Contains(m.Header.Get("Reason"), "cannot be merged")
+			if !found {
+				t.Fatalf("garbage partial dead-lettered with reason %q", m.Header.Get("Reason"))
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the garbage partial is not in the dead-letter stream")
 	}
 }
