@@ -282,6 +282,11 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
+	if j.cancelled && !j.complete {
+		t.log.Info("job claimed with a cancel marker", "job", j.id)
+		t.end(j, jobs.StateCancelled, "cancelled by user")
+		return
+	}
 	if j.complete {
 		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -71,5 +73,48 @@ func TestFence_HigherEpochNamedInError(t *testing.T) {
 	}
 	if c.HighestEpochSeen() != 5 {
 		t.Fatalf("HighestEpochSeen = %d, want 5", c.HighestEpochSeen())
+	}
+}
+
+// A cancel issued while no leader runs (during a failover) takes effect within a second of the
+// next term's start: the claim reads the job's cancel marker (the rescan, an hour here, does not
+// come into it).
+func TestCoordinator_CancelCheckedAtClaim(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a := r.lead(1)
+	id := r.submit("sleep", `{"shards":50}`)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.State == jobs.StateRunning
+	}, "job not running")
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	finished := make(chan time.Time, 1)
+	start := time.Now()
+	r.leadWith(2, func(c *Config) {
+		c.RescanInterval = time.Hour
+		c.OnEvent = func(ev Event) {
+			if ev.Kind == EventJobFinished && ev.Job == id {
+				nonBlocking(finished, time.Now())
+			}
+		}
+	})
+	select {
+	case at := <-finished:
+		if took := at.Sub(start); took > time.Second {
+			t.Fatalf("cancel took effect %v after the term started, want within 1s", took)
+		} else {
+			t.Logf("cancelled %v after the term started", took.Round(time.Millisecond))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cancel never took effect")
+	}
+	if st := r.wait(id, 10*time.Second); st.State != jobs.StateCancelled {
+		t.Fatalf("state %s", st.State)
 	}
 }

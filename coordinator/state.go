@@ -41,6 +41,8 @@ type job struct {
 	meanMicros float64
 	lastMerge  time.Time
 	backedUp   bool
+	// cancelled: claim found the job's cancel marker; adopt ends it.
+	cancelled bool
 	// rep is the job's self-repair bookkeeping (repair.go).
 	rep repairState
 	// stopDispatch cancels the job's dispatcher, if one runs.
@@ -94,6 +96,11 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		j.etag = etag
 		switch err := t.write(ctx, j); {
 		case err == nil:
+			// A cancel issued while no leader listened (during a failover) takes effect now,
+			// not at the next rescan.
+			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
+				j.cancelled = true
+			}
 			return j, nil
 		case errors.Is(err, errRetryClaim):
 			continue
