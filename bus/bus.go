@@ -346,11 +346,15 @@ func (b *Bus) QueuedShards(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
-// DeadLetter stores a message that could not be processed, with the reason, for an operator.
+// maxReason bounds a dead letter's reason (it may quote outside input).
+const maxReason = 1024
+
+// DeadLetter stores a message that could not be processed, with the reason (clipped to 1 KB),
+// for an operator.
 func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason string) error {
 	m := nats.NewMsg(b.names.DeadSubject(source))
 	m.Data = data
-	m.Header.Set("Reason", reason)
+	m.Header.Set("Reason", protocol.Clip(reason, maxReason))
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}

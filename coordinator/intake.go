@@ -53,7 +53,7 @@ func (t *term) idle(ctx context.Context) {
 
 func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	id := strings.TrimSpace(m.Text)
-	log := t.log.With("job", id)
+	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
 		t.deadQueue(ctx, m, err.Error())

@@ -3,7 +3,9 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,5 +195,50 @@ func TestRepair_MalformedPartialDeadLetteredJobExact(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("the garbage partial is not in the dead-letter stream")
+	}
+}
+
+// syncBuffer is a log sink for a test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A 60 KB queue message is dead-lettered whole, but neither its dead letter's reason nor the
+// ERROR log line copies it: both cut it, with its size.
+func TestIntake_HugeQueueMessageClipped(t *testing.T) {
+	r := newRig(t)
+	var logs syncBuffer
+	r.leadWith(1, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	huge := strings.Repeat("z", 60*1024)
+	if err := r.q.Enqueue(context.Background(), huge); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		return strings.Contains(logs.String(), "malformed queue message")
+	}, "huge queue message not refused")
+	data, reason := r.deadLetter("queue")
+	if string(data) != huge {
+		t.Fatalf("dead letter holds %d bytes, want the message's %d", len(data), len(huge))
+	}
+	if len(reason) > 300 || !strings.Contains(reason, "(61440 bytes)") {
+		t.Fatalf("reason of %d bytes: %.300s", len(reason), reason)
+	}
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if len(line) > 2048 {
+			t.Fatalf("a log line of %d bytes: %.300s…", len(line), line)
+		}
 	}
 }

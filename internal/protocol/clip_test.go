@@ -26,3 +26,11 @@ func TestClip(t *testing.T) {
 		t.Errorf("Clip of 60 KB: %d bytes, %q…", len(got), got[len(got)-20:])
 	}
 }
+
+// A huge job id is not echoed whole by the error that refuses it.
+func TestCheckID_ClipsHugeID(t *testing.T) {
+	err := CheckID(strings.Repeat("a", 10240))
+	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(10240 bytes)") {
+		t.Fatalf("CheckID of a 10 KB id: %v", err)
+	}
+}
