@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -153,14 +154,17 @@ type Bus struct {
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
-// add credentials and TLS. Settings the server cannot honour fail with ErrMisconfigured.
+// add credentials and TLS. The connection's events (disconnect, reconnect, close, slow consumer)
+// are logged through slog.Default(), or the logger of ConnEvents passed in opts. Settings the
+// server cannot honour fail with ErrMisconfigured.
 func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, opts...)...)
+	base := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, ConnEvents(slog.Default())...)
+	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)
 	}

@@ -210,7 +210,7 @@ func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration,
 	deadline := time.Now().Add(within)
 	var last error
 	for attempt := 0; ; attempt++ {
-		b, err := bus.Connect(url, name, cfg, opts...)
+		b, err := bus.Connect(url, name, cfg, append(append([]nats.Option(nil), opts...), bus.ConnEvents(log)...)...)
 		if bus.Permanent(err) {
 			return nil, err // wrong settings or credentials: retrying cannot help
 		}
