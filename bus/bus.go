@@ -10,9 +10,10 @@
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
 //     carries several), so a new leader re-publishing a message the old leader already published
 //     within DuplicateWindow adds nothing.
-//   - A single result carries <job>/<index>/<attempt>, so a retried publish adds nothing; a message
-//     of several results carries <job>/batch/<nonce> (it is never re-published: a failed publish
-//     redelivers its shards). Backup copies of shards carry <job>/<index>/backup.
+//   - A results message carries <job>/batch/<nonce>, unique (it is never re-published: a failed
+//     publish redelivers its shards), so the result of a shard run again is never dropped as a
+//     duplicate. Backup copies of shards carry <job>/<index>/backup, shards dispatched again by
+//     self-repair <job>/<first>/repair/<round>.
 //   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
 //     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's
 //     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).
