@@ -16,6 +16,9 @@ func ConnEvents(log *slog.Logger) []nats.Option {
 	log = log.With("component", "nats")
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // Close: the closed handler speaks
+			}
 			if err == nil {
 				err = errors.New("connection lost")
 			}

@@ -37,7 +37,7 @@ type repairState struct {
 	idle      int    // consecutive looks that found nothing of the job in either stream
 	rounds    int    // repair rounds since the last merge
 	doneRound int    // shards merged when the last round was dispatched
-	round     int    // repair rounds of the job in this term (for message ids)
+	round     int    // repair rounds of the job in this term
 	refused   string // why the job's last refused result was dead-lettered
 }
 
@@ -100,10 +100,12 @@ func (t *term) repair(ctx context.Context) {
 		t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Count: len(idx)})
 		per := max(j.cp.ShardsPerMsg, 1)
 		t.dispatchers.Add(1)
+		// The round's id is a clock stamp, not the count: a later term (its count restarted)
+		// must not reuse an id JetStream still remembers.
 		go func(id, typ string, epoch uint64, round int) {
 			defer t.dispatchers.Done()
 			t.dispatchRepair(ctx, id, typ, epoch, round, per, idx)
-		}(j.id, j.spec.Type, j.cp.PlanEpoch, j.rep.round)
+		}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()))
 	}
 }
 

@@ -133,6 +133,15 @@ func TestShardList(t *testing.T) {
 // deadLetter returns the last dead letter from source and its reason.
 func (r *rig) deadLetter(source string) (data []byte, reason string) {
 	r.t.Helper()
+	data, reason, err := r.lastDead(source)
+	if err != nil {
+		r.t.Fatalf("no dead letter from %s: %v", source, err)
+	}
+	return data, reason
+}
+
+func (r *rig) lastDead(source string) (data []byte, reason string, err error) {
+	r.t.Helper()
 	js, err := jetstream.New(r.b.Conn())
 	if err != nil {
 		r.t.Fatal(err)
@@ -144,9 +153,9 @@ func (r *rig) deadLetter(source string) (data []byte, reason string) {
 	}
 	m, err := s.GetLastMsgForSubject(context.Background(), names.DeadSubject(source))
 	if err != nil {
-		r.t.Fatalf("no dead letter from %s: %v", source, err)
+		return nil, "", err
 	}
-	return m.Data, m.Header.Get("Reason")
+	return m.Data, m.Header.Get("Reason"), nil
 }
 
 // A well-formed result with a garbage partial is dead-lettered with its reason; the job goes on
@@ -159,8 +168,8 @@ func TestRepair_MalformedPartialDeadLetteredJobExact(t *testing.T) {
 	r.result(shards[1], 1, 1, func(m *protocol.ResultMsg) { m.Partial = []byte("garbage") })
 	r.result(shards[2], 1, 1, func(m *protocol.ResultMsg) { m.Index = 7 }) // outside the plan
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		_, reason := r.deadLetter("results")
-		return strings.Contains(reason, "outside the plan")
+		_, reason, err := r.lastDead("results")
+		return err == nil && strings.Contains(reason, "outside the plan")
 	}, "result outside the plan not dead-lettered")
 	data, reason := r.deadLetter("results")
 	for _, m := range shards {
@@ -227,7 +236,8 @@ func TestIntake_HugeQueueMessageClipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
-		return strings.Contains(logs.String(), "malformed queue message")
+		_, _, err := r.lastDead("queue")
+		return err == nil && strings.Contains(logs.String(), "malformed queue message")
 	}, "huge queue message not refused")
 	data, reason := r.deadLetter("queue")
 	if string(data) != huge {

@@ -98,9 +98,9 @@ func BackupShardMsgID(job string, index int) string { return ShardMsgID(job, ind
 
 // RepairShardMsgID is the Nats-Msg-Id of a shard message re-dispatched by self-repair (the
 // coordinator found the shard neither merged, queued, in flight nor waiting as a result): first
-// is the message's first shard and round the job's repair round, so it is distinct from the
-// original dispatch, from backups and from every other round, and the same for a retried publish
-// of one round.
+// is the message's first shard and round identifies the repair round (the coordinator uses a
+// clock stamp, unique across terms), so it is distinct from the original dispatch, from backups
+// and from every other round, and the same for a retried publish of one round.
 func RepairShardMsgID(job string, first, round int) string {
 	return ShardMsgID(job, first) + "/repair/" + strconv.Itoa(round)
 }
