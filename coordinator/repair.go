@@ -61,10 +61,12 @@ func (t *term) repair(ctx context.Context) {
 		shards, results, err := t.bus.JobBacklog(bctx, j.id)
 		cancel()
 		if err != nil {
+			// NATS is unreachable or slow: stop this pass, so the loop waits at most one
+			// timeout for it (the next pass tries again).
 			if ctx.Err() == nil {
 				t.log.Warn("self-repair: cannot read the streams' state", "job", j.id, "err", err)
 			}
-			continue
+			return
 		}
 		if shards+results > 0 {
 			j.rep.idle = 0
