@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"strings"
+	"unicode/utf8"
 	"testing"
 )
 
@@ -33,4 +34,28 @@ func TestCheckID_ClipsHugeID(t *testing.T) {
 	if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(10240 bytes)") {
 		t.Fatalf("CheckID of a 10 KB id: %v", err)
 	}
+}
+
+// Clip never grows a long string beyond n plus its size note, never cuts a rune, and keeps a
+// prefix of s.
+func FuzzClip(f *testing.F) {
+	f.Add("abcdef", 3)
+	f.Add("héllo wörld", 2)
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		n %= 1 << 16
+		got := Clip(s, n)
+		if len(s) <= max(n, 0) {
+			if got != s {
+				t.Fatalf("Clip(%q, %d) = %q, want it whole", s, n, got)
+			}
+			return
+		}
+		cut := strings.Index(got, "…(")
+		if cut < 0 || cut > max(n, 0) || !strings.HasPrefix(s, got[:cut]) {
+			t.Fatalf("Clip(%q, %d) = %q", s, n, got)
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(got) {
+			t.Fatalf("Clip(%q, %d) = %q cuts a rune", s, n, got)
+		}
+	})
 }
