@@ -10,9 +10,10 @@
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
 //     carries several), so a new leader re-publishing a message the old leader already published
 //     within DuplicateWindow adds nothing.
-//   - A single result carries <job>/<index>/<attempt>, so a retried publish adds nothing; a message
-//     of several results carries <job>/batch/<nonce> (it is never re-published: a failed publish
-//     redelivers its shards). Backup copies of shards carry <job>/<index>/backup.
+//   - A results message carries <job>/batch/<nonce>, unique (it is never re-published: a failed
+//     publish redelivers its shards), so the result of a shard run again is never dropped as a
+//     duplicate. Backup copies of shards carry <job>/<index>/backup, shards dispatched again by
+//     self-repair <job>/<first>/repair/<round>.
 //   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
 //     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's
 //     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).
@@ -27,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -154,14 +156,17 @@ type Bus struct {
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
-// add credentials and TLS. Settings the server cannot honour fail with ErrMisconfigured.
+// add credentials and TLS. The connection's events (disconnect, reconnect, close, slow consumer)
+// are logged through slog.Default(), or the logger of ConnEvents passed in opts. Settings the
+// server cannot honour fail with ErrMisconfigured.
 func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, opts...)...)
+	base := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, ConnEvents(slog.Default())...)
+	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats at %s: %w", url, err)
 	}
@@ -379,11 +384,15 @@ func (b *Bus) QueuedShards(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
-// DeadLetter stores a message that could not be processed, with the reason, for an operator.
+// maxReason bounds a dead letter's reason (it may quote outside input).
+const maxReason = 1024
+
+// DeadLetter stores a message that could not be processed, with the reason (clipped to 1 KB),
+// for an operator.
 func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason string) error {
 	m := nats.NewMsg(b.names.DeadSubject(source))
 	m.Data = data
-	m.Header.Set("Reason", reason)
+	m.Header.Set("Reason", protocol.Clip(reason, maxReason))
 	if _, err := b.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}

@@ -59,6 +59,16 @@ type Config struct {
 	// the shards left are dispatched once more, so a slow worker does not hold the job up; the
 	// first result of each wins and the other is dropped as a duplicate. Default false (on).
 	NoBackupTasks bool
+	// RepairInterval is how often the leader looks for running jobs whose missing shards are
+	// nowhere (neither queued, running nor waiting as results: lost by a storage rollback, a
+	// purge or a lost JetStream write) and dispatches them again; two looks in a row must agree,
+	// so a lost shard is repaired within about 2-3 × RepairInterval. Default 2s.
+	RepairInterval time.Duration
+	// RepairRounds is how many repair rounds without a merge a job gets before it fails with a
+	// reason naming its missing shards. Default 5.
+	RepairRounds int
+	// RepairMaxShards bounds the shards of one job one repair round dispatches. Default 4096.
+	RepairMaxShards int
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
@@ -80,6 +90,7 @@ func DefaultConfig() Config {
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
+		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
 	}
 }
 
@@ -96,10 +107,12 @@ func (c Config) withDefaults() Config {
 	set(&c.QueueVisibility, d.QueueVisibility)
 	set(&c.RescanInterval, d.RescanInterval)
 	set(&c.StallTimeout, d.StallTimeout)
+	set(&c.RepairInterval, d.RepairInterval)
 	for _, p := range []struct {
 		p *int
 		v int
-	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch}} {
+	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch},
+		{&c.RepairRounds, d.RepairRounds}, {&c.RepairMaxShards, d.RepairMaxShards}} {
 		if *p.p == 0 {
 			*p.p = p.v
 		}
@@ -164,6 +177,15 @@ func (c Config) Validate() error {
 	if c.ResultsPrefetch < 1 {
 		add("ResultsPrefetch %d: use at least 1 (default 2048)", c.ResultsPrefetch)
 	}
+	if c.RepairInterval < 10*time.Millisecond {
+		add("RepairInterval %v: use at least 10ms (default 2s)", c.RepairInterval)
+	}
+	if c.RepairRounds < 1 {
+		add("RepairRounds %d: use at least 1 (default 5)", c.RepairRounds)
+	}
+	if c.RepairMaxShards < 1 {
+		add("RepairMaxShards %d: use at least 1 (default 4096)", c.RepairMaxShards)
+	}
 	if c.StallTimeout <= c.CheckpointInterval {
 		add("StallTimeout %v: use more than CheckpointInterval (%v) (default 10s)", c.StallTimeout, c.CheckpointInterval)
 	}
@@ -195,6 +217,7 @@ type Bus interface {
 	PurgeJob(ctx context.Context, job string) error
 	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
+	JobBacklog(ctx context.Context, job string) (shards, results uint64, err error)
 	Subscribe(subject string, fn func(data []byte)) (stop func(), err error)
 }
 

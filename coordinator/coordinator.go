@@ -29,7 +29,22 @@ type Coordinator struct {
 	log   *slog.Logger
 
 	leading  atomic.Bool
-	lastBeat atomic.Int64 // unix nanos of the main loop's last turn
+	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
+	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
+}
+
+// HighestEpochSeen is the highest epoch of any checkpoint this coordinator read: its next term
+// must take an epoch above it (election.Elector.RaiseEpochFloor), even if the lease blob's
+// epoch went back in time.
+func (c *Coordinator) HighestEpochSeen() uint64 { return c.seen.Load() }
+
+func (c *Coordinator) sawEpoch(n uint64) {
+	for {
+		s := c.seen.Load()
+		if n <= s || c.seen.CompareAndSwap(s, n) {
+			return
+		}
+	}
 }
 
 // New returns a coordinator over the jobs container, the intake queue and the bus; env is what
@@ -60,6 +75,7 @@ func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
 type term struct {
 	*Coordinator
 	epoch   uint64
+	id      string // random: tells this term from another that got the same epoch (fence.go)
 	elected time.Time
 	log     *slog.Logger
 
@@ -183,9 +199,10 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 }
 
 func (c *Coordinator) newTerm(epoch uint64) *term {
+	id := newTermID()
 	return &term{
-		Coordinator: c, epoch: epoch, elected: time.Now(),
-		log:      c.log.With("epoch", epoch),
+		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
+		log:      c.log.With("epoch", epoch, "term", id),
 		active:   map[string]*job{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
@@ -206,6 +223,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	defer ckpt.Stop()
 	rescan := time.NewTicker(t.cfg.RescanInterval)
 	defer rescan.Stop()
+	repair := time.NewTicker(t.cfg.RepairInterval)
+	defer repair.Stop()
 	for {
 		t.beat()
 		select {
@@ -245,6 +264,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if !t.cfg.NoBackupTasks {
 				t.backups(ctx)
 			}
+		case <-repair.C:
+			t.repair(ctx)
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
 				return err
@@ -261,6 +282,11 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
+	if j.cancelled && !j.complete {
+		t.log.Info("job claimed with a cancel marker", "job", j.id)
+		t.end(j, jobs.StateCancelled, "cancelled by user")
+		return
+	}
 	if j.complete {
 		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
 	}
@@ -533,11 +559,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
 		return mergeDropped
 	case r.Index >= j.cp.Total:
-		t.log.Error("result for a shard outside the plan; dead-lettered", "job", r.Job, "shard", r.Index, "total", j.cp.Total)
-		if data, err := r.Encode(); err == nil {
-			_ = t.bus.DeadLetter(ctx, "results", data, "shard index outside the plan")
-		}
-		return mergeDropped
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s: outside the plan of %d shards", r.Index, r.Job, j.cp.Total))
 	case j.cp.State.Terminal():
 		return mergeDropped
 	case j.done.Contains(uint32(r.Index)):
@@ -558,8 +580,9 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		}
 	}
 	if err := j.agg.Merge(partial); err != nil {
-		t.end(j, jobs.StateFailed, fmt.Sprintf("merge shard %d: %v", r.Index, err))
-		return mergeKept
+		// The aggregate is unchanged (jobs.Aggregate's contract) and the shard stays missing:
+		// its real result, or self-repair, completes it.
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s cannot be merged: %v", r.Index, r.Job, err))
 	}
 	j.done.Add(uint32(r.Index))
 	t.cfg.Metrics.ResultMerged()

@@ -525,9 +525,10 @@ func TestCoordinator_DeposedLeaderCannotCheckpointAndStops(t *testing.T) {
 		t.Fatalf("deposed write changed the checkpoint: %+v", st)
 	}
 
-	// End to end: a new leader (epoch 2) takes over while the old one still runs; the old one stops
-	// with ErrDeposed, and the job finishes exactly under the new one.
-	r.lead(2)
+	// End to end: a new leader takes over while the old one still runs; the old one stops with
+	// ErrDeposed, and the job finishes exactly under the new one. (Epoch 3: the claim above was a
+	// term of epoch 2, and two terms never share an epoch.)
+	r.lead(3)
 	select {
 	case <-a.done:
 		if !errors.Is(a.err, ErrDeposed) {
@@ -541,8 +542,8 @@ func TestCoordinator_DeposedLeaderCannotCheckpointAndStops(t *testing.T) {
 	}
 	st := r.wait(id, 30*time.Second)
 	sameJSON(t, st.Result, json.RawMessage(`{"shards":6,"index_sum":15}`))
-	if st.Epoch != 2 {
-		t.Fatalf("finished by epoch %d, want 2", st.Epoch)
+	if st.Epoch != 3 {
+		t.Fatalf("finished by epoch %d, want 3", st.Epoch)
 	}
 }
 

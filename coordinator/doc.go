@@ -106,6 +106,49 @@
 // Not guaranteed: the split of a stored plan is still held whole at intake, while its pages are
 // written (Split returns a slice); the leader gives each page back once it is encoded.
 //
+// # Self-repair
+//
+// Exactly-once rests on every dispatched shard being, at each moment, in one of four places:
+// queued or held by a worker (the shards stream is a work queue: a message stays until it is
+// acknowledged), waiting as a result (likewise the results stream), merged (the done-bitmap), or
+// in this term's dispatcher. A checkpoint that goes back in time after its results were
+// acknowledged (Azurite loses the last ~5 s of blob writes on kill -9), a lost JetStream write or
+// a purge can leave a shard in none of them; nothing would then ever bring it back. Every
+// RepairInterval (default 2s) the leader looks at each running job that made no progress since
+// its last look; when neither stream holds a message of the job (JobBacklog: stream info with a
+// subject filter) on two looks in a row with no merge between, the shards dispatched and not
+// merged are missing, and up to RepairMaxShards of them are dispatched again with Nats-Msg-Id
+// <job>/<first>/repair/<round>, distinct from the original dispatch, from backups and from other
+// rounds. A result arriving late for a repaired shard is a duplicate. After RepairRounds (default
+// 5) rounds without a merge the job fails with a reason that names a few of the missing shards
+// and their count (and the last refused result, if any): a job can no longer sit running forever.
+// Guaranteed: a running job with missing shards is repaired within about three RepairIntervals of
+// going quiet. Not guaranteed: repair of a job whose plan blob is gone (it fails instead). The
+// check is read-only and runs only for jobs with no progress, so it costs nothing while results
+// flow. Workers give every result message a unique Nats-Msg-Id, so the result of a repaired shard
+// (attempt 1 again) is never dropped as a duplicate of the lost one.
+//
+// # Refused results
+//
+// A result whose partial the aggregate refuses (Merge fails; the aggregate is unchanged) or whose
+// shard index is outside the plan is dead-lettered with its reason (bus.DeadLetter, source
+// "results") and the job goes on: the shard stays missing until its real result arrives or
+// self-repair runs it again. A shard the worker reports failed for good (an error result: its
+// attempts ran out) still fails the job, naming the shard.
+//
+// # Fencing across a storage rollback
+//
+// Epochs come from the lease blob's metadata, which a storage rollback can take back in time, so
+// a new term may get an epoch already used (or a lower one). Every checkpoint also names its
+// writer term (WriterTerm, a random id per term), and a term stops with ErrDeposed when it finds
+// a checkpoint written by a higher epoch, or by its own epoch under another term; the error names
+// both terms. The coordinator records the highest epoch of any checkpoint it read
+// (HighestEpochSeen) and the node raises its elector's floor above it
+// (election.Elector.RaiseEpochFloor), so the process's next term takes an epoch no term used. A
+// claim is the first write of a term to a job and reads the checkpoint first, so two terms of
+// one epoch never both write to a job. A cancel marker is read when a job is claimed, so a cancel
+// issued while no leader listened takes effect right after the election.
+//
 // # Finishing
 //
 // A job finishes the moment its last result is merged: the final checkpoint (with the result and

@@ -23,6 +23,9 @@ const (
 	EventJobFinished EventKind = "job_finished"
 	// EventDeadLettered: a message was refused and stored in the dead-letter stream (Err: why).
 	EventDeadLettered EventKind = "dead_lettered"
+	// EventRepaired: self-repair dispatched again shards of Job that were nowhere (Count: how
+	// many).
+	EventRepaired EventKind = "repaired"
 	// EventTermEnded: Lead returned (Err: why, nil for a graceful stop).
 	EventTermEnded EventKind = "term_ended"
 )

@@ -53,7 +53,7 @@ func (t *term) idle(ctx context.Context) {
 
 func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	id := strings.TrimSpace(m.Text)
-	log := t.log.With("job", id)
+	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
 		t.deadQueue(ctx, m, err.Error())
@@ -184,7 +184,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
 	now := t.cfg.Now().UTC()
 	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
-		WriterEpoch: t.epoch, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		cp.FinishedAt = &now
 	}

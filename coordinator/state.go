@@ -39,6 +39,10 @@ type job struct {
 	meanMicros float64
 	lastMerge  time.Time
 	backedUp   bool
+	// cancelled: claim found the job's cancel marker; adopt ends it.
+	cancelled bool
+	// rep is the job's self-repair bookkeeping (repair.go).
+	rep repairState
 	// stopDispatch cancels the job's dispatcher, if one runs.
 	stopDispatch context.CancelFunc
 	// merged mirrors done's cardinality for the dispatcher, which keeps at most DispatchWindow
@@ -76,8 +80,8 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			t.log.Error("unreadable checkpoint; job left as it is", "job", id, "err", err)
 			return nil, nil
 		}
-		if cp.WriterEpoch > t.epoch {
-			return nil, fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+		if err := t.fenced(cp); err != nil {
+			return nil, err
 		}
 		if cp.State.Terminal() {
 			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
@@ -90,6 +94,11 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		j.etag = etag
 		switch err := t.write(ctx, j); {
 		case err == nil:
+			// A cancel issued while no leader listened (during a failover) takes effect now,
+			// not at the next rescan.
+			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
+				j.cancelled = true
+			}
 			return j, nil
 		case errors.Is(err, errRetryClaim):
 			continue
@@ -175,7 +184,7 @@ type snapshot struct {
 func (t *term) prepare(j *job) (*snapshot, error) {
 	start := time.Now()
 	cp := j.cp
-	cp.WriterEpoch = t.epoch
+	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
 	cp.Seq++
 	cp.UpdatedAt = t.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
@@ -237,7 +246,7 @@ func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 func (t *term) apply(s *snapshot, etag store.ETag) {
 	j := s.j
 	j.etag = etag
-	j.cp.WriterEpoch, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
 	if s.cp.State.Terminal() {
 		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
 	}
@@ -270,9 +279,13 @@ func (t *term) conflict(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
 	}
 	if cp.WriterEpoch < t.epoch {
+		t.sawEpoch(cp.WriterEpoch)
 		return errRetryClaim
 	}
-	return fmt.Errorf("%w: job %s checkpointed by epoch %d, this leader is epoch %d", ErrDeposed, id, cp.WriterEpoch, t.epoch)
+	if err := t.fenced(cp); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the checkpoint of %s changed under a write of this term (%s)", ErrDeposed, id, t.name())
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large

@@ -24,6 +24,7 @@ type Elector struct {
 	leading atomic.Bool
 	watch   *watch                // heartbeats heard while following
 	cur     atomic.Pointer[guard] // the term being led, for heartbeats of a newer epoch
+	floor   atomic.Uint64         // the next term's epoch is above it (RaiseEpochFloor)
 
 	terms, renewals, renewFailures, losses, releases atomic.Uint64
 	suspicions, breaks, beatFailures                 atomic.Uint64
@@ -206,11 +207,33 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 	if err != nil {
 		return Term{}, err
 	}
-	t := Term{Epoch: old + 1, Identity: e.cfg.Identity, Since: time.Now(), LeaseID: leaseID}
+	next := old + 1
+	if f := e.floor.Load(); f >= next {
+		// The lease blob's epoch is behind one the leader's work has seen: its metadata went
+		// back in time (storage lost acknowledged writes). Jump above it, so no two terms
+		// share an epoch.
+		e.log.Warn("the lease blob's epoch is behind an epoch already used; jumping above it", "lease_epoch", old, "highest_seen", f)
+		next = f + 1
+	}
+	t := Term{Epoch: next, Identity: e.cfg.Identity, Since: time.Now(), LeaseID: leaseID}
 	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, termMetadata(t)); err != nil {
 		return Term{}, err
 	}
 	return t, nil
+}
+
+// RaiseEpochFloor makes every later term of this elector take an epoch above n, whatever the
+// lease blob's metadata says. The leader's work calls it with the highest epoch it has seen
+// written (a checkpoint's writer epoch): if storage loses recent writes, the blob's epoch can go
+// back in time, and without a floor the next term would reuse an epoch already used. The floor
+// only rises; it lives as long as the Elector.
+func (e *Elector) RaiseEpochFloor(n uint64) {
+	for {
+		f := e.floor.Load()
+		if n <= f || e.floor.CompareAndSwap(f, n) {
+			return
+		}
+	}
 }
 
 // opTimeout bounds a single acquire, stamp or renew call.

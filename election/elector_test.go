@@ -489,3 +489,25 @@ func TestElector_Run_Misuse(t *testing.T) {
 		t.Errorf("second Run = %v, want ErrAlreadyRunning", err)
 	}
 }
+
+// A storage rollback can take the lease blob's epoch back in time; the leader's work then raises
+// the floor and the next term's epoch is above every epoch seen. The floor never lowers.
+func TestElector_EpochFloorSurvivesARollback(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, testenv.Name(t, "floor"))
+	n := c.add(nil, nil)
+	c.start(n, nil)
+	first := c.waitTerms(1, 10*time.Second)[0].term.Epoch
+	n.stop(t)
+	n.e.RaiseEpochFloor(first + 9)
+	c.start(n, nil)
+	if got := c.waitTerms(2, 10*time.Second)[1].term.Epoch; got != first+10 {
+		t.Fatalf("epoch after floor %d: %d, want %d", first+9, got, first+10)
+	}
+	n.stop(t)
+	n.e.RaiseEpochFloor(first) // lower: no effect
+	c.start(n, nil)
+	if got := c.waitTerms(3, 10*time.Second)[2].term.Epoch; got != first+11 {
+		t.Fatalf("epoch after a lower floor: %d, want %d", got, first+11)
+	}
+}

@@ -452,3 +452,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
 }
+
+// Outside input is not echoed whole: a 10 KB command or argument is cut, with its size.
+func TestCommands_HugeInputClipped(t *testing.T) {
+	n, err := New(Options{Registry: builtin.Registry(), LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("x", 10240)
+	for _, args := range [][]string{{huge}, {"env", huge}} {
+		var stdout, stderr strings.Builder
+		code := n.Run(context.Background(), args, &stdout, &stderr)
+		if code != 2 || strings.Contains(stderr.String(), huge) || !strings.Contains(stderr.String(), " bytes)") {
+			t.Errorf("%.10s…: exit %d, stderr %d bytes: %.200s", args, code, stderr.Len(), stderr.String())
+		}
+	}
+}

@@ -200,7 +200,7 @@ func (n *Node) envCmd(_ context.Context, args []string, stdout, stderr io.Writer
 		return usageErr("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return usageErr("unexpected arguments %v", fs.Args())
+		return usageErr("unexpected arguments %s", protocol.Clip(fmt.Sprint(fs.Args()), protocol.ClipLen))
 	}
 	known := n.envVars()
 	names := make([]string, 0, len(known))

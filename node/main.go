@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -173,7 +174,7 @@ func (n *Node) Run(ctx context.Context, args []string, stdout, stderr io.Writer)
 			fmt.Fprint(stdout, n.usage())
 			return 0
 		}
-		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", n.opts.Name, args[0], n.usage())
+		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", n.opts.Name, protocol.Clip(args[0], protocol.ClipLen), n.usage())
 		return 2
 	}
 	err := cmd.run(ctx, args[1:], stdout, stderr)

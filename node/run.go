@@ -191,7 +191,11 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		defer wg.Done()
 		_ = el.Run(ctx, func(lctx context.Context) error {
 			term, _ := election.TermFromContext(lctx)
-			return coord.Lead(lctx, term.Epoch)
+			err := coord.Lead(lctx, term.Epoch)
+			// The next term's epoch is above every checkpoint's, even if the lease blob's epoch
+			// went back in time (coordinator/fence.go).
+			el.RaiseEpochFloor(coord.HighestEpochSeen())
+			return err
 		})
 	}()
 	wg.Wait()
@@ -206,7 +210,7 @@ func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration,
 	deadline := time.Now().Add(within)
 	var last error
 	for attempt := 0; ; attempt++ {
-		b, err := bus.Connect(url, name, cfg, opts...)
+		b, err := bus.Connect(url, name, cfg, append(append([]nats.Option(nil), opts...), bus.ConnEvents(log)...)...)
 		if bus.Permanent(err) {
 			return nil, err // wrong settings or credentials: retrying cannot help
 		}

@@ -182,12 +182,11 @@ func (w *Worker) publish(g []outcome, settles chan<- settle) {
 		rs[i] = o.res
 	}
 	r0 := rs[0]
-	// A single result keeps its de-duplicating id; a batch is never re-published (a failure
-	// redelivers its shards), so a unique id suffices.
-	id := protocol.ResultMsgID(r0.Job, r0.Index, r0.Attempt)
-	if len(rs) > 1 {
-		id = protocol.ResultBatchMsgID(r0.Job, nuid.Next())
-	}
+	// A result message is never re-published (a failure redelivers its shards), so a unique id
+	// suffices; and it must be unique: a shard dispatched again by self-repair runs as attempt 1
+	// again, and an id from (job, index, attempt) would make JetStream drop its result as a
+	// duplicate of the lost one.
+	id := protocol.ResultBatchMsgID(r0.Job, nuid.Next())
 	data, err := protocol.EncodeResults(rs)
 	var fut bus.Future
 	if err == nil {

@@ -27,6 +27,12 @@ type Checkpoint struct {
 	// WriterEpoch is the epoch of the leader that wrote this checkpoint. A leader never overwrites
 	// a checkpoint written by a higher epoch: it has been deposed.
 	WriterEpoch uint64 `json:"writer_epoch"`
+	// WriterTerm identifies the term (one leadership of one process: a random id) that wrote
+	// this checkpoint. Epochs come from the lease blob's metadata, which a storage rollback can
+	// take back in time, so two terms may hold the same epoch: a leader also steps down when it
+	// finds a checkpoint of its own epoch written by another term. Empty in checkpoints of
+	// earlier builds (treated as another term's).
+	WriterTerm string `json:"writer_term,omitempty"`
 	Total       int    `json:"total"`
 	DoneCount   int    `json:"done_count"`
 	// Dispatched is how many shards, from index 0, were published and acknowledged by JetStream.

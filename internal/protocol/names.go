@@ -96,6 +96,15 @@ func ShardMsgID(job string, index int) string { return job + "/" + strconv.Itoa(
 // duplicate of the original, and the same for every re-dispatch of the backup.
 func BackupShardMsgID(job string, index int) string { return ShardMsgID(job, index) + "/backup" }
 
+// RepairShardMsgID is the Nats-Msg-Id of a shard message re-dispatched by self-repair (the
+// coordinator found the shard neither merged, queued, in flight nor waiting as a result): first
+// is the message's first shard and round identifies the repair round (the coordinator uses a
+// clock stamp, unique across terms), so it is distinct from the original dispatch, from backups
+// and from every other round, and the same for a retried publish of one round.
+func RepairShardMsgID(job string, first, round int) string {
+	return ShardMsgID(job, first) + "/repair/" + strconv.Itoa(round)
+}
+
 // ResultMsgID is the Nats-Msg-Id of a result: a worker's retried publish of the same attempt adds
 // nothing, while another attempt's result is a distinct message (the leader drops the duplicate).
 func ResultMsgID(job string, index, attempt int) string {

@@ -39,13 +39,13 @@ func NewID(now time.Time) string {
 // letter or digit. Ids become blob prefixes and NATS subject tokens, so nothing else is allowed.
 func CheckID(id string) error {
 	if id == "" || len(id) > 64 {
-		return fmt.Errorf("%w %q: must be 1 to 64 characters", ErrBadID, id)
+		return fmt.Errorf("%w %q: must be 1 to 64 characters", ErrBadID, Clip(id, 64))
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0
 		if !ok {
-			return fmt.Errorf("%w %q: only a-z, 0-9 and '-' (not first) are allowed", ErrBadID, id)
+			return fmt.Errorf("%w %q: only a-z, 0-9 and '-' (not first) are allowed", ErrBadID, Clip(id, 64))
 		}
 	}
 	return nil

@@ -1,0 +1,53 @@
+package coordinator
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+// Fencing across a storage rollback. A term's epoch comes from the lease blob's metadata; if the
+// store loses acknowledged writes (Azurite keeps blob metadata in memory and saves it every 5 s),
+// that epoch can go back in time and a new term can get an epoch already used, or a lower one.
+// So every checkpoint also names the term that wrote it (Checkpoint.WriterTerm, a random id per
+// term), and a term yields — stops with ErrDeposed — when it finds a checkpoint written by a
+// higher epoch, or by its own epoch under another term. Either way it records the epoch
+// (HighestEpochSeen), and the process raises its elector's epoch floor above it, so its next term
+// takes an epoch no term has used. Two terms of one epoch thus never both write: the first
+// conditional write of each (the claim) reads the other's checkpoint first.
+
+// newTermID returns a random 8-byte id in hex.
+func newTermID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// name describes this term for people: "term 1a2b… of epoch 7".
+func (t *term) name() string { return fmt.Sprintf("term %s of epoch %d", t.id, t.epoch) }
+
+// writerName describes the term that wrote cp.
+func writerName(cp *protocol.Checkpoint) string {
+	if cp.WriterTerm == "" {
+		return fmt.Sprintf("a term of epoch %d (of an earlier build)", cp.WriterEpoch)
+	}
+	return fmt.Sprintf("term %s of epoch %d", cp.WriterTerm, cp.WriterEpoch)
+}
+
+// fenced returns ErrDeposed when cp was written by a term this one must yield to: a higher
+// epoch, or this epoch under another term.
+func (t *term) fenced(cp *protocol.Checkpoint) error {
+	t.sawEpoch(cp.WriterEpoch)
+	switch {
+	case cp.WriterEpoch > t.epoch:
+		return fmt.Errorf("%w: job %s was checkpointed by %s, newer than this %s", ErrDeposed, cp.Job, writerName(cp), t.name())
+	case cp.WriterEpoch == t.epoch && cp.WriterTerm != t.id:
+		t.log.Error("two terms got the same epoch: the lease blob's epoch went back in time (storage lost writes); stepping down so that the next term's epoch is above it",
+			"job", cp.Job, "writer", writerName(cp))
+		return fmt.Errorf("%w: job %s was checkpointed by %s, another term with this term's epoch (this is %s); the next term takes an epoch above %d",
+			ErrDeposed, cp.Job, writerName(cp), t.name(), cp.WriterEpoch)
+	}
+	return nil
+}
