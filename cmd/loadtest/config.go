@@ -138,7 +138,7 @@ func QuickConfig() Config {
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.WordcountBytes = 3, 2<<20
-	c.StragglerShards, c.MillionShards = 300, 20_000
+	c.StragglerShards, c.MillionShards = 300, 100_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200

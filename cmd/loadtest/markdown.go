@@ -241,8 +241,8 @@ func notes(rep *Report) []string {
 			num(g.ToLeader.P50), num(g.TimeLost.P50), s.ShardTimeoutS, early, late))
 	}
 	if w := rep.WorkerCrash; w != nil && w.TimeLost.N > 0 {
-		out = append(out, fmt.Sprintf("A SIGKILLed worker's shards (running and prefetched, at most %d) come back after the shard "+
-			"timeout (%.0f s): time lost p50 %s s.", s.InFlightBound, s.ShardTimeoutS, num(w.TimeLost.P50)))
+		out = append(out, fmt.Sprintf("A SIGKILLed worker's shards are run again by the others (at the latest after the shard "+
+			"timeout, %.0f s): time lost p50 %s s, p90 %s s.", s.ShardTimeoutS, num(w.TimeLost.P50), num(w.TimeLost.P90)))
 	}
 	if tp := rep.Throughput; tp != nil && tp.BaselinePerS > 0 {
 		out = append(out, fmt.Sprintf("Throughput runs every process (%d workers, NATS, Azurite, the baseline) on the same %d CPUs; "+

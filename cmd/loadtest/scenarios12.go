@@ -10,9 +10,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/builtin"
@@ -256,7 +259,7 @@ func (r *runner) million(ctx context.Context) error {
 		return err
 	}
 	m.Job = id
-	smp := startSampler(ctx, c, id, 250*time.Millisecond)
+	smp := startSampler(ctx, c, id, 100*time.Millisecond)
 	defer smp.close()
 	jctx, cancel := context.WithTimeout(ctx, 2*cfg.JobTimeout)
 	defer cancel()
@@ -266,7 +269,7 @@ func (r *runner) million(ctx context.Context) error {
 	sctx, stopSampling := context.WithCancel(jctx)
 	go func() {
 		defer close(samplerDone)
-		t := time.NewTicker(250 * time.Millisecond)
+		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			x := MemSample{AtS: round3(time.Since(start).Seconds())}
@@ -307,13 +310,26 @@ func (r *runner) million(ctx context.Context) error {
 		<-samplerDone
 	}()
 
-	at, reached, err := smp.waitFor(jctx, func(s sample) bool {
-		return s.State.Terminal() || s.Total > 0 && 2*s.Done >= s.Total
+	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
+	half := make(chan struct{})
+	var seen atomic.Int64
+	var once sync.Once
+	sub, err := c.Bus.Conn().Subscribe(c.Bus.ResultSubject(">"), func(msg *nats.Msg) {
+		if rs, err := protocol.DecodeResults(msg.Data); err == nil && 2*int(seen.Add(int64(len(rs)))) >= cfg.MillionShards {
+			once.Do(func() { close(half) })
+		}
 	})
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+	if err != nil {
+		return fmt.Errorf("watch results: %w", err)
 	}
-	if reached && !at.State.Terminal() {
+	_ = sub.SetPendingLimits(-1, -1)
+	defer func() { _ = sub.Unsubscribe() }()
+	select {
+	case <-half:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	if at, _, _ := smp.last(); !at.State.Terminal() && jctx.Err() == nil {
 		l, err := c.Leader(jctx)
 		if err != nil || l == nil {
 			return fmt.Errorf("big job: no leader to kill: %v", err)
@@ -325,12 +341,12 @@ func (r *runner) million(ctx context.Context) error {
 		if _, err := c.StartWorker(l.ID); err != nil {
 			return err
 		}
-		m.Killed, m.KilledAt = true, at.Done
+		m.Killed, m.KilledAt = true, int(seen.Load())
 		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
 		if err == nil {
 			m.ToLeaderS = round3(ev.Time.Sub(killed).Seconds())
 		}
-		r.log.Logf("big job: killed leader %s at %d of %d merged; new leader after %.2fs", l.ID, at.Done, at.Total, m.ToLeaderS)
+		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", l.ID, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
 	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
 	if err != nil && ctx.Err() != nil {
@@ -351,11 +367,11 @@ func (r *runner) million(ctx context.Context) error {
 	if o.makespan > 0 {
 		m.MakespanS = round3(o.makespan.Seconds())
 	}
-	// Keep the report readable: every sample of a short job, one a second of a long one.
+	// Keep the report readable: every sample of a short job, about one a second of a long one.
 	if len(m.Samples) > 600 {
 		var thin []MemSample
 		for i, s := range m.Samples {
-			if i%4 == 0 {
+			if i%10 == 0 {
 				thin = append(thin, s)
 			}
 		}
