@@ -232,8 +232,10 @@ func (r *runner) outage(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	var marks []Kill
 	if reached && !at.State.Terminal() {
 		killed := time.Now()
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: "nats-server", Signal: "SIGKILL", Done: at.Done, at: killed})
 		np.kill()
 		r.log.Logf("nats-outage: killed the NATS server at %d of %d merged; down for %v", at.Done, at.Total, cfg.OutageDuration)
 		if err := waitCtx(ctx, cfg.OutageDuration); err != nil {
@@ -243,6 +245,7 @@ func (r *runner) outage(ctx context.Context) error {
 			return fmt.Errorf("restart nats: %w", err)
 		}
 		out.DownS = round3(time.Since(killed).Seconds())
+		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: "nats-server", Signal: "restart"})
 		r.log.Logf("nats-outage: NATS server back after %.1fs", out.DownS)
 	}
 	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
@@ -271,6 +274,7 @@ func (r *runner) outage(ctx context.Context) error {
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the outage arrive
 	out.LeaderChanges = changes(c, terms, start, end)
+	out.timeline = faultTimeline(c, fmt.Sprintf("NATS outage (%.0f s, %s)", out.DownS, job.typ), start, end, job.shards, smp.close(), marks, out.MakespanS)
 	out.BrokeLeases = countEvents(c, string(election.EventBrokeLease), start, end, 0)
 	r.log.Logf("nats-outage: exact %v, makespan %.2fs (reference %.2fs, down %.1fs): %d leader changes, %d lease breaks",
 		out.Exact, out.MakespanS, out.ReferenceS, out.DownS, out.LeaderChanges, out.BrokeLeases)
@@ -433,6 +437,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
+	var marks []Kill
 	if reached && !at.State.Terminal() {
 		node := 0
 		if l, err := c.Leader(jctx); err == nil && l != nil {
@@ -443,6 +448,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 		}
 		res.KilledNode = node
 		killed := time.Now()
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "stop", Done: at.Done, at: killed})
 		nc.stop(node)
 		r.log.Logf("nats-cluster: stopped node n%d (the leader's) at %d of %d merged; down for %v", node, at.Done, at.Total, cfg.NodeDownDuration)
 		if err := waitCtx(ctx, cfg.NodeDownDuration); err != nil {
@@ -452,6 +458,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 			return err
 		}
 		res.DownS = round3(time.Since(killed).Seconds())
+		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "restart"})
 	}
 	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
 	if err != nil && ctx.Err() != nil {
@@ -479,7 +486,20 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	}
 	time.Sleep(300 * time.Millisecond)
 	res.LeaderChanges = changes(c, terms, start, end)
+	res.timeline = faultTimeline(c, fmt.Sprintf("3-node NATS cluster, node n%d down %.0f s", res.KilledNode, res.DownS), start, end, job.shards, smp.close(), marks, res.MakespanS)
 	r.log.Logf("nats-cluster: exact %v, makespan %.2fs against %.2fs without the fault: %.2fs lost; %d leader changes",
 		res.Exact, res.MakespanS, res.ReferenceS, res.TimeLostS, res.LeaderChanges)
 	return nil
+}
+
+// faultTimeline is the plot of a run with faults outside the workers (marks) and the elections
+// of c between start and end.
+func faultTimeline(c *cluster.Cluster, title string, start, end time.Time, total int, samples []sample, marks []Kill, finished float64) *timeline {
+	tl := &timeline{title: title, start: start, total: total, samples: samples, kills: marks, finished: finished}
+	for _, e := range c.Events() {
+		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
+			tl.elections = append(tl.elections, Elect{AtS: round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
+		}
+	}
+	return tl
 }

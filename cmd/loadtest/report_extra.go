@@ -57,6 +57,8 @@ type Million struct {
 	MaxBacklogBytes uint64      `json:"max_backlog_bytes"`
 	Window          int         `json:"dispatch_window_shards"` // the coordinator's default window
 	Samples         []MemSample `json:"samples,omitempty"`
+
+	timeline *timeline
 }
 
 // MemSample is one reading during the big job.
@@ -90,6 +92,8 @@ type Outage struct {
 	MakespanS     float64 `json:"makespan_s"`
 	ReferenceS    float64 `json:"reference_makespan_s"`
 	TimeLostS     float64 `json:"time_lost_s"` // makespan − reference − down time
+
+	timeline *timeline
 }
 
 // NATSCluster is the 3-node NATS cluster run: R3 streams, workers on different nodes, one node
@@ -105,4 +109,6 @@ type NATSCluster struct {
 	MakespanS     float64 `json:"makespan_s"`
 	ReferenceS    float64 `json:"reference_makespan_s"`
 	TimeLostS     float64 `json:"time_lost_s"`
+
+	timeline *timeline
 }

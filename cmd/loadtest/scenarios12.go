@@ -329,6 +329,7 @@ func (r *runner) million(ctx context.Context) error {
 	case <-smp.done:
 	case <-jctx.Done():
 	}
+	var marks []Kill
 	if at, _, _ := smp.last(); !at.State.Terminal() && jctx.Err() == nil {
 		l, err := c.Leader(jctx)
 		if err != nil || l == nil {
@@ -342,6 +343,7 @@ func (r *runner) million(ctx context.Context) error {
 			return err
 		}
 		m.Killed, m.KilledAt = true, int(seen.Load())
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
 		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
 		if err == nil {
 			m.ToLeaderS = round3(ev.Time.Sub(killed).Seconds())
@@ -364,6 +366,10 @@ func (r *runner) million(ctx context.Context) error {
 	}
 	r.account(o)
 	m.Exact = o.exact
+	if o.makespan > 0 {
+		m.MakespanS = round3(o.makespan.Seconds())
+	}
+	m.timeline = faultTimeline(c, fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, time.Now(), m.Shards, smp.close(), marks, m.MakespanS)
 	if o.makespan > 0 {
 		m.MakespanS = round3(o.makespan.Seconds())
 	}
