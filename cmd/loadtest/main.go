@@ -125,11 +125,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.Usage = func() {
 			fmt.Fprintf(stderr, "Usage: loadtest [flags]\n\n"+
 				"Failover load test and benchmark of mapagg: starts Azurite and NATS on 127.0.0.1 (or attaches),\n"+
-				"runs worker clusters, kills leaders and workers, and reports throughput, efficiency, failover\n"+
-				"times and correctness. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
+				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
+				"and a node of a NATS cluster, and reports throughput, CPU per shard, efficiency, latency,\n"+
+				"memory, failover times and correctness against the targets of issues 11-13. The full run\n"+
+				"(make bench) takes about 20 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
+				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
-		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (< 2 min)")
+		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (about a minute)")
 		fs.StringVar(&out.json, "json", "", "write the JSON report to `FILE`")
 		fs.StringVar(&out.markdown, "markdown", "", "write the Markdown summary to `FILE` (it is printed to stdout as well)")
 		fs.StringVar(&out.plot, "plot", "", "write the timeline plot (SVG) to `FILE.svg`")
