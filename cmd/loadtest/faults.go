@@ -146,9 +146,12 @@ func (r *runner) loaded(ctx context.Context) error {
 		}()
 	}
 	var firstErr error
-	for time.Since(start) < cfg.LoadedDuration || inflight > 0 {
+	for {
 		for inflight < inFlight && time.Since(start) < cfg.LoadedDuration && firstErr == nil {
 			launch()
+		}
+		if inflight == 0 {
+			break
 		}
 		x := <-results
 		inflight--
@@ -156,6 +159,7 @@ func (r *runner) loaded(ctx context.Context) error {
 		if x.err != nil {
 			if firstErr == nil {
 				firstErr = x.err
+				r.log.Logf("loaded run: %v", x.err)
 			}
 			continue
 		}
