@@ -232,7 +232,7 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 		if f.killed != nil && f.suspected == nil {
 			if ev, ok := eventAfter(c, suspectedKind, f.killedAt); ok {
 				f.suspected = &ev
-				d.note("▸ %s heard no heartbeat from %s for %.1f s: suspects it", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
+				d.note("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
 			}
 		}
 		if f.killed != nil && f.broke == nil {
