@@ -230,18 +230,28 @@ func (r *runner) outage(ctx context.Context) error {
 	defer smp.close()
 	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.OutageDuration)
 	defer cancel()
-	at, reached, err := smp.waitFor(jctx, func(s sample) bool {
-		return s.State.Terminal() || s.Total > 0 && 10*s.Done >= 3*s.Total
-	})
-	if err != nil && ctx.Err() != nil {
+	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
+	rw, err := watchResults(c, 3*job.shards/10)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-rw.reached:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	rw.stop()
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	at, _, _ := smp.last()
+	reached := jctx.Err() == nil
 	var marks []Kill
 	if reached && !at.State.Terminal() {
 		killed := time.Now()
 		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: "nats-server", Signal: "SIGKILL", Done: at.Done, at: killed})
 		np.kill()
-		r.log.Logf("nats-outage: killed the NATS server at %d of %d merged; down for %v", at.Done, at.Total, cfg.OutageDuration)
+		r.log.Logf("nats-outage: killed the NATS server with %d of %d results on the wire (%d merged); down for %v", rw.seen.Load(), job.shards, at.Done, cfg.OutageDuration)
 		if err := waitCtx(ctx, cfg.OutageDuration); err != nil {
 			return err
 		}
@@ -435,12 +445,22 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	defer smp.close()
 	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.NodeDownDuration)
 	defer cancel()
-	at, reached, err := smp.waitFor(jctx, func(s sample) bool {
-		return s.State.Terminal() || s.Total > 0 && 10*s.Done >= 3*s.Total
-	})
-	if err != nil && ctx.Err() != nil {
+	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
+	rw, err := watchResults(c, 3*job.shards/10)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-rw.reached:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	rw.stop()
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	at, _, _ := smp.last()
+	reached := jctx.Err() == nil
 	var marks []Kill
 	if reached && !at.State.Terminal() {
 		node := 0
@@ -454,7 +474,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 		killed := time.Now()
 		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "stop", Done: at.Done, at: killed})
 		nc.stop(node)
-		r.log.Logf("nats-cluster: stopped node n%d (the leader's) at %d of %d merged; down for %v", node, at.Done, at.Total, cfg.NodeDownDuration)
+		r.log.Logf("nats-cluster: stopped node n%d (the leader's) with %d of %d results on the wire (%d merged); down for %v", node, rw.seen.Load(), job.shards, at.Done, cfg.NodeDownDuration)
 		if err := waitCtx(ctx, cfg.NodeDownDuration); err != nil {
 			return err
 		}

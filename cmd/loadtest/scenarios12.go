@@ -311,21 +311,13 @@ func (r *runner) million(ctx context.Context) error {
 	}()
 
 	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
-	half := make(chan struct{})
-	var seen atomic.Int64
-	var once sync.Once
-	sub, err := c.Bus.Conn().Subscribe(c.Bus.ResultSubject(">"), func(msg *nats.Msg) {
-		if rs, err := protocol.DecodeResults(msg.Data); err == nil && 2*int(seen.Add(int64(len(rs)))) >= cfg.MillionShards {
-			once.Do(func() { close(half) })
-		}
-	})
+	rw, err := watchResults(c, (cfg.MillionShards+1)/2)
 	if err != nil {
-		return fmt.Errorf("watch results: %w", err)
+		return err
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	defer func() { _ = sub.Unsubscribe() }()
+	defer rw.stop()
 	select {
-	case <-half:
+	case <-rw.reached:
 	case <-smp.done:
 	case <-jctx.Done():
 	}
@@ -342,7 +334,7 @@ func (r *runner) million(ctx context.Context) error {
 		if _, err := c.StartWorker(l.ID); err != nil {
 			return err
 		}
-		m.Killed, m.KilledAt = true, int(seen.Load())
+		m.Killed, m.KilledAt = true, int(rw.seen.Load())
 		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
 		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
 		if err == nil {
@@ -405,3 +397,30 @@ func procRSS(pid int) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }
+
+// resultWatch counts the result messages of a cluster on the wire (a core NATS subscription sees
+// every message JetStream stores) and closes reached when n results were seen: a trigger for a
+// fault at a point of progress that does not wait for the next checkpoint.
+type resultWatch struct {
+	seen    atomic.Int64
+	reached chan struct{}
+	once    sync.Once
+	sub     *nats.Subscription
+}
+
+func watchResults(c *cluster.Cluster, n int) (*resultWatch, error) {
+	w := &resultWatch{reached: make(chan struct{})}
+	sub, err := c.Bus.Conn().Subscribe(c.Bus.ResultSubject(">"), func(msg *nats.Msg) {
+		if rs, err := protocol.DecodeResults(msg.Data); err == nil && int(w.seen.Add(int64(len(rs)))) >= n {
+			w.once.Do(func() { close(w.reached) })
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch results: %w", err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	w.sub = sub
+	return w, c.Bus.Conn().Flush()
+}
+
+func (w *resultWatch) stop() { _ = w.sub.Unsubscribe() }
