@@ -47,10 +47,14 @@ fuzz:
 	  done; \
 	done
 
-# The failover load test and benchmark (cmd/loadtest): throughput against a bare JetStream
-# baseline, efficiency, leader crash and graceful handover, a worker crash; exact results.
-# About 3.5 minutes on 2 cores. Report, summary and timeline in .bench/.
-# BENCHFLAGS: go run ./cmd/loadtest -h (BENCHFLAGS=--quick: the 40-second correctness run).
+# The failover load test and benchmark (cmd/loadtest) at default worker settings: throughput and
+# CPU per shard against a bare JetStream baseline, efficiency, a small job, wordcount vocabularies,
+# a straggler, leader crash and graceful handover, a follower crash, a 1M-shard job (leader memory,
+# backlog), a 30 s NATS outage, a 3-node NATS cluster losing a node, and a 10-minute loaded
+# no-fault run; exact results. About 20 minutes on 2 cores (at most 25). Report, summary (targets
+# with verdicts) and timeline in .bench/.
+# BENCHFLAGS: go run ./cmd/loadtest -h (BENCHFLAGS=--quick: the one-minute correctness run;
+# BENCHFLAGS=--loaded-duration=1m: an 11-minute run).
 bench: azurite
 	@mkdir -p .bench
 	$(GO) run ./cmd/loadtest --json .bench/report.json --markdown .bench/report.md --plot .bench/timeline.svg $(BENCHFLAGS)

@@ -1,7 +1,9 @@
 // Command demo is `make demo`: it runs a real cluster on this machine (Azurite as two node
 // processes, an in-process NATS server with JetStream, three `worker run` processes), submits a
-// primes job, kills the leader with SIGKILL half-way, shows the takeover (old and new leader,
-// their epochs, the time without a leader) and checks that the result is exact.
+// primes job, kills the leader with SIGKILL half-way, shows the heartbeat takeover (the followers
+// miss the leader's heartbeats, one breaks its lease fenced on its epoch and is elected: about
+// 1.5 s without a leader, not the 15 s lease) with the old and new leader and their epochs, and
+// checks that the result is exact.
 //
 // It stops every process it started and closes every port it opened: on success, on failure and
 // on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under .demo/
@@ -137,8 +139,8 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 	d.step("starting Azurite, NATS with JetStream and %d workers", o.workers)
 	c, err := cluster.Start(ctx, cluster.Options{
 		Dir: runDir, WorkerBin: bin, Workers: o.workers, MapDelay: o.mapDelay,
-		// Shards of a killed worker come back after this instead of the default 30 s.
-		ShardTimeout: 5 * time.Second,
+		// The worker's own shard timeout (5 s) and heartbeat settings: the demo shows the defaults.
+		ShardTimeout: -1,
 	})
 	if err != nil {
 		return fmt.Errorf("start cluster (logs in %s): %w", runDir, err)
@@ -182,7 +184,9 @@ type failover struct {
 	took      time.Duration
 	killed    *election.LeaderInfo // the leader killed; nil if the job ended first
 	killedAt  time.Time
-	doneAt    int // shards merged when it was killed
+	doneAt    int            // shards merged when it was killed
+	suspected *cluster.Event // the first follower to miss the killed leader's heartbeats
+	broke     *cluster.Event // the fenced lease break that ended its term
 	elected   *cluster.Event
 	firstMrg  *cluster.Event
 	restarted bool
@@ -225,8 +229,20 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 				leader = fmt.Sprintf("%s (epoch %d)", l.ID, l.Epoch)
 			}
 		}
+		if f.killed != nil && f.suspected == nil {
+			if ev, ok := eventAfter(c, suspectedKind, f.killedAt); ok {
+				f.suspected = &ev
+				d.note("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
+			}
+		}
+		if f.killed != nil && f.broke == nil {
+			if ev, ok := eventAfter(c, brokeKind, f.killedAt); ok {
+				f.broke = &ev
+				d.note("▸ %s broke the lease of epoch %d (a conditional break on its ETag: only that term)", ev.Worker, f.killed.Epoch)
+			}
+		}
 		if f.killed != nil && f.elected == nil {
-			if ev, ok := electedAfter(c, f.killedAt); ok {
+			if ev, ok := eventAfter(c, cluster.Elected, f.killedAt); ok {
 				f.elected = &ev
 				leader = fmt.Sprintf("%s (epoch %d)", ev.Worker, ev.Epoch)
 				d.note("▸ %s elected (epoch %d) %.1f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.killedAt).Seconds())
@@ -255,7 +271,7 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 	}
 }
 
-// kill SIGKILLs the current leader: no checkpoint, no release; the lease has to expire.
+// kill SIGKILLs the current leader: no checkpoint, no release, no more heartbeats.
 func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done int) error {
 	l, err := c.Leader(ctx)
 	if err != nil || l == nil {
@@ -267,14 +283,20 @@ func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done
 		return fmt.Errorf("kill the leader: %w", err)
 	}
 	f.killed, f.killedAt, f.doneAt = l, at, done
-	d.note("  no leader until its lease (15 s from its last renewal) runs out; the workers keep mapping")
+	d.note("  its heartbeats stop; the followers wait out the suspicion timeout (1.5 s), not the 15 s lease; the workers keep mapping")
 	return nil
 }
 
-// electedAfter returns the first election event after t.
-func electedAfter(c *cluster.Cluster, t time.Time) (cluster.Event, bool) {
+// The election events the demo narrates besides Elected.
+var (
+	suspectedKind = string(election.EventSuspected)
+	brokeKind     = string(election.EventBrokeLease)
+)
+
+// eventAfter returns the first event of kind after t.
+func eventAfter(c *cluster.Cluster, kind string, t time.Time) (cluster.Event, bool) {
 	for _, ev := range c.Events() {
-		if ev.Kind == cluster.Elected && ev.Time.After(t) {
+		if ev.Kind == kind && ev.Time.After(t) {
 			return ev, true
 		}
 	}
@@ -298,7 +320,11 @@ func report(d *display, f *failover, o options) error {
 	}
 	if f.elected != nil {
 		d.line("  new leader        %s, epoch %d", f.elected.Worker, f.elected.Epoch)
-		d.line("  without a leader  %.1f s (kill → elected; the lease is 15 s)", f.elected.Time.Sub(f.killedAt).Seconds())
+		how := "heartbeats missed, then a fenced lease break"
+		if f.broke == nil {
+			how = "no lease break seen: the lease ran out"
+		}
+		d.line("  without a leader  %.1f s (kill → elected; %s; the lease is 15 s)", f.elected.Time.Sub(f.killedAt).Seconds(), how)
 		if f.firstMrg != nil {
 			d.line("  first merge       %s after the election (results waited on JetStream)", f.firstMrg.Time.Sub(f.elected.Time).Round(time.Millisecond))
 		}

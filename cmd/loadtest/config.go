@@ -15,9 +15,17 @@ const (
 	scCrash       = "crash"
 	scGraceful    = "graceful"
 	scWorkerCrash = "worker-crash"
+	scSmallJob    = "small-job"
+	scWordcount   = "wordcount"
+	scStraggler   = "straggler"
+	scMillion     = "million"
+	scLoaded      = "loaded"
+	scOutage      = "nats-outage"
+	scNATSCluster = "nats-cluster"
 )
 
-var allScenarios = []string{scThroughput, scEfficiency, scCrash, scGraceful, scWorkerCrash}
+var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
+	scMillion, scOutage, scNATSCluster, scLoaded}
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig.
@@ -54,10 +62,31 @@ type Config struct {
 	// BaselinePrefetch lists the per-worker prefetch depths the baseline tries; the best counts.
 	BaselinePrefetch []int
 
-	// EfficiencyShards and EfficiencyDuration size the efficiency job. Default 1,200 × 50ms over
-	// Workers × Concurrency slots (10 s of ideal makespan with the defaults).
-	EfficiencyShards   int
-	EfficiencyDuration time.Duration
+	// EfficiencyDurations are the shard durations of the efficiency jobs; each job has enough
+	// shards for EfficiencyIdeal of ideal makespan over Workers × Concurrency slots. Default 2ms
+	// and 5ms, 5 s each.
+	EfficiencyDurations []time.Duration
+	EfficiencyIdeal     time.Duration
+
+	// SmallJobRuns is how many primes-below-2·10^7 jobs of 200 shards run on an idle cluster (the
+	// median counts). Default 11.
+	SmallJobRuns int
+	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
+	// split in shards of WordcountShardBytes. Default 16 MiB in 32 KiB shards (512 shards).
+	WordcountBytes, WordcountShardBytes int
+	// StragglerShards and StragglerDelay size the straggler jobs: every worker delays each map
+	// step by StragglerDelay, one of them ten times as long. Default 600 × 20ms.
+	StragglerShards int
+	StragglerDelay  time.Duration
+	// MillionShards is the size of the big job (its leader is killed at 50 %). Default 1,000,000.
+	MillionShards int
+	// LoadedDuration is how long the loaded no-fault run keeps both cores busy while counting
+	// takeovers. Default 10m.
+	LoadedDuration time.Duration
+	// OutageDuration is how long the NATS server process stays dead in the outage run. Default 30s.
+	OutageDuration time.Duration
+	// NodeDownDuration is how long one node of the 3-node NATS cluster stays down. Default 10s.
+	NodeDownDuration time.Duration
 
 	// CrashRuns, GracefulRuns and WorkerCrashRuns count the failover runs. Default 20, 10, 3.
 	CrashRuns, GracefulRuns, WorkerCrashRuns int
@@ -89,8 +118,11 @@ func DefaultConfig() Config {
 		Scenarios: slices.Clone(allScenarios),
 		Workers:   3, Concurrency: 2,
 		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 0,
-		BaselinePrefetch: []int{64, 256},
-		EfficiencyShards: 1200, EfficiencyDuration: 50 * time.Millisecond,
+		BaselinePrefetch:    []int{64, 256},
+		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
+		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10,
+		StragglerShards: 600, StragglerDelay: 20 * time.Millisecond, MillionShards: 1_000_000,
+		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
@@ -104,7 +136,10 @@ func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Quick = true
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
-	c.EfficiencyShards = 120
+	c.EfficiencyIdeal = time.Second
+	c.SmallJobRuns, c.WordcountBytes = 3, 2<<20
+	c.StragglerShards, c.MillionShards = 300, 100_000
+	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3
@@ -149,8 +184,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("throughput: %d shards × %d runs: need 1,000 to 1,000,000 shards and at least one run", c.ThroughputShards, c.ThroughputRuns)
 	case c.has(scThroughput) && len(c.BaselinePrefetch) == 0:
 		return errors.New("throughput: the baseline needs at least one prefetch depth")
-	case c.has(scEfficiency) && (c.EfficiencyShards < 1 || c.EfficiencyDuration <= 0):
-		return fmt.Errorf("efficiency: %d shards of %v: need at least one shard of positive duration", c.EfficiencyShards, c.EfficiencyDuration)
+	case c.has(scEfficiency) && (len(c.EfficiencyDurations) == 0 || c.EfficiencyIdeal < 100*time.Millisecond):
+		return fmt.Errorf("efficiency: %d shard durations, ideal %v: need at least one duration and an ideal makespan of at least 100ms", len(c.EfficiencyDurations), c.EfficiencyIdeal)
+	case c.has(scSmallJob) && c.SmallJobRuns < 1:
+		return fmt.Errorf("small-job runs %d: need at least one", c.SmallJobRuns)
+	case c.has(scWordcount) && (c.WordcountShardBytes < 1024 || c.WordcountBytes < 4*c.WordcountShardBytes || c.WordcountBytes > 256<<20):
+		return fmt.Errorf("wordcount: %d bytes in shards of %d: need shards of at least 1 KiB, at least four of them, at most 256 MiB", c.WordcountBytes, c.WordcountShardBytes)
+	case c.has(scStraggler) && (c.StragglerShards < 20 || c.StragglerDelay < time.Millisecond):
+		return fmt.Errorf("straggler: %d shards of %v: need at least 20 shards and a delay of at least 1ms", c.StragglerShards, c.StragglerDelay)
+	case c.has(scMillion) && (c.MillionShards < 1000 || c.MillionShards > 1_000_000):
+		return fmt.Errorf("million: %d shards: use 1,000 to 1,000,000", c.MillionShards)
+	case c.has(scLoaded) && c.LoadedDuration < time.Second:
+		return fmt.Errorf("loaded duration %v: must be at least 1s", c.LoadedDuration)
+	case c.has(scOutage) && (c.OutageDuration < time.Second || c.OutageDuration > 5*time.Minute):
+		return fmt.Errorf("outage duration %v: use 1s to 5m", c.OutageDuration)
+	case c.has(scNATSCluster) && (c.NodeDownDuration < time.Second || c.NodeDownDuration > 5*time.Minute):
+		return fmt.Errorf("node down duration %v: use 1s to 5m", c.NodeDownDuration)
 	case c.CrashRuns < 0 || c.GracefulRuns < 0 || c.WorkerCrashRuns < 0:
 		return errors.New("run counts must not be negative")
 	case c.FailoverShards < 20:

@@ -2,29 +2,47 @@
 //
 // It starts Azurite and a NATS server with JetStream on 127.0.0.1 (or attaches to given
 // endpoints), builds the worker binary, and runs clusters of real `worker run` processes
-// (internal/cluster), each in a namespace of its own (containers, queue, streams), through
-// five scenarios:
+// (internal/cluster), each in a namespace of its own (containers, queue, streams), at the
+// worker's default settings unless a scenario says otherwise, through these scenarios
+// (--scenarios picks some):
 //
-//  1. Throughput: sleep jobs of zero-duration shards, shards/s from submit to the finished
-//     checkpoint. In the same run, a baseline drives the same JetStream round trip with no
-//     coordination (publish shard, fetch + ack, publish result, fetch + ack; same streams, same
-//     message bodies, as many consuming connections as workers) at several prefetch depths.
-//     Rounds interleave the two so outside load weighs on both alike; the best of each counts.
-//  2. Efficiency: shards of a fixed duration over workers × concurrency slots; ideal makespan
+//  1. throughput: sleep jobs of zero-duration shards, shards/s from submit to the finished
+//     checkpoint, and CPU µs per shard of every process but Azurite. In the same run, a baseline
+//     drives the same JetStream round trip, one message per shard, with no coordination (publish
+//     shard, fetch + ack, publish result, fetch + ack; same streams, as many consuming
+//     connections as workers) at several prefetch depths. Rounds interleave the two so outside
+//     load weighs on both alike; the best of each counts.
+//  2. efficiency: shards of 2 ms and 5 ms over workers × concurrency slots; ideal makespan
 //     (total work ÷ slots) ÷ measured makespan.
-//  3. Crash failover: SIGKILL the leader at a random point between 10% and 90% progress (some
-//     runs kill the next leader too); seconds to another worker's "elected" event and to its
-//     first merge (events on NATS, see internal/cluster), shards run more than once, exactness.
-//  4. Graceful handover: the same with SIGTERM.
-//  5. Worker crash: SIGKILL a follower mid-job; time lost against the same job without a kill,
+//  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median.
+//  4. wordcount: a corpus of a 1k-word and of a 200k-word vocabulary (same size, same shards,
+//     exact answers computed here); the big aggregate's shards/s ÷ the small one's.
+//  5. straggler: the same job on a cluster whose worker w1 has ten times the map delay of the
+//     others (cluster.Options.WorkerEnv) and on one without; makespan ratio.
+//  6. crash: SIGKILL the leader at a random point between 10% and 90% progress (some runs kill
+//     the next leader too); seconds to another worker's "elected" event and to its first merge
+//     (events on NATS, see internal/cluster), shards run more than once, exactness.
+//  7. graceful: the same with SIGTERM.
+//  8. worker-crash: SIGKILL a follower mid-job; time lost against the same job without a kill,
 //     shards redone.
+//  9. million: a 1,000,000-shard job; the leader's VmRSS (/proc/<pid>/status) and the shard
+//     stream's message count sampled every 100 ms; the leader SIGKILLed when half the results
+//     are on the wire; exactness.
+//  10. nats-outage: a cluster on a NATS server of its own, run as a child process (this binary
+//     re-executed with MAPAGG_LOADTEST_NATS_CHILD set), SIGKILLed mid-job for 30 s and started
+//     again on the same port and store; leader changes (terms seen in the lease blob, or
+//     elected events, whichever is more), exactness, time lost beyond the outage.
+//  11. nats-cluster: three clustered in-process NATS servers, R3 streams (STREAM_REPLICAS=3),
+//     worker wN connected to node N−1; the leader's node stopped mid-job and restarted;
+//     exactness and time lost against the same job without the fault.
+//  12. loaded: CPU-bound pi jobs, three in flight, for 10 minutes (--loaded-duration) with
+//     nothing killed; every leader change and broke_lease event is a takeover of a live leader.
 //
 // A killed worker is restarted at once under the same id, so a cluster keeps its size. Failover
-// runs are spread over several clusters side by side (--parallel): a crash run mostly waits for
-// the 15 s lease to expire, so this divides the wall time without changing what is measured.
+// runs are spread over several clusters side by side (--parallel).
 //
 // How the figures are taken:
-//   - Times of elections and first merges are the workers' own log timestamps (same machine
+//   - Times of elections and first merges are the workers' own event timestamps (same machine
 //     clock as the signal). Makespans end at the checkpoint's FinishedAt.
 //   - Progress is read from the job's checkpoint blob (what a leader has merged and written).
 //   - Every shard execution is seen without touching the system: a core NATS subscription on the

@@ -88,10 +88,13 @@ func newEnv(ctx context.Context, cfg *Config, log *progress) (_ *env, err error)
 // clusterSpec is what a scenario asks of its cluster.
 type clusterSpec struct {
 	name          string // short, [a-z0-9]
-	concurrency   int
+	concurrency   int    // 0: the worker's default
 	mapDelay      time.Duration
 	leaseDuration time.Duration
-	shardTimeout  time.Duration
+	shardTimeout  time.Duration       // 0: the worker's default
+	env           []string            // extra environment of every worker
+	workerEnv     map[string][]string // extra environment of one worker (by id)
+	natsURL       string              // another NATS (a child process, a cluster) instead of the shared one
 }
 
 // startCluster starts Workers worker processes in a namespace of their own on the shared servers
@@ -111,10 +114,22 @@ func (e *env) startCluster(ctx context.Context, s clusterSpec) (*cluster.Cluster
 	e.mu.Unlock()
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
+	natsURL := e.natsURL
+	if s.natsURL != "" {
+		natsURL = s.natsURL
+	}
+	// Zero in a spec is the worker's own default, which the harness spells as negative.
+	conc, timeout := s.concurrency, s.shardTimeout
+	if conc == 0 {
+		conc = -1
+	}
+	if timeout == 0 {
+		timeout = -1
+	}
 	c, err := cluster.Start(sctx, cluster.Options{
 		Dir: dir, WorkerBin: e.bin, Workers: e.cfg.Workers, Namespace: ns,
-		LeaseDuration: s.leaseDuration, Concurrency: s.concurrency, ShardTimeout: s.shardTimeout,
-		MapDelay: s.mapDelay, ConnStr: e.connStr, NATSURL: e.natsURL,
+		LeaseDuration: s.leaseDuration, Concurrency: conc, ShardTimeout: timeout,
+		MapDelay: s.mapDelay, ConnStr: e.connStr, NATSURL: natsURL, Env: s.env, WorkerEnv: s.workerEnv,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start cluster %s: %w", s.name, err)

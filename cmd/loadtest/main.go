@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	maybeNATSChild()
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -124,11 +125,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.Usage = func() {
 			fmt.Fprintf(stderr, "Usage: loadtest [flags]\n\n"+
 				"Failover load test and benchmark of mapagg: starts Azurite and NATS on 127.0.0.1 (or attaches),\n"+
-				"runs worker clusters, kills leaders and workers, and reports throughput, efficiency, failover\n"+
-				"times and correctness. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
+				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
+				"and a node of a NATS cluster, and reports throughput, CPU per shard, efficiency, latency,\n"+
+				"memory, failover times and correctness against the targets of issues 11-13. The full run\n"+
+				"(make bench) takes about 20 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
+				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
-		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (< 2 min)")
+		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (about a minute)")
 		fs.StringVar(&out.json, "json", "", "write the JSON report to `FILE`")
 		fs.StringVar(&out.markdown, "markdown", "", "write the Markdown summary to `FILE` (it is printed to stdout as well)")
 		fs.StringVar(&out.plot, "plot", "", "write the timeline plot (SVG) to `FILE.svg`")
@@ -146,8 +150,17 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.ThroughputRuns, "throughput-runs", cfg.ThroughputRuns, "throughput jobs (the best counts)")
 		fs.IntVar(&cfg.ThroughputConcurrency, "throughput-concurrency", cfg.ThroughputConcurrency, "worker concurrency of the throughput cluster")
 		prefetch := fs.String("baseline-prefetch", joinInts(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
-		fs.IntVar(&cfg.EfficiencyShards, "efficiency-shards", cfg.EfficiencyShards, "shards of the efficiency job")
-		fs.DurationVar(&cfg.EfficiencyDuration, "efficiency-duration", cfg.EfficiencyDuration, "duration of each efficiency shard")
+		effDur := fs.String("efficiency-durations", joinDurations(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
+		fs.DurationVar(&cfg.EfficiencyIdeal, "efficiency-ideal", cfg.EfficiencyIdeal, "ideal makespan of each efficiency job (sets its shard count)")
+		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster (the median counts)")
+		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
+		fs.IntVar(&cfg.WordcountShardBytes, "wordcount-shard-bytes", cfg.WordcountShardBytes, "shard size of the wordcount jobs")
+		fs.IntVar(&cfg.StragglerShards, "straggler-shards", cfg.StragglerShards, "shards of each straggler job")
+		fs.DurationVar(&cfg.StragglerDelay, "straggler-delay", cfg.StragglerDelay, "map delay of the straggler cluster (one worker gets 10×)")
+		fs.IntVar(&cfg.MillionShards, "million-shards", cfg.MillionShards, "shards of the big job (leader killed at 50%)")
+		fs.DurationVar(&cfg.LoadedDuration, "loaded-duration", cfg.LoadedDuration, "length of the loaded no-fault run that counts false takeovers")
+		fs.DurationVar(&cfg.OutageDuration, "outage-duration", cfg.OutageDuration, "how long the NATS server process stays dead in the outage run")
+		fs.DurationVar(&cfg.NodeDownDuration, "node-down-duration", cfg.NodeDownDuration, "how long one node of the 3-node NATS cluster stays down")
 		fs.IntVar(&cfg.CrashRuns, "crash-runs", cfg.CrashRuns, "leader crash (SIGKILL) runs")
 		fs.IntVar(&cfg.GracefulRuns, "graceful-runs", cfg.GracefulRuns, "graceful handover (SIGTERM) runs")
 		fs.IntVar(&cfg.WorkerCrashRuns, "worker-crash-runs", cfg.WorkerCrashRuns, "follower crash (SIGKILL) runs")
@@ -169,6 +182,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		if cfg.Scenarios, err = parseScenarios(*scen); err != nil {
 			return fs, err
 		}
+		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
+			return fs, fmt.Errorf("--efficiency-durations: %w", err)
+		}
 		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
 		}
@@ -188,6 +204,29 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		cfg.Seed = uint64(time.Now().UnixNano())
 	}
 	return cfg, out, cfg.Validate()
+}
+
+func joinDurations(xs []time.Duration) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration (e.g. 2ms)", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func joinInts(xs []int) string {

@@ -30,6 +30,15 @@ func plotted(rep *Report) []*timeline {
 	if w := rep.WorkerCrash; w != nil {
 		pick(w.Runs, func(FailoverRun) bool { return true })
 	}
+	if m := rep.Million; m != nil && m.timeline != nil {
+		out = append(out, m.timeline)
+	}
+	if o := rep.Outage; o != nil && o.timeline != nil {
+		out = append(out, o.timeline)
+	}
+	if n := rep.NATSCluster; n != nil && n.timeline != nil {
+		out = append(out, n.timeline)
+	}
 	return out
 }
 

@@ -22,7 +22,14 @@ type Report struct {
 	Incomplete string    `json:"incomplete,omitempty"` // why the run stopped early, if it did
 
 	Throughput  *Throughput  `json:"throughput,omitempty"`
-	Efficiency  *Efficiency  `json:"efficiency,omitempty"`
+	Efficiency  []Efficiency `json:"efficiency,omitempty"`
+	SmallJob    *SmallJob    `json:"small_job,omitempty"`
+	Wordcount   *Wordcount   `json:"wordcount,omitempty"`
+	Straggler   *Straggler   `json:"straggler,omitempty"`
+	Million     *Million     `json:"million,omitempty"`
+	Loaded      *Loaded      `json:"loaded,omitempty"`
+	Outage      *Outage      `json:"nats_outage,omitempty"`
+	NATSCluster *NATSCluster `json:"nats_cluster,omitempty"`
 	Failover    Failover     `json:"failover"`
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
 

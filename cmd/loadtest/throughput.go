@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/mapagg/mapagg/internal/cluster"
-	"time"
 
 	"github.com/mapagg/mapagg/client"
 )
@@ -18,8 +17,7 @@ func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
 	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
 	r.rep.Throughput = tp
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "tp", concurrency: cfg.ThroughputConcurrency,
-		leaseDuration: cfg.LeaseDuration, shardTimeout: 30 * time.Second})
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "tp", concurrency: cfg.ThroughputConcurrency, leaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
@@ -75,35 +73,38 @@ func (r *runner) throughput(ctx context.Context) error {
 	return nil
 }
 
-// efficiency is scenario 2: shards of a fixed duration over Workers × Concurrency slots; the
-// makespan (submit to the finished checkpoint) against the ideal, total work ÷ slots.
+// efficiency is scenario 2: for each shard duration, shards of that duration over Workers ×
+// Concurrency slots; the makespan (submit to the finished checkpoint) against the ideal, total
+// work ÷ slots.
 func (r *runner) efficiency(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "eff", concurrency: cfg.Concurrency,
-		leaseDuration: cfg.LeaseDuration, shardTimeout: 30 * time.Second})
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "eff", concurrency: cfg.Concurrency, leaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
 	defer r.env.stopCluster(c)
-	job := sleepJob(cfg.EfficiencyShards, cfg.EfficiencyDuration.String())
-	o, err := r.runJob(ctx, c, job, "efficiency", cfg.EfficiencyShards)
-	if err != nil {
-		return err
+	for _, d := range cfg.EfficiencyDurations {
+		shards := max(1, int(cfg.EfficiencyIdeal.Seconds()*float64(cfg.slots())/d.Seconds()))
+		job := sleepJob(shards, d.String())
+		o, err := r.runJob(ctx, c, job, "efficiency "+d.String(), shards)
+		if err != nil {
+			return err
+		}
+		ideal := d.Seconds() * float64(shards) / float64(cfg.slots())
+		e := Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: round3(ideal), Job: o.id, Exact: o.exact}
+		if !o.lost && o.makespan > 0 {
+			e.MakespanS = round3(o.makespan.Seconds())
+			e.Ratio = round3(ideal / o.makespan.Seconds())
+			e.MakespanOverIdeal = round3(o.makespan.Seconds() / ideal)
+			if p := plannedAt(c, o.id); !p.IsZero() {
+				e.PlannedS = round3(p.Sub(o.start).Seconds())
+			}
+			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f", shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio)
+		}
+		r.mu.Lock()
+		r.rep.Efficiency = append(r.rep.Efficiency, e)
+		r.mu.Unlock()
 	}
-	ideal := cfg.EfficiencyDuration.Seconds() * float64(cfg.EfficiencyShards) / float64(cfg.slots())
-	e := &Efficiency{Shards: cfg.EfficiencyShards, ShardS: cfg.EfficiencyDuration.Seconds(), Slots: cfg.slots(),
-		IdealS: round3(ideal), Job: o.id, Exact: o.exact}
-	r.rep.Efficiency = e
-	if o.lost || o.makespan <= 0 {
-		return nil
-	}
-	e.MakespanS = round3(o.makespan.Seconds())
-	e.Ratio = round3(ideal / o.makespan.Seconds())
-	e.MakespanOverIdeal = round3(o.makespan.Seconds() / ideal)
-	if p := plannedAt(c, o.id); !p.IsZero() {
-		e.PlannedS = round3(p.Sub(o.start).Seconds())
-	}
-	r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f", cfg.EfficiencyShards, cfg.EfficiencyDuration, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio)
 	return nil
 }
 

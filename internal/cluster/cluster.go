@@ -52,9 +52,11 @@ type Options struct {
 	Namespace string
 	// LeaseDuration of the election. Default 15s.
 	LeaseDuration time.Duration
-	// Concurrency per worker. Default 2.
+	// Concurrency per worker. Default 2; negative leaves it to the worker binary's default (the
+	// number of CPUs).
 	Concurrency int
-	// ShardTimeout (AckWait of shards). Default 30s.
+	// ShardTimeout (AckWait of shards). Default 30s; negative leaves it to the worker binary's
+	// default.
 	ShardTimeout time.Duration
 	// MapDelay slows every map step (see worker.Config.MapDelay). Default 0.
 	MapDelay time.Duration
@@ -62,6 +64,10 @@ type Options struct {
 	MaxAttempts int
 	// Env adds environment variables (KEY=VALUE) to every worker.
 	Env []string
+	// WorkerEnv adds environment variables to one worker (by id: w1, w2, …), after Env, so a
+	// variable set here wins: e.g. a straggler's MAP_DELAY or the NATS_URL of one node of a NATS
+	// cluster.
+	WorkerEnv map[string][]string
 	// ConnStr and NATSURL attach to running servers instead of starting them.
 	ConnStr, NATSURL string
 	// NATSBin, when set (and NATSURL is not), runs NATS as this nats-server binary in a child
@@ -262,10 +268,17 @@ func (c *Cluster) WorkerEnv(id string) []string {
 	env := append(os.Environ(),
 		"AZURE_STORAGE_CONNECTION_STRING="+c.ConnStr, "NATS_URL="+c.NATSURL, "WORKER_ID="+id,
 		"JOBS_CONTAINER="+jc, "JOBS_QUEUE="+qn, "LEASE_CONTAINER="+lc, "STREAM_PREFIX="+prefix,
-		"LEASE_DURATION="+c.opts.LeaseDuration.String(), "WORKER_CONCURRENCY="+fmt.Sprint(c.opts.Concurrency),
-		"SHARD_TIMEOUT="+c.opts.ShardTimeout.String(), "MAP_DELAY="+c.opts.MapDelay.String(),
+		"LEASE_DURATION="+c.opts.LeaseDuration.String(), "MAP_DELAY="+c.opts.MapDelay.String(),
 		"MAX_ATTEMPTS="+fmt.Sprint(c.opts.MaxAttempts), "LOG_LEVEL=info", "HTTP_ADDR=127.0.0.1:0")
-	return append(env, c.opts.Env...)
+	if c.opts.Concurrency > 0 {
+		env = append(env, "WORKER_CONCURRENCY="+fmt.Sprint(c.opts.Concurrency))
+	}
+	if c.opts.ShardTimeout > 0 {
+		env = append(env, "SHARD_TIMEOUT="+c.opts.ShardTimeout.String())
+	}
+	env = append(env, c.opts.Env...)
+	// exec keeps the last value of a variable given twice.
+	return append(env, c.opts.WorkerEnv[id]...)
 }
 
 // StartWorker starts a worker process with the given id (a restart reuses the id).

@@ -1,0 +1,529 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/cluster"
+)
+
+// leaseWatch polls a cluster's lease blob (in storage, so it sees through a NATS outage) and
+// records every term it sees.
+type leaseWatch struct {
+	mu     sync.Mutex
+	terms  []election.LeaderInfo
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func watchLease(ctx context.Context, c *cluster.Cluster) *leaseWatch {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &leaseWatch{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			if l, err := c.Leader(ctx); err == nil && l != nil {
+				w.mu.Lock()
+				if n := len(w.terms); n == 0 || w.terms[n-1].Epoch != l.Epoch {
+					w.terms = append(w.terms, *l)
+				}
+				w.mu.Unlock()
+			}
+			if waitCtx(ctx, 100*time.Millisecond) != nil {
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and returns the terms seen, in order.
+func (w *leaseWatch) stop() []election.LeaderInfo {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.terms
+}
+
+// countEvents counts c's events of kind between from and to.
+func countEvents(c *cluster.Cluster, kind string, from, to time.Time, after uint64) int {
+	n := 0
+	for _, e := range c.Events() {
+		if e.Kind == kind && !e.Time.Before(from) && !e.Time.After(to) && e.Epoch > after {
+			n++
+		}
+	}
+	return n
+}
+
+// changes is how many leader changes a run saw: new terms in the lease blob after the first, or
+// elected events of a later epoch, whichever is more (events published during a NATS outage
+// may never arrive; a term that lasted less than a lease poll is missed by the blob).
+func changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time) int {
+	if len(terms) == 0 {
+		return 0
+	}
+	return max(len(terms)-1, countEvents(c, cluster.Elected, from, to, terms[0].Epoch))
+}
+
+// piJob is a CPU-bound pi job whose exact answer is learned from its first run (the same
+// parameters always give the same points): check is set by the caller once it knows it.
+func piJob(samples int64, shards int) jobSpec {
+	p, _ := json.Marshal(builtin.PiParams{Samples: samples, Shards: shards, Seed: 42})
+	return jobSpec{typ: "pi", params: p, shards: shards}
+}
+
+// loaded is issue 11's no-fault run under load: CPU-bound jobs back to back on a cluster at
+// default settings for LoadedDuration, with nothing killed. Every new term, every lease break is
+// a takeover of a live leader.
+func (r *runner) loaded(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "load", leaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	ld := &Loaded{}
+	r.mu.Lock()
+	r.rep.Loaded = ld
+	r.mu.Unlock()
+	// About 10 s of CPU per job on two cores (a tenth of it in short runs, so the last job does
+	// not outlast the run by much).
+	samples := int64(2_000_000_000)
+	if cfg.LoadedDuration < time.Minute {
+		samples /= 10
+	}
+	job := piJob(samples, 400)
+	var want *builtin.PiResult
+	job.check = func(res json.RawMessage) error {
+		var got builtin.PiResult
+		if err := json.Unmarshal(res, &got); err != nil {
+			return fmt.Errorf("pi result %s: %v", res, err)
+		}
+		if got.Samples != uint64(samples) {
+			return fmt.Errorf("pi result %s: want %d samples", res, samples)
+		}
+		if want == nil {
+			want = &got
+		} else if got != *want {
+			return fmt.Errorf("pi result %s: the first run of the same job gave %+v", res, *want)
+		}
+		return nil
+	}
+	start := time.Now()
+	lw := watchLease(ctx, c)
+	cpu0 := clusterCPU(c)
+	r.log.Phase(fmt.Sprintf("loaded no-fault run (%v)", cfg.LoadedDuration), int(cfg.LoadedDuration.Seconds()))
+	// Three jobs in flight at once, so one's planning and finishing never leaves the cores idle.
+	const inFlight = 3
+	type res struct {
+		o   outcome
+		err error
+	}
+	results := make(chan res, inFlight)
+	inflight := 0
+	launch := func() {
+		inflight++
+		go func() {
+			id, st, err := submit(ctx, c, job)
+			if err != nil {
+				results <- res{err: err}
+				return
+			}
+			o, err := await(ctx, c, job, id, st, cfg.JobTimeout, nil)
+			results <- res{o, err}
+		}()
+	}
+	var firstErr error
+	for {
+		for inflight < inFlight && time.Since(start) < cfg.LoadedDuration && firstErr == nil {
+			launch()
+		}
+		if inflight == 0 {
+			break
+		}
+		x := <-results
+		inflight--
+		r.log.Set(int(time.Since(start).Seconds()))
+		if x.err != nil {
+			if firstErr == nil {
+				firstErr = x.err
+				r.log.Logf("loaded run: %v", x.err)
+			}
+			continue
+		}
+		r.account(x.o)
+		ld.Jobs++
+		if x.o.exact {
+			ld.Exact++
+		}
+	}
+	r.log.Done()
+	end := time.Now()
+	cpu := clusterCPU(c) - cpu0
+	terms := lw.stop()
+	ld.DurationS = round3(end.Sub(start).Seconds())
+	ld.CPUBusy = round3(cpu.Seconds() / (float64(runtime.NumCPU()) * end.Sub(start).Seconds()))
+	time.Sleep(200 * time.Millisecond) // the last events on their way
+	ld.Elections = changes(c, terms, start, end)
+	ld.BrokeLeases = countEvents(c, string(election.EventBrokeLease), start, end, 0)
+	ld.Suspected = countEvents(c, string(election.EventSuspected), start, end, 0)
+	r.log.Logf("loaded run: %.0fs, %d pi jobs (%d exact), CPU busy %.0f%%: %d leader changes, %d lease breaks, %d suspicions",
+		ld.DurationS, ld.Jobs, ld.Exact, 100*ld.CPUBusy, ld.Elections, ld.BrokeLeases, ld.Suspected)
+	return firstErr
+}
+
+// outage is issue 11's NATS-outage run: a cluster on a NATS server of its own (a child process),
+// SIGKILLed mid-job for OutageDuration and started again on the same port and store. The job
+// must finish exact, and the cluster may change leader at most once.
+func (r *runner) outage(ctx context.Context) error {
+	cfg := r.cfg
+	np, err := startNATSProc(filepath.Join(r.env.dir, "nats-outage"))
+	if err != nil {
+		return err
+	}
+	defer np.kill()
+	r.log.Logf("nats-outage: NATS server process on %s", np.url())
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "outage", leaseDuration: cfg.LeaseDuration, natsURL: np.url(), mapDelay: cfg.MapDelay})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	// The failover job (long enough to kill mid-way, by its map delay).
+	job := sleepJob(cfg.FailoverShards, "")
+	// A warm-up job creates the consumers, so the reference measures what the faulted job does.
+	if _, err := r.runJob(ctx, c, sleepJob(20, ""), "nats-outage: warm-up", 20); err != nil {
+		return err
+	}
+	ref, err := r.runJob(ctx, c, job, "nats-outage: reference", job.shards)
+	if err != nil {
+		return err
+	}
+	out := &Outage{}
+	r.mu.Lock()
+	r.rep.Outage = out
+	r.mu.Unlock()
+	if ref.exact {
+		out.ReferenceS = round3(ref.makespan.Seconds())
+	}
+	r.log.Phase("nats-outage: job with NATS killed", job.shards)
+	defer r.log.Done()
+	lw := watchLease(ctx, c)
+	id, start, err := submit(ctx, c, job)
+	if err != nil {
+		lw.stop()
+		return err
+	}
+	out.Job = id
+	smp := startSampler(ctx, c, id, 100*time.Millisecond)
+	defer smp.close()
+	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.OutageDuration)
+	defer cancel()
+	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
+	rw, err := watchResults(c, 3*job.shards/10)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-rw.reached:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	rw.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	at, _, _ := smp.last()
+	reached := jctx.Err() == nil
+	var marks []Kill
+	if reached && !at.State.Terminal() {
+		killed := time.Now()
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: "nats-server", Signal: "SIGKILL", Done: at.Done, at: killed})
+		np.kill()
+		r.log.Logf("nats-outage: killed the NATS server with %d of %d results on the wire (%d merged); down for %v", rw.seen.Load(), job.shards, at.Done, cfg.OutageDuration)
+		if err := waitCtx(ctx, cfg.OutageDuration); err != nil {
+			return err
+		}
+		if err := np.start(); err != nil {
+			return fmt.Errorf("restart nats: %w", err)
+		}
+		out.DownS = round3(time.Since(killed).Seconds())
+		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: "nats-server", Signal: "restart"})
+		r.log.Logf("nats-outage: NATS server back after %.1fs", out.DownS)
+	}
+	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	end := time.Now()
+	terms := lw.stop()
+	o := outcome{id: id, start: start}
+	if !ended {
+		o.lost, o.problem = true, fmt.Sprintf("nats-outage job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
+	} else {
+		st, err := c.Client.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		o = judge(o, job, st)
+	}
+	r.account(o)
+	out.Exact = o.exact
+	if o.makespan > 0 {
+		out.MakespanS = round3(o.makespan.Seconds())
+		if out.ReferenceS > 0 {
+			out.TimeLostS = round3(out.MakespanS - out.ReferenceS - out.DownS)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // events buffered during the outage arrive
+	out.LeaderChanges = changes(c, terms, start, end)
+	out.timeline = faultTimeline(c, fmt.Sprintf("NATS outage (%.0f s, %s)", out.DownS, job.typ), start, end, job.shards, smp.close(), marks, out.MakespanS)
+	out.BrokeLeases = countEvents(c, string(election.EventBrokeLease), start, end, 0)
+	r.log.Logf("nats-outage: exact %v, makespan %.2fs (reference %.2fs, down %.1fs): %d leader changes, %d lease breaks",
+		out.Exact, out.MakespanS, out.ReferenceS, out.DownS, out.LeaderChanges, out.BrokeLeases)
+	return nil
+}
+
+// natsCluster3 is three in-process NATS servers clustered on 127.0.0.1, each with its own store,
+// restartable one at a time.
+type natsCluster3 struct {
+	mu    sync.Mutex
+	opts  []*server.Options
+	nodes []*server.Server
+}
+
+func startNATSCluster(dir string, n int) (*natsCluster3, error) {
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	nc := &natsCluster3{nodes: make([]*server.Server, n)}
+	for i := range n {
+		nc.opts = append(nc.opts, &server.Options{
+			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: ports[i],
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i)),
+			JetStreamMaxMemory: 256 << 20, JetStreamMaxStore: 4 << 30, MaxPayload: 8 << 20,
+			NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "loadtest", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+	}
+	for i := range n {
+		if err := nc.start(i); err != nil {
+			nc.close()
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !nc.hasMetaLeader() {
+		if time.Now().After(deadline) {
+			nc.close()
+			return nil, fmt.Errorf("nats cluster: no JetStream meta leader within 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nc, nil
+}
+
+func (nc *natsCluster3) hasMetaLeader() bool {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	for _, s := range nc.nodes {
+		if s != nil && s.JetStreamIsLeader() {
+			return true
+		}
+	}
+	return false
+}
+
+func (nc *natsCluster3) start(i int) error {
+	o := *nc.opts[i]
+	s, err := server.NewServer(&o)
+	if err != nil {
+		return fmt.Errorf("nats node %d: %w", i, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		s.Shutdown()
+		return fmt.Errorf("nats node %d not ready within 20s", i)
+	}
+	nc.mu.Lock()
+	nc.nodes[i] = s
+	nc.mu.Unlock()
+	return nil
+}
+
+func (nc *natsCluster3) stop(i int) {
+	nc.mu.Lock()
+	s := nc.nodes[i]
+	nc.nodes[i] = nil
+	nc.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+func (nc *natsCluster3) close() {
+	for i := range nc.nodes {
+		nc.stop(i)
+	}
+}
+
+func (nc *natsCluster3) url(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", nc.opts[i].Port) }
+
+func (nc *natsCluster3) urls() string {
+	var us []string
+	for i := range nc.opts {
+		us = append(us, nc.url(i))
+	}
+	return strings.Join(us, ",")
+}
+
+// natsClusterRun is issue 13's scenario: a 3-node NATS cluster, R3 streams, worker wN connected
+// to node N−1; the node of the leader is stopped mid-job for NodeDownDuration and restarted.
+// The job must finish exact; the time lost against the same job without the fault is reported.
+func (r *runner) natsClusterRun(ctx context.Context) error {
+	cfg := r.cfg
+	nc, err := startNATSCluster(filepath.Join(r.env.dir, "nats-cluster"), 3)
+	if err != nil {
+		return err
+	}
+	defer nc.close()
+	r.log.Logf("nats-cluster: 3 nodes on %s", nc.urls())
+	we := map[string][]string{}
+	for i := 1; i <= cfg.Workers; i++ {
+		we[fmt.Sprintf("w%d", i)] = []string{"NATS_URL=" + nc.url((i-1)%3)}
+	}
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "n3", leaseDuration: cfg.LeaseDuration, natsURL: nc.urls(),
+		mapDelay: cfg.MapDelay, env: []string{"STREAM_REPLICAS=3"}, workerEnv: we})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	job := sleepJob(cfg.FailoverShards, "")
+	// A warm-up job creates the consumers, so the reference measures what the faulted job does.
+	if _, err := r.runJob(ctx, c, sleepJob(20, ""), "nats-cluster: warm-up", 20); err != nil {
+		return err
+	}
+	ref, err := r.runJob(ctx, c, job, "nats-cluster: reference", job.shards)
+	if err != nil {
+		return err
+	}
+	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
+	r.mu.Lock()
+	r.rep.NATSCluster = res
+	r.mu.Unlock()
+	if ref.exact {
+		res.ReferenceS = round3(ref.makespan.Seconds())
+	}
+	r.log.Phase("nats-cluster: job with a node killed", job.shards)
+	defer r.log.Done()
+	lw := watchLease(ctx, c)
+	id, start, err := submit(ctx, c, job)
+	if err != nil {
+		lw.stop()
+		return err
+	}
+	res.Job = id
+	smp := startSampler(ctx, c, id, 100*time.Millisecond)
+	defer smp.close()
+	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.NodeDownDuration)
+	defer cancel()
+	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
+	rw, err := watchResults(c, 3*job.shards/10)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-rw.reached:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	rw.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	at, _, _ := smp.last()
+	reached := jctx.Err() == nil
+	var marks []Kill
+	if reached && !at.State.Terminal() {
+		node := 0
+		if l, err := c.Leader(jctx); err == nil && l != nil {
+			var w int
+			if _, err := fmt.Sscanf(l.ID, "w%d", &w); err == nil && w >= 1 {
+				node = (w - 1) % 3
+			}
+		}
+		res.KilledNode = node
+		killed := time.Now()
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "stop", Done: at.Done, at: killed})
+		nc.stop(node)
+		r.log.Logf("nats-cluster: stopped node n%d (the leader's) with %d of %d results on the wire (%d merged); down for %v", node, rw.seen.Load(), job.shards, at.Done, cfg.NodeDownDuration)
+		if err := waitCtx(ctx, cfg.NodeDownDuration); err != nil {
+			return err
+		}
+		if err := nc.start(node); err != nil {
+			return err
+		}
+		res.DownS = round3(time.Since(killed).Seconds())
+		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "restart"})
+	}
+	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	end := time.Now()
+	terms := lw.stop()
+	o := outcome{id: id, start: start}
+	if !ended {
+		o.lost, o.problem = true, fmt.Sprintf("nats-cluster job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
+	} else {
+		st, err := c.Client.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		o = judge(o, job, st)
+	}
+	r.account(o)
+	res.Exact = o.exact
+	if o.makespan > 0 {
+		res.MakespanS = round3(o.makespan.Seconds())
+		if res.ReferenceS > 0 {
+			res.TimeLostS = round3(res.MakespanS - res.ReferenceS)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	res.LeaderChanges = changes(c, terms, start, end)
+	res.timeline = faultTimeline(c, fmt.Sprintf("3-node NATS cluster, node n%d down %.0f s", res.KilledNode, res.DownS), start, end, job.shards, smp.close(), marks, res.MakespanS)
+	r.log.Logf("nats-cluster: exact %v, makespan %.2fs against %.2fs without the fault: %.2fs lost; %d leader changes",
+		res.Exact, res.MakespanS, res.ReferenceS, res.TimeLostS, res.LeaderChanges)
+	return nil
+}
+
+// faultTimeline is the plot of a run with faults outside the workers (marks) and the elections
+// of c between start and end.
+func faultTimeline(c *cluster.Cluster, title string, start, end time.Time, total int, samples []sample, marks []Kill, finished float64) *timeline {
+	tl := &timeline{title: title, start: start, total: total, samples: samples, kills: marks, finished: finished}
+	for _, e := range c.Events() {
+		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
+			tl.elections = append(tl.elections, Elect{AtS: round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
+		}
+	}
+	return tl
+}

@@ -1,0 +1,114 @@
+package main
+
+// SmallJob is the small-job scenario: primes below 2·10^7 in 200 shards on an idle cluster.
+type SmallJob struct {
+	Runs     int     `json:"runs"`
+	Exact    int     `json:"exact"`
+	Makespan Dist    `json:"makespan_s"` // submit to finished (checkpoint FinishedAt)
+	Planned  Dist    `json:"planned_s"`  // submit to the job_planned event
+	MedianS  float64 `json:"median_s"`
+}
+
+// Wordcount compares a wordcount of a 200k-word vocabulary with one of a 1k-word vocabulary:
+// same corpus size and shard count.
+type Wordcount struct {
+	Shards  int            `json:"shards"`
+	Bytes   int            `json:"bytes"`
+	Jobs    []WordcountRun `json:"jobs"`
+	Ratio   float64        `json:"ratio"` // big vocabulary's shards/s ÷ small's
+	byVocab map[int]float64
+}
+
+// WordcountRun is one wordcount job.
+type WordcountRun struct {
+	Vocabulary int     `json:"vocabulary"`
+	Job        string  `json:"job"`
+	MakespanS  float64 `json:"makespan_s"`
+	PerS       float64 `json:"shards_per_s"`
+	Exact      bool    `json:"exact"`
+}
+
+// Straggler compares a job on a cluster with one worker 10× slower against the same job on a
+// cluster without it.
+type Straggler struct {
+	Shards        int     `json:"shards"`
+	DelayS        float64 `json:"map_delay_s"`
+	StragglerS    float64 `json:"straggler_map_delay_s"`
+	ReferenceS    float64 `json:"reference_makespan_s"`
+	MakespanS     float64 `json:"makespan_s"`
+	Ratio         float64 `json:"ratio"` // makespan ÷ reference
+	Exact         bool    `json:"exact"`
+	StragglerDone int     `json:"straggler_results"` // results the slow worker published
+}
+
+// Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at
+// 50 %.
+type Million struct {
+	Shards          int         `json:"shards"`
+	Job             string      `json:"job"`
+	MakespanS       float64     `json:"makespan_s"`
+	Exact           bool        `json:"exact"`
+	Killed          bool        `json:"leader_killed"`
+	KilledAt        int         `json:"killed_at_done"`
+	ToLeaderS       float64     `json:"to_leader_s"`
+	MaxLeaderRSSMiB float64     `json:"max_leader_rss_mib"` // every leader of the job, sampled
+	RSSSamples      int         `json:"rss_samples"`
+	MaxBacklog      uint64      `json:"max_backlog_msgs"` // shard stream messages, sampled
+	MaxBacklogBytes uint64      `json:"max_backlog_bytes"`
+	Window          int         `json:"dispatch_window_shards"` // the coordinator's default window
+	Samples         []MemSample `json:"samples,omitempty"`
+
+	timeline *timeline
+}
+
+// MemSample is one reading during the big job.
+type MemSample struct {
+	AtS     float64 `json:"at_s"`
+	Leader  string  `json:"leader"`
+	RSSMiB  float64 `json:"rss_mib"`
+	Backlog uint64  `json:"backlog_msgs"`
+	Done    int     `json:"done"`
+}
+
+// Loaded is the loaded no-fault run: jobs keep both cores busy; nothing is killed; every new term
+// or lease break is a takeover of a live leader.
+type Loaded struct {
+	DurationS   float64 `json:"duration_s"`
+	Jobs        int     `json:"jobs"`
+	Exact       int     `json:"exact"`
+	Elections   int     `json:"elections"`   // elected events after the first leader
+	BrokeLeases int     `json:"broke_lease"` // broke_lease events
+	Suspected   int     `json:"suspected"`   // suspected events (a follower missed heartbeats)
+	CPUBusy     float64 `json:"cpu_busy"`    // CPU used ÷ (cores × wall time), all processes but Azurite
+}
+
+// Outage is the NATS-outage run: the NATS server process is killed mid-job and restarted.
+type Outage struct {
+	DownS         float64 `json:"down_s"`
+	Job           string  `json:"job"`
+	Exact         bool    `json:"exact"`
+	LeaderChanges int     `json:"leader_changes"` // elected events during the job after the first leader
+	BrokeLeases   int     `json:"broke_lease"`
+	MakespanS     float64 `json:"makespan_s"`
+	ReferenceS    float64 `json:"reference_makespan_s"`
+	TimeLostS     float64 `json:"time_lost_s"` // makespan − reference − down time
+
+	timeline *timeline
+}
+
+// NATSCluster is the 3-node NATS cluster run: R3 streams, workers on different nodes, one node
+// killed mid-job and restarted.
+type NATSCluster struct {
+	Nodes         int     `json:"nodes"`
+	Replicas      int     `json:"replicas"`
+	KilledNode    int     `json:"killed_node"`
+	DownS         float64 `json:"down_s"`
+	Job           string  `json:"job"`
+	Exact         bool    `json:"exact"`
+	LeaderChanges int     `json:"leader_changes"`
+	MakespanS     float64 `json:"makespan_s"`
+	ReferenceS    float64 `json:"reference_makespan_s"`
+	TimeLostS     float64 `json:"time_lost_s"`
+
+	timeline *timeline
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/coordinator"
+	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
+)
+
+// smallJob is issue 12's latency figure: primes below 2·10^7 in 200 shards, submit to finished,
+// on an idle cluster at default settings; the median of SmallJobRuns counts.
+func (r *runner) smallJob(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "small", leaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	job := primesJob(20_000_000, 200)
+	sj := &SmallJob{}
+	var spans, planned []float64
+	// One warm-up job: the first job of a cluster creates its consumers.
+	if _, err := r.runJob(ctx, c, job, "small job (warm-up)", 200); err != nil {
+		return err
+	}
+	for i := range cfg.SmallJobRuns {
+		time.Sleep(300 * time.Millisecond) // idle: the previous job's last checkpoint and acks are done
+		o, err := r.runJob(ctx, c, job, fmt.Sprintf("small job %d/%d", i+1, cfg.SmallJobRuns), 200)
+		if err != nil {
+			return err
+		}
+		sj.Runs++
+		if o.exact {
+			sj.Exact++
+			spans = append(spans, round3(o.makespan.Seconds()))
+			if p := plannedAt(c, o.id); !p.IsZero() {
+				planned = append(planned, round3(p.Sub(o.start).Seconds()))
+			}
+		}
+	}
+	sj.Makespan, sj.Planned = dist(spans), dist(planned)
+	sj.MedianS = sj.Makespan.P50
+	r.mu.Lock()
+	r.rep.SmallJob = sj
+	r.mu.Unlock()
+	r.log.Logf("small job: primes below 2·10^7 in 200 shards: submit→finished p50 %.3fs, p90 %.3fs (%d of %d exact)", sj.Makespan.P50, sj.Makespan.P90, sj.Exact, sj.Runs)
+	return nil
+}
+
+// wordcount runs a wordcount over a corpus of a 1k-word vocabulary and one of a 200k-word
+// vocabulary (same size, same shards) and compares their shards/s: a big aggregate must not
+// stall merging.
+func (r *runner) wordcount(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "wc", leaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	wc := &Wordcount{Bytes: cfg.WordcountBytes}
+	for _, vocab := range []int{1_000, 200_000} {
+		container := fmt.Sprintf("%s-corpus%d", c.Options().Namespace, vocab/1000)
+		job, err := uploadCorpus(ctx, c, container, vocab, cfg.WordcountBytes, cfg.WordcountShardBytes)
+		if err != nil {
+			return fmt.Errorf("corpus of %d words: %w", vocab, err)
+		}
+		wc.Shards = job.shards
+		o, err := r.runJob(ctx, c, job, fmt.Sprintf("wordcount %dk words", vocab/1000), job.shards)
+		if err != nil {
+			return err
+		}
+		run := WordcountRun{Vocabulary: vocab, Job: o.id, Exact: o.exact}
+		if o.exact && o.makespan > 0 {
+			run.MakespanS = round3(o.makespan.Seconds())
+			run.PerS = round3(float64(job.shards) / o.makespan.Seconds())
+		}
+		wc.Jobs = append(wc.Jobs, run)
+		r.log.Logf("wordcount, %d-word vocabulary: %d shards in %.2fs = %.0f shards/s, exact %v", vocab, job.shards, run.MakespanS, run.PerS, run.Exact)
+		_, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil)
+	}
+	if len(wc.Jobs) == 2 && wc.Jobs[0].PerS > 0 {
+		wc.Ratio = round3(wc.Jobs[1].PerS / wc.Jobs[0].PerS)
+	}
+	r.mu.Lock()
+	r.rep.Wordcount = wc
+	r.mu.Unlock()
+	return nil
+}
+
+// uploadCorpus writes size bytes of words drawn from a vocabulary of vocab words into one blob of
+// container and returns the wordcount job over it, with its exact answer computed here.
+func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, vocab, size, shardBytes int) (jobSpec, error) {
+	words := make([]string, vocab)
+	for i := range words {
+		words[i] = "w" + strconv.FormatInt(int64(i), 36)
+	}
+	rng := rand.New(rand.NewPCG(uint64(vocab), 7))
+	var b bytes.Buffer
+	b.Grow(size + 16)
+	counts := make([]uint64, vocab)
+	var total uint64
+	for b.Len() < size-16 {
+		// Every word of the vocabulary appears (the first pass), then a skewed draw.
+		i := int(total)
+		if i >= vocab {
+			i = int(float64(vocab) * rng.Float64() * rng.Float64())
+		}
+		b.WriteString(words[i])
+		counts[i]++
+		total++
+		if total%12 == 0 {
+			b.WriteByte('\n')
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	if total < uint64(vocab) {
+		return jobSpec{}, fmt.Errorf("%d bytes hold only %d of the %d words", size, total, vocab)
+	}
+	sc := store.New(c.Blob(), container)
+	if err := sc.Ensure(ctx); err != nil {
+		return jobSpec{}, err
+	}
+	if _, err := c.Blob().UploadBuffer(ctx, container, "corpus.txt", b.Bytes(), nil); err != nil {
+		return jobSpec{}, fmt.Errorf("upload corpus: %w", err)
+	}
+	const top = 10
+	idx := make([]int, vocab)
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if counts[a] != counts[b] {
+			if counts[a] > counts[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(words[a], words[b])
+	})
+	want := builtin.WordcountResult{Total: total}
+	for _, i := range idx[:top] {
+		want.Top = append(want.Top, builtin.WordFreq{Word: words[i], Count: counts[i]})
+	}
+	wantJSON, _ := json.Marshal(want)
+	shards := (b.Len() + shardBytes - 1) / shardBytes
+	p, _ := json.Marshal(builtin.WordcountParams{Container: container, Top: top, ShardBytes: int64(shardBytes)})
+	return jobSpec{typ: "wordcount", params: p, shards: shards, check: func(res json.RawMessage) error {
+		var got builtin.WordcountResult
+		if err := json.Unmarshal(res, &got); err != nil {
+			return fmt.Errorf("wordcount result: %v", err)
+		}
+		if g, _ := json.Marshal(got); !bytes.Equal(g, wantJSON) {
+			return fmt.Errorf("wordcount result %s: want %s", g, wantJSON)
+		}
+		return nil
+	}}, nil
+}
+
+// straggler runs the same job on a cluster whose workers all delay each map step by
+// StragglerDelay and on one where w1 delays it ten times as long: backup tasks should keep the
+// second makespan within 1.2× the first.
+func (r *runner) straggler(ctx context.Context) error {
+	cfg := r.cfg
+	job := sleepJob(cfg.StragglerShards, "")
+	st := &Straggler{Shards: cfg.StragglerShards, DelayS: cfg.StragglerDelay.Seconds(), StragglerS: 10 * cfg.StragglerDelay.Seconds()}
+	for _, slow := range []bool{false, true} {
+		spec := clusterSpec{name: "strag0", leaseDuration: cfg.LeaseDuration, mapDelay: cfg.StragglerDelay}
+		if slow {
+			spec.name = "strag1"
+			spec.workerEnv = map[string][]string{"w1": {"MAP_DELAY=" + (10 * cfg.StragglerDelay).String()}}
+		}
+		c, err := r.env.startCluster(ctx, spec)
+		if err != nil {
+			return err
+		}
+		sn, err := startSniffer(c)
+		if err != nil {
+			r.env.stopCluster(c)
+			return err
+		}
+		name := "straggler: reference"
+		if slow {
+			name = "straggler: w1 10× slower"
+		}
+		o, err := r.runJob(ctx, c, job, name, job.shards)
+		results, _ := sn.take(o.id)
+		sn.close()
+		r.env.stopCluster(c)
+		if err != nil {
+			return err
+		}
+		if !o.exact || o.makespan <= 0 {
+			continue
+		}
+		if !slow {
+			st.ReferenceS = round3(o.makespan.Seconds())
+			continue
+		}
+		st.MakespanS, st.Exact = round3(o.makespan.Seconds()), o.exact
+		for _, x := range results {
+			if x.Worker == "w1" {
+				st.StragglerDone++
+			}
+		}
+	}
+	if st.ReferenceS > 0 && st.MakespanS > 0 {
+		st.Ratio = round3(st.MakespanS / st.ReferenceS)
+	}
+	r.log.Logf("straggler: %d shards, makespan %.2fs against %.2fs without the straggler (×%.2f); the straggler returned %d results", st.Shards, st.MakespanS, st.ReferenceS, st.Ratio, st.StragglerDone)
+	r.mu.Lock()
+	r.rep.Straggler = st
+	r.mu.Unlock()
+	return nil
+}
+
+// million runs one job of MillionShards zero-duration shards at default settings, sampling the
+// leader's resident memory and the shard stream's backlog throughout, and SIGKILLs the leader at
+// 50 % (restarting it). The result must be exact.
+func (r *runner) million(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.env.startCluster(ctx, clusterSpec{name: "big", leaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.env.stopCluster(c)
+	js, err := jetstream.New(c.Bus.Conn())
+	if err != nil {
+		return err
+	}
+	stream := protocol.NewNames(strings.ReplaceAll(c.Options().Namespace, "-", "")).ShardStream()
+	m := &Million{Shards: cfg.MillionShards, Window: coordinator.DefaultConfig().DispatchWindow}
+	r.mu.Lock()
+	r.rep.Million = m
+	r.mu.Unlock()
+	job := sleepJob(cfg.MillionShards, "")
+	r.log.Phase(fmt.Sprintf("big job (%d shards)", cfg.MillionShards), cfg.MillionShards)
+	defer r.log.Done()
+	id, start, err := submit(ctx, c, job)
+	if err != nil {
+		return err
+	}
+	m.Job = id
+	smp := startSampler(ctx, c, id, 100*time.Millisecond)
+	defer smp.close()
+	jctx, cancel := context.WithTimeout(ctx, 2*cfg.JobTimeout)
+	defer cancel()
+
+	// The memory and backlog sampler.
+	samplerDone := make(chan struct{})
+	sctx, stopSampling := context.WithCancel(jctx)
+	go func() {
+		defer close(samplerDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			x := MemSample{AtS: round3(time.Since(start).Seconds())}
+			if l, err := c.Leader(sctx); err == nil && l != nil {
+				x.Leader = l.ID
+				if p := c.Proc(l.ID); p != nil {
+					if rss, err := procRSS(p.PID); err == nil {
+						x.RSSMiB = round3(float64(rss) / (1 << 20))
+					}
+				}
+			}
+			if info, err := js.Stream(sctx, stream); err == nil {
+				st := info.CachedInfo().State
+				x.Backlog = st.Msgs
+				m.MaxBacklogBytes = max(m.MaxBacklogBytes, st.Bytes)
+			}
+			if s, ok, _ := smp.last(); ok {
+				x.Done = s.Done
+				r.log.Set(s.Done)
+			}
+			r.mu.Lock()
+			m.Samples = append(m.Samples, x)
+			m.MaxLeaderRSSMiB = max(m.MaxLeaderRSSMiB, x.RSSMiB)
+			m.MaxBacklog = max(m.MaxBacklog, x.Backlog)
+			if x.RSSMiB > 0 {
+				m.RSSSamples++
+			}
+			r.mu.Unlock()
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	defer func() {
+		stopSampling()
+		<-samplerDone
+	}()
+
+	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
+	rw, err := watchResults(c, (cfg.MillionShards+1)/2)
+	if err != nil {
+		return err
+	}
+	defer rw.stop()
+	select {
+	case <-rw.reached:
+	case <-smp.done:
+	case <-jctx.Done():
+	}
+	var marks []Kill
+	if at, _, _ := smp.last(); !at.State.Terminal() && jctx.Err() == nil {
+		l, err := c.Leader(jctx)
+		if err != nil || l == nil {
+			return fmt.Errorf("big job: no leader to kill: %v", err)
+		}
+		killed, err := c.Signal(l.ID, syscall.SIGKILL)
+		if err != nil {
+			return err
+		}
+		if _, err := c.StartWorker(l.ID); err != nil {
+			return err
+		}
+		m.Killed, m.KilledAt = true, int(rw.seen.Load())
+		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
+		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
+		if err == nil {
+			m.ToLeaderS = round3(ev.Time.Sub(killed).Seconds())
+		}
+		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", l.ID, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
+	}
+	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	o := outcome{id: id, start: start}
+	if !ended {
+		o.lost, o.problem = true, fmt.Sprintf("big job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
+	} else {
+		st, err := c.Client.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		o = judge(o, job, st)
+	}
+	r.account(o)
+	m.Exact = o.exact
+	if o.makespan > 0 {
+		m.MakespanS = round3(o.makespan.Seconds())
+	}
+	m.timeline = faultTimeline(c, fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, time.Now(), m.Shards, smp.close(), marks, m.MakespanS)
+	if o.makespan > 0 {
+		m.MakespanS = round3(o.makespan.Seconds())
+	}
+	// Keep the report readable: every sample of a short job, about one a second of a long one.
+	if len(m.Samples) > 600 {
+		var thin []MemSample
+		for i, s := range m.Samples {
+			if i%10 == 0 {
+				thin = append(thin, s)
+			}
+		}
+		m.Samples = thin
+	}
+	r.log.Logf("big job: %d shards in %.1fs, exact %v; leader RSS max %.1f MiB (%d samples); shard stream backlog max %d messages (window %d shards)",
+		m.Shards, m.MakespanS, m.Exact, m.MaxLeaderRSSMiB, m.RSSSamples, m.MaxBacklog, m.Window)
+	return nil
+}
+
+// procRSS is the resident set size of process pid in bytes (VmRSS of /proc/<pid>/status).
+func procRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// resultWatch counts the result messages of a cluster on the wire (a core NATS subscription sees
+// every message JetStream stores) and closes reached when n results were seen: a trigger for a
+// fault at a point of progress that does not wait for the next checkpoint.
+type resultWatch struct {
+	seen    atomic.Int64
+	reached chan struct{}
+	once    sync.Once
+	sub     *nats.Subscription
+}
+
+func watchResults(c *cluster.Cluster, n int) (*resultWatch, error) {
+	w := &resultWatch{reached: make(chan struct{})}
+	sub, err := c.Bus.Conn().Subscribe(c.Bus.ResultSubject(">"), func(msg *nats.Msg) {
+		if rs, err := protocol.DecodeResults(msg.Data); err == nil && int(w.seen.Add(int64(len(rs)))) >= n {
+			w.once.Do(func() { close(w.reached) })
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch results: %w", err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	w.sub = sub
+	return w, c.Bus.Conn().Flush()
+}
+
+func (w *resultWatch) stop() { _ = w.sub.Unsubscribe() }
