@@ -14,7 +14,7 @@ import (
 
 func connect(t *testing.T, url string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(url, t.Name(), bus.Config{ResultsAckWait: time.Minute})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ResultsAckWait: time.Minute, Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestBus_NewLeaderGetsUnackedResultsAtOnce(t *testing.T) {
 func TestFeed_StopHandsBackPrefetchedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Minute})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Minute, Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestShards_PerTypeRouting(t *testing.T) {
 func TestShards_LimitAndKeepAlive(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Second})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Second, Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

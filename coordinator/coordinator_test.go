@@ -67,7 +67,7 @@ func newRig(t testing.TB) *rig {
 
 func connect(t testing.TB, url string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second, Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{})
+	b, err := bus.Connect(url, t.Name(), bus.Config{Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestWorker_DeadWorkersShardsBackWithinShardTimeout(t *testing.T) {
 	if st := r.b.Config().ShardTimeout; st > 5*time.Second {
 		t.Fatalf("default shard timeout %v: a dead worker's shards would wait that long", st)
 	}
-	dead, err := bus.Connect(r.url, "dead", bus.Config{})
+	dead, err := bus.Connect(r.url, "dead", bus.Config{Keys: testenv.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
