@@ -190,6 +190,9 @@ func (r *Keyring) IDs() []string {
 // String shows the key ids only.
 func (r *Keyring) String() string { return "keyring[" + strings.Join(r.IDs(), ",") + "]" }
 
+// GoString shows the key ids only (%#v).
+func (r *Keyring) GoString() string { return r.String() }
+
 // LogValue shows the key ids only.
 func (r *Keyring) LogValue() slog.Value { return slog.StringValue(r.String()) }
 
@@ -239,7 +242,7 @@ func ParseMAC(v string) (keyID string, sum []byte, err error) {
 	if len(b64) != macB64Len {
 		return "", nil, fmt.Errorf("%s header: MAC of %d characters, want %d", MACHeader, len(b64), macB64Len)
 	}
-	sum, err = base64.RawURLEncoding.DecodeString(b64)
+	sum, err = base64.RawURLEncoding.Strict().DecodeString(b64)
 	if err != nil || len(sum) != sha256.Size {
 		return "", nil, fmt.Errorf("%s header: MAC is not base64url", MACHeader)
 	}
