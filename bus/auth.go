@@ -202,7 +202,7 @@ func (r *Keyring) Sign(subject, msgID string, body []byte) string {
 	if st == nil {
 		st = &macState{h: hmac.New(sha256.New, r.current.secret)}
 	}
-	st.out = mac(st.h, st.buf[:0], st.out[:0], subject, msgID, body)
+	st.buf, st.out = mac(st.h, st.buf[:0], st.out[:0], subject, msgID, body)
 	v := make([]byte, 0, len(macVersion)+1+idLen+1+macB64Len)
 	v = append(v, macVersion...)
 	v = append(v, ':')
@@ -214,7 +214,7 @@ func (r *Keyring) Sign(subject, msgID string, body []byte) string {
 }
 
 // mac computes HMAC(key, domain | len subject | subject | len msgID | msgID | body) into out.
-func mac(h hash.Hash, buf, out []byte, subject, msgID string, body []byte) []byte {
+func mac(h hash.Hash, buf, out []byte, subject, msgID string, body []byte) (bufUsed, sum []byte) {
 	h.Reset()
 	buf = append(buf, macDomain...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(subject)))
@@ -223,7 +223,7 @@ func mac(h hash.Hash, buf, out []byte, subject, msgID string, body []byte) []byt
 	buf = append(buf, msgID...)
 	h.Write(buf)
 	h.Write(body)
-	return h.Sum(out)
+	return buf, h.Sum(out)
 }
 
 // ParseMAC splits a MACHeader value into its key id and MAC, or says what is wrong with it.
@@ -266,37 +266,64 @@ func (r *Keyring) Verify(subject, msgID string, body []byte, header string) erro
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrUnauthenticated, err)
 	}
-	k, ok := r.byID[keyID]
-	if !ok {
+	k, known := r.byID[keyID]
+	if !known {
 		return fmt.Errorf("%w: signed with key %s, this member accepts keys %s: the members do not share the cluster key (see docs/deploy.md, cluster key)",
 			ErrUnauthenticated, keyID, strings.Join(r.IDs(), ","))
 	}
-	var want []byte
+	var ok bool
 	if k.id == r.current.id {
 		st, _ := r.pool.Get().(*macState)
 		if st == nil {
 			st = &macState{h: hmac.New(sha256.New, r.current.secret)}
 		}
-		st.out = mac(st.h, st.buf[:0], st.out[:0], subject, msgID, body)
-		want = append([]byte(nil), st.out...)
+		st.buf, st.out = mac(st.h, st.buf[:0], st.out[:0], subject, msgID, body)
+		ok = hmac.Equal(st.out, sum)
 		r.pool.Put(st)
 	} else {
-		want = mac(hmac.New(sha256.New, k.secret), nil, nil, subject, msgID, body)
+		_, want := mac(hmac.New(sha256.New, k.secret), nil, nil, subject, msgID, body)
+		ok = hmac.Equal(want, sum)
 	}
-	if !hmac.Equal(want, sum) {
+	if !ok {
 		return fmt.Errorf("%w: MAC mismatch with key %s (forged, altered, or moved to another subject)", ErrUnauthenticated, keyID)
 	}
 	return nil
 }
 
-// sign builds the NATS message of m with its MAC header.
-func (b *Bus) sign(m Outgoing) (*nats.Msg, error) {
-	if b.cfg.Keys == nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, ErrNoClusterKey)
+// TagMsgID returns msgID with a keyed tag appended ("<msgID>~<16 hex>"): the same for every
+// member that holds the current key (so JetStream still deduplicates a re-publish, by this member
+// or by a new leader), and unguessable without it, so a client without the key cannot publish
+// first under a genuine message's id and have JetStream drop the genuine one as a duplicate.
+func (r *Keyring) TagMsgID(msgID string) string {
+	st, _ := r.pool.Get().(*macState)
+	if st == nil {
+		st = &macState{h: hmac.New(sha256.New, r.current.secret)}
 	}
+	st.h.Reset()
+	st.buf = append(append(st.buf[:0], idTagDomain...), msgID...)
+	st.h.Write(st.buf)
+	st.out = st.h.Sum(st.out[:0])
+	v := make([]byte, 0, len(msgID)+1+2*idTagBytes)
+	v = append(append(v, msgID...), '~')
+	v = hex.AppendEncode(v, st.out[:idTagBytes])
+	r.pool.Put(st)
+	return string(v)
+}
+
+const (
+	idTagDomain = "mapagg-msgid-v1\x00"
+	idTagBytes  = 8
+)
+
+// sign builds the NATS message of m, with its keyed message id (TagMsgID) and MAC header.
+func (b *Bus) sign(m Outgoing) (*nats.Msg, string, error) {
+	if b.cfg.Keys == nil {
+		return nil, "", fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, ErrNoClusterKey)
+	}
+	id := b.cfg.Keys.TagMsgID(m.MsgID)
 	msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
-	msg.Header.Set(MACHeader, b.cfg.Keys.Sign(m.Subject, m.MsgID, m.Data))
-	return msg, nil
+	msg.Header.Set(MACHeader, b.cfg.Keys.Sign(m.Subject, id, m.Data))
+	return msg, id, nil
 }
 
 // verify checks a delivered shard or result.

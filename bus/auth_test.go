@@ -142,8 +142,8 @@ func benchSignVerify(b *testing.B, size int) {
 	b.Run("sign", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(size))
-		for b.Loop() {
-			_ = ring.Sign(subj, id, body)
+		for b.Loop() { // what a publish adds: the keyed id and the MAC
+			_ = ring.Sign(subj, ring.TagMsgID(id), body)
 		}
 	})
 	mac := ring.Sign(subj, id, body)
@@ -264,9 +264,12 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 	// 3. a genuine MAC on an altered body, 4. a genuine MAC of job2's result replayed on job1.
 	mac := testenv.Keys().Sign(subj, "job1/2/1", []byte("real"))
 	publishRaw(t, nc, subj, "job1/2/1", []byte("altered"), nats.Header{bus.MACHeader: {mac}})
-	mac2 := testenv.Keys().Sign(b.ResultSubject("job2"), "job1/3/1", []byte("job2's"))
+	mac2 := testenv.Keys().Sign(b.ResultSubject("job2"), "job1/3/1", []byte("job2's")) // same id, other subject
 	publishRaw(t, nc, subj, "job1/3/1", []byte("job2's"), nats.Header{bus.MACHeader: {mac2}})
-	// 5. the genuine one.
+	// 5. a forgery under the genuine result's message id, published first: JetStream must not
+	// drop the genuine one as its duplicate.
+	publishRaw(t, nc, subj, "job1/4/1", []byte("pre-empted"), nil)
+	// 6. the genuine one.
 	if err := b.PublishAll(ctx, []bus.Outgoing{{Subject: subj, MsgID: "job1/4/1", Data: []byte("genuine")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -280,13 +283,13 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 		t.Fatalf("the leader got %q", d.Data())
 	}
 	_ = d.Ack()
-	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return seen.n() == 4 }, "refusals: %v", seen.errs)
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return seen.n() == 5 }, "refusals: %v", seen.errs)
 	dead := deadLetters(t, nc, bus.SourceResults)
-	if len(dead) != 4 {
-		t.Fatalf("%d dead letters, want 4", len(dead))
+	if len(dead) != 5 {
+		t.Fatalf("%d dead letters, want 5", len(dead))
 	}
 	wantReason := map[string]string{"forged": "no Mapagg-Mac header", "other key": "signed with key " + otherKeys.Current().ID(),
-		"altered": "MAC mismatch", "job2's": "MAC mismatch"}
+		"altered": "MAC mismatch", "job2's": "MAC mismatch", "pre-empted": "no Mapagg-Mac header"}
 	for _, m := range dead {
 		reason := m.Header.Get("Reason")
 		if want := wantReason[string(m.Data)]; !strings.HasPrefix(reason, "unauthenticated: ") || !strings.Contains(reason, want) {
@@ -296,8 +299,8 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 			t.Errorf("dead letter %q lost its subject or id: %v", m.Data, m.Header)
 		}
 	}
-	if b.Refused() != 4 {
-		t.Fatalf("Refused() = %d, want 4", b.Refused())
+	if b.Refused() != 5 {
+		t.Fatalf("Refused() = %d, want 5", b.Refused())
 	}
 	// Nothing is left to redeliver: refused results were terminated.
 	select {

@@ -7,6 +7,11 @@
 // Guarantees:
 //   - A shard or result published here is stored by JetStream before the publish returns (or its
 //     future resolves); nothing in flight is lost while there is no leader.
+//   - Every shard and result is authenticated (auth.go): it carries a MAC of the cluster key over
+//     its subject, Nats-Msg-Id and body, and a feed hands on only deliveries whose MAC verifies;
+//     any other is dead-lettered (reason "unauthenticated: …") and terminated. Message ids below
+//     get a keyed suffix (Keyring.TagMsgID), so nobody without the key can take a genuine
+//     message's id first.
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
 //     carries several), so a new leader re-publishing a message the old leader already published
 //     within DuplicateWindow adds nothing.
@@ -267,11 +272,11 @@ type Outgoing struct {
 func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		msg, err := b.sign(m)
+		msg, id, err := b.sign(m)
 		if err != nil {
 			return err
 		}
-		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		}
@@ -293,12 +298,12 @@ func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
 // it, or the error.
 func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 	ch := make(chan error, 1)
-	msg, err := b.sign(m)
+	msg, id, err := b.sign(m)
 	if err != nil {
 		ch <- err
 		return ch
 	}
-	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
 		ch <- fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		return ch
@@ -334,11 +339,11 @@ func (f Future) Wait() error {
 // Publish starts publishing one message without a goroutine of its own; Wait on the future for
 // its outcome. Futures resolve in publish order, so one goroutine can settle them in turn.
 func (b *Bus) Publish(m Outgoing) (Future, error) {
-	msg, err := b.sign(m)
+	msg, id, err := b.sign(m)
 	if err != nil {
 		return Future{}, err
 	}
-	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.MsgID))
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
 		return Future{}, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 	}
