@@ -341,8 +341,8 @@ const maxReason = 512
 // refuse dead-letters a delivery that failed verification (subject, headers and body kept) and
 // terminates it; if the dead letter cannot be stored the delivery is handed back for a later
 // retry. It never reaches the feed's owner. refused counts it.
-func (b *Bus) refuse(m jetstream.Msg, source string, why error) {
-	ctx, cancel := contextWithTimeout(5)
+func (b *Bus) refuse(ctx context.Context, m jetstream.Msg, source string, why error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	reason := why.Error()
 	if len(reason) > maxReason {
@@ -364,10 +364,6 @@ func (b *Bus) Refused() uint64 { return b.refused.Load() }
 
 // retryRefused is how long a refused delivery waits when its dead letter could not be stored.
 const retryRefused = time.Second
-
-func contextWithTimeout(seconds int) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), time.Duration(seconds)*time.Second)
-}
 
 // deadLetterMsg stores a delivered message in the dead-letter stream with its subject, headers
 // (NATS's own, such as Nats-Msg-Id, renamed Original-<name> so JetStream does not act on them)

@@ -17,6 +17,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/testkeys"
 )
 
 func newKeyring(t testing.TB, previous ...bus.Key) (*bus.Keyring, bus.Key) {
@@ -239,7 +240,7 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.NATS(t)
 	var seen refusals
-	b, err := bus.Connect(url, t.Name(), bus.Config{Keys: testenv.Keys(), OnRefused: seen.add})
+	b, err := bus.Connect(url, t.Name(), bus.Config{Keys: testkeys.Keys(), OnRefused: seen.add})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,9 +263,9 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3. a genuine MAC on an altered body, 4. a genuine MAC of job2's result replayed on job1.
-	mac := testenv.Keys().Sign(subj, "job1/2/1", []byte("real"))
+	mac := testkeys.Keys().Sign(subj, "job1/2/1", []byte("real"))
 	publishRaw(t, nc, subj, "job1/2/1", []byte("altered"), nats.Header{bus.MACHeader: {mac}})
-	mac2 := testenv.Keys().Sign(b.ResultSubject("job2"), "job1/3/1", []byte("job2's")) // same id, other subject
+	mac2 := testkeys.Keys().Sign(b.ResultSubject("job2"), "job1/3/1", []byte("job2's")) // same id, other subject
 	publishRaw(t, nc, subj, "job1/3/1", []byte("job2's"), nats.Header{bus.MACHeader: {mac2}})
 	// 5. a forgery under the genuine result's message id, published first: JetStream must not
 	// drop the genuine one as its duplicate.

@@ -121,7 +121,7 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 				continue
 			}
 			if err := b.verify(m); err != nil {
-				b.refuse(m, source, err)
+				b.refuse(ctx, m, source, err)
 				continue
 			}
 			select {

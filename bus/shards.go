@@ -176,7 +176,7 @@ func (f *ShardFeed) drain(ctx context.Context, batch jetstream.MessageBatch, fro
 				f.mu.Unlock()
 				f.wake()
 			}
-			f.b.refuse(m, SourceShards, err)
+			f.b.refuse(ctx, m, SourceShards, err)
 			continue
 		}
 		d := newDelivery(m)

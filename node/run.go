@@ -24,7 +24,7 @@ type runFlags struct {
 	common
 	keys keyFlags
 	cfg  Config
-	fs  *flagSet
+	fs   *flagSet
 }
 
 func (n *Node) newRunFlags() *runFlags {

@@ -1,4 +1,6 @@
-package testenv
+// Package testkeys gives tests one cluster key per test binary (a package of its own: testenv is
+// imported by packages that bus imports).
+package testkeys
 
 import (
 	"sync"
