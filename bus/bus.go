@@ -7,6 +7,11 @@
 // Guarantees:
 //   - A shard or result published here is stored by JetStream before the publish returns (or its
 //     future resolves); nothing in flight is lost while there is no leader.
+//   - Every shard and result is authenticated (auth.go): it carries a MAC of the cluster key over
+//     its subject, Nats-Msg-Id and body, and a feed hands on only deliveries whose MAC verifies;
+//     any other is dead-lettered (reason "unauthenticated: …") and terminated. Message ids below
+//     get a keyed suffix (Keyring.TagMsgID), so nobody without the key can take a genuine
+//     message's id first.
 //   - Shard publishes carry Nats-Msg-Id = <job>/<index> (of the message's first shard, when it
 //     carries several), so a new leader re-publishing a message the old leader already published
 //     within DuplicateWindow adds nothing.
@@ -31,6 +36,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -60,6 +66,15 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MemoryStorage keeps streams in memory instead of on disk (tests only). Default false.
 	MemoryStorage bool
+	// Keys authenticate shards and results (auth.go): every shard and result published carries a
+	// MAC of the current key, and a delivery without a valid MAC of an accepted key is
+	// dead-lettered, never handed on. Required to publish or consume shards and results (a
+	// client that only submits, cancels or asks needs none). Default none.
+	Keys *Keyring
+	// OnRefused, when set, is called (from the feed's goroutine; keep it short) for every delivery
+	// refused as unauthenticated, after it was dead-lettered: source is SourceShards or
+	// SourceResults, err says why (naming key ids, never a secret). For logging and metrics.
+	OnRefused func(source, subject string, err error)
 }
 
 // DefaultConfig returns the defaults.
@@ -153,6 +168,7 @@ type Bus struct {
 	names                     protocol.Names
 	shardStream, resultStream string
 	deadStream                string
+	refused                   atomic.Uint64 // deliveries refused as unauthenticated
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
@@ -294,7 +310,11 @@ type Outgoing struct {
 func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+		msg, id, err := b.sign(m)
+		if err != nil {
+			return err
+		}
+		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		}
@@ -316,7 +336,12 @@ func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
 // it, or the error.
 func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 	ch := make(chan error, 1)
-	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+	msg, id, err := b.sign(m)
+	if err != nil {
+		ch <- err
+		return ch
+	}
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
 		ch <- fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		return ch
@@ -352,7 +377,11 @@ func (f Future) Wait() error {
 // Publish starts publishing one message without a goroutine of its own; Wait on the future for
 // its outcome. Futures resolve in publish order, so one goroutine can settle them in turn.
 func (b *Bus) Publish(m Outgoing) (Future, error) {
-	f, err := b.js.PublishMsgAsync(&nats.Msg{Subject: m.Subject, Data: m.Data}, jetstream.WithMsgID(m.MsgID))
+	msg, id, err := b.sign(m)
+	if err != nil {
+		return Future{}, err
+	}
+	f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
 		return Future{}, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 	}

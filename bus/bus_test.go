@@ -14,11 +14,12 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/testkeys"
 )
 
 func connect(t *testing.T, url string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(url, t.Name(), bus.Config{ResultsAckWait: time.Minute})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ResultsAckWait: time.Minute, Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestBus_NewLeaderGetsUnackedResultsAtOnce(t *testing.T) {
 func TestFeed_StopHandsBackPrefetchedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Minute})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Minute, Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestShards_PerTypeRouting(t *testing.T) {
 func TestShards_LimitAndKeepAlive(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Second})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: time.Second, Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,6 +53,12 @@ func newDelivery(m jetstream.Msg) *Delivery {
 	return d
 }
 
+// Dead-letter sources of the deliveries a feed refuses.
+const (
+	SourceShards  = "shards"
+	SourceResults = "results"
+)
+
 // Feed pumps a pull consumer into a channel. Its owner reads C and calls Stop when done.
 type Feed struct {
 	// C yields deliveries; it is closed when the feed stops.
@@ -66,7 +72,9 @@ type Feed struct {
 	done   chan struct{}
 }
 
-func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Feed, error) {
+// startFeed pumps cons into a Feed; every message is verified (auth.go) first, and one that
+// fails is dead-lettered under source and never handed on.
+func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int, source string) (*Feed, error) {
 	mc, err := cons.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second))
 	if err != nil {
 		return nil, err
@@ -110,6 +118,10 @@ func startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int) (*Fee
 			}
 			if ctx.Err() != nil {
 				_ = m.Nak() // stopping: redeliver to another consumer now
+				continue
+			}
+			if err := b.verify(m); err != nil {
+				b.refuse(ctx, m, source, err)
 				continue
 			}
 			select {
@@ -168,7 +180,7 @@ func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Fee
 	if err != nil {
 		return nil, fmt.Errorf("create results consumer %s: %w", name, err)
 	}
-	return startFeed(ctx, cons, max(prefetch, 1))
+	return b.startFeed(ctx, cons, max(prefetch, 1), SourceResults)
 }
 
 // JobOfSubject returns the job id at the end of a shards or results subject.

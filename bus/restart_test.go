@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/testkeys"
 )
 
 func startNATS(t *testing.T, port int, dir string) *server.Server {
@@ -33,7 +34,7 @@ func TestShards_DeadWorkersShardsBackAfterNATSRestart(t *testing.T) {
 	s := startNATS(t, -1, dir)
 	url := s.ClientURL()
 	live := connect(t, url)
-	dead, err := bus.Connect(url, "dead", bus.Config{})
+	dead, err := bus.Connect(url, "dead", bus.Config{Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

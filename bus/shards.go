@@ -167,6 +167,18 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 func (f *ShardFeed) drain(ctx context.Context, batch jetstream.MessageBatch, fromCredit bool) (int, error) {
 	got := 0
 	for m := range batch.Messages() {
+		if err := f.b.verify(m); err != nil {
+			// Never tracked nor handed on: its credit is free again at once.
+			if fromCredit {
+				got++
+				f.mu.Lock()
+				f.reserved--
+				f.mu.Unlock()
+				f.wake()
+			}
+			f.b.refuse(ctx, m, SourceShards, err)
+			continue
+		}
 		d := newDelivery(m)
 		d.feed = f
 		f.mu.Lock()

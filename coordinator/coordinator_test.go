@@ -22,6 +22,7 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/testkeys"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
@@ -67,7 +68,7 @@ func newRig(t testing.TB) *rig {
 
 func connect(t testing.TB, url string) *bus.Bus {
 	t.Helper()
-	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second})
+	b, err := bus.Connect(url, t.Name(), bus.Config{ShardTimeout: 5 * time.Second, Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

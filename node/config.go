@@ -39,6 +39,10 @@ type Config struct {
 	Queue string
 	// LeaseContainer holds the leader lease blob. Default "leader". --lease-container.
 	LeaseContainer string
+	// ClusterKeys authenticate shards and results between members (bus.Keyring). Default: read
+	// from (or created in) the blob ClusterKeyBlob of LeaseContainer. --cluster-key-file or env
+	// CLUSTER_KEY. Every member of a cluster must share it.
+	ClusterKeys *bus.Keyring
 	// StreamPrefix prefixes the JetStream streams and NATS subjects. Default "mapagg". --stream-prefix.
 	StreamPrefix string
 

@@ -23,6 +23,15 @@
 // worker has is refused with the list of types the running workers know; and with no worker
 // running, submit says so (ErrNoWorkers).
 //
+// # The cluster key
+//
+// Members authenticate every shard and result with a shared cluster key (bus.Keyring): a message
+// no member produced is dead-lettered, never merged or run. `run` takes it from
+// --cluster-key-file or CLUSTER_KEY, or else reads the blob ClusterKeyBlob of the lease container,
+// creating a random one there at the first start (members that race all end with the same key).
+// Config.ClusterKeys does the same for Serve. The key's id is logged at start; the key never is.
+// Members with different keys refuse each other's messages and log both key ids.
+//
 // # Guarantees
 //
 // Exit status 0 on success, 1 on failure, 2 on a usage mistake (bad flag, bad value, missing

@@ -22,14 +22,16 @@ import (
 // runFlags maps the flags (and environment) of `run` onto a Config.
 type runFlags struct {
 	common
-	cfg Config
-	fs  *flagSet
+	keys keyFlags
+	cfg  Config
+	fs   *flagSet
 }
 
 func (n *Node) newRunFlags() *runFlags {
 	f := &runFlags{fs: n.newFlagSet("run")}
 	fs, d := f.fs, DefaultConfig()
 	f.common.register(fs)
+	f.keys.register(fs)
 	fs.StringVar(&f.cfg.ID, "id", d.ID, "this worker's id (default hostname-pid)")
 	bindEnv(fs, "id", "WORKER_ID")
 	fs.DurationVar(&f.cfg.LeaseDuration, "lease-duration", d.LeaseDuration, "leader lease duration, 15s to 60s")
@@ -83,6 +85,9 @@ func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 		return usageErr("%v", err)
 	}
 	cfg := f.config(log)
+	if cfg.ClusterKeys, err = f.keys.resolve(); err != nil {
+		return usageErr("%v", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
@@ -128,6 +133,10 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	}
 	natsOpts, err := cfg.NATSAuth.Options()
 	if err != nil {
+		return err
+	}
+	p.bus.OnRefused = refusedLogger(log)
+	if p.bus.Keys, err = clusterKeys(ctx, log, cfg, store.New(blobClient, cfg.LeaseContainer)); err != nil {
 		return err
 	}
 	b, err := connectCluster(ctx, log, cfg.StartupTimeout, cfg.NATSURL, cfg.ID, p.bus, natsOpts, func(ctx context.Context) error {

@@ -16,6 +16,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/testkeys"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
@@ -57,7 +58,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	url := testenv.NATS(t)
-	b, err := bus.Connect(url, t.Name(), bus.Config{})
+	b, err := bus.Connect(url, t.Name(), bus.Config{Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestWorker_DeadWorkersShardsBackWithinShardTimeout(t *testing.T) {
 	if st := r.b.Config().ShardTimeout; st > 5*time.Second {
 		t.Fatalf("default shard timeout %v: a dead worker's shards would wait that long", st)
 	}
-	dead, err := bus.Connect(r.url, "dead", bus.Config{})
+	dead, err := bus.Connect(r.url, "dead", bus.Config{Keys: testkeys.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,26 @@
+// Package testkeys gives tests one cluster key per test binary (a package of its own: testenv is
+// imported by packages that bus imports).
+package testkeys
+
+import (
+	"sync"
+
+	"github.com/mapagg/mapagg/bus"
+)
+
+// clusterKeys is one random cluster key per test binary.
+var clusterKeys = sync.OnceValue(func() *bus.Keyring {
+	k, err := bus.GenerateKey()
+	if err != nil {
+		panic(err)
+	}
+	r, err := bus.NewKeyring(k)
+	if err != nil {
+		panic(err)
+	}
+	return r
+})
+
+// Keys is the cluster key of this test binary: every bus a test connects as a cluster member
+// (bus.Config.Keys) shares it, so they accept each other's shards and results.
+func Keys() *bus.Keyring { return clusterKeys() }
