@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"hash"
 	"log/slog"
 	"strings"
@@ -335,19 +336,13 @@ func (b *Bus) verify(m jetstream.Msg) error {
 	return b.cfg.Keys.Verify(m.Subject(), h.Get(jetstream.MsgIDHeader), m.Data(), h.Get(MACHeader))
 }
 
-// maxReason bounds a dead letter's reason.
-const maxReason = 512
-
 // refuse dead-letters a delivery that failed verification (subject, headers and body kept) and
 // terminates it; if the dead letter cannot be stored the delivery is handed back for a later
 // retry. It never reaches the feed's owner. refused counts it.
 func (b *Bus) refuse(ctx context.Context, m jetstream.Msg, source string, why error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	reason := why.Error()
-	if len(reason) > maxReason {
-		reason = fmt.Sprintf("%s… (%d bytes)", reason[:maxReason], len(reason))
-	}
+	reason := protocol.Clip(why.Error(), maxReason)
 	if err := b.deadLetterMsg(ctx, source, m, reason); err != nil {
 		_ = m.NakWithDelay(retryRefused)
 		return

@@ -140,7 +140,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		subj string
 		fn   func([]byte)
 	}{
-		{bus.CtlCancel, func(b []byte) { nonBlocking(t.cancels, string(b)) }},
+		{bus.CtlCancel, func(b []byte) { t.onCancelHint(ctx, string(b)) }},
 		{bus.CtlSubmitted, func([]byte) { nonBlocking(t.wake, struct{}{}) }},
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
@@ -209,6 +209,25 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
 		writes: make(chan written, 64),
 	}
+}
+
+// onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
+// storage: hints travel on core NATS unauthenticated, and anyone who can publish there must not
+// be able to cancel a job. It runs on the subscription's goroutine, not the loop's, so a flood of
+// hints delays only other hints (the channel drops what the loop cannot take).
+func (t *term) onCancelHint(ctx context.Context, id string) {
+	if protocol.CheckID(id) != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ok, err := t.store.Exists(rctx, protocol.CancelBlob(id)); err != nil || !ok {
+		if err == nil {
+			t.log.Warn("cancel hint without a cancel marker ignored", "job", id)
+		}
+		return // a storage error: the rescan reads the marker later
+	}
+	nonBlocking(t.cancels, id)
 }
 
 func nonBlocking[T any](ch chan T, v T) {

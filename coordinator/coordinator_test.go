@@ -598,6 +598,29 @@ func TestCoordinator_CancelPurgesShards(t *testing.T) {
 	}
 }
 
+// A cancel hint on NATS without the job's cancel marker in storage (anyone who can publish on the
+// control subject) changes nothing; the job runs to the end.
+func TestCoordinator_CancelHintWithoutMarkerIgnored(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.lead(1)
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("sleep", `{"shards":60,"duration":"20ms"}`)
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone >= 2
+	}, "job did not start")
+	for range 3 {
+		if err := r.b.Announce(bus.CtlCancel, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := r.wait(id, time.Minute)
+	if st.State != jobs.StateSucceeded || st.ShardsDone != 60 {
+		t.Fatalf("after a forged cancel hint: %s %d/%d %s", st.State, st.ShardsDone, st.ShardsTotal, st.Error)
+	}
+}
+
 func TestClient_SubmitRefusesBadJobsAndWritesNothing(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()

@@ -134,7 +134,7 @@ func TestClusterKey_ExplicitSources(t *testing.T) {
 
 // startMember runs `run` with extra environment and flags until the test ends, and returns its
 // log.
-func (c *cluster) startMember(t *testing.T, id string, env map[string]string, args ...string) *syncBuffer {
+func (c *cluster) startMember(t *testing.T, id string, env map[string]string, args ...string) *testenv.SyncBuffer {
 	t.Helper()
 	saved := c.env
 	c.env = map[string]string{}
@@ -147,7 +147,7 @@ func (c *cluster) startMember(t *testing.T, id string, env map[string]string, ar
 	n := c.node(t, withSquares(builtin.Registry()))
 	c.env = saved
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	done := make(chan int)
 	go func() {
 		done <- n.Run(ctx, append([]string{"run", "--id", id, "--concurrency", "2", "--checkpoint-interval", "50ms", "--startup-timeout", "30s", "--http-addr", "off"}, args...), logs, logs)
