@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,7 +142,7 @@ func TestCompose_WalkThroughRuns(t *testing.T) {
 						t.Fatalf("job %s already succeeded before the kill: MAP_DELAY no longer makes the job outlast the walk-through", id)
 					}
 				}
-				return v.Leader != "" && len(v.Jobs) == 1 && slicesOne(v.Jobs) == "running"
+				return v.Leader != "" && len(v.Jobs) == 1 && onlyValue(v.Jobs) == "running"
 			})
 			c, err := containerOf(before.Leader)
 			if err != nil {
@@ -232,6 +234,14 @@ func composeMissing(root, composeText string) string {
 		return "image " + strings.Join(missing, ", ") + " missing: docker pull them, or where no registry is reachable " +
 			"build local stand-ins: deploy/docker/standins/build.sh"
 	}
+	// The cluster publishes its ports on 127.0.0.1; one already taken would fail `up` midway.
+	for _, m := range regexp.MustCompile(`"(127\.0\.0\.1:\d+):\d+"`).FindAllStringSubmatch(composeText, -1) {
+		l, err := net.Listen("tcp", m[1])
+		if err != nil {
+			return "port " + m[1] + " is in use (another Azurite or NATS?); the compose cluster publishes it: stop what holds it"
+		}
+		l.Close()
+	}
 	return ""
 }
 
@@ -242,12 +252,9 @@ func baseImages(dockerfile, composeText string) []string {
 	goVersion := regexp.MustCompile(`(?m)^ARG GO_VERSION=(\S+)`).FindStringSubmatch(dockerfile)
 	var out []string
 	add := func(img string) {
-		for _, o := range out {
-			if o == img {
-				return
-			}
+		if !slices.Contains(out, img) {
+			out = append(out, img)
 		}
-		out = append(out, img)
 	}
 	for _, m := range regexp.MustCompile(`(?m)^FROM\s+(?:--platform=\S+\s+)?(\S+)`).FindAllStringSubmatch(dockerfile, -1) {
 		img := m[1]
@@ -280,7 +287,7 @@ func leftovers(project, detached string) string {
 			found = append(found, fmt.Sprintf("docker %s failed: %v", strings.Join(q, " "), err))
 		}
 		for l := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-			if l != "" && !contains(found, l) {
+			if l != "" && !slices.Contains(found, l) {
 				found = append(found, l)
 			}
 		}
@@ -288,17 +295,8 @@ func leftovers(project, detached string) string {
 	return strings.Join(found, ", ")
 }
 
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-// slicesOne is the only value of a one-entry map.
-func slicesOne(m map[string]string) string {
+// onlyValue is the only value of a one-entry map.
+func onlyValue(m map[string]string) string {
 	for _, v := range m {
 		return v
 	}
