@@ -69,7 +69,7 @@ func TestParseWalkThrough_ComposeFile(t *testing.T) {
 	}
 	all := strings.Join(cmds, "\n")
 	for _, want := range []string{"export MAP_DELAY=", "compose up -d --build", " -d --no-deps --name mapagg-submit submit",
-		"docker kill --signal KILL <LEADER>", "submit result <JOB>", "docker rm -f mapagg-submit", "compose down -v"} {
+		"docker kill --signal KILL <LEADER>", "submit result <JOB>", "compose down -v --remove-orphans"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("walk-through lacks %q:\n%s", want, all)
 		}
@@ -79,8 +79,8 @@ func TestParseWalkThrough_ComposeFile(t *testing.T) {
 	if after := strings.Count(all[kill:], "submit status"); statuses-after < 1 || after != 2 {
 		t.Errorf("want a status before the kill and two after it (takeover, then succeeded); got %d before, %d after", statuses-after, after)
 	}
-	if !strings.HasSuffix(all, "compose down -v") {
-		t.Errorf("the walk-through must end with `docker compose down -v`:\n%s", all)
+	if !strings.HasSuffix(all, "compose down -v --remove-orphans") {
+		t.Errorf("the walk-through must end with `docker compose down -v --remove-orphans` (it removes the detached submit):\n%s", all)
 	}
 	for _, s := range steps {
 		if strings.Contains(s.Cmd, "submit result") && !strings.Contains(s.Note, `{"count":1270607}`) {
