@@ -231,7 +231,7 @@ func composeMissing(root, composeText string) string {
 		}
 	}
 	if missing != nil {
-		return "image " + strings.Join(missing, ", ") + " missing: docker pull them, or where no registry is reachable " +
+		return "image " + strings.Join(missing, ", ") + " missing: docker pull, or where no registry is reachable " +
 			"build local stand-ins: deploy/docker/standins/build.sh"
 	}
 	// The cluster publishes its ports on 127.0.0.1; one already taken would fail `up` midway.
