@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # The worker image: one static binary on distroless, running as a non-root user.
 #
 #   docker build -t mapagg/worker:dev .
@@ -11,7 +9,9 @@
 # It builds with BuildKit and with the classic builder (DOCKER_BUILDKIT=0, Engine 20.10): the
 # platform arguments have defaults for the classic builder, which does not set them ("linux" is
 # the build machine's own architecture; empty GOOS/GOARCH build for it), and no instruction needs
-# BuildKit (no RUN --mount: Go's build cache lives only in the layer). node/compose_test.go checks it.
+# BuildKit (no RUN --mount: Go's build cache lives only in the layer). There is no `# syntax=`
+# line either: BuildKit would fetch that frontend image from a registry before building, which
+# fails offline; the frontend built into the engine reads this file. node/compose_test.go checks it.
 
 ARG GO_VERSION=1.26
 
