@@ -14,8 +14,9 @@ import (
 	"github.com/mapagg/mapagg/internal/devserver"
 )
 
-// TestQuick is `chaos --quick` in CI: the cheap faults that pass on main (leader SIGKILL, garbage
-// on the results subject, garbage on the job queue and the shards stream) on real Azurite,
+// TestQuick is `chaos --quick` in CI: the cheap faults (leader SIGKILL, a forged result, garbage
+// and a garbage partial on the results subject, garbage on the job queue and the shards stream,
+// a cancel during a failover) on real Azurite,
 // nats-server and worker processes. It asserts the verdicts: every job exact, nothing stuck,
 // nothing left behind, every injected message dead-lettered.
 func TestQuick(t *testing.T) {

@@ -49,7 +49,7 @@ func DefaultConfig() Config {
 		Deadline: 60 * time.Second, CancelWithin: time.Second, LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second}
 }
 
-// QuickConfig is the quick run: a smaller sleep job, the cheap faults that pass today.
+// QuickConfig is the quick run: a smaller sleep job, the cheap faults.
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Quick = true

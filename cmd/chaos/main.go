@@ -106,7 +106,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	d := DefaultConfig()
-	quick := fs.Bool("quick", false, "the quick run: a smaller job and only the cheap faults that pass today ("+strings.Join(quickFaults, ", ")+")")
+	quick := fs.Bool("quick", false, "the quick run: a smaller job and only the cheap faults ("+strings.Join(quickFaults, ", ")+")")
 	faults := fs.String("faults", "", "comma-separated faults to run (default: all, or the quick ones with --quick)")
 	dir := fs.String("dir", "", "folder for server data and worker logs (default: a temporary folder)")
 	fs.BoolVar(&keep, "keep", false, "keep the folder (worker logs) after the run")

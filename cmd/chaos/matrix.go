@@ -19,8 +19,8 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// quickFaults are the cheap faults `go test` runs (TestQuick): they pass on main today.
-var quickFaults = []string{"leader-kill", "malformed-result", "garbage"}
+// quickFaults are the cheap faults `go test` runs (TestQuick); the others take longer (a longer job or an outage).
+var quickFaults = []string{"leader-kill", "forged-result", "malformed-result", "malformed-partial", "garbage", "cancel-failover"}
 
 // matrix is every fault, in the order the run takes them.
 func matrix() []fault {
