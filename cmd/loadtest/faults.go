@@ -262,23 +262,12 @@ func (r *runner) outage(ctx context.Context) error {
 		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: "nats-server", Signal: "restart"})
 		r.log.Logf("nats-outage: NATS server back after %.1fs", out.DownS)
 	}
-	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "nats-outage", id, start)
+	if err != nil {
+		return err
 	}
 	end := time.Now()
 	terms := lw.stop()
-	o := outcome{id: id, start: start}
-	if !ended {
-		o.lost, o.problem = true, fmt.Sprintf("nats-outage job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
-	} else {
-		st, err := c.Client.Status(ctx, id)
-		if err != nil {
-			return err
-		}
-		o = judge(o, job, st)
-	}
-	r.account(o)
 	out.Exact = o.exact
 	if o.makespan > 0 {
 		out.MakespanS = round3(o.makespan.Seconds())
@@ -484,23 +473,12 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 		res.DownS = round3(time.Since(killed).Seconds())
 		marks = append(marks, Kill{AtS: round3(time.Since(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "restart"})
 	}
-	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "nats-cluster", id, start)
+	if err != nil {
+		return err
 	}
 	end := time.Now()
 	terms := lw.stop()
-	o := outcome{id: id, start: start}
-	if !ended {
-		o.lost, o.problem = true, fmt.Sprintf("nats-cluster job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
-	} else {
-		st, err := c.Client.Status(ctx, id)
-		if err != nil {
-			return err
-		}
-		o = judge(o, job, st)
-	}
-	r.account(o)
 	res.Exact = o.exact
 	if o.makespan > 0 {
 		res.MakespanS = round3(o.makespan.Seconds())

@@ -95,3 +95,24 @@ var pollEvery = 250 * time.Millisecond
 func seconds(d time.Duration) float64 { return d.Seconds() }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// awaitEnd waits, within jctx, for job id to end, judges it (lost when it did not end in time;
+// what names the run in that problem) and accounts for it.
+func (r *runner) awaitEnd(ctx, jctx context.Context, c *cluster.Cluster, job jobSpec, smp *sampler, what, id string, start time.Time) (outcome, error) {
+	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return outcome{}, ctx.Err()
+	}
+	o := outcome{id: id, start: start}
+	if !ended {
+		o.lost, o.problem = true, fmt.Sprintf("%s job %s not finished (%s, %d of %d merged)", what, id, last.State, last.Done, last.Total)
+	} else {
+		st, err := c.Client.Status(ctx, id)
+		if err != nil {
+			return outcome{}, err
+		}
+		o = judge(o, job, st)
+	}
+	r.account(o)
+	return o, nil
+}

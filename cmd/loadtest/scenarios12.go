@@ -342,21 +342,10 @@ func (r *runner) million(ctx context.Context) error {
 		}
 		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", l.ID, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
-	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "big", id, start)
+	if err != nil {
+		return err
 	}
-	o := outcome{id: id, start: start}
-	if !ended {
-		o.lost, o.problem = true, fmt.Sprintf("big job %s not finished (%s, %d of %d merged)", id, last.State, last.Done, last.Total)
-	} else {
-		st, err := c.Client.Status(ctx, id)
-		if err != nil {
-			return err
-		}
-		o = judge(o, job, st)
-	}
-	r.account(o)
 	m.Exact = o.exact
 	if o.makespan > 0 {
 		m.MakespanS = round3(o.makespan.Seconds())
