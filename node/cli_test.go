@@ -73,7 +73,7 @@ func (c *cluster) startWorker(t *testing.T, reg *jobs.Registry, id string) {
 	var logs testenv.SyncBuffer
 	done := make(chan int)
 	go func() {
-		done <- n.Run(ctx, []string{"run", "--id", id, "--concurrency", "2", "--checkpoint-interval", "50ms", "--startup-timeout", "30s"}, &logs, &logs)
+		done <- n.Run(ctx, []string{"run", "--id", id, "--concurrency", "2", "--checkpoint-interval", "50ms", "--startup-timeout", "30s", "--http-addr", "127.0.0.1:0"}, &logs, &logs)
 	}()
 	t.Cleanup(func() {
 		cancel()
