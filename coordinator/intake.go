@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -66,23 +67,44 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		t.deadQueue(ctx, m, reason)
 		return
 	}
-	// Planned already (a leader died after the first checkpoint, before deleting the message)?
-	if ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); err != nil {
-		log.Warn("check for a checkpoint", "err", err)
+	// Three independent reads at once: planned already (a leader died after the first checkpoint,
+	// before deleting the message)? the spec; a cancel marker.
+	var (
+		planned, cancelled    bool
+		plannedErr, cancelErr error
+		data                  []byte
+		specErr               error
+		reads                 sync.WaitGroup
+	)
+	reads.Add(3)
+	go func() {
+		defer reads.Done()
+		planned, plannedErr = t.store.Exists(ctx, protocol.CheckpointBlob(id))
+	}()
+	go func() {
+		defer reads.Done()
+		data, _, specErr = t.store.Get(ctx, protocol.SpecBlob(id))
+	}()
+	go func() {
+		defer reads.Done()
+		cancelled, cancelErr = t.store.Exists(ctx, protocol.CancelBlob(id))
+	}()
+	reads.Wait()
+	if plannedErr != nil {
+		log.Warn("check for a checkpoint", "err", plannedErr)
 		return
-	} else if ok {
+	} else if planned {
 		t.deleteMsg(ctx, m)
 		t.request(ctx, id)
 		return
 	}
-	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(specErr, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
 		t.deadQueue(ctx, m, "no spec blob for job "+id)
 		return
 	}
-	if err != nil {
-		log.Warn("read spec", "err", err)
+	if specErr != nil {
+		log.Warn("read spec", "err", specErr)
 		return
 	}
 	spec, err := protocol.ParseSpec(data)
@@ -90,7 +112,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		t.refuse(ctx, m, id, "", err)
 		return
 	}
-	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
+	if cancelErr == nil && cancelled {
 		t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
 		t.deleteMsg(ctx, m)
 		return
@@ -170,7 +192,10 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		return
 	}
 	j.etag = etag
-	t.deleteMsg(ctx, m)
+	// The job starts before its queue message is deleted: the delete is off the job's critical
+	// path, and a leader that dies in between leaves a message whose job has a checkpoint, which
+	// the next intake recognises and claims.
+	defer t.deleteMsg(ctx, m)
 	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: total})
 	select {
