@@ -33,8 +33,8 @@ type Checkpoint struct {
 	// finds a checkpoint of its own epoch written by another term. Empty in checkpoints of
 	// earlier builds (treated as another term's).
 	WriterTerm string `json:"writer_term,omitempty"`
-	Total       int    `json:"total"`
-	DoneCount   int    `json:"done_count"`
+	Total      int    `json:"total"`
+	DoneCount  int    `json:"done_count"`
 	// Dispatched is how many shards, from index 0, were published and acknowledged by JetStream.
 	Dispatched int `json:"dispatched"`
 	// ShardsPerMsg is how many consecutive shards travel in one message (0 or 1: one each),

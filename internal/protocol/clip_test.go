@@ -2,8 +2,8 @@ package protocol
 
 import (
 	"strings"
-	"unicode/utf8"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestClip(t *testing.T) {
