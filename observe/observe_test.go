@@ -3,6 +3,8 @@ package observe
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,5 +82,29 @@ func TestJobCacheReadsOncePerTTLAndEstimatesRate(t *testing.T) {
 	v, err := c.Jobs(context.Background())
 	if err == nil || len(v) != 1 {
 		t.Fatalf("after a failed read: %v, %d jobs", err, len(v))
+	}
+}
+
+// TestServerServesPprofBesideTheDashboard: --pprof once made the server panic at start ("GET /"
+// conflicted with a method-less "/debug/pprof/").
+func TestServerServesPprofBesideTheDashboard(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		s, err := Listen(Config{Addr: "127.0.0.1:0", Pprof: on, Worker: "w1", Metrics: NewMetrics("test", Sources{}), Events: NewRecorder("w1")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := func(path string) *httptest.ResponseRecorder {
+			rec := httptest.NewRecorder()
+			s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			return rec
+		}
+		if rec := get("/"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<html") {
+			t.Errorf("pprof %v: GET /: %d, not the dashboard", on, rec.Code)
+		}
+		rec := get("/debug/pprof/cmdline")
+		if served := rec.Code == http.StatusOK; served != on {
+			t.Errorf("pprof %v: GET /debug/pprof/cmdline: %d", on, rec.Code)
+		}
+		_ = s.ln.Close()
 	}
 }
