@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -167,12 +168,8 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 		}
 		w.cfg.Metrics.MapFinished(m.Type, dur, err)
 	}()
-	if w.cfg.MapDelay > 0 {
-		select {
-		case <-ctx.Done():
-			return nil, 0, ctx.Err()
-		case <-time.After(w.cfg.MapDelay):
-		}
+	if err := precise.Sleep(ctx, w.cfg.MapDelay); err != nil {
+		return nil, 0, err
 	}
 	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
 	return partial, 0, err

@@ -73,6 +73,10 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	for _, e := range rep.Efficiency {
 		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), single(e.Ratio, e.MakespanS > 0))
 		row(fmt.Sprintf("efficiency %.0f ms, makespan s (ideal %s s)", 1000*e.ShardS, num(e.IdealS)), single(e.MakespanS, e.MakespanS > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: slots' time in map steps ÷ (slots × makespan)", 1000*e.ShardS), single(e.SlotUse, e.SlotUse > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: mean map time measured by the workers, ms", 1000*e.ShardS), single(e.MapMeanMs, e.MapMeanMs > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: a bare loop of %d goroutines, ideal ÷ makespan, time.Timer sleep", 1000*e.ShardS, e.Slots), single(e.TimerRef, e.TimerRef > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: the same loop with the precise sleep the sleep job uses", 1000*e.ShardS), single(e.PreciseRef, e.PreciseRef > 0))
 	}
 	if sj := rep.SmallJob; sj != nil {
 		row("small job (primes < 2·10^7, 200 shards): submit→finished s", sj.Makespan)

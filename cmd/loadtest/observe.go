@@ -120,6 +120,7 @@ type resultObs struct {
 	Index   int
 	Attempt int
 	Worker  string
+	Micros  int64 // the map step's run time
 }
 
 // sniffer watches a cluster's result and shard subjects on core NATS: JetStream stores what is
@@ -145,7 +146,7 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 		}
 		s.mu.Lock()
 		for _, r := range rs {
-			s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker})
+			s.results[r.Job] = append(s.results[r.Job], resultObs{T: now, Index: r.Index, Attempt: r.Attempt, Worker: r.Worker, Micros: r.Micros})
 		}
 		s.mu.Unlock()
 	})

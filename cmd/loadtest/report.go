@@ -148,8 +148,19 @@ type Efficiency struct {
 	// MakespanOverIdeal is the inverse (1 is perfect).
 	MakespanOverIdeal float64 `json:"makespan_over_ideal"`
 	PlannedS          float64 `json:"planned_s"` // submit to the job_planned event
-	Job               string  `json:"job"`
-	Exact             bool    `json:"exact"`
+	// SlotUse is the slots' time spent in map steps ÷ (slots × makespan), from the map times the
+	// results carry: what the coordination costs, whatever the shards' sleep overshoots.
+	SlotUse float64 `json:"slot_use"`
+	// MapMeanMs is the mean map time the workers measured for a shard (its nominal length plus
+	// the sleep's overshoot).
+	MapMeanMs float64 `json:"map_mean_ms"`
+	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in the load test's process,
+	// slots goroutines sleeping shard_s each in turn, with a time.Timer and with the precise
+	// sleep the sleep job uses: the best the system could reach with either sleep.
+	TimerRef   float64 `json:"timer_ref"`
+	PreciseRef float64 `json:"precise_ref"`
+	Job        string  `json:"job"`
+	Exact      bool    `json:"exact"`
 }
 
 // Failover holds scenarios 3 and 4.

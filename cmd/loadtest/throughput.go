@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
+
 	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/precise"
 
 	"github.com/mapagg/mapagg/client"
 )
@@ -83,6 +87,11 @@ func (r *runner) efficiency(ctx context.Context) error {
 		return err
 	}
 	defer r.env.stopCluster(c)
+	sn, err := startSniffer(c)
+	if err != nil {
+		return err
+	}
+	defer sn.close()
 	for _, d := range cfg.EfficiencyDurations {
 		shards := max(1, int(cfg.EfficiencyIdeal.Seconds()*float64(cfg.slots())/d.Seconds()))
 		job := sleepJob(shards, d.String())
@@ -90,6 +99,7 @@ func (r *runner) efficiency(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		results, _ := sn.take(o.id)
 		ideal := d.Seconds() * float64(shards) / float64(cfg.slots())
 		e := Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: round3(ideal), Job: o.id, Exact: o.exact}
 		if !o.lost && o.makespan > 0 {
@@ -99,7 +109,17 @@ func (r *runner) efficiency(ctx context.Context) error {
 			if p := plannedAt(c, o.id); !p.IsZero() {
 				e.PlannedS = round3(p.Sub(o.start).Seconds())
 			}
-			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f", shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio)
+			var busy time.Duration
+			for _, x := range results {
+				busy += time.Duration(x.Micros) * time.Microsecond
+			}
+			if len(results) > 0 {
+				e.SlotUse = round3(busy.Seconds() / (float64(cfg.slots()) * o.makespan.Seconds()))
+				e.MapMeanMs = round3(1000 * busy.Seconds() / float64(len(results)))
+			}
+			e.TimerRef, e.PreciseRef = timerRefs(ctx, d, cfg.slots(), shards)
+			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f (slots %.1f%% in map steps, mean map %.3f ms; a bare loop: %.3f with a time.Timer, %.3f with the precise sleep)",
+				shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio, 100*e.SlotUse, e.MapMeanMs, e.TimerRef, e.PreciseRef)
 		}
 		r.mu.Lock()
 		r.rep.Efficiency = append(r.rep.Efficiency, e)
@@ -122,4 +142,39 @@ func (r *runner) runJob(ctx context.Context, c *cluster.Cluster, job jobSpec, ph
 	}
 	r.account(o)
 	return o, nil
+}
+
+// timerRefs runs the bare loop the efficiency of shards of d is compared with: slots goroutines
+// sleeping d in turn, shards sleeps in all (at most a second's worth of them), first with a
+// time.Timer, then with precise.Sleep, and returns ideal ÷ makespan of each.
+func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
+	per := max(1, min(shards/slots, int(time.Second/d)))
+	run := func(sleep func(context.Context, time.Duration) error) float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range slots {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range per {
+					if sleep(ctx, d) != nil {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
+	}
+	timer = run(func(ctx context.Context, d time.Duration) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	})
+	return timer, run(precise.Sleep)
 }

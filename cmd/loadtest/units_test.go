@@ -41,14 +41,14 @@ func TestClassify_Cases(t *testing.T) {
 		disp    map[int]int
 		want    redo
 	}{
-		{"clean", []resultObs{{at(10), 0, 1, "w1"}, {at(20), 1, 1, "w2"}}, map[int]int{0: 1, 1: 1}, redo{results: 2}},
-		{"retried publish is one execution", []resultObs{{at(10), 0, 1, "w2"}, {at(11), 0, 1, "w2"}}, nil, redo{results: 2}},
-		{"in flight on the victim, redelivered", []resultObs{{at(10), 0, 2, "w2"}}, nil, redo{redelivered: 1, redone: 1, results: 1}},
-		{"completed by the victim before it died, then again", []resultObs{{at(50), 0, 1, "w1"}, {at(5000), 0, 2, "w3"}}, nil,
+		{"clean", []resultObs{{at(10), 0, 1, "w1", 0}, {at(20), 1, 1, "w2", 0}}, map[int]int{0: 1, 1: 1}, redo{results: 2}},
+		{"retried publish is one execution", []resultObs{{at(10), 0, 1, "w2", 0}, {at(11), 0, 1, "w2", 0}}, nil, redo{results: 2}},
+		{"in flight on the victim, redelivered", []resultObs{{at(10), 0, 2, "w2", 0}}, nil, redo{redelivered: 1, redone: 1, results: 1}},
+		{"completed by the victim before it died, then again", []resultObs{{at(50), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, results: 2}},
-		{"completed by a survivor, then again", []resultObs{{at(50), 0, 1, "w2"}, {at(5000), 0, 2, "w3"}}, nil,
+		{"completed by a survivor, then again", []resultObs{{at(50), 0, 1, "w2", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
-		{"completed by the restarted victim, then again", []resultObs{{at(900), 0, 1, "w1"}, {at(5000), 0, 2, "w3"}}, nil,
+		{"completed by the restarted victim, then again", []resultObs{{at(900), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
 		{"re-dispatch counted", nil, map[int]int{0: 2, 1: 1, 2: 3}, redo{redispatched: 3}},
 	} {
