@@ -89,7 +89,7 @@ type term struct {
 	claimReq   chan string        // from intake: a planned job to make sure of
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
-	wake       chan struct{}      // to intake: a job was submitted
+	wake       chan string        // to intake: a job was submitted (its id, as announced)
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -141,7 +141,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		fn   func([]byte)
 	}{
 		{bus.CtlCancel, func(b []byte) { t.onCancelHint(ctx, string(b)) }},
-		{bus.CtlSubmitted, func([]byte) { nonBlocking(t.wake, struct{}{}) }},
+		{bus.CtlSubmitted, func(b []byte) { nonBlocking(t.wake, string(b)) }},
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
 		if err != nil {
@@ -206,7 +206,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		active:   map[string]*job{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
-		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan struct{}, 1),
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
 		writes: make(chan written, 64),
 	}
 }

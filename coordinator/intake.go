@@ -18,12 +18,18 @@ import (
 )
 
 // intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
-// checkpoint (running, or failed with the reason), so a leader dying mid-intake loses nothing: the
-// message becomes visible again after QueueVisibility.
+// checkpoint (running, or failed with the reason) and an active marker, so a leader dying
+// mid-intake loses nothing: the message becomes visible again after QueueVisibility.
+//
+// A submitter announces the job's id on NATS once it is queued: intake then starts the job's
+// reads at once, beside the queue receive that hands it the message, so their storage round
+// trips overlap (see lookahead). The queue stays the only source of jobs: reads started for an
+// announced id are used only for a queue message of that id, and nothing is written for one.
 func (t *term) intake(ctx context.Context) {
+	ahead := map[string]*lookahead{}
 	for ctx.Err() == nil {
 		if int(t.nActive.Load()) >= t.cfg.MaxActiveJobs {
-			t.idle(ctx)
+			t.idle(ctx, ahead)
 			continue
 		}
 		msgs, err := t.queue.Receive(ctx, min(16, t.cfg.MaxActiveJobs), t.cfg.QueueVisibility)
@@ -31,28 +37,79 @@ func (t *term) intake(ctx context.Context) {
 			if ctx.Err() == nil {
 				t.log.Warn("receive from the job queue", "err", err)
 			}
-			t.idle(ctx)
+			t.idle(ctx, ahead)
 			continue
 		}
 		if len(msgs) == 0 {
-			t.idle(ctx)
+			t.idle(ctx, ahead)
 			continue
 		}
 		for _, m := range msgs {
-			t.intakeOne(ctx, m)
+			id := strings.TrimSpace(m.Text)
+			la := ahead[id]
+			delete(ahead, id)
+			t.intakeOne(ctx, m, la)
 		}
 	}
 }
 
-func (t *term) idle(ctx context.Context) {
+// idle waits for a submission, the queue poll interval or ctx. An announced id gets its reads
+// started (at most lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
+func (t *term) idle(ctx context.Context, ahead map[string]*lookahead) {
 	select {
 	case <-ctx.Done():
-	case <-t.wake:
+	case id := <-t.wake:
+		for k, la := range ahead {
+			if time.Since(la.started) > lookaheadTTL {
+				delete(ahead, k)
+			}
+		}
+		if _, ok := ahead[id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(id) == nil {
+			ahead[id] = t.readAhead(ctx, id)
+		}
 	case <-time.After(t.cfg.QueuePoll):
 	}
 }
 
-func (t *term) intakeOne(ctx context.Context, m queue.Message) {
+const (
+	lookaheadMax = 16
+	lookaheadTTL = 2 * time.Second
+)
+
+// lookahead is the three independent reads intake makes of a job before it plans it, made at
+// once: is there a checkpoint already (a leader died after the first checkpoint, before deleting
+// the message)? the spec; a cancel marker. Reads made a moment before the message arrives are as
+// good as reads made after: the spec never changes, and the checkpoint and cancel marker are
+// raced by the same conditional writes either way.
+type lookahead struct {
+	started               time.Time
+	done                  sync.WaitGroup
+	planned, cancelled    bool
+	plannedErr, cancelErr error
+	data                  []byte
+	specErr               error
+}
+
+func (t *term) readAhead(ctx context.Context, id string) *lookahead {
+	la := &lookahead{started: time.Now()}
+	la.done.Add(3)
+	go func() {
+		defer la.done.Done()
+		la.planned, la.plannedErr = t.store.Exists(ctx, protocol.CheckpointBlob(id))
+	}()
+	go func() {
+		defer la.done.Done()
+		la.data, _, la.specErr = t.store.Get(ctx, protocol.SpecBlob(id))
+	}()
+	go func() {
+		defer la.done.Done()
+		la.cancelled, la.cancelErr = t.store.Exists(ctx, protocol.CancelBlob(id))
+	}()
+	return la
+}
+
+// intakeOne plans the job of queue message m (la: its reads, if started ahead, else nil).
+func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 	id := strings.TrimSpace(m.Text)
 	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
@@ -67,33 +124,21 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 		t.deadQueue(ctx, m, reason)
 		return
 	}
-	// Three independent reads at once: planned already (a leader died after the first checkpoint,
-	// before deleting the message)? the spec; a cancel marker.
-	var (
-		planned, cancelled    bool
-		plannedErr, cancelErr error
-		data                  []byte
-		specErr               error
-		reads                 sync.WaitGroup
-	)
-	reads.Add(3)
-	go func() {
-		defer reads.Done()
-		planned, plannedErr = t.store.Exists(ctx, protocol.CheckpointBlob(id))
-	}()
-	go func() {
-		defer reads.Done()
-		data, _, specErr = t.store.Get(ctx, protocol.SpecBlob(id))
-	}()
-	go func() {
-		defer reads.Done()
-		cancelled, cancelErr = t.store.Exists(ctx, protocol.CancelBlob(id))
-	}()
-	reads.Wait()
+	if la == nil {
+		la = t.readAhead(ctx, id)
+	}
+	la.done.Wait()
+	planned, cancelled, data := la.planned, la.cancelled, la.data
+	plannedErr, cancelErr, specErr := la.plannedErr, la.cancelErr, la.specErr
 	if plannedErr != nil {
 		log.Warn("check for a checkpoint", "err", plannedErr)
 		return
 	} else if planned {
+		// A leader died after the first checkpoint, maybe before the marker was stored.
+		if err := t.mark(ctx, id); err != nil {
+			log.Warn("planning a job", "err", err)
+			return
+		}
 		t.deleteMsg(ctx, m)
 		t.request(ctx, id)
 		return
@@ -133,7 +178,9 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 	}
 	start := time.Now()
 	// An indexed job stores nothing: its shards are made from the parameters as they are
-	// dispatched. Any other is split now and its plan stored in pages, beside the active marker.
+	// dispatched. Any other is split now and its plan stored in pages, before the first
+	// checkpoint (which says where the plan is). The active marker (how the next leader finds
+	// the job) is written beside them; the queue message goes only once both are stored.
 	var g errgroup.Group
 	var total int
 	form := protocol.PlanIndexed
@@ -168,34 +215,41 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message) {
 			}
 		}
 		total = len(shards)
-		g.Go(func() error { return t.planShards(ctx, id, shards) })
-	}
-	g.Go(func() error {
-		if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
-			return fmt.Errorf("write active marker: %w", err)
+		g.Go(func() error { return t.mark(ctx, id) })
+		if err := t.planShards(ctx, id, shards); err != nil {
+			_ = g.Wait()
+			log.Warn("planning a job", "err", err)
+			return
 		}
-		return nil
-	})
-	if err := g.Wait(); err != nil {
-		log.Warn("planning a job", "err", err)
-		return
+	}
+	if form == protocol.PlanIndexed {
+		g.Go(func() error { return t.mark(ctx, id) })
 	}
 	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), progress: make(chan struct{}, 1)}
 	j.cp.Total, j.cp.Plan = total, form
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
+	markErr := g.Wait()
 	if errors.Is(err, store.ErrExists) {
-		t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
+		if markErr == nil {
+			t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
+		}
 		t.request(ctx, id)
 		return
 	}
 	if err != nil {
 		return
 	}
+	if markErr != nil {
+		// Running with a checkpoint but no marker: the job runs, and its message stays until a
+		// later intake (finding the checkpoint) stores the marker.
+		log.Warn("planning a job", "err", markErr)
+	} else {
+		// The job starts before its queue message is deleted: the delete is off the job's
+		// critical path, and a leader that dies in between leaves a message whose job has a
+		// checkpoint, which the next intake recognises and claims.
+		defer t.deleteMsg(ctx, m)
+	}
 	j.etag = etag
-	// The job starts before its queue message is deleted: the delete is off the job's critical
-	// path, and a leader that dies in between leaves a message whose job has a checkpoint, which
-	// the next intake recognises and claims.
-	defer t.deleteMsg(ctx, m)
 	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: total})
 	select {
@@ -244,6 +298,14 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 		j.complete = cp.Total == 0
 	}
 	return etag, nil
+}
+
+// mark stores the active marker of job id: the next leader's rescan finds the job by it.
+func (t *term) mark(ctx context.Context, id string) error {
+	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+		return fmt.Errorf("write active marker: %w", err)
+	}
+	return nil
 }
 
 // refuse records why a job cannot run (a failed first checkpoint the user can read with
