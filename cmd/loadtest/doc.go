@@ -13,7 +13,10 @@
 //     connections as workers) at several prefetch depths. Rounds interleave the two so outside
 //     load weighs on both alike; the best of each counts.
 //  2. efficiency: shards of 2 ms and 5 ms over workers × concurrency slots; ideal makespan
-//     (total work ÷ slots) ÷ measured makespan.
+//     (total work ÷ slots) ÷ measured makespan. Beside it: the slots' share of time in map
+//     steps (the map times results carry ÷ slots × makespan), the workers' mean map time, and a
+//     bare loop of as many goroutines in this process sleeping the same shards with a time.Timer
+//     and with the precise sleep the sleep job uses (internal/precise): what the runtime allows.
 //  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median.
 //  4. wordcount: a corpus of a 1k-word and of a 200k-word vocabulary (same size, same shards,
 //     exact answers computed here); the big aggregate's shards/s ÷ the small one's.
