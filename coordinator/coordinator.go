@@ -301,6 +301,10 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
+	// The job's checkpoint was just stored (the first one at intake, or the claim's): the next
+	// is due an interval from now, so a job shorter than that is written once more, when its
+	// last result is merged, with no tick's write in flight to wait for.
+	j.nextDue = time.Now().Add(t.cfg.CheckpointInterval)
 	if j.cancelled && !j.complete {
 		t.log.Info("job claimed with a cancel marker", "job", j.id)
 		t.end(j, jobs.StateCancelled, "cancelled by user")
