@@ -202,56 +202,27 @@ func (r *runner) outage(ctx context.Context) error {
 	defer r.env.stopCluster(c)
 	// The failover job (long enough to kill mid-way, by its map delay).
 	job := sleepJob(cfg.FailoverShards, "")
-	// A warm-up job creates the consumers, so the reference measures what the faulted job does.
-	if _, err := r.runJob(ctx, c, sleepJob(20, ""), "nats-outage: warm-up", 20); err != nil {
-		return err
-	}
-	ref, err := r.runJob(ctx, c, job, "nats-outage: reference", job.shards)
-	if err != nil {
-		return err
-	}
 	out := &Outage{}
 	r.mu.Lock()
 	r.rep.Outage = out
 	r.mu.Unlock()
-	if ref.exact {
-		out.ReferenceS = round3(ref.makespan.Seconds())
-	}
-	r.log.Phase("nats-outage: job with NATS killed", job.shards)
-	defer r.log.Done()
-	lw := watchLease(ctx, c)
-	id, start, err := submit(ctx, c, job)
+	s, err := r.strike(ctx, c, "nats-outage", job, cfg.OutageDuration, func(ref outcome) {
+		if ref.exact {
+			out.ReferenceS = round3(ref.makespan.Seconds())
+		}
+	})
 	if err != nil {
-		lw.stop()
 		return err
 	}
+	defer s.close(r)
+	id, start, smp, lw, jctx, at := s.id, s.start, s.smp, s.lw, s.jctx, s.at
 	out.Job = id
-	smp := startSampler(ctx, c, id, 100*time.Millisecond)
-	defer smp.close()
-	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.OutageDuration)
-	defer cancel()
-	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
-	rw, err := watchResults(c, 3*job.shards/10)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-rw.reached:
-	case <-smp.done:
-	case <-jctx.Done():
-	}
-	rw.stop()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	at, _, _ := smp.last()
-	reached := jctx.Err() == nil
 	var marks []Kill
-	if reached && !at.State.Terminal() {
+	if s.reached {
 		killed := time.Now()
 		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: "nats-server", Signal: "SIGKILL", Done: at.Done, at: killed})
 		np.kill()
-		r.log.Logf("nats-outage: killed the NATS server with %d of %d results on the wire (%d merged); down for %v", rw.seen.Load(), job.shards, at.Done, cfg.OutageDuration)
+		r.log.Logf("nats-outage: killed the NATS server with %d of %d results on the wire (%d merged); down for %v", s.seen, job.shards, at.Done, cfg.OutageDuration)
 		if err := waitCtx(ctx, cfg.OutageDuration); err != nil {
 			return err
 		}
@@ -406,52 +377,23 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	}
 	defer r.env.stopCluster(c)
 	job := sleepJob(cfg.FailoverShards, "")
-	// A warm-up job creates the consumers, so the reference measures what the faulted job does.
-	if _, err := r.runJob(ctx, c, sleepJob(20, ""), "nats-cluster: warm-up", 20); err != nil {
-		return err
-	}
-	ref, err := r.runJob(ctx, c, job, "nats-cluster: reference", job.shards)
-	if err != nil {
-		return err
-	}
 	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
 	r.mu.Lock()
 	r.rep.NATSCluster = res
 	r.mu.Unlock()
-	if ref.exact {
-		res.ReferenceS = round3(ref.makespan.Seconds())
-	}
-	r.log.Phase("nats-cluster: job with a node killed", job.shards)
-	defer r.log.Done()
-	lw := watchLease(ctx, c)
-	id, start, err := submit(ctx, c, job)
+	s, err := r.strike(ctx, c, "nats-cluster", job, cfg.NodeDownDuration, func(ref outcome) {
+		if ref.exact {
+			res.ReferenceS = round3(ref.makespan.Seconds())
+		}
+	})
 	if err != nil {
-		lw.stop()
 		return err
 	}
+	defer s.close(r)
+	id, start, smp, lw, jctx, at := s.id, s.start, s.smp, s.lw, s.jctx, s.at
 	res.Job = id
-	smp := startSampler(ctx, c, id, 100*time.Millisecond)
-	defer smp.close()
-	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout+cfg.NodeDownDuration)
-	defer cancel()
-	// The fault at 30 % of the results on the wire (checkpoint samples may come too late).
-	rw, err := watchResults(c, 3*job.shards/10)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-rw.reached:
-	case <-smp.done:
-	case <-jctx.Done():
-	}
-	rw.stop()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	at, _, _ := smp.last()
-	reached := jctx.Err() == nil
 	var marks []Kill
-	if reached && !at.State.Terminal() {
+	if s.reached {
 		node := 0
 		if l, err := c.Leader(jctx); err == nil && l != nil {
 			var w int
@@ -463,7 +405,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 		killed := time.Now()
 		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: fmt.Sprintf("nats n%d", node), Signal: "stop", Done: at.Done, at: killed})
 		nc.stop(node)
-		r.log.Logf("nats-cluster: stopped node n%d (the leader's) with %d of %d results on the wire (%d merged); down for %v", node, rw.seen.Load(), job.shards, at.Done, cfg.NodeDownDuration)
+		r.log.Logf("nats-cluster: stopped node n%d (the leader's) with %d of %d results on the wire (%d merged); down for %v", node, s.seen, job.shards, at.Done, cfg.NodeDownDuration)
 		if err := waitCtx(ctx, cfg.NodeDownDuration); err != nil {
 			return err
 		}
@@ -492,6 +434,72 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	r.log.Logf("nats-cluster: exact %v, makespan %.2fs against %.2fs without the fault: %.2fs lost; %d leader changes",
 		res.Exact, res.MakespanS, res.ReferenceS, res.TimeLostS, res.LeaderChanges)
 	return nil
+}
+
+// struck is a job submitted to be hit by a fault outside the workers, at the moment to strike.
+type struck struct {
+	ref     outcome   // the same job without the fault, after a warm-up
+	id      string    // the faulted job
+	start   time.Time // just before its submit
+	lw      *leaseWatch
+	smp     *sampler
+	jctx    context.Context // the faulted job's deadline: the job timeout plus extra
+	at      sample          // its last checkpoint sample when 30 % of its results were on the wire
+	seen    int64           // results on the wire then
+	reached bool            // false: it ended or its deadline passed first
+	cancel  context.CancelFunc
+}
+
+// strike runs a warm-up job (it creates the consumers, so the reference measures what the
+// faulted job does) and the reference run of job on c, reports the reference to setRef, then
+// submits job again and waits until 30 % of its results are on the wire (checkpoint samples may
+// come too late), it ends, or the job timeout plus extra passes. The caller judges the job with
+// awaitEnd, stops lw, and calls close.
+func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job jobSpec, extra time.Duration, setRef func(outcome)) (*struck, error) {
+	if _, err := r.runJob(ctx, c, sleepJob(20, ""), name+": warm-up", 20); err != nil {
+		return nil, err
+	}
+	ref, err := r.runJob(ctx, c, job, name+": reference", job.shards)
+	if err != nil {
+		return nil, err
+	}
+	setRef(ref)
+	r.log.Phase(name+": job with the fault", job.shards)
+	s := &struck{ref: ref, lw: watchLease(ctx, c)}
+	if s.id, s.start, err = submit(ctx, c, job); err != nil {
+		s.lw.stop()
+		r.log.Done()
+		return nil, err
+	}
+	s.smp = startSampler(ctx, c, s.id, 100*time.Millisecond)
+	s.jctx, s.cancel = context.WithTimeout(ctx, r.cfg.JobTimeout+extra)
+	rw, err := watchResults(c, 3*job.shards/10)
+	if err != nil {
+		s.close(r)
+		s.lw.stop()
+		return nil, err
+	}
+	select {
+	case <-rw.reached:
+	case <-s.smp.done:
+	case <-s.jctx.Done():
+	}
+	rw.stop()
+	if ctx.Err() != nil {
+		s.close(r)
+		s.lw.stop()
+		return nil, ctx.Err()
+	}
+	s.at, _, _ = s.smp.last()
+	s.seen = rw.seen.Load()
+	s.reached = s.jctx.Err() == nil && !s.at.State.Terminal()
+	return s, nil
+}
+
+func (s *struck) close(r *runner) {
+	s.smp.close()
+	s.cancel()
+	r.log.Done()
 }
 
 // faultTimeline is the plot of a run with faults outside the workers (marks) and the elections

@@ -166,15 +166,6 @@ func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, 
 		wg.Wait()
 		return round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
 	}
-	timer = run(func(ctx context.Context, d time.Duration) error {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			return nil
-		}
-	})
+	timer = run(precise.TimerSleep)
 	return timer, run(precise.Sleep)
 }

@@ -17,11 +17,11 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	if ok, err := kernelSleep(ctx, d); ok {
 		return err
 	}
-	return timerSleep(ctx, d-time.Since(start))
+	return TimerSleep(ctx, d-time.Since(start))
 }
 
-// timerSleep is Sleep with a time.Timer.
-func timerSleep(ctx context.Context, d time.Duration) error {
+// TimerSleep is Sleep with a time.Timer: how the runtime sleeps (for comparisons).
+func TimerSleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

@@ -71,8 +71,8 @@ func TestSleep_DoneContextOrZeroDuration(t *testing.T) {
 
 func TestTimerSleep(t *testing.T) {
 	start := time.Now()
-	if err := timerSleep(context.Background(), 2*time.Millisecond); err != nil || time.Since(start) < 2*time.Millisecond {
-		t.Errorf("timerSleep: %v after %v", err, time.Since(start))
+	if err := TimerSleep(context.Background(), 2*time.Millisecond); err != nil || time.Since(start) < 2*time.Millisecond {
+		t.Errorf("TimerSleep: %v after %v", err, time.Since(start))
 	}
 }
 
@@ -80,7 +80,7 @@ func BenchmarkSleep2ms(b *testing.B) {
 	for _, k := range []struct {
 		name string
 		f    func(context.Context, time.Duration) error
-	}{{"precise", Sleep}, {"timer", timerSleep}} {
+	}{{"precise", Sleep}, {"timer", TimerSleep}} {
 		b.Run(k.name, func(b *testing.B) {
 			var over time.Duration
 			for b.Loop() {
