@@ -84,8 +84,19 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		}
 	}
 	if st := rep.Straggler; st != nil {
-		row(fmt.Sprintf("straggler (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", st.Shards, 1000*st.DelayS, 1000*st.StragglerS), single(st.MakespanS, st.MakespanS > 0))
-		row("straggler: no-straggler makespan s", single(st.ReferenceS, st.ReferenceS > 0))
+		for _, x := range []*StragglerRun{&st.StragglerRun, st.Small} {
+			if x == nil {
+				continue
+			}
+			pre := fmt.Sprintf("straggler, %d workers", x.Workers)
+			row(fmt.Sprintf("%s (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", pre, x.Shards, 1000*x.DelayS, 1000*x.StragglerS), single(x.MakespanS, x.MakespanS > 0))
+			row(pre+": no-straggler makespan s", single(x.ReferenceS, x.ReferenceS > 0))
+			row(pre+": makespan ÷ no-straggler makespan", single(x.Ratio, x.Ratio > 0))
+			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), single(x.Bound, x.Ratio > 0))
+			row(pre+": s beyond the bound (makespan − no-straggler × bound)", single(x.TailS, x.Ratio > 0))
+			row(pre+": shards backed up", single(float64(x.Backups), x.MakespanS > 0))
+			row(pre+": shards backed up without the straggler", single(float64(x.ReferenceBackups), x.ReferenceS > 0))
+		}
 	}
 	if m := rep.Million; m != nil {
 		row(fmt.Sprintf("big job (%d shards, leader killed at 50 %%): makespan s", m.Shards), single(m.MakespanS, m.MakespanS > 0))

@@ -28,17 +28,37 @@ type WordcountRun struct {
 	Exact      bool    `json:"exact"`
 }
 
-// Straggler compares a job on a cluster with one worker 10× slower against the same job on a
-// cluster without it.
+// Straggler is the straggler scenario: the judged comparison on a cluster of StragglerWorkers
+// workers, and the same on a cluster of Workers workers (Small), reported against its bound.
 type Straggler struct {
-	Shards        int     `json:"shards"`
-	DelayS        float64 `json:"map_delay_s"`
-	StragglerS    float64 `json:"straggler_map_delay_s"`
-	ReferenceS    float64 `json:"reference_makespan_s"`
-	MakespanS     float64 `json:"makespan_s"`
-	Ratio         float64 `json:"ratio"` // makespan ÷ reference
-	Exact         bool    `json:"exact"`
-	StragglerDone int     `json:"straggler_results"` // results the slow worker published
+	StragglerRun
+	Small *StragglerRun `json:"small,omitempty"`
+}
+
+// StragglerRun compares a job on a cluster with one worker 10× slower against the same job on a
+// cluster of the same size without it.
+type StragglerRun struct {
+	Workers    int     `json:"workers"`
+	Shards     int     `json:"shards"`
+	DelayS     float64 `json:"map_delay_s"`
+	StragglerS float64 `json:"straggler_map_delay_s"`
+	ReferenceS float64 `json:"reference_makespan_s"`
+	MakespanS  float64 `json:"makespan_s"`
+	Ratio      float64 `json:"ratio"` // makespan ÷ reference
+	// Bound is the capacity bound of the ratio: N workers of which one runs at a tenth of the
+	// speed have N − 0.9 workers' worth of capacity, so no scheduler beats N ÷ (N − 0.9).
+	Bound float64 `json:"capacity_bound"`
+	// TailS is what the makespan spent beyond the bound: makespan − reference × Bound.
+	TailS float64 `json:"tail_s"`
+	Exact bool    `json:"exact"` // both jobs
+	// StragglerDone counts the results the slow worker published (duplicates included).
+	StragglerDone int `json:"straggler_results"`
+	// Backups and ReferenceBackups count the shards dispatched more than once (backup tasks)
+	// with and without the straggler; Duplicates the shards of the straggler job whose result
+	// was published twice.
+	Backups          int `json:"backups"`
+	ReferenceBackups int `json:"reference_backups"`
+	Duplicates       int `json:"duplicates"`
 }
 
 // Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at
