@@ -131,7 +131,7 @@ func DefaultConfig() Config {
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
 		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10,
 		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600,
-		MillionShards: 1_000_000,
+		MillionShards:  1_000_000,
 		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
