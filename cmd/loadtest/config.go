@@ -87,6 +87,9 @@ type Config struct {
 	// slow worker takes a third of the capacity away: reported against its capacity bound, not
 	// judged. 0 skips it. Default 600.
 	StragglerSmallShards int
+	// StragglerRuns is how many rounds of (job without, job with the straggler) each comparison
+	// runs, the two clusters idle in turn; the best makespan of each counts. Default 3.
+	StragglerRuns int
 	// MillionShards is the size of the big job (its leader is killed at 50 %). Default 1,000,000.
 	MillionShards int
 	// LoadedDuration is how long the loaded no-fault run keeps both cores busy while counting
@@ -130,7 +133,7 @@ func DefaultConfig() Config {
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
 		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10,
-		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600,
+		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
 		MillionShards:  1_000_000,
 		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
@@ -148,7 +151,7 @@ func QuickConfig() Config {
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.WordcountBytes = 3, 2<<20
-	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.MillionShards = 4, 300, 0, 100_000
+	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 100_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
@@ -204,6 +207,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("straggler: %d shards of %v: need at least 20 shards and a delay of at least 1ms", c.StragglerShards, c.StragglerDelay)
 	case c.has(scStraggler) && (c.StragglerWorkers < 2 || c.StragglerWorkers > 32):
 		return fmt.Errorf("straggler workers %d: use 2 to 32 (one of them is the slow one)", c.StragglerWorkers)
+	case c.has(scStraggler) && (c.StragglerRuns < 1 || c.StragglerRuns > 20):
+		return fmt.Errorf("straggler runs %d: use 1 to 20 rounds", c.StragglerRuns)
 	case c.has(scStraggler) && c.StragglerSmallShards != 0 && c.StragglerSmallShards < 20:
 		return fmt.Errorf("straggler small shards %d: use 0 (skip the %d-worker comparison) or at least 20", c.StragglerSmallShards, c.Workers)
 	case c.has(scMillion) && (c.MillionShards < 1000 || c.MillionShards > 1_000_000):

@@ -158,6 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.StragglerWorkers, "straggler-workers", cfg.StragglerWorkers, "workers of the straggler clusters (one of them 10× slower in the second run)")
 		fs.IntVar(&cfg.StragglerShards, "straggler-shards", cfg.StragglerShards, "shards of each straggler job")
 		fs.DurationVar(&cfg.StragglerDelay, "straggler-delay", cfg.StragglerDelay, "map delay of the straggler clusters (the slow worker gets 10×)")
+		fs.IntVar(&cfg.StragglerRuns, "straggler-runs", cfg.StragglerRuns, "rounds of (job without, job with the straggler); the best makespan of each counts")
 		fs.IntVar(&cfg.StragglerSmallShards, "straggler-small-shards", cfg.StragglerSmallShards, "shards of the same straggler comparison on --workers workers, reported against its capacity bound (0: skip)")
 		fs.IntVar(&cfg.MillionShards, "million-shards", cfg.MillionShards, "shards of the big job (leader killed at 50%)")
 		fs.DurationVar(&cfg.LoadedDuration, "loaded-duration", cfg.LoadedDuration, "length of the loaded no-fault run that counts false takeovers")

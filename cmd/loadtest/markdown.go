@@ -89,13 +89,14 @@ func writeMarkdown(w io.Writer, rep *Report) {
 				continue
 			}
 			pre := fmt.Sprintf("straggler, %d workers", x.Workers)
-			row(fmt.Sprintf("%s (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", pre, x.Shards, 1000*x.DelayS, 1000*x.StragglerS), single(x.MakespanS, x.MakespanS > 0))
-			row(pre+": no-straggler makespan s", single(x.ReferenceS, x.ReferenceS > 0))
-			row(pre+": makespan ÷ no-straggler makespan", single(x.Ratio, x.Ratio > 0))
+			row(fmt.Sprintf("%s (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", pre, x.Shards, 1000*x.DelayS, 1000*x.StragglerS), x.Makespan)
+			row(pre+": no-straggler makespan s", x.Reference)
+			row(pre+": makespan ÷ no-straggler makespan (best ÷ best)", single(x.Ratio, x.Ratio > 0))
 			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), single(x.Bound, x.Ratio > 0))
-			row(pre+": s beyond the bound (makespan − no-straggler × bound)", single(x.TailS, x.Ratio > 0))
-			row(pre+": shards backed up", single(float64(x.Backups), x.MakespanS > 0))
-			row(pre+": shards backed up without the straggler", single(float64(x.ReferenceBackups), x.ReferenceS > 0))
+			row(pre+": s beyond the bound (best − best no-straggler × bound)", single(x.TailS, x.Ratio > 0))
+			row(pre+": shards backed up per job", x.Backups)
+			row(pre+": shards backed up per job without the straggler", x.ReferenceBackups)
+			row(pre+": duplicate results per job", x.Duplicates)
 		}
 	}
 	if m := rep.Million; m != nil {
