@@ -94,6 +94,8 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			row(pre+": makespan ÷ no-straggler makespan (best ÷ best)", single(x.Ratio, x.Ratio > 0))
 			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), single(x.Bound, x.Ratio > 0))
 			row(pre+": s beyond the bound (best − best no-straggler × bound)", single(x.TailS, x.Ratio > 0))
+			row(pre+": s the last 1 % of shards took", x.LastPercent)
+			row(pre+": s the last 1 % of shards took without the straggler", x.ReferenceLastPercent)
 			row(pre+": shards backed up per job", x.Backups)
 			row(pre+": shards backed up per job without the straggler", x.ReferenceBackups)
 			row(pre+": duplicate results per job", x.Duplicates)

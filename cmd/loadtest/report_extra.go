@@ -62,6 +62,11 @@ type StragglerRun struct {
 	Backups          Dist `json:"backups"`
 	Duplicates       Dist `json:"duplicates"`
 	ReferenceBackups Dist `json:"reference_backups"`
+	// LastPercent is how long each job's last 1 % of shards took (from the result that left 1 %
+	// without one to the last shard's first result), with and without the straggler: the tail,
+	// hardly touched by the bulk's throughput.
+	LastPercent          Dist `json:"last_percent_s"`
+	ReferenceLastPercent Dist `json:"reference_last_percent_s"`
 }
 
 // Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at

@@ -217,10 +217,10 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	st := StragglerRun{Workers: n, Shards: shards, Runs: cfg.StragglerRuns, DelayS: cfg.StragglerDelay.Seconds(),
 		StragglerS: stragglerSlowdown * cfg.StragglerDelay.Seconds(), Bound: round3(float64(n) / (float64(n) - 1 + 1.0/stragglerSlowdown)), Exact: true}
 	type side struct {
-		c                         *cluster.Cluster
-		sn                        *sniffer
-		what                      string
-		spans, backups, dups, w1s []float64
+		c                                *cluster.Cluster
+		sn                               *sniffer
+		what                             string
+		spans, backups, dups, w1s, lasts []float64
 	}
 	var sides [2]*side
 	defer func() {
@@ -277,6 +277,9 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 					dups++
 				}
 			}
+			if d := lastPercent(results, shards); d > 0 {
+				x.lasts = append(x.lasts, round3(d.Seconds()))
+			}
 			x.spans = append(x.spans, round3(o.makespan.Seconds()))
 			x.backups = append(x.backups, float64(backups))
 			x.dups = append(x.dups, float64(dups))
@@ -284,17 +287,42 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 		}
 	}
 	ref, slow := sides[0], sides[1]
-	st.Reference, st.ReferenceBackups = dist(ref.spans), dist(ref.backups)
-	st.Makespan, st.Backups, st.Duplicates, st.StragglerDone = dist(slow.spans), dist(slow.backups), dist(slow.dups), dist(slow.w1s)
+	st.Reference, st.ReferenceBackups, st.ReferenceLastPercent = dist(ref.spans), dist(ref.backups), dist(ref.lasts)
+	st.Makespan, st.Backups, st.Duplicates, st.StragglerDone, st.LastPercent = dist(slow.spans), dist(slow.backups), dist(slow.dups), dist(slow.w1s), dist(slow.lasts)
 	if st.Reference.N > 0 && st.Makespan.N > 0 {
 		st.ReferenceS, st.MakespanS = st.Reference.Min, st.Makespan.Min
 		st.Ratio = round3(st.MakespanS / st.ReferenceS)
 		st.TailS = round3(st.MakespanS - st.ReferenceS*st.Bound)
 	}
 	r.log.Logf("straggler, %d workers: %d shards, best makespan %.2fs against %.2fs without the straggler (×%.3f; capacity bound ×%.3f, %.2fs over it); "+
-		"per job: the straggler returned %.0f results, %.0f shards backed up (%.0f without the straggler), %.0f duplicate results (medians of %d)",
-		n, st.Shards, st.MakespanS, st.ReferenceS, st.Ratio, st.Bound, st.TailS, st.StragglerDone.P50, st.Backups.P50, st.ReferenceBackups.P50, st.Duplicates.P50, st.Makespan.N)
+		"per job: the last 1%% of shards took %.3fs (%.3fs without the straggler), the straggler returned %.0f results, %.0f shards backed up (%.0f without the straggler), %.0f duplicate results (medians of %d)",
+		n, st.Shards, st.MakespanS, st.ReferenceS, st.Ratio, st.Bound, st.TailS, st.LastPercent.P50, st.ReferenceLastPercent.P50,
+		st.StragglerDone.P50, st.Backups.P50, st.ReferenceBackups.P50, st.Duplicates.P50, st.Makespan.N)
 	return st, nil
+}
+
+// lastPercent is how long the last 1 % of a job's shards took: from the result that left 1 % of
+// the shards without one to the last shard's first result (0 if not every shard was seen). Bulk
+// throughput hardly weighs on it; a straggler's tail does.
+func lastPercent(results []resultObs, shards int) time.Duration {
+	rs := slices.Clone(results)
+	slices.SortFunc(rs, func(a, b resultObs) int { return a.T.Compare(b.T) })
+	seen := make(map[int]bool, shards)
+	at99 := shards - max(1, shards/100)
+	var t99 time.Time
+	for _, x := range rs {
+		if seen[x.Index] {
+			continue
+		}
+		seen[x.Index] = true
+		if len(seen) == at99 {
+			t99 = x.T
+		}
+		if len(seen) == shards {
+			return x.T.Sub(t99)
+		}
+	}
+	return 0
 }
 
 // million runs one job of MillionShards zero-duration shards at default settings, sampling the
