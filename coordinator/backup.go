@@ -29,21 +29,25 @@ import (
 // The rule: once every shard of a job is dispatched and at most a quarter of them is left (Spark's
 // speculation quantile), a shard overtaken more than the wait ago is dispatched again — the wait
 // being backupFactor × the median run time of the job's recently merged shards (per message of
-// ShardsPerMsg shards), at least backupMinWait. Each shard gets one backup per term, a job at
-// most backupMaxShards. A backup dispatched before the job's queue drains waits at the end of
-// it, so it runs when workers free up at the end, when it is needed, on whichever worker pulls
-// it first; if the original was merged meanwhile, the copy only costs a worker that one shard.
+// ShardsPerMsg shards), at least backupMinWait (Spark's minTaskRuntime: scheduling noise must not
+// look like a straggler). Once every shard of the job has been pulled (none is missing above the
+// highest merged one), workers are going idle and a needless copy costs little: the floor is then
+// backupDrainedMinWait. Each shard gets one backup per term, a job at most backupMaxShards. A
+// backup dispatched before the job's queue drains waits at the end of it, so it runs when workers
+// free up at the end, when it is needed, on whichever worker pulls it first; if the original was
+// merged meanwhile, the copy only costs a worker that one shard.
 const (
-	backupTailDivisor   = 4                      // the tail: at most a quarter of the shards left
-	backupMaxShards     = 1024                   // backed up at most, per job and term
-	backupFactor        = 2                      // overtaken this many median shard times ago
-	backupMinWait       = 100 * time.Millisecond // and at least this long ago (Spark's minTaskRuntime)
-	backupSilenceMax    = 64                     // shards above the highest merged backed up by silence, at most
-	backupSamples       = 64                     // run times the median is taken over
-	backupCheckInterval = 10 * time.Millisecond  // how often the loop looks for stragglers
-	backupScanGap       = 64                     // gaps up to this are scanned shard by shard
-	backupCompactMin    = 1024                   // late is compacted from this length on
-	backupStall         = 3 * backupCheckInterval
+	backupTailDivisor    = 4                      // the tail: at most a quarter of the shards left
+	backupMaxShards      = 1024                   // backed up at most, per job and term
+	backupFactor         = 2                      // overtaken this many median shard times ago
+	backupMinWait        = 100 * time.Millisecond // and at least this long ago (Spark's minTaskRuntime)
+	backupDrainedMinWait = 20 * time.Millisecond  // or this, once every shard of the job was pulled
+	backupSilenceMax     = 64                     // shards above the highest merged backed up by silence, at most
+	backupSamples        = 64                     // run times the median is taken over
+	backupCheckInterval  = 10 * time.Millisecond  // how often the loop looks for stragglers
+	backupScanGap        = 64                     // gaps up to this are scanned shard by shard
+	backupCompactMin     = 1024                   // late is compacted from this length on
+	backupStall          = 3 * backupCheckInterval
 )
 
 // backupState is one job's backup bookkeeping in a term, owned by the loop.
@@ -133,9 +137,14 @@ func (b *backupState) median() time.Duration {
 	return time.Duration(s[n/2]) * time.Microsecond
 }
 
-// wait is how long a shard must have been overtaken to be backed up.
-func (b *backupState) wait(perMsg int) time.Duration {
-	return max(time.Duration(backupFactor*max(perMsg, 1))*b.median(), backupMinWait)
+// wait is how long a shard must have been overtaken to be backed up; drained: every shard of the
+// job has been pulled (workers are free, so a needless copy costs little).
+func (b *backupState) wait(perMsg int, drained bool) time.Duration {
+	floor := backupMinWait
+	if drained {
+		floor = backupDrainedMinWait
+	}
+	return max(time.Duration(backupFactor*max(perMsg, 1))*b.median(), floor)
 }
 
 // stragglers returns the shards of a job (done merged, total shards) to back up now, at most
@@ -153,7 +162,9 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 	if b.backed == nil {
 		b.backed = roaring.New()
 	}
-	wait := b.wait(perMsg)
+	// Every shard was pulled when none is missing above the highest merged one.
+	above := uint64(total-b.hi-1) - done.CardinalityInRange(uint64(b.hi+1), uint64(total))
+	wait := b.wait(perMsg, above == 0)
 	b.compact(done)
 	var idx []int
 	for _, o := range b.late {
@@ -166,8 +177,7 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 	}
 	// The shards above the highest merged one: overtaken by nothing, so by silence. Only a few:
 	// many are mostly still queued, and silence cannot tell them from a stalled system.
-	if len(idx) < limit && now.Sub(b.lastMerge) >= wait && b.hi+1 < total &&
-		uint64(total-b.hi-1)-done.CardinalityInRange(uint64(b.hi+1), uint64(total)) <= backupSilenceMax {
+	if len(idx) < limit && above > 0 && above <= backupSilenceMax && now.Sub(b.lastMerge) >= wait {
 		for it := missingIn(done, uint64(b.hi+1), uint64(total)).Iterator(); it.HasNext() && len(idx) < limit; {
 			if i := it.Next(); !b.backed.Contains(i) {
 				idx = append(idx, int(i))
@@ -207,7 +217,7 @@ func (t *term) backups(ctx context.Context) {
 			continue
 		}
 		t.log.Info("backup tasks: dispatching stragglers once more", "job", j.id, "shards", shardList(roaring.BitmapOf(u32s(idx)...)),
-			"left", left, "wait", b.wait(j.cp.ShardsPerMsg).Round(time.Millisecond), "median_shard", b.median().Round(time.Microsecond))
+			"left", left, "wait", b.wait(j.cp.ShardsPerMsg, false).Round(time.Millisecond), "median_shard", b.median().Round(time.Microsecond))
 		t.emit(Event{Kind: EventBackup, Epoch: t.epoch, Job: j.id, Shard: idx[0], Count: len(idx)})
 		t.dispatchers.Add(1)
 		go func(id, typ string, epoch uint64) {

@@ -49,26 +49,36 @@ func looks(b *backupState, done *roaring.Bitmap, total int, from, to time.Time) 
 }
 
 // A shard still missing when later ones were merged is backed up once it has been overtaken for
-// the wait, and only once.
+// the wait, and only once. The wait is backupMinWait for 20ms shards while shards of the job are
+// still queued, 2 × 20ms once every one was pulled.
 func TestBackupState_OvertakenShardBackedUpOnceAfterWait(t *testing.T) {
-	var b backupState
-	done := roaring.New()
-	t0 := time.Now()
-	feed(&b, done, 20*time.Millisecond, t0, 0, 1, 2)
-	t1 := t0.Add(5 * time.Millisecond)
-	feed(&b, done, 20*time.Millisecond, t1, seq(4, 10)...) // 3 overtaken at t1
-	wait := b.wait(1)
-	if wait != backupMinWait {
-		t.Fatalf("wait %v, want the floor %v for 20ms shards", wait, backupMinWait)
-	}
-	got, at := looks(&b, done, 10, t1, t1.Add(3*wait))
-	if !slices.Equal(got, []int{3}) || at.Sub(t1) != wait {
-		t.Fatalf("backed up %v %v after being overtaken, want [3] once, after %v", got, at.Sub(t1), wait)
-	}
-	feed(&b, done, 20*time.Millisecond, t1.Add(3*wait), 3)
-	b.compact(done)
-	if len(b.late) != 0 {
-		t.Fatalf("late holds %v after every shard merged", b.late)
+	for _, c := range []struct {
+		name  string
+		total int
+		wait  time.Duration
+	}{
+		{"shards still queued", 20, backupMinWait},
+		{"every shard pulled", 10, 40 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b backupState
+			done := roaring.New()
+			t0 := time.Now()
+			feed(&b, done, 20*time.Millisecond, t0, 0, 1, 2)
+			t1 := t0.Add(5 * time.Millisecond)
+			feed(&b, done, 20*time.Millisecond, t1, seq(4, 10)...) // 3 overtaken at t1
+			// 10-19 (when there are) stay quiet: they have nothing merged after them yet.
+			b.lastMerge = t1.Add(time.Hour)
+			got, at := looks(&b, done, c.total, t1, t1.Add(3*backupMinWait))
+			if !slices.Equal(got, []int{3}) || at.Sub(t1) != c.wait {
+				t.Fatalf("backed up %v %v after being overtaken, want [3] once, after %v", got, at.Sub(t1), c.wait)
+			}
+			feed(&b, done, 20*time.Millisecond, t1.Add(3*backupMinWait), 3)
+			b.compact(done)
+			if len(b.late) != 0 {
+				t.Fatalf("late holds %v after every shard merged", b.late)
+			}
+		})
 	}
 }
 
@@ -76,15 +86,18 @@ func TestBackupState_OvertakenShardBackedUpOnceAfterWait(t *testing.T) {
 // ignores a few slow runs.
 func TestBackupState_WaitFollowsMedianShardTime(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		runs   []time.Duration
-		perMsg int
-		want   time.Duration
+		name    string
+		runs    []time.Duration
+		perMsg  int
+		drained bool
+		want    time.Duration
 	}{
-		{"short shards: the floor", []time.Duration{time.Millisecond, 2 * time.Millisecond}, 1, backupMinWait},
-		{"80ms shards", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}, 1, 160 * time.Millisecond},
-		{"four per message", []time.Duration{30 * time.Millisecond}, 4, 240 * time.Millisecond},
-		{"a few slow runs", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 800 * time.Millisecond, 80 * time.Millisecond, 800 * time.Millisecond}, 1, 160 * time.Millisecond},
+		{"short shards: the floor", []time.Duration{time.Millisecond, 2 * time.Millisecond}, 1, false, backupMinWait},
+		{"short shards, every one pulled: the lower floor", []time.Duration{time.Millisecond, 2 * time.Millisecond}, 1, true, backupDrainedMinWait},
+		{"80ms shards", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}, 1, false, 160 * time.Millisecond},
+		{"80ms shards, every one pulled", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}, 1, true, 160 * time.Millisecond},
+		{"four per message", []time.Duration{30 * time.Millisecond}, 4, false, 240 * time.Millisecond},
+		{"a few slow runs", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 800 * time.Millisecond, 80 * time.Millisecond, 800 * time.Millisecond}, 1, false, 160 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var b backupState
@@ -92,7 +105,7 @@ func TestBackupState_WaitFollowsMedianShardTime(t *testing.T) {
 			for i, d := range c.runs {
 				feed(&b, done, d, time.Now(), i)
 			}
-			if got := b.wait(c.perMsg); got != c.want {
+			if got := b.wait(c.perMsg, c.drained); got != c.want {
 				t.Fatalf("wait %v, want %v", got, c.want)
 			}
 		})

@@ -70,8 +70,9 @@
 // leader does not see shards start, but workers pull a job's shards in dispatch order, so a shard
 // still missing when a later one is merged has been pulled: it is overtaken. A shard overtaken
 // longer ago than 2 × the median run time of the job's recent shards (times ShardsPerMsg), and
-// at least 100ms (Spark's minTaskRuntime), is a straggler; so are the last shards dispatched (at
-// most 64 of them) once no result has come for that long. Each is published once per term (up
+// at least 100ms (Spark's minTaskRuntime; 20ms once every shard of the job was pulled and workers
+// are going idle), is a straggler; so are the last shards dispatched (at most 64 of them) once no
+// result has come for that long. Each is published once per term (up
 // to 1024 per job and term), made or read from the plan as dispatch does, with Nats-Msg-Id
 // <job>/<shard>/backup/<term id> (so JetStream drops it neither as a duplicate of the original
 // nor as one of an earlier term's backup), and taken by whichever worker pulls it first. The
