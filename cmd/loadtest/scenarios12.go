@@ -253,27 +253,23 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	for k := range cfg.StragglerRuns {
 		for _, x := range sides {
 			o, err := r.runJob(ctx, x.c, job, fmt.Sprintf("%s %d/%d", x.what, k+1, cfg.StragglerRuns), job.shards)
-			results, dispatches := x.sn.take(o.id)
+			seen := x.sn.take(o.id)
 			if err != nil {
 				return st, err
 			}
+			results := seen.results
 			st.Exact = st.Exact && o.exact
 			if !o.exact || o.makespan <= 0 {
 				continue
 			}
-			backups := 0
-			for _, d := range dispatches {
-				if d > 1 {
-					backups++
-				}
-			}
+			backups := len(seen.backups)
 			w1, dups := 0, 0
-			seen := make(map[int]int, shards)
+			count := make(map[int]int, shards)
 			for _, res := range results {
 				if res.Worker == "w1" {
 					w1++
 				}
-				if seen[res.Index]++; seen[res.Index] == 2 {
+				if count[res.Index]++; count[res.Index] == 2 {
 					dups++
 				}
 			}
