@@ -66,6 +66,8 @@ type backupState struct {
 	backed *roaring.Bitmap
 	// lastLook is when the loop last looked at the job; no look counts before quietUntil.
 	lastLook, quietUntil time.Time
+	// lastWait is the wait of the last look (for the log).
+	lastWait time.Duration
 }
 
 type overtaken struct {
@@ -165,6 +167,7 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 	// Every shard was pulled when none is missing above the highest merged one.
 	above := uint64(total-b.hi-1) - done.CardinalityInRange(uint64(b.hi+1), uint64(total))
 	wait := b.wait(perMsg, above == 0)
+	b.lastWait = wait
 	b.compact(done)
 	var idx []int
 	for _, o := range b.late {
@@ -217,7 +220,7 @@ func (t *term) backups(ctx context.Context) {
 			continue
 		}
 		t.log.Info("backup tasks: dispatching stragglers once more", "job", j.id, "shards", shardList(roaring.BitmapOf(u32s(idx)...)),
-			"left", left, "wait", b.wait(j.cp.ShardsPerMsg, false).Round(time.Millisecond), "median_shard", b.median().Round(time.Microsecond))
+			"left", left, "wait", b.lastWait.Round(time.Millisecond), "median_shard", b.median().Round(time.Microsecond))
 		t.emit(Event{Kind: EventBackup, Epoch: t.epoch, Job: j.id, Shard: idx[0], Count: len(idx)})
 		t.dispatchers.Add(1)
 		go func(id, typ string, epoch uint64) {
