@@ -312,9 +312,8 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		run.TimeLostS = round3(o.makespan.Seconds() - ref)
 	}
 	samples := smp.close()
-	x := fc.sn.take(id)
-	results := x.results
-	rd := classify(results, x.dispatches, x.backups, victims)
+	results, dispatches := fc.sn.take(id)
+	rd := classify(results, dispatches, fc.sn.backupsOf(id), victims)
 	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.redelivered, rd.completedTwice, rd.redone, rd.completedRerun
 	run.Redispatched, run.Results, run.BackedUp = rd.redispatched, rd.results, rd.backedUp
 	if len(run.Kills) > 0 {

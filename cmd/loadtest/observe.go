@@ -137,13 +137,6 @@ type sniffer struct {
 	nc         *nats.Conn
 }
 
-// seen is what a sniffer saw of one job.
-type seen struct {
-	results    []resultObs
-	dispatches map[int]int
-	backups    map[int]bool
-}
-
 func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	nc := c.Bus.Conn()
 	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, backups: map[string]map[int]bool{}, nc: nc}
@@ -201,16 +194,25 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 }
 
 // take returns and forgets what was seen of job (after a flush, so nothing in flight is missed).
-func (s *sniffer) take(job string) seen {
+func (s *sniffer) take(job string) ([]resultObs, map[int]int) {
 	_ = s.nc.FlushTimeout(2 * time.Second)
 	time.Sleep(20 * time.Millisecond) // let the subscription handlers drain what the flush let in
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x := seen{results: s.results[job], dispatches: s.dispatches[job], backups: s.backups[job]}
+	r, d := s.results[job], s.dispatches[job]
 	delete(s.results, job)
 	delete(s.dispatches, job)
+	return r, d
+}
+
+// backupsOf returns and forgets the shards of job published as backup copies (call it after
+// take, which flushes).
+func (s *sniffer) backupsOf(job string) map[int]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.backups[job]
 	delete(s.backups, job)
-	return x
+	return b
 }
 
 func (s *sniffer) close() {

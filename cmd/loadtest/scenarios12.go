@@ -253,16 +253,16 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	for k := range cfg.StragglerRuns {
 		for _, x := range sides {
 			o, err := r.runJob(ctx, x.c, job, fmt.Sprintf("%s %d/%d", x.what, k+1, cfg.StragglerRuns), job.shards)
-			seen := x.sn.take(o.id)
+			results, _ := x.sn.take(o.id)
+			backedUp := x.sn.backupsOf(o.id)
 			if err != nil {
 				return st, err
 			}
-			results := seen.results
 			st.Exact = st.Exact && o.exact
 			if !o.exact || o.makespan <= 0 {
 				continue
 			}
-			backups := len(seen.backups)
+			backups := len(backedUp)
 			w1, dups := 0, 0
 			count := make(map[int]int, shards)
 			for _, res := range results {
