@@ -55,9 +55,10 @@ type Config struct {
 	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
 	ResultsPrefetch int
 	// NoBackupTasks turns off backup tasks: near a job's end (every shard dispatched, at most a
-	// tenth left), when no result has come for 4 × the job's mean shard time (at least 200ms),
-	// the shards left are dispatched once more, so a slow worker does not hold the job up; the
-	// first result of each wins and the other is dropped as a duplicate. Default false (on).
+	// quarter left), a shard held much longer than its peers (2 × the median shard time, at least
+	// 100ms) is dispatched once more, so a slow worker does not hold the job up; the first result
+	// of each wins and the other is dropped as a duplicate (see the package doc). Default false
+	// (on).
 	NoBackupTasks bool
 	// RepairInterval is how often the leader looks for running jobs whose missing shards are
 	// nowhere (neither queued, running nor waiting as results: lost by a storage rollback, a

@@ -244,6 +244,11 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	defer rescan.Stop()
 	repair := time.NewTicker(t.cfg.RepairInterval)
 	defer repair.Stop()
+	backup := time.NewTicker(backupCheckInterval)
+	defer backup.Stop()
+	if t.cfg.NoBackupTasks {
+		backup.Stop()
+	}
 	for {
 		t.beat()
 		select {
@@ -280,6 +285,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
 			t.checkpointDirty(ctx, false)
+		case <-backup.C:
 			if !t.cfg.NoBackupTasks {
 				t.backups(ctx)
 			}
@@ -611,12 +617,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	t.cfg.Metrics.ResultMerged()
 	j.mergedOne()
 	j.dirty = true
-	j.lastMerge = time.Now()
-	if j.meanMicros == 0 {
-		j.meanMicros = float64(max(r.Micros, 1))
-	} else {
-		j.meanMicros += (float64(r.Micros) - j.meanMicros) / 16
-	}
+	j.bk.merged(j.done, r.Index, r.Micros, time.Now())
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})

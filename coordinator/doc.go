@@ -65,11 +65,22 @@
 //
 // # Backup tasks
 //
-// Near a job's end (every shard dispatched, at most a tenth left), when no result has come for 4
-// × the job's mean shard time (at least 200ms), the shards left (up to 1024) are published once
-// more, made or read from the plan as dispatch does, with Nats-Msg-Id <job>/<shard>/backup (so JetStream does not
-// drop them as duplicates of the originals, and a re-dispatch of the backup adds nothing). The
-// first result of each shard is merged; the other is a duplicate. Once per job and term.
+// Near a job's end (every shard dispatched, at most a quarter left: Spark's speculation quantile),
+// a shard that has been held much longer than its peers is published once more (backup.go). The
+// leader does not see shards start, but workers pull a job's shards in dispatch order, so a shard
+// still missing when a later one is merged has been pulled: it is overtaken. A shard overtaken
+// longer ago than 2 × the median run time of the job's recent shards (times ShardsPerMsg), and
+// at least 100ms (Spark's minTaskRuntime; 20ms once every shard of the job was pulled and workers
+// are going idle), is a straggler; so are the last shards dispatched (at most 64 of them) once no
+// result has come for that long. Each is published once per term (up
+// to 1024 per job and term), made or read from the plan as dispatch does, with Nats-Msg-Id
+// <job>/<shard>/backup/<term id> (so JetStream drops it neither as a duplicate of the original
+// nor as one of an earlier term's backup), and taken by whichever worker pulls it first. The
+// first result of each shard is merged; the other is a duplicate. Not guaranteed: that the copy
+// goes to a faster worker than the original (it usually goes to one of the idle workers at the
+// end), or that no shard is backed up needlessly (a worker stalled for the wait looks like a
+// straggler; the copy then costs one extra run of that shard). After a stall of the loop itself,
+// no shard is backed up for as long again.
 //
 // # Shards per message
 //

@@ -26,6 +26,9 @@ const (
 	// EventRepaired: self-repair dispatched again shards of Job that were nowhere (Count: how
 	// many).
 	EventRepaired EventKind = "repaired"
+	// EventBackup: backup tasks dispatched once more shards of Job that ran much longer than
+	// their peers near the job's end (Count: how many; Shard: the first).
+	EventBackup EventKind = "backup"
 	// EventTermEnded: Lead returned (Err: why, nil for a graceful stop).
 	EventTermEnded EventKind = "term_ended"
 )

@@ -34,11 +34,8 @@ type job struct {
 	// writing: a checkpoint of the job is being stored in the background (one at a time, so
 	// each write is If-Match on the previous one's ETag).
 	writing bool
-	// For backup tasks: a moving mean of shard run times (µs), when the last shard was merged,
-	// and whether the shards left were backed up.
-	meanMicros float64
-	lastMerge  time.Time
-	backedUp   bool
+	// bk is the job's backup-task bookkeeping (backup.go).
+	bk backupState
 	// cancelled: claim found the job's cancel marker; adopt ends it.
 	cancelled bool
 	// rep is the job's self-repair bookkeeping (repair.go).

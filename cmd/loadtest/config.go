@@ -74,10 +74,22 @@ type Config struct {
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
 	// split in shards of WordcountShardBytes. Default 16 MiB in 32 KiB shards (512 shards).
 	WordcountBytes, WordcountShardBytes int
-	// StragglerShards and StragglerDelay size the straggler jobs: every worker delays each map
-	// step by StragglerDelay, one of them ten times as long. Default 600 × 20ms.
-	StragglerShards int
-	StragglerDelay  time.Duration
+	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler scenario: a job of
+	// StragglerShards shards on a cluster of StragglerWorkers workers whose map steps each take
+	// StragglerDelay, against the same job on a cluster where one of them takes ten times as long.
+	// One slow worker is then a small share of the capacity (as on the clusters MapReduce measured
+	// backup tasks on), and the job is long against one slow shard. Default 10 workers, 4000 ×
+	// 20ms (4 s over 20 slots).
+	StragglerWorkers int
+	StragglerShards  int
+	StragglerDelay   time.Duration
+	// StragglerSmallShards: the same comparison on a cluster of Workers workers (3), where the
+	// slow worker takes a third of the capacity away: reported against its capacity bound, not
+	// judged. 0 skips it. Default 600.
+	StragglerSmallShards int
+	// StragglerRuns is how many rounds of (job without, job with the straggler) each comparison
+	// runs, the two clusters idle in turn; the best makespan of each counts. Default 3.
+	StragglerRuns int
 	// MillionShards is the size of the big job (its leader is killed at 50 %). Default 1,000,000.
 	MillionShards int
 	// LoadedDuration is how long the loaded no-fault run keeps both cores busy while counting
@@ -121,7 +133,8 @@ func DefaultConfig() Config {
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
 		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10,
-		StragglerShards: 600, StragglerDelay: 20 * time.Millisecond, MillionShards: 1_000_000,
+		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
+		MillionShards:  1_000_000,
 		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
@@ -138,7 +151,7 @@ func QuickConfig() Config {
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.WordcountBytes = 3, 2<<20
-	c.StragglerShards, c.MillionShards = 300, 100_000
+	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 100_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
@@ -192,6 +205,12 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("wordcount: %d bytes in shards of %d: need shards of at least 1 KiB, at least four of them, at most 256 MiB", c.WordcountBytes, c.WordcountShardBytes)
 	case c.has(scStraggler) && (c.StragglerShards < 20 || c.StragglerDelay < time.Millisecond):
 		return fmt.Errorf("straggler: %d shards of %v: need at least 20 shards and a delay of at least 1ms", c.StragglerShards, c.StragglerDelay)
+	case c.has(scStraggler) && (c.StragglerWorkers < 2 || c.StragglerWorkers > 32):
+		return fmt.Errorf("straggler workers %d: use 2 to 32 (one of them is the slow one)", c.StragglerWorkers)
+	case c.has(scStraggler) && (c.StragglerRuns < 1 || c.StragglerRuns > 20):
+		return fmt.Errorf("straggler runs %d: use 1 to 20 rounds", c.StragglerRuns)
+	case c.has(scStraggler) && c.StragglerSmallShards != 0 && c.StragglerSmallShards < 20:
+		return fmt.Errorf("straggler small shards %d: use 0 (skip the %d-worker comparison) or at least 20", c.StragglerSmallShards, c.Workers)
 	case c.has(scMillion) && (c.MillionShards < 1000 || c.MillionShards > 1_000_000):
 		return fmt.Errorf("million: %d shards: use 1,000 to 1,000,000", c.MillionShards)
 	case c.has(scLoaded) && c.LoadedDuration < time.Second:

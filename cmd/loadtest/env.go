@@ -88,6 +88,7 @@ func newEnv(ctx context.Context, cfg *Config, log *progress) (_ *env, err error)
 // clusterSpec is what a scenario asks of its cluster.
 type clusterSpec struct {
 	name          string // short, [a-z0-9]
+	workers       int    // 0: Config.Workers
 	concurrency   int    // 0: the worker's default
 	mapDelay      time.Duration
 	leaseDuration time.Duration
@@ -126,8 +127,12 @@ func (e *env) startCluster(ctx context.Context, s clusterSpec) (*cluster.Cluster
 	if timeout == 0 {
 		timeout = -1
 	}
+	workers := e.cfg.Workers
+	if s.workers > 0 {
+		workers = s.workers
+	}
 	c, err := cluster.Start(sctx, cluster.Options{
-		Dir: dir, WorkerBin: e.bin, Workers: e.cfg.Workers, Namespace: ns,
+		Dir: dir, WorkerBin: e.bin, Workers: workers, Namespace: ns,
 		LeaseDuration: s.leaseDuration, Concurrency: conc, ShardTimeout: timeout,
 		MapDelay: s.mapDelay, ConnStr: e.connStr, NATSURL: natsURL, Env: s.env, WorkerEnv: s.workerEnv,
 	})

@@ -313,9 +313,9 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	}
 	samples := smp.close()
 	results, dispatches := fc.sn.take(id)
-	rd := classify(results, dispatches, victims)
+	rd := classify(results, dispatches, fc.sn.backupsOf(id), victims)
 	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.redelivered, rd.completedTwice, rd.redone, rd.completedRerun
-	run.Redispatched, run.Results = rd.redispatched, rd.results
+	run.Redispatched, run.Results, run.BackedUp = rd.redispatched, rd.results, rd.backedUp
 	if len(run.Kills) > 0 {
 		for _, o := range results {
 			if o.Attempt > 1 {

@@ -88,8 +88,22 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		}
 	}
 	if st := rep.Straggler; st != nil {
-		row(fmt.Sprintf("straggler (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", st.Shards, 1000*st.DelayS, 1000*st.StragglerS), single(st.MakespanS, st.MakespanS > 0))
-		row("straggler: no-straggler makespan s", single(st.ReferenceS, st.ReferenceS > 0))
+		for _, x := range []*StragglerRun{&st.StragglerRun, st.Small} {
+			if x == nil {
+				continue
+			}
+			pre := fmt.Sprintf("straggler, %d workers", x.Workers)
+			row(fmt.Sprintf("%s (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", pre, x.Shards, 1000*x.DelayS, 1000*x.StragglerS), x.Makespan)
+			row(pre+": no-straggler makespan s", x.Reference)
+			row(pre+": makespan ÷ no-straggler makespan (best ÷ best)", single(x.Ratio, x.Ratio > 0))
+			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), single(x.Bound, x.Ratio > 0))
+			row(pre+": s beyond the bound (best − best no-straggler × bound)", single(x.TailS, x.Ratio > 0))
+			row(pre+": s the last 1 % of shards took", x.LastPercent)
+			row(pre+": s the last 1 % of shards took without the straggler", x.ReferenceLastPercent)
+			row(pre+": shards backed up per job", x.Backups)
+			row(pre+": shards backed up per job without the straggler", x.ReferenceBackups)
+			row(pre+": duplicate results per job", x.Duplicates)
+		}
 	}
 	if m := rep.Million; m != nil {
 		row(fmt.Sprintf("big job (%d shards, leader killed at 50 %%): makespan s", m.Shards), single(m.MakespanS, m.MakespanS > 0))

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/internal/cluster"
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -129,15 +131,16 @@ type resultObs struct {
 // one JetStream then drops as a duplicate), without touching the streams or consumers.
 type sniffer struct {
 	mu         sync.Mutex
-	results    map[string][]resultObs // job → results in arrival order
-	dispatches map[string]map[int]int // job → shard → publishes
+	results    map[string][]resultObs  // job → results in arrival order
+	dispatches map[string]map[int]int  // job → shard → publishes
+	backups    map[string]map[int]bool // job → shards published as backup copies (coordinator/backup.go)
 	subs       []*nats.Subscription
 	nc         *nats.Conn
 }
 
 func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 	nc := c.Bus.Conn()
-	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, nc: nc}
+	s := &sniffer{results: map[string][]resultObs{}, dispatches: map[string]map[int]int{}, backups: map[string]map[int]bool{}, nc: nc}
 	rs, err := nc.Subscribe(c.Bus.ResultSubject(">"), func(m *nats.Msg) {
 		now := time.Now()
 		rs, err := protocol.DecodeResults(m.Data)
@@ -159,6 +162,8 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 		if err != nil {
 			return
 		}
+		// A backup copy's Nats-Msg-Id is <job>/<shard>/backup/… (protocol.BackupShardMsgID).
+		backup := strings.Contains(m.Header.Get(jetstream.MsgIDHeader), "/backup")
 		s.mu.Lock()
 		for _, r := range ms {
 			d := s.dispatches[r.Job]
@@ -167,6 +172,14 @@ func startSniffer(c *cluster.Cluster) (*sniffer, error) {
 				s.dispatches[r.Job] = d
 			}
 			d[r.Index]++
+			if backup {
+				b := s.backups[r.Job]
+				if b == nil {
+					b = map[int]bool{}
+					s.backups[r.Job] = b
+				}
+				b[r.Index] = true
+			}
 		}
 		s.mu.Unlock()
 	})
@@ -193,6 +206,16 @@ func (s *sniffer) take(job string) ([]resultObs, map[int]int) {
 	return r, d
 }
 
+// backupsOf returns and forgets the shards of job published as backup copies (call it after
+// take, which flushes).
+func (s *sniffer) backupsOf(job string) map[int]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.backups[job]
+	delete(s.backups, job)
+	return b
+}
+
 func (s *sniffer) close() {
 	for _, sub := range s.subs {
 		_ = sub.Unsubscribe()
@@ -213,14 +236,16 @@ type redo struct {
 	redone         int // shards in either set
 	completedRerun int // shards first completed by a process that was not killed, then run again
 	redispatched   int // shard publishes beyond the first
+	backedUp       int // shards the leader backed up (run twice on purpose: not counted above)
 	results        int
 }
 
 // classify counts shards run more than once. A result published by a killed process before it
 // exited may be followed by another (the process died before acking the shard); any other
 // shard with a second result, or a second delivery after a completed result, was re-run after
-// it had been completed, which must not happen.
-func classify(results []resultObs, dispatches map[int]int, victims []victim) redo {
+// it had been completed, which must not happen — unless the leader backed the shard up (backup
+// tasks run a straggling shard twice on purpose): those are counted apart.
+func classify(results []resultObs, dispatches map[int]int, backups map[int]bool, victims []victim) redo {
 	var r redo
 	r.results = len(results)
 	type key struct{ index, attempt int }
@@ -242,8 +267,9 @@ func classify(results []resultObs, dispatches map[int]int, victims []victim) red
 		}
 		return false
 	}
-	for _, obs := range byShard {
-		again := len(obs) > 1
+	r.backedUp = len(backups)
+	for i, obs := range byShard {
+		again := len(obs) > 1 && !backups[i]
 		if again {
 			r.completedTwice++
 		}

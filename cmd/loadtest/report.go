@@ -224,6 +224,7 @@ type FailoverRun struct {
 	Redone         int   `json:"redone"`          // shards run more than once (either of the above)
 	CompletedRerun int   `json:"completed_rerun"` // completed by a survivor, then run again
 	Redispatched   int   `json:"redispatched"`    // shard publishes beyond the first (deduplicated by JetStream)
+	BackedUp       int   `json:"backed_up"`       // shards the leader backed up (run twice on purpose, not counted above)
 	Results        int   `json:"results"`         // result messages seen
 	// RerunAfterS: seconds after the first kill at which each result of a re-run (attempt > 1)
 	// arrived: in-flight shards handed back at once come early, shards left to AckWait late.

@@ -28,17 +28,45 @@ type WordcountRun struct {
 	Exact      bool    `json:"exact"`
 }
 
-// Straggler compares a job on a cluster with one worker 10× slower against the same job on a
-// cluster without it.
+// Straggler is the straggler scenario: the judged comparison on a cluster of StragglerWorkers
+// workers, and the same on a cluster of Workers workers (Small), reported against its bound.
 type Straggler struct {
-	Shards        int     `json:"shards"`
-	DelayS        float64 `json:"map_delay_s"`
-	StragglerS    float64 `json:"straggler_map_delay_s"`
-	ReferenceS    float64 `json:"reference_makespan_s"`
-	MakespanS     float64 `json:"makespan_s"`
-	Ratio         float64 `json:"ratio"` // makespan ÷ reference
-	Exact         bool    `json:"exact"`
-	StragglerDone int     `json:"straggler_results"` // results the slow worker published
+	StragglerRun
+	Small *StragglerRun `json:"small,omitempty"`
+}
+
+// StragglerRun compares a job on a cluster with one worker 10× slower against the same job on a
+// cluster of the same size without it, over Runs rounds; the best makespan of each counts.
+type StragglerRun struct {
+	Workers    int     `json:"workers"`
+	Shards     int     `json:"shards"`
+	Runs       int     `json:"runs"`
+	DelayS     float64 `json:"map_delay_s"`
+	StragglerS float64 `json:"straggler_map_delay_s"`
+	ReferenceS float64 `json:"reference_makespan_s"` // best
+	MakespanS  float64 `json:"makespan_s"`           // best
+	Ratio      float64 `json:"ratio"`                // makespan ÷ reference
+	// Bound is the capacity bound of the ratio: N workers of which one runs at a tenth of the
+	// speed have N − 0.9 workers' worth of capacity, so no scheduler beats N ÷ (N − 0.9).
+	Bound float64 `json:"capacity_bound"`
+	// TailS is what the makespan spent beyond the bound: makespan − reference × Bound.
+	TailS float64 `json:"tail_s"`
+	Exact bool    `json:"exact"` // every job
+	// Every job's makespan, without and with the straggler.
+	Reference Dist `json:"reference_makespans_s"`
+	Makespan  Dist `json:"makespans_s"`
+	// Per job with the straggler: the results the slow worker published (duplicates included),
+	// the shards dispatched more than once (backup tasks), the shards whose result was
+	// published twice; and the shards backed up without the straggler.
+	StragglerDone    Dist `json:"straggler_results"`
+	Backups          Dist `json:"backups"`
+	Duplicates       Dist `json:"duplicates"`
+	ReferenceBackups Dist `json:"reference_backups"`
+	// LastPercent is how long each job's last 1 % of shards took (from the result that left 1 %
+	// without one to the last shard's first result), with and without the straggler: the tail,
+	// hardly touched by the bulk's throughput.
+	LastPercent          Dist `json:"last_percent_s"`
+	ReferenceLastPercent Dist `json:"reference_last_percent_s"`
 }
 
 // Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at

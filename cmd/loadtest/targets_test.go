@@ -44,6 +44,8 @@ func TestValidate_NewScenarioSettings(t *testing.T) {
 		{"million too big", func(c *Config) { c.MillionShards = 2_000_000 }, "million"},
 		{"wordcount tiny shards", func(c *Config) { c.WordcountShardBytes = 10 }, "wordcount"},
 		{"straggler without delay", func(c *Config) { c.StragglerDelay = 0 }, "straggler"},
+		{"straggler on one worker", func(c *Config) { c.StragglerWorkers = 1 }, "straggler workers"},
+		{"straggler small job tiny", func(c *Config) { c.StragglerSmallShards = 5 }, "straggler small shards"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -93,7 +95,9 @@ func TestTargets_Thresholds(t *testing.T) {
 		{"efficiency 5 ms at 0.91", &Report{Efficiency: []Efficiency{{ShardS: 0.005, Ratio: 0.91, MakespanS: 1}}}, "efficiency at 5 ms", false},
 		{"small job 50 ms", &Report{SmallJob: &SmallJob{MedianS: 0.05, Makespan: Dist{N: 1, P50: 0.05}}}, "primes below", true},
 		{"wordcount 0.89", &Report{Wordcount: &Wordcount{Ratio: 0.89}}, "wordcount", false},
-		{"straggler 1.2", &Report{Straggler: &Straggler{Ratio: 1.2, Exact: true}}, "one worker 10×", true},
+		{"straggler 1.2", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.2, Exact: true}}}, "one worker 10×", true},
+		{"straggler 1.21", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.21, Exact: true}}}, "one worker 10×", false},
+		{"straggler inexact", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.1}}}, "one worker 10×", false},
 		{"big job 65 MiB", &Report{Million: &Million{Shards: 1_000_000, MaxLeaderRSSMiB: 65, RSSSamples: 10}}, "1000000-shard job: leader RSS", false},
 		{"big job not killed", &Report{Million: &Million{Shards: 1_000_000, Exact: true}}, "1000000-shard job, leader killed", false},
 		{"nats cluster exact", &Report{NATSCluster: &NATSCluster{Exact: true, DownS: 10}}, "3-node NATS cluster", true},

@@ -51,9 +51,15 @@ func TestClassify_Cases(t *testing.T) {
 		{"completed by the restarted victim, then again", []resultObs{{at(900), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
 		{"re-dispatch counted", nil, map[int]int{0: 2, 1: 1, 2: 3}, redo{redispatched: 3}},
+		{"backed up by the leader, run twice on purpose", []resultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(90), Index: 0, Attempt: 1, Worker: "w3"}}, map[int]int{0: 2},
+			redo{redispatched: 1, backedUp: 1, results: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := classify(c.results, c.disp, killed); got != c.want {
+			var backups map[int]bool
+			if strings.HasPrefix(c.name, "backed up") {
+				backups = map[int]bool{0: true}
+			}
+			if got := classify(c.results, c.disp, backups, killed); got != c.want {
 				t.Errorf("classify = %+v, want %+v", got, c.want)
 			}
 		})
