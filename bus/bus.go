@@ -17,7 +17,7 @@
 //     within DuplicateWindow adds nothing.
 //   - A results message carries <job>/batch/<nonce>, unique (it is never re-published: a failed
 //     publish redelivers its shards), so the result of a shard run again is never dropped as a
-//     duplicate. Backup copies of shards carry <job>/<index>/backup, shards dispatched again by
+//     duplicate. Backup copies of shards carry <job>/<index>/backup/<term id>, shards dispatched again by
 //     self-repair <job>/<first>/repair/<round>.
 //   - A ShardFeed tracks every shard it pulled until it is settled and marks them all in progress
 //     with one ticker, so a short ShardTimeout (default 5s) only bounds how long a dead worker's

@@ -255,7 +255,7 @@ func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64
 		if err != nil {
 			return
 		}
-		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i) + "/" + t.id, Data: b})
+		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i, t.id), Data: b})
 	}
 	if err := t.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
 		t.log.Warn("backup tasks: publish", "job", id, "err", err)

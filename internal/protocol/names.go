@@ -92,9 +92,12 @@ const (
 func ShardMsgID(job string, index int) string { return job + "/" + strconv.Itoa(index) }
 
 // BackupShardMsgID is the Nats-Msg-Id of a backup copy of shard index of job (a straggler run
-// again near the job's end): distinct from ShardMsgID, so JetStream does not drop it as a
-// duplicate of the original, and the same for every re-dispatch of the backup.
-func BackupShardMsgID(job string, index int) string { return ShardMsgID(job, index) + "/backup" }
+// again near the job's end) sent by the term with id term: distinct from ShardMsgID, so JetStream
+// does not drop it as a duplicate of the original, and from a later term's backup of the same
+// shard.
+func BackupShardMsgID(job string, index int, term string) string {
+	return ShardMsgID(job, index) + "/backup/" + term
+}
 
 // RepairShardMsgID is the Nats-Msg-Id of a shard message re-dispatched by self-repair (the
 // coordinator found the shard neither merged, queued, in flight nor waiting as a result): first
