@@ -10,7 +10,7 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 	"io"
 	"slices"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
@@ -212,7 +212,8 @@ func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	t := newWordTally()
+	t := getWordTable()
+	defer putWordTable(t)
 	total, err := countShardWords(ctx, env, s, t, wordcountChunk)
 	if err != nil {
 		return nil, err
@@ -223,7 +224,7 @@ func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte,
 // countShardWords counts into t the words starting in the shard's range and returns their number.
 // It reads chunk bytes at a time (at least 16: the first chunk must hold the look-behind and the
 // first rune of the range).
-func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTally, chunk int) (uint64, error) {
+func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTable, chunk int) (uint64, error) {
 	if s.Len == 0 {
 		return 0, nil
 	}
@@ -318,7 +319,7 @@ var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r':
 // wordScanner counts the words that start before end, fed the text a chunk at a time.
 type wordScanner struct {
 	end       int64 // words starting here or later belong to the next range
-	tally     *wordTally
+	tally     *wordTable
 	total     uint64
 	inWord    bool   // the last rune seen is part of a word
 	own       bool   // that word started in range: it is counted and collected
@@ -392,99 +393,232 @@ func (s *wordScanner) endWord(tail []byte, p int64) {
 	s.tally.add(s.word, 1)
 }
 
-// wordTally counts words. Looking a word up by its bytes does not allocate.
-type wordTally struct {
-	index  map[string]int // word → position in words and counts
-	words  []string
-	counts []uint64
+// wordTablePool keeps the tables of finished Map calls: a shard's table is reused, not regrown.
+var wordTablePool = sync.Pool{New: func() any { return newWordTable() }}
+
+// Tables bigger than this are not kept in wordTablePool (a shard of a huge vocabulary).
+const (
+	wordPoolMaxSlots = 1 << 17
+	wordPoolMaxArena = 4 << 20
+)
+
+func getWordTable() *wordTable {
+	t := wordTablePool.Get().(*wordTable)
+	t.reset()
+	return t
 }
 
-func newWordTally() *wordTally { return &wordTally{index: make(map[string]int)} }
-
-func (t *wordTally) add(w []byte, n uint64) {
-	if i, ok := t.index[string(w)]; ok {
-		t.counts[i] += n
-		return
+func putWordTable(t *wordTable) {
+	if len(t.slots) <= wordPoolMaxSlots && cap(t.arena) <= wordPoolMaxArena {
+		wordTablePool.Put(t)
 	}
-	word := string(w)
-	t.index[word] = len(t.words)
-	t.words = append(t.words, word)
-	t.counts = append(t.counts, n)
-}
-
-// byWord returns the positions of the words in ascending byte order.
-func (t *wordTally) byWord() []int {
-	order := make([]int, len(t.words))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(t.words[a], t.words[b]) })
-	return order
 }
 
 // encodeWordcountPartial writes: total, the number of words, then each word (ascending, as a
 // length-prefixed byte string) and its count. Sorting makes the encoding deterministic.
-func encodeWordcountPartial(total uint64, t *wordTally) []byte {
-	return encodeWordcountOrdered(total, t, t.byWord())
+func encodeWordcountPartial(total uint64, t *wordTable) []byte {
+	return encodeWordcountOrdered(total, &t.wordList, t.sorter.sortedOrder(&t.wordList, 0))
 }
 
 // encodeWordcountOrdered is encodeWordcountPartial with the words' ascending order given.
-func encodeWordcountOrdered(total uint64, t *wordTally, order []int) []byte {
-	size := 2 + 2*binary.MaxVarintLen64
-	for _, w := range t.words {
-		size += len(w) + 6
-	}
-	b := appendPartialHeader(make([]byte, 0, size), tagWordcount)
+func encodeWordcountOrdered(total uint64, l *wordList, order []uint32) []byte {
+	// A word's length takes at most 2 bytes (≤ 1,024) and most counts 1 or 2.
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(l.arena)+4*l.len())
+	b = appendPartialHeader(b, tagWordcount)
 	b = binary.AppendUvarint(b, total)
-	b = binary.AppendUvarint(b, uint64(len(t.words)))
+	b = binary.AppendUvarint(b, uint64(l.len()))
 	for _, i := range order {
-		b = binary.AppendUvarint(b, uint64(len(t.words[i])))
-		b = append(b, t.words[i]...)
-		b = binary.AppendUvarint(b, t.counts[i])
+		w := l.word(int(i))
+		b = binary.AppendUvarint(b, uint64(len(w)))
+		b = append(b, w...)
+		b = binary.AppendUvarint(b, l.counts[i])
 	}
 	return b
 }
 
-// wordcountPartial is a decoded partial; its words alias the encoded bytes.
+// wordcountPartial is a checked partial: its total and number of words, and its entries still
+// encoded (aliasing the partial's bytes).
 type wordcountPartial struct {
-	total  uint64
-	words  [][]byte
-	counts []uint64
+	total   uint64
+	n       uint64
+	entries []byte
 }
 
-// decodeWordcountPartial decodes and checks a partial: words strictly ascending, each 1 to 1,024
-// bytes with no space in it, each count at least 1, and the counts summing to at most total.
+// decodeWordcountPartial checks a partial: words strictly ascending, each 1 to 1,024 bytes with
+// no space in it, each count at least 1, and the counts summing to at most total. It does not
+// allocate; addTo then reads the entries it checked.
 func decodeWordcountPartial(data []byte) (wordcountPartial, error) {
 	var p wordcountPartial
 	r := newPartialReader(data, tagWordcount)
 	p.total = r.uvarint()
-	n := r.uvarint()
-	if r.err == nil && n > uint64(r.remaining()/3) { // an entry takes at least 3 bytes
-		return p, fmt.Errorf("%d words cannot fit in %d bytes", n, r.remaining())
+	p.n = r.uvarint()
+	if r.err == nil && p.n > uint64(r.remaining()/3) { // an entry takes at least 3 bytes
+		return p, fmt.Errorf("%d words cannot fit in %d bytes", p.n, r.remaining())
 	}
-	p.words = make([][]byte, 0, n)
-	p.counts = make([]uint64, 0, n)
+	if r.err != nil {
+		return p, r.err
+	}
+	p.entries = r.b
+	if p.valid() {
+		return p, nil
+	}
+	return p, p.problem()
+}
+
+// nextWordEntry reads the entry at the start of b: a word of at most wordcountMaxWordBytes bytes
+// (aliasing b) and its count. ok is false if b does not start with one.
+func nextWordEntry(b []byte) (w []byte, c uint64, rest []byte, ok bool) {
+	var n uint64
+	k := 1
+	if len(b) > 0 && b[0] < 0x80 {
+		n = uint64(b[0])
+	} else if n, k = binary.Uvarint(b); k <= 0 {
+		return nil, 0, nil, false
+	}
+	if n > wordcountMaxWordBytes || n > uint64(len(b)-k) {
+		return nil, 0, nil, false
+	}
+	w, b = b[k:k+int(n)], b[k+int(n):]
+	if len(b) > 0 && b[0] < 0x80 {
+		return w, uint64(b[0]), b[1:], true
+	}
+	if c, k = binary.Uvarint(b); k <= 0 {
+		return nil, 0, nil, false
+	}
+	return w, c, b[k:], true
+}
+
+// valid reports whether p's entries are well formed (see decodeWordcountPartial): the fast check
+// of every partial merged. problem says what is wrong with one that is not.
+func (p wordcountPartial) valid() bool {
+	b := p.entries
+	var sum, prevKey uint64
+	var prev []byte
+	for i := range p.n {
+		w, c, rest, ok := nextWordEntry(b)
+		if !ok || len(w) == 0 || c == 0 || c > p.total-sum {
+			return false
+		}
+		for _, x := range w {
+			// Every space is an ASCII byte below '!' or starts with a byte from 0xC2 up (U+0085).
+			if x-'!' >= 0xC2-'!' {
+				if hasSpace(w) {
+					return false
+				}
+				break
+			}
+		}
+		key := wordKey(w)
+		if i > 0 && (key < prevKey || key == prevKey && bytes.Compare(prev, w) >= 0) {
+			return false
+		}
+		sum += c
+		prev, prevKey, b = w, key, rest
+	}
+	return len(b) == 0
+}
+
+// problem describes what is wrong with entries that valid rejected.
+func (p wordcountPartial) problem() error {
+	r := &partialReader{b: p.entries}
 	var sum uint64
-	for i := uint64(0); i < n && r.err == nil; i++ {
+	var prev []byte
+	for i := uint64(0); i < p.n && r.err == nil; i++ {
 		w := r.bytes(wordcountMaxWordBytes)
 		c := r.uvarint()
 		if r.err != nil {
 			break
 		}
 		switch {
-		case len(w) == 0 || bytes.IndexFunc(w, unicode.IsSpace) >= 0:
-			return p, fmt.Errorf("entry %d: %q is not a word", i, w)
-		case i > 0 && bytes.Compare(p.words[i-1], w) >= 0:
-			return p, fmt.Errorf("entry %d: words out of order", i)
+		case len(w) == 0 || hasSpace(w):
+			return fmt.Errorf("entry %d: %q is not a word", i, w)
+		case i > 0 && bytes.Compare(prev, w) >= 0:
+			return fmt.Errorf("entry %d: words out of order", i)
 		case c == 0 || c > p.total-sum:
-			return p, fmt.Errorf("entry %d: count %d out of range (total %d, %d so far)", i, c, p.total, sum)
+			return fmt.Errorf("entry %d: count %d out of range (total %d, %d so far)", i, c, p.total, sum)
 		}
 		sum += c
-		p.words = append(p.words, w)
-		p.counts = append(p.counts, c)
+		prev = w
 	}
-	return p, r.finish()
+	if err := r.finish(); err != nil {
+		return err
+	}
+	return errors.New("malformed entries")
 }
+
+// hasSpace reports whether w holds a rune that unicode.IsSpace accepts (decoding w as
+// utf8.DecodeRune does, an invalid byte a rune of its own).
+func hasSpace(w []byte) bool {
+	for i := 0; i < len(w); {
+		if c := w[i]; c < utf8.RuneSelf {
+			if asciiSpace[c] {
+				return true
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(w[i:])
+		if unicode.IsSpace(r) {
+			return true
+		}
+		i += n
+	}
+	return false
+}
+
+// addTo adds the checked partial's counts to t. On a large table a look-up is a cache miss or
+// two (the slot, then the count); entries go through in batches so that the misses of a batch
+// overlap: first each entry's slot is loaded, then each found word's count, then the counts are
+// added (and new words inserted).
+func (p wordcountPartial) addTo(t *wordTable) {
+	const batch = 16
+	var (
+		words [batch][]byte
+		cs    [batch]uint64
+		keys  [batch]uint64
+		hs    [batch]uint64
+		tags  [batch]uint32
+		idx   [batch]uint32
+	)
+	b := p.entries
+	for left := p.n; left > 0; {
+		n := int(min(left, batch))
+		left -= uint64(n)
+		if len(t.slots) == 0 {
+			t.grow()
+		}
+		mask := uint64(len(t.slots) - 1)
+		for i := range n {
+			words[i], cs[i], b, _ = nextWordEntry(b)
+			keys[i] = wordKey(words[i])
+			hs[i], tags[i] = t.hash(words[i], keys[i])
+		}
+		// Short loops of independent loads: the processor has them all in flight at once.
+		var sink uint32
+		for i := range n {
+			sink += t.slots[hs[i]&mask].idx
+		}
+		for i := range n {
+			idx[i] = t.lookup(words[i], keys[i], hs[i], tags[i])
+		}
+		for i := range n {
+			if idx[i] != 0 {
+				sink += uint32(t.counts[idx[i]-1])
+			}
+		}
+		for i := range n {
+			if idx[i] != 0 {
+				t.counts[idx[i]-1] += cs[i]
+			} else {
+				t.insert(words[i], keys[i], hs[i], tags[i], cs[i])
+			}
+		}
+		wordSink = sink
+	}
+}
+
+// wordSink keeps the loads addTo issues early from being optimised away.
+var wordSink uint32
 
 // NewAggregate returns an aggregate summing the shards' counts.
 func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
@@ -492,7 +626,7 @@ func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wordcountAggregate{top: p.Top, tally: newWordTally()}, nil
+	return &wordcountAggregate{top: p.Top, tab: newWordTable()}, nil
 }
 
 // wordcountAggregate holds every word's count. The counts never sum to more than total, so no
@@ -500,20 +634,21 @@ func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 type wordcountAggregate struct {
 	top   int
 	total uint64
-	tally *wordTally
-	// order is the ascending order of the first words of tally, as the last snapshot
-	// sorted them: the next one sorts only the words added since and merges (words are only ever
-	// appended), so a checkpoint's sort costs O(new words · log + vocabulary), not O(V log V).
-	// Stored by the snapshot's encoder, in another goroutine.
+	tab   *wordTable
+	// order is the ascending order of the first words of tab, as the last snapshot sorted them:
+	// the next one sorts only the words added since and merges (words are only ever appended),
+	// so a checkpoint's sort costs O(new words + vocabulary), not O(V log V). Stored by the
+	// snapshot's encoder, in another goroutine.
 	order atomic.Pointer[wordOrder]
 }
 
-// wordOrder is the ascending order of the first len(order) words of tally.
+// wordOrder is the ascending order of the first len(order) words of tab.
 type wordOrder struct {
-	tally *wordTally
-	order []int
+	tab   *wordTable
+	order []uint32
 }
 
+// Merge checks the whole partial first, so a bad one changes nothing, then adds its counts.
 func (a *wordcountAggregate) Merge(partial []byte) error {
 	p, err := decodeWordcountPartial(partial)
 	if err == nil && a.total+p.total < a.total {
@@ -523,56 +658,33 @@ func (a *wordcountAggregate) Merge(partial []byte) error {
 		return fmt.Errorf("%w: wordcount: %v", jobs.ErrBadPartial, err)
 	}
 	a.total += p.total
-	for i, w := range p.words {
-		a.tally.add(w, p.counts[i])
-	}
+	p.addTo(a.tab)
 	return nil
 }
 
 func (a *wordcountAggregate) MarshalBinary() ([]byte, error) {
-	return encodeWordcountPartial(a.total, a.tally), nil
+	return encodeWordcountPartial(a.total, a.tab), nil
 }
 
 // Snapshot copies the counts (8 bytes a word; the words themselves are immutable and only ever
 // appended) and leaves sorting and encoding to the returned function, which the coordinator runs
 // off its merge loop: a checkpoint of a large vocabulary costs the loop a copy, not a sort.
 func (a *wordcountAggregate) Snapshot() func() ([]byte, error) {
-	n := len(a.tally.words)
-	t := &wordTally{words: a.tally.words[:n:n], counts: slices.Clone(a.tally.counts)}
+	t := a.tab
+	n := t.len()
+	end := t.offs[n]
+	l := &wordList{arena: t.arena[:end:end], offs: t.offs[: n+1 : n+1], keys: t.keys[:n:n], counts: slices.Clone(t.counts)}
 	total := a.total
-	live := a.tally
-	var prev []int
-	if p := a.order.Load(); p != nil && p.tally == live && len(p.order) <= n {
+	var prev []uint32
+	if p := a.order.Load(); p != nil && p.tab == t && len(p.order) <= n {
 		prev = p.order
 	}
 	return func() ([]byte, error) {
-		order := extendOrder(t.words, prev)
-		a.order.Store(&wordOrder{tally: live, order: order})
-		return encodeWordcountOrdered(total, t, order), nil
+		var s wordSorter
+		order := l.mergeOrder(prev, s.sortedOrder(l, len(prev)))
+		a.order.Store(&wordOrder{tab: t, order: order})
+		return encodeWordcountOrdered(total, l, order), nil
 	}
-}
-
-// extendOrder returns the ascending order of words, given prev, that of words[:len(prev)]: the
-// words after are sorted and merged in.
-func extendOrder(words []string, prev []int) []int {
-	fresh := make([]int, 0, len(words)-len(prev))
-	for i := len(prev); i < len(words); i++ {
-		fresh = append(fresh, i)
-	}
-	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(words[a], words[b]) })
-	out := make([]int, 0, len(words))
-	i, j := 0, 0
-	for i < len(prev) && j < len(fresh) {
-		if words[prev[i]] < words[fresh[j]] {
-			out = append(out, prev[i])
-			i++
-		} else {
-			out = append(out, fresh[j])
-			j++
-		}
-	}
-	out = append(out, prev[i:]...)
-	return append(out, fresh[j:]...)
 }
 
 func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
@@ -580,11 +692,9 @@ func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: wordcount aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
-	t := newWordTally()
-	for i, w := range p.words {
-		t.add(w, p.counts[i])
-	}
-	a.total, a.tally = p.total, t
+	t := newWordTable()
+	p.addTo(t)
+	a.total, a.tab = p.total, t
 	a.order.Store(nil)
 	return nil
 }
@@ -592,23 +702,59 @@ func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 // Result lists the top words, count descending and then word ascending. Bytes of a word that are
 // not valid UTF-8 appear as U+FFFD in the JSON.
 func (a *wordcountAggregate) Result() (json.RawMessage, error) {
-	t := a.tally
-	order := make([]int, len(t.words))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(x, y int) int {
-		if t.counts[x] != t.counts[y] {
-			if t.counts[x] > t.counts[y] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(t.words[x], t.words[y])
-	})
-	res := WordcountResult{Total: a.total, Top: make([]WordFreq, 0, min(a.top, len(order)))}
-	for _, i := range order[:min(a.top, len(order))] {
-		res.Top = append(res.Top, WordFreq{Word: t.words[i], Count: t.counts[i]})
+	l := &a.tab.wordList
+	top := topWords(l, a.top)
+	res := WordcountResult{Total: a.total, Top: make([]WordFreq, 0, len(top))}
+	for _, i := range top {
+		res.Top = append(res.Top, WordFreq{Word: string(l.word(int(i))), Count: l.counts[i]})
 	}
 	return json.Marshal(res)
+}
+
+// topWords returns the indices of l's k most frequent words, count descending and then word
+// ascending: one pass keeping the best k in a heap, O(V log k).
+func topWords(l *wordList, k int) []uint32 {
+	// better reports whether word i ranks before word j.
+	better := func(i, j uint32) bool {
+		if l.counts[i] != l.counts[j] {
+			return l.counts[i] > l.counts[j]
+		}
+		return l.compare(int(i), int(j)) < 0
+	}
+	k = min(k, l.len())
+	h := make([]uint32, 0, k) // a heap whose root is the worst word kept
+	down := func(i int) {
+		for {
+			worst := i
+			for _, c := range []int{2*i + 1, 2*i + 2} {
+				if c < len(h) && better(h[worst], h[c]) {
+					worst = c
+				}
+			}
+			if worst == i {
+				return
+			}
+			h[i], h[worst] = h[worst], h[i]
+			i = worst
+		}
+	}
+	for i := range uint32(l.len()) {
+		switch {
+		case len(h) < k:
+			h = append(h, i)
+			for c := len(h) - 1; c > 0 && better(h[(c-1)/2], h[c]); c = (c - 1) / 2 {
+				h[c], h[(c-1)/2] = h[(c-1)/2], h[c]
+			}
+		case k > 0 && better(i, h[0]):
+			h[0] = i
+			down(0)
+		}
+	}
+	slices.SortFunc(h, func(i, j uint32) int {
+		if better(i, j) {
+			return -1
+		}
+		return 1
+	})
+	return h
 }
