@@ -314,7 +314,7 @@ func TestWordcountAggregate(t *testing.T) {
 	for name, bad := range map[string][]byte{
 		"empty":          nil,
 		"other job":      encodeSleepPartial(1, 1),
-		"version":        {tagWordcount, 2, 0, 0},
+		"version":        {tagWordcount, 3, 0, 0},
 		"truncated":      good[:len(good)-1],
 		"trailing":       append(bytes.Clone(good), 0),
 		"out of order":   entry(entry(head(3, 2), "b", 1), "a", 2),
