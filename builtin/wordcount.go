@@ -239,7 +239,14 @@ func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wor
 		return fmt.Errorf("wordcount: blob %q ends at %d, before the end of the shard's range [%d, %d): did it change after the job was split?",
 			s.Blob, size, s.Offset, end)
 	}
-	buf := make([]byte, max(chunk, 16))
+	var buf []byte
+	if chunk == wordcountChunk {
+		p := wordReadPool.Get().(*[]byte)
+		defer wordReadPool.Put(p)
+		buf = *p
+	} else {
+		buf = make([]byte, max(chunk, 16))
+	}
 	n, eof, err := readChunk(rc, buf)
 	if err != nil {
 		return 0, fmt.Errorf("wordcount: read %q at %d: %w", s.Blob, from, err)
@@ -393,6 +400,9 @@ func (s *wordScanner) endWord(tail []byte, p int64) {
 
 // wordTablePool keeps the tables of finished Map calls: a shard's table is reused, not regrown.
 var wordTablePool = sync.Pool{New: func() any { return newWordTable() }}
+
+// wordReadPool keeps the read buffers (wordcountChunk bytes) of finished Map calls.
+var wordReadPool = sync.Pool{New: func() any { b := make([]byte, wordcountChunk); return &b }}
 
 // Tables bigger than this are not kept in wordTablePool (a shard of a huge vocabulary).
 const (

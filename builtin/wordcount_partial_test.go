@@ -241,6 +241,19 @@ func TestWordTable(t *testing.T) {
 			t.Fatalf("round %d: %d words after reset", round, tab.len())
 		}
 	}
+	// A reset after a small use gives back most of the slots a large one grew.
+	for range 2 {
+		tab.add([]byte("small"), 1)
+		tab.reset()
+	}
+	if len(tab.slots) > 2*wordTableMin {
+		t.Fatalf("%d slots kept after a use of one word", len(tab.slots))
+	}
+	tab.add([]byte("again"), 2)
+	tab.add([]byte("again"), 1)
+	if tab.len() != 1 || string(tab.word(0)) != "again" || tab.counts[0] != 3 {
+		t.Fatalf("after shrinking: %d words, count %d", tab.len(), tab.counts[0])
+	}
 }
 
 // A snapshot's order is the previous snapshot's merged with the new words': the same as sorting
