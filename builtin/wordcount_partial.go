@@ -109,6 +109,7 @@ func (p wordcountPartial) valid() bool {
 		return p.validV1()
 	}
 	var w frontWord
+	var buf [wordcountMaxWordBytes]byte
 	var sum uint64
 	b := p.entries
 	for i := range p.n {
@@ -126,12 +127,10 @@ func (p wordcountPartial) valid() bool {
 			w.nextSlow(s, suffix)
 		}
 		for _, x := range suffix {
-			// Only bytes other than printable ASCII can make or complete a space: the prefix was
-			// checked with the word before, and decodes the same unless a byte after it is
-			// a continuation byte (see TestWordcountPartial_SpaceInPrefix).
+			// Only bytes other than printable ASCII can make or complete a space (the shared
+			// bytes were checked with the word before; see hasSpaceFrom).
 			if x-'!' > '~'-'!' {
-				var buf [wordcountMaxWordBytes]byte
-				if hasSpace(w.appendTo(buf[:0])) {
+				if hasSpace(w.appendFrom(buf[:0], runeBoundary(w.byteAt, s))) {
 					return false
 				}
 				break
@@ -175,26 +174,33 @@ func (p wordcountPartial) validV1() bool {
 func (p wordcountPartial) problem() error {
 	r := &partialReader{b: p.entries}
 	var sum uint64
-	var prev []byte
+	var prev []byte                               // version 1: the word before
+	cur := make([]byte, 0, wordcountMaxWordBytes) // version 2: the word being read
 	for i := uint64(0); i < p.n && r.err == nil; i++ {
 		var w []byte
+		var space bool
 		if p.version == wordcountV1 {
 			w = r.bytes(wordcountMaxWordBytes)
+			space = hasSpace(w)
 		} else {
 			s, suffix, rest, ok := frontHead(r.b)
 			switch {
 			case !ok:
 				return fmt.Errorf("entry %d: truncated, or a length above %d", i, wordcountMaxWordBytes)
-			case s > len(prev):
-				return fmt.Errorf("entry %d: shares %d bytes with a word of %d", i, s, len(prev))
+			case s > len(cur):
+				return fmt.Errorf("entry %d: shares %d bytes with a word of %d", i, s, len(cur))
 			case len(suffix) == 0:
 				return fmt.Errorf("entry %d: no bytes after the shared ones", i)
 			case s+len(suffix) > wordcountMaxWordBytes:
 				return fmt.Errorf("entry %d: a word of %d bytes, the limit is %d", i, s+len(suffix), wordcountMaxWordBytes)
-			case s < len(prev) && suffix[0] == prev[s]:
+			case s < len(cur) && suffix[0] == cur[s]:
 				return fmt.Errorf("entry %d: shares more than the %d bytes it says with the word before", i, s)
+			case s < len(cur) && suffix[0] < cur[s]:
+				return fmt.Errorf("entry %d: words out of order", i)
 			}
-			w = append(prev[:s:s], suffix...)
+			cur = append(cur[:s], suffix...)
+			w = cur
+			space = hasSpace(cur[runeBoundary(func(j int) byte { return cur[j] }, s):])
 			r.b = rest
 		}
 		c := r.uvarint()
@@ -202,9 +208,9 @@ func (p wordcountPartial) problem() error {
 			break
 		}
 		switch {
-		case len(w) == 0 || hasSpace(w):
+		case len(w) == 0 || space:
 			return fmt.Errorf("entry %d: %q is not a word", i, w)
-		case i > 0 && bytes.Compare(prev, w) >= 0:
+		case p.version == wordcountV1 && i > 0 && bytes.Compare(prev, w) >= 0:
 			return fmt.Errorf("entry %d: words out of order", i)
 		case c == 0 || c > p.total-sum:
 			return fmt.Errorf("entry %d: count %d out of range (total %d, %d so far)", i, c, p.total, sum)
@@ -216,6 +222,25 @@ func (p wordcountPartial) problem() error {
 		return err
 	}
 	return errors.New("malformed entries")
+}
+
+// runeBoundary returns where to decode a front-coded word from to check the runes holding its
+// bytes from s on, given its byte at each index: the last of the bytes s-3..s that is not a
+// UTF-8 continuation byte, else s. Such a byte starts a rune in a decode of the whole word (a
+// valid sequence never holds one after its first byte), and any rune holding a byte from s on
+// starts there or later (a rune is at most 4 bytes). The runes before it decode as they did in
+// the word before, which was checked: a decode before s looks past s only into a rune that holds
+// a byte from s on, or to find that the byte at s does not continue it, which it then ends as an
+// invalid byte (no space) — and when the new bytes are all printable ASCII, no rune can change
+// into a space, so valid checks only words with other new bytes. Checking from here keeps a
+// partial of long words that differ in their last bytes linear to check.
+func runeBoundary(byteAt func(int) byte, s int) int {
+	for j := s; j >= max(0, s-(utf8.UTFMax-1)); j-- {
+		if utf8.RuneStart(byteAt(j)) {
+			return j
+		}
+	}
+	return s
 }
 
 // frontHead reads the head and the new bytes of a version 2 entry: s, how many bytes the word
@@ -321,6 +346,17 @@ func (w *frontWord) byteAt(i int) byte {
 		return byte(w.key >> uint(56-8*i))
 	}
 	return w.tail[i]
+}
+
+// appendFrom appends the word's bytes from index from on to b.
+func (w *frontWord) appendFrom(b []byte, from int) []byte {
+	for i := from; i < min(w.n, 8); i++ {
+		b = append(b, w.byteAt(i))
+	}
+	if w.n > 8 {
+		b = append(b, w.tail[max(from, 8):w.n]...)
+	}
+	return b
 }
 
 // appendTo appends the word to b.

@@ -148,7 +148,9 @@ func TestWordcountPartial_SpaceInPrefix(t *testing.T) {
 		{[]string{"d", "d\u00a0"}, false},                 // the whole space is new
 		{[]string{"e", "e\t"}, false},                     // an ASCII space
 		{[]string{"f\xe3", "f\xe3\x80\x80"}, false},       // completes a rune the word before left open
+		{[]string{"j\u3001", "j\xe3\x80\xc2\x85"}, false}, // the shared E3 80 now ends early; C2 85 is NEL
 		{[]string{"a\u3001", "a\u3002", "a\u3003"}, true}, // U+3001-3: punctuation, no space
+		{[]string{"k\u3001", "k\xe3\x80\xc3\xa9"}, true},  // the shared E3 80 now ends early; then é
 		{[]string{"g\xe3", "g\xe3\x80", "g\xe3\x81"}, true},
 		{[]string{"h\xc2", "h\xc2\x84", "h\xc2\x86"}, true},
 	} {
@@ -165,6 +167,42 @@ func TestWordcountPartial_SpaceInPrefix(t *testing.T) {
 		if (errV1 == nil) != tc.ok {
 			t.Errorf("%q: version 1 decode error %v, want ok %v", tc.words, errV1, tc.ok)
 		}
+	}
+}
+
+// Front-coded words are refused for a space exactly when the words themselves hold one, however
+// the shared bytes cut a multi-byte rune: random short words over bytes that start, continue and
+// complete spaces (U+3000 E3 80 80, U+0085 C2 85, U+00A0 C2 A0).
+func TestWordcountPartial_SpaceCheckMatchesWords(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 15))
+	alphabet := []byte{'a', 0xe3, 0x80, 0x81, 0xc2, 0x85, 0xa0, ' '}
+	refused := 0
+	for range 20_000 {
+		seen := map[string]bool{}
+		var words []string
+		for range 2 + rng.IntN(4) {
+			w := make([]byte, 1+rng.IntN(5))
+			for i := range w {
+				w[i] = alphabet[rng.IntN(len(alphabet))]
+			}
+			if !seen[string(w)] {
+				seen[string(w)] = true
+				words = append(words, string(w))
+			}
+		}
+		slices.Sort(words)
+		space := slices.ContainsFunc(words, func(w string) bool { return hasSpace([]byte(w)) })
+		counts := slices.Repeat([]uint64{1}, len(words))
+		_, err := decodeWordcountPartial(encodeV2(uint64(len(words)), words, counts))
+		if (err != nil) != space {
+			t.Fatalf("%q: decode error %v, but a word with a space: %v", words, err, space)
+		}
+		if space {
+			refused++
+		}
+	}
+	if refused < 1000 || refused > 19_000 {
+		t.Fatalf("%d of 20000 lists refused: the test draws too few or too many spaces", refused)
 	}
 }
 
