@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"unicode"
 	"unicode/utf8"
 )
@@ -31,22 +32,31 @@ const (
 )
 
 // encodeWordcountPartial encodes t's words and counts as a partial of total words, sorting them
-// (which makes the encoding deterministic).
+// (which makes the encoding deterministic). It encodes into t's buffer and returns a copy of
+// the right size.
 func encodeWordcountPartial(total uint64, t *wordTable) []byte {
-	return encodeWordcountOrdered(total, &t.wordList, t.sorter.sortedOrder(&t.wordList, 0))
+	t.enc = appendWordcountOrdered(t.enc[:0], total, &t.wordList, t.sorter.sortedOrder(&t.wordList, 0))
+	return bytes.Clone(t.enc)
 }
 
 // encodeWordcountOrdered is encodeWordcountPartial with the words' ascending order given.
 func encodeWordcountOrdered(total uint64, l *wordList, order []uint32) []byte {
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen64+len(l.arena)/2+4*l.len())
+	return appendWordcountOrdered(make([]byte, 0, 2+2*binary.MaxVarintLen64+len(l.arena)/2+4*l.len()), total, l, order)
+}
+
+// appendWordcountOrdered appends the partial of l's words, in the ascending order given, to b.
+func appendWordcountOrdered(b []byte, total uint64, l *wordList, order []uint32) []byte {
 	b = append(b, tagWordcount, wordcountVersion)
 	b = binary.AppendUvarint(b, total)
 	b = binary.AppendUvarint(b, uint64(l.len()))
 	var prev []byte
+	var prevKey uint64
 	for _, i := range order {
-		w := l.word(int(i))
-		s := 0
-		for s < len(prev) && s < len(w) && prev[s] == w[s] {
+		w, key := l.word(int(i)), l.keys[i]
+		// The bytes shared with the word before: within the first 8, where the keys first
+		// differ (but no further than either word: keys are zero-padded); then byte by byte.
+		s := min(bits.LeadingZeros64(prevKey^key)/8, len(prev), len(w))
+		for s >= 8 && s < len(prev) && s < len(w) && prev[s] == w[s] {
 			s++
 		}
 		suffix := w[s:]
@@ -57,9 +67,19 @@ func encodeWordcountOrdered(total uint64, l *wordList, order []uint32) []byte {
 			b = binary.AppendUvarint(b, uint64(s))
 			b = binary.AppendUvarint(b, uint64(len(suffix)))
 		}
-		b = append(b, suffix...)
-		b = binary.AppendUvarint(b, l.counts[i])
-		prev = w
+		if len(suffix) <= 8 {
+			for _, c := range suffix {
+				b = append(b, c)
+			}
+		} else {
+			b = append(b, suffix...)
+		}
+		if c := l.counts[i]; c < 0x80 {
+			b = append(b, byte(c))
+		} else {
+			b = binary.AppendUvarint(b, c)
+		}
+		prev, prevKey = w, key
 	}
 	return b
 }

@@ -61,6 +61,7 @@ func (l *wordList) compare(i, j int) int {
 type wordTable struct {
 	wordList
 	sorter wordSorter // for encoding the table's words in order
+	enc    []byte     // the last partial encodeWordcountPartial encoded
 	seed   maphash.Seed
 	seed64 uint64     // seeds the hash of short words
 	slots  []wordSlot // a power of two, at most half full; empty until the first word
