@@ -417,7 +417,7 @@ func getWordTable() *wordTable {
 }
 
 func putWordTable(t *wordTable) {
-	if len(t.slots) <= wordPoolMaxSlots && cap(t.arena) <= wordPoolMaxArena {
+	if len(t.slots) <= wordPoolMaxSlots && cap(t.arena) <= wordPoolMaxArena && cap(t.enc) <= 2*wordPoolMaxArena {
 		wordTablePool.Put(t)
 	}
 }
