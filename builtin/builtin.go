@@ -16,10 +16,11 @@
 //
 // # Encodings
 //
-// Shard descriptions are small JSON objects (readable when a shard is dead-lettered),
-// decoded strictly. Partials are binary: a tag byte naming the job, a version byte, then varints
-// and length-prefixed byte strings. Binary keeps wordcount's partials compact and exact: a word
-// may hold bytes that are not valid UTF-8, which JSON would rewrite. An aggregate's checkpoint
+// Shard descriptions are small JSON objects (readable when a shard is dead-lettered), decoded
+// strictly. Partials are binary: a tag byte naming the job, a version byte, then varints and
+// length-prefixed byte strings. Binary keeps wordcount's partials compact and exact: a word may
+// hold bytes that are not valid UTF-8, which JSON would rewrite; its words are sorted and
+// front-coded (format 2, see wordcount_partial.go; format 1 is still read). An aggregate's checkpoint
 // form is a partial of its job, so restoring one decodes a partial. Merge checks a partial against
 // the job's parameters where it can (no more primes than numbers in the range, no more samples or
 // shards than the job has), so a partial of another job is refused rather than merged.

@@ -1,16 +1,14 @@
 package builtin
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/mapagg/mapagg/jobs"
 	"io"
 	"slices"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
@@ -212,7 +210,8 @@ func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	t := newWordTally()
+	t := getWordTable()
+	defer putWordTable(t)
 	total, err := countShardWords(ctx, env, s, t, wordcountChunk)
 	if err != nil {
 		return nil, err
@@ -223,7 +222,7 @@ func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte,
 // countShardWords counts into t the words starting in the shard's range and returns their number.
 // It reads chunk bytes at a time (at least 16: the first chunk must hold the look-behind and the
 // first rune of the range).
-func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTally, chunk int) (uint64, error) {
+func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTable, chunk int) (uint64, error) {
 	if s.Len == 0 {
 		return 0, nil
 	}
@@ -240,7 +239,14 @@ func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wor
 		return fmt.Errorf("wordcount: blob %q ends at %d, before the end of the shard's range [%d, %d): did it change after the job was split?",
 			s.Blob, size, s.Offset, end)
 	}
-	buf := make([]byte, max(chunk, 16))
+	var buf []byte
+	if chunk == wordcountChunk {
+		p := wordReadPool.Get().(*[]byte)
+		defer wordReadPool.Put(p)
+		buf = *p
+	} else {
+		buf = make([]byte, max(chunk, 16))
+	}
 	n, eof, err := readChunk(rc, buf)
 	if err != nil {
 		return 0, fmt.Errorf("wordcount: read %q at %d: %w", s.Blob, from, err)
@@ -318,7 +324,7 @@ var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r':
 // wordScanner counts the words that start before end, fed the text a chunk at a time.
 type wordScanner struct {
 	end       int64 // words starting here or later belong to the next range
-	tally     *wordTally
+	tally     *wordTable
 	total     uint64
 	inWord    bool   // the last rune seen is part of a word
 	own       bool   // that word started in range: it is counted and collected
@@ -392,98 +398,28 @@ func (s *wordScanner) endWord(tail []byte, p int64) {
 	s.tally.add(s.word, 1)
 }
 
-// wordTally counts words. Looking a word up by its bytes does not allocate.
-type wordTally struct {
-	index  map[string]int // word → position in words and counts
-	words  []string
-	counts []uint64
+// wordTablePool keeps the tables of finished Map calls: a shard's table is reused, not regrown.
+var wordTablePool = sync.Pool{New: func() any { return newWordTable() }}
+
+// wordReadPool keeps the read buffers (wordcountChunk bytes) of finished Map calls.
+var wordReadPool = sync.Pool{New: func() any { b := make([]byte, wordcountChunk); return &b }}
+
+// Tables bigger than this are not kept in wordTablePool (a shard of a huge vocabulary).
+const (
+	wordPoolMaxSlots = 1 << 17
+	wordPoolMaxArena = 4 << 20
+)
+
+func getWordTable() *wordTable {
+	t := wordTablePool.Get().(*wordTable)
+	t.reset()
+	return t
 }
 
-func newWordTally() *wordTally { return &wordTally{index: make(map[string]int)} }
-
-func (t *wordTally) add(w []byte, n uint64) {
-	if i, ok := t.index[string(w)]; ok {
-		t.counts[i] += n
-		return
+func putWordTable(t *wordTable) {
+	if len(t.slots) <= wordPoolMaxSlots && cap(t.arena) <= wordPoolMaxArena && cap(t.enc) <= 2*wordPoolMaxArena {
+		wordTablePool.Put(t)
 	}
-	word := string(w)
-	t.index[word] = len(t.words)
-	t.words = append(t.words, word)
-	t.counts = append(t.counts, n)
-}
-
-// byWord returns the positions of the words in ascending byte order.
-func (t *wordTally) byWord() []int {
-	order := make([]int, len(t.words))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(t.words[a], t.words[b]) })
-	return order
-}
-
-// encodeWordcountPartial writes: total, the number of words, then each word (ascending, as a
-// length-prefixed byte string) and its count. Sorting makes the encoding deterministic.
-func encodeWordcountPartial(total uint64, t *wordTally) []byte {
-	return encodeWordcountOrdered(total, t, t.byWord())
-}
-
-// encodeWordcountOrdered is encodeWordcountPartial with the words' ascending order given.
-func encodeWordcountOrdered(total uint64, t *wordTally, order []int) []byte {
-	size := 2 + 2*binary.MaxVarintLen64
-	for _, w := range t.words {
-		size += len(w) + 6
-	}
-	b := appendPartialHeader(make([]byte, 0, size), tagWordcount)
-	b = binary.AppendUvarint(b, total)
-	b = binary.AppendUvarint(b, uint64(len(t.words)))
-	for _, i := range order {
-		b = binary.AppendUvarint(b, uint64(len(t.words[i])))
-		b = append(b, t.words[i]...)
-		b = binary.AppendUvarint(b, t.counts[i])
-	}
-	return b
-}
-
-// wordcountPartial is a decoded partial; its words alias the encoded bytes.
-type wordcountPartial struct {
-	total  uint64
-	words  [][]byte
-	counts []uint64
-}
-
-// decodeWordcountPartial decodes and checks a partial: words strictly ascending, each 1 to 1,024
-// bytes with no space in it, each count at least 1, and the counts summing to at most total.
-func decodeWordcountPartial(data []byte) (wordcountPartial, error) {
-	var p wordcountPartial
-	r := newPartialReader(data, tagWordcount)
-	p.total = r.uvarint()
-	n := r.uvarint()
-	if r.err == nil && n > uint64(r.remaining()/3) { // an entry takes at least 3 bytes
-		return p, fmt.Errorf("%d words cannot fit in %d bytes", n, r.remaining())
-	}
-	p.words = make([][]byte, 0, n)
-	p.counts = make([]uint64, 0, n)
-	var sum uint64
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		w := r.bytes(wordcountMaxWordBytes)
-		c := r.uvarint()
-		if r.err != nil {
-			break
-		}
-		switch {
-		case len(w) == 0 || bytes.IndexFunc(w, unicode.IsSpace) >= 0:
-			return p, fmt.Errorf("entry %d: %q is not a word", i, w)
-		case i > 0 && bytes.Compare(p.words[i-1], w) >= 0:
-			return p, fmt.Errorf("entry %d: words out of order", i)
-		case c == 0 || c > p.total-sum:
-			return p, fmt.Errorf("entry %d: count %d out of range (total %d, %d so far)", i, c, p.total, sum)
-		}
-		sum += c
-		p.words = append(p.words, w)
-		p.counts = append(p.counts, c)
-	}
-	return p, r.finish()
 }
 
 // NewAggregate returns an aggregate summing the shards' counts.
@@ -492,7 +428,7 @@ func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wordcountAggregate{top: p.Top, tally: newWordTally()}, nil
+	return &wordcountAggregate{top: p.Top, tab: newWordTable()}, nil
 }
 
 // wordcountAggregate holds every word's count. The counts never sum to more than total, so no
@@ -500,20 +436,21 @@ func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 type wordcountAggregate struct {
 	top   int
 	total uint64
-	tally *wordTally
-	// order is the ascending order of the first words of tally, as the last snapshot
-	// sorted them: the next one sorts only the words added since and merges (words are only ever
-	// appended), so a checkpoint's sort costs O(new words · log + vocabulary), not O(V log V).
-	// Stored by the snapshot's encoder, in another goroutine.
+	tab   *wordTable
+	// order is the ascending order of the first words of tab, as the last snapshot sorted them:
+	// the next one sorts only the words added since and merges (words are only ever appended),
+	// so a checkpoint's sort costs O(new words + vocabulary), not O(V log V). Stored by the
+	// snapshot's encoder, in another goroutine.
 	order atomic.Pointer[wordOrder]
 }
 
-// wordOrder is the ascending order of the first len(order) words of tally.
+// wordOrder is the ascending order of the first len(order) words of tab.
 type wordOrder struct {
-	tally *wordTally
-	order []int
+	tab   *wordTable
+	order []uint32
 }
 
+// Merge checks the whole partial first, so a bad one changes nothing, then adds its counts.
 func (a *wordcountAggregate) Merge(partial []byte) error {
 	p, err := decodeWordcountPartial(partial)
 	if err == nil && a.total+p.total < a.total {
@@ -523,56 +460,33 @@ func (a *wordcountAggregate) Merge(partial []byte) error {
 		return fmt.Errorf("%w: wordcount: %v", jobs.ErrBadPartial, err)
 	}
 	a.total += p.total
-	for i, w := range p.words {
-		a.tally.add(w, p.counts[i])
-	}
+	p.addTo(a.tab)
 	return nil
 }
 
 func (a *wordcountAggregate) MarshalBinary() ([]byte, error) {
-	return encodeWordcountPartial(a.total, a.tally), nil
+	return encodeWordcountPartial(a.total, a.tab), nil
 }
 
 // Snapshot copies the counts (8 bytes a word; the words themselves are immutable and only ever
 // appended) and leaves sorting and encoding to the returned function, which the coordinator runs
 // off its merge loop: a checkpoint of a large vocabulary costs the loop a copy, not a sort.
 func (a *wordcountAggregate) Snapshot() func() ([]byte, error) {
-	n := len(a.tally.words)
-	t := &wordTally{words: a.tally.words[:n:n], counts: slices.Clone(a.tally.counts)}
+	t := a.tab
+	n := t.len()
+	end := t.offs[n]
+	l := &wordList{arena: t.arena[:end:end], offs: t.offs[: n+1 : n+1], keys: t.keys[:n:n], counts: slices.Clone(t.counts)}
 	total := a.total
-	live := a.tally
-	var prev []int
-	if p := a.order.Load(); p != nil && p.tally == live && len(p.order) <= n {
+	var prev []uint32
+	if p := a.order.Load(); p != nil && p.tab == t && len(p.order) <= n {
 		prev = p.order
 	}
 	return func() ([]byte, error) {
-		order := extendOrder(t.words, prev)
-		a.order.Store(&wordOrder{tally: live, order: order})
-		return encodeWordcountOrdered(total, t, order), nil
+		var s wordSorter
+		order := l.mergeOrder(prev, s.sortedOrder(l, len(prev)))
+		a.order.Store(&wordOrder{tab: t, order: order})
+		return encodeWordcountOrdered(total, l, order), nil
 	}
-}
-
-// extendOrder returns the ascending order of words, given prev, that of words[:len(prev)]: the
-// words after are sorted and merged in.
-func extendOrder(words []string, prev []int) []int {
-	fresh := make([]int, 0, len(words)-len(prev))
-	for i := len(prev); i < len(words); i++ {
-		fresh = append(fresh, i)
-	}
-	slices.SortFunc(fresh, func(a, b int) int { return strings.Compare(words[a], words[b]) })
-	out := make([]int, 0, len(words))
-	i, j := 0, 0
-	for i < len(prev) && j < len(fresh) {
-		if words[prev[i]] < words[fresh[j]] {
-			out = append(out, prev[i])
-			i++
-		} else {
-			out = append(out, fresh[j])
-			j++
-		}
-	}
-	out = append(out, prev[i:]...)
-	return append(out, fresh[j:]...)
 }
 
 func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
@@ -580,11 +494,9 @@ func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 	if err != nil {
 		return fmt.Errorf("%w: wordcount aggregate: %v", jobs.ErrBadCheckpoint, err)
 	}
-	t := newWordTally()
-	for i, w := range p.words {
-		t.add(w, p.counts[i])
-	}
-	a.total, a.tally = p.total, t
+	t := newWordTable()
+	p.addTo(t)
+	a.total, a.tab = p.total, t
 	a.order.Store(nil)
 	return nil
 }
@@ -592,23 +504,59 @@ func (a *wordcountAggregate) UnmarshalBinary(data []byte) error {
 // Result lists the top words, count descending and then word ascending. Bytes of a word that are
 // not valid UTF-8 appear as U+FFFD in the JSON.
 func (a *wordcountAggregate) Result() (json.RawMessage, error) {
-	t := a.tally
-	order := make([]int, len(t.words))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(x, y int) int {
-		if t.counts[x] != t.counts[y] {
-			if t.counts[x] > t.counts[y] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(t.words[x], t.words[y])
-	})
-	res := WordcountResult{Total: a.total, Top: make([]WordFreq, 0, min(a.top, len(order)))}
-	for _, i := range order[:min(a.top, len(order))] {
-		res.Top = append(res.Top, WordFreq{Word: t.words[i], Count: t.counts[i]})
+	l := &a.tab.wordList
+	top := topWords(l, a.top)
+	res := WordcountResult{Total: a.total, Top: make([]WordFreq, 0, len(top))}
+	for _, i := range top {
+		res.Top = append(res.Top, WordFreq{Word: string(l.word(int(i))), Count: l.counts[i]})
 	}
 	return json.Marshal(res)
+}
+
+// topWords returns the indices of l's k most frequent words, count descending and then word
+// ascending: one pass keeping the best k in a heap, O(V log k).
+func topWords(l *wordList, k int) []uint32 {
+	// better reports whether word i ranks before word j.
+	better := func(i, j uint32) bool {
+		if l.counts[i] != l.counts[j] {
+			return l.counts[i] > l.counts[j]
+		}
+		return l.compare(int(i), int(j)) < 0
+	}
+	k = min(k, l.len())
+	h := make([]uint32, 0, k) // a heap whose root is the worst word kept
+	down := func(i int) {
+		for {
+			worst := i
+			for _, c := range []int{2*i + 1, 2*i + 2} {
+				if c < len(h) && better(h[worst], h[c]) {
+					worst = c
+				}
+			}
+			if worst == i {
+				return
+			}
+			h[i], h[worst] = h[worst], h[i]
+			i = worst
+		}
+	}
+	for i := range uint32(l.len()) {
+		switch {
+		case len(h) < k:
+			h = append(h, i)
+			for c := len(h) - 1; c > 0 && better(h[(c-1)/2], h[c]); c = (c - 1) / 2 {
+				h[c], h[(c-1)/2] = h[(c-1)/2], h[c]
+			}
+		case k > 0 && better(i, h[0]):
+			h[0] = i
+			down(0)
+		}
+	}
+	slices.SortFunc(h, func(i, j uint32) int {
+		if better(i, j) {
+			return -1
+		}
+		return 1
+	})
+	return h
 }

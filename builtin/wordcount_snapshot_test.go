@@ -17,14 +17,14 @@ import (
 // vocabulary).
 func vocabPartials(vocab, n, perPartial int) (partials [][]byte, all []byte) {
 	word := func(i int) string { return fmt.Sprintf("w%07d", i) }
-	t := newWordTally()
+	t := newWordTable()
 	for i := range vocab {
 		t.add([]byte(word(i)), 1)
 	}
 	all = encodeWordcountPartial(uint64(vocab), t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range n {
-		t := newWordTally()
+		t := newWordTable()
 		for range perPartial {
 			t.add([]byte(word(rng.IntN(vocab))), 1)
 		}

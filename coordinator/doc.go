@@ -163,7 +163,8 @@
 // # Finishing
 //
 // A job finishes the moment its last result is merged: the final checkpoint (with the result and
-// state succeeded) is written then, inside the merge loop, fenced like every other write, and the
+// state succeeded; without the aggregate, as an ended job is never resumed, so a big one does
+// not delay the end) is written then, inside the merge loop, fenced like every other write, and the
 // results it covers are acknowledged after it is stored. Other jobs' results wait for the next
 // tick (CheckpointInterval) or for CheckpointEvery merged results.
 //

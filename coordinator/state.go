@@ -189,16 +189,6 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 	if cp.Done, err = j.done.ToBytes(); err != nil {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
-	var encode func() ([]byte, error)
-	if sn, ok := j.agg.(jobs.Snapshotter); ok {
-		encode = sn.Snapshot()
-	} else {
-		agg, err := j.agg.MarshalBinary()
-		if err != nil {
-			return nil, fmt.Errorf("encode aggregate: %w", err)
-		}
-		encode = func() ([]byte, error) { return agg, nil }
-	}
 	if j.complete && cp.State == jobs.StateRunning {
 		res, err := j.agg.Result()
 		if err != nil {
@@ -206,6 +196,22 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 		} else {
 			cp.State, cp.Result = jobs.StateSucceeded, res
 		}
+	}
+	var encode func() ([]byte, error)
+	switch sn, ok := j.agg.(jobs.Snapshotter); {
+	case cp.State.Terminal():
+		// An ended job is never resumed (claim only cleans it up): its checkpoint keeps the
+		// result, not the aggregate, which for a large one (a vocabulary) would be most of the
+		// write the job's end waits for.
+		encode = func() ([]byte, error) { return nil, nil }
+	case ok:
+		encode = sn.Snapshot()
+	default:
+		agg, err := j.agg.MarshalBinary()
+		if err != nil {
+			return nil, fmt.Errorf("encode aggregate: %w", err)
+		}
+		encode = func() ([]byte, error) { return agg, nil }
 	}
 	if cp.State.Terminal() && cp.FinishedAt == nil {
 		now := cp.UpdatedAt

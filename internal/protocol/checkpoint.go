@@ -47,7 +47,8 @@ type Checkpoint struct {
 	Plan string `json:"plan,omitempty"`
 	// Done is the set of merged shards, as a serialized roaring bitmap.
 	Done []byte `json:"done"`
-	// Aggregate is the job's Aggregate.MarshalBinary.
+	// Aggregate is the job's Aggregate.MarshalBinary; empty once the job has ended (its Result
+	// is what a terminal checkpoint keeps: an ended job is never resumed).
 	Aggregate []byte `json:"aggregate"`
 	// Duplicates counts results dropped because their shard was already merged.
 	Duplicates int64           `json:"duplicates"`

@@ -1,0 +1,41 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
+)
+
+// A job's final checkpoint keeps its result and drops its aggregate (an ended job is never
+// resumed), so the last write, which the job's end waits for, stays small however large the
+// aggregate (a wordcount's vocabulary).
+func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
+	r := newRig(t)
+	r.lead(1)
+	r.work(worker.Config{Concurrency: 2})
+	params := fmt.Sprintf(`{"container":%q,"prefix":"in/","top":5,"shard_bytes":4096}`, r.wordcountInput())
+	id := r.submit("wordcount", params)
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	sameJSON(t, st.Result, sequential(t, store.NewEnv(r.blob), "wordcount", params))
+	data, _, err := r.st.Get(context.Background(), protocol.CheckpointBlob(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.State != jobs.StateSucceeded || len(cp.Result) == 0 || len(cp.Aggregate) != 0 || cp.DoneCount != cp.Total {
+		t.Fatalf("final checkpoint: state %s, %d result bytes, %d aggregate bytes, %d of %d done",
+			cp.State, len(cp.Result), len(cp.Aggregate), cp.DoneCount, cp.Total)
+	}
+}
