@@ -18,7 +18,7 @@ import (
 )
 
 // intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
-// checkpoint (running, or failed with the reason) and an active marker, so a leader dying
+// checkpoint (running, with its active marker, or failed with the reason), so a leader dying
 // mid-intake loses nothing: the message becomes visible again after QueueVisibility.
 //
 // A submitter announces the job's id on NATS once it is queued: intake then starts the job's
@@ -76,27 +76,24 @@ const (
 	lookaheadTTL = 2 * time.Second
 )
 
-// lookahead is the three independent reads intake makes of a job before it plans it, made at
-// once: is there a checkpoint already (a leader died after the first checkpoint, before deleting
-// the message)? the spec; a cancel marker. Reads made a moment before the message arrives are as
-// good as reads made after: the spec never changes, and the checkpoint and cancel marker are
-// raced by the same conditional writes either way.
+// lookahead is the two reads intake makes of a job before it plans it, made at once: the spec,
+// and a cancel marker. Reads made a moment before the message arrives are as good as reads made
+// after: the spec never changes, and a cancel marker written later is found when the job is
+// claimed or by the periodic look (checkCancels). Whether the job was planned already (a leader
+// died after its first checkpoint, before deleting the message) is not read: the first
+// checkpoint's If-None-Match says so, one storage operation fewer on a new job's path.
 type lookahead struct {
-	started               time.Time
-	done                  sync.WaitGroup
-	planned, cancelled    bool
-	plannedErr, cancelErr error
-	data                  []byte
-	specErr               error
+	started   time.Time
+	done      sync.WaitGroup
+	cancelled bool
+	cancelErr error
+	data      []byte
+	specErr   error
 }
 
 func (t *term) readAhead(ctx context.Context, id string) *lookahead {
 	la := &lookahead{started: time.Now()}
-	la.done.Add(3)
-	go func() {
-		defer la.done.Done()
-		la.planned, la.plannedErr = t.store.Exists(ctx, protocol.CheckpointBlob(id))
-	}()
+	la.done.Add(2)
 	go func() {
 		defer la.done.Done()
 		la.data, _, la.specErr = t.store.Get(ctx, protocol.SpecBlob(id))
@@ -128,21 +125,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		la = t.readAhead(ctx, id)
 	}
 	la.done.Wait()
-	planned, cancelled, data := la.planned, la.cancelled, la.data
-	plannedErr, cancelErr, specErr := la.plannedErr, la.cancelErr, la.specErr
-	if plannedErr != nil {
-		log.Warn("check for a checkpoint", "err", plannedErr)
-		return
-	} else if planned {
-		// A leader died after the first checkpoint, maybe before the marker was stored.
-		if err := t.mark(ctx, id); err != nil {
-			log.Warn("planning a job", "err", err)
-			return
-		}
-		t.deleteMsg(ctx, m)
-		t.request(ctx, id)
-		return
-	}
+	cancelled, data, cancelErr, specErr := la.cancelled, la.data, la.cancelErr, la.specErr
 	if errors.Is(specErr, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
 		t.deadQueue(ctx, m, "no spec blob for job "+id)
@@ -158,8 +141,13 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		return
 	}
 	if cancelErr == nil && cancelled {
-		t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
-		t.deleteMsg(ctx, m)
+		_, err := t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
+		switch {
+		case errors.Is(err, store.ErrExists):
+			t.planned(ctx, m, id) // planned before the cancel: the claim reads the marker
+		case err == nil:
+			t.deleteMsg(ctx, m)
+		}
 		return
 	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
@@ -179,9 +167,8 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 	start := time.Now()
 	// An indexed job stores nothing: its shards are made from the parameters as they are
 	// dispatched. Any other is split now and its plan stored in pages, before the first
-	// checkpoint (which says where the plan is). The active marker (how the next leader finds
-	// the job) is written beside them; the queue message goes only once both are stored.
-	var g errgroup.Group
+	// checkpoint (which says where the plan is) — unless the job was planned already, whose pages
+	// must not be rewritten under it.
 	var total int
 	form := protocol.PlanIndexed
 	if ix, ok := impl.(jobs.Indexed); ok {
@@ -196,6 +183,14 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		}
 	} else {
 		form = protocol.PlanPages
+		switch ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); {
+		case err != nil:
+			log.Warn("check for a checkpoint", "err", err)
+			return
+		case ok:
+			t.planned(ctx, m, id)
+			return
+		}
 		shards, err := impl.Split(ctx, t.env, spec.Params)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -215,40 +210,34 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 			}
 		}
 		total = len(shards)
-		g.Go(func() error { return t.mark(ctx, id) })
 		if err := t.planShards(ctx, id, shards); err != nil {
-			_ = g.Wait()
 			log.Warn("planning a job", "err", err)
 			return
 		}
 	}
-	if form == protocol.PlanIndexed {
-		g.Go(func() error { return t.mark(ctx, id) })
-	}
+	// The active marker (how the next leader finds the job) is written beside the first
+	// checkpoint, and the job starts without waiting for it: the queue message goes only once
+	// both are stored, so a leader that dies in between leaves a message whose next intake
+	// finds the checkpoint, stores the marker and claims the job.
+	var g errgroup.Group
+	g.Go(func() error { return t.mark(ctx, id) })
 	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), progress: make(chan struct{}, 1)}
 	j.cp.Total, j.cp.Plan = total, form
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
-	markErr := g.Wait()
-	if errors.Is(err, store.ErrExists) {
-		if markErr == nil {
-			t.deleteMsg(ctx, m) // another leader planned it first: follow its plan
-		}
-		t.request(ctx, id)
-		return
-	}
 	if err != nil {
+		_ = g.Wait()
+		if errors.Is(err, store.ErrExists) {
+			t.planned(ctx, m, id) // planned already (by a leader that died, or another one)
+		}
 		return
 	}
-	if markErr != nil {
-		// Running with a checkpoint but no marker: the job runs, and its message stays until a
-		// later intake (finding the checkpoint) stores the marker.
-		log.Warn("planning a job", "err", markErr)
-	} else {
-		// The job starts before its queue message is deleted: the delete is off the job's
-		// critical path, and a leader that dies in between leaves a message whose job has a
-		// checkpoint, which the next intake recognises and claims.
-		defer t.deleteMsg(ctx, m)
-	}
+	defer func() {
+		if err := g.Wait(); err != nil {
+			log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "err", err)
+			return
+		}
+		t.deleteMsg(ctx, m)
+	}()
 	j.etag = etag
 	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: total})
@@ -308,14 +297,29 @@ func (t *term) mark(ctx context.Context, id string) error {
 	return nil
 }
 
-// refuse records why a job cannot run (a failed first checkpoint the user can read with
-// `worker status`) and takes it off the queue.
-func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
-	t.log.Error("job refused", "job", id, "type", typ, "err", why)
-	if _, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil); err != nil && !errors.Is(err, store.ErrExists) {
+// planned takes the message of a job that has a first checkpoint off the queue, once its active
+// marker is stored (the leader that planned it may have died before storing it), and makes sure
+// this term holds the job.
+func (t *term) planned(ctx context.Context, m queue.Message, id string) {
+	if err := t.mark(ctx, id); err != nil {
+		t.log.Warn("planned job", "job", id, "err", err)
 		return
 	}
 	t.deleteMsg(ctx, m)
+	t.request(ctx, id)
+}
+
+// refuse records why a job cannot run (a failed first checkpoint the user can read with
+// `worker status`) and takes it off the queue.
+func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
+	_, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil)
+	switch {
+	case errors.Is(err, store.ErrExists):
+		t.planned(ctx, m, id) // planned before (by a build that accepted it): it runs on
+	case err == nil:
+		t.log.Error("job refused", "job", id, "type", typ, "err", why)
+		t.deleteMsg(ctx, m)
+	}
 }
 
 func (t *term) request(ctx context.Context, id string) {

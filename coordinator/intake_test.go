@@ -113,3 +113,28 @@ func TestIntake_MarkerFailureKeepsTheQueueMessage(t *testing.T) {
 	}
 	sameJSON(t, s.Result, json.RawMessage(`{"count":9592}`))
 }
+
+// A job cancelled while queued (no leader yet) ends cancelled at intake, with nothing dispatched
+// and its queue message gone.
+func TestIntake_CancelledWhileQueuedNeverRuns(t *testing.T) {
+	r := newRig(t)
+	id := r.submit("sleep", `{"shards":50,"duration":"1ms"}`)
+	if _, err := r.cl.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	r.lead(1)
+	st := r.wait(id, 20*time.Second)
+	if st.State != jobs.StateCancelled || !strings.Contains(st.Error, "before it started") || st.ShardsTotal != 0 {
+		t.Fatalf("cancelled while queued: %s, %d shards, %q", st.State, st.ShardsTotal, st.Error)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n, err := r.q.Depth(context.Background()); err != nil || n != 0; n, err = r.q.Depth(context.Background()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue depth %d (%v) after the cancelled job's intake", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ok, err := r.st.Exists(context.Background(), protocol.ActiveBlob(id)); err != nil || ok {
+		t.Errorf("active marker of a job cancelled before it started: %v (%v)", ok, err)
+	}
+}
