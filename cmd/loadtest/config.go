@@ -74,6 +74,8 @@ type Config struct {
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
 	// split in shards of WordcountShardBytes. Default 16 MiB in 32 KiB shards (512 shards).
 	WordcountBytes, WordcountShardBytes int
+	// WordcountRuns is how many times each wordcount job runs (interleaved; the best counts).
+	WordcountRuns int
 	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler scenario: a job of
 	// StragglerShards shards on a cluster of StragglerWorkers workers whose map steps each take
 	// StragglerDelay, against the same job on a cluster where one of them takes ten times as long.
@@ -132,7 +134,7 @@ func DefaultConfig() Config {
 		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 0,
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
-		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10,
+		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10, WordcountRuns: 2,
 		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
 		MillionShards:  1_000_000,
 		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
@@ -150,7 +152,7 @@ func QuickConfig() Config {
 	c.Quick = true
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
-	c.SmallJobRuns, c.WordcountBytes = 3, 2<<20
+	c.SmallJobRuns, c.WordcountBytes, c.WordcountRuns = 3, 2<<20, 1
 	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 100_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
@@ -203,6 +205,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("small-job runs %d: need at least one", c.SmallJobRuns)
 	case c.has(scWordcount) && (c.WordcountShardBytes < 1024 || c.WordcountBytes < 4*c.WordcountShardBytes || c.WordcountBytes > 256<<20):
 		return fmt.Errorf("wordcount: %d bytes in shards of %d: need shards of at least 1 KiB, at least four of them, at most 256 MiB", c.WordcountBytes, c.WordcountShardBytes)
+	case c.has(scWordcount) && (c.WordcountRuns < 1 || c.WordcountRuns > 20):
+		return fmt.Errorf("wordcount: %d runs: use 1 to 20", c.WordcountRuns)
 	case c.has(scStraggler) && (c.StragglerShards < 20 || c.StragglerDelay < time.Millisecond):
 		return fmt.Errorf("straggler: %d shards of %v: need at least 20 shards and a delay of at least 1ms", c.StragglerShards, c.StragglerDelay)
 	case c.has(scStraggler) && (c.StragglerWorkers < 2 || c.StragglerWorkers > 32):

@@ -19,7 +19,8 @@
 //     and with the precise sleep the sleep job uses (internal/precise): what the runtime allows.
 //  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median.
 //  4. wordcount: a corpus of a 1k-word and of a 200k-word vocabulary (same size, same shards,
-//     exact answers computed here); the big aggregate's shards/s ÷ the small one's.
+//     exact answers computed here), run in turn --wordcount-runs times; the big aggregate's best
+//     shards/s ÷ the small one's.
 //  5. straggler: a job of 4000 shards of 20 ms (--straggler-shards, --straggler-delay) on a
 //     cluster of 10 workers (--straggler-workers) and on one of the same size whose worker w1
 //     has ten times the map delay (cluster.Options.WorkerEnv) and takes shards like every other

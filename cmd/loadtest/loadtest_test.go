@@ -56,7 +56,7 @@ func TestQuick(t *testing.T) {
 	if sj := rep.SmallJob; sj == nil || sj.Runs != cfg.SmallJobRuns || sj.Exact != sj.Runs {
 		t.Errorf("small job: %+v", sj)
 	}
-	if wc := rep.Wordcount; wc == nil || len(wc.Jobs) != 2 || !wc.Jobs[0].Exact || !wc.Jobs[1].Exact {
+	if wc := rep.Wordcount; wc == nil || len(wc.Jobs) != 2*cfg.WordcountRuns || !wc.Jobs[0].Exact || !wc.Jobs[1].Exact {
 		t.Errorf("wordcount: %+v", wc)
 	}
 	if st := rep.Straggler; st == nil || !st.Exact || st.ReferenceS <= 0 {

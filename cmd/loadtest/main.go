@@ -155,6 +155,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster (the median counts)")
 		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
 		fs.IntVar(&cfg.WordcountShardBytes, "wordcount-shard-bytes", cfg.WordcountShardBytes, "shard size of the wordcount jobs")
+		fs.IntVar(&cfg.WordcountRuns, "wordcount-runs", cfg.WordcountRuns, "runs of each wordcount job, interleaved (the best of each counts)")
 		fs.IntVar(&cfg.StragglerWorkers, "straggler-workers", cfg.StragglerWorkers, "workers of the straggler clusters (one of them 10× slower in the second run)")
 		fs.IntVar(&cfg.StragglerShards, "straggler-shards", cfg.StragglerShards, "shards of each straggler job")
 		fs.DurationVar(&cfg.StragglerDelay, "straggler-delay", cfg.StragglerDelay, "map delay of the straggler clusters (the slow worker gets 10×)")

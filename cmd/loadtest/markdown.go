@@ -83,8 +83,14 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		row("small job: submit→planned s", sj.Planned)
 	}
 	if wc := rep.Wordcount; wc != nil {
-		for _, j := range wc.Jobs {
-			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s", j.Vocabulary, wc.Shards), single(j.PerS, j.PerS > 0))
+		for _, vocab := range []int{1_000, 200_000} {
+			var xs []float64
+			for _, j := range wc.Jobs {
+				if j.Vocabulary == vocab && j.PerS > 0 {
+					xs = append(xs, j.PerS)
+				}
+			}
+			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), dist(xs))
 		}
 	}
 	if st := rep.Straggler; st != nil {

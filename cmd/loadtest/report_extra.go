@@ -12,11 +12,10 @@ type SmallJob struct {
 // Wordcount compares a wordcount of a 200k-word vocabulary with one of a 1k-word vocabulary:
 // same corpus size and shard count.
 type Wordcount struct {
-	Shards  int            `json:"shards"`
-	Bytes   int            `json:"bytes"`
-	Jobs    []WordcountRun `json:"jobs"`
-	Ratio   float64        `json:"ratio"` // big vocabulary's shards/s ÷ small's
-	byVocab map[int]float64
+	Shards int            `json:"shards"`
+	Bytes  int            `json:"bytes"`
+	Jobs   []WordcountRun `json:"jobs"`
+	Ratio  float64        `json:"ratio"` // big vocabulary's best shards/s ÷ small's
 }
 
 // WordcountRun is one wordcount job.

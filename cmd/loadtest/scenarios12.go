@@ -76,28 +76,39 @@ func (r *runner) wordcount(ctx context.Context) error {
 	}
 	defer r.env.stopCluster(c)
 	wc := &Wordcount{Bytes: cfg.WordcountBytes}
-	for _, vocab := range []int{1_000, 200_000} {
+	vocabs := []int{1_000, 200_000}
+	jobs := map[int]jobSpec{}
+	for _, vocab := range vocabs {
 		container := fmt.Sprintf("%s-corpus%d", c.Options().Namespace, vocab/1000)
 		job, err := uploadCorpus(ctx, c, container, vocab, cfg.WordcountBytes, cfg.WordcountShardBytes)
 		if err != nil {
 			return fmt.Errorf("corpus of %d words: %w", vocab, err)
 		}
-		wc.Shards = job.shards
-		o, err := r.runJob(ctx, c, job, fmt.Sprintf("wordcount %dk words", vocab/1000), job.shards)
-		if err != nil {
-			return err
-		}
-		run := WordcountRun{Vocabulary: vocab, Job: o.id, Exact: o.exact}
-		if o.exact && o.makespan > 0 {
-			run.MakespanS = round3(o.makespan.Seconds())
-			run.PerS = round3(float64(job.shards) / o.makespan.Seconds())
-		}
-		wc.Jobs = append(wc.Jobs, run)
-		r.log.Logf("wordcount, %d-word vocabulary: %d shards in %.2fs = %.0f shards/s, exact %v", vocab, job.shards, run.MakespanS, run.PerS, run.Exact)
-		_, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil)
+		defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
+		jobs[vocab], wc.Shards = job, job.shards
 	}
-	if len(wc.Jobs) == 2 && wc.Jobs[0].PerS > 0 {
-		wc.Ratio = round3(wc.Jobs[1].PerS / wc.Jobs[0].PerS)
+	// Rounds interleave the two jobs, so load from outside the test and a storage emulator that
+	// warms up weigh on both alike; the best of each counts.
+	best := map[int]float64{}
+	for round := range cfg.WordcountRuns {
+		for _, vocab := range vocabs {
+			job := jobs[vocab]
+			o, err := r.runJob(ctx, c, job, fmt.Sprintf("wordcount %dk words, run %d", vocab/1000, round+1), job.shards)
+			if err != nil {
+				return err
+			}
+			run := WordcountRun{Vocabulary: vocab, Job: o.id, Exact: o.exact}
+			if o.exact && o.makespan > 0 {
+				run.MakespanS = round3(o.makespan.Seconds())
+				run.PerS = round3(float64(job.shards) / o.makespan.Seconds())
+				best[vocab] = max(best[vocab], run.PerS)
+			}
+			wc.Jobs = append(wc.Jobs, run)
+			r.log.Logf("wordcount, %d-word vocabulary: %d shards in %.2fs = %.0f shards/s, exact %v", vocab, job.shards, run.MakespanS, run.PerS, run.Exact)
+		}
+	}
+	if best[vocabs[0]] > 0 {
+		wc.Ratio = round3(best[vocabs[1]] / best[vocabs[0]])
 	}
 	r.mu.Lock()
 	r.rep.Wordcount = wc
