@@ -215,22 +215,22 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 			return
 		}
 	}
-	// The active marker (how the next leader finds the job) is written beside the first
-	// checkpoint, and the job starts without waiting for it: the queue message goes only once
-	// both are stored, so a leader that dies in between leaves a message whose next intake
-	// finds the checkpoint, stores the marker and claims the job.
-	var g errgroup.Group
-	g.Go(func() error { return t.mark(ctx, id) })
+	// The active marker (how the next leader finds the job) is written once the first checkpoint
+	// is stored (not beside it: one storage operation fewer ahead of the job on a storage that
+	// serves one at a time, as the emulator does), and the job starts without waiting for it: the
+	// queue message goes only once both are stored, so a leader that dies in between leaves a
+	// message whose next intake finds the checkpoint, stores the marker and claims the job.
 	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), progress: make(chan struct{}, 1)}
 	j.cp.Total, j.cp.Plan = total, form
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
-		_ = g.Wait()
 		if errors.Is(err, store.ErrExists) {
 			t.planned(ctx, m, id) // planned already (by a leader that died, or another one)
 		}
 		return
 	}
+	var g errgroup.Group
+	g.Go(func() error { return t.mark(ctx, id) })
 	defer func() {
 		if err := g.Wait(); err != nil {
 			log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "err", err)
