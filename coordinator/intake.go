@@ -72,6 +72,7 @@ func (t *term) idle(ctx context.Context, ahead map[string]*lookahead) {
 }
 
 const (
+	markTimeout  = 10 * time.Second
 	lookaheadMax = 16
 	lookaheadTTL = 2 * time.Second
 )
@@ -229,14 +230,18 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		}
 		return
 	}
+	// Both finish even if the term ends meanwhile (a graceful handover): the next leader finds
+	// the job by its marker at once, instead of by its message after the visibility timeout.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	var g errgroup.Group
-	g.Go(func() error { return t.mark(ctx, id) })
+	g.Go(func() error { return t.mark(mctx, id) })
 	defer func() {
+		defer cancel()
 		if err := g.Wait(); err != nil {
 			log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "err", err)
 			return
 		}
-		t.deleteMsg(ctx, m)
+		t.deleteMsg(mctx, m)
 	}()
 	j.etag = etag
 	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))

@@ -138,3 +138,50 @@ func TestIntake_CancelledWhileQueuedNeverRuns(t *testing.T) {
 		t.Errorf("active marker of a job cancelled before it started: %v (%v)", ok, err)
 	}
 }
+
+// heldMarkers is storage whose active-marker writes wait for release: a write still in flight
+// when the term ends.
+type heldMarkers struct {
+	Store
+	release chan struct{}
+}
+
+func (s *heldMarkers) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if strings.HasPrefix(name, protocol.ActivePrefix) {
+		<-s.release
+	}
+	return s.Store.Put(ctx, name, data, cond)
+}
+
+// A term that ends (a graceful handover) while a new job's marker is being written still stores
+// the marker and takes the message off the queue: the next leader finds the job at once.
+func TestIntake_MarkerStoredWhenTheTermEnds(t *testing.T) {
+	r := newRig(t)
+	st := &heldMarkers{Store: r.st, release: make(chan struct{})}
+	c, err := New(Config{Registry: r.cl.Registry, Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond,
+		QueuePoll: 100 * time.Millisecond}, st, r.q, connect(t, r.url), store.NewEnv(r.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Lead(ctx, 1) }()
+	id := r.submit("sleep", `{"shards":10,"duration":"1ms"}`)
+	deadline := time.Now().Add(20 * time.Second)
+	for ok := false; !ok; ok, _ = r.st.Exists(context.Background(), protocol.CheckpointBlob(id)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job was never planned")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel() // the term ends with the marker write in flight
+	time.Sleep(100 * time.Millisecond)
+	close(st.release)
+	<-done
+	if ok, err := r.st.Exists(context.Background(), protocol.ActiveBlob(id)); err != nil || !ok {
+		t.Fatalf("active marker after the term ended: %v (%v)", ok, err)
+	}
+	if n, err := r.q.Depth(context.Background()); err != nil || n != 0 {
+		t.Fatalf("queue depth %d (%v) after the term ended; want the message taken off", n, err)
+	}
+}
