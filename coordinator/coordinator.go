@@ -285,10 +285,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
 			t.checkpointDirty(ctx, false)
-		case <-backup.C:
-			if !t.cfg.NoBackupTasks {
-				t.backups(ctx)
-			}
+		case <-backup.C: // stopped with NoBackupTasks
+			t.backups(ctx)
 		case <-repair.C:
 			t.repair(ctx)
 		case <-rescan.C:

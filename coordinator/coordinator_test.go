@@ -106,9 +106,15 @@ func (r *rig) leadObserved(epoch uint64, onEvent func(Event)) *leading {
 // leadWith is lead with the test's config changes.
 func (r *rig) leadWith(epoch uint64, change func(*Config)) *leading {
 	r.t.Helper()
+	return r.leadOn(epoch, r.st, change)
+}
+
+// leadOn is leadWith on the given storage (the rig's, wrapped by a test).
+func (r *rig) leadOn(epoch uint64, st Store, change func(*Config)) *leading {
+	r.t.Helper()
 	cfg := Config{Registry: builtin.Registry(), Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Second, QueuePoll: 100 * time.Millisecond}
 	change(&cfg)
-	c, err := New(cfg, r.st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
+	c, err := New(cfg, st, r.q, connect(r.t, r.url), store.NewEnv(r.blob))
 	if err != nil {
 		r.t.Fatal(err)
 	}

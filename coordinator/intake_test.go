@@ -78,15 +78,7 @@ func TestIntake_MarkerFailureKeepsTheQueueMessage(t *testing.T) {
 	r := newRig(t)
 	st := &noMarkers{Store: r.st}
 	st.on.Store(true)
-	c, err := New(Config{Registry: r.cl.Registry, Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond, RescanInterval: time.Hour,
-		QueuePoll: 100 * time.Millisecond, QueueVisibility: 5 * time.Second}, st, r.q, connect(t, r.url), store.NewEnv(r.blob))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Lead(ctx, 1) }()
-	defer func() { cancel(); <-done }()
+	r.leadOn(1, st, func(c *Config) { c.RescanInterval, c.QueueVisibility = time.Hour, 5*time.Second })
 	r.work(worker.Config{Concurrency: 2})
 	id := r.submit("primes", `{"from":0,"to":100000,"shards":4}`)
 	if st := r.wait(id, 20*time.Second); st.State != jobs.StateSucceeded {
@@ -158,14 +150,7 @@ func (s *heldMarkers) Put(ctx context.Context, name string, data []byte, cond st
 func TestIntake_MarkerStoredWhenTheTermEnds(t *testing.T) {
 	r := newRig(t)
 	st := &heldMarkers{Store: r.st, release: make(chan struct{})}
-	c, err := New(Config{Registry: r.cl.Registry, Logger: quietLog(), CheckpointInterval: 50 * time.Millisecond,
-		QueuePoll: 100 * time.Millisecond}, st, r.q, connect(t, r.url), store.NewEnv(r.blob))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Lead(ctx, 1) }()
+	l := r.leadOn(1, st, func(*Config) {})
 	id := r.submit("sleep", `{"shards":10,"duration":"1ms"}`)
 	deadline := time.Now().Add(20 * time.Second)
 	for ok := false; !ok; ok, _ = r.st.Exists(context.Background(), protocol.CheckpointBlob(id)) {
@@ -174,10 +159,10 @@ func TestIntake_MarkerStoredWhenTheTermEnds(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel() // the term ends with the marker write in flight
+	l.cancel() // the term ends with the marker write in flight
 	time.Sleep(100 * time.Millisecond)
 	close(st.release)
-	<-done
+	<-l.done
 	if ok, err := r.st.Exists(context.Background(), protocol.ActiveBlob(id)); err != nil || !ok {
 		t.Fatalf("active marker after the term ended: %v (%v)", ok, err)
 	}

@@ -206,15 +206,14 @@ func (r *runner) outage(ctx context.Context) error {
 	r.mu.Lock()
 	r.rep.Outage = out
 	r.mu.Unlock()
-	s, err := r.strike(ctx, c, "nats-outage", job, cfg.OutageDuration, func(ref outcome) {
-		if ref.exact {
-			out.ReferenceS = round3(ref.makespan.Seconds())
-		}
-	})
+	s, err := r.strike(ctx, c, "nats-outage", job, cfg.OutageDuration)
 	if err != nil {
 		return err
 	}
 	defer s.close(r)
+	if s.ref.exact {
+		out.ReferenceS = round3(s.ref.makespan.Seconds())
+	}
 	id, start, smp, lw, jctx, at := s.id, s.start, s.smp, s.lw, s.jctx, s.at
 	out.Job = id
 	var marks []Kill
@@ -381,15 +380,14 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	r.mu.Lock()
 	r.rep.NATSCluster = res
 	r.mu.Unlock()
-	s, err := r.strike(ctx, c, "nats-cluster", job, cfg.NodeDownDuration, func(ref outcome) {
-		if ref.exact {
-			res.ReferenceS = round3(ref.makespan.Seconds())
-		}
-	})
+	s, err := r.strike(ctx, c, "nats-cluster", job, cfg.NodeDownDuration)
 	if err != nil {
 		return err
 	}
 	defer s.close(r)
+	if s.ref.exact {
+		res.ReferenceS = round3(s.ref.makespan.Seconds())
+	}
 	id, start, smp, lw, jctx, at := s.id, s.start, s.smp, s.lw, s.jctx, s.at
 	res.Job = id
 	var marks []Kill
@@ -451,11 +449,10 @@ type struck struct {
 }
 
 // strike runs a warm-up job (it creates the consumers, so the reference measures what the
-// faulted job does) and the reference run of job on c, reports the reference to setRef, then
-// submits job again and waits until 30 % of its results are on the wire (checkpoint samples may
+// faulted job does) and the reference run of job on c, then submits job again and waits until 30 % of its results are on the wire (checkpoint samples may
 // come too late), it ends, or the job timeout plus extra passes. The caller judges the job with
 // awaitEnd, stops lw, and calls close.
-func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job jobSpec, extra time.Duration, setRef func(outcome)) (*struck, error) {
+func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job jobSpec, extra time.Duration) (*struck, error) {
 	if _, err := r.runJob(ctx, c, sleepJob(20, ""), name+": warm-up", 20); err != nil {
 		return nil, err
 	}
@@ -463,7 +460,6 @@ func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, jo
 	if err != nil {
 		return nil, err
 	}
-	setRef(ref)
 	r.log.Phase(name+": job with the fault", job.shards)
 	s := &struck{ref: ref, lw: watchLease(ctx, c)}
 	if s.id, s.start, err = submit(ctx, c, job); err != nil {
