@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
-	"github.com/mapagg/mapagg/internal/testkeys"
 )
 
 func newKeyring(t testing.TB, previous ...bus.Key) (*bus.Keyring, bus.Key) {

@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
-	"github.com/mapagg/mapagg/internal/testkeys"
 )
 
 func connect(t *testing.T, url string) *bus.Bus {

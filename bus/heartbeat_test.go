@@ -9,8 +9,8 @@ import (
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/devserver"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // Beats published on one connection reach subscribers on others; garbage on the subject is

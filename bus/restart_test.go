@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/bus"
-	"github.com/mapagg/mapagg/internal/testkeys"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
 
 func startNATS(t *testing.T, port int, dir string) *server.Server {

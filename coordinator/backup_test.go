@@ -11,7 +11,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/worker"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/builtin"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )

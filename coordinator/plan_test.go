@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"

@@ -14,8 +14,8 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"

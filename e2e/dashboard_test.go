@@ -15,8 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/mapagg/mapagg/internal/cluster"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 const chromiumInstall = "apt-get update && apt-get install -y chromium"

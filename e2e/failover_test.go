@@ -15,8 +15,8 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 func TestAzureAPI_EnsureBlob_ConcurrentCreatorsAllSucceed(t *testing.T) {

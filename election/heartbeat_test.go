@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // hbCluster is a cluster whose electors share an in-memory heartbeat hub, each recording its

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // Three electors at default settings with heartbeats over a real NATS server, in one process

@@ -17,8 +17,8 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
 	"github.com/mapagg/mapagg/store"
 )
 

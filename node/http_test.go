@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/internal/devserver"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/queue"
 )
 

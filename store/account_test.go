@@ -19,7 +19,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )

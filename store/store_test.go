@@ -6,7 +6,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/store"
 )
 

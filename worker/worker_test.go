@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/internal/testenv"
-	"github.com/mapagg/mapagg/internal/testkeys"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 )
 
 // TestQuick is `chaos --quick` in CI: the cheap faults (leader SIGKILL, a forged result, garbage

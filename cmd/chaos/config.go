@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 )
 
 // Config configures a run.

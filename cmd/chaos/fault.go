@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/jobs"
 )
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
-	"github.com/mapagg/mapagg/internal/devserver"
-	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )

@@ -29,8 +29,8 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/jobs"
 )
 

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 )
 
 // The demo itself runs real servers for ~25 s and is run by `make demo`; these cover its pure parts.

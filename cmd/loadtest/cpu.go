@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat: 100 on every Linux

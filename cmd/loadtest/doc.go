@@ -2,7 +2,7 @@
 //
 // It starts Azurite and a NATS server with JetStream on 127.0.0.1 (or attaches to given
 // endpoints), builds the worker binary, and runs clusters of real `worker run` processes
-// (internal/cluster), each in a namespace of its own (containers, queue, streams), at the
+// (internal/harness/cluster), each in a namespace of its own (containers, queue, streams), at the
 // worker's default settings unless a scenario says otherwise, through these scenarios
 // (--scenarios picks some):
 //
@@ -33,7 +33,7 @@
 //     reported against its bound, not judged.
 //  6. crash: SIGKILL the leader at a random point between 10% and 90% progress (some runs kill
 //     the next leader too); seconds to another worker's "elected" event and to its first merge
-//     (events on NATS, see internal/cluster), shards run more than once, exactness.
+//     (events on NATS, see internal/harness/cluster), shards run more than once, exactness.
 //  7. graceful: the same with SIGTERM.
 //  8. worker-crash: SIGKILL a follower mid-job; time lost against the same job without a kill,
 //     shards redone.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/jobs"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
 // leaseWatch polls a cluster's lease blob (in storage, so it sees through a NATS outage) and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/jobs"
 )
 

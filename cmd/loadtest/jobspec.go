@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/mapagg/mapagg/internal/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 )
 
-// jobSpec is a job the load test submits and knows the exact answer of (see internal/knownjobs).
+// jobSpec is a job the load test submits and knows the exact answer of (see internal/harness/knownjobs).
 type jobSpec struct {
 	typ    string
 	params json.RawMessage

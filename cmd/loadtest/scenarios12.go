@@ -20,7 +20,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/coordinator"
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )

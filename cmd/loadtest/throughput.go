@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/cluster"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/precise"
 
 	"github.com/mapagg/mapagg/client"

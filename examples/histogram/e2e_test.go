@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/cluster"
-	"github.com/mapagg/mapagg/internal/devserver"
-	"github.com/mapagg/mapagg/internal/testenv"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 )
 

@@ -32,7 +32,7 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/queue"

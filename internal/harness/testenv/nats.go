@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 )
 
 // NATS starts an in-process NATS server with JetStream for this test and returns its URL. It is

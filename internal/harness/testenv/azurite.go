@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/devserver"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 )
 
 // Re-exported for tests.
