@@ -4,7 +4,7 @@ BIN       := bin
 AZURITE   := Azurite/node_modules/.bin/azurite-blob
 GOTESTFLAGS ?=
 
-.PHONY: all build test vet azurite clean fuzz demo nats-server bench chaos test-million
+.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench chaos test-million
 
 all: build
 
@@ -26,10 +26,15 @@ $(AZURITE): Azurite/package.json Azurite/package-lock.json
 	npm ci --prefix Azurite --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# go.mod and go.sum must be tidy (a dependency used directly but marked indirect, or one no
+# longer used, fails the test run).
+tidy:
+	$(GO) mod tidy -diff
+
 vet:
 	$(GO) vet ./...
 
-test: azurite vet
+test: azurite tidy vet
 	$(GO) test -race -timeout 15m $(GOTESTFLAGS) ./...
 
 # The 1,000,000-shard sleep job in bounded memory, its leader replaced half-way, exact
