@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -215,6 +217,11 @@ func (t *term) backups(ctx context.Context) {
 			continue
 		}
 		src, err := t.source(j)
+		var ue *UserCodeError
+		if errors.As(err, &ue) {
+			t.fail(j, fmt.Errorf("backup tasks: %w", err))
+			continue
+		}
 		if err != nil {
 			t.log.Warn("backup tasks: plan", "job", j.id, "err", err)
 			continue

@@ -72,6 +72,9 @@ type Config struct {
 	RepairMaxShards int
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
+	// TypeHolders, when set, names the live workers that have a job type (from membership): a
+	// job whose type this leader lacks waits, and its reason names them. Default: none known.
+	TypeHolders func(typ string) []string
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
 	// job planned/resumed/finished, dead-lettered message, term ended): the typed counterpart of
 	// its Info logs. It must return quickly without blocking.

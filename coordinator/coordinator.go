@@ -79,7 +79,11 @@ type term struct {
 	elected time.Time
 	log     *slog.Logger
 
-	active   map[string]*job
+	active map[string]*job
+	// waiting are the jobs this term found waiting for a type it lacks (waiting.go); claims run
+	// in parallel, hence the lock.
+	waitMu   sync.Mutex
+	waiting  map[string]bool
 	finished map[string]jobs.State // jobs this term saw end (bounded)
 	pending  int                   // merged results awaiting a checkpoint, all jobs
 	merged   int64                 // results merged this term
@@ -202,8 +206,8 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	id := newTermID()
 	return &term{
 		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
-		log:      c.log.With("epoch", epoch, "term", id),
-		active:   map[string]*job{},
+		log:    c.log.With("epoch", epoch, "term", id),
+		active: map[string]*job{}, waiting: map[string]bool{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
@@ -320,7 +324,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
 		src, err := t.source(j)
 		if err != nil {
-			t.end(j, jobs.StateFailed, fmt.Sprintf("dispatch: %v", err))
+			t.fail(j, fmt.Errorf("dispatch: %w", err))
 		} else {
 			dctx, cancel := context.WithCancel(ctx)
 			j.stopDispatch = cancel
@@ -367,6 +371,13 @@ func (t *term) rescan(ctx context.Context) error {
 		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
 		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
 			continue
+		}
+		if t.isWaiting(id) {
+			// Waiting for a type this process lacks: only a cancel changes that in this term.
+			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil || !ok {
+				continue
+			}
+			t.setWaiting(id, false)
 		}
 		ids = append(ids, id)
 	}
@@ -417,6 +428,7 @@ func (t *term) checkCancels(ctx context.Context) {
 func (t *term) cancel(ctx context.Context, id, why string) {
 	j, ok := t.active[id]
 	if !ok {
+		t.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
 		if err := t.ensure(ctx, id); err != nil || t.active[id] == nil {
 			return
 		}
@@ -442,7 +454,7 @@ func (t *term) onDispatched(ev dispatchEvent) {
 		return
 	}
 	if ev.err != nil {
-		t.end(j, jobs.StateFailed, fmt.Sprintf("dispatch: %v", ev.err))
+		t.fail(j, fmt.Errorf("dispatch: %w", ev.err))
 		return
 	}
 	if ev.upto > j.cp.Dispatched {
@@ -606,7 +618,14 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 			return mergeRetry
 		}
 	}
-	if err := j.agg.Merge(partial); err != nil {
+	if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
+		var ue *UserCodeError
+		if errors.As(err, &ue) {
+			// It panicked: the aggregate may be half-updated. The job fails, and its terminal
+			// checkpoint stores no aggregate.
+			t.fail(j, fmt.Errorf("shard %d: %w", r.Index, err))
+			return mergeKept
+		}
 		// The aggregate is unchanged (jobs.Aggregate's contract) and the shard stays missing:
 		// its real result, or self-repair, completes it.
 		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s cannot be merged: %v", r.Index, r.Job, err))
@@ -683,6 +702,16 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 	if w.err != nil {
 		j.acks = append(w.s.acks, j.acks...)
 		j.dirty = true
+		var ue *UserCodeError
+		if errors.As(w.err, &ue) {
+			// The job's code failed encoding its aggregate: the job fails; its terminal
+			// checkpoint holds no aggregate.
+			t.fail(j, fmt.Errorf("checkpoint: %w", w.err))
+			if follow {
+				t.startWrite(ctx, j)
+			}
+			return nil
+		}
 		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
 			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
 		}

@@ -29,6 +29,12 @@ const (
 	// EventBackup: backup tasks dispatched once more shards of Job that ran much longer than
 	// their peers near the job's end (Count: how many; Shard: the first).
 	EventBackup EventKind = "backup"
+	// EventJobCodeFailed: a job type's code panicked or failed on the leader (Job; Err: a
+	// *UserCodeError naming the call, the panic and the user's frame). The job fails; the term
+	// goes on.
+	EventJobCodeFailed EventKind = "job_code_failed"
+	// EventJobWaiting: a job waits for a leader that has its type (Job; Err: the reason).
+	EventJobWaiting EventKind = "job_waiting"
 	// EventTermEnded: Lead returned (Err: why, nil for a graceful stop).
 	EventTermEnded EventKind = "term_ended"
 )

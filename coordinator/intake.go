@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/RoaringBitmap/roaring/v2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -153,16 +152,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
-		t.refuse(ctx, m, id, spec.Type, err)
-		return
-	}
-	if err := impl.Validate(spec.Params); err != nil {
-		t.refuse(ctx, m, id, spec.Type, err)
-		return
-	}
-	agg, err := impl.NewAggregate(spec.Params)
-	if err != nil {
-		t.refuse(ctx, m, id, spec.Type, err)
+		t.wait(ctx, m, id, spec.Type)
 		return
 	}
 	start := time.Now()
@@ -170,20 +160,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 	// dispatched. Any other is split now and its plan stored in pages, before the first
 	// checkpoint (which says where the plan is) — unless the job was planned already, whose pages
 	// must not be rewritten under it.
-	var total int
-	form := protocol.PlanIndexed
-	if ix, ok := impl.(jobs.Indexed); ok {
-		plan, err := ix.Plan(spec.Params)
-		if err != nil {
-			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("plan: %w", err))
-			return
-		}
-		if total = plan.Len(); total < 0 || total > jobs.MaxShards {
-			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards))
-			return
-		}
-	} else {
-		form = protocol.PlanPages
+	if _, ok := impl.(jobs.Indexed); !ok {
 		switch ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); {
 		case err != nil:
 			log.Warn("check for a checkpoint", "err", err)
@@ -192,41 +169,31 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 			t.planned(ctx, m, id)
 			return
 		}
-		shards, err := impl.Split(ctx, t.env, spec.Params)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split: %w", err))
-			return
+	}
+	j, err := t.plan(ctx, id, spec, impl)
+	switch {
+	case errors.Is(err, errPlanStorage):
+		log.Warn("planning a job", "err", err)
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			t.refuse(ctx, m, id, spec.Type, err)
 		}
-		if len(shards) > jobs.MaxShards {
-			t.refuse(ctx, m, id, spec.Type, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards))
-			return
-		}
-		for i, s := range shards {
-			if len(s) > jobs.MaxShardBytes {
-				t.refuse(ctx, m, id, spec.Type, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes))
-				return
-			}
-		}
-		total = len(shards)
-		if err := t.planShards(ctx, id, shards); err != nil {
-			log.Warn("planning a job", "err", err)
-			return
-		}
+		return
 	}
 	// The active marker (how the next leader finds the job) is written once the first checkpoint
 	// is stored (not beside it: one storage operation fewer ahead of the job on a storage that
 	// serves one at a time, as the emulator does), and the job starts without waiting for it: the
 	// queue message goes only once both are stored, so a leader that dies in between leaves a
 	// message whose next intake finds the checkpoint, stores the marker and claims the job.
-	j := &job{id: id, spec: spec, impl: impl, agg: agg, done: roaring.New(), progress: make(chan struct{}, 1)}
-	j.cp.Total, j.cp.Plan = total, form
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
-		if errors.Is(err, store.ErrExists) {
+		var ue *UserCodeError
+		switch {
+		case errors.Is(err, store.ErrExists):
 			t.planned(ctx, m, id) // planned already (by a leader that died, or another one)
+		case errors.As(err, &ue):
+			t.refuse(ctx, m, id, spec.Type, err)
 		}
 		return
 	}
@@ -244,8 +211,8 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		t.deleteMsg(mctx, m)
 	}()
 	j.etag = etag
-	log.Info("job planned", "type", spec.Type, "shards", total, "plan", form, "took", time.Since(start).Round(time.Microsecond))
-	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: total})
+	log.Info("job planned", "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
+	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
 	select {
 	case t.newJobs <- j:
 	case <-ctx.Done():
@@ -253,27 +220,12 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 }
 
 // writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan (j.cp.Total
-// shards, of form j.cp.Plan) or terminal with a reason. Only one leader's first checkpoint can exist.
+// shards, of form j.cp.Plan), waiting, or terminal with a reason. Only one leader's first
+// checkpoint can exist.
 func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
-	now := t.cfg.Now().UTC()
-	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
-		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
-	if state.Terminal() {
-		cp.FinishedAt = &now
-	}
-	if j != nil {
-		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
-		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
-		if cp.ShardsPerMsg == 0 {
-			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
-		}
-		var err error
-		if cp.Aggregate, err = j.agg.MarshalBinary(); err != nil {
-			return "", err
-		}
-		if cp.Done, err = j.done.ToBytes(); err != nil {
-			return "", err
-		}
+	cp, err := t.firstCheckpoint(id, typ, state, reason, j)
+	if err != nil {
+		return "", err
 	}
 	data, err := cp.Encode()
 	if err != nil {
@@ -292,6 +244,34 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 		j.complete = cp.Total == 0
 	}
 	return etag, nil
+}
+
+// firstCheckpoint is a job's first checkpoint, planned by this term (see writeFirst).
+func (t *term) firstCheckpoint(id, typ string, state jobs.State, reason string, j *job) (protocol.Checkpoint, error) {
+	now := t.cfg.Now().UTC()
+	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
+		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+	if state.Terminal() {
+		cp.FinishedAt = &now
+	}
+	if j != nil {
+		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
+		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
+		if cp.ShardsPerMsg == 0 {
+			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
+		}
+		err := j.call("encode aggregate", func() (err error) {
+			cp.Aggregate, err = j.agg.MarshalBinary()
+			return err
+		})
+		if err != nil {
+			return cp, err
+		}
+		if cp.Done, err = j.done.ToBytes(); err != nil {
+			return cp, err
+		}
+	}
+	return cp, nil
 }
 
 // mark stores the active marker of job id: the next leader's rescan finds the job by it.
@@ -317,6 +297,7 @@ func (t *term) planned(ctx context.Context, m queue.Message, id string) {
 // refuse records why a job cannot run (a failed first checkpoint the user can read with
 // `worker status`) and takes it off the queue.
 func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
+	t.codeFailed(id, why)
 	_, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil)
 	switch {
 	case errors.Is(err, store.ErrExists):

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -21,6 +22,66 @@ import (
 //     dispatch window drains.
 //
 // Either way a dispatcher holds one page (or nothing) besides its window, whatever the job's size.
+
+// errPlanStorage: storing a plan failed (storage unavailable); planning may be tried again.
+var errPlanStorage = errors.New("store the plan")
+
+// plan validates a job and plans it: it makes its empty aggregate, and counts its shards (an
+// indexed job) or splits it and stores the pages (any other). Every call of the job's code is
+// isolated. The job returned has its plan (cp.Total, cp.Plan) and no checkpoint yet. Errors are
+// the job's (a refusal), or match errPlanStorage.
+func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jobs.Job) (*job, error) {
+	j := &job{id: id, spec: spec, impl: impl, done: roaring.New(), progress: make(chan struct{}, 1)}
+	if err := j.call("validate", func() error { return impl.Validate(spec.Params) }); err != nil {
+		return nil, err
+	}
+	err := j.call("new aggregate", func() (err error) {
+		j.agg, err = impl.NewAggregate(spec.Params)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if ix, ok := impl.(jobs.Indexed); ok {
+		var total int
+		err := j.call("plan", func() error {
+			plan, err := ix.Plan(spec.Params)
+			if err == nil {
+				total = plan.Len()
+			}
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("plan: %w", err)
+		}
+		if total < 0 || total > jobs.MaxShards {
+			return nil, fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards)
+		}
+		j.cp.Total, j.cp.Plan = total, protocol.PlanIndexed
+		return j, nil
+	}
+	var shards [][]byte
+	err = j.call("split", func() (err error) {
+		shards, err = impl.Split(ctx, t.env, spec.Params)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("split: %w", err)
+	}
+	if len(shards) > jobs.MaxShards {
+		return nil, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards)
+	}
+	for i, s := range shards {
+		if len(s) > jobs.MaxShardBytes {
+			return nil, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes)
+		}
+	}
+	if err := t.planShards(ctx, id, shards); err != nil {
+		return nil, fmt.Errorf("%w: %v", errPlanStorage, err)
+	}
+	j.cp.Total, j.cp.Plan = len(shards), protocol.PlanPages
+	return j, nil
+}
 
 // planShards stores a split job's shards as pages, in parallel. Each page is dropped from shards
 // once it is encoded, so the split's memory is given back as it is written.
@@ -62,6 +123,7 @@ func (t *term) deletePlan(ctx context.Context, cp *protocol.Checkpoint) {
 type planSource struct {
 	st    Store
 	id    string
+	typ   string
 	epoch uint64
 	total int
 	plan  jobs.Plan // an indexed plan; nil for a stored one
@@ -73,19 +135,26 @@ type planSource struct {
 // source returns a new planSource for j. For an indexed job it decodes the parameters again
 // (cheap), so that sources never share a jobs.Plan.
 func (t *term) source(j *job) (*planSource, error) {
-	s := &planSource{st: t.store, id: j.id, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
+	s := &planSource{st: t.store, id: j.id, typ: j.spec.Type, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
 	switch j.cp.Plan {
 	case protocol.PlanIndexed:
 		ix, ok := j.impl.(jobs.Indexed)
 		if !ok {
 			return nil, fmt.Errorf("job %s was planned by index, but type %q on this leader has no Plan method: run one build across the cluster", j.id, j.spec.Type)
 		}
-		plan, err := ix.Plan(j.spec.Params)
+		var plan jobs.Plan
+		n := 0
+		err := isolate(j.spec.Type, "plan", func() (err error) {
+			if plan, err = ix.Plan(j.spec.Params); err == nil {
+				n = plan.Len()
+			}
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("plan: %w", err)
 		}
-		if plan.Len() != j.cp.Total {
-			return nil, fmt.Errorf("%w: plan has %d shards, checkpoint %d", jobs.ErrBadCheckpoint, plan.Len(), j.cp.Total)
+		if n != j.cp.Total {
+			return nil, fmt.Errorf("%w: plan has %d shards, checkpoint %d", jobs.ErrBadCheckpoint, n, j.cp.Total)
 		}
 		s.plan = plan
 	case protocol.PlanPages:
@@ -102,9 +171,13 @@ func (s *planSource) shard(ctx context.Context, i int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: shard %d of a plan of %d", jobs.ErrBadCheckpoint, i, s.total)
 	}
 	if s.plan != nil {
-		b, err := s.plan.Shard(i)
+		var b []byte
+		err := isolate(s.typ, "shard", func() (err error) {
+			b, err = s.plan.Shard(i)
+			return err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", jobs.ErrBadCheckpoint, err)
+			return nil, fmt.Errorf("%w: %w", jobs.ErrBadCheckpoint, err)
 		}
 		if len(b) > jobs.MaxShardBytes {
 			return nil, fmt.Errorf("%w: shard %d is %d bytes; the limit is %d", jobs.ErrBadCheckpoint, i, len(b), jobs.MaxShardBytes)

@@ -84,12 +84,35 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
 			return nil, nil
 		}
+		if cp.State == jobs.StateWaiting {
+			j, err := t.startWaiting(ctx, cp, etag)
+			if errors.Is(err, errRetryClaim) {
+				continue
+			}
+			return j, err
+		}
 		j, err := t.load(ctx, cp)
+		var ue *UserCodeError
+		if errors.As(err, &ue) {
+			// The job's own code cannot take it back: it fails here, stored, so that no leader
+			// tries again (and again).
+			t.codeFailed(id, err)
+			if err := t.endStored(ctx, cp, etag, jobs.StateFailed, fmt.Sprintf("resume: %v", err)); errors.Is(err, errRetryClaim) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("resume %s: %w", id, err)
 		}
 		j.etag = etag
 		switch err := t.write(ctx, j); {
+		case err == nil && j.cp.State.Terminal():
+			// Its code failed while it was checkpointed: stored as failed, it is not resumed.
+			t.cleanup(ctx, &j.cp)
+			return nil, nil
 		case err == nil:
 			// A cancel issued while no leader listened (during a failover) takes effect now,
 			// not at the next rescan.
@@ -115,11 +138,15 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if err != nil {
 		return nil, err
 	}
-	agg, err := impl.NewAggregate(spec.Params)
+	var agg jobs.Aggregate
+	err = isolate(spec.Type, "new aggregate", func() (err error) {
+		agg, err = impl.NewAggregate(spec.Params)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("new aggregate: %w", err)
 	}
-	if err := agg.UnmarshalBinary(cp.Aggregate); err != nil {
+	if err := isolate(spec.Type, "restore aggregate", func() error { return agg.UnmarshalBinary(cp.Aggregate) }); err != nil {
 		return nil, fmt.Errorf("aggregate from checkpoint: %w", err)
 	}
 	done := roaring.New()
@@ -177,8 +204,19 @@ type snapshot struct {
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
-// carries the result and state succeeded.
+// carries the result and state succeeded. If the job's code fails on the way (encoding the
+// aggregate), the job fails, and its checkpoint is the terminal one.
 func (t *term) prepare(j *job) (*snapshot, error) {
+	s, err := t.prepareOnce(j)
+	var ue *UserCodeError
+	if errors.As(err, &ue) {
+		t.fail(j, fmt.Errorf("checkpoint: %w", err))
+		return t.prepareOnce(j) // terminal: none of the job's code is called
+	}
+	return s, err
+}
+
+func (t *term) prepareOnce(j *job) (*snapshot, error) {
 	start := time.Now()
 	cp := j.cp
 	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
@@ -190,8 +228,13 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
 	if j.complete && cp.State == jobs.StateRunning {
-		res, err := j.agg.Result()
+		var res []byte
+		err := isolateErr(j.spec.Type, "result", func() (err error) {
+			res, err = j.agg.Result()
+			return err
+		})
 		if err != nil {
+			t.codeFailed(j.id, err)
 			cp.State, cp.Error = jobs.StateFailed, fmt.Sprintf("finalize: %v", err)
 		} else {
 			cp.State, cp.Result = jobs.StateSucceeded, res
@@ -205,11 +248,27 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 		// write the job's end waits for.
 		encode = func() ([]byte, error) { return nil, nil }
 	case ok:
-		encode = sn.Snapshot()
+		var enc func() ([]byte, error)
+		if err := isolateErr(j.spec.Type, "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
+			return nil, err
+		}
+		// The encoding runs in the writer's goroutine: isolated there too.
+		typ := j.spec.Type
+		encode = func() (b []byte, err error) {
+			err = isolateErr(typ, "encode aggregate", func() (err error) {
+				b, err = enc()
+				return err
+			})
+			return b, err
+		}
 	default:
-		agg, err := j.agg.MarshalBinary()
+		var agg []byte
+		err := isolateErr(j.spec.Type, "encode aggregate", func() (err error) {
+			agg, err = j.agg.MarshalBinary()
+			return err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("encode aggregate: %w", err)
+			return nil, err
 		}
 		encode = func() ([]byte, error) { return agg, nil }
 	}
@@ -227,7 +286,7 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 	agg, err := s.encode()
 	if err != nil {
-		return "", fmt.Errorf("encode aggregate: %w", err)
+		return "", err
 	}
 	cp := s.stored
 	cp.Aggregate = agg
@@ -255,13 +314,22 @@ func (t *term) apply(s *snapshot, etag store.ETag) {
 	}
 }
 
-// write checkpoints j at once (claiming a job, stepping down).
+// write checkpoints j at once (claiming a job, stepping down). If the job's code fails encoding
+// its aggregate, the job fails, and its terminal checkpoint is written instead.
 func (t *term) write(ctx context.Context, j *job) error {
 	s, err := t.prepare(j)
 	if err != nil {
 		return err
 	}
 	etag, err := t.put(ctx, s)
+	var ue *UserCodeError
+	if errors.As(err, &ue) {
+		t.fail(j, fmt.Errorf("checkpoint: %w", err))
+		if s, err = t.prepare(j); err != nil {
+			return err
+		}
+		etag, err = t.put(ctx, s)
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -86,6 +88,15 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- []outc
 		}
 		if err != nil {
 			w.failed.Add(1)
+			if errors.Is(err, jobs.ErrPermanent) {
+				// Retrying cannot help: the shard fails now, and so does its job.
+				res.Error = fmt.Sprintf("shard %d of job %s failed permanently (attempt %d, not retried): %v", m.Index, m.Job, attempt, err)
+				w.gaveUp.Add(1)
+				w.log.Error("shard failed permanently", "job", m.Job, "shard", m.Index, "attempt", attempt, "err", err)
+				h.final, h.reason = true, res.Error
+				outs = append(outs, outcome{h: h, res: res})
+				continue
+			}
 			if attempt < w.cfg.MaxAttempts {
 				w.log.Warn("shard failed; will retry", "job", m.Job, "shard", m.Index, "attempt", attempt, "err", err)
 				_ = d.Nak(w.cfg.RetryBackoff * time.Duration(attempt))

@@ -88,7 +88,7 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%w: plan form %q (this build knows %q and %q)", ErrBadCheckpoint, c.Plan, PlanIndexed, PlanPages)
 	}
 	switch c.State {
-	case jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled:
+	case jobs.StateRunning, jobs.StateWaiting, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled:
 	default:
 		return nil, fmt.Errorf("%w: state %q", ErrBadCheckpoint, c.State)
 	}
