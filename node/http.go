@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,22 @@ type observer struct {
 	bus     atomic.Pointer[bus.Bus]
 	srv     *observe.Server // nil with --http-addr off
 	epoch   atomic.Uint64   // the epoch this worker leads, 0 when following
+	members atomic.Pointer[membership.Watcher]
+}
+
+// typeHolders names the live workers that announce job type typ (coordinator.Config.TypeHolders).
+func (o *observer) typeHolders(typ string) []string {
+	w := o.members.Load()
+	if w == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range w.Live() {
+		if slices.Contains(m.JobTypes, typ) {
+			out = append(out, m.ID)
+		}
+	}
+	return out
 }
 
 func newObserver(cfg Config, log *slog.Logger) *observer {
@@ -122,6 +139,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 		o.events.Coordinator(ev)
 	}
 	ccfg.Metrics = o.metrics
+	if ccfg.TypeHolders == nil {
+		ccfg.TypeHolders = o.typeHolders
+	}
 	wcfg.Metrics = o.metrics
 }
 
@@ -184,6 +204,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	if err != nil {
 		return fmt.Errorf("watch membership: %w", err)
 	}
+	o.members.Store(watcher)
 	addr := ""
 	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}

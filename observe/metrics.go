@@ -23,6 +23,7 @@ type Metrics struct {
 	leader, epoch, inFlight              prometheus.Gauge
 	terms                                prometheus.Counter
 	electionEvents, coordinatorEvents    *prometheus.CounterVec
+	codeFailures                         *prometheus.CounterVec
 	renewSeconds                         prometheus.Histogram
 	mapSeconds                           *prometheus.HistogramVec
 	merged, duplicates, checkpointFailed prometheus.Counter
@@ -58,7 +59,8 @@ func NewMetrics(version string, src Sources) *Metrics {
 	m.epoch = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mapagg_leader_epoch", Help: "Epoch of the term this worker leads or last led (0: never led)."})
 	m.terms = prometheus.NewCounter(prometheus.CounterOpts{Name: "mapagg_leader_terms_total", Help: "Terms this worker won."})
 	m.electionEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mapagg_election_events_total", Help: "Election transitions of this worker by kind (elected, lost, stepped_down, released)."}, []string{"kind"})
-	m.coordinatorEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mapagg_coordinator_events_total", Help: "Coordinator events of this worker by kind (term_started, first_merge, job_planned, job_resumed, job_finished, dead_lettered, term_ended)."}, []string{"kind"})
+	m.coordinatorEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mapagg_coordinator_events_total", Help: "Coordinator events of this worker by kind (term_started, first_merge, job_planned, job_resumed, job_finished, job_code_failed, job_waiting, dead_lettered, term_ended)."}, []string{"kind"})
+	m.codeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mapagg_job_code_failures_total", Help: "Calls of job code on the leader that panicked or failed, failing their job, by job type and call (split, merge, result, ...)."}, []string{"type", "call"})
 	m.renewSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mapagg_lease_renew_duration_seconds", Help: "Time of lease renew calls (successful or not).",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}})
 	m.inFlight = prometheus.NewGauge(prometheus.GaugeOpts{Name: "mapagg_shards_in_flight", Help: "Map steps running now on this worker."})
@@ -71,7 +73,7 @@ func NewMetrics(version string, src Sources) *Metrics {
 	m.checkpointBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mapagg_checkpoint_size_bytes", Help: "Size of written checkpoints.",
 		Buckets: prometheus.ExponentialBuckets(256, 4, 10)})
 	m.checkpointFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "mapagg_checkpoint_write_failures_total", Help: "Checkpoint writes that failed (including conflicts)."})
-	for _, c := range []prometheus.Collector{m.leader, m.epoch, m.terms, m.electionEvents, m.coordinatorEvents, m.renewSeconds,
+	for _, c := range []prometheus.Collector{m.leader, m.epoch, m.terms, m.electionEvents, m.coordinatorEvents, m.codeFailures, m.renewSeconds,
 		m.inFlight, m.mapSeconds, m.merged, m.duplicates, m.checkpointSeconds, m.checkpointBytes, m.checkpointFailed} {
 		f(c)
 	}
@@ -79,7 +81,8 @@ func NewMetrics(version string, src Sources) *Metrics {
 		m.electionEvents.WithLabelValues(string(k))
 	}
 	for _, k := range []coordinator.EventKind{coordinator.EventTermStarted, coordinator.EventFirstMerge, coordinator.EventJobPlanned,
-		coordinator.EventJobResumed, coordinator.EventJobFinished, coordinator.EventDeadLettered, coordinator.EventTermEnded} {
+		coordinator.EventJobResumed, coordinator.EventJobFinished, coordinator.EventJobCodeFailed, coordinator.EventJobWaiting,
+		coordinator.EventDeadLettered, coordinator.EventTermEnded} {
 		m.coordinatorEvents.WithLabelValues(string(k))
 	}
 	if s := src.Worker; s != nil {
@@ -164,6 +167,10 @@ func (m *Metrics) ElectionEvent(ev election.Event) {
 // CoordinatorEvent counts a coordinator event.
 func (m *Metrics) CoordinatorEvent(ev coordinator.Event) {
 	m.coordinatorEvents.WithLabelValues(string(ev.Kind)).Inc()
+	var ue *coordinator.UserCodeError
+	if ev.Kind == coordinator.EventJobCodeFailed && errors.As(ev.Err, &ue) {
+		m.codeFailures.WithLabelValues(ue.Type, ue.Call).Inc()
+	}
 }
 
 // TimeRenewals wraps a lease API so that the time of every RenewLease call is observed.

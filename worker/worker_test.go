@@ -202,6 +202,47 @@ func TestWorker_AttemptLimit(t *testing.T) {
 	}
 }
 
+// A shard whose map step returns jobs.Permanent fails on its first attempt, not retried, and
+// its result names the shard and the error; the job's other shards run as usual.
+func TestWorker_PermanentErrorNotRetried(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	runs := map[int]int{}
+	w := r.start(worker.Config{MaxAttempts: 3, RetryBackoff: time.Millisecond}, testJob{typ: "parse", fn: func(task jobs.Task) ([]byte, error) {
+		mu.Lock()
+		runs[task.Index]++
+		mu.Unlock()
+		if task.Index == 1 {
+			return nil, fmt.Errorf("map: %w", jobs.Permanent(errors.New("record 9: unexpected byte 0xff")))
+		}
+		return []byte("ok"), nil
+	}})
+	r.dispatch("parse", "job-parse", 3)
+	var failed *protocol.ResultMsg
+	for _, res := range r.results(3) {
+		if res.Error != "" {
+			failed = res
+		}
+	}
+	if failed == nil || failed.Index != 1 {
+		t.Fatalf("no failed result for shard 1: %+v", failed)
+	}
+	for _, want := range []string{"shard 1 of job job-parse", "failed permanently (attempt 1, not retried)", "map: record 9: unexpected byte 0xff"} {
+		if !strings.Contains(failed.Error, want) {
+			t.Fatalf("error %q does not say %q", failed.Error, want)
+		}
+	}
+	r.noneQueued()
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[1] != 1 {
+		t.Fatalf("the permanent shard ran %d times, want 1", runs[1])
+	}
+	if s := w.Stats(); s.GaveUp != 1 || s.Failed != 1 || s.Succeeded != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
 // A partial above InlinePartialLimit goes to a blob; the result carries its name.
 func TestWorker_LargePartialViaBlob(t *testing.T) {
 	r := newRig(t)
