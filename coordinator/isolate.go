@@ -71,7 +71,15 @@ func isolateErr(typ, call string, f func() error) error {
 }
 
 // call runs one call of j's code (see isolate).
-func (j *job) call(name string, f func() error) error { return isolate(j.spec.Type, name, f) }
+func (j *job) call(name string, f func() error) error { return isolate(j.typ(), name, f) }
+
+// typ is j's type (from its spec, or its checkpoint).
+func (j *job) typ() string {
+	if j.spec != nil {
+		return j.spec.Type
+	}
+	return j.cp.Type
+}
 
 // frameworkPkgs are mapagg's own packages: a frame in them is not the user's.
 var frameworkPkgs = []string{"bus", "client", "coordinator", "election", "internal/membership", "internal/precise",

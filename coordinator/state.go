@@ -229,7 +229,7 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 	}
 	if j.complete && cp.State == jobs.StateRunning {
 		var res []byte
-		err := isolateErr(j.spec.Type, "result", func() (err error) {
+		err := isolateErr(j.typ(), "result", func() (err error) {
 			res, err = j.agg.Result()
 			return err
 		})
@@ -249,11 +249,11 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 		encode = func() ([]byte, error) { return nil, nil }
 	case ok:
 		var enc func() ([]byte, error)
-		if err := isolateErr(j.spec.Type, "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
+		if err := isolateErr(j.typ(), "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
 			return nil, err
 		}
 		// The encoding runs in the writer's goroutine: isolated there too.
-		typ := j.spec.Type
+		typ := j.typ()
 		encode = func() (b []byte, err error) {
 			err = isolateErr(typ, "encode aggregate", func() (err error) {
 				b, err = enc()
@@ -263,7 +263,7 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 		}
 	default:
 		var agg []byte
-		err := isolateErr(j.spec.Type, "encode aggregate", func() (err error) {
+		err := isolateErr(j.typ(), "encode aggregate", func() (err error) {
 			agg, err = j.agg.MarshalBinary()
 			return err
 		})
