@@ -266,9 +266,12 @@ func TestSubmit_NoWorkerRunning(t *testing.T) {
 	if got := c.jobCount(t); got != 0 {
 		t.Fatalf("%d jobs written", got)
 	}
-	// A type the binary has needs no worker to be submitted.
-	if code, stdout, stderr := run(t, n, "submit", "--type", "primes", "--params", `{"from":0,"to":100,"shards":2}`); code != 0 || strings.TrimSpace(stdout) == "" {
-		t.Fatalf("submit primes: exit %d\n%s", code, stderr)
+	// A type the binary has is refused too: no running worker has it.
+	if code, stdout, stderr := run(t, n, "submit", "--type", "primes", "--params", `{"from":0,"to":100,"shards":2}`); code != 1 || !strings.Contains(stderr, want) || stdout != "" {
+		t.Fatalf("submit primes: exit %d, stdout %q\n%s", code, stdout, stderr)
+	}
+	if got := c.jobCount(t); got != 0 {
+		t.Fatalf("%d jobs written", got)
 	}
 }
 
@@ -281,6 +284,30 @@ func TestSubmit_NATSUnreachable(t *testing.T) {
 	}
 	if got := c.jobCount(t); got != 0 {
 		t.Fatalf("%d jobs written", got)
+	}
+}
+
+// A type the submitting binary has, but no live worker has (a cluster of another build), is
+// refused with the types the cluster knows, and nothing is written.
+func TestSubmit_BuiltinNoLiveWorkerHasIt(t *testing.T) {
+	c := newCluster(t)
+	cubes := jobs.NewRegistry()
+	if err := cubes.Register(named{squares{}, "cubes"}); err != nil {
+		t.Fatal(err)
+	}
+	c.startResponderOnly(t, cubes, "w-cubes")
+	code, stdout, stderr := run(t, c.node(t, builtin.Registry()), "submit", "--type", "primes", "--params", `{"from":0,"to":100,"shards":2}`)
+	want := `unknown job type "primes"; known: cubes`
+	if code != 2 || !strings.Contains(stderr, want) || stdout != "" {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s\nwant exit 2 and %q", code, stdout, stderr, want)
+	}
+	if got := c.jobCount(t); got != 0 {
+		t.Fatalf("%d jobs written", got)
+	}
+	c.env["NATS_URL"] = "nats://127.0.0.1:1"
+	code, _, stderr = run(t, c.node(t, builtin.Registry()), "submit", "--type", "primes", "--params", `{"from":0,"to":100,"shards":2}`)
+	if code != 1 || !strings.Contains(stderr, `cannot check that a running worker has job type "primes": NATS at nats://127.0.0.1:1 is unreachable`) {
+		t.Fatalf("NATS unreachable: exit %d\n%s", code, stderr)
 	}
 }
 

@@ -180,6 +180,15 @@ func (v *clusterValidator) ValidateJob(ctx context.Context, typ string, params j
 	}
 }
 
+// checkLocal asks the running workers about a type this binary has: one of them must have it
+// too, and accept the parameters (its build may differ from this one).
+func (v *clusterValidator) checkLocal(ctx context.Context, typ string, params json.RawMessage) error {
+	if v.nc == nil {
+		return fmt.Errorf("cannot check that a running worker has job type %q: NATS at %s is unreachable: %w", typ, v.url, v.connErr)
+	}
+	return v.ValidateJob(ctx, typ, params)
+}
+
 // unknown is the error for a type no live worker has: the types the live workers know, or
 // ErrNoWorkers when none answers.
 func (v *clusterValidator) unknown(ctx context.Context, typ string) error {

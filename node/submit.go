@@ -87,6 +87,18 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 		}
 		return err
 	}
+	// A type this binary has is also one a running worker must have (a cluster of another build,
+	// a rolling upgrade): the workers answer for their own build.
+	if v, ok := cl.Validator.(*clusterValidator); ok && n.opts.Registry != nil {
+		if _, err := n.opts.Registry.Lookup(f.typ); err == nil {
+			if err := v.checkLocal(tctx, f.typ, params); err != nil {
+				if errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) {
+					return usageErr("%v", err)
+				}
+				return err
+			}
+		}
+	}
 	if err := f.ensure(tctx); err != nil {
 		return err
 	}
