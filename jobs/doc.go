@@ -60,10 +60,15 @@
 //     the parameters) in at most MaxShardBytes, and a job has at most MaxShards shards.
 //   - Map runs on any worker, perhaps more than once for a shard (retries, redelivery, failover):
 //     it must be a pure function of the shard and the data it names. Only one result per shard is
-//     ever merged. TaskFrom(ctx) tells Map its job id, shard index and attempt.
+//     ever merged. TaskFrom(ctx) tells Map its job id, shard index and attempt. A Map error is
+//     retried; return Permanent(err) when retrying cannot help (a parse error in the data): the
+//     shard then fails at once, and the job fails naming the shard and err.
 //   - Merge must be associative and commutative, with the zero value of the partial as its
 //     identity, so the result equals a sequential run whatever order the shards finish in. Sum
 //     integers rather than floats (a float sum depends on the order by rounding).
+//
+// The leader calls Split, Merge, Check, Identity and Result for every job. A panic there fails
+// that job only, with the panic and the frame of your code in its error; the cluster goes on.
 //
 // Optional methods refine the defaults (see TypedJob): a shard's Validate, an Identity other than
 // the zero value, a Result other than the merged partial, and a Check that refuses partials no run

@@ -64,8 +64,8 @@ func mergeCounts(a, b Counts) Counts {
 type BadMerge struct{}
 
 func (BadMerge) Split(_ context.Context, _ jobs.Env, p Params) ([]int, error) { return split(p), nil }
-func (BadMerge) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)    { return count(s), nil }
-func (BadMerge) Merge(a, b Counts) Counts                                    { return mergeCounts(a, b) }
+func (BadMerge) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)     { return count(s), nil }
+func (BadMerge) Merge(a, b Counts) Counts                                     { return mergeCounts(a, b) }
 
 // BadSplit reads one shard past the end of its plan.
 type BadSplit struct{}
@@ -82,8 +82,8 @@ func (BadSplit) Merge(a, b Counts) Counts                                 { retu
 type BadCheck struct{ limit *int }
 
 func (BadCheck) Split(_ context.Context, _ jobs.Env, p Params) ([]int, error) { return split(p), nil }
-func (BadCheck) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)    { return count(s), nil }
-func (BadCheck) Merge(a, b Counts) Counts                                    { return okMerge(a, b) }
+func (BadCheck) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)     { return count(s), nil }
+func (BadCheck) Merge(a, b Counts) Counts                                     { return okMerge(a, b) }
 func (c BadCheck) Check(_ Params, _, partial Counts) error {
 	if len(partial) > *c.limit { // the bug: limit is nil
 		return errors.New("too many keys")
@@ -95,8 +95,8 @@ func (c BadCheck) Check(_ Params, _, partial Counts) error {
 type BadResult struct{}
 
 func (BadResult) Split(_ context.Context, _ jobs.Env, p Params) ([]int, error) { return split(p), nil }
-func (BadResult) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)    { return count(s), nil }
-func (BadResult) Merge(a, b Counts) Counts                                    { return okMerge(a, b) }
+func (BadResult) Map(_ context.Context, _ jobs.Env, s int) (Counts, error)     { return count(s), nil }
+func (BadResult) Merge(a, b Counts) Counts                                     { return okMerge(a, b) }
 func (BadResult) Result(_ Params, acc Counts) (any, error) {
 	panic(fmt.Sprintf("bad-result: cannot summarize %d keys", len(acc)))
 }
