@@ -43,6 +43,8 @@ func matrix() []fault {
 		{name: "malformed-result", what: "garbage bytes are published on the job's results subject", job: sleepJob, inject: injectMalformed, dead: map[string]int{"results": 1}},
 		{name: "malformed-partial", what: "a well-formed result with the job's plan epoch whose partial is garbage is published", job: sleepJob, inject: injectMalformedPartial, dead: map[string]int{"results": 1}},
 		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
+		{name: "merge-panic", what: "a job whose Merge writes into a nil map runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-merge", "badjobs.mergeCounts")},
+		{name: "split-panic", what: "a job whose Split indexes past its slice runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-split", "badjobs.BadSplit.Split")},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
 }

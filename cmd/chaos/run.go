@@ -30,6 +30,7 @@ import (
 type runner struct {
 	cfg     Config
 	bin     string
+	testBin string // the test worker, for the bad-job faults (badjob.go)
 	natsBin string
 	out     io.Writer
 
@@ -66,6 +67,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		r.logf("built the worker in %v", time.Since(start).Round(time.Millisecond))
 	}
 	faults := selectFaults(cfg.Faults)
+	if err := r.buildTestWorker(faults); err != nil {
+		return nil, err
+	}
 
 	// The reference: each job the faults use, once, without a fault.
 	refs := map[string]float64{}
@@ -158,7 +162,7 @@ func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Durati
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	start := time.Now()
-	c, err := cluster.Start(sctx, cluster.Options{Dir: dir, WorkerBin: r.bin, NATSBin: r.natsBin, Workers: r.cfg.Workers,
+	c, err := cluster.Start(sctx, cluster.Options{Dir: dir, WorkerBin: r.workerBin(name), NATSBin: r.natsBin, Workers: r.cfg.Workers,
 		LeaseDuration: r.cfg.LeaseDuration, ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2, MapDelay: mapDelay})
 	if err != nil {
 		return nil, fmt.Errorf("start cluster %s: %w", name, err)
