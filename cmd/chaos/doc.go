@@ -10,7 +10,7 @@
 // worker killed and restarted; a forged result (well-formed, right plan epoch), garbage bytes and
 // a well-formed result with a garbage partial published on the job's results subject; garbage
 // on the job queue (an invalid id, a 60 KB message) and on the shards stream; a cancel right
-// after the leader is killed.
+// after the leader is killed; a job whose Merge or Split panics, beside the job (badjob.go).
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's; a job that does not end within its deadline (Config.Deadline after the fault is
