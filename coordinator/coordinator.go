@@ -324,7 +324,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
 		src, err := t.source(j)
 		if err != nil {
-			t.fail(j, fmt.Errorf("dispatch: %w", err))
+			t.fail(j, wrapOp("dispatch", err))
 		} else {
 			dctx, cancel := context.WithCancel(ctx)
 			j.stopDispatch = cancel
@@ -454,7 +454,7 @@ func (t *term) onDispatched(ev dispatchEvent) {
 		return
 	}
 	if ev.err != nil {
-		t.fail(j, fmt.Errorf("dispatch: %w", ev.err))
+		t.fail(j, wrapOp("dispatch", ev.err))
 		return
 	}
 	if ev.upto > j.cp.Dispatched {
@@ -498,7 +498,7 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 				return
 			}
 			err = t.bus.PublishAll(ctx, batch)
-		} else if errors.Is(err, jobs.ErrBadCheckpoint) {
+		} else if _, ok := err.(*UserCodeError); ok || errors.Is(err, jobs.ErrBadCheckpoint) {
 			t.report(ctx, dispatchEvent{job: id, err: err})
 			return
 		}
@@ -706,7 +706,7 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 		if errors.As(w.err, &ue) {
 			// The job's code failed encoding its aggregate: the job fails; its terminal
 			// checkpoint holds no aggregate.
-			t.fail(j, fmt.Errorf("checkpoint: %w", w.err))
+			t.fail(j, w.err)
 			if follow {
 				t.startWrite(ctx, j)
 			}

@@ -70,6 +70,14 @@ func isolateErr(typ, call string, f func() error) error {
 	return err
 }
 
+// wrapOp prefixes err with op, unless it is a *UserCodeError: that names its call already.
+func wrapOp(op string, err error) error {
+	if _, ok := err.(*UserCodeError); ok {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
 // call runs one call of j's code (see isolate).
 func (j *job) call(name string, f func() error) error { return isolate(j.typ(), name, f) }
 

@@ -52,7 +52,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("plan: %w", err)
+			return nil, wrapOp("plan", err)
 		}
 		if total < 0 || total > jobs.MaxShards {
 			return nil, fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards)
@@ -66,7 +66,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("split: %w", err)
+		return nil, wrapOp("split", err)
 	}
 	if len(shards) > jobs.MaxShards {
 		return nil, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards)
@@ -151,7 +151,7 @@ func (t *term) source(j *job) (*planSource, error) {
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("plan: %w", err)
+			return nil, wrapOp("plan", err)
 		}
 		if n != j.cp.Total {
 			return nil, fmt.Errorf("%w: plan has %d shards, checkpoint %d", jobs.ErrBadCheckpoint, n, j.cp.Total)
@@ -164,8 +164,9 @@ func (t *term) source(j *job) (*planSource, error) {
 	return s, nil
 }
 
-// shard returns shard i. Errors matching jobs.ErrBadCheckpoint are permanent (a corrupt page, a
-// plan that changed); others (storage unavailable) may pass on retry.
+// shard returns shard i. Errors matching jobs.ErrBadCheckpoint (a corrupt page, a plan that
+// changed) and *UserCodeError (the job's Shard panicked) are permanent; others (storage
+// unavailable) may pass on retry.
 func (s *planSource) shard(ctx context.Context, i int) ([]byte, error) {
 	if i < 0 || i >= s.total {
 		return nil, fmt.Errorf("%w: shard %d of a plan of %d", jobs.ErrBadCheckpoint, i, s.total)
@@ -176,8 +177,11 @@ func (s *planSource) shard(ctx context.Context, i int) ([]byte, error) {
 			b, err = s.plan.Shard(i)
 			return err
 		})
+		if _, ok := err.(*UserCodeError); ok {
+			return nil, err // permanent too: the job's code fails it
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", jobs.ErrBadCheckpoint, err)
+			return nil, fmt.Errorf("%w: %v", jobs.ErrBadCheckpoint, err)
 		}
 		if len(b) > jobs.MaxShardBytes {
 			return nil, fmt.Errorf("%w: shard %d is %d bytes; the limit is %d", jobs.ErrBadCheckpoint, i, len(b), jobs.MaxShardBytes)

@@ -210,7 +210,7 @@ func (t *term) prepare(j *job) (*snapshot, error) {
 	s, err := t.prepareOnce(j)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
-		t.fail(j, fmt.Errorf("checkpoint: %w", err))
+		t.fail(j, err)
 		return t.prepareOnce(j) // terminal: none of the job's code is called
 	}
 	return s, err
@@ -235,7 +235,7 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 		})
 		if err != nil {
 			t.codeFailed(j.id, err)
-			cp.State, cp.Error = jobs.StateFailed, fmt.Sprintf("finalize: %v", err)
+			cp.State, cp.Error = jobs.StateFailed, err.Error()
 		} else {
 			cp.State, cp.Result = jobs.StateSucceeded, res
 		}
@@ -324,7 +324,7 @@ func (t *term) write(ctx context.Context, j *job) error {
 	etag, err := t.put(ctx, s)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
-		t.fail(j, fmt.Errorf("checkpoint: %w", err))
+		t.fail(j, err)
 		if s, err = t.prepare(j); err != nil {
 			return err
 		}
