@@ -168,6 +168,14 @@
 // results it covers are acknowledged after it is stored. Other jobs' results wait for the next
 // tick (CheckpointInterval) or for CheckpointEvery merged results.
 //
+// # User code
+//
+// Every call of a job's code runs through isolate (isolate.go). A panic fails that job only, with
+// a *UserCodeError naming the call, the panic and the user's frame; the term goes on. A job whose
+// code panics while a new leader resumes it is stored as failed, so no leader loops on it. A job
+// whose type this leader lacks is stored as waiting and runs under a leader that has it
+// (waiting.go).
+//
 // Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
 // Results and shards are at-least-once; only merging is exactly-once.
 package coordinator
