@@ -265,3 +265,45 @@ func TestLead_UnknownTypeWaitsForALeaderWithIt(t *testing.T) {
 		t.Errorf("plan epoch %d, want 2", s.PlanEpoch)
 	}
 }
+
+// A running job claimed by a leader that lacks its type is paused (waiting, its progress kept),
+// and resumed where it was by a leader that has the type: same plan, exact result.
+func TestLead_RunningJobPausedByALeaderWithoutItsType(t *testing.T) {
+	r := newRig(t)
+	l1 := r.lead(1)
+	const pi = `{"samples":400000,"shards":16,"seed":5}`
+	id := r.submit("pi", pi)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		s, err := r.cl.Status(context.Background(), id)
+		return err == nil && s.State == jobs.StateRunning
+	}, "job not planned")
+	if err := l1.stop(); err != nil {
+		t.Fatal(err)
+	}
+	onlyPrimes := jobs.NewRegistry()
+	if err := onlyPrimes.Register(builtin.Jobs()[0]); err != nil {
+		t.Fatal(err)
+	}
+	var evs codeEvents
+	l2 := r.leadWith(2, func(c *Config) { c.Registry, c.OnEvent = onlyPrimes, evs.on })
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		s, err := r.cl.Status(context.Background(), id)
+		return err == nil && s.State == jobs.StateWaiting && s.Error == "no leader with type pi; workers with it: none" && s.ShardsTotal == 16
+	}, "job not paused")
+	if len(evs.of(EventJobWaiting, id)) != 1 {
+		t.Errorf("waiting events: %v", evs.of(EventJobWaiting, ""))
+	}
+	if err := l2.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.lead(3)
+	r.work(worker.Config{Concurrency: 2})
+	s := r.wait(id, 20*time.Second)
+	if s.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s", s.State, s.Error)
+	}
+	sameJSON(t, s.Result, sequential(t, nil, "pi", pi))
+	if s.PlanEpoch != 1 {
+		t.Errorf("plan epoch %d, want 1 (resumed, not planned again)", s.PlanEpoch)
+	}
+}

@@ -64,6 +64,9 @@ func (j *job) mergedOne() {
 //
 // It returns nil (and no error) for a job that has no checkpoint or has already ended.
 func (t *term) claim(ctx context.Context, id string) (*job, error) {
+	if t.isWaiting(id) {
+		return nil, nil // for a type this process lacks (waiting.go)
+	}
 	for try := 0; try < 5; try++ {
 		data, etag, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 		if errors.Is(err, store.ErrNotFound) {
@@ -84,14 +87,25 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
 			return nil, nil
 		}
-		if cp.State == jobs.StateWaiting {
+		if cp.State == jobs.StateWaiting && cp.Plan == "" {
 			j, err := t.startWaiting(ctx, cp, etag)
 			if errors.Is(err, errRetryClaim) {
 				continue
 			}
 			return j, err
 		}
+		if cp.State == jobs.StateWaiting { // planned, then paused by a leader without its type
+			cp.State, cp.Error = jobs.StateRunning, ""
+		}
 		j, err := t.load(ctx, cp)
+		if errors.Is(err, jobs.ErrUnknownType) {
+			if err := t.pause(ctx, cp, etag); errors.Is(err, errRetryClaim) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			return nil, nil
+		}
 		var ue *UserCodeError
 		if errors.As(err, &ue) {
 			// The job's own code cannot take it back: it fails here, stored, so that no leader

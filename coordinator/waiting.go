@@ -19,6 +19,11 @@ import (
 // claims it; one that has the type plans it then (under its own epoch) and runs it. A leader
 // without it leaves it as it is, and looks at it again only in its next term (a process's
 // types do not change), or when it is cancelled.
+//
+// A running job such a leader claims is paused the same way: stored as waiting, its plan,
+// progress and aggregate kept. A leader with the type resumes it where it was. Results that
+// reach the leader without the type meanwhile are dropped; self-repair dispatches their shards
+// again once the job runs.
 
 // wait stores job id (of type typ, which this leader lacks) as waiting and takes its message off
 // the queue.
@@ -80,9 +85,6 @@ func (t *term) isWaiting(id string) bool {
 // and errRetryClaim when the checkpoint changed meanwhile.
 func (t *term) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (*job, error) {
 	id := cp.Job
-	if t.isWaiting(id) {
-		return nil, nil
-	}
 	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil {
 		return nil, err
 	} else if ok {
@@ -172,4 +174,26 @@ func (t *term) putStored(ctx context.Context, cp *protocol.Checkpoint, etag stor
 		return "", t.conflict(ctx, cp.Job)
 	}
 	return next, err
+}
+
+// pause stores the planned job of checkpoint cp (read with etag), whose type this leader lacks,
+// as waiting: everything else of it is kept for a leader that has the type.
+func (t *term) pause(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) error {
+	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(cp.Job)); err != nil {
+		return err
+	} else if ok {
+		return t.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
+	}
+	reason := t.waitReason(cp.Type)
+	if cp.State != jobs.StateWaiting || cp.Error != reason {
+		next := *cp
+		next.State, next.Error = jobs.StateWaiting, reason
+		if _, err := t.putStored(ctx, &next, etag); err != nil {
+			return err
+		}
+	}
+	t.setWaiting(cp.Job, true)
+	t.log.Info("running job paused: this leader lacks its type", "job", cp.Job, "type", cp.Type, "reason", reason)
+	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: cp.Job, Err: errors.New(reason)})
+	return nil
 }
