@@ -158,6 +158,16 @@ func TestLead_BadJobCodeFailsOnlyItsJob(t *testing.T) {
 			t.Errorf("%s: no %s event", typ, EventJobCodeFailed)
 		}
 	}
+	// The aggregate a panicking Merge may have half-updated is never stored.
+	data, _, err := r.st.Get(context.Background(), protocol.CheckpointBlob(ids["bad-merge"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := protocol.DecodeCheckpoint(data); err != nil {
+		t.Error(err)
+	} else if len(cp.Aggregate) != 0 || cp.State != jobs.StateFailed {
+		t.Errorf("bad-merge's checkpoint: %s with a %d-byte aggregate", cp.State, len(cp.Aggregate))
+	}
 	st := r.wait(good, 30*time.Second)
 	if st.State != jobs.StateSucceeded {
 		t.Fatalf("primes: %s %s", st.State, st.Error)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
@@ -66,7 +67,8 @@ func TestBadJobs_FailAloneLeaderStays(t *testing.T) {
 		}
 	}
 	for _, typ := range badjobs.Types {
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		// Within seconds: the bound is the behaviour (a crash loop would take minutes).
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		st, err := c.Client.Wait(wctx, ids[typ], 50*time.Millisecond, nil)
 		cancel()
 		if err != nil {
@@ -96,7 +98,16 @@ func TestBadJobs_FailAloneLeaderStays(t *testing.T) {
 			t.Errorf("another election: %+v", ev)
 		}
 	}
-	// The leader counted each failure of job code by type and call.
+	// The leader reported each failure of job code as an event, and counted it by type and call.
+	for _, typ := range badjobs.Types[:4] {
+		found := false
+		for _, ev := range c.Events() {
+			found = found || ev.Kind == string(coordinator.EventJobCodeFailed) && ev.Job == ids[typ] && strings.Contains(ev.Err, "panic")
+		}
+		if !found {
+			t.Errorf("no %s event for the %s job", coordinator.EventJobCodeFailed, typ)
+		}
+	}
 	body := metrics(t, c, l.ID)
 	for _, w := range []string{`mapagg_job_code_failures_total{call="merge",type="bad-merge"} 1`, `mapagg_job_code_failures_total{call="split",type="bad-split"} 1`,
 		`mapagg_job_code_failures_total{call="merge",type="bad-check"} 1`, `mapagg_job_code_failures_total{call="result",type="bad-result"} 1`} {
