@@ -27,7 +27,7 @@ type submitFlags struct {
 func (n *Node) newSubmitFlags() *submitFlags {
 	f := &submitFlags{fs: n.newFlagSet("submit")}
 	f.common.register(f.fs)
-	f.fs.StringVar(&f.typ, "type", "", "job type: one this binary has ("+joinOrNone(n.opts.Registry.Types())+") or any the running workers have (see `types`)")
+	f.fs.StringVar(&f.typ, "type", "", "job type: one a running worker has (see `types`), checked before anything is written; this binary has "+joinOrNone(n.opts.Registry.Types()))
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
