@@ -76,8 +76,8 @@ type Config struct {
 	// job whose type this leader lacks waits, and its reason names them. Default: none known.
 	TypeHolders func(typ string) []string
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
-	// job planned/resumed/finished, dead-lettered message, term ended): the typed counterpart of
-	// its Info logs. It must return quickly without blocking.
+	// job planned/resumed/finished/waiting, job code failed, dead-lettered message, term ended):
+	// the typed counterpart of its Info logs. It must return quickly without blocking.
 	OnEvent func(Event)
 	// Metrics receives merges, dropped duplicates and checkpoint writes (package observe).
 	// Default: none.

@@ -317,3 +317,17 @@ func TestLead_RunningJobPausedByALeaderWithoutItsType(t *testing.T) {
 		t.Errorf("plan epoch %d, want 1 (resumed, not planned again)", s.PlanEpoch)
 	}
 }
+
+// BenchmarkIsolate is what isolating one Merge costs the merge loop (no panic).
+//
+//	go test -run XXX -bench Isolate ./coordinator/
+func BenchmarkIsolate(b *testing.B) {
+	j := &job{spec: &protocol.Spec{Type: "x"}}
+	var n int64
+	for b.Loop() {
+		_ = j.call("merge", func() error { n++; return nil })
+	}
+	if n == 0 {
+		b.Fatal("not called")
+	}
+}
