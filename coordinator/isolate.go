@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -30,12 +31,15 @@ func (e *UserCodeError) Error() string {
 	if e.Panic == nil {
 		return fmt.Sprintf("%s %s: %v", e.Type, e.Call, e.Err)
 	}
-	s := fmt.Sprintf("%s %s: panic: %v", e.Type, e.Call, e.Panic)
+	s := fmt.Sprintf("%s %s: panic: %s", e.Type, e.Call, protocol.Clip(fmt.Sprint(e.Panic), maxPanicText))
 	if e.Frame != "" {
 		s += " [at " + e.Frame + "]"
 	}
 	return s
 }
+
+// maxPanicText bounds the panic value in an error: it is stored with the job.
+const maxPanicText = 1024
 
 func (e *UserCodeError) Unwrap() error { return e.Err }
 

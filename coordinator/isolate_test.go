@@ -62,6 +62,10 @@ func TestIsolate_ErrorsAndValues(t *testing.T) {
 	if err := isolate("x", "merge", func() error { return nil }); err != nil {
 		t.Errorf("isolate = %v", err)
 	}
+	long := isolate("x", "merge", func() error { panic(strings.Repeat("y", 1<<20)) })
+	if n := len(long.Error()); n > 2*maxPanicText {
+		t.Errorf("a 1 MiB panic value makes a %d-byte error", n)
+	}
 	err := isolate("x", "merge", func() error { panic(fmt.Sprintf("bad %d", 7)) })
 	if !errors.As(err, &ue) || ue.Panic != "bad 7" || !strings.HasPrefix(err.Error(), "x merge: panic: bad 7 [at ") {
 		t.Errorf("isolate = %v", err)
