@@ -200,6 +200,8 @@ func (c Config) Validate() error {
 type Store interface {
 	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
 	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error)
+	// PutMeta is Put that also sets the blob's metadata (checkpoints carry their status record).
+	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
 	Delete(ctx context.Context, name string) error
 	Exists(ctx context.Context, name string) (bool, error)
 	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)

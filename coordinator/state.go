@@ -236,7 +236,7 @@ func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 		return "", err
 	}
 	began := time.Now()
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), data, store.Cond{IfMatch: s.ifMatch})
+	etag, err := t.putCheckpoint(ctx, data, &cp, s.j.spec, store.Cond{IfMatch: s.ifMatch})
 	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return "", t.conflict(ctx, s.j.id)
