@@ -46,11 +46,20 @@ type job struct {
 	// shards dispatched and not merged; progress wakes it after merges.
 	merged   atomic.Int64
 	progress chan struct{}
+	// window is the job's fair share of its type's dispatch budget: how many of its shards may
+	// be dispatched and not merged (fair.go). Set by the loop, read by the dispatcher.
+	window atomic.Int64
+	fair   fairAccount
 }
 
 // mergedOne tells the dispatcher one more shard is merged.
 func (j *job) mergedOne() {
 	j.merged.Add(1)
+	j.wake()
+}
+
+// wake tells the dispatcher its window may have room.
+func (j *job) wake() {
 	select {
 	case j.progress <- struct{}{}:
 	default:
