@@ -313,7 +313,10 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 		var g errgroup.Group
 		for i, id := range ids[:n] {
 			g.Go(func() error {
-				st, err := c.Status(ctx, id)
+				// One slow job (a storage call that hangs) shows as unreadable, not the list.
+				sctx, cancel := context.WithTimeout(ctx, ListJobTimeout)
+				defer cancel()
+				st, err := c.Status(sctx, id)
 				switch {
 				case errors.Is(err, ErrNoSuchJob):
 				case err != nil:
@@ -343,6 +346,10 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 
 // listParallel bounds the statuses List reads at once.
 const listParallel = 16
+
+// ListJobTimeout bounds the time List waits for one job's status; a job that takes longer is
+// listed as StateUnreadable.
+const ListJobTimeout = 2 * time.Second
 
 // shares sets each running job's Share of its type's dispatch (the leader splits it by
 // protocol.PriorityWeight) and each queued job's Position (1: taken next), among list.

@@ -187,3 +187,38 @@ func BenchmarkClient_List_TenBigJobs(b *testing.B) {
 		}
 	}
 }
+
+// hangingProps is storage whose HEAD of one blob hangs until its context ends: a slow storage
+// call the real server cannot make on demand.
+type hangingProps struct {
+	*store.Container
+	name string
+}
+
+func (h hangingProps) Props(ctx context.Context, name string) (store.Props, error) {
+	if name == h.name {
+		<-ctx.Done()
+		return store.Props{}, ctx.Err()
+	}
+	return h.Container.Props(ctx, name)
+}
+
+// One job whose status read hangs is listed as unreadable with the reason; the list still comes.
+func TestClient_List_SlowJobDoesNotFailTheList(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	tick(e)
+	slow, fine := e.submitPi(t), e.submitPi(t)
+	cl := *e.cl
+	cl.Store = hangingProps{Container: e.jobs, name: protocol.CheckpointBlob(slow)}
+	list, err := cl.List(ctx, 0)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	if list[0].ID != slow || list[0].State != client.StateUnreadable || !strings.Contains(list[0].Unreadable, "deadline exceeded") {
+		t.Errorf("slow job: %+v", list[0])
+	}
+	if list[1].ID != fine || list[1].State != jobs.StateQueued {
+		t.Errorf("other job: %+v", list[1])
+	}
+}
