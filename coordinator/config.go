@@ -43,10 +43,10 @@ type Config struct {
 	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
 	// the job's size. It must be at least DispatchBatch. Default 16384.
 	DispatchWindow int
-	// FairHorizon is how much work of a type the leader keeps in the shards stream: about the
-	// type's measured merge rate × FairHorizon shards (at least FairMinShards, at most
-	// DispatchWindow), split among the type's running jobs by priority. A job submitted behind
-	// others of its type starts within about this long. Default 1s.
+	// FairHorizon is how much queued work of a type the leader keeps in the shards stream: the
+	// type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
+	// FairMinShards, at most DispatchWindow, split among the type's running jobs by priority. A
+	// job submitted behind others of its type starts within about this long. Default 1s.
 	FairHorizon time.Duration
 	// FairMinShards is the least a type may have in the stream (before its rate is known).
 	// Default 256.

@@ -97,8 +97,8 @@
 // A job's dispatcher keeps at most its window of shards dispatched and not merged, so the
 // shards stream's backlog is bounded whatever the job's size. A new leader resumes the window
 // from the checkpoint's Dispatched mark. Workers pull a type's shards in stream order, so the
-// windows are fair (fair.go): a type's in-stream shards are kept to about FairHorizon (1s) of
-// work at its measured merge rate, split among its running jobs by priority weight (2^priority),
+// windows are fair (fair.go): a type's in-stream shards are kept to its measured merge rate ×
+// (FairHorizon + 2 shard times), split among its running jobs by priority weight (2^priority),
 // at most DispatchWindow a job. A small job behind a big one starts within about FairHorizon.
 //
 // # Status records

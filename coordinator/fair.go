@@ -8,10 +8,10 @@ import (
 
 // Fair dispatch. Workers pull a type's shards in stream order, so a job's shards wait behind
 // every shard of its type already in the stream. The leader therefore keeps each type's
-// in-stream shards (dispatched, not merged) to a budget of about FairHorizon of work at the
-// type's measured merge rate, and splits the budget among the type's running jobs by
+// in-stream shards (dispatched, not merged) to a budget: the type's measured merge rate ×
+// (FairHorizon + 2 × its median shard time), and splits it among the type's running jobs by
 // protocol.PriorityWeight. A job submitted behind a big one starts within about FairHorizon
-// and then gets its share of the workers.
+// plus a shard time or two, then gets its share of the workers.
 
 // fairInterval is how often the loop re-measures rates and re-splits budgets.
 const fairInterval = 100 * time.Millisecond
@@ -57,8 +57,10 @@ func (t *term) rebalance(now time.Time) {
 	}
 	merged := map[string]int64{}
 	weights := map[string]float64{}
+	shardTime := map[string]time.Duration{}
 	for _, j := range t.active {
 		typ := j.spec.Type
+		shardTime[typ] = max(shardTime[typ], j.bk.median())
 		if measure {
 			m := j.merged.Load()
 			merged[typ] += m - j.fair.counted
@@ -87,7 +89,11 @@ func (t *term) rebalance(now time.Time) {
 			inst := float64(n) / dt
 			tr.perSec = max(inst, 0.8*tr.perSec+0.2*inst)
 		}
-		tr.budget = min(max(int(tr.perSec*t.cfg.FairHorizon.Seconds()), t.cfg.FairMinShards), t.cfg.DispatchWindow)
+		// The horizon's work queued, plus the shards running (rate × run time, Little's law)
+		// twice over: while the budget binds, the workers are not all busy and the next
+		// measurement finds a higher rate, so the budget grows to what the workers can take.
+		ahead := t.cfg.FairHorizon + 2*shardTime[typ]
+		tr.budget = min(max(int(tr.perSec*ahead.Seconds()), t.cfg.FairMinShards), t.cfg.DispatchWindow)
 	}
 	for _, j := range t.active {
 		if !j.dispatching() {
