@@ -209,14 +209,13 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	}
 	st := fromRecord(rec)
 	if rec.SubmittedAt.IsZero() {
-		// A job refused or cancelled at intake: its record was written without the spec.
-		spec, err := c.spec(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		st.SubmittedAt, st.Priority = spec.SubmittedAt, spec.Priority
-		if st.Type == "" {
-			st.Type = spec.Type
+		// A job refused or cancelled at intake: its record was written without the spec. A spec
+		// that cannot be read is why such a job failed; its record says so.
+		if spec, err := c.spec(ctx, id); err == nil {
+			st.SubmittedAt, st.Priority = spec.SubmittedAt, spec.Priority
+			if st.Type == "" {
+				st.Type = spec.Type
+			}
 		}
 	}
 	return st, nil
