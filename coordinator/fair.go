@@ -16,10 +16,15 @@ import (
 // fairInterval is how often the loop re-measures rates and re-splits budgets.
 const fairInterval = 100 * time.Millisecond
 
+// fairForget is how long a type's rate is kept with no job of the type: the next job of a
+// type run job after job starts at the rate its workers had.
+const fairForget = 30 * time.Second
+
 // typeRate is one job type's measured merge rate.
 type typeRate struct {
 	perSec float64
 	budget int
+	seen   time.Time // when the type last had a job
 }
 
 // fairState is the loop's fair-dispatch bookkeeping.
@@ -72,9 +77,9 @@ func (t *term) rebalance(now time.Time) {
 			weights[typ] += protocol.PriorityWeight(j.spec.Priority)
 		}
 	}
-	for typ := range f.types {
-		if _, ok := merged[typ]; !ok {
-			delete(f.types, typ) // no job of the type: its next one starts from the floor
+	for typ, tr := range f.types {
+		if _, ok := merged[typ]; !ok && now.Sub(tr.seen) > fairForget {
+			delete(f.types, typ) // no job of the type for a while: its next starts from the floor
 		}
 	}
 	for typ, n := range merged {
@@ -83,6 +88,7 @@ func (t *term) rebalance(now time.Time) {
 			tr = &typeRate{}
 			f.types[typ] = tr
 		}
+		tr.seen = now
 		if measure && dt < 10*fairInterval.Seconds() {
 			// Rising at once, falling slowly: a budget that limits the rate must not shrink
 			// itself, and a short lull must not starve the workers.
