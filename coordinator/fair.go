@@ -16,8 +16,8 @@ import (
 // fairInterval is how often the loop re-measures rates and re-splits budgets.
 const fairInterval = 100 * time.Millisecond
 
-// fairForget is how long a type's rate is kept with no job of the type: the next job of a
-// type run job after job starts at the rate its workers had.
+// fairForget is how long a type's rate outlives its last job, so jobs run one after another
+// start at the rate the workers had.
 const fairForget = 30 * time.Second
 
 // typeRate is one job type's measured merge rate.
@@ -33,8 +33,8 @@ type fairState struct {
 	types map[string]*typeRate
 }
 
-// fairAccount is a job's part of fair dispatch. window is read by the job's dispatcher; the
-// rest belongs to the loop.
+// fairAccount is a job's part of fair dispatch, owned by the loop (its window, read by the
+// dispatcher, is job.window).
 type fairAccount struct {
 	counted int64 // merges already counted in the type's rate
 }
