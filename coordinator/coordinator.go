@@ -103,6 +103,8 @@ type term struct {
 	writes   chan written
 	writers  sync.WaitGroup
 	inflight int
+
+	fair fairState // fair dispatch between the running jobs of a type (fair.go)
 }
 
 // written is the outcome of a background checkpoint write.
@@ -250,6 +252,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	defer repair.Stop()
 	backup := time.NewTicker(backupCheckInterval)
 	defer backup.Stop()
+	fair := time.NewTicker(fairInterval)
+	defer fair.Stop()
 	if t.cfg.NoBackupTasks {
 		backup.Stop()
 	}
@@ -289,6 +293,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
 			t.checkpointDirty(ctx, false)
+		case now := <-fair.C:
+			t.rebalance(now)
 		case <-backup.C: // stopped with NoBackupTasks
 			t.backups(ctx)
 		case <-repair.C:
@@ -328,6 +334,8 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		} else {
 			dctx, cancel := context.WithCancel(ctx)
 			j.stopDispatch = cancel
+			j.fair.counted = j.merged.Load()
+			t.rebalance(time.Now()) // the job's window, and a smaller one for its type's others
 			t.dispatchers.Add(1)
 			go func() {
 				defer t.dispatchers.Done()
@@ -472,10 +480,8 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 	subject := t.bus.ShardTypeSubject(typ, id)
 	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < total; {
-		n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
-		// Wait while the window is full, but never while nothing is outstanding (a message may
-		// carry more shards than the window).
-		for m := int(j.merged.Load()); i+n-m > t.cfg.DispatchWindow && i > m; m = int(j.merged.Load()) {
+		n := t.room(j, i, total, per)
+		for ; n == 0; n = t.room(j, i, total, per) {
 			select {
 			case <-ctx.Done():
 				return
@@ -517,6 +523,21 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 		i += n
 		t.report(ctx, dispatchEvent{job: id, upto: i})
 	}
+}
+
+// room is how many shards from i the dispatcher may publish now (whole messages of per
+// shards, or up to total): what the job's window (fair.go) leaves, once that is at least a
+// quarter of the window, so a busy job publishes in a few larger rounds; 0 means wait. With
+// nothing outstanding one message always goes (a message may carry more than the window).
+func (t *term) room(j *job, i, total, per int) int {
+	n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
+	m := int(j.merged.Load())
+	window := int(j.window.Load())
+	free := window - max(i-m, 0)
+	if i > m && free < min(n, max(window/4, per)) {
+		return 0
+	}
+	return min(n, max(free/per*per, per))
 }
 
 func (t *term) report(ctx context.Context, ev dispatchEvent) {
@@ -792,6 +813,7 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 func (t *term) retire(ctx context.Context, j *job) {
 	delete(t.active, j.id)
 	t.nActive.Store(int32(len(t.active)))
+	t.rebalance(time.Now()) // its type's other jobs share its budget
 	if len(t.finished) > 100_000 {
 		clear(t.finished)
 	}

@@ -278,8 +278,14 @@ func (e *env) waitEnd(ctx context.Context, id string, deadline time.Time) (*clie
 	for {
 		if st := e.status(ctx, id); st != nil {
 			last = st
-			if st.State.Terminal() {
+			if st.State.Terminal() && st.State != jobs.StateSucceeded {
 				return st, true
+			}
+			if st.State == jobs.StateSucceeded { // status is metadata only: read the result
+				if res, err := e.c.Client.Result(ctx, id); err == nil {
+					st.Result = res
+					return st, true
+				}
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

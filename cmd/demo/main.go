@@ -216,6 +216,11 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 			if st.State.Terminal() {
 				f.took = time.Since(start)
 				d.finish()
+				if st.State == jobs.StateSucceeded { // status is metadata only: read the result
+					if st.Result, err = c.Client.Result(ctx, id); err != nil {
+						return nil, err
+					}
+				}
 				return f, nil
 			}
 			if f.killed == nil && st.ShardsTotal > 0 && 2*st.ShardsDone >= st.ShardsTotal {

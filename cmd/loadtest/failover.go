@@ -300,6 +300,11 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		if err != nil {
 			return run, err
 		}
+		if st.State == jobs.StateSucceeded { // status is metadata only: read the result
+			if st.Result, err = fc.c.Client.Result(ctx, id); err != nil {
+				return run, err
+			}
+		}
 		o = judge(o, t.job, st)
 		run.Duplicates = st.Duplicates
 		run.Result = st.Result

@@ -17,6 +17,25 @@ type Spec struct {
 	Type        string          `json:"type"`
 	Params      json.RawMessage `json:"params"`
 	SubmittedAt time.Time       `json:"submitted_at"`
+	// Priority weighs the job's share of dispatch against running jobs of its type: each step
+	// up doubles it (MinPriority to MaxPriority; 0, the default, is left out of the JSON, so
+	// earlier builds read such specs).
+	Priority int `json:"priority,omitempty"`
+}
+
+// Priorities a job may have.
+const (
+	MinPriority = -10
+	MaxPriority = 10
+)
+
+// PriorityWeight is a job's share weight: 2^priority.
+func PriorityWeight(p int) float64 {
+	p = min(max(p, MinPriority), MaxPriority)
+	if p >= 0 {
+		return float64(uint(1) << p)
+	}
+	return 1 / float64(uint(1)<<-p)
 }
 
 // ErrBadSpec is matched by every error ParseSpec and Spec.Check return.
@@ -93,6 +112,9 @@ func (s *Spec) checkShape() error {
 	}
 	if s.Type == "" {
 		return fmt.Errorf("%w: no job type", ErrBadSpec)
+	}
+	if s.Priority < MinPriority || s.Priority > MaxPriority {
+		return fmt.Errorf("%w: priority %d: use %d to %d (higher runs sooner)", ErrBadSpec, s.Priority, MinPriority, MaxPriority)
 	}
 	if len(s.Params) == 0 || !json.Valid(s.Params) {
 		return fmt.Errorf("%w: params must be a JSON value", ErrBadSpec)
