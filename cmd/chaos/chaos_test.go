@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // TestQuick is `chaos --quick` in CI: the cheap faults (leader SIGKILL, a forged result, garbage
@@ -25,7 +24,6 @@ func TestQuick(t *testing.T) {
 	}
 	cfg := QuickConfig()
 	cfg.Dir = t.TempDir()
-	cfg.NATSBin = natsServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
@@ -59,7 +57,7 @@ func TestQuick(t *testing.T) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	path := filepath.Join(t.TempDir(), "r.json")
-	if err := writeJSON(path, rep); err != nil {
+	if err := rig.WriteJSON(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	var m map[string]any
@@ -128,23 +126,4 @@ func TestFlags(t *testing.T) {
 	if code := realMain([]string{"-h"}, &bytes.Buffer{}, &stderr); code != exitOK || !strings.Contains(stderr.String(), "forged-result") {
 		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
 	}
-}
-
-// natsServer returns bin/nats-server, building it (at the version go.mod pins) when absent.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	if p, err := devserver.NATSBin(); err == nil {
-		return p
-	}
-	root, err := devserver.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "nats-server")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build nats-server: %v\n%s", err, b)
-	}
-	return out
 }

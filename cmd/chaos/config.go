@@ -16,7 +16,7 @@ type Config struct {
 	Dir string
 	// WorkerBin is a prebuilt worker binary; "" builds one into Dir.
 	WorkerBin string
-	// NATSBin is the nats-server binary; "" uses bin/nats-server (make nats-server).
+	// NATSBin is the nats-server binary; "" uses bin/nats-server, built when absent.
 	NATSBin string
 	// Faults to run, by name (see faultNames); empty runs them all.
 	Faults []string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -94,7 +95,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	stop := func() {
 		if !stopped {
 			stopped = true
-			r.stopEnv(e)
+			r.rig.Stop(e.c)
 		}
 	}
 	defer stop()
@@ -105,9 +106,9 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	}
 	res.JobID = fr.id
 	limit := r.cfg.Deadline + 2*time.Duration(j.Shards)*r.cfg.ShardDelay
-	st, ok := e.waitProgress(ctx, fr.id, r.cfg.At, limit)
+	st, ok := rig.WaitProgress(ctx, e.c, fr.id, r.cfg.At, limit)
 	if !ok {
-		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, describe(st)))
+		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, rig.Describe(st)))
 	}
 	if st.State.Terminal() {
 		return fail(verdictError, fmt.Sprintf("job ended (%s) before the fault could be injected: make it longer (--shards, --shard-delay)", st.State))
@@ -123,15 +124,15 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		res.Notes = fr.notes
 		return fail(verdictError, "inject: "+err.Error())
 	}
-	e.track()
+	r.rig.Track(e.c)
 	if fr.healed.IsZero() {
 		fr.healed = time.Now()
 	}
-	res.HealedS = round3(fr.healed.Sub(fr.start).Seconds())
+	res.HealedS = rig.Round3(fr.healed.Sub(fr.start).Seconds())
 	deadline := fr.healed.Add(r.cfg.Deadline)
 
 	// Judge the job.
-	fst, ended := e.waitEnd(ctx, fr.id, deadline)
+	fst, ended := rig.WaitEnd(ctx, e.c, fr.id, deadline)
 	if fst != nil {
 		res.State = string(fst.State)
 		res.Merged = fmt.Sprintf("%d/%d", fst.ShardsDone, fst.ShardsTotal)
@@ -140,17 +141,17 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	case fst == nil:
 		fail(verdictLost, fmt.Sprintf("job %s unreadable for %v after the fault was healed (its spec or checkpoint is gone)", fr.id, r.cfg.Deadline))
 	case !ended:
-		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, describe(fst)))
+		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, rig.Describe(fst)))
 	case f.expectCancel:
 		r.judgeCancel(fr, fst, &res, fail)
 	default:
 		r.judgeExact(j, fr.start, fst, &res, fail)
 		if fst.FinishedAt != nil {
 			ms := fst.FinishedAt.Sub(fr.start).Seconds()
-			res.MakespanS = round3(ms)
+			res.MakespanS = rig.Round3(ms)
 			if ref, ok := refs[j.String()]; ok {
 				res.ReferenceS = ref
-				lost := round3(ms - ref)
+				lost := rig.Round3(ms - ref)
 				res.TimeLostS = &lost
 			}
 		}
@@ -161,12 +162,12 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	ids := []string{fr.id}
 	for _, x := range fr.more {
 		ids = append(ids, x.id)
-		xst, xended := e.waitEnd(ctx, x.id, deadline)
+		xst, xended := rig.WaitEnd(ctx, e.c, x.id, deadline)
 		switch {
 		case xst == nil:
 			fail(verdictLost, fmt.Sprintf("job %s (submitted during the fault) unreadable", x.id))
 		case !xended:
-			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, describe(xst)))
+			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, rig.Describe(xst)))
 		default:
 			var sub Result
 			r.judgeExact(j, x.start, xst, &sub, func(v, p string) Result { return fail(v, "job submitted during the fault: "+p) })
@@ -185,7 +186,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	}
 	res.Notes = fr.notes
 	stop()
-	res.LeftBehind = append(res.LeftBehind, e.survivors()...)
+	res.LeftBehind = append(res.LeftBehind, r.rig.LeftRunning()...)
 	if ctx.Err() != nil { // what was measured after the interrupt means nothing
 		res.Verdict, res.Problem = verdictInterrupted, "interrupted"
 		return res
@@ -201,15 +202,14 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 
 // judgeExact checks that the job succeeded with its exact answer.
 func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *Result, fail func(string, string) Result) {
+	o := rig.Judge(rig.Outcome{ID: st.ID, Start: start}, j, st)
 	switch {
+	case o.Exact:
+		res.Exact = true
 	case st.State != jobs.StateSucceeded:
-		fail(verdictFailed, fmt.Sprintf("job %s %s: %s", st.ID, st.State, clip(st.Error, 300)))
+		fail(verdictFailed, o.Problem)
 	default:
-		if err := j.Check(st.Result); err != nil {
-			fail(verdictWrong, fmt.Sprintf("job %s: %v", st.ID, err))
-		} else {
-			res.Exact = true
-		}
+		fail(verdictWrong, o.Problem)
 	}
 }
 
@@ -225,7 +225,7 @@ func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *Result, fail 
 		fail(verdictError, "no election or no finish time recorded")
 		return
 	}
-	after := round3(st.FinishedAt.Sub(fr.elected).Seconds())
+	after := rig.Round3(st.FinishedAt.Sub(fr.elected).Seconds())
 	res.CancelAfterElectionS = &after
 	fr.note("cancelled %.2f s after the new leader's election, %d of %d shards merged", after, st.ShardsDone, st.ShardsTotal)
 	if after > r.cfg.CancelWithin.Seconds() {

@@ -15,6 +15,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -77,41 +78,25 @@ func containsStr(list []string, s string) bool {
 
 // leader returns the worker that holds the lease now.
 func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
-	l, err := f.e.c.Leader(ctx)
+	l, err := rig.Leader(ctx, f.e.c)
 	if err != nil {
-		return "", 0, fmt.Errorf("read the leader: %w", err)
-	}
-	if l == nil {
-		return "", 0, fmt.Errorf("nobody holds the lease")
+		return "", 0, err
 	}
 	return l.ID, l.Epoch, nil
 }
 
 // waitElected waits for an election with an epoch above epoch and returns when it happened.
 func (f *faultRun) waitElected(ctx context.Context, epoch uint64, within time.Duration) (cluster.Event, error) {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	ev, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > epoch })
-	if err != nil {
-		return ev, fmt.Errorf("no leader elected after epoch %d within %v: %w", epoch, within, err)
-	}
-	return ev, nil
+	return rig.WaitElected(ctx, f.e.c, epoch, within)
 }
 
 // killLeader kills the leader with SIGKILL, restarts it and returns its id and epoch.
 func (f *faultRun) killLeader(ctx context.Context) (string, uint64, error) {
-	id, epoch, err := f.leader(ctx)
-	if err != nil {
-		return "", 0, err
+	k, err := rig.KillLeader(ctx, f.e.c, syscall.SIGKILL, true, nil)
+	if err == nil {
+		f.note("killed leader %s (epoch %d)", k.Worker, k.Epoch)
 	}
-	if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
-		return id, epoch, err
-	}
-	f.note("killed leader %s (epoch %d)", id, epoch)
-	if _, err := f.e.c.StartWorker(id); err != nil {
-		return id, epoch, err
-	}
-	return id, epoch, nil
+	return k.Worker, k.Epoch, err
 }
 
 func injectLeaderKill(ctx context.Context, f *faultRun) error {
@@ -221,7 +206,7 @@ func injectQueueDown(ctx context.Context, f *faultRun) error {
 	id, start, err := f.e.submit(sctx, f.job)
 	cancel()
 	if err != nil {
-		f.note("submit during the outage refused: %s", clip(err.Error(), 200))
+		f.note("submit during the outage refused: %s", rig.Clip(err.Error(), 200))
 	} else {
 		f.note("submit during the outage accepted: %s", id)
 		f.more = append(f.more, extraJob{id: id, start: start})

@@ -17,66 +17,6 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
-// leaseWatch polls a cluster's lease blob (in storage, so it sees through a NATS outage) and
-// records every term it sees.
-type leaseWatch struct {
-	mu     sync.Mutex
-	terms  []election.LeaderInfo
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func watchLease(ctx context.Context, c *cluster.Cluster) *leaseWatch {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &leaseWatch{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			if l, err := c.Leader(ctx); err == nil && l != nil {
-				w.mu.Lock()
-				if n := len(w.terms); n == 0 || w.terms[n-1].Epoch != l.Epoch {
-					w.terms = append(w.terms, *l)
-				}
-				w.mu.Unlock()
-			}
-			if waitCtx(ctx, 100*time.Millisecond) != nil {
-				return
-			}
-		}
-	}()
-	return w
-}
-
-// stop ends the watch and returns the terms seen, in order.
-func (w *leaseWatch) stop() []election.LeaderInfo {
-	w.cancel()
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.terms
-}
-
-// countEvents counts c's events of kind between from and to.
-func countEvents(c *cluster.Cluster, kind string, from, to time.Time, after uint64) int {
-	n := 0
-	for _, e := range c.Events() {
-		if e.Kind == kind && !e.Time.Before(from) && !e.Time.After(to) && e.Epoch > after {
-			n++
-		}
-	}
-	return n
-}
-
-// changes is how many leader changes a run saw: new terms in the lease blob after the first, or
-// elected events of a later epoch, whichever is more (events published during a NATS outage
-// may never arrive; a term that lasted less than a lease poll is missed by the blob).
-func changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time) int {
-	if len(terms) == 0 {
-		return 0
-	}
-	return max(len(terms)-1, countEvents(c, cluster.Elected, from, to, terms[0].Epoch))
-}
-
 // piJob is a CPU-bound pi job whose exact answer is learned from its first run (the same
 // parameters always give the same points): check is set by the caller once it knows it.
 func piJob(samples int64, shards int) jobSpec {

@@ -19,19 +19,6 @@ func TestParseDurations(t *testing.T) {
 	}
 }
 
-func TestProcRSS_Self(t *testing.T) {
-	rss, err := procRSS(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rss < 1<<20 || rss > 64<<30 {
-		t.Fatalf("own VmRSS %d bytes: not a plausible size", rss)
-	}
-	if _, err := procRSS(-1); err == nil {
-		t.Fatal("procRSS of no process: no error")
-	}
-}
-
 func TestValidate_NewScenarioSettings(t *testing.T) {
 	for _, c := range []struct {
 		name string

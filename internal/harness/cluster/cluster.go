@@ -256,6 +256,12 @@ func (c *Cluster) JobsContainer() string {
 	return jc
 }
 
+// QueueName is the name of the cluster's job queue.
+func (c *Cluster) QueueName() string {
+	_, qn, _, _ := c.opts.names()
+	return qn
+}
+
 // Blob is the cluster's blob service client.
 func (c *Cluster) Blob() *azblob.Client { return c.blob }
 

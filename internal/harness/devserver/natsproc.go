@@ -20,18 +20,24 @@ type NATSProcess struct {
 	done chan struct{}
 }
 
-// NATSBin returns the path of the nats-server binary `make nats-server` builds (bin/nats-server
-// in the module root), or an error that says how to build it.
-func NATSBin() (string, error) {
+// NATSBin returns bin/nats-server in the module root (`make nats-server` builds it) when it
+// exists; otherwise it builds nats-server, at the version go.mod pins, into dir.
+func NATSBin(dir string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	p := filepath.Join(root, "bin", "nats-server")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("nats-server not found at %s: build it with `make nats-server`", p)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
 	}
-	return p, nil
+	out := filepath.Join(dir, "nats-server")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build nats-server (or run `make nats-server`): %w\n%s", err, b)
+	}
+	return out, nil
 }
 
 // StartNATSProcess starts bin with JetStream on a free 127.0.0.1 port, storing in dir, and waits

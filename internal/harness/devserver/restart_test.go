@@ -2,8 +2,6 @@ package devserver
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -12,23 +10,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// natsServer returns bin/nats-server, building it (at the version go.mod pins) when absent.
+// natsServer returns the one nats-server binary (built when absent).
 func natsServer(t *testing.T) string {
 	t.Helper()
-	if p, err := NATSBin(); err == nil {
-		return p
-	}
-	root, err := RepoRoot()
+	p, err := NATSBin(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "nats-server")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build nats-server: %v\n%s", err, b)
-	}
-	return out
+	return p
 }
 
 // A nats-server process killed with SIGKILL comes back on the same port with its stream.
