@@ -18,7 +18,6 @@ import (
 // TestMain lets the test binary serve as the NATS server process of the outage scenario (it
 // re-executes itself, as the loadtest binary does).
 func TestMain(m *testing.M) {
-	maybeNATSChild()
 	os.Exit(m.Run())
 }
 

@@ -13,10 +13,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func main() {
-	maybeNATSChild()
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -101,7 +102,7 @@ func writeOutputs(rep *Report, tls []*timeline, out outputs, stdout io.Writer) e
 		}
 	}
 	if out.json != "" {
-		if err := writeJSON(out.json, rep); err != nil {
+		if err := rig.WriteJSON(out.json, rep); err != nil {
 			errs = append(errs, fmt.Errorf("json report: %w", err))
 		}
 	}

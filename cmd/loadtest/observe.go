@@ -2,6 +2,8 @@ package main
 
 import (
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // process identifies one run of a worker process: its id and when it was killed. A worker
@@ -27,12 +29,12 @@ type redo struct {
 // shard with a second result, or a second delivery after a completed result, was re-run after
 // it had been completed, which must not happen — unless the leader backed the shard up (backup
 // tasks run a straggling shard twice on purpose): those are counted apart.
-func classify(results []resultObs, dispatches map[int]int, backups map[int]bool, victims []victim) redo {
+func classify(results []rig.ResultObs, dispatches map[int]int, backups map[int]bool, victims []victim) redo {
 	var r redo
 	r.results = len(results)
 	type key struct{ index, attempt int }
 	seen := map[key]bool{}
-	byShard := map[int][]resultObs{}
+	byShard := map[int][]rig.ResultObs{}
 	for _, o := range results {
 		k := key{o.Index, o.Attempt}
 		if seen[k] { // the same result published twice (a retried publish): one execution
@@ -41,7 +43,7 @@ func classify(results []resultObs, dispatches map[int]int, backups map[int]bool,
 		seen[k] = true
 		byShard[o.Index] = append(byShard[o.Index], o)
 	}
-	fromVictim := func(o resultObs) bool {
+	fromVictim := func(o rig.ResultObs) bool {
 		for _, v := range victims {
 			if o.Worker == v.worker && !o.T.After(v.exited.Add(50*time.Millisecond)) {
 				return true
@@ -82,14 +84,14 @@ type timeline struct {
 	title     string
 	start     time.Time
 	total     int
-	samples   []sample
+	samples   []rig.Sample
 	completed []time.Time // first result of each shard, in order
 	kills     []Kill
 	elections []Elect
 	finished  float64 // seconds since start the job ended (0: not ended)
 }
 
-func firstCompletions(results []resultObs) []time.Time {
+func firstCompletions(results []rig.ResultObs) []time.Time {
 	seen := map[int]bool{}
 	var out []time.Time
 	for _, o := range results {

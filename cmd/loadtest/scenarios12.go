@@ -6,21 +6,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )
@@ -29,12 +27,12 @@ import (
 // on an idle cluster at default settings; the median of SmallJobRuns counts.
 func (r *runner) smallJob(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "small", leaseDuration: cfg.LeaseDuration})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "small", LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
-	job := primesJob(20_000_000, 200)
+	defer r.rig.Stop(c)
+	job := knownjobs.Primes(20_000_000, 200)
 	sj := &SmallJob{}
 	var spans, planned []float64
 	// One warm-up job: the first job of a cluster creates its consumers.
@@ -48,11 +46,11 @@ func (r *runner) smallJob(ctx context.Context) error {
 			return err
 		}
 		sj.Runs++
-		if o.exact {
+		if o.Exact {
 			sj.Exact++
-			spans = append(spans, round3(o.makespan.Seconds()))
-			if p := plannedAt(c, o.id); !p.IsZero() {
-				planned = append(planned, round3(p.Sub(o.start).Seconds()))
+			spans = append(spans, rig.Round3(o.Makespan.Seconds()))
+			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
+				planned = append(planned, rig.Round3(p.Sub(o.Start).Seconds()))
 			}
 		}
 	}
@@ -70,14 +68,14 @@ func (r *runner) smallJob(ctx context.Context) error {
 // stall merging.
 func (r *runner) wordcount(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "wc", leaseDuration: cfg.LeaseDuration})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "wc", LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
+	defer r.rig.Stop(c)
 	wc := &Wordcount{Bytes: cfg.WordcountBytes}
 	vocabs := []int{1_000, 200_000}
-	jobs := map[int]jobSpec{}
+	jobs := map[int]knownjobs.Job{}
 	for _, vocab := range vocabs {
 		container := fmt.Sprintf("%s-corpus%d", c.Options().Namespace, vocab/1000)
 		job, err := uploadCorpus(ctx, c, container, vocab, cfg.WordcountBytes, cfg.WordcountShardBytes)
@@ -85,7 +83,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 			return fmt.Errorf("corpus of %d words: %w", vocab, err)
 		}
 		defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
-		jobs[vocab], wc.Shards = job, job.shards
+		jobs[vocab], wc.Shards = job, job.Shards
 	}
 	// Rounds interleave the two jobs, so load from outside the test and a storage emulator that
 	// warms up weigh on both alike; the best of each counts.
@@ -93,22 +91,22 @@ func (r *runner) wordcount(ctx context.Context) error {
 	for round := range cfg.WordcountRuns {
 		for _, vocab := range vocabs {
 			job := jobs[vocab]
-			o, err := r.runJob(ctx, c, job, fmt.Sprintf("wordcount %dk words, run %d", vocab/1000, round+1), job.shards)
+			o, err := r.runJob(ctx, c, job, fmt.Sprintf("wordcount %dk words, run %d", vocab/1000, round+1), job.Shards)
 			if err != nil {
 				return err
 			}
-			run := WordcountRun{Vocabulary: vocab, Job: o.id, Exact: o.exact}
-			if o.exact && o.makespan > 0 {
-				run.MakespanS = round3(o.makespan.Seconds())
-				run.PerS = round3(float64(job.shards) / o.makespan.Seconds())
+			run := WordcountRun{Vocabulary: vocab, Job: o.ID, Exact: o.Exact}
+			if o.Exact && o.Makespan > 0 {
+				run.MakespanS = rig.Round3(o.Makespan.Seconds())
+				run.PerS = rig.Round3(float64(job.Shards) / o.Makespan.Seconds())
 				best[vocab] = max(best[vocab], run.PerS)
 			}
 			wc.Jobs = append(wc.Jobs, run)
-			r.log.Logf("wordcount, %d-word vocabulary: %d shards in %.2fs = %.0f shards/s, exact %v", vocab, job.shards, run.MakespanS, run.PerS, run.Exact)
+			r.log.Logf("wordcount, %d-word vocabulary: %d shards in %.2fs = %.0f shards/s, exact %v", vocab, job.Shards, run.MakespanS, run.PerS, run.Exact)
 		}
 	}
 	if best[vocabs[0]] > 0 {
-		wc.Ratio = round3(best[vocabs[1]] / best[vocabs[0]])
+		wc.Ratio = rig.Round3(best[vocabs[1]] / best[vocabs[0]])
 	}
 	r.mu.Lock()
 	r.rep.Wordcount = wc
@@ -118,7 +116,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 
 // uploadCorpus writes size bytes of words drawn from a vocabulary of vocab words into one blob of
 // container and returns the wordcount job over it, with its exact answer computed here.
-func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, vocab, size, shardBytes int) (jobSpec, error) {
+func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, vocab, size, shardBytes int) (knownjobs.Job, error) {
 	words := make([]string, vocab)
 	for i := range words {
 		words[i] = "w" + strconv.FormatInt(int64(i), 36)
@@ -144,14 +142,14 @@ func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, voc
 		}
 	}
 	if total < uint64(vocab) {
-		return jobSpec{}, fmt.Errorf("%d bytes hold only %d of the %d words", size, total, vocab)
+		return knownjobs.Job{}, fmt.Errorf("%d bytes hold only %d of the %d words", size, total, vocab)
 	}
 	sc := store.New(c.Blob(), container)
 	if err := sc.Ensure(ctx); err != nil {
-		return jobSpec{}, err
+		return knownjobs.Job{}, err
 	}
 	if _, err := c.Blob().UploadBuffer(ctx, container, "corpus.txt", b.Bytes(), nil); err != nil {
-		return jobSpec{}, fmt.Errorf("upload corpus: %w", err)
+		return knownjobs.Job{}, fmt.Errorf("upload corpus: %w", err)
 	}
 	const top = 10
 	idx := make([]int, vocab)
@@ -174,7 +172,7 @@ func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, voc
 	wantJSON, _ := json.Marshal(want)
 	shards := (b.Len() + shardBytes - 1) / shardBytes
 	p, _ := json.Marshal(builtin.WordcountParams{Container: container, Top: top, ShardBytes: int64(shardBytes)})
-	return jobSpec{typ: "wordcount", params: p, shards: shards, check: func(res json.RawMessage) error {
+	return knownjobs.Job{Type: "wordcount", Params: p, Shards: shards, Check: func(res json.RawMessage) error {
 		var got builtin.WordcountResult
 		if err := json.Unmarshal(res, &got); err != nil {
 			return fmt.Errorf("wordcount result: %v", err)
@@ -224,12 +222,12 @@ func (r *runner) straggler(ctx context.Context) error {
 // outside weighs on both alike; the best makespan of each counts.
 func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (StragglerRun, error) {
 	cfg := r.cfg
-	job := sleepJob(shards, "")
+	job := knownjobs.Sleep(shards, "")
 	st := StragglerRun{Workers: n, Shards: shards, Runs: cfg.StragglerRuns, DelayS: cfg.StragglerDelay.Seconds(),
-		StragglerS: stragglerSlowdown * cfg.StragglerDelay.Seconds(), Bound: round3(float64(n) / (float64(n) - 1 + 1.0/stragglerSlowdown)), Exact: true}
+		StragglerS: stragglerSlowdown * cfg.StragglerDelay.Seconds(), Bound: rig.Round3(float64(n) / (float64(n) - 1 + 1.0/stragglerSlowdown)), Exact: true}
 	type side struct {
 		c                                *cluster.Cluster
-		sn                               *sniffer
+		sn                               *rig.Sniffer
 		what                             string
 		spans, backups, dups, w1s, lasts []float64
 	}
@@ -237,40 +235,40 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	defer func() {
 		for _, x := range sides {
 			if x != nil {
-				x.sn.close()
-				r.env.stopCluster(x.c)
+				x.sn.Close()
+				r.rig.Stop(x.c)
 			}
 		}
 	}()
 	for i := range sides {
-		spec := clusterSpec{name: name + "0", workers: n, leaseDuration: cfg.LeaseDuration, mapDelay: cfg.StragglerDelay}
+		spec := rig.Spec{Name: name + "0", Workers: n, LeaseDuration: cfg.LeaseDuration, MapDelay: cfg.StragglerDelay}
 		what := fmt.Sprintf("straggler, %d workers: reference", n)
 		if i == 1 {
-			spec.name = name + "1"
-			spec.workerEnv = map[string][]string{"w1": {"MAP_DELAY=" + (stragglerSlowdown * cfg.StragglerDelay).String()}}
+			spec.Name = name + "1"
+			spec.WorkerEnv = map[string][]string{"w1": {"MAP_DELAY=" + (stragglerSlowdown * cfg.StragglerDelay).String()}}
 			what = fmt.Sprintf("straggler, %d workers: w1 10× slower", n)
 		}
-		c, err := r.env.startCluster(ctx, spec)
+		c, err := r.rig.Start(ctx, spec)
 		if err != nil {
 			return st, err
 		}
-		sn, err := startSniffer(c)
+		sn, err := rig.StartSniffer(c)
 		if err != nil {
-			r.env.stopCluster(c)
+			r.rig.Stop(c)
 			return st, err
 		}
 		sides[i] = &side{c: c, sn: sn, what: what}
 	}
 	for k := range cfg.StragglerRuns {
 		for _, x := range sides {
-			o, err := r.runJob(ctx, x.c, job, fmt.Sprintf("%s %d/%d", x.what, k+1, cfg.StragglerRuns), job.shards)
-			results, _ := x.sn.take(o.id)
-			backedUp := x.sn.backupsOf(o.id)
+			o, err := r.runJob(ctx, x.c, job, fmt.Sprintf("%s %d/%d", x.what, k+1, cfg.StragglerRuns), job.Shards)
+			results, _ := x.sn.Take(o.ID)
+			backedUp := x.sn.BackupsOf(o.ID)
 			if err != nil {
 				return st, err
 			}
-			st.Exact = st.Exact && o.exact
-			if !o.exact || o.makespan <= 0 {
+			st.Exact = st.Exact && o.Exact
+			if !o.Exact || o.Makespan <= 0 {
 				continue
 			}
 			backups := len(backedUp)
@@ -285,9 +283,9 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 				}
 			}
 			if d := lastPercent(results, shards); d > 0 {
-				x.lasts = append(x.lasts, round3(d.Seconds()))
+				x.lasts = append(x.lasts, rig.Round3(d.Seconds()))
 			}
-			x.spans = append(x.spans, round3(o.makespan.Seconds()))
+			x.spans = append(x.spans, rig.Round3(o.Makespan.Seconds()))
 			x.backups = append(x.backups, float64(backups))
 			x.dups = append(x.dups, float64(dups))
 			x.w1s = append(x.w1s, float64(w1))
@@ -298,8 +296,8 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	st.Makespan, st.Backups, st.Duplicates, st.StragglerDone, st.LastPercent = dist(slow.spans), dist(slow.backups), dist(slow.dups), dist(slow.w1s), dist(slow.lasts)
 	if st.Reference.N > 0 && st.Makespan.N > 0 {
 		st.ReferenceS, st.MakespanS = st.Reference.Min, st.Makespan.Min
-		st.Ratio = round3(st.MakespanS / st.ReferenceS)
-		st.TailS = round3(st.MakespanS - st.ReferenceS*st.Bound)
+		st.Ratio = rig.Round3(st.MakespanS / st.ReferenceS)
+		st.TailS = rig.Round3(st.MakespanS - st.ReferenceS*st.Bound)
 	}
 	r.log.Logf("straggler, %d workers: %d shards, best makespan %.2fs against %.2fs without the straggler (×%.3f; capacity bound ×%.3f, %.2fs over it); "+
 		"per job: the last 1%% of shards took %.3fs (%.3fs without the straggler), the straggler returned %.0f results, %.0f shards backed up (%.0f without the straggler), %.0f duplicate results (medians of %d)",
@@ -311,9 +309,9 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 // lastPercent is how long the last 1 % of a job's shards took: from the result that left 1 % of
 // the shards without one to the last shard's first result (0 if not every shard was seen). Bulk
 // throughput hardly weighs on it; a straggler's tail does.
-func lastPercent(results []resultObs, shards int) time.Duration {
+func lastPercent(results []rig.ResultObs, shards int) time.Duration {
 	rs := slices.Clone(results)
-	slices.SortFunc(rs, func(a, b resultObs) int { return a.T.Compare(b.T) })
+	slices.SortFunc(rs, func(a, b rig.ResultObs) int { return a.T.Compare(b.T) })
 	seen := make(map[int]bool, shards)
 	at99 := shards - max(1, shards/100)
 	var t99 time.Time
@@ -337,11 +335,11 @@ func lastPercent(results []resultObs, shards int) time.Duration {
 // 50 % (restarting it). The result must be exact.
 func (r *runner) million(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "big", leaseDuration: cfg.LeaseDuration})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "big", LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
+	defer r.rig.Stop(c)
 	js, err := jetstream.New(c.Bus.Conn())
 	if err != nil {
 		return err
@@ -351,16 +349,16 @@ func (r *runner) million(ctx context.Context) error {
 	r.mu.Lock()
 	r.rep.Million = m
 	r.mu.Unlock()
-	job := sleepJob(cfg.MillionShards, "")
+	job := knownjobs.Sleep(cfg.MillionShards, "")
 	r.log.Phase(fmt.Sprintf("big job (%d shards)", cfg.MillionShards), cfg.MillionShards)
 	defer r.log.Done()
-	id, start, err := submit(ctx, c, job)
+	id, start, err := rig.Submit(ctx, c, job)
 	if err != nil {
 		return err
 	}
 	m.Job = id
-	smp := startSampler(ctx, c, id, 100*time.Millisecond)
-	defer smp.close()
+	smp := rig.StartSampler(ctx, c, id, 100*time.Millisecond)
+	defer smp.Close()
 	jctx, cancel := context.WithTimeout(ctx, 2*cfg.JobTimeout)
 	defer cancel()
 
@@ -372,12 +370,12 @@ func (r *runner) million(ctx context.Context) error {
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
-			x := MemSample{AtS: round3(time.Since(start).Seconds())}
+			x := MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
 			if l, err := c.Leader(sctx); err == nil && l != nil {
 				x.Leader = l.ID
 				if p := c.Proc(l.ID); p != nil {
-					if rss, err := procRSS(p.PID); err == nil {
-						x.RSSMiB = round3(float64(rss) / (1 << 20))
+					if rss, err := rig.ProcRSS(p.PID); err == nil {
+						x.RSSMiB = rig.Round3(float64(rss) / (1 << 20))
 					}
 				}
 			}
@@ -386,7 +384,7 @@ func (r *runner) million(ctx context.Context) error {
 				x.Backlog = st.Msgs
 				m.MaxBacklogBytes = max(m.MaxBacklogBytes, st.Bytes)
 			}
-			if s, ok, _ := smp.last(); ok {
+			if s, ok, _ := smp.Last(); ok {
 				x.Done = s.Done
 				r.log.Set(s.Done)
 			}
@@ -411,18 +409,18 @@ func (r *runner) million(ctx context.Context) error {
 	}()
 
 	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
-	rw, err := watchResults(c, (cfg.MillionShards+1)/2)
+	rw, err := rig.WatchResults(c, (cfg.MillionShards+1)/2)
 	if err != nil {
 		return err
 	}
-	defer rw.stop()
+	defer rw.Stop()
 	select {
-	case <-rw.reached:
-	case <-smp.done:
+	case <-rw.Reached():
+	case <-smp.Done():
 	case <-jctx.Done():
 	}
 	var marks []Kill
-	if at, _, _ := smp.last(); !at.State.Terminal() && jctx.Err() == nil {
+	if at, _, _ := smp.Last(); !at.State.Terminal() && jctx.Err() == nil {
 		l, err := c.Leader(jctx)
 		if err != nil || l == nil {
 			return fmt.Errorf("big job: no leader to kill: %v", err)
@@ -434,11 +432,11 @@ func (r *runner) million(ctx context.Context) error {
 		if _, err := c.StartWorker(l.ID); err != nil {
 			return err
 		}
-		m.Killed, m.KilledAt = true, int(rw.seen.Load())
-		marks = append(marks, Kill{AtS: round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
+		m.Killed, m.KilledAt = true, int(rw.Seen())
+		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
 		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
 		if err == nil {
-			m.ToLeaderS = round3(ev.Time.Sub(killed).Seconds())
+			m.ToLeaderS = rig.Round3(ev.Time.Sub(killed).Seconds())
 		}
 		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", l.ID, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
@@ -446,13 +444,13 @@ func (r *runner) million(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.Exact = o.exact
-	if o.makespan > 0 {
-		m.MakespanS = round3(o.makespan.Seconds())
+	m.Exact = o.Exact
+	if o.Makespan > 0 {
+		m.MakespanS = rig.Round3(o.Makespan.Seconds())
 	}
-	m.timeline = faultTimeline(c, fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, time.Now(), m.Shards, smp.close(), marks, m.MakespanS)
-	if o.makespan > 0 {
-		m.MakespanS = round3(o.makespan.Seconds())
+	m.timeline = faultTimeline(c, fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, time.Now(), m.Shards, smp.Close(), marks, m.MakespanS)
+	if o.Makespan > 0 {
+		m.MakespanS = rig.Round3(o.Makespan.Seconds())
 	}
 	// Keep the report readable: every sample of a short job, about one a second of a long one.
 	if len(m.Samples) > 600 {
@@ -468,4 +466,3 @@ func (r *runner) million(ctx context.Context) error {
 		m.Shards, m.MakespanS, m.Exact, m.MaxLeaderRSSMiB, m.RSSSamples, m.MaxBacklog, m.Window)
 	return nil
 }
-

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -73,8 +72,8 @@ func TestTargets_Thresholds(t *testing.T) {
 		{"graceful 60 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: Dist{N: 5, P90: 0.06}}}}, "graceful handover", false},
 		{"follower 3 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: Dist{N: 3, P90: 3}}}, "follower SIGKILL", true},
 		{"follower 3.5 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: Dist{N: 3, P90: 3.5}}}, "follower SIGKILL", false},
-		{"outage, one change", &Report{Outage: &Outage{DownS: 30, LeaderChanges: 1}}, "leader changes during", true},
-		{"outage, two changes", &Report{Outage: &Outage{DownS: 30, LeaderChanges: 2}}, "leader changes during", false},
+		{"outage, one change", &Report{Outage: &Outage{ServerFault: ServerFault{DownS: 30, LeaderChanges: 1}}}, "leader changes during", true},
+		{"outage, two changes", &Report{Outage: &Outage{ServerFault: ServerFault{DownS: 30, LeaderChanges: 2}}}, "leader changes during", false},
 		{"loaded, a lease break", &Report{Loaded: &Loaded{DurationS: 600, BrokeLeases: 1}}, "takeovers of a live leader", false},
 		{"throughput 0.99", &Report{Throughput: &Throughput{Ratio: 0.99, BaselinePerS: 1}}, "throughput at default", false},
 		{"cpu 80 µs", &Report{Throughput: &Throughput{CPUMicrosPerShard: 80, BaselinePerS: 1}}, "CPU per no-op shard", true},
@@ -87,7 +86,7 @@ func TestTargets_Thresholds(t *testing.T) {
 		{"straggler inexact", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.1}}}, "one worker 10×", false},
 		{"big job 65 MiB", &Report{Million: &Million{Shards: 1_000_000, MaxLeaderRSSMiB: 65, RSSSamples: 10}}, "1000000-shard job: leader RSS", false},
 		{"big job not killed", &Report{Million: &Million{Shards: 1_000_000, Exact: true}}, "1000000-shard job, leader killed", false},
-		{"nats cluster exact", &Report{NATSCluster: &NATSCluster{Exact: true, DownS: 10}}, "3-node NATS cluster", true},
+		{"nats cluster exact", &Report{NATSCluster: &NATSCluster{ServerFault: ServerFault{Exact: true, DownS: 10}}}, "3-node NATS cluster", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := judge(c.rep, c.target); got.Met != c.met {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func TestDist_NearestRank(t *testing.T) {
@@ -37,21 +39,21 @@ func TestClassify_Cases(t *testing.T) {
 	killed := []victim{{worker: "w1", exited: at(100)}}
 	for _, c := range []struct {
 		name    string
-		results []resultObs
+		results []rig.ResultObs
 		disp    map[int]int
 		want    redo
 	}{
-		{"clean", []resultObs{{at(10), 0, 1, "w1", 0}, {at(20), 1, 1, "w2", 0}}, map[int]int{0: 1, 1: 1}, redo{results: 2}},
-		{"retried publish is one execution", []resultObs{{at(10), 0, 1, "w2", 0}, {at(11), 0, 1, "w2", 0}}, nil, redo{results: 2}},
-		{"in flight on the victim, redelivered", []resultObs{{at(10), 0, 2, "w2", 0}}, nil, redo{redelivered: 1, redone: 1, results: 1}},
-		{"completed by the victim before it died, then again", []resultObs{{at(50), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
+		{"clean", []rig.ResultObs{{T: at(10), Index: 0, Attempt: 1, Worker: "w1"}, {T: at(20), Index: 1, Attempt: 1, Worker: "w2"}}, map[int]int{0: 1, 1: 1}, redo{results: 2}},
+		{"retried publish is one execution", []rig.ResultObs{{T: at(10), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(11), Index: 0, Attempt: 1, Worker: "w2"}}, nil, redo{results: 2}},
+		{"in flight on the victim, redelivered", []rig.ResultObs{{T: at(10), Index: 0, Attempt: 2, Worker: "w2"}}, nil, redo{redelivered: 1, redone: 1, results: 1}},
+		{"completed by the victim before it died, then again", []rig.ResultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w1"}, {T: at(5000), Index: 0, Attempt: 2, Worker: "w3"}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, results: 2}},
-		{"completed by a survivor, then again", []resultObs{{at(50), 0, 1, "w2", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
+		{"completed by a survivor, then again", []rig.ResultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(5000), Index: 0, Attempt: 2, Worker: "w3"}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
-		{"completed by the restarted victim, then again", []resultObs{{at(900), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
+		{"completed by the restarted victim, then again", []rig.ResultObs{{T: at(900), Index: 0, Attempt: 1, Worker: "w1"}, {T: at(5000), Index: 0, Attempt: 2, Worker: "w3"}}, nil,
 			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
 		{"re-dispatch counted", nil, map[int]int{0: 2, 1: 1, 2: 3}, redo{redispatched: 3}},
-		{"backed up by the leader, run twice on purpose", []resultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(90), Index: 0, Attempt: 1, Worker: "w3"}}, map[int]int{0: 2},
+		{"backed up by the leader, run twice on purpose", []rig.ResultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(90), Index: 0, Attempt: 1, Worker: "w3"}}, map[int]int{0: 2},
 			redo{redispatched: 1, backedUp: 1, results: 2}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,7 +100,7 @@ func TestParseFlags_QuickAndOverrides(t *testing.T) {
 func TestWriteSVG_MarksKillsAndElections(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tl := &timeline{title: "crash <1>", start: t0, total: 100, finished: 16,
-		samples:   []sample{{T: t0.Add(time.Second), Done: 40}, {T: t0.Add(15 * time.Second), Done: 100}},
+		samples:   []rig.Sample{{T: t0.Add(time.Second), Done: 40}, {T: t0.Add(15 * time.Second), Done: 100}},
 		completed: []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second)},
 		kills:     []Kill{{AtS: 1.5, Worker: "w2", Signal: "SIGKILL"}},
 		elections: []Elect{{AtS: 14.2, Worker: "w1", Epoch: 7}}}

@@ -114,7 +114,7 @@ func WaitProgress(ctx context.Context, c *cluster.Cluster, id string, frac float
 		if time.Now().After(until) || ctx.Err() != nil {
 			return st, false
 		}
-		_ = sleep(ctx, 50*time.Millisecond)
+		_ = Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
@@ -131,7 +131,7 @@ func WaitEnd(ctx context.Context, c *cluster.Cluster, id string, deadline time.T
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return last, false
 		}
-		_ = sleep(ctx, PollEvery)
+		_ = Sleep(ctx, PollEvery)
 	}
 }
 

@@ -101,7 +101,10 @@ func (s *Sampler) WaitFor(ctx context.Context, ok func(Sample) bool) (Sample, bo
 	}
 }
 
-// close stops polling and returns every Sample.
+// Done is closed when the sampler stops (the job ended, or Close).
+func (s *Sampler) Done() <-chan struct{} { return s.done }
+
+// Close stops polling and returns every sample.
 func (s *Sampler) Close() []Sample {
 	s.stop()
 	<-s.done
@@ -216,7 +219,6 @@ func (s *Sniffer) Close() {
 	}
 }
 
-
 // ResultWatch counts the result messages of a cluster on the wire (a core NATS subscription sees
 // every message JetStream stores) and closes reached when n results were seen: a trigger for a
 // fault at a point of progress that does not wait for the next checkpoint.
@@ -272,7 +274,7 @@ func WatchLease(ctx context.Context, c *cluster.Cluster) *LeaseWatch {
 				}
 				w.mu.Unlock()
 			}
-			if sleep(ctx, 100*time.Millisecond) != nil {
+			if Sleep(ctx, 100*time.Millisecond) != nil {
 				return
 			}
 		}
@@ -310,9 +312,8 @@ func Changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time
 	return max(len(terms)-1, CountEvents(c, cluster.Elected, from, to, terms[0].Epoch))
 }
 
-
-// sleep waits d or until ctx ends, and returns ctx's error if it ended.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx ends, and returns ctx's error if it ended.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
