@@ -309,15 +309,9 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 			}
 		}
 	}
-	end := time.Now()
-	for _, e := range fc.c.Events() {
-		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
-			run.Elections = append(run.Elections, Elect{AtS: rig.Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
-		}
-	}
-	run.timeline = &timeline{title: fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start: start,
-		total: t.job.Shards, samples: samples, completed: firstCompletions(results), kills: run.Kills, elections: run.Elections,
-		finished: run.MakespanS}
+	run.Elections = elections(fc.c, start, time.Now())
+	run.timeline = newTimeline(fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start, t.job.Shards, samples,
+		rig.FirstCompletions(results), run.Kills, run.Elections, run.MakespanS)
 	return run, nil
 }
 

@@ -85,12 +85,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // writeOutputs writes the plot, the JSON report and the Markdown summary (to stdout as well).
-func writeOutputs(rep *Report, tls []*timeline, out outputs, stdout io.Writer) error {
+func writeOutputs(rep *Report, tls []*rig.Timeline, out outputs, stdout io.Writer) error {
 	var errs []error
 	if out.plot != "" {
 		f, err := os.Create(out.plot)
 		if err == nil {
-			err = writeSVG(f, tls)
+			err = rig.WriteSVG(f, tls)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

@@ -78,27 +78,3 @@ func classify(results []rig.ResultObs, dispatches map[int]int, backups map[int]b
 	}
 	return r
 }
-
-// timeline is what the plot draws of one run.
-type timeline struct {
-	title     string
-	start     time.Time
-	total     int
-	samples   []rig.Sample
-	completed []time.Time // first result of each shard, in order
-	kills     []Kill
-	elections []Elect
-	finished  float64 // seconds since start the job ended (0: not ended)
-}
-
-func firstCompletions(results []rig.ResultObs) []time.Time {
-	seen := map[int]bool{}
-	var out []time.Time
-	for _, o := range results {
-		if !seen[o.Index] {
-			seen[o.Index] = true
-			out = append(out, o.T)
-		}
-	}
-	return out
-}

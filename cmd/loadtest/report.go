@@ -220,7 +220,7 @@ type FailoverRun struct {
 	// arrived: in-flight shards handed back at once come early, shards left to AckWait late.
 	RerunAfterS []float64 `json:"rerun_after_s,omitempty"`
 
-	timeline *timeline
+	timeline *rig.Timeline
 }
 
 // Kill is one signal sent to a worker.
@@ -344,7 +344,7 @@ type Million struct {
 	Window          int         `json:"dispatch_window_shards"` // the coordinator's default window
 	Samples         []MemSample `json:"samples,omitempty"`
 
-	timeline *timeline
+	timeline *rig.Timeline
 }
 
 // MemSample is one reading during the big job.

@@ -45,7 +45,7 @@ func (r *runner) errorf(format string, args ...any) {
 // timelines of the runs worth plotting. The error is a failure to run (servers, clusters,
 // Ctrl-C); wrong results and lost jobs are in the report. Everything it starts is stopped
 // before it returns.
-func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*timeline, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}

@@ -24,7 +24,7 @@ type ServerFault struct {
 	ReferenceS    float64 `json:"reference_makespan_s"`
 	TimeLostS     float64 `json:"time_lost_s"`
 
-	timeline *timeline
+	timeline *rig.Timeline
 }
 
 // outage is issue 11's NATS-outage run: a cluster on a nats-server process of its own,
@@ -157,7 +157,7 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
 	f.LeaderChanges = rig.Changes(c, terms, s.start, end)
-	f.timeline = faultTimeline(c, title(), s.start, end, job.Shards, s.smp.Close(), marks, f.MakespanS)
+	f.timeline = newTimeline(title(), s.start, job.Shards, s.smp.Close(), nil, marks, elections(c, s.start, end), f.MakespanS)
 	return s.start, end, nil
 }
 
@@ -223,16 +223,4 @@ func (s *struck) close(r *runner) {
 	s.smp.Close()
 	s.cancel()
 	r.log.Done()
-}
-
-// faultTimeline is the plot of a run with faults outside the workers (marks) and the elections
-// of c between start and end.
-func faultTimeline(c *cluster.Cluster, title string, start, end time.Time, total int, samples []rig.Sample, marks []Kill, finished float64) *timeline {
-	tl := &timeline{title: title, start: start, total: total, samples: samples, kills: marks, finished: finished}
-	for _, e := range c.Events() {
-		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
-			tl.elections = append(tl.elections, Elect{AtS: rig.Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
-		}
-	}
-	return tl
 }

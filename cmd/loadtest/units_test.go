@@ -96,30 +96,3 @@ func TestParseFlags_QuickAndOverrides(t *testing.T) {
 		}
 	}
 }
-
-func TestWriteSVG_MarksKillsAndElections(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	tl := &timeline{title: "crash <1>", start: t0, total: 100, finished: 16,
-		samples:   []rig.Sample{{T: t0.Add(time.Second), Done: 40}, {T: t0.Add(15 * time.Second), Done: 100}},
-		completed: []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second)},
-		kills:     []Kill{{AtS: 1.5, Worker: "w2", Signal: "SIGKILL"}},
-		elections: []Elect{{AtS: 14.2, Worker: "w1", Epoch: 7}}}
-	var b bytes.Buffer
-	if err := writeSVG(&b, []*timeline{tl}); err != nil {
-		t.Fatal(err)
-	}
-	svg := b.String()
-	for _, want := range []string{"<svg", "SIGKILL w2", "w1 e7", colKill, colElect, "crash &lt;1&gt;", "finished 16.00 s", "</svg>"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("svg lacks %q", want)
-		}
-	}
-}
-
-func TestNiceStep(t *testing.T) {
-	for _, c := range []struct{ span, want float64 }{{16, 2}, {30, 5}, {7, 1}, {0.9, 0.2}, {160, 20}} {
-		if got := niceStep(c.span, 8); got != c.want {
-			t.Errorf("niceStep(%v) = %v, want %v", c.span, got, c.want)
-		}
-	}
-}
