@@ -174,13 +174,13 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		}
 	}
 	for src, want := range f.dead {
-		if n := e.deadLetters(ctx, src, uint64(want)); n < uint64(want) {
+		if n := rig.DeadLetters(ctx, e.c, src, uint64(want)); n < uint64(want) {
 			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
 		} else {
 			fr.note("%d dead letters from %s", n, src)
 		}
 	}
-	res.LeftBehind = e.leftovers(ctx, ids)
+	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)
 	if exited := r.exitedWorkers(e); len(exited) > 0 {
 		fr.note("exited: %s", strings.Join(exited, ", "))
 	}

@@ -7,15 +7,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/queue"
-	"github.com/mapagg/mapagg/store"
 )
 
 // runner owns what a run starts (the rig, which knows every pid it ever started).
@@ -112,8 +108,6 @@ type env struct {
 	name string
 	c    *cluster.Cluster
 	q    *queue.Queue
-	js   jetstream.JetStream
-	jobs *store.Container
 }
 
 // startEnv starts a cluster with servers of its own for name; mapDelay slows every map step
@@ -125,12 +119,8 @@ func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Durati
 	if err != nil {
 		return nil, err
 	}
-	e := &env{r: r, name: name, c: c, jobs: store.New(c.Blob(), c.JobsContainer())}
+	e := &env{r: r, name: name, c: c}
 	if e.q, err = queue.New(c.ConnStr, c.QueueName()); err != nil {
-		r.rig.Stop(c)
-		return nil, err
-	}
-	if e.js, err = jetstream.New(c.Bus.Conn()); err != nil {
 		r.rig.Stop(c)
 		return nil, err
 	}
@@ -145,79 +135,4 @@ func (e *env) submit(ctx context.Context, j knownjobs.Job) (string, time.Time, e
 // status reads a job's status, nil while it cannot be read (storage down, not yet written).
 func (e *env) status(ctx context.Context, id string) *client.Status { return rig.Status(ctx, e.c, id) }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// leftovers lists what a finished job left behind: its active marker, its messages on the shards
-// and results streams, and any message on the job queue. It waits up to 15 s for each to go (the
-// leader cleans up after the final checkpoint).
-func (e *env) leftovers(ctx context.Context, ids []string) []string {
-	until := time.Now().Add(15 * time.Second)
-	names := e.c.Names()
-	for {
-		var out []string
-		for _, id := range ids {
-			if ok, err := e.jobs.Exists(ctx, protocol.ActiveBlob(id)); err != nil {
-				out = append(out, fmt.Sprintf("active marker of %s unreadable: %v", id, err))
-			} else if ok {
-				out = append(out, "active marker "+protocol.ActiveBlob(id))
-			}
-			for _, s := range []struct{ stream, subject string }{
-				{names.ShardStream(), names.ShardSubject(id)}, {names.ResultStream(), names.ResultSubject(id)},
-			} {
-				if n, err := e.streamCount(ctx, s.stream, s.subject); err != nil {
-					out = append(out, fmt.Sprintf("%s unreadable: %v", s.stream, err))
-				} else if n > 0 {
-					out = append(out, fmt.Sprintf("%d messages on %s (%s)", n, s.stream, s.subject))
-				}
-			}
-		}
-		if n, err := e.q.Depth(ctx); err != nil {
-			out = append(out, fmt.Sprintf("job queue unreadable: %v", err))
-		} else if n > 0 {
-			out = append(out, fmt.Sprintf("%d messages on the job queue", n))
-		}
-		if len(out) == 0 || time.Now().After(until) || ctx.Err() != nil {
-			return out
-		}
-		sleep(ctx, 500*time.Millisecond)
-	}
-}
-
-// streamCount counts the messages of stream on subject.
-func (e *env) streamCount(ctx context.Context, stream, subject string) (uint64, error) {
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s, err := e.js.Stream(sctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(sctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n, nil
-}
-
-// deadLetters counts the dead letters from source ("results", "shards", "queue"), waiting up to
-// 15 s for want of them (the leader reads the queue every few seconds).
-func (e *env) deadLetters(ctx context.Context, source string, want uint64) uint64 {
-	until := time.Now().Add(15 * time.Second)
-	for {
-		n, _ := e.streamCount(ctx, e.c.Names().DeadStream(), e.c.Names().DeadSubject(source))
-		if n >= want || time.Now().After(until) || ctx.Err() != nil {
-			return n
-		}
-		sleep(ctx, 500*time.Millisecond)
-	}
-}
+func sleep(ctx context.Context, d time.Duration) { _ = rig.Sleep(ctx, d) }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/rig"
@@ -69,29 +67,6 @@ type Settings struct {
 	WorkerBin     string `json:"worker_bin"`
 }
 
-// Dist is a distribution's summary.
-type Dist struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	Max float64 `json:"max"`
-	Min float64 `json:"min"`
-}
-
-// dist summarizes xs by nearest rank (p90 of 20 samples is the 18th smallest).
-func dist(xs []float64) Dist {
-	if len(xs) == 0 {
-		return Dist{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	rank := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(s)))) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	return Dist{N: len(s), P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1], Min: s[0]}
-}
-
 // Throughput is scenario 1.
 type Throughput struct {
 	Shards       int             `json:"shards"`
@@ -101,7 +76,7 @@ type Throughput struct {
 	Ratio        float64         `json:"ratio"`          // shards_per_s ÷ baseline_per_s
 	Runs         []ThroughputRun `json:"runs"`
 	Baseline     []BaselineRun   `json:"baseline"`
-	PerS         Dist            `json:"per_s"`
+	PerS         rig.Dist        `json:"per_s"`
 	// CPUMicrosPerShard is CPU time (user+sys of the workers and of the load test's process with
 	// its NATS server; Azurite not counted) per shard of the best run.
 	CPUMicrosPerShard float64 `json:"cpu_us_per_shard"`
@@ -167,23 +142,23 @@ type LeaderFailover struct {
 	P90S float64 `json:"p90_s"`
 	MaxS float64 `json:"max_s"`
 	// ToLeader repeats those, with n and min.
-	ToLeader Dist `json:"to_leader_s"`
+	ToLeader rig.Dist `json:"to_leader_s"`
 	// ToFirstMerge: seconds from the signal to the first result merged by the new leader.
-	ToFirstMerge Dist `json:"to_first_merge_s"`
+	ToFirstMerge rig.Dist `json:"to_first_merge_s"`
 	// Redone: shards run more than once per run; Duplicates: results dropped as duplicates.
-	Redone     Dist `json:"redone"`
-	Duplicates Dist `json:"duplicates"`
+	Redone     rig.Dist `json:"redone"`
+	Duplicates rig.Dist `json:"duplicates"`
 	// TimeLost: makespan minus the cluster's reference makespan (same job, no kill).
-	TimeLost Dist `json:"time_lost_s"`
+	TimeLost rig.Dist `json:"time_lost_s"`
 	// Exit: seconds from the signal to the process's exit (a graceful stop's own duration).
-	Exit Dist          `json:"exit_s"`
+	Exit rig.Dist      `json:"exit_s"`
 	Runs []FailoverRun `json:"runs"`
 }
 
 // WorkerCrash is scenario 5.
 type WorkerCrash struct {
-	TimeLost Dist          `json:"time_lost_s"`
-	Redone   Dist          `json:"redone"`
+	TimeLost rig.Dist      `json:"time_lost_s"`
+	Redone   rig.Dist      `json:"redone"`
 	Runs     []FailoverRun `json:"runs"`
 }
 
@@ -261,11 +236,11 @@ type Target struct {
 
 // SmallJob is the small-job scenario: primes below 2·10^7 in 200 shards on an idle cluster.
 type SmallJob struct {
-	Runs     int     `json:"runs"`
-	Exact    int     `json:"exact"`
-	Makespan Dist    `json:"makespan_s"` // submit to finished (checkpoint FinishedAt)
-	Planned  Dist    `json:"planned_s"`  // submit to the job_planned event
-	MedianS  float64 `json:"median_s"`
+	Runs     int      `json:"runs"`
+	Exact    int      `json:"exact"`
+	Makespan rig.Dist `json:"makespan_s"` // submit to finished (checkpoint FinishedAt)
+	Planned  rig.Dist `json:"planned_s"`  // submit to the job_planned event
+	MedianS  float64  `json:"median_s"`
 }
 
 // Wordcount compares a wordcount of a 200k-word vocabulary with one of a 1k-word vocabulary:
@@ -311,20 +286,20 @@ type StragglerRun struct {
 	TailS float64 `json:"tail_s"`
 	Exact bool    `json:"exact"` // every job
 	// Every job's makespan, without and with the straggler.
-	Reference Dist `json:"reference_makespans_s"`
-	Makespan  Dist `json:"makespans_s"`
+	Reference rig.Dist `json:"reference_makespans_s"`
+	Makespan  rig.Dist `json:"makespans_s"`
 	// Per job with the straggler: the results the slow worker published (duplicates included),
 	// the shards dispatched more than once (backup tasks), the shards whose result was
 	// published twice; and the shards backed up without the straggler.
-	StragglerDone    Dist `json:"straggler_results"`
-	Backups          Dist `json:"backups"`
-	Duplicates       Dist `json:"duplicates"`
-	ReferenceBackups Dist `json:"reference_backups"`
+	StragglerDone    rig.Dist `json:"straggler_results"`
+	Backups          rig.Dist `json:"backups"`
+	Duplicates       rig.Dist `json:"duplicates"`
+	ReferenceBackups rig.Dist `json:"reference_backups"`
 	// LastPercent is how long each job's last 1 % of shards took (from the result that left 1 %
 	// without one to the last shard's first result), with and without the straggler: the tail,
 	// hardly touched by the bulk's throughput.
-	LastPercent          Dist `json:"last_percent_s"`
-	ReferenceLastPercent Dist `json:"reference_last_percent_s"`
+	LastPercent          rig.Dist `json:"last_percent_s"`
+	ReferenceLastPercent rig.Dist `json:"reference_last_percent_s"`
 }
 
 // Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at

@@ -149,8 +149,8 @@ func (r *runner) summarizeFailover(runs []FailoverRun) {
 				}
 			}
 		}
-		lf := &LeaderFailover{ToLeader: dist(toLeader), ToFirstMerge: dist(toMerge), Redone: dist(redone),
-			Duplicates: dist(dups), TimeLost: dist(lost), Exit: dist(exit), Runs: runs}
+		lf := &LeaderFailover{ToLeader: rig.Summarize(toLeader), ToFirstMerge: rig.Summarize(toMerge), Redone: rig.Summarize(redone),
+			Duplicates: rig.Summarize(dups), TimeLost: rig.Summarize(lost), Exit: rig.Summarize(exit), Runs: runs}
 		lf.P50S, lf.P90S, lf.MaxS = lf.ToLeader.P50, lf.ToLeader.P90, lf.ToLeader.Max
 		return lf
 	}
@@ -164,7 +164,7 @@ func (r *runner) summarizeFailover(runs []FailoverRun) {
 			}
 			redone = append(redone, float64(run.Redone))
 		}
-		r.rep.WorkerCrash = &WorkerCrash{TimeLost: dist(lost), Redone: dist(redone), Runs: wr}
+		r.rep.WorkerCrash = &WorkerCrash{TimeLost: rig.Summarize(lost), Redone: rig.Summarize(redone), Runs: wr}
 	}
 }
 

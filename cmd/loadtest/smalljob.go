@@ -40,7 +40,7 @@ func (r *runner) smallJob(ctx context.Context) error {
 			}
 		}
 	}
-	sj.Makespan, sj.Planned = dist(spans), dist(planned)
+	sj.Makespan, sj.Planned = rig.Summarize(spans), rig.Summarize(planned)
 	sj.MedianS = sj.Makespan.P50
 	r.mu.Lock()
 	r.rep.SmallJob = sj

@@ -119,8 +119,8 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 		}
 	}
 	ref, slow := sides[0], sides[1]
-	st.Reference, st.ReferenceBackups, st.ReferenceLastPercent = dist(ref.spans), dist(ref.backups), dist(ref.lasts)
-	st.Makespan, st.Backups, st.Duplicates, st.StragglerDone, st.LastPercent = dist(slow.spans), dist(slow.backups), dist(slow.dups), dist(slow.w1s), dist(slow.lasts)
+	st.Reference, st.ReferenceBackups, st.ReferenceLastPercent = rig.Summarize(ref.spans), rig.Summarize(ref.backups), rig.Summarize(ref.lasts)
+	st.Makespan, st.Backups, st.Duplicates, st.StragglerDone, st.LastPercent = rig.Summarize(slow.spans), rig.Summarize(slow.backups), rig.Summarize(slow.dups), rig.Summarize(slow.w1s), rig.Summarize(slow.lasts)
 	if st.Reference.N > 0 && st.Makespan.N > 0 {
 		st.ReferenceS, st.MakespanS = st.Reference.Min, st.Makespan.Min
 		st.Ratio = rig.Round3(st.MakespanS / st.ReferenceS)

@@ -52,8 +52,8 @@ func (r *runner) throughput(ctx context.Context) error {
 
 		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))
 		for k, pf := range cfg.BaselinePrefetch {
-			d, err := runBaseline(ctx, r.rig.NATSURL(), baselineOpts{name: fmt.Sprintf("%sbase%d%d", r.rig.RunID(), i, k),
-				shards: cfg.ThroughputShards, workers: cfg.Workers, prefetch: pf})
+			d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d", r.rig.RunID(), i, k),
+				Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf})
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -69,7 +69,7 @@ func (r *runner) throughput(ctx context.Context) error {
 		}
 		r.log.Done()
 	}
-	tp.PerS = dist(rates)
+	tp.PerS = rig.Summarize(rates)
 	if tp.BaselinePerS > 0 {
 		tp.Ratio = rig.Round3(tp.ShardsPerS / tp.BaselinePerS)
 	}
