@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -181,7 +180,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		}
 	}
 	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)
-	if exited := r.exitedWorkers(e); len(exited) > 0 {
+	if exited := e.c.Exited(); len(exited) > 0 {
 		fr.note("exited: %s", strings.Join(exited, ", "))
 	}
 	res.Notes = fr.notes
@@ -231,19 +230,4 @@ func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *Result, fail 
 	if after > r.cfg.CancelWithin.Seconds() {
 		fail(verdictSlow, fmt.Sprintf("cancelled %.2f s after the new leader's election, want within %v", after, r.cfg.CancelWithin))
 	}
-}
-
-// exitedWorkers lists the workers that are not running, with how they ended.
-func (r *runner) exitedWorkers(e *env) []string {
-	var out []string
-	running := e.c.Running()
-	for i := 1; i <= r.cfg.Workers; i++ {
-		id := fmt.Sprintf("w%d", i)
-		if !slices.Contains(running, id) {
-			if p := e.c.Proc(id); p != nil {
-				out = append(out, fmt.Sprintf("%s (%v)", id, p.Err()))
-			}
-		}
-	}
-	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -60,20 +61,11 @@ func faultNames() []string {
 func selectFaults(names []string) []fault {
 	var out []fault
 	for _, f := range matrix() {
-		if len(names) == 0 || containsStr(names, f.name) {
+		if len(names) == 0 || slices.Contains(names, f.name) {
 			out = append(out, f)
 		}
 	}
 	return out
-}
-
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // leader returns the worker that holds the lease now.

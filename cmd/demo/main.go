@@ -230,19 +230,19 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 			}
 		}
 		if f.killed != nil && f.suspected == nil {
-			if ev, ok := eventAfter(c, suspectedKind, f.killedAt); ok {
+			if ev, ok := c.EventAfter(suspectedKind, f.killedAt); ok {
 				f.suspected = &ev
 				d.note("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
 			}
 		}
 		if f.killed != nil && f.broke == nil {
-			if ev, ok := eventAfter(c, brokeKind, f.killedAt); ok {
+			if ev, ok := c.EventAfter(brokeKind, f.killedAt); ok {
 				f.broke = &ev
 				d.note("▸ %s broke the lease of epoch %d (a conditional break on its ETag: only that term)", ev.Worker, f.killed.Epoch)
 			}
 		}
 		if f.killed != nil && f.elected == nil {
-			if ev, ok := eventAfter(c, cluster.Elected, f.killedAt); ok {
+			if ev, ok := c.EventAfter(cluster.Elected, f.killedAt); ok {
 				f.elected = &ev
 				leader = fmt.Sprintf("%s (epoch %d)", ev.Worker, ev.Epoch)
 				d.note("▸ %s elected (epoch %d) %.1f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.killedAt).Seconds())
@@ -292,16 +292,6 @@ var (
 	suspectedKind = string(election.EventSuspected)
 	brokeKind     = string(election.EventBrokeLease)
 )
-
-// eventAfter returns the first event of kind after t.
-func eventAfter(c *cluster.Cluster, kind string, t time.Time) (cluster.Event, bool) {
-	for _, ev := range c.Events() {
-		if ev.Kind == kind && ev.Time.After(t) {
-			return ev, true
-		}
-	}
-	return cluster.Event{}, false
-}
 
 // report prints the outcome and says whether the result is exact.
 func report(d *display, f *failover, o options) error {

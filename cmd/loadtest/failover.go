@@ -237,7 +237,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	if err != nil && ctx.Err() != nil {
 		return run, ctx.Err()
 	}
-	var victims []victim
+	var victims []rig.Kill
 	switch {
 	case !reached:
 		// The job did not get there in time: it is lost (judged below).
@@ -299,9 +299,9 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	}
 	samples := smp.Close()
 	results, dispatches := fc.sn.Take(id)
-	rd := classify(results, dispatches, fc.sn.BackupsOf(id), victims)
-	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.redelivered, rd.completedTwice, rd.redone, rd.completedRerun
-	run.Redispatched, run.Results, run.BackedUp = rd.redispatched, rd.results, rd.backedUp
+	rd := rig.Classify(results, dispatches, fc.sn.BackupsOf(id), victims)
+	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.Redelivered, rd.CompletedTwice, rd.Redone, rd.CompletedRerun
+	run.Redispatched, run.Results, run.BackedUp = rd.Redispatched, rd.Results, rd.BackedUp
 	if len(run.Kills) > 0 {
 		for _, o := range results {
 			if o.Attempt > 1 {
@@ -352,7 +352,7 @@ func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
 
 // killLeader signals the leader l, restarts it at once (the cluster keeps its size) and waits
 // for another election.
-func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start time.Time, done int, l *election.LeaderInfo) (Kill, victim, error) {
+func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start time.Time, done int, l *election.LeaderInfo) (Kill, rig.Kill, error) {
 	rk, err := rig.KillLeader(ctx, fc.c, sig, true, l)
 	k, v := fc.kill(rk, start, done)
 	if err != nil {
@@ -369,9 +369,9 @@ func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start ti
 }
 
 // kill is the report's account of the signal rk sent.
-func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, victim) {
+func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, rig.Kill) {
 	return Kill{at: rk.At, AtS: rig.Round3(rk.At.Sub(start).Seconds()), Worker: rk.Worker, Signal: rig.SigName(rk.Signal), Done: done,
-		ExitS: rig.Round3(rk.Exited.Sub(rk.At).Seconds())}, victim{worker: rk.Worker, exited: rk.Exited}
+		ExitS: rig.Round3(rk.Exited.Sub(rk.At).Seconds())}, rk
 }
 
 // describe is the one-line account of a run for the progress display.

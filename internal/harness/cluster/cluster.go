@@ -375,6 +375,22 @@ func (c *Cluster) Running() []string {
 	return out
 }
 
+// Exited lists the workers whose latest process has exited, with how it ended.
+func (c *Cluster) Exited() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id, p := range c.procs {
+		select {
+		case <-p.done:
+			out = append(out, fmt.Sprintf("%s (%v)", id, p.err))
+		default:
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Signal sends sig to worker id and waits for it to exit (SIGKILL after 30s).
 func (c *Cluster) Signal(id string, sig syscall.Signal) (time.Time, error) {
 	p := c.Proc(id)
@@ -421,6 +437,16 @@ func (c *Cluster) Events() []Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Event(nil), c.events...)
+}
+
+// EventAfter returns the first event of kind after t.
+func (c *Cluster) EventAfter(kind string, t time.Time) (Event, bool) {
+	for _, e := range c.Events() {
+		if e.Kind == kind && e.Time.After(t) {
+			return e, true
+		}
+	}
+	return Event{}, false
 }
 
 // WaitEvent polls the events until one satisfies ok, or ctx ends.
