@@ -189,19 +189,21 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// AzuriteBin returns the path of an Azurite binary ("azurite-blob" or "azurite-queue") in the
-// repository's Azurite/node_modules, or an error that says how to install it.
+// AzuriteBin returns the path of an Azurite binary ("azurite-blob" or "azurite-queue"): the one
+// in this repository's Azurite/node_modules, else the one on PATH (npm install -g azurite).
 func AzuriteBin(name string) (string, error) {
 	root, err := RepoRoot()
-	if err != nil {
-		return "", err
+	if err == nil {
+		p := filepath.Join(root, "Azurite", "node_modules", ".bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
 	}
-	p := filepath.Join(root, "Azurite", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s not found at %s: install Azurite with `npm ci --prefix %s` (or `make azurite`)",
-			name, p, filepath.Join(root, "Azurite"))
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
 	}
-	return p, nil
+	return "", fmt.Errorf("%s not found at %s nor on PATH: install Azurite with `make azurite` here, or `npm install -g azurite`",
+		name, filepath.Join(root, "Azurite", "node_modules", ".bin"))
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
