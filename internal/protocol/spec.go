@@ -19,7 +19,7 @@ type Spec struct {
 	SubmittedAt time.Time       `json:"submitted_at"`
 }
 
-// ErrBadSpec is matched by every error ParseSpec and Spec.Check return.
+// ErrBadSpec is matched by every error ParseSpec returns.
 var ErrBadSpec = errors.New("bad job spec")
 
 // ErrBadID is matched by errors about a malformed job id.
