@@ -15,8 +15,8 @@ import (
 
 // The production topology on 127.0.0.1: a 3-node NATS cluster, R3 streams, three workers each
 // given a different node, the NATS user with the documented permissions. The node the leader is
-// connected to is stopped mid-job; the job keeps progressing while it is down (so the leader
-// reconnected to another node), the node is restarted, and the result is exact, from the same
+// connected to is stopped mid-job. The job keeps progressing while it is down: the leader
+// reconnected to another node. The node is restarted, and the result is exact, from the same
 // leader and lease term. The time lost against an identical job without the fault is logged.
 func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 	nc := startNATS(t, 3, []*server.User{{Username: "worker", Password: workerPassword, Permissions: workerPerms}})

@@ -13,11 +13,10 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// TestQuick is `chaos --quick` in CI: the cheap faults (leader SIGKILL, a forged result, garbage
-// and a garbage partial on the results subject, garbage on the job queue and the shards stream,
-// a cancel during a failover) on real Azurite,
-// nats-server and worker processes. It asserts the verdicts: every job exact, nothing stuck,
-// nothing left behind, every injected message dead-lettered.
+// TestQuick is `chaos --quick` in CI: the cheap faults on real Azurite, nats-server and worker
+// processes. They are a leader SIGKILL, forged and garbage results, garbage on the job queue and
+// the shards stream, and a cancel during a failover. It asserts the verdicts: every job exact,
+// nothing stuck, nothing left behind, every injected message dead-lettered.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Azurite, nats-server and worker processes; about a minute")

@@ -25,8 +25,7 @@ type Config struct {
 	// Workers per cluster. Default 3.
 	Workers int
 	// Shards of ShardDelay make the sleep job; PrimesShards of primes below 10⁷ make the primes
-	// job, each slowed by ShardDelay (a sieve of 10⁷ takes well under a second: without the delay
-	// the job ends before a fault can hit it).
+	// job, each slowed by ShardDelay. Without the delay it ends before a fault can hit it.
 	Shards       int
 	ShardDelay   time.Duration
 	PrimesShards int

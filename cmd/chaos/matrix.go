@@ -187,9 +187,9 @@ func injectBlobKill(ctx context.Context, f *faultRun) error {
 
 func injectQueueDown(ctx context.Context, f *faultRun) error {
 	az := f.e.c.Azurite()
-	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then, so a kill -9
-	// can lose the queue itself (then nothing can be submitted until it is created again): that
-	// is a storage loss, not an outage.
+	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then. A kill -9
+	// can lose the queue itself, and nothing can be submitted until it is created again: that is
+	// a storage loss, not an outage.
 	if err := az.Kill(devserver.Queue, syscall.SIGTERM); err != nil {
 		return err
 	}

@@ -1,9 +1,9 @@
-// Command demo is `make demo`: it runs a real cluster on this machine (Azurite as two node
-// processes, an in-process NATS server with JetStream, three `worker run` processes), submits a
-// primes job, kills the leader with SIGKILL half-way, shows the heartbeat takeover (the followers
-// miss the leader's heartbeats, one breaks its lease fenced on its epoch and is elected: about
-// 1.5 s without a leader, not the 15 s lease) with the old and new leader and their epochs, and
-// checks that the result is exact.
+// Command demo is `make demo`: one leader failover, narrated.
+//
+// It runs a real cluster on this machine (Azurite, an in-process NATS server, three `worker run`
+// processes) and submits a primes job. Half-way it kills the leader with SIGKILL and shows the
+// heartbeat takeover: a follower misses the heartbeats, breaks the lease fenced on its epoch and
+// is elected, about 1.5 s without a leader instead of the 15 s lease. It checks the result is exact.
 //
 // It stops every process it started and closes every port it opened: on success, on failure and
 // on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under .demo/

@@ -119,9 +119,9 @@ type Efficiency struct {
 	// MapMeanMs is the mean map time the workers measured for a shard (its nominal length plus
 	// the sleep's overshoot).
 	MapMeanMs float64 `json:"map_mean_ms"`
-	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in the load test's process,
-	// slots goroutines sleeping shard_s each in turn, with a time.Timer and with the precise
-	// sleep the sleep job uses: the best the system could reach with either sleep.
+	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in this process: slots
+	// goroutines sleeping shard_s in turn, with a time.Timer and with the sleep job's precise
+	// sleep. They are the best the system could reach with either sleep.
 	TimerRef   float64 `json:"timer_ref"`
 	PreciseRef float64 `json:"precise_ref"`
 	Job        string  `json:"job"`

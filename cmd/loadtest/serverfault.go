@@ -175,10 +175,10 @@ type struck struct {
 	cancel  context.CancelFunc
 }
 
-// strike runs a warm-up job (it creates the consumers, so the reference measures what the
-// faulted job does) and the reference run of job on c, then submits job again and waits until 30 % of its results are on the wire (checkpoint samples may
-// come too late), it ends, or the job timeout plus extra passes. The caller judges the job with
-// awaitEnd, stops lw, and calls close.
+// strike runs a warm-up job and the reference run of job on c, then submits job again. The
+// warm-up creates the consumers, so the reference measures what the faulted job does. It waits
+// until 30 % of the results are on the wire (checkpoints may come too late), the job ends, or the
+// job timeout plus extra passes. The caller judges the job with awaitEnd, stops lw, and calls close.
 func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job knownjobs.Job, extra time.Duration) (*struck, error) {
 	if _, err := r.runJob(ctx, c, knownjobs.Sleep(20, ""), name+": warm-up", 20); err != nil {
 		return nil, err

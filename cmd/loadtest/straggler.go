@@ -16,13 +16,11 @@ import (
 const stragglerSlowdown = 10
 
 // straggler measures the tail one slow worker adds to a job, which backup tasks are for. A job
-// of StragglerShards shards runs on a cluster of StragglerWorkers workers whose map steps take
-// StragglerDelay, and on a cluster of the same size where w1's take ten times as long (w1 pulls
-// shards like every other worker). One slow worker of N leaves N − 0.9 workers' worth of
-// capacity, so no scheduler beats the no-straggler makespan × N ÷ (N − 0.9), the capacity bound;
-// what a scheduler can remove is the rest, mostly the tail of shards still on the slow worker at
-// the end. The same comparison on a cluster of Workers workers (3), where the bound alone is
-// 1.43×, is reported against its bound, not judged.
+// runs on StragglerWorkers workers whose map steps take StragglerDelay, and on as many where w1
+// takes ten times as long (w1 pulls shards like the others). One slow worker of N leaves
+// N − 0.9 workers' worth of capacity. So no scheduler beats the no-straggler makespan × N ÷
+// (N − 0.9), the capacity bound. A scheduler can remove the rest: mostly the slow worker's tail.
+// The same on Workers workers (3), where the bound alone is 1.43×, is reported, not judged.
 func (r *runner) straggler(ctx context.Context) error {
 	cfg := r.cfg
 	st := &Straggler{}
@@ -44,9 +42,9 @@ func (r *runner) straggler(ctx context.Context) error {
 	return nil
 }
 
-// stragglerRun runs the comparison on two clusters of n workers, side by side and idle in turn:
-// StragglerRuns rounds of (the job without the straggler, the job with it), so that load from
-// outside weighs on both alike; the best makespan of each counts.
+// stragglerRun runs the comparison on two clusters of n workers, idle in turn. StragglerRuns
+// rounds of (without the straggler, with it) let outside load weigh on both alike. The best
+// makespan of each counts.
 func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (StragglerRun, error) {
 	cfg := r.cfg
 	job := knownjobs.Sleep(shards, "")

@@ -127,9 +127,9 @@ func (r *runner) efficiency(ctx context.Context) error {
 	return nil
 }
 
-// timerRefs runs the bare loop the efficiency of shards of d is compared with: slots goroutines
-// sleeping d in turn, shards sleeps in all (at most a second's worth of them), first with a
-// time.Timer, then with precise.Sleep, and returns ideal ÷ makespan of each.
+// timerRefs runs the bare loop that shards of d are compared with: slots goroutines sleeping d
+// in turn, at most a second's worth. It runs once with a time.Timer, once with precise.Sleep,
+// and returns ideal ÷ makespan of each.
 func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
 	per := max(1, min(shards/slots, int(time.Second/d)))
 	run := func(sleep func(context.Context, time.Duration) error) float64 {

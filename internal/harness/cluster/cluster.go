@@ -1,10 +1,10 @@
-// Package cluster runs a real local cluster for end-to-end tests, the load test and the demo:
-// Azurite (two node processes), a NATS server with JetStream (in-process, or a nats-server process
-// with Options.NATSBin), and N `worker run`
-// processes, which it can kill with any signal and restart. It learns about elections and first
-// merges from the typed events the workers publish on NATS (package membership; the kinds are
-// election.EventKind and coordinator.EventKind values), never from their log text, and knows each
-// worker's HTTP address from its membership announcements.
+// Package cluster runs a real local cluster of worker processes; clustertest is its public face.
+//
+// A cluster is Azurite, a NATS server with JetStream (in-process, or a nats-server process with
+// Options.NATSBin) and N `worker run` processes, which it can kill with any signal and restart.
+// It learns about elections and merges from the typed events the workers publish on NATS
+// (package membership), never from their log text. It knows each worker's HTTP address from its
+// membership announcements.
 //
 // Every server listens on 127.0.0.1 only. Worker and Azurite processes get a parent-death signal,
 // so they stop by themselves if the owner dies; Stop stops them by process id.

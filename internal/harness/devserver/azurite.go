@@ -1,9 +1,9 @@
-// Package devserver starts the real servers the system runs on, for tests, the demo and the load
-// test: Azurite (blob and queue as two node processes with disk persistence on free 127.0.0.1
-// ports) and a NATS server with JetStream (in-process). Nothing here is a mock.
+// Package devserver starts the real servers the system runs on, on free 127.0.0.1 ports.
 //
-// Azurite's processes are started with a parent-death signal, so they stop by themselves if their
-// parent dies, and Stop kills them by process id.
+// Azurite runs as two node processes (blob and queue) with disk persistence. NATS with JetStream
+// runs in-process (StartNATS), as a nats-server process (StartNATSProcess, NATSBin builds it), or
+// as a cluster of in-process nodes (StartNATSCluster). Nothing here is a mock. Child processes
+// get a parent-death signal, and Stop kills them by pid.
 package devserver
 
 import (

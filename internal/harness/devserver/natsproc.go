@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// NATSProcess is a nats-server binary run as a child process (JetStream, file store in Dir), for
-// fault injection: unlike the in-process server of StartNATS it can be killed with any signal
-// and restarted on the same port with the same store.
+// NATSProcess is a nats-server binary run as a child process (JetStream, file store in Dir).
+// Unlike StartNATS's server, it can be killed with any signal and restarted on its port and store.
 type NATSProcess struct {
 	Bin  string
 	Port int

@@ -25,12 +25,11 @@ type BaselineOptions struct {
 }
 
 // Baseline drives the JetStream round trip the system makes for every shard, with no
-// coordination: publish the shards (in acknowledged batches of 1,024 with message ids, as the
-// leader dispatches), fetch + process + publish a result + ack on `workers` connections (as the
-// workers do: the shard is acked once its result is stored), and fetch + ack every result on
-// one connection (as the leader does). Same streams (file storage, work queue, duplicate
-// window), same message bodies. It returns the time from the first publish to the last result
-// acknowledged.
+// coordination: the yardstick of the load test's throughput. It publishes the shards in acked
+// batches of 1,024 with message ids, as the leader dispatches. Workers connections fetch,
+// process, publish a result and ack, as the workers do. One connection fetches and acks every
+// result, as the leader does. Streams and message bodies are the system's. It returns the time
+// from the first publish to the last result acknowledged.
 func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()

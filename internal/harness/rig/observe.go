@@ -219,9 +219,8 @@ func (s *Sniffer) Close() {
 	}
 }
 
-// ResultWatch counts the result messages of a cluster on the wire (a core NATS subscription sees
-// every message JetStream stores) and closes reached when n results were seen: a trigger for a
-// fault at a point of progress that does not wait for the next checkpoint.
+// ResultWatch counts a cluster's result messages on the wire, as a core NATS subscriber. Reached
+// closes at the n-th: a trigger for a fault that does not wait for the next checkpoint.
 type ResultWatch struct {
 	seen    atomic.Int64
 	reached chan struct{}
@@ -303,8 +302,8 @@ func CountEvents(c *cluster.Cluster, kind string, from, to time.Time, after uint
 }
 
 // Changes is how many leader changes a run saw: new terms in the lease blob after the first, or
-// elected events of a later epoch, whichever is more (events published during a NATS outage
-// may never arrive; a term that lasted less than a lease poll is missed by the blob).
+// elected events of a later epoch, whichever is more. Events published during a NATS outage may
+// never arrive, and a term shorter than a lease poll is missed by the blob.
 func Changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time) int {
 	if len(terms) == 0 {
 		return 0

@@ -13,11 +13,10 @@ type Redo struct {
 	Results        int
 }
 
-// Classify counts shards run more than once. A result published by a killed process before it
-// exited may be followed by another (the process died before acking the shard); any other
-// shard with a second result, or a second delivery after a completed result, was re-run after
-// it had been completed, which must not happen — unless the leader backed the shard up (backup
-// tasks run a straggling shard twice on purpose): those are counted apart.
+// Classify counts shards run more than once. A result a killed process published before it
+// exited may be followed by another: it died before acking the shard. Any other second result,
+// or second delivery after a completed result, re-ran a completed shard, which must not happen.
+// Shards the leader backed up run twice on purpose; they are counted apart.
 func Classify(results []ResultObs, dispatches map[int]int, backups map[int]bool, victims []Kill) Redo {
 	var r Redo
 	r.Results = len(results)
