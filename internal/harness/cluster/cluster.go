@@ -368,31 +368,25 @@ func (c *Cluster) Proc(id string) *Proc {
 }
 
 // Running lists the ids of workers still running, sorted.
-func (c *Cluster) Running() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for id, p := range c.procs {
-		select {
-		case <-p.done:
-		default:
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+func (c *Cluster) Running() []string { return c.list(false) }
 
-// Exited lists the workers whose latest process has exited, with how it ended.
-func (c *Cluster) Exited() []string {
+// Exited lists the workers whose latest process has exited, with how it ended, sorted.
+func (c *Cluster) Exited() []string { return c.list(true) }
+
+func (c *Cluster) list(exited bool) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for id, p := range c.procs {
 		select {
 		case <-p.done:
-			out = append(out, fmt.Sprintf("%s (%v)", id, p.err))
+			if exited {
+				out = append(out, fmt.Sprintf("%s (%v)", id, p.err))
+			}
 		default:
+			if !exited {
+				out = append(out, id)
+			}
 		}
 	}
 	sort.Strings(out)
