@@ -107,7 +107,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	limit := r.cfg.Deadline + 2*time.Duration(j.Shards)*r.cfg.ShardDelay
 	st, ok := rig.WaitProgress(ctx, e.c, fr.id, r.cfg.At, limit)
 	if !ok {
-		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, rig.Describe(st)))
+		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, describe(st)))
 	}
 	if st.State.Terminal() {
 		return fail(verdictError, fmt.Sprintf("job ended (%s) before the fault could be injected: make it longer (--shards, --shard-delay)", st.State))
@@ -131,7 +131,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	deadline := fr.healed.Add(r.cfg.Deadline)
 
 	// Judge the job.
-	fst, ended := rig.WaitEnd(ctx, e.c, fr.id, deadline)
+	fst, ended := e.waitEnd(ctx, fr.id, deadline)
 	if fst != nil {
 		res.State = string(fst.State)
 		res.Merged = fmt.Sprintf("%d/%d", fst.ShardsDone, fst.ShardsTotal)
@@ -140,7 +140,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	case fst == nil:
 		fail(verdictLost, fmt.Sprintf("job %s unreadable for %v after the fault was healed (its spec or checkpoint is gone)", fr.id, r.cfg.Deadline))
 	case !ended:
-		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, rig.Describe(fst)))
+		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, describe(fst)))
 	case f.expectCancel:
 		r.judgeCancel(fr, fst, &res, fail)
 	default:
@@ -161,12 +161,12 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	ids := []string{fr.id}
 	for _, x := range fr.more {
 		ids = append(ids, x.id)
-		xst, xended := rig.WaitEnd(ctx, e.c, x.id, deadline)
+		xst, xended := e.waitEnd(ctx, x.id, deadline)
 		switch {
 		case xst == nil:
 			fail(verdictLost, fmt.Sprintf("job %s (submitted during the fault) unreadable", x.id))
 		case !xended:
-			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, rig.Describe(xst)))
+			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, describe(xst)))
 		default:
 			var sub Result
 			r.judgeExact(j, x.start, xst, &sub, func(v, p string) Result { return fail(v, "job submitted during the fault: "+p) })

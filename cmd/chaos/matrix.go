@@ -198,7 +198,7 @@ func injectQueueDown(ctx context.Context, f *faultRun) error {
 	id, start, err := f.e.submit(sctx, f.job)
 	cancel()
 	if err != nil {
-		f.note("submit during the outage refused: %s", rig.Clip(err.Error(), 200))
+		f.note("submit during the outage refused: %s", clip(err.Error(), 200))
 	} else {
 		f.note("submit during the outage accepted: %s", id)
 		f.more = append(f.more, extraJob{id: id, start: start})

@@ -135,4 +135,11 @@ func (e *env) submit(ctx context.Context, j knownjobs.Job) (string, time.Time, e
 // status reads a job's status, nil while it cannot be read (storage down, not yet written).
 func (e *env) status(ctx context.Context, id string) *client.Status { return rig.Status(ctx, e.c, id) }
 
+// waitEnd polls id until it ends; false, with the last status read, when deadline passed first.
+func (e *env) waitEnd(ctx context.Context, id string, deadline time.Time) (*client.Status, bool) {
+	return rig.WaitEnd(ctx, e.c, id, deadline)
+}
+
 func sleep(ctx context.Context, d time.Duration) { _ = rig.Sleep(ctx, d) }
+func clip(s string, n int) string                { return rig.Clip(s, n) }
+func describe(st *client.Status) string          { return rig.Describe(st) }

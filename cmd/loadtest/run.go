@@ -101,6 +101,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		}
 	}
 	rg.Close()
+	for _, p := range rg.LeftRunning() {
+		r.errorf("left running: %s", p)
+	}
 	rep.Targets = targets(&cfg, rep)
 	if runErr == nil && rep.correct() && !cfg.Keep {
 		_ = os.RemoveAll(cfg.Dir)
