@@ -230,13 +230,13 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 			}
 		}
 		if f.killed != nil && f.suspected == nil {
-			if ev, ok := c.EventAfter(suspectedKind, f.killedAt); ok {
+			if ev, ok := c.EventAfter(string(election.EventSuspected), f.killedAt); ok {
 				f.suspected = &ev
 				d.note("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
 			}
 		}
 		if f.killed != nil && f.broke == nil {
-			if ev, ok := c.EventAfter(brokeKind, f.killedAt); ok {
+			if ev, ok := c.EventAfter(string(election.EventBrokeLease), f.killedAt); ok {
 				f.broke = &ev
 				d.note("▸ %s broke the lease of epoch %d (a conditional break on its ETag: only that term)", ev.Worker, f.killed.Epoch)
 			}
@@ -286,12 +286,6 @@ func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done
 	d.note("  its heartbeats stop; the followers wait out the suspicion timeout (1.5 s), not the 15 s lease; the workers keep mapping")
 	return nil
 }
-
-// The election events the demo narrates besides Elected.
-var (
-	suspectedKind = string(election.EventSuspected)
-	brokeKind     = string(election.EventBrokeLease)
-)
 
 // report prints the outcome and says whether the result is exact.
 func report(d *display, f *failover, o options) error {
