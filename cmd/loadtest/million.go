@@ -107,24 +107,16 @@ func (r *runner) million(ctx context.Context) error {
 	}
 	var marks []Kill
 	if at, _, _ := smp.Last(); !at.State.Terminal() && jctx.Err() == nil {
-		l, err := c.Leader(jctx)
-		if err != nil || l == nil {
-			return fmt.Errorf("big job: no leader to kill: %v", err)
-		}
-		killed, err := c.Signal(l.ID, syscall.SIGKILL)
+		k, err := rig.KillLeader(jctx, c, syscall.SIGKILL, true, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("big job: kill the leader: %w", err)
 		}
-		if _, err := c.StartWorker(l.ID); err != nil {
-			return err
+		m.Killed, m.KilledAt = true, rw.Seen()
+		marks = append(marks, Kill{AtS: rig.Round3(k.At.Sub(start).Seconds()), Worker: k.Worker, Signal: "SIGKILL", Leader: true, Epoch: k.Epoch, at: k.At})
+		if ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > k.Epoch }); err == nil {
+			m.ToLeaderS = rig.Round3(ev.Time.Sub(k.At).Seconds())
 		}
-		m.Killed, m.KilledAt = true, int(rw.Seen())
-		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(start).Seconds()), Worker: l.ID, Signal: "SIGKILL", Leader: true, Epoch: l.Epoch, at: killed})
-		ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
-		if err == nil {
-			m.ToLeaderS = rig.Round3(ev.Time.Sub(killed).Seconds())
-		}
-		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", l.ID, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
+		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", k.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
 	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "big", id, start)
 	if err != nil {
