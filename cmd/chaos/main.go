@@ -99,7 +99,7 @@ mid-job, heals it, and prints a table: fault | verdict | result exact? | time lo
 left behind. Exit status 1 when any job is wrong, stuck, lost or slow to cancel, or anything is
 left behind; 2 on a usage error; 130 on Ctrl-C (everything started is stopped).
 
-Needs bin/nats-server (make nats-server) and Azurite (make azurite); make chaos does both.
+Needs Azurite (make azurite) and bin/nats-server (make nats-server; built here when absent).
 
 Faults: %s
 
