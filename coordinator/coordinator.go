@@ -131,12 +131,19 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	defer c.leading.Store(false)
 	t.log.Info("coordinator starting")
 
-	if err := t.rescan(ctx); err != nil {
+	// A term stopped while it starts has ended normally, like one stopped later.
+	stopped := func(err error) error {
+		if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
+			return nil
+		}
 		return err
+	}
+	if err := t.rescan(ctx); err != nil {
+		return stopped(err)
 	}
 	feed, err := c.bus.OpenResults(ctx, epoch, c.cfg.ResultsPrefetch)
 	if err != nil {
-		return err
+		return stopped(err)
 	}
 	defer feed.Stop()
 	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
@@ -151,7 +158,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", sub.subj, err)
+			return stopped(fmt.Errorf("subscribe %s: %w", sub.subj, err))
 		}
 		defer stop()
 	}

@@ -38,7 +38,7 @@ func PriorityWeight(p int) float64 {
 	return 1 / float64(uint(1)<<-p)
 }
 
-// ErrBadSpec is matched by every error ParseSpec and Spec.Check return.
+// ErrBadSpec is matched by every error ParseSpec returns.
 var ErrBadSpec = errors.New("bad job spec")
 
 // ErrBadID is matched by errors about a malformed job id.
