@@ -1,0 +1,130 @@
+package shuffle
+
+import (
+	"bytes"
+	"container/heap"
+	"iter"
+)
+
+// cursor is a sorted stream of records: a run being read, or a sorted in-memory buffer.
+type cursor interface {
+	Next() bool
+	Key() []byte
+	Value() []byte
+	Err() error
+}
+
+// merger is a k-way merge of sorted cursors, one key at a time. Memory: the cursors' buffers
+// and a copy of the current key; nothing grows with the number of keys or values.
+type merger struct {
+	h   cursorHeap
+	key []byte
+	err error
+}
+
+type cursorHeap []cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	return bytes.Compare(h[i].Key(), h[j].Key()) < 0
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+func newMerger(cs []cursor) *merger {
+	m := &merger{h: make(cursorHeap, 0, len(cs))}
+	for _, c := range cs {
+		if c.Next() {
+			m.h = append(m.h, c)
+		} else if err := c.Err(); err != nil && m.err == nil {
+			m.err = err
+		}
+	}
+	heap.Init(&m.h)
+	return m
+}
+
+// advance moves the smallest cursor on, keeping the heap in order.
+func (m *merger) advance() {
+	c := m.h[0]
+	if c.Next() {
+		heap.Fix(&m.h, 0)
+		return
+	}
+	if err := c.Err(); err != nil && m.err == nil {
+		m.err = err
+	}
+	heap.Pop(&m.h)
+}
+
+// nextKey skips what is left of the current key's values and moves to the next key. It returns
+// false at the end or on error (see err).
+func (m *merger) nextKey() bool {
+	for m.err == nil && len(m.h) > 0 && m.key != nil && bytes.Equal(m.h[0].Key(), m.key) {
+		m.advance()
+	}
+	if m.err != nil || len(m.h) == 0 {
+		return false
+	}
+	m.key = append(m.key[:0], m.h[0].Key()...)
+	if m.key == nil {
+		m.key = []byte{}
+	}
+	return true
+}
+
+// values yields the current key's values, each valid until the next.
+func (m *merger) values() iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for m.err == nil && len(m.h) > 0 && bytes.Equal(m.h[0].Key(), m.key) {
+			ok := yield(m.h[0].Value())
+			m.advance()
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+// combineTo merges the cursors into emit, one record per key when combine is set (its values
+// combined), every record otherwise.
+func combineTo(cs []cursor, combine func(dst, a, b []byte) ([]byte, error), emit func(key, value []byte) error) (records int64, err error) {
+	m := newMerger(cs)
+	var acc, scratch []byte
+	for m.nextKey() {
+		if combine == nil {
+			for v := range m.values() {
+				if err := emit(m.key, v); err != nil {
+					return records, err
+				}
+				records++
+			}
+			continue
+		}
+		first := true
+		for v := range m.values() {
+			if first {
+				acc, first = append(acc[:0], v...), false
+				continue
+			}
+			if scratch, err = combine(scratch[:0], acc, v); err != nil {
+				return records, err
+			}
+			acc, scratch = scratch, acc
+		}
+		if m.err != nil {
+			break
+		}
+		if err := emit(m.key, acc); err != nil {
+			return records, err
+		}
+		records++
+	}
+	return records, m.err
+}
