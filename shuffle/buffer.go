@@ -29,7 +29,7 @@ type MapConfig struct {
 // Memory budgets of a map buffer or a reduce merge.
 const (
 	DefaultMemoryBytes = 64 << 20
-	MinMemoryBytes     = 256 << 10
+	MinMemoryBytes     = 512 << 10
 	maxMemoryBytes     = 3 << 30 // arena offsets are 32 bits
 )
 
@@ -96,6 +96,8 @@ type MapBuffer struct {
 	spills  []*spillFile
 	temp    tempFiles
 	stats   MapStats
+	// lastRunWriter is the buffer memory of the last run writer.
+	lastRunWriter int
 }
 
 // NewMapBuffer returns an empty buffer; combine is the job's combiner, or nil.
@@ -151,19 +153,20 @@ func (b *MapBuffer) Add(key, value []byte) error {
 			if len(b.scratch) > MaxValueBytes {
 				return fmt.Errorf("combine: a %d-byte value; the limit is %d bytes", len(b.scratch), MaxValueBytes)
 			}
-			b.stats.Combined++
 			if len(b.scratch) <= int(e.vlen) {
 				copy(b.arena[e.voff:], b.scratch)
 				e.vlen = uint32(len(b.scratch))
+				b.stats.Combined++
 				return nil
 			}
 			if b.reserve(len(b.scratch), false) {
+				e = &b.entries[i] // reserve may have moved the entries
 				e.voff, e.vlen = uint32(len(b.arena)), uint32(len(b.scratch))
 				b.arena = append(b.arena, b.scratch...)
+				b.stats.Combined++
 				return nil
 			}
-			// Full: spill, and buffer the combined value as a new pair.
-			value = b.scratch
+			// Full: below, the spill takes the buffered value, and value starts the key anew.
 		}
 	}
 	if !b.reserve(len(key)+len(value), false) {
@@ -215,7 +218,7 @@ func (b *MapBuffer) insert(i uint32) {
 // growing the buffers by doubling. It reports false when the budget is full; force grows anyway
 // (one pair into an empty buffer).
 func (b *MapBuffer) reserve(n int, force bool) bool {
-	budget := b.cfg.MemoryBytes - int64(cap(b.scratch))
+	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
 	if need := len(b.arena) + n; need > cap(b.arena) {
 		other := int64(cap(b.entries))*entryBytes + int64(cap(b.table))*4
 		c := int64(max(need, 2*cap(b.arena), 64<<10))
@@ -254,7 +257,13 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 	return true
 }
 
-// sorted sorts the buffered entries by partition, then key.
+// spillReserve is the part of the budget kept for writing a spill or a run: the file buffer,
+// a block and the last key.
+func (b *MapBuffer) spillReserve() int64 {
+	return spillWriteBuffer + 2*int64(b.cfg.BlockBytes) + MaxKeyBytes
+}
+
+// sort sorts the buffered entries by partition, then key.
 func (b *MapBuffer) sort() {
 	slices.SortFunc(b.entries, func(x, y entry) int {
 		if c := cmp.Compare(x.part, y.part); c != 0 {
@@ -278,7 +287,6 @@ func (b *MapBuffer) spill() error {
 		return err
 	}
 	sw := newSpillWriter(f, b.cfg.BlockBytes)
-	b.notePeak(spillWriteBuffer + int64(b.cfg.BlockBytes))
 	i := 0
 	for p := range b.cfg.Partitions {
 		if err := sw.startRun(p); err != nil {
@@ -295,6 +303,7 @@ func (b *MapBuffer) spill() error {
 	if err != nil {
 		return err
 	}
+	b.notePeak(spillWriteBuffer + int64(sw.rw.bufferBytes()))
 	b.spills = append(b.spills, sf)
 	b.stats.Spills++
 	b.stats.SpilledBytes += sf.size()
@@ -349,6 +358,7 @@ func (b *MapBuffer) Finish(ctx context.Context, sink Sink) (err error) {
 			if err := b.writeRun(ctx, sink, p, []cursor{c}); err != nil {
 				return err
 			}
+			b.notePeak(int64(b.lastRunWriter))
 		}
 		b.arena, b.entries = b.arena[:0], b.entries[:0]
 		clear(b.table)
@@ -478,6 +488,7 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 	}
 	b.stats.Records += n
 	b.stats.RunBytes += rw.Bytes()
+	b.lastRunWriter = rw.bufferBytes()
 	return nil
 }
 

@@ -79,15 +79,15 @@ func (t *textWriter) WriteRecord(key, value []byte) error {
 
 // appendCompact appends JSON text j, compacted if it holds whitespace.
 func appendCompact(dst, j []byte) ([]byte, error) {
+	if !json.Valid(j) {
+		return dst, fmt.Errorf("output record is not JSON: %.40q", j)
+	}
 	if bytes.ContainsAny(j, " \t\r\n") {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, j); err != nil {
 			return dst, fmt.Errorf("output record is not JSON: %w", err)
 		}
 		return append(dst, buf.Bytes()...), nil
-	}
-	if len(j) == 0 {
-		return dst, fmt.Errorf("output record is not JSON: empty")
 	}
 	return append(dst, j...), nil
 }
@@ -99,7 +99,7 @@ func appendTSVField(dst, j []byte) ([]byte, error) {
 		return appendCompact(dst, j)
 	}
 	s := j[1 : len(j)-1]
-	if bytes.IndexByte(s, '\\') >= 0 {
+	if bytes.IndexByte(s, '\\') >= 0 || !json.Valid(j) {
 		var str string
 		if err := json.Unmarshal(j, &str); err != nil {
 			return dst, fmt.Errorf("output record is not JSON: %w", err)

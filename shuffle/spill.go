@@ -64,7 +64,7 @@ type spillWriter struct {
 	blk int
 }
 
-const spillWriteBuffer = 64 << 10
+const spillWriteBuffer = 32 << 10
 
 func newSpillWriter(f *os.File, blockBytes int) *spillWriter {
 	bw := bufio.NewWriterSize(f, spillWriteBuffer)

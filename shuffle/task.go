@@ -53,25 +53,28 @@ func PutWriter(ctx context.Context, st Storage, name string) *BlobWriter {
 	return w
 }
 
-// BlobWriter streams to Storage.Put (see PutWriter).
+// BlobWriter streams to Storage.Put (see PutWriter). It is used by one goroutine.
 type BlobWriter struct {
-	pw   *io.PipeWriter
-	done chan error
+	pw     *io.PipeWriter
+	done   chan error
+	closed bool
+	err    error
 }
 
 func (w *BlobWriter) Write(p []byte) (int, error) { return w.pw.Write(p) }
 
 // Close ends the stream and returns the Put's error.
-func (w *BlobWriter) Close() error {
-	_ = w.pw.Close()
-	return <-w.done
-}
+func (w *BlobWriter) Close() error { return w.CloseWithError(nil) }
 
-// CloseWithError aborts the Put with err and waits for it to return.
+// CloseWithError aborts the Put with err (nil: ends the stream) and returns the Put's error.
+// Later calls return the same.
 func (w *BlobWriter) CloseWithError(err error) error {
-	_ = w.pw.CloseWithError(err)
-	<-w.done
-	return nil
+	if !w.closed {
+		w.closed = true
+		_ = w.pw.CloseWithError(err)
+		w.err = <-w.done
+	}
+	return w.err
 }
 
 // StorageRuns returns Openers of the named runs in st.
