@@ -363,3 +363,50 @@ func AppendJSONString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// AppendTSVField appends JSON text j as a field of a key<TAB>value output line: a string
+// without its quotes, with \t \n \r and \\ escaped; anything else as compact JSON.
+func AppendTSVField(dst, j []byte) ([]byte, error) {
+	if len(j) < 2 || j[0] != '"' {
+		return AppendCompactJSON(dst, j)
+	}
+	s := j[1 : len(j)-1]
+	if bytes.IndexByte(s, '\\') >= 0 || !json.Valid(j) {
+		var str string
+		if err := json.Unmarshal(j, &str); err != nil {
+			return dst, fmt.Errorf("output record is not JSON: %w", err)
+		}
+		s = []byte(str)
+	}
+	for _, c := range s {
+		switch c {
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst, nil
+}
+
+// AppendCompactJSON appends JSON text j, compacted if it holds whitespace; it refuses text that
+// is not JSON.
+func AppendCompactJSON(dst, j []byte) ([]byte, error) {
+	if !json.Valid(j) {
+		return dst, fmt.Errorf("output record is not JSON: %.40q", j)
+	}
+	if bytes.ContainsAny(j, " \t\r\n") {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, j); err != nil {
+			return dst, fmt.Errorf("output record is not JSON: %w", err)
+		}
+		return append(dst, buf.Bytes()...), nil
+	}
+	return append(dst, j...), nil
+}

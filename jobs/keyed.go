@@ -42,8 +42,12 @@ type KeyedJob interface {
 	Reduce(ctx context.Context, key []byte, values iter.Seq[[]byte], emit func(key, value []byte) error) error
 }
 
-// MaxPartitions bounds a keyed job's reduce partitions.
-const MaxPartitions = 10_000
+// Limits of a keyed job: reduce partitions, and an encoded key or value.
+const (
+	MaxPartitions = 10_000
+	MaxKeyBytes   = 64 << 10
+	MaxValueBytes = 16 << 20
+)
 
 // ErrBadRecord is matched by errors about a key or value that cannot be decoded: a corrupt or
 // foreign intermediate.

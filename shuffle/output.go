@@ -2,10 +2,10 @@ package shuffle
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // OutputWriter writes a keyed job's output records: key and value as JSON texts, as
@@ -51,15 +51,15 @@ func (t *textWriter) WriteRecord(key, value []byte) error {
 	var err error
 	b := t.line[:0]
 	if t.tsv {
-		if b, err = appendTSVField(b, key); err == nil {
+		if b, err = jobs.AppendTSVField(b, key); err == nil {
 			b = append(b, '\t')
-			b, err = appendTSVField(b, value)
+			b, err = jobs.AppendTSVField(b, value)
 		}
 	} else {
 		b = append(b, `{"key":`...)
-		if b, err = appendCompact(b, key); err == nil {
+		if b, err = jobs.AppendCompactJSON(b, key); err == nil {
 			b = append(b, `,"value":`...)
-			b, err = appendCompact(b, value)
+			b, err = jobs.AppendCompactJSON(b, value)
 			b = append(b, '}')
 		}
 	}
@@ -75,52 +75,6 @@ func (t *textWriter) WriteRecord(key, value []byte) error {
 	}
 	t.records++
 	return nil
-}
-
-// appendCompact appends JSON text j, compacted if it holds whitespace.
-func appendCompact(dst, j []byte) ([]byte, error) {
-	if !json.Valid(j) {
-		return dst, fmt.Errorf("output record is not JSON: %.40q", j)
-	}
-	if bytes.ContainsAny(j, " \t\r\n") {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, j); err != nil {
-			return dst, fmt.Errorf("output record is not JSON: %w", err)
-		}
-		return append(dst, buf.Bytes()...), nil
-	}
-	return append(dst, j...), nil
-}
-
-// appendTSVField appends JSON text j as a TSV field: a string unquoted and escaped, anything
-// else compact.
-func appendTSVField(dst, j []byte) ([]byte, error) {
-	if len(j) < 2 || j[0] != '"' {
-		return appendCompact(dst, j)
-	}
-	s := j[1 : len(j)-1]
-	if bytes.IndexByte(s, '\\') >= 0 || !json.Valid(j) {
-		var str string
-		if err := json.Unmarshal(j, &str); err != nil {
-			return dst, fmt.Errorf("output record is not JSON: %w", err)
-		}
-		s = []byte(str)
-	}
-	for _, c := range s {
-		switch c {
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst, nil
 }
 
 func (t *textWriter) Flush() error {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // A run is the sorted key/value records of one partition, as a map task or a spill writes them:
@@ -30,8 +32,8 @@ const (
 // Limits of a record and a block. A decoder refuses anything larger, so a corrupt length
 // cannot make it allocate more than the input holds plus one chunk.
 const (
-	MaxKeyBytes   = 64 << 10
-	MaxValueBytes = 16 << 20
+	MaxKeyBytes   = jobs.MaxKeyBytes
+	MaxValueBytes = jobs.MaxValueBytes
 	maxBlockBytes = MaxKeyBytes + MaxValueBytes + 2*binary.MaxVarintLen32
 	readChunk     = 1 << 20
 )

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 // randSum sums random values over random keys: shard i emits N pairs drawn from seed i.
@@ -385,5 +386,20 @@ func TestConfig_Validate(t *testing.T) {
 		if _, err := NewMapBuffer(c, nil); err == nil {
 			t.Errorf("MapConfig %+v accepted", c)
 		}
+	}
+}
+
+// The machinery and jobstest's in-memory reference give the same output, record for record.
+func TestShuffle_AgreesWithJobstest(t *testing.T) {
+	for _, job := range []jobs.KeyedJob{jobs.Keyed("randsum", randCombine{}), jobs.Keyed("randsum", randSum{})} {
+		params := `{"shards":5,"n":3000,"keys":2000,"partitions":3}`
+		recs := jobstest.RunKeyed(t, job, nil, params)
+		want := map[int]string{}
+		for _, r := range recs {
+			want[r.Partition] += r.String() + "\n"
+		}
+		mcfg := MapConfig{Partitions: 3, MemoryBytes: MinMemoryBytes, BlockBytes: 1 << 10, TempDir: t.TempDir()}
+		got, _, _ := runJob(t, newMemStorage(), job, params, mcfg, ReduceConfig{TempDir: t.TempDir()})
+		compareOutputs(t, got, want)
 	}
 }
