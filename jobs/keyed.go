@@ -8,6 +8,7 @@ import (
 	"iter"
 	"reflect"
 	"runtime/debug"
+	"sync"
 )
 
 // KeyedJob is the byte-level interface of a keyed job: map tasks emit key/value pairs, which the
@@ -137,6 +138,8 @@ type keyed[P, S, K, V, O any] struct {
 	values  kvCodec[V]
 	out     kvCodec[O]
 	combine func(a, b V) V
+	// reducers pools reduceStates.
+	reducers sync.Pool
 }
 
 func (k *keyed[P, S, K, V, O]) Type() string { return k.name }
@@ -244,53 +247,81 @@ func (k *keyed[P, S, K, V, O]) Reduce(ctx context.Context, key []byte, values it
 	if err != nil {
 		return fmt.Errorf("%w: %s key %q: %v", ErrBadRecord, k.name, key, err)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var sticky error
-	fail := func(err error) {
-		if sticky == nil {
-			sticky = err
-			cancel(err)
-		}
+	st, _ := k.reducers.Get().(*reduceState[K, V, O])
+	if st == nil {
+		st = newReduceState(k.keys, k.values, k.out, k.name)
 	}
-	typedValues := func(yield func(V) bool) {
-		for b := range values {
-			if sticky != nil {
-				return
-			}
-			v, err := k.values.dec(b)
-			if err != nil {
-				fail(fmt.Errorf("%w: %s value of key %q: %v", ErrBadRecord, k.name, key, err))
-				return
-			}
-			if !yield(v) {
-				return
-			}
-		}
+	st.key, st.keyValue, st.values, st.emit = key, kv, values, emit
+	st.keyText, st.err = st.keyText[:0], nil
+	err = k.job.Reduce(ctx, kv, st.seq, st.out)
+	if st.err != nil {
+		err = st.err
 	}
-	var keyText, outText []byte
-	out := func(o O) {
-		if sticky != nil {
+	st.key, st.values, st.emit = nil, nil, nil
+	var zero K
+	st.keyValue = zero
+	k.reducers.Put(st)
+	return err
+}
+
+// reduceState is one Reduce call's adapters, pooled so that a reduce costs no allocation per
+// key beyond the decoded key.
+type reduceState[K, V, O any] struct {
+	k interface {
+		reduceCodecs() (kvCodec[K], kvCodec[V], kvCodec[O], string)
+	}
+	key      []byte
+	keyValue K
+	values   iter.Seq[[]byte]
+	emit     func(key, value []byte) error
+	keyText  []byte
+	outText  []byte
+	err      error
+	seq      iter.Seq[V]
+	yield    func(V) bool
+	onValue  func([]byte) bool
+	out      func(O)
+}
+
+func newReduceState[K, V, O any](keys kvCodec[K], values kvCodec[V], outs kvCodec[O], name string) *reduceState[K, V, O] {
+	st := &reduceState[K, V, O]{}
+	// The values, decoded; a value that does not decode ends them and fails the call. Made
+	// once, without range-over-func, so that a call allocates nothing.
+	st.seq = func(yield func(V) bool) {
+		if st.err != nil {
+			return
+		}
+		st.yield = yield
+		st.values(st.onValue)
+		st.yield = nil
+	}
+	st.onValue = func(b []byte) bool {
+		v, err := values.dec(b)
+		if err != nil {
+			st.err = fmt.Errorf("%w: %s value of key %q: %v", ErrBadRecord, name, st.key, err)
+			return false
+		}
+		return st.yield(v)
+	}
+	// An output record, as JSON; the first error is kept and later records are dropped.
+	st.out = func(o O) {
+		if st.err != nil {
 			return
 		}
 		var err error
-		if keyText == nil {
-			if keyText, err = k.keys.text(nil, kv); err != nil {
-				fail(fmt.Errorf("%s: key as JSON: %w", k.name, err))
+		if len(st.keyText) == 0 {
+			if st.keyText, err = keys.text(st.keyText[:0], st.keyValue); err != nil {
+				st.err = fmt.Errorf("%s: key as JSON: %w", name, err)
 				return
 			}
 		}
-		if outText, err = k.out.text(outText[:0], o); err != nil {
-			fail(fmt.Errorf("%s: output as JSON: %w", k.name, err))
-		} else if err = emit(keyText, outText); err != nil {
-			fail(err)
+		if st.outText, err = outs.text(st.outText[:0], o); err != nil {
+			st.err = fmt.Errorf("%s: output as JSON: %w", name, err)
+		} else if err = st.emit(st.keyText, st.outText); err != nil {
+			st.err = err
 		}
 	}
-	err = k.job.Reduce(ctx, kv, typedValues, out)
-	if sticky != nil {
-		return sticky
-	}
-	return err
+	return st
 }
 
 // EncodeKey encodes a key of a keyed job as Keyed does, for tests and tools.

@@ -20,6 +20,7 @@ type merger struct {
 	h   cursorHeap
 	key []byte
 	err error
+	seq iter.Seq[[]byte] // the current key's values (values), made once
 }
 
 type cursorHeap []cursor
@@ -47,6 +48,7 @@ func newMerger(cs []cursor) *merger {
 		}
 	}
 	heap.Init(&m.h)
+	m.seq = m.valueSeq
 	return m
 }
 
@@ -80,16 +82,38 @@ func (m *merger) nextKey() bool {
 }
 
 // values yields the current key's values, each valid until the next.
-func (m *merger) values() iter.Seq[[]byte] {
-	return func(yield func([]byte) bool) {
-		for m.err == nil && len(m.h) > 0 && bytes.Equal(m.h[0].Key(), m.key) {
-			ok := yield(m.h[0].Value())
-			m.advance()
-			if !ok {
-				return
-			}
+func (m *merger) values() iter.Seq[[]byte] { return m.seq }
+
+func (m *merger) valueSeq(yield func([]byte) bool) {
+	for m.more() {
+		ok := yield(m.h[0].Value())
+		m.advance()
+		if !ok {
+			return
 		}
 	}
+}
+
+// more reports whether the current key has another value: then m.h[0].Value() is it, and
+// advance moves past it.
+func (m *merger) more() bool {
+	return m.err == nil && len(m.h) > 0 && bytes.Equal(m.h[0].Key(), m.key)
+}
+
+// combined combines the current key's values into acc, with scratch as the other buffer,
+// and returns both (for reuse).
+func (m *merger) combined(combine func(dst, a, b []byte) ([]byte, error), acc, scratch []byte) ([]byte, []byte, error) {
+	acc = append(acc[:0], m.h[0].Value()...)
+	m.advance()
+	for m.more() {
+		var err error
+		if scratch, err = combine(scratch[:0], acc, m.h[0].Value()); err != nil {
+			return acc, scratch, err
+		}
+		acc, scratch = scratch, acc
+		m.advance()
+	}
+	return acc, scratch, nil
 }
 
 // combineTo merges the cursors into emit, one record per key when combine is set (its values
@@ -99,24 +123,17 @@ func combineTo(cs []cursor, combine func(dst, a, b []byte) ([]byte, error), emit
 	var acc, scratch []byte
 	for m.nextKey() {
 		if combine == nil {
-			for v := range m.values() {
-				if err := emit(m.key, v); err != nil {
+			for m.more() {
+				if err := emit(m.key, m.h[0].Value()); err != nil {
 					return records, err
 				}
 				records++
+				m.advance()
 			}
 			continue
 		}
-		first := true
-		for v := range m.values() {
-			if first {
-				acc, first = append(acc[:0], v...), false
-				continue
-			}
-			if scratch, err = combine(scratch[:0], acc, v); err != nil {
-				return records, err
-			}
-			acc, scratch = scratch, acc
+		if acc, scratch, err = m.combined(combine, acc, scratch); err != nil {
+			return records, err
 		}
 		if m.err != nil {
 			break

@@ -96,7 +96,8 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 	defer closeAll()
 	m := newMerger(cs)
 	var acc, scratch []byte
-	emit := func(key, value []byte) error { return out.WriteRecord(key, value) }
+	emit := out.WriteRecord
+	one := func(yield func([]byte) bool) { yield(acc) } // the combined value
 	for m.nextKey() {
 		if r.keys%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -107,21 +108,13 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 		values := m.values()
 		if r.combine != nil {
 			// Pre-merge: Reduce sees one combined value.
-			first := true
-			for v := range m.values() {
-				if first {
-					acc, first = append(acc[:0], v...), false
-					continue
-				}
-				if scratch, err = r.combine(scratch[:0], acc, v); err != nil {
-					return r.stats(stats), err
-				}
-				acc, scratch = scratch, acc
+			if acc, scratch, err = m.combined(r.combine, acc, scratch); err != nil {
+				return r.stats(stats), err
 			}
 			if m.err != nil {
 				break
 			}
-			values = func(yield func([]byte) bool) { yield(acc) }
+			values = one
 		}
 		if err := job.Reduce(ctx, m.key, values, emit); err != nil {
 			if m.err != nil {
