@@ -122,3 +122,9 @@ func TestCheckKeyed_FindsBrokenContracts(t *testing.T) {
 		t.Errorf("bad params: %v", err)
 	}
 }
+
+func FuzzLettersRecords(f *testing.F) {
+	k, _ := jobs.EncodeKey("a")
+	v, _ := jobs.EncodeValue(3)
+	jobstest.FuzzKeyedRecords(f, jobs.Keyed("letters", lettersCombine{}), k, v)
+}
