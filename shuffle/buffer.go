@@ -229,7 +229,7 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 			}
 			c = int64(need)
 		}
-		b.arena = slices.Grow(b.arena, int(c)-len(b.arena))
+		b.arena = regrow(b.arena, int(c))
 	}
 	if len(b.entries) == cap(b.entries) {
 		other := int64(cap(b.arena)) + int64(cap(b.table))*4
@@ -241,7 +241,7 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 			}
 			c = int64(len(b.entries)) + 1
 		}
-		b.entries = slices.Grow(b.entries, int(c)-len(b.entries))
+		b.entries = regrow(b.entries, int(c))
 	}
 	if b.combine != nil && (len(b.entries)+1)*4 > len(b.table)*3 {
 		size := max(2*len(b.table), 1024)
@@ -255,6 +255,13 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 	}
 	b.notePeak(0)
 	return true
+}
+
+// regrow returns s with capacity c exactly (slices.Grow may round up past the budget).
+func regrow[T any](s []T, c int) []T {
+	n := make([]T, len(s), c)
+	copy(n, s)
+	return n
 }
 
 // spillReserve is the part of the budget kept for writing a spill or a run: the file buffer,
@@ -436,7 +443,7 @@ func (b *MapBuffer) mergeSpills(ctx context.Context, fan int) error {
 		if err != nil {
 			return err
 		}
-		if _, err := combineTo(cs, b.combine, sw.rw.Append); err != nil {
+		if _, err := combineTo(ctx, cs, b.combine, sw.rw.Append); err != nil {
 			return err
 		}
 		b.stats.PeakMemory = max(b.stats.PeakMemory, readersMemory(cs)+spillWriteBuffer+int64(sw.rw.bufferBytes()))
@@ -476,7 +483,7 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 	if err != nil {
 		return err
 	}
-	n, err := combineTo(cs, b.combine, rw.Append)
+	n, err := combineTo(ctx, cs, b.combine, rw.Append)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"bytes"
+	"context"
 	"container/heap"
 	"iter"
 )
@@ -118,10 +119,15 @@ func (m *merger) combined(combine func(dst, a, b []byte) ([]byte, error), acc, s
 
 // combineTo merges the cursors into emit, one record per key when combine is set (its values
 // combined), every record otherwise.
-func combineTo(cs []cursor, combine func(dst, a, b []byte) ([]byte, error), emit func(key, value []byte) error) (records int64, err error) {
+func combineTo(ctx context.Context, cs []cursor, combine func(dst, a, b []byte) ([]byte, error), emit func(key, value []byte) error) (records int64, err error) {
 	m := newMerger(cs)
 	var acc, scratch []byte
-	for m.nextKey() {
+	for keys := 0; m.nextKey(); keys++ {
+		if keys%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return records, err
+			}
+		}
 		if combine == nil {
 			for m.more() {
 				if err := emit(m.key, m.h[0].Value()); err != nil {

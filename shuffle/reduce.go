@@ -228,7 +228,7 @@ func (r *reducer) mergeGroup(ctx context.Context, srcs []source, fan int) ([]sou
 	if err != nil {
 		return nil, err
 	}
-	if _, err := combineTo(cs, r.combine, rw.Append); err != nil {
+	if _, err := combineTo(ctx, cs, r.combine, rw.Append); err != nil {
 		return nil, err
 	}
 	if err := rw.Close(); err != nil {

@@ -404,3 +404,34 @@ func TestShuffle_AgreesWithJobstest(t *testing.T) {
 		compareOutputs(t, got, want)
 	}
 }
+
+// Random configurations (seeded, so a failure repeats): shards, pairs, key space, partitions,
+// block sizes, budgets and combiner drawn at random; the output always equals the sequential
+// computation and memory stays within the budgets.
+func TestShuffle_Property(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20261125, 19))
+	for i := range 6 {
+		p := randParams{Shards: 1 + rng.IntN(12), N: rng.IntN(20000), Keys: 1 + rng.IntN(20000), Partitions: 1 + rng.IntN(6)}
+		var job jobs.KeyedJob = jobs.Keyed("randsum", randSum{})
+		if rng.IntN(2) == 0 {
+			job = jobs.Keyed("randsum", randCombine{})
+		}
+		mcfg := MapConfig{Partitions: p.Partitions, MemoryBytes: MinMemoryBytes + rng.Int64N(1<<20), BlockBytes: 64 << rng.IntN(10), TempDir: t.TempDir()}
+		rcfg := ReduceConfig{MemoryBytes: MinMemoryBytes + rng.Int64N(1<<20), BlockBytes: 64 << rng.IntN(10), TempDir: t.TempDir()}
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			params := fmt.Sprintf(`{"shards":%d,"n":%d,"keys":%d,"partitions":%d}`, p.Shards, p.N, p.Keys, p.Partitions)
+			got, ms, rs := runJob(t, newMemStorage(), job, params, mcfg, rcfg)
+			compareOutputs(t, got, expected(p))
+			for _, s := range ms {
+				if s.PeakMemory > mcfg.MemoryBytes {
+					t.Errorf("%s %+v: map peak memory %d", params, mcfg, s.PeakMemory)
+				}
+			}
+			for _, s := range rs {
+				if s.PeakMemory > rcfg.MemoryBytes {
+					t.Errorf("%s %+v: reduce peak memory %d", params, rcfg, s.PeakMemory)
+				}
+			}
+		})
+	}
+}
