@@ -2,8 +2,8 @@ package shuffle
 
 import (
 	"bytes"
-	"context"
 	"container/heap"
+	"context"
 	"iter"
 )
 
