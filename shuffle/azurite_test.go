@@ -60,7 +60,7 @@ func TestShuffle_Azurite_3Shards4Partitions(t *testing.T) {
 	st, cc := azuriteStorage(t)
 	p := randParams{Shards: 3, N: 50000, Keys: 40000, Partitions: 4}
 	params := fmt.Sprintf(`{"shards":%d,"n":%d,"keys":%d,"partitions":%d}`, p.Shards, p.N, p.Keys, p.Partitions)
-	mcfg := MapConfig{Partitions: p.Partitions, MemoryBytes: MinMemoryBytes, TempDir: t.TempDir()}
+	mcfg := MapConfig{Partitions: p.Partitions, MemoryBytes: 1 << 20, TempDir: t.TempDir()}
 	rcfg := ReduceConfig{MemoryBytes: MinMemoryBytes, TempDir: t.TempDir()}
 	got, ms, rs := runJob(t, st, jobs.Keyed("randsum", randCombine{}), params, mcfg, rcfg)
 	compareOutputs(t, got, expected(p))

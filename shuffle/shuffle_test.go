@@ -197,8 +197,8 @@ func TestShuffle_RandomKeys_SpillsBothSides(t *testing.T) {
 		job  jobs.KeyedJob
 		p    randParams
 	}{
-		{"combine", jobs.Keyed("randsum", randCombine{}), randParams{Shards: 9, N: 40000, Keys: 30000, Partitions: 3}},
-		{"no combine", jobs.Keyed("randsum", randSum{}), randParams{Shards: 9, N: 20000, Keys: 5000, Partitions: 2}},
+		{"combine", jobs.Keyed("randsum", randCombine{}), randParams{Shards: 9, N: 25000, Keys: 30000, Partitions: 3}},
+		{"no combine", jobs.Keyed("randsum", randSum{}), randParams{Shards: 9, N: 12000, Keys: 5000, Partitions: 2}},
 		{"hot keys", jobs.Keyed("randsum", randCombine{}), randParams{Shards: 3, N: 30000, Keys: 7, Partitions: 4}},
 		{"hot keys, no combine", jobs.Keyed("randsum", randSum{}), randParams{Shards: 3, N: 30000, Keys: 3, Partitions: 2}},
 	} {
