@@ -8,8 +8,10 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -433,5 +435,112 @@ func TestShuffle_Property(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// signedKeys emits integer keys from -n to n; output partitions are in numeric order.
+type signedKeys struct{}
+
+func (signedKeys) Split(_ context.Context, _ jobs.Env, p randParams) ([]int, error) {
+	return []int{p.N, p.N / 2}, nil
+}
+
+func (signedKeys) Map(_ context.Context, _ jobs.Env, n int, emit jobs.Emitter[int64, string]) error {
+	for i := -n; i <= n; i++ {
+		emit(int64(i)*int64(i)*int64(i), "x")
+	}
+	return nil
+}
+
+func (signedKeys) Reduce(_ context.Context, _ int64, values iter.Seq[string], emit func(int)) error {
+	n := 0
+	for range values {
+		n++
+	}
+	emit(n)
+	return nil
+}
+
+func (signedKeys) Partitions(p randParams) int { return p.Partitions }
+
+func TestShuffle_IntegerKeysInNumericOrder(t *testing.T) {
+	params := `{"n": 9000, "partitions": 2}`
+	mcfg := MapConfig{Partitions: 2, MemoryBytes: MinMemoryBytes, BlockBytes: 1 << 10, TempDir: t.TempDir()}
+	got, ms, _ := runJob(t, newMemStorage(), jobs.Keyed("cubes", signedKeys{}), params, mcfg, ReduceConfig{TempDir: t.TempDir()})
+	if ms[0].Spills == 0 {
+		t.Errorf("no spill: %+v", ms[0])
+	}
+	total := 0
+	for p, out := range got {
+		prev := int64(math.MinInt64)
+		for line := range strings.Lines(out) {
+			k, n, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+			key, err := strconv.ParseInt(k, 10, 64)
+			if err != nil || key <= prev {
+				t.Fatalf("partition %d: key %q after %d", p, k, prev)
+			}
+			prev = key
+			c, _ := strconv.Atoi(n)
+			total += c
+		}
+	}
+	if total != 18001+9001 {
+		t.Errorf("counted %d values, want %d", total, 18001+9001)
+	}
+}
+
+// A value larger than the budget's share still goes through, spilled on its own.
+func TestMapBuffer_ValueLargerThanBudget(t *testing.T) {
+	b, err := NewMapBuffer(MapConfig{Partitions: 2, MemoryBytes: MinMemoryBytes, TempDir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	big := bytes.Repeat([]byte("v"), 600<<10)
+	for _, k := range []string{"c", "a", "b", "a"} {
+		if err := b.Add([]byte(k), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runs := map[int]*bytes.Buffer{}
+	err = b.Finish(context.Background(), func(p int) (io.WriteCloser, error) {
+		runs[p] = new(bytes.Buffer)
+		return nopCloser{runs[p]}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for p := range 2 {
+		_, recs, err := readRun(runs[p].Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			k, v, _ := strings.Cut(r, "=")
+			if len(v) != len(big) {
+				t.Errorf("key %s: a %d-byte value", k, len(v))
+			}
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	if !slices.Equal(keys, []string{"a", "a", "b", "c"}) || b.Stats().Spills < 3 {
+		t.Errorf("keys %v, stats %+v", keys, b.Stats())
+	}
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+func TestReduce_Cancelled(t *testing.T) {
+	data := writeRun(t, 0, 10000, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out, _ := NewOutputWriter(io.Discard, FormatTSV)
+	open := func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	if _, err := Reduce(ctx, concat{}, []Opener{open}, out, ReduceConfig{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled reduce: %v", err)
 	}
 }
