@@ -109,6 +109,8 @@ func NewMapBuffer(cfg MapConfig, combine func(dst, a, b []byte) ([]byte, error))
 	return &MapBuffer{cfg: cfg, combine: combine, temp: tempFiles{dir: cfg.TempDir}}, nil
 }
 
+// keyHash is jobs.PartitionOf's hash (FNV-1a, 64 bits), computed once per pair for both the
+// partition and the index; TestKeyHash_IsPartitionOf keeps the two equal.
 func keyHash(key []byte) uint64 {
 	h := uint64(14695981039346656037)
 	for _, b := range key {
@@ -118,6 +120,8 @@ func keyHash(key []byte) uint64 {
 	return h
 }
 
+// keyPrefix is the first 8 bytes of key, zero-padded, big-endian: it sorts as the key does
+// until a tie.
 func keyPrefix(key []byte) uint64 {
 	var b [8]byte
 	copy(b[:], key)

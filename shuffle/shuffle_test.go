@@ -544,3 +544,17 @@ func TestReduce_Cancelled(t *testing.T) {
 		t.Errorf("a cancelled reduce: %v", err)
 	}
 }
+
+func TestKeyHash_IsPartitionOf(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 1000 {
+		key := make([]byte, rng.IntN(20))
+		for i := range key {
+			key[i] = byte(rng.Uint32())
+		}
+		n := 1 + rng.IntN(jobs.MaxPartitions)
+		if got, want := int(keyHash(key)%uint64(n)), jobs.PartitionOf(key, n); got != want {
+			t.Fatalf("key %x of %d partitions: %d, PartitionOf %d", key, n, got, want)
+		}
+	}
+}
