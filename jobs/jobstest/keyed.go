@@ -54,9 +54,9 @@ func RunKeyed(t testing.TB, job jobs.KeyedJob, env jobs.Env, params string) []Re
 //   - Validate, Split or Partitions refuses params; Split is not deterministic or breaks a limit;
 //   - Map fails Attempts times for a shard, emits a key or value over the limits, or emits other
 //     pairs when run again (every shard of a small job, every 7th of a big one);
-//   - the sequential run (each key's values in shard order, no Combine, one Reduce per key)
-//     and Orders shuffled runs (values shuffled, combined in random groupings if the job has
-//     Combine, as map tasks and reduce merges do) give different records;
+//   - the sequential run and Orders shuffled runs give different records. The sequential run
+//     reduces each key's values in shard order, without Combine. A shuffled run shuffles them
+//     and, if the job has Combine, combines them in random groupings, as the cluster does;
 //   - a partition reduced twice gives different records;
 //   - Reduce fails, or emits a key or value that is not JSON.
 //
