@@ -24,14 +24,19 @@ type merger struct {
 	seq iter.Seq[[]byte] // the current key's values (values), made once
 }
 
-type cursorHeap []cursor
+// cursorHeap orders cursors by their current key, kept beside each cursor so that a compare
+// makes no interface call.
+type cursorHeap []heapItem
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	return bytes.Compare(h[i].Key(), h[j].Key()) < 0
+type heapItem struct {
+	key []byte
+	c   cursor
 }
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(cursor)) }
+
+func (h cursorHeap) Len() int           { return len(h) }
+func (h cursorHeap) Less(i, j int) bool { return bytes.Compare(h[i].key, h[j].key) < 0 }
+func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(heapItem)) }
 func (h *cursorHeap) Pop() any {
 	old := *h
 	c := old[len(old)-1]
@@ -43,7 +48,7 @@ func newMerger(cs []cursor) *merger {
 	m := &merger{h: make(cursorHeap, 0, len(cs))}
 	for _, c := range cs {
 		if c.Next() {
-			m.h = append(m.h, c)
+			m.h = append(m.h, heapItem{c.Key(), c})
 		} else if err := c.Err(); err != nil && m.err == nil {
 			m.err = err
 		}
@@ -55,8 +60,9 @@ func newMerger(cs []cursor) *merger {
 
 // advance moves the smallest cursor on, keeping the heap in order.
 func (m *merger) advance() {
-	c := m.h[0]
+	c := m.h[0].c
 	if c.Next() {
+		m.h[0].key = c.Key()
 		heap.Fix(&m.h, 0)
 		return
 	}
@@ -69,13 +75,13 @@ func (m *merger) advance() {
 // nextKey skips what is left of the current key's values and moves to the next key. It returns
 // false at the end or on error (see err).
 func (m *merger) nextKey() bool {
-	for m.err == nil && len(m.h) > 0 && m.key != nil && bytes.Equal(m.h[0].Key(), m.key) {
+	for m.err == nil && len(m.h) > 0 && m.key != nil && bytes.Equal(m.h[0].key, m.key) {
 		m.advance()
 	}
 	if m.err != nil || len(m.h) == 0 {
 		return false
 	}
-	m.key = append(m.key[:0], m.h[0].Key()...)
+	m.key = append(m.key[:0], m.h[0].key...)
 	if m.key == nil {
 		m.key = []byte{}
 	}
@@ -87,7 +93,7 @@ func (m *merger) values() iter.Seq[[]byte] { return m.seq }
 
 func (m *merger) valueSeq(yield func([]byte) bool) {
 	for m.more() {
-		ok := yield(m.h[0].Value())
+		ok := yield(m.h[0].c.Value())
 		m.advance()
 		if !ok {
 			return
@@ -95,20 +101,23 @@ func (m *merger) valueSeq(yield func([]byte) bool) {
 	}
 }
 
-// more reports whether the current key has another value: then m.h[0].Value() is it, and
-// advance moves past it.
+// value is the current key's next value (when more), valid until advance.
+func (m *merger) value() []byte { return m.h[0].c.Value() }
+
+// more reports whether the current key has another value: then value is it, and advance moves
+// past it.
 func (m *merger) more() bool {
-	return m.err == nil && len(m.h) > 0 && bytes.Equal(m.h[0].Key(), m.key)
+	return m.err == nil && len(m.h) > 0 && bytes.Equal(m.h[0].key, m.key)
 }
 
 // combined combines the current key's values into acc, with scratch as the other buffer,
 // and returns both (for reuse).
 func (m *merger) combined(combine func(dst, a, b []byte) ([]byte, error), acc, scratch []byte) ([]byte, []byte, error) {
-	acc = append(acc[:0], m.h[0].Value()...)
+	acc = append(acc[:0], m.value()...)
 	m.advance()
 	for m.more() {
 		var err error
-		if scratch, err = combine(scratch[:0], acc, m.h[0].Value()); err != nil {
+		if scratch, err = combine(scratch[:0], acc, m.value()); err != nil {
 			return acc, scratch, err
 		}
 		acc, scratch = scratch, acc
@@ -130,7 +139,7 @@ func combineTo(ctx context.Context, cs []cursor, combine func(dst, a, b []byte) 
 		}
 		if combine == nil {
 			for m.more() {
-				if err := emit(m.key, m.h[0].Value()); err != nil {
+				if err := emit(m.key, m.value()); err != nil {
 					return records, err
 				}
 				records++
