@@ -558,3 +558,33 @@ func TestKeyHash_IsPartitionOf(t *testing.T) {
 		}
 	}
 }
+
+// firstOnly is a byte-level Reduce that stops after a key's first value.
+type firstOnly struct{ concat }
+
+func (firstOnly) Reduce(_ context.Context, key []byte, values iter.Seq[[]byte], emit func(k, v []byte) error) error {
+	for v := range values {
+		return emit(jobs.AppendJSONString(nil, string(key)), jobs.AppendJSONString(nil, string(v)))
+	}
+	return nil
+}
+
+// A Reduce that stops early leaves the rest of its key's values unread, not given to the next key.
+func TestReduce_StopsEarly(t *testing.T) {
+	var openers []Opener
+	for range 5 {
+		data := writeRun(t, 0, 100, 256)
+		openers = append(openers, func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	}
+	var buf bytes.Buffer
+	out, _ := NewOutputWriter(&buf, FormatTSV)
+	stats, err := Reduce(context.Background(), firstOnly{}, openers, out, ReduceConfig{TempDir: t.TempDir()})
+	if err != nil || stats.Keys != 100 || stats.OutputRecords != 100 || stats.Records != 500 {
+		t.Fatalf("stats %+v, %v", stats, err)
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n") {
+		if want := fmt.Sprintf("key%04d\tvalue %d", i, i*i); line != want {
+			t.Fatalf("line %d = %q, want %q", i, line, want)
+		}
+	}
+}
