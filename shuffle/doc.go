@@ -5,7 +5,8 @@
 // The map side is a MapBuffer. It partitions each key by jobs.PartitionOf (FNV-1a, the same in
 // every process), combines the values of a key it already holds, and when its memory budget is
 // full sorts its pairs and spills them to a local file. Finish merges the spills and writes one
-// run per partition through a Sink (Map does all of this for one task).
+// run per partition through a Sink (Map does all of this for one task). StorageSink stores each
+// run as an object; ConcatSink puts a task's runs in one object, read back by ranges (EnvRuns).
 //
 // The reduce side is Reduce: a k-way merge (container/heap) of one partition's runs, read as
 // streams (io.Reader: a blob download), equal keys combined, job.Reduce called once per key in
