@@ -70,8 +70,9 @@ func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 		killed := time.Now()
 		nc.StopNode(0)
 		at := done()
-		// Merges continue while node 0 is down: the leader reconnected elsewhere.
-		testenv_eventually(t, time.Minute, func() bool { return done() >= at+20 }, "no progress while node 0 is down")
+		// Merges continue while node 0 is down: the leader reconnected elsewhere. (Stopping the
+		// node can take as long as the rest of the job: then progress is the job's end.)
+		testenv_eventually(t, time.Minute, func() bool { return done() >= min(at+20, 120) }, "no progress while node 0 is down")
 		time.Sleep(time.Until(killed.Add(2 * time.Second))) // down at least 2s
 		if err := nc.Start(0); err != nil {
 			t.Error(err)
