@@ -1,11 +1,15 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +22,7 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/observe"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
@@ -37,8 +42,67 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	bindEnv(fs, "http-addr", "HTTP_ADDR")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
 	bindEnv(fs, "pprof", "PPROF")
-	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard cancel jobs (read-only otherwise)")
+	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel jobs without the API token (same-origin requests only)")
 	bindEnv(fs, "dashboard-cancel", "DASHBOARD_CANCEL")
+	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (POST /api/v1/jobs, cancel); without it writes are refused")
+	bindEnv(fs, "api-token-file", "API_TOKEN_FILE")
+	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
+		cfg.HTTPHosts = nil
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				cfg.HTTPHosts = append(cfg.HTTPHosts, h)
+			}
+		}
+		return nil
+	})
+	bindEnv(fs, "http-hosts", "HTTP_HOSTS")
+}
+
+// minTokenLen is the shortest API token accepted: a guessable token is no token.
+const minTokenLen = 16
+
+// readToken reads the API token from file ("" for none). Its content never appears in an error.
+func readToken(file string) ([]byte, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--api-token-file %s: cannot read it (%v)", file, errors.Unwrap(err))
+	}
+	tok := bytes.TrimSpace(b)
+	if len(tok) < minTokenLen {
+		return nil, fmt.Errorf("--api-token-file %s: the token is %d characters; use at least %d (e.g. openssl rand -hex 32 > %s)", file, len(tok), minTokenLen, file)
+	}
+	return tok, nil
+}
+
+// jobAPI backs the HTTP job API with a client: the same validation as the CLI's.
+type jobAPI struct{ cl *client.Client }
+
+var _ observe.JobService = jobAPI{}
+
+func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, error) {
+	if len(req.After) > 0 {
+		return "", fmt.Errorf(`%w: "after": job dependencies are not available on this cluster yet`, observe.ErrRefused)
+	}
+	if req.Priority != nil {
+		return "", fmt.Errorf(`%w: "priority": job priorities are not available on this cluster yet`, observe.ErrRefused)
+	}
+	return a.cl.Submit(ctx, req.Type, req.Params)
+}
+
+func (a jobAPI) Status(ctx context.Context, id string) (*client.Status, error) {
+	return a.cl.Status(ctx, id)
+}
+func (a jobAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
+	return a.cl.Query(ctx, f)
+}
+func (a jobAPI) Result(ctx context.Context, id string) (json.RawMessage, error) {
+	return a.cl.Result(ctx, id)
+}
+func (a jobAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
+	return a.cl.Cancel(ctx, id)
 }
 
 // observer holds a worker's metrics, events, membership and HTTP server.
@@ -140,13 +204,18 @@ func (o *observer) listen() error {
 	if o.cfg.HTTPAddr == "off" {
 		return nil
 	}
+	token, err := readToken(o.cfg.APITokenFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
 	srv, err := observe.Listen(observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
-		Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log})
+		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log})
 	if err != nil {
 		return err
 	}
 	o.srv = srv
-	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel)
+	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel,
+		"api_writes", len(token) > 0)
 	return nil
 }
 
@@ -171,6 +240,9 @@ type observed struct {
 	worker         *worker.Worker
 	concurrency    int
 	types          []string // the node's job types
+	registry       *jobs.Registry
+	control        ControlConfig
+	natsURL        string
 }
 
 // start runs membership and events under wg until ctx ends, and attaches the cluster to the
@@ -187,6 +259,9 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	addr := ""
 	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
+		// The API validates like the CLI: locally for this node's types, by the cluster otherwise.
+		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
+			Validator: &clusterValidator{nc: nc, url: c.natsURL, names: names, local: c.registry.Types(), cfg: c.control}}
 		err = o.srv.Attach(observe.Backend{
 			Members: watcher.Live,
 			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
@@ -195,6 +270,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 				return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
 			},
 			Cancel: func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
+			API:    jobAPI{api},
 		})
 		if err != nil {
 			watcher.Stop()

@@ -185,7 +185,8 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
 		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
 	if err := obs.start(octx, &owg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: cfg.LeaseContainer,
-		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types()}); err != nil {
+		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types(),
+		registry: n.opts.Registry, control: n.opts.Control, natsURL: cfg.NATSURL}); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

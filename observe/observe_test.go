@@ -95,7 +95,9 @@ func TestServerServesPprofBesideTheDashboard(t *testing.T) {
 		}
 		get := func(path string) *httptest.ResponseRecorder {
 			rec := httptest.NewRecorder()
-			s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Host = "127.0.0.1:8080" // httptest's example.com is a foreign host
+			s.srv.Handler.ServeHTTP(rec, req)
 			return rec
 		}
 		if rec := get("/"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<html") {
