@@ -160,10 +160,7 @@ func apiError(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request, api JobService) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		writeErr(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: send application/json", protocol.Clip(ct, 64)))
-		return
-	}
+	// Any Content-Type (curl -d sends a form type): the body must be JSON all the same.
 	var req SubmitRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxAPIBody))
 	dec.DisallowUnknownFields()
