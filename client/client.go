@@ -54,6 +54,8 @@ type Client struct {
 	Validator Validator
 
 	Now func() time.Time // default time.Now
+
+	close func() // set by New
 }
 
 // Errors.
@@ -93,9 +95,25 @@ func (c *Client) now() time.Time {
 	return c.Now()
 }
 
+// Spec is a job as Submit writes it.
+type Spec struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Params      json.RawMessage `json:"params"`
+	SubmittedAt time.Time       `json:"submitted_at"`
+}
+
 // Validate checks a job type and its parameters without writing anything, and returns the spec
 // Submit would write. A type in Registry is validated locally; any other goes to Validator.
-func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
+func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*Spec, error) {
+	spec, err := c.validate(ctx, typ, params)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt}, nil
+}
+
+func (c *Client) validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
@@ -130,7 +148,7 @@ func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessag
 
 // Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
 func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage) (string, error) {
-	spec, err := c.Validate(ctx, typ, params)
+	spec, err := c.validate(ctx, typ, params)
 	if err != nil {
 		return "", err
 	}
@@ -146,7 +164,7 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage)
 		return "", fmt.Errorf("queue job: %w", err)
 	}
 	if c.Notify != nil {
-		_ = c.Notify.Announce("ctl.submitted", []byte(spec.ID))
+		_ = c.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
 	}
 	return spec.ID, nil
 }
@@ -254,7 +272,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
 		return nil, fmt.Errorf("write cancel marker: %w", err)
 	}
 	if c.Notify != nil {
-		_ = c.Notify.Announce("ctl.cancel", []byte(id))
+		_ = c.Notify.Announce(protocol.CtlCancel, []byte(id))
 	}
 	return st, nil
 }

@@ -137,33 +137,22 @@ func (c *common) connectNATS(name string) (*bus.Bus, error) {
 	return bus.Connect(c.natsURL, name, c.busConfig(bus.Config{Prefix: c.streamPrefix}), opts...)
 }
 
-// client builds a job client with the node's registry. With withNATS it also connects to NATS,
-// best effort: the connection wakes the leader sooner and validates the types the registry
-// lacks (a ValidateJob without it says NATS is unreachable).
-func (n *Node) client(c *common, withNATS bool) (*client.Client, func(), error) {
-	bc, err := c.blob()
+// client builds a job client with the node's registry through client.New, from the same
+// settings. With withNATS it also connects to NATS, best effort: the connection wakes the leader
+// sooner and validates the types the registry lacks (without it, such a type is refused saying
+// NATS is unreachable).
+func (n *Node) client(ctx context.Context, c *common, withNATS bool) (*client.Client, func(), error) {
+	cfg := client.Config{Storage: c.account, NATSURL: c.natsURL, NATSAuth: c.natsAuth, NATSOptional: true,
+		JobsContainer: c.jobsContainer, Queue: c.queueName, StreamPrefix: c.streamPrefix, Registry: n.opts.Registry,
+		ValidateTimeout: n.opts.Control.Timeout, TypesWindow: n.opts.Control.Window, Name: n.opts.Name + "-cli"}
+	if !withNATS {
+		cfg.NATSURL = client.NATSOff
+	}
+	cl, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := c.queue(c.queueName)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q, Registry: n.opts.Registry}
-	closer := func() {}
-	if withNATS {
-		v := &clusterValidator{url: c.natsURL, names: c.names(), local: n.opts.Registry.Types(), cfg: n.opts.Control}
-		b, err := c.connectNATS(n.opts.Name + "-cli")
-		if err == nil {
-			cl.Notify = b
-			v.nc = b.Conn()
-			closer = b.Close
-		} else {
-			v.connErr = err
-		}
-		cl.Validator = v
-	}
-	return cl, closer, nil
+	return cl, cl.Close, nil
 }
 
 // ensure creates the container and the queue when missing (first submit on a fresh account).

@@ -261,7 +261,8 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
 		// The API validates like the CLI: locally for this node's types, by the cluster otherwise.
 		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
-			Validator: &clusterValidator{nc: nc, url: c.natsURL, names: names, local: c.registry.Types(), cfg: c.control}}
+			Validator: &client.ClusterValidator{Conn: nc, URL: c.natsURL, Prefix: names.Prefix, Local: c.registry.Types(),
+				Timeout: c.control.Timeout, Window: c.control.Window}}
 		err = o.srv.Attach(observe.Backend{
 			Members: watcher.Live,
 			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},

@@ -40,7 +40,7 @@ func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := n.client(&f.common, false)
+	cl, done, err := n.client(ctx, &f.common, false)
 	if err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := n.client(&f.common, true)
+	cl, done, err := n.client(ctx, &f.common, true)
 	if err != nil {
 		return err
 	}

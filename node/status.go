@@ -67,7 +67,7 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if info != nil {
 		leader = &leaderJSON{ID: info.ID, Epoch: info.Epoch, Since: info.Since.UTC().Format(time.RFC3339)}
 	}
-	cl, done, err := n.client(&f.common, false)
+	cl, done, err := n.client(ctx, &f.common, false)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
-	cl, done, err := n.client(&f.common, true)
+	cl, done, err := n.client(ctx, &f.common, true)
 	if err != nil {
 		return err
 	}
