@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,4 +126,57 @@ func TestAPI_PythonExample(t *testing.T) {
 	if !strings.Contains(stderr.String(), "succeeded") {
 		t.Errorf("mapagg.py showed no progress on stderr:\n%s", stderr.String())
 	}
+}
+
+// TestWorkers_OneHostWithoutHTTPSetting starts three workers on this host with no HTTP address
+// set (the default :8080): all run, each announces a different address that answers, and
+// `worker workers` shows each one's host, pid and address.
+func TestWorkers_OneHostWithoutHTTPSetting(t *testing.T) {
+	c := start(t, cluster.Options{Workers: 3, LeaseDuration: lease, Concurrency: 1, Env: []string{"HTTP_ADDR="}})
+	addrs := map[string]string{}
+	testenv.Eventually(t, 20*time.Second, 200*time.Millisecond, func() bool {
+		for _, m := range c.Members() {
+			if m.HTTPAddr != "" {
+				addrs[m.ID] = m.HTTPAddr
+			}
+		}
+		return len(addrs) == 3
+	}, "three workers announce an HTTP address (%v)", addrs)
+	seen := map[string]bool{}
+	for id, a := range addrs {
+		if seen[a] {
+			t.Fatalf("two workers announce %s: %v", a, addrs)
+		}
+		seen[a] = true
+		if code, body := call(t, "GET", "http://"+a+"/healthz", "", ""); code != 200 || !strings.Contains(body, id) {
+			t.Fatalf("%s at %s: /healthz %d %s", id, a, code, body)
+		}
+		if p := c.Proc(id); p == nil || !strings.Contains(func() string { b, _ := os.ReadFile(p.LogPath); return string(b) }(), `"msg":"http listening"`) {
+			t.Fatalf("%s did not log where it listens", id)
+		}
+	}
+	cmd := exec.Command(workerBin, "workers")
+	cmd.Env = c.WorkerEnv("cli")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("worker workers: %v\n%s", err, out)
+	}
+	host, _ := os.Hostname()
+	for id := range addrs {
+		p := c.Proc(id)
+		_, port, _ := strings.Cut(addrs[id], "]:")
+		if port == "" {
+			_, port, _ = strings.Cut(addrs[id], ":")
+		}
+		line := ""
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, id+" ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, host) || !strings.Contains(line, " "+strconv.Itoa(p.PID)+" ") || !strings.Contains(line, ":"+port) {
+			t.Errorf("worker workers shows %s as %q; want host %s, pid %d, port %s", id, line, host, p.PID, port)
+		}
+	}
+	t.Logf("worker workers:\n%s", out)
 }

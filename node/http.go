@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
@@ -29,11 +31,10 @@ import (
 	"github.com/mapagg/mapagg/worker"
 )
 
-// DefaultHTTPAddr is where `worker run` serves metrics, health and the dashboard. All interfaces
-// on 8080, because in a container (compose, Kubernetes) Prometheus, the health check and a
-// browser reach the worker from outside its network namespace, and each container has its own
-// ports. Several workers on one host need an address each: pass 127.0.0.1:0 (a free port, logged
-// at start) or 127.0.0.1:<port>.
+// DefaultHTTPAddr is where `worker run` serves metrics, health, the API and the dashboard. All
+// interfaces on 8080, because in a container (compose, Kubernetes) Prometheus, the health check
+// and a browser reach the worker from outside its network namespace. When it is taken (several
+// workers on one host), a worker falls back to a free port, logs it and announces it.
 const DefaultHTTPAddr = ":8080"
 
 // registerHTTPFlags adds the `run` flags of the HTTP server, which set cfg's fields.
@@ -208,8 +209,19 @@ func (o *observer) listen() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	srv, err := observe.Listen(observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
-		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log})
+	ocfg := observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
+		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
+	srv, err := observe.Listen(ocfg)
+	if errors.Is(err, syscall.EADDRINUSE) && o.cfg.HTTPAddr == DefaultHTTPAddr {
+		// Several workers on one host without configuration: the first keeps the default, the
+		// others take a free port on the same interface and announce it.
+		host, _, _ := net.SplitHostPort(DefaultHTTPAddr)
+		ocfg.Addr = net.JoinHostPort(host, "0")
+		if srv, err = observe.Listen(ocfg); err == nil {
+			o.log.Warn("default HTTP address taken: listening on a free port instead (set --http-addr to choose)",
+				"default", DefaultHTTPAddr, "addr", srv.Addr().String())
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -280,6 +292,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		addr = o.srv.Addr().String()
 	}
 	types := c.types
+	host, _ := os.Hostname()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -287,7 +300,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
 			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
-				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr}
+				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid()}
 		})
 	}()
 	go func() {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,14 +87,14 @@ func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.
 		fmt.Fprintf(stdout, "leader: none announced\n\n")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tIN FLIGHT\tCONCURRENCY\tUP\tHTTP\tVERSION\tJOB TYPES")
+	fmt.Fprintln(tw, "ID\tROLE\tHOST\tPID\tHTTP\tIN FLIGHT\tCONCURRENCY\tUP\tVERSION\tJOB TYPES")
 	for _, m := range live {
 		role := "follower"
 		if m.Leader {
 			role = fmt.Sprintf("leader (epoch %d)", m.Epoch)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, role, m.InFlight, m.Concurrency,
-			time.Since(m.StartedAt).Round(time.Second), m.HTTPAddr, m.Version, strings.Join(m.JobTypes, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, role, cmp.Or(m.Host, "-"), m.PID, cmp.Or(m.HTTPAddr, "off"),
+			m.InFlight, m.Concurrency, time.Since(m.StartedAt).Round(time.Second), m.Version, strings.Join(m.JobTypes, ","))
 	}
 	return tw.Flush()
 }
