@@ -21,6 +21,7 @@ type flagSet struct {
 	*flag.FlagSet
 	env       []envFlag
 	lookupEnv func(string) (string, bool)
+	conn      map[string]bool // the connection flags every command shares, shown last in -h
 }
 
 // envFlag records which environment variable backs a flag.
@@ -41,10 +42,44 @@ func (n *Node) newFlagSet(name string) *flagSet {
 				}
 			}
 		}
+		var own, conn []*flag.Flag
+		fs.VisitAll(func(f *flag.Flag) {
+			if fs.conn[f.Name] {
+				conn = append(conn, f)
+			} else {
+				own = append(own, f)
+			}
+		})
 		fmt.Fprintf(out, "\nflags of %s %s:\n", prog, name)
-		fs.PrintDefaults()
+		printFlags(out, own)
+		if len(conn) > 0 {
+			fmt.Fprintf(out, "\nconnection flags (every command has them):\n")
+			printFlags(out, conn)
+		}
 	}
 	return fs
+}
+
+// printFlags prints flags as flag.PrintDefaults does.
+func printFlags(w io.Writer, flags []*flag.Flag) {
+	if len(flags) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	for _, f := range flags {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	}
 }
 
 // bindEnv names the environment variable that sets flag name when it is not given on the
@@ -98,6 +133,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flagSet) {
+	defer markConnection(fs)
 	d := DefaultConfig()
 	c.connectFlags.register(fs)
 	fs.StringVar(&c.natsURL, "nats-url", d.NATSURL, "NATS server URL(s), comma-separated")
@@ -112,6 +148,14 @@ func (c *common) register(fs *flagSet) {
 	bindEnv(fs, "stream-prefix", "STREAM_PREFIX")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bindEnv(fs, "log-level", "LOG_LEVEL")
+}
+
+// markConnection records every flag registered so far as a connection flag.
+func markConnection(fs *flagSet) {
+	if fs.conn == nil {
+		fs.conn = map[string]bool{}
+	}
+	fs.VisitAll(func(f *flag.Flag) { fs.conn[f.Name] = true })
 }
 
 func (c *common) check() error {

@@ -72,3 +72,36 @@ func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.W
 	fmt.Fprintf(stdout, "cancel requested for %s\n", id)
 	return nil
 }
+
+type waitFlags struct {
+	jobFlags
+	quiet bool
+	poll  time.Duration
+}
+
+func (n *Node) newWaitFlags() *waitFlags {
+	f := &waitFlags{}
+	f.fs = n.newFlagSet("wait")
+	f.common.register(f.fs)
+	f.fs.BoolVar(&f.quiet, "quiet", false, "no progress and no result: only the exit status says how the job ended")
+	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "how often to read the job's progress")
+	return f
+}
+
+// waitCmd follows an existing job to its end, as submit --wait does.
+func (n *Node) waitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newWaitFlags()
+	id, err := f.parseJob(args, stderr)
+	if err != nil {
+		return err
+	}
+	if f.poll < 10*time.Millisecond {
+		return usageErr("--poll %v: use at least 10ms", f.poll)
+	}
+	cl, done, err := n.client(ctx, &f.common, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
+}

@@ -19,7 +19,7 @@ import (
 type submitFlags struct {
 	common
 	typ, params, paramsFile string
-	wait                    bool
+	wait, quiet             bool
 	poll                    time.Duration
 	fs                      *flagSet
 }
@@ -27,10 +27,11 @@ type submitFlags struct {
 func (n *Node) newSubmitFlags() *submitFlags {
 	f := &submitFlags{fs: n.newFlagSet("submit")}
 	f.common.register(f.fs)
-	f.fs.StringVar(&f.typ, "type", "", "job type: one this binary has ("+joinOrNone(n.opts.Registry.Types())+") or any the running workers have (see `types`)")
+	f.fs.StringVar(&f.typ, "type", "", "job type: one this binary has ("+joinOrNone(n.opts.Registry.Types())+") or any the running workers have (see worker types)")
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
-	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
+	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
+	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
 	return f
 }
@@ -94,16 +95,38 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, id)
+	if !f.wait || f.quiet {
+		fmt.Fprintln(stdout, id)
+	} else {
+		fmt.Fprintln(stderr, id)
+	}
 	if !f.wait {
 		return nil
 	}
-	return waitAndPrint(ctx, cl, id, f.poll, stdout, stderr)
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
+}
+
+// jobEndedError is a job that ended other than succeeded; its state sets the exit status.
+type jobEndedError struct {
+	id    string
+	state jobs.State
+	msg   string
+}
+
+func (e *jobEndedError) Error() string { return fmt.Sprintf("job %s %s: %s", e.id, e.state, e.msg) }
+
+// exitCode is the command's exit status for the job's state: 3 cancelled, 1 otherwise.
+func (e *jobEndedError) exitCode() int {
+	if e.state == jobs.StateCancelled {
+		return 3
+	}
+	return 1
 }
 
 // waitAndPrint follows a job to its end: a live progress bar on a terminal, plain lines
-// otherwise; then the result on stdout. A job that did not succeed is an error.
-func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, stdout, stderr io.Writer) error {
+// otherwise (none when quiet); then the result on stdout (not when quiet). A job that did not
+// succeed is a *jobEndedError.
+func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, quiet bool, stdout, stderr io.Writer) error {
 	var bar *progressbar.ProgressBar
 	tty := false
 	if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
@@ -112,6 +135,9 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 	lastLine := time.Time{}
 	start := time.Now()
 	st, err := cl.Wait(ctx, id, poll, func(s client.Status) {
+		if quiet {
+			return
+		}
 		if tty {
 			if bar == nil && s.ShardsTotal > 0 {
 				bar = progressbar.NewOptions(s.ShardsTotal, progressbar.OptionSetWriter(stderr),
@@ -140,8 +166,15 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 		return err
 	}
 	if st.State != jobs.StateSucceeded {
-		return fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
+		return &jobEndedError{id: id, state: st.State, msg: st.Error}
 	}
-	fmt.Fprintf(stdout, "%s\n", st.Result)
+	if quiet {
+		return nil
+	}
+	res, err := cl.Result(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", res)
 	return nil
 }
