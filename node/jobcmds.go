@@ -32,8 +32,9 @@ func (f *jobFlags) parseJob(args []string, stderr io.Writer) (string, error) {
 	return f.fs.Arg(0), nil
 }
 
-func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newJobFlags("result")
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
@@ -53,8 +54,9 @@ func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.W
 	return nil
 }
 
-func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newJobFlags("cancel")
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
@@ -89,8 +91,9 @@ func (n *Node) newWaitFlags() *waitFlags {
 }
 
 // waitCmd follows an existing job to its end, as submit --wait does.
-func (n *Node) waitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) waitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newWaitFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err

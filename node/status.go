@@ -60,8 +60,9 @@ type statusJSON struct {
 	Jobs   []*client.Status `json:"jobs"`
 }
 
-func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newStatusFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(interleaved(f.fs.FlagSet, args)); err != nil {
 		return usageErr("%v", err)
@@ -114,6 +115,11 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	page, err := cl.Query(ctx, filter)
 	if err != nil {
 		return err
+	}
+	if len(page.Jobs) == 0 {
+		if err := f.missingContainer(ctx); err != nil {
+			return err
+		}
 	}
 	// Oldest first, the newest at the bottom, as a log reads.
 	out := statusJSON{Leader: leader, Jobs: []*client.Status{}}

@@ -36,8 +36,9 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	return f
 }
 
-func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newSubmitFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)

@@ -38,8 +38,9 @@ type typesJSON struct {
 	Workers []client.WorkerTypes `json:"workers"`
 }
 
-func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newTypesFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)

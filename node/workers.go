@@ -33,8 +33,9 @@ func (n *Node) newWorkersFlags() *workersFlags {
 }
 
 // workersCmd lists the workers that announce themselves on NATS, and who leads.
-func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newWorkersFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)

@@ -1,0 +1,45 @@
+package node
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mapagg/mapagg/builtin"
+)
+
+// A wrong account key names the credential and where it is set, without the key; a missing
+// container is named with the flag that sets it.
+func TestCommands_StorageFailuresExplained(t *testing.T) {
+	c := newCluster(t)
+	good := c.env["AZURE_STORAGE_CONNECTION_STRING"]
+	key := regexp.MustCompile(`AccountKey=([^;]+)`).FindStringSubmatch(good)[1]
+	wrongKey := "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
+	c.env["AZURE_STORAGE_CONNECTION_STRING"] = strings.Replace(good, key, wrongKey, 1)
+	n := c.node(t, builtin.Registry())
+	for _, args := range [][]string{
+		{"status"},
+		{"result", "20261121-000000-00000000"},
+		{"submit", "--type", "primes", "--params", `{"from":0,"to":10,"shards":1}`},
+		{"run", "--http-addr", "off"}, // at once, not after the startup timeout
+	} {
+		code, _, stderr := run(t, n, args...)
+		if code != 1 || !strings.Contains(stderr, "storage refused the connection string's credentials") || !strings.Contains(stderr, "AccountKey") ||
+			!strings.Contains(stderr, "HTTP 403") {
+			t.Errorf("%v with a wrong key: exit %d\n%s", args, code, stderr)
+		}
+		if strings.Contains(stderr, wrongKey) || strings.Contains(stderr, key) || strings.Contains(stderr, "Data Contributor") {
+			t.Errorf("%v: the message shows a key or suggests a role:\n%s", args, stderr)
+		}
+	}
+
+	c.env["AZURE_STORAGE_CONNECTION_STRING"] = good
+	n = c.node(t, builtin.Registry())
+	container := c.env["JOBS_CONTAINER"]
+	for _, args := range [][]string{{"status"}, {"status", "20261121-000000-00000000"}, {"result", "20261121-000000-00000000"}, {"wait", "20261121-000000-00000000"}} {
+		code, _, stderr := run(t, n, args...)
+		if code != 1 || !strings.Contains(stderr, `container "`+container+`" does not exist`) || !strings.Contains(stderr, "--jobs-container") {
+			t.Errorf("%v without the container: exit %d\n%s", args, code, stderr)
+		}
+	}
+}
