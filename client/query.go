@@ -21,6 +21,8 @@ const (
 	// maxQueryScan bounds the jobs one Query reads; a filter that matches rarely returns a
 	// shorter page with Next set, so every call costs a bounded number of reads.
 	maxQueryScan = 2000
+	// perJobTimeout bounds the reads of one job: a hung one is listed as unreadable.
+	perJobTimeout = 3 * time.Second
 )
 
 // Filter selects jobs for Query. Zero fields select everything.
@@ -57,6 +59,25 @@ func (f Filter) Check() error {
 
 // States lists the states a Filter may select.
 var States = []jobs.State{jobs.StateQueued, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnreadable}
+
+// Spec reads a job's spec: its type, parameters and submission time.
+func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {
+	if err := protocol.CheckID(id); err != nil {
+		return nil, err
+	}
+	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := protocol.ParseSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt}, nil
+}
 
 // Page is one page of Query, newest first.
 type Page struct {
@@ -104,14 +125,29 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 			page.Next = ids[i+1] // the oldest id read; the next page starts below it
 			break
 		}
+		if ctx.Err() != nil {
+			// Out of time: what was read is a page, and the rest is the next one. One slow
+			// job never fails the list.
+			if len(page.Jobs) == 0 {
+				return nil, ctx.Err()
+			}
+			page.Next = ids[i+1]
+			break
+		}
 		scanned++
-		st, err := c.Status(ctx, id)
+		jctx, cancel := context.WithTimeout(ctx, perJobTimeout)
+		st, err := c.Status(jctx, id)
+		cancel()
 		if errors.Is(err, ErrNoSuchJob) {
 			continue // a folder without a spec (input data)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("status of %s: %w", id, err)
+				if len(page.Jobs) == 0 {
+					return nil, fmt.Errorf("status of %s: %w", id, err)
+				}
+				page.Next = ids[i+1] // the next page starts with this job
+				break
 			}
 			st = &Status{ID: id, State: StateUnreadable, Unreadable: err.Error()}
 		}

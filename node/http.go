@@ -96,6 +96,7 @@ func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, 
 func (a jobAPI) Status(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Status(ctx, id)
 }
+func (a jobAPI) Spec(ctx context.Context, id string) (*client.Spec, error) { return a.cl.Spec(ctx, id) }
 func (a jobAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
 	return a.cl.Query(ctx, f)
 }
@@ -282,8 +283,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 			Leader: func(ctx context.Context) (*election.LeaderInfo, error) {
 				return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
 			},
-			Cancel: func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
-			API:    jobAPI{api},
+			Cancel:       func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
+			API:          jobAPI{api},
+			ShardsQueued: c.bus.QueuedShards,
+			JobsQueued:   c.queue.Depth,
 		})
 		if err != nil {
 			watcher.Stop()

@@ -40,6 +40,7 @@ type JobService interface {
 	// Submit validates and writes a job; a refused job writes nothing.
 	Submit(ctx context.Context, req SubmitRequest) (string, error)
 	Status(ctx context.Context, id string) (*client.Status, error)
+	Spec(ctx context.Context, id string) (*client.Spec, error)
 	Query(ctx context.Context, f client.Filter) (*client.Page, error)
 	Result(ctx context.Context, id string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (*client.Status, error)
@@ -210,6 +211,8 @@ func decodeMessage(err error) string {
 // JobJSON is a job as the API returns it.
 type JobJSON struct {
 	client.Status
+	// Params are the job's parameters (GET /api/v1/jobs/{id} only).
+	Params json.RawMessage `json:"params,omitempty"`
 	// ResultURL is where the result is, once the job succeeded.
 	ResultURL string `json:"result_url,omitempty"`
 }
@@ -298,7 +301,11 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request, api JobService) 
 		apiError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobJSON(*st))
+	j := jobJSON(*st)
+	if spec, err := api.Spec(r.Context(), st.ID); err == nil {
+		j.Params = spec.Params
+	}
+	writeJSON(w, http.StatusOK, j)
 }
 
 func (s *Server) apiResult(w http.ResponseWriter, r *http.Request, api JobService) {

@@ -41,6 +41,9 @@ func (a clientAPI) Submit(ctx context.Context, req SubmitRequest) (string, error
 func (a clientAPI) Status(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Status(ctx, id)
 }
+func (a clientAPI) Spec(ctx context.Context, id string) (*client.Spec, error) {
+	return a.cl.Spec(ctx, id)
+}
 func (a clientAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
 	return a.cl.Query(ctx, f)
 }
@@ -205,7 +208,8 @@ func TestAPI_JobCycle(t *testing.T) {
 		t.Fatalf("submit wrote %d blobs, %d messages; want the spec and one message", b, q)
 	}
 	code, body = e.do(t, "GET", "/api/v1/jobs/"+sub.ID, "", "")
-	if code != 200 || !strings.Contains(body, `"state":"queued"`) || !strings.Contains(body, `"type":"primes"`) {
+	if code != 200 || !strings.Contains(body, `"state":"queued"`) || !strings.Contains(body, `"type":"primes"`) ||
+		!strings.Contains(body, `"params":{"from":0,"to":1000,"shards":4}`) {
 		t.Fatalf("GET job = %d %s", code, body)
 	}
 	if code, body = e.do(t, "GET", "/api/v1/jobs/"+sub.ID+"/result", "", ""); code != 409 || !strings.Contains(body, "queued") {

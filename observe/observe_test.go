@@ -54,9 +54,12 @@ type lister struct {
 	err   error
 }
 
-func (l *lister) List(context.Context, int) ([]client.Status, error) {
+func (l *lister) Query(context.Context, client.Filter) (*client.Page, error) {
 	l.calls.Add(1)
-	return l.list, l.err
+	if l.err != nil {
+		return nil, l.err
+	}
+	return &client.Page{Jobs: l.list}, nil
 }
 
 func TestJobCacheReadsOncePerTTLAndEstimatesRate(t *testing.T) {

@@ -62,6 +62,9 @@ type Backend struct {
 	Cancel func(ctx context.Context, id string) error
 	// API serves /api/v1/jobs; nil answers 503.
 	API JobService
+	// ShardsQueued is the shard stream's depth; JobsQueued the intake queue's. Optional.
+	ShardsQueued func(ctx context.Context) (uint64, error)
+	JobsQueued   func(ctx context.Context) (int, error)
 }
 
 // Validate reports every missing piece.
@@ -84,6 +87,7 @@ type Server struct {
 	srv     *http.Server
 	backend atomic.Pointer[Backend]
 	leader  cachedLeader
+	depth   cachedDepth
 }
 
 // Attach hands the server what it needs to answer readiness, cluster and job requests.
@@ -216,7 +220,11 @@ type ClusterView struct {
 	Events    []membership.Event   `json:"events"`         // the cluster's events heard since this worker started
 	Cancel    bool                 `json:"cancel_enabled"` // the dashboard may cancel without the token
 	Writes    bool                 `json:"api_writes"`     // an API token is configured
-	Now       time.Time            `json:"now"`
+	// ShardsQueued and JobsQueued are the shard stream's and the intake queue's depth (null
+	// when unknown).
+	ShardsQueued *uint64   `json:"shards_queued"`
+	JobsQueued   *int      `json:"jobs_queued"`
+	Now          time.Time `json:"now"`
 }
 
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
@@ -230,7 +238,39 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		v.LeaderErr = Redact(err.Error())
 	}
+	v.ShardsQueued, v.JobsQueued = s.depth.get(r.Context(), b)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// cachedDepth reads the queues' depths at most once a second.
+type cachedDepth struct {
+	mu     sync.Mutex
+	at     time.Time
+	shards *uint64
+	jobs   *int
+}
+
+func (c *cachedDepth) get(ctx context.Context, b *Backend) (*uint64, *int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < time.Second {
+		return c.shards, c.jobs
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c.shards, c.jobs = nil, nil
+	if b.ShardsQueued != nil {
+		if n, err := b.ShardsQueued(rctx); err == nil {
+			c.shards = &n
+		}
+	}
+	if b.JobsQueued != nil {
+		if n, err := b.JobsQueued(rctx); err == nil {
+			c.jobs = &n
+		}
+	}
+	c.at = time.Now()
+	return c.shards, c.jobs
 }
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
