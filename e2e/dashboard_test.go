@@ -159,6 +159,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(5*time.Second, "#detail-epochs", "the leader after the kill checkpointed it", func(s string) bool {
 		return strings.Contains(s, fmt.Sprintf("last checkpoint by epoch %d", ep))
 	})
+	// Resumed from the dead leader's checkpoint, or planned anew when it died before its first.
+	waitText(10*time.Second, "#detail-events", "the job taken over and finished by the new leader", func(s string) bool {
+		return strings.Contains(s, fmt.Sprintf("by %s (epoch %d)", next, ep)) && strings.Contains(s, "job finished")
+	})
 	var href string
 	if err := chromedp.Run(bctx, chromedp.Evaluate(`(document.querySelector("#detail-result-link") || {}).href || ""`, &href)); err != nil || href == "" {
 		t.Fatalf("no result link in the detail view (%v)", err)

@@ -187,6 +187,12 @@ function renderDetail() {
   $("#detail-error").textContent = d.error || d.unreadable || d.error_reading || "–";
   const res = $("#detail-result");
   res.replaceChildren(d.result_url ? el("a", { href: d.result_url.replace(/^\//, ""), id: "detail-result-link" }, "result JSON") : "–");
+  // The job's events heard since this worker started: planned, resumed by a new leader, dead
+  // letters, finished.
+  const evs = (cluster.events || []).filter((e) => e.job === d.id);
+  $("#detail-events").replaceChildren(...(evs.length ? evs.slice(-30).map((e) => el("li", { class: e.kind === "dead_lettered" ? "error-full" : "" },
+    clock(e.at) + " " + e.kind.replace("_", " ") + " by " + e.worker + (e.epoch ? " (epoch " + e.epoch + ")" : "") +
+    (e.shard ? ", shard " + e.shard : "") + (e.err ? ": " + e.err : ""))) : [el("li", { class: "muted" }, "none heard by this worker")]));
   const btn = $("#detail-cancel");
   btn.hidden = !(canAct() && (d.state === "queued" || d.state === "running"));
   btn.textContent = armed === d.id ? "click again to cancel " + d.id : "cancel job";
