@@ -4,6 +4,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/builtin"
 )
@@ -40,6 +43,31 @@ func TestCommands_StorageFailuresExplained(t *testing.T) {
 		code, _, stderr := run(t, n, args...)
 		if code != 1 || !strings.Contains(stderr, `container "`+container+`" does not exist`) || !strings.Contains(stderr, "--jobs-container") {
 			t.Errorf("%v without the container: exit %d\n%s", args, code, stderr)
+		}
+	}
+}
+
+// A NATS password the server refuses names the user and where the password comes from, not the
+// password.
+func TestCommands_NATSCredentialsExplained(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "worker", Password: "right-pa55word"}}}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	c := newCluster(t)
+	c.env["NATS_URL"], c.env["NATS_USER"], c.env["NATS_PASSWORD"] = s.ClientURL(), "worker", "wrong-pa55word"
+	for _, args := range [][]string{{"types"}, {"workers"}} {
+		code, _, stderr := run(t, c.node(t, builtin.Registry()), args...)
+		if code != 1 || !strings.Contains(stderr, "refused the credentials (user worker)") || !strings.Contains(stderr, "NATS_PASSWORD") ||
+			strings.Contains(stderr, "pa55word") {
+			t.Errorf("%v with a wrong NATS password: exit %d\n%s", args, code, stderr)
 		}
 	}
 }
