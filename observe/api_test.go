@@ -405,8 +405,14 @@ func TestServer_RefusesForeignHost(t *testing.T) {
 	if b, q := e.written(t); b != 0 || q != 0 {
 		t.Fatal("a request to a foreign Host wrote")
 	}
-	if code, _ := e.do(t, "GET", "/", "", "", "Host", "rebound.example.com"); code != http.StatusMisdirectedRequest {
-		t.Fatalf("the dashboard under a foreign Host = %d; want 421", code)
+	for _, path := range []string{"/", "/api/jobs", "/api/cluster", "/api/v1/jobs"} {
+		if code, _ := e.do(t, "GET", path, "", "", "Host", "rebound.example.com"); code != http.StatusMisdirectedRequest {
+			t.Errorf("GET %s under a foreign Host = %d; want 421", path, code)
+		}
+	}
+	// Probes and scrapers may name the worker by any DNS name.
+	if code, _ := e.do(t, "GET", "/healthz", "", "", "Host", "worker-1.prod.example.com"); code != 200 {
+		t.Fatalf("/healthz under a DNS name = %d; want 200", code)
 	}
 }
 

@@ -12,11 +12,14 @@ import (
 )
 
 // checkHost refuses requests whose Host the worker does not serve: a page on an attacker's
-// domain that rebinds its name to this address (DNS rebinding) names that domain in Host.
+// domain that rebinds its name to this address (DNS rebinding) names that domain in Host. The
+// probes and /metrics are exempt: scrapers and orchestrators name targets by any DNS name, and
+// those endpoints change nothing and hold no job data.
 func (s *Server) checkHost(next http.Handler) http.Handler {
 	self, _ := os.Hostname()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !hostAllowed(r.Host, self, s.cfg.Hosts) {
+		probe := r.Method == http.MethodGet && (r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || r.URL.Path == "/metrics")
+		if !probe && !hostAllowed(r.Host, self, s.cfg.Hosts) {
 			writeErr(w, http.StatusMisdirectedRequest, fmt.Sprintf("Host %q is not a name this worker serves: reach it by IP address or localhost, "+
 				"or add the name to --http-hosts (env HTTP_HOSTS)", protocol.Clip(r.Host, 80)))
 			return
