@@ -490,3 +490,49 @@ func TestClient_Query(t *testing.T) {
 		}
 	}
 }
+
+// hangingStore hangs every read of one job until its context ends (a hung storage call, which
+// Azurite does not produce on demand).
+type hangingStore struct {
+	client.Store
+	job string
+}
+
+func (h hangingStore) Get(ctx context.Context, name string) ([]byte, store.ETag, error) {
+	if strings.HasPrefix(name, h.job+"/") {
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}
+	return h.Store.Get(ctx, name)
+}
+
+// One job whose reads hang is listed as unreadable; it does not fail or stall the page.
+func TestClient_Query_HungJobListedUnreadable(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		id, err := e.cl.Submit(ctx, "pi", json.RawMessage(`{"samples":1000,"shards":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cl := *e.cl
+	cl.Store = hangingStore{Store: e.jobs, job: ids[1]}
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	page, err := cl.Query(qctx, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 3 {
+		t.Fatalf("page has %d jobs, want 3: %+v", len(page.Jobs), page.Jobs)
+	}
+	for _, st := range page.Jobs {
+		hung := st.ID == ids[1]
+		if hung != (st.State == client.StateUnreadable) || (hung && !strings.Contains(st.Unreadable, "deadline")) {
+			t.Errorf("job %s: state %s %q (hung: %v)", st.ID, st.State, st.Unreadable, hung)
+		}
+	}
+}
