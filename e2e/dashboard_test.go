@@ -199,6 +199,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(10*time.Second, "#detail-action", "the cancel accepted", func(s string) bool { return strings.Contains(s, "cancel requested for "+long) })
 	waitText(30*time.Second, "#detail-state", "the job cancelled", func(s string) bool { return s == "cancelled" })
 	screenshot(t, bctx, "dashboard-cancelled.png")
+
+	// The state filter lists the cancelled job alone.
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`(() => { const s = document.querySelector("#filter-state"); s.value = "cancelled"; s.dispatchEvent(new Event("change")); })()`, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitText(10*time.Second, "#jobs tbody", "only the cancelled job", func(s string) bool { return strings.Contains(s, long) && !strings.Contains(s, id) })
 }
 
 // screenshot saves the page as a PNG in the test's artifact directory and, when ARTIFACTS_DIR is

@@ -15,6 +15,8 @@ let pages = [""];      // cursors of the pages seen (before=), the first being t
 let nextCursor = "";
 let armed = null;      // the job whose cancel button was pressed once
 let token = sessionStorage.getItem("mapagg-api-token") || "";
+let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
+const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -66,16 +68,18 @@ async function tick() {
     cancelEnabled = !!c.cancel_enabled;
     sampled = new Map((j.jobs || []).map((x) => [x.id, x]));
     let warn = j.error ? "Some jobs could not be read just now (showing the last list): " + j.error : "";
-    if (filtered()) {
+    if (filtered() && (listURL() !== listedURL || Date.now() - listedAt > 5000)) {
       try {
-        const page = await getJSON(listURL());
+        listedURL = listURL(); listedAt = Date.now();
+        const page = await getJSON(listedURL);
         if (page.error) throw new Error(page.error);
         jobs = (page.jobs || []).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
         nextCursor = page.next ? new URL(page.next, location.href).searchParams.get("before") : "";
       } catch (e) {
         warn = "Listing jobs failed: " + e.message;
       }
-    } else {
+    } else if (!filtered()) {
+      listedURL = "";
       jobs = j.jobs || [];
       nextCursor = jobs.length >= 50 ? jobs[jobs.length - 1].id : ""; // /api/jobs shows the newest 50
     }
@@ -84,7 +88,10 @@ async function tick() {
       selected = running ? running.id : (jobs.length ? jobs[0].id : null);
     }
     if (selected) {
-      try { detail = await getJSON("api/v1/jobs/" + encodeURIComponent(selected)); } catch (e) { detail = { id: selected, error_reading: e.message }; }
+      // An ended job's detail does not change: read it once.
+      if (!detail || detail.id !== selected || !terminal(detail.state)) {
+        try { detail = await getJSON("api/v1/jobs/" + encodeURIComponent(selected)); } catch (e) { detail = { id: selected, error_reading: e.message }; }
+      }
     } else {
       detail = null;
     }
