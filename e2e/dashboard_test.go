@@ -93,8 +93,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText := func(within time.Duration, sel, what string, ok func(string) bool) string {
 		t.Helper()
 		var last string
-		testenv.Eventually(t, within, 200*time.Millisecond, func() bool { last = text(sel); return ok(last) },
-			"the dashboard shows %s (%s reads %q)", what, sel, last)
+		var status string
+		testenv.Eventually(t, within, 200*time.Millisecond, func() bool { last, status = text(sel), text("#status"); return ok(last) },
+			"the dashboard shows %s (%s reads %q; the page's status: %q)", what, sel, last, status)
 		return last
 	}
 	waitText(20*time.Second, "#leader-id", "the leader "+old.ID, func(s string) bool { return s == old.ID })

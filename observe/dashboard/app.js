@@ -98,6 +98,7 @@ async function tick() {
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
+    if (!(e instanceof TypeError && String(e.message).includes("fetch"))) console.error(e);
     $("#status").textContent = "cannot reach the worker: " + e.message;
   }
 }
