@@ -1,6 +1,7 @@
 package node
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,5 +70,31 @@ func TestCommands_NATSCredentialsExplained(t *testing.T) {
 			strings.Contains(stderr, "pa55word") {
 			t.Errorf("%v with a wrong NATS password: exit %d\n%s", args, code, stderr)
 		}
+	}
+}
+
+func TestReadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if tok, err := readToken(""); tok != nil || err != nil {
+		t.Fatalf("no file: %q, %v", tok, err)
+	}
+	if tok, err := readToken(write("good", "  0123456789abcdef-secret\n")); err != nil || string(tok) != "0123456789abcdef-secret" {
+		t.Fatalf("good token: %q, %v", tok, err)
+	}
+	for name, content := range map[string]string{"short": "tiny-secret\n", "empty": "\n"} {
+		_, err := readToken(write(name, content))
+		if err == nil || !strings.Contains(err.Error(), "at least 16") || strings.Contains(err.Error(), "tiny-secret") {
+			t.Errorf("%s token: %v", name, err)
+		}
+	}
+	if _, err := readToken(dir + "/missing"); err == nil || !strings.Contains(err.Error(), "cannot read it") {
+		t.Errorf("missing file: %v", err)
 	}
 }
