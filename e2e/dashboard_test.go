@@ -93,9 +93,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText := func(within time.Duration, sel, what string, ok func(string) bool) string {
 		t.Helper()
 		var last string
-		var status string
-		testenv.Eventually(t, within, 200*time.Millisecond, func() bool { last, status = text(sel), text("#status"); return ok(last) },
-			"the dashboard shows %s (%s reads %q; the page's status: %q)", what, sel, last, status)
+		var status, page string
+		testenv.Eventually(t, within, 200*time.Millisecond, func() bool {
+			last, status = text(sel), text("#status")
+			_ = chromedp.Run(bctx, chromedp.Evaluate(`location.href + " " + document.readyState + " " + (document.body ? document.body.innerHTML.length : -1)`, &page))
+			return ok(last)
+		}, "the dashboard shows %s (%s reads %q; the page's status: %q; page %s)", what, sel, last, status, page)
 		return last
 	}
 	waitText(20*time.Second, "#leader-id", "the leader "+old.ID, func(s string) bool { return s == old.ID })
