@@ -58,6 +58,8 @@ type Client struct {
 	Validator Validator
 
 	Now func() time.Time // default time.Now
+
+	close func() // set by New
 }
 
 // Errors.
@@ -114,9 +116,26 @@ func (c *Client) now() time.Time {
 	return c.Now()
 }
 
+// Spec is a job as Submit writes it.
+type Spec struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Params      json.RawMessage `json:"params"`
+	SubmittedAt time.Time       `json:"submitted_at"`
+	Priority    int             `json:"priority,omitempty"`
+}
+
 // Validate checks a job type and its parameters without writing anything, and returns the spec
 // Submit would write. A type in Registry is validated locally; any other goes to Validator.
-func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
+func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*Spec, error) {
+	spec, err := c.validate(ctx, typ, params)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
+}
+
+func (c *Client) validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
@@ -149,22 +168,34 @@ func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessag
 	return spec, nil
 }
 
-// SubmitOption changes a submitted job's spec.
-type SubmitOption func(*protocol.Spec)
+// SubmitOption sets an optional field of a submitted job.
+type SubmitOption func(*submitOptions)
 
-// WithPriority sets a job's priority, protocol.MinPriority to protocol.MaxPriority (default 0):
-// each step up doubles its share of dispatch against running jobs of its type.
-func WithPriority(p int) SubmitOption { return func(s *protocol.Spec) { s.Priority = p } }
+type submitOptions struct {
+	priority int
+}
+
+// WithPriority sets a job's priority, MinPriority to MaxPriority (default 0): each step up
+// doubles its share of dispatch against running jobs of its type.
+func WithPriority(p int) SubmitOption { return func(o *submitOptions) { o.priority = p } }
+
+// The range of a job's priority.
+const (
+	MinPriority = protocol.MinPriority
+	MaxPriority = protocol.MaxPriority
+)
 
 // Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
 func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage, opts ...SubmitOption) (string, error) {
-	spec, err := c.Validate(ctx, typ, params)
+	spec, err := c.validate(ctx, typ, params)
 	if err != nil {
 		return "", err
 	}
-	for _, o := range opts {
-		o(spec)
+	var o submitOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
+	spec.Priority = o.priority
 	data, err := spec.Encode()
 	if err != nil {
 		return "", err
@@ -177,7 +208,7 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 		return "", fmt.Errorf("queue job: %w", err)
 	}
 	if c.Notify != nil {
-		_ = c.Notify.Announce("ctl.submitted", []byte(spec.ID))
+		_ = c.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
 	}
 	return spec.ID, nil
 }
@@ -422,7 +453,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
 		return nil, fmt.Errorf("write cancel marker: %w", err)
 	}
 	if c.Notify != nil {
-		_ = c.Notify.Announce("ctl.cancel", []byte(id))
+		_ = c.Notify.Announce(protocol.CtlCancel, []byte(id))
 	}
 	return st, nil
 }

@@ -29,14 +29,19 @@ type env struct {
 // newEnv returns a client with the built-ins over a fresh container and queue on Azurite.
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	conn := testenv.Azurite(t)
+	return newEnvNamed(t, testenv.Azurite(t), testenv.Name(t, "jobs"), testenv.Name(t, "q"))
+}
+
+// newEnvNamed is newEnv over the container and queue named.
+func newEnvNamed(t testing.TB, conn, container, queueName string) *env {
+	t.Helper()
 	bc, err := store.NewClient(conn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	c := store.New(bc, testenv.Name(t, "jobs"))
-	q, err := queue.New(conn, testenv.Name(t, "q"))
+	c := store.New(bc, container)
+	q, err := queue.New(conn, queueName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,6 +378,165 @@ func TestClient_List_UnreadableJobShownWithItsError(t *testing.T) {
 		}
 		if st.State != client.StateUnreadable || !strings.Contains(st.Unreadable, want) {
 			t.Errorf("damaged job %s: state %s, unreadable %q; want %s and %q", st.ID, st.State, st.Unreadable, client.StateUnreadable, want)
+		}
+	}
+}
+
+func TestNew_ConfigAndNATS(t *testing.T) {
+	conn := testenv.Azurite(t)
+	ctx := context.Background()
+	if _, err := client.New(ctx, client.Config{}); !errors.Is(err, client.ErrBadConfig) {
+		t.Fatalf("New without storage = %v, want ErrBadConfig", err)
+	}
+	base := client.Config{Storage: store.Account{ConnectionString: conn}, JobsContainer: testenv.Name(t, "jobs"), Queue: testenv.Name(t, "q"),
+		Registry: builtin.Registry(), TypesWindow: 200 * time.Millisecond}
+	e := newEnvNamed(t, conn, base.JobsContainer, base.Queue)
+
+	// NATS unreachable: an error, unless optional; then local types still submit.
+	cfg := base
+	cfg.NATSURL = "nats://127.0.0.1:1"
+	if _, err := client.New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "nats://127.0.0.1:1") {
+		t.Fatalf("New with NATS down = %v, want an error naming the URL", err)
+	}
+	cfg.NATSOptional = true
+	cl, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Submit(ctx, "squares", json.RawMessage(`{}`)); err == nil || !strings.Contains(err.Error(), "is unreachable") {
+		t.Fatalf("a foreign type without NATS = %v", err)
+	}
+	e.assertNothingWritten(t)
+	cl.Close()
+
+	// A real NATS server without workers: a foreign type is refused naming ErrNoWorkers; a
+	// local type is submitted and announced.
+	cfg = base
+	cfg.NATSURL = testenv.NATS(t)
+	cl, err = client.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Submit(ctx, "squares", json.RawMessage(`{}`)); !errors.Is(err, client.ErrNoWorkers) {
+		t.Fatalf("a foreign type with no worker = %v, want ErrNoWorkers", err)
+	}
+	e.assertNothingWritten(t)
+	spec, err := cl.Validate(ctx, "primes", json.RawMessage(`{"from":0,"to":10,"shards":1}`))
+	if err != nil || spec.Type != "primes" || protocol.CheckID(spec.ID) != nil {
+		t.Fatalf("Validate = %+v, %v", spec, err)
+	}
+	id, err := cl.Submit(ctx, "primes", json.RawMessage(`{"from":0,"to":10,"shards":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := cl.Status(ctx, id); err != nil || st.State != jobs.StateQueued {
+		t.Fatalf("Status = %+v, %v", st, err)
+	}
+}
+
+func TestClient_Query(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	clock := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	e.cl.Now = func() time.Time { clock = clock.Add(time.Minute); return clock }
+	var ids []string
+	for i := range 6 {
+		typ, params := "pi", `{"samples":1000,"shards":2}`
+		if i%3 == 0 {
+			typ, params = "primes", `{"from":0,"to":100,"shards":2}`
+		}
+		id, err := e.cl.Submit(ctx, typ, json.RawMessage(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	e.putCheckpoint(t, ids[4], jobs.StateFailed, 1, 2, "", "boom")
+	if _, err := e.jobs.Put(ctx, protocol.SpecBlob(ids[5]), []byte("{"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	got := func(f client.Filter) ([]string, string) {
+		t.Helper()
+		p, err := e.cl.Query(ctx, f)
+		if err != nil {
+			t.Fatalf("Query(%+v): %v", f, err)
+		}
+		var out []string
+		for _, s := range p.Jobs {
+			out = append(out, s.ID)
+		}
+		return out, p.Next
+	}
+	eq := func(a []string, b ...string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+	if l, next := got(client.Filter{Limit: 4}); !eq(l, ids[5], ids[4], ids[3], ids[2]) || next != ids[2] {
+		t.Fatalf("first page %v next %q", l, next)
+	}
+	if l, next := got(client.Filter{Limit: 4, Before: ids[2]}); !eq(l, ids[1], ids[0]) || next != "" {
+		t.Fatalf("second page %v next %q", l, next)
+	}
+	if l, _ := got(client.Filter{Type: "primes"}); !eq(l, ids[3], ids[0]) {
+		t.Fatalf("type primes: %v", l)
+	}
+	if l, _ := got(client.Filter{State: jobs.StateFailed}); !eq(l, ids[4]) {
+		t.Fatalf("failed: %v", l)
+	}
+	if l, _ := got(client.Filter{State: client.StateUnreadable}); !eq(l, ids[5]) {
+		t.Fatalf("unreadable: %v", l)
+	}
+	// ids[3] was submitted at 12:07 (two clock reads per submit).
+	if l, _ := got(client.Filter{Since: time.Date(2026, 11, 21, 12, 7, 0, 0, time.UTC)}); !eq(l, ids[5], ids[4], ids[3]) {
+		t.Fatalf("since 12:07: %v", l)
+	}
+	for _, f := range []client.Filter{{Limit: -1}, {Limit: client.MaxQueryLimit + 1}, {State: "done"}, {Before: "../x"}} {
+		if _, err := e.cl.Query(ctx, f); err == nil {
+			t.Errorf("Query(%+v) accepted", f)
+		}
+	}
+}
+
+// hangingStore hangs every read of one job until its context ends (a hung storage call, which
+// Azurite does not produce on demand).
+type hangingStore struct {
+	client.Store
+	job string
+}
+
+func (h hangingStore) Get(ctx context.Context, name string) ([]byte, store.ETag, error) {
+	if strings.HasPrefix(name, h.job+"/") {
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}
+	return h.Store.Get(ctx, name)
+}
+
+// One job whose reads hang is listed as unreadable; it does not fail or stall the page.
+func TestClient_Query_HungJobListedUnreadable(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		id, err := e.cl.Submit(ctx, "pi", json.RawMessage(`{"samples":1000,"shards":2}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cl := *e.cl
+	cl.Store = hangingStore{Store: e.jobs, job: ids[1]}
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	page, err := cl.Query(qctx, client.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 3 {
+		t.Fatalf("page has %d jobs, want 3: %+v", len(page.Jobs), page.Jobs)
+	}
+	for _, st := range page.Jobs {
+		hung := st.ID == ids[1]
+		if hung != (st.State == client.StateUnreadable) || (hung && !strings.Contains(st.Unreadable, "deadline")) {
+			t.Errorf("job %s: state %s %q (hung: %v)", st.ID, st.State, st.Unreadable, hung)
 		}
 	}
 }

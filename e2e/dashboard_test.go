@@ -43,7 +43,13 @@ func chromium(t *testing.T) string {
 // leader after a SIGKILL half-way, and the progress bar reaching 100 %.
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
-	c := start(t, cluster.Options{Workers: 3, LeaseDuration: lease, Concurrency: 2, Env: []string{"ACQUIRE_INTERVAL=" + acquireEvery.String()}})
+	const token = "dashboard-e2e-token-0123456789"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := start(t, cluster.Options{Workers: 3, LeaseDuration: lease, Concurrency: 2,
+		Env: []string{"ACQUIRE_INTERVAL=" + acquireEvery.String(), "API_TOKEN_FILE=" + tokenFile}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	old := leader(t, c)
@@ -86,8 +92,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText := func(within time.Duration, sel, what string, ok func(string) bool) string {
 		t.Helper()
 		var last string
-		testenv.Eventually(t, within, 200*time.Millisecond, func() bool { last = text(sel); return ok(last) },
-			"the dashboard shows %s (%s reads %q)", what, sel, last)
+		var status, page string
+		testenv.Eventually(t, within, 200*time.Millisecond, func() bool {
+			last, status = text(sel), text("#status")
+			_ = chromedp.Run(bctx, chromedp.Evaluate(`location.href + " " + document.readyState + " " + (document.body ? document.body.innerHTML.length : -1)`, &page))
+			return ok(last)
+		}, "the dashboard shows %s (%s reads %q; the page's status: %q; page %s)", what, sel, last, status, page)
 		return last
 	}
 	waitText(20*time.Second, "#leader-id", "the leader "+old.ID, func(s string) bool { return s == old.ID })
@@ -135,6 +145,69 @@ func TestDashboardInBrowser(t *testing.T) {
 		return strings.Contains(s, fmt.Sprintf("elected %s (epoch %d)", next, ep))
 	})
 	screenshot(t, bctx, "dashboard-after-failover.png")
+
+	// The detail view of the job that survived the leader's death: its parameters, times, the
+	// leader that finished it and a link to its exact result.
+	click := func(sel string) {
+		t.Helper()
+		if err := chromedp.Run(bctx, chromedp.Click(sel, chromedp.ByQuery)); err != nil {
+			t.Fatalf("click %s: %v", sel, err)
+		}
+	}
+	click(fmt.Sprintf(`tr.job[data-id=%q] td`, id))
+	waitText(10*time.Second, "#detail-id", "the detail of "+id, func(s string) bool { return s == id })
+	waitText(5*time.Second, "#detail-state", "succeeded", func(s string) bool { return s == "succeeded" })
+	waitText(5*time.Second, "#detail-params", "the job's params", func(s string) bool { return strings.Contains(s, `"shards": 150`) })
+	waitText(5*time.Second, "#detail-finished", "when it finished", func(s string) bool { return strings.Contains(s, "took") })
+	waitText(5*time.Second, "#detail-epochs", "the leader after the kill checkpointed it", func(s string) bool {
+		return strings.Contains(s, fmt.Sprintf("last checkpoint by epoch %d", ep))
+	})
+	// Resumed from the dead leader's checkpoint, or planned anew when it died before its first.
+	waitText(10*time.Second, "#detail-events", "the job taken over and finished by the new leader", func(s string) bool {
+		return strings.Contains(s, fmt.Sprintf("by %s (epoch %d)", next, ep)) && strings.Contains(s, "job finished")
+	})
+	var href string
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`(document.querySelector("#detail-result-link") || {}).href || ""`, &href)); err != nil || href == "" {
+		t.Fatalf("no result link in the detail view (%v)", err)
+	}
+	if code, body := call(t, "GET", href, "", ""); code != 200 || strings.TrimSpace(body) != `{"shards":150,"index_sum":11175}` {
+		t.Fatalf("the detail view's result link %s: %d %s", href, code, body)
+	}
+	screenshot(t, bctx, "dashboard-job-detail.png")
+
+	// An action: without the token the page offers none; with it, cancel a running job.
+	long, err := c.Client.Submit(ctx, "sleep", json.RawMessage(`{"shards":4,"duration":"10m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitText(20*time.Second, fmt.Sprintf(`tr.job[data-id=%q]`, long), "the long job", func(s string) bool { return s != "" })
+	click(fmt.Sprintf(`tr.job[data-id=%q] td`, long))
+	waitText(10*time.Second, "#detail-id", "the detail of "+long, func(s string) bool { return s == long })
+	hidden := func() bool {
+		var h bool
+		_ = chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("#detail-cancel").hidden`, &h))
+		return h
+	}
+	if !hidden() {
+		t.Fatal("the page offers cancel without the API token")
+	}
+	if err := chromedp.Run(bctx, chromedp.SetValue("#api-token", token, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	click("#token-save")
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() bool { return !hidden() }, "the cancel button appears with the token")
+	click("#detail-cancel")
+	waitText(5*time.Second, "#detail-cancel", "the button asks to confirm", func(s string) bool { return strings.Contains(s, "click again") })
+	click("#detail-cancel")
+	waitText(10*time.Second, "#detail-action", "the cancel accepted", func(s string) bool { return strings.Contains(s, "cancel requested for "+long) })
+	waitText(30*time.Second, "#detail-state", "the job cancelled", func(s string) bool { return s == "cancelled" })
+	screenshot(t, bctx, "dashboard-cancelled.png")
+
+	// The state filter lists the cancelled job alone.
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`(() => { const s = document.querySelector("#filter-state"); s.value = "cancelled"; s.dispatchEvent(new Event("change")); })()`, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitText(10*time.Second, "#jobs tbody", "only the cancelled job", func(s string) bool { return strings.Contains(s, long) && !strings.Contains(s, id) })
 }
 
 // screenshot saves the page as a PNG in the test's artifact directory and, when ARTIFACTS_DIR is

@@ -14,6 +14,7 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
@@ -280,7 +281,7 @@ func TestSubmit_NATSUnreachable(t *testing.T) {
 	c := newCluster(t)
 	c.env["NATS_URL"] = "nats://127.0.0.1:1"
 	code, _, stderr := run(t, c.node(t, builtin.Registry()), "submit", "--type", "squares", "--params", `{"n":10,"shards":2}`)
-	if code != 1 || !strings.Contains(stderr, `this binary does not have job type "squares" (it has: pi, primes, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
+	if code != 1 || !strings.Contains(stderr, `this program does not have job type "squares" (it has: pi, primes, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 	if got := c.jobCount(t); got != 0 {
@@ -370,11 +371,23 @@ func TestCommands_Cluster(t *testing.T) {
 	var squaresID string
 	t.Run("submit a type only a worker has, and wait", func(t *testing.T) {
 		code, stdout, stderr := run(t, stock, "submit", "--type", "squares", "--params", `{"n":1000,"shards":7}`, "--wait", "--poll", "20ms")
-		lines := strings.Split(strings.TrimSpace(stdout), "\n")
-		if code != 0 || len(lines) != 2 || lines[1] != `{"sum":333833500}` {
+		// Only the result on stdout (it pipes into jq); the id first on stderr.
+		if code != 0 || stdout != `{"sum":333833500}`+"\n" {
 			t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
-		squaresID = lines[0]
+		squaresID, _, _ = strings.Cut(stderr, "\n")
+		if protocol.CheckID(squaresID) != nil {
+			t.Fatalf("stderr does not start with the job id:\n%s", stderr)
+		}
+		// worker wait on the finished job: the result again, exit 0.
+		if code, stdout, stderr := run(t, stock, "wait", squaresID); code != 0 || stdout != `{"sum":333833500}`+"\n" {
+			t.Fatalf("wait %s: exit %d, stdout %q\n%s", squaresID, code, stdout, stderr)
+		}
+		// --quiet: only the id.
+		code, stdout, stderr = run(t, stock, "submit", "--quiet", "--wait", "--type", "squares", "--params", `{"n":10,"shards":2}`)
+		if code != 0 || protocol.CheckID(strings.TrimSuffix(stdout, "\n")) != nil || stderr != "" {
+			t.Fatalf("submit --quiet --wait: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
 	})
 
 	var primesID string
@@ -407,11 +420,27 @@ func TestCommands_Cluster(t *testing.T) {
 		}
 		code, out, _ = run(t, stock, "status", "--json")
 		var all statusJSON
-		if err := json.Unmarshal([]byte(out), &all); err != nil || code != 0 || all.Leader == nil || all.Leader.ID != "w-custom" || len(all.Jobs) != 2 {
+		if err := json.Unmarshal([]byte(out), &all); err != nil || code != 0 || all.Leader == nil || all.Leader.ID != "w-custom" || len(all.Jobs) != 3 {
 			t.Fatalf("status --json: %v\n%s", err, out)
 		}
 		if code, _, stderr := run(t, stock, "status", "20261121-000000-00000000"); code != 1 || !strings.Contains(stderr, "no such job") {
 			t.Fatalf("status of a missing job: exit %d\n%s", code, stderr)
+		}
+		// Filters, and times.
+		code, out, _ = run(t, stock, "status", "--type", "primes", "--state", "succeeded", "--since", "1h")
+		if code != 0 || !strings.Contains(out, primesID) || strings.Contains(out, squaresID) || !strings.Contains(out, "SUBMITTED (UTC)") {
+			t.Fatalf("status --type primes: exit %d\n%s", code, out)
+		}
+		if code, out, _ = run(t, stock, "status", "--state", "failed"); code != 0 || !strings.Contains(out, "jobs: none") {
+			t.Fatalf("status --state failed: exit %d\n%s", code, out)
+		}
+		if code, out, _ = run(t, stock, "status", "--limit", "1", "--json"); code != 0 || strings.Count(out, `"shards_total"`) != 1 {
+			t.Fatalf("status --limit 1: exit %d\n%s", code, out)
+		}
+		for _, bad := range [][]string{{"--state", "done"}, {"--since", "yesterday"}, {"--limit", "100000"}, {squaresID, "--state", "failed"}} {
+			if code, _, stderr := run(t, stock, append([]string{"status"}, bad...)...); code != 2 {
+				t.Errorf("status %v: exit %d, want 2\n%s", bad, code, stderr)
+			}
 		}
 	})
 
@@ -439,6 +468,10 @@ func TestCommands_Cluster(t *testing.T) {
 		}
 		if code, _, stderr := run(t, stock, "cancel", id); code != 1 || !strings.Contains(stderr, "already cancelled") {
 			t.Fatalf("cancel of a cancelled job: exit %d\n%s", code, stderr)
+		}
+		// worker wait: the exit status says the job was cancelled.
+		if code, stdout, stderr := run(t, stock, "wait", id); code != 3 || stdout != "" || !strings.Contains(stderr, "cancelled") {
+			t.Fatalf("wait on a cancelled job: exit %d, stdout %q\n%s", code, stdout, stderr)
 		}
 	})
 }

@@ -128,7 +128,7 @@ func clusterKeys(ctx context.Context, log *slog.Logger, cfg Config, c keyBlob) (
 			log.Info("cluster key", "source", "blob "+cfg.LeaseContainer+"/"+ClusterKeyBlob, "keys", r)
 			return r, nil
 		}
-		if errors.Is(err, ErrClusterKey) || errors.Is(err, bus.ErrBadKey) {
+		if errors.Is(err, ErrClusterKey) || errors.Is(err, bus.ErrBadKey) || refusedCredentials(err) {
 			return nil, err
 		}
 		if ctx.Err() != nil {

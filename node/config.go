@@ -82,9 +82,15 @@ type Config struct {
 	HTTPAddr string
 	// Pprof serves /debug/pprof/ on the HTTP server. Default false. --pprof.
 	Pprof bool
-	// DashboardCancel lets the dashboard cancel jobs; it is read-only otherwise. Default false.
-	// --dashboard-cancel.
+	// DashboardCancel lets the dashboard's own page cancel jobs without the API token (same-origin
+	// requests only). Default false. --dashboard-cancel.
 	DashboardCancel bool
+	// APITokenFile holds the bearer token that authorizes writes over HTTP (the /api/v1 job API,
+	// the dashboard's actions). Default none: writes are refused. --api-token-file.
+	APITokenFile string
+	// HTTPHosts are extra Host names the HTTP server answers (IP literals, localhost, names without
+	// a dot and the host name always work; "*" allows any). Default none. --http-hosts.
+	HTTPHosts []string
 
 	// Logger receives the node's logs. Default slog.Default(). --log-level sets the CLI's.
 	Logger *slog.Logger

@@ -1,18 +1,14 @@
 package node
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -127,135 +123,6 @@ type ControlConfig struct {
 // DefaultControlConfig returns the default bounds.
 func DefaultControlConfig() ControlConfig {
 	return ControlConfig{Timeout: 10 * time.Second, Window: 500 * time.Millisecond}
-}
-
-// clusterValidator asks the running workers to validate a job type this binary does not have.
-type clusterValidator struct {
-	nc      *nats.Conn // nil when connErr
-	connErr error
-	url     string
-	names   protocol.Names
-	local   []string // the types this binary has, for messages
-	cfg     ControlConfig
-}
-
-var _ client.Validator = (*clusterValidator)(nil)
-
-// ValidateJob implements client.Validator over NATS.
-func (v *clusterValidator) ValidateJob(ctx context.Context, typ string, params json.RawMessage) error {
-	if v.nc == nil {
-		return fmt.Errorf("this binary does not have job type %q (it has: %s), and NATS at %s, which would ask the running workers, is unreachable: %w",
-			typ, joinOrNone(v.local), v.url, v.connErr)
-	}
-	req := protocol.ValidateRequest{Type: typ, Params: params}
-	data, err := req.Encode()
-	if err != nil {
-		return err
-	}
-	if len(data) > protocol.MaxControlParams {
-		return fmt.Errorf("%w: params of %s are %d bytes, over %d", jobs.ErrBadParams, typ, len(params), protocol.MaxControlParams)
-	}
-	rctx, cancel := context.WithTimeout(ctx, v.cfg.Timeout)
-	defer cancel()
-	m, err := v.nc.RequestWithContext(rctx, v.names.ValidateSubject(typ), data)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return v.unknown(ctx, typ)
-	}
-	if err != nil {
-		return fmt.Errorf("ask the cluster to validate %s: %w", typ, err)
-	}
-	rep, err := protocol.DecodeValidateReply(m.Data)
-	if err != nil {
-		return fmt.Errorf("ask the cluster to validate %s: %w", typ, err)
-	}
-	switch e := rep.Error; {
-	case e == nil:
-		return nil
-	case e.Kind == protocol.RefusedType:
-		return v.unknown(ctx, typ)
-	case e.Param:
-		return &jobs.ParamError{Job: e.Job, Field: e.Field, Reason: e.Reason}
-	default:
-		return fmt.Errorf("%w: %s (worker %s)", jobs.ErrBadParams, e.Reason, rep.Worker)
-	}
-}
-
-// checkLocal asks the running workers about a type this binary has: one of them must have it
-// too, and accept the parameters (its build may differ from this one).
-func (v *clusterValidator) checkLocal(ctx context.Context, typ string, params json.RawMessage) error {
-	if v.nc == nil {
-		return fmt.Errorf("cannot check that a running worker has job type %q: NATS at %s is unreachable: %w", typ, v.url, v.connErr)
-	}
-	return v.ValidateJob(ctx, typ, params)
-}
-
-// unknown is the error for a type no live worker has: the types the live workers know, or
-// ErrNoWorkers when none answers.
-func (v *clusterValidator) unknown(ctx context.Context, typ string) error {
-	workers, err := gatherTypes(ctx, v.nc, v.names, v.cfg.Window)
-	if err != nil {
-		return err
-	}
-	if len(workers) == 0 {
-		return noWorkers(v.url, v.names)
-	}
-	return &jobs.UnknownTypeError{Type: typ, Known: unionTypes(workers)}
-}
-
-func noWorkers(url string, names protocol.Names) error {
-	return fmt.Errorf("%w on NATS at %s (stream prefix %q): start one with `worker run`, or check --nats-url and --stream-prefix",
-		ErrNoWorkers, url, names.Prefix)
-}
-
-// gatherTypes asks every running worker for its job types and collects the answers that arrive
-// within window, sorted by worker id. An answer that does not decode is dropped.
-func gatherTypes(ctx context.Context, nc *nats.Conn, names protocol.Names, window time.Duration) ([]protocol.TypesReply, error) {
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("ask the cluster for its types: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(names.TypesSubject(), inbox, nil); err != nil {
-		return nil, fmt.Errorf("ask the cluster for its types: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, window)
-	defer cancel()
-	seen := map[string]bool{}
-	var out []protocol.TypesReply
-	for {
-		m, err := sub.NextMsgWithContext(wctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			break // the window is over
-		}
-		rep, err := protocol.DecodeTypesReply(m.Data)
-		if err != nil || seen[rep.Worker] {
-			continue
-		}
-		seen[rep.Worker] = true
-		out = append(out, *rep)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Worker < out[j].Worker })
-	return out, nil
-}
-
-// unionTypes is every type some worker has, sorted.
-func unionTypes(workers []protocol.TypesReply) []string {
-	set := map[string]bool{}
-	for _, w := range workers {
-		for _, t := range w.Types {
-			set[t] = true
-		}
-	}
-	out := make([]string, 0, len(set))
-	for t := range set {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func joinOrNone(s []string) string {

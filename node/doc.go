@@ -8,10 +8,11 @@
 //	}
 //
 // That binary has every command of the stock worker: run (join the cluster: process shards, and
-// coordinate when elected leader), submit, status, result, cancel, types, workers, health and
-// env. `run` assembles the election, the coordinator, the shard worker, the NATS release/poke
-// wiring and the control responder (see below) from Config. Node.Serve does the same for a
-// program that builds its Config itself instead of from flags and environment.
+// coordinate when elected leader), submit, status, result, cancel, wait, types, workers, health
+// and env. `run` serves the HTTP job API and the dashboard (package observe) too. `run` assembles
+// the election, the coordinator, the shard worker, the NATS release/poke wiring and the control
+// responder (see below) from Config; Node.Serve does the same for a program that builds its
+// Config itself instead of from flags and environment.
 //
 // # Validation where the type is known
 //
@@ -35,7 +36,8 @@
 // # Guarantees
 //
 // Exit status 0 on success, 1 on failure, 2 on a usage mistake (bad flag, bad value, missing
-// setting, refused job); every command has --help. Every flag of the connection settings also
+// setting, refused job), 3 when the job waited for was cancelled; every command has --help.
+// A refused credential is named with what to check, never shown. Every flag of the connection settings also
 // reads an environment variable (`worker env` lists them); the command line wins.
 //
 // Not guaranteed: the cluster's answer about a type reflects the workers running at that moment.

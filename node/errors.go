@@ -4,11 +4,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+
+	"github.com/mapagg/mapagg/client"
 )
 
 // ErrNoWorkers is returned when a command needs the running cluster's answer (submit of a type this
 // binary does not have, types) and no worker answers on NATS.
-var ErrNoWorkers = errors.New("no worker is running")
+// It is client.ErrNoWorkers.
+var ErrNoWorkers = client.ErrNoWorkers
 
 // ErrBadConfig is matched by every error Config.Validate and Options.Validate return.
 var ErrBadConfig = errors.New("bad node configuration")

@@ -21,6 +21,7 @@ type flagSet struct {
 	*flag.FlagSet
 	env       []envFlag
 	lookupEnv func(string) (string, bool)
+	conn      map[string]bool // the connection flags every command shares, shown last in -h
 }
 
 // envFlag records which environment variable backs a flag.
@@ -41,10 +42,44 @@ func (n *Node) newFlagSet(name string) *flagSet {
 				}
 			}
 		}
+		var own, conn []*flag.Flag
+		fs.VisitAll(func(f *flag.Flag) {
+			if fs.conn[f.Name] {
+				conn = append(conn, f)
+			} else {
+				own = append(own, f)
+			}
+		})
 		fmt.Fprintf(out, "\nflags of %s %s:\n", prog, name)
-		fs.PrintDefaults()
+		printFlags(out, own)
+		if len(conn) > 0 {
+			fmt.Fprintf(out, "\nconnection flags (every command has them):\n")
+			printFlags(out, conn)
+		}
 	}
 	return fs
+}
+
+// printFlags prints flags as flag.PrintDefaults does.
+func printFlags(w io.Writer, flags []*flag.Flag) {
+	if len(flags) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	for _, f := range flags {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				usage += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+	}
 }
 
 // bindEnv names the environment variable that sets flag name when it is not given on the
@@ -98,6 +133,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flagSet) {
+	defer markConnection(fs)
 	d := DefaultConfig()
 	c.connectFlags.register(fs)
 	fs.StringVar(&c.natsURL, "nats-url", d.NATSURL, "NATS server URL(s), comma-separated")
@@ -112,6 +148,14 @@ func (c *common) register(fs *flagSet) {
 	bindEnv(fs, "stream-prefix", "STREAM_PREFIX")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	bindEnv(fs, "log-level", "LOG_LEVEL")
+}
+
+// markConnection records every flag registered so far as a connection flag.
+func markConnection(fs *flagSet) {
+	if fs.conn == nil {
+		fs.conn = map[string]bool{}
+	}
+	fs.VisitAll(func(f *flag.Flag) { fs.conn[f.Name] = true })
 }
 
 func (c *common) check() error {
@@ -137,33 +181,22 @@ func (c *common) connectNATS(name string) (*bus.Bus, error) {
 	return bus.Connect(c.natsURL, name, c.busConfig(bus.Config{Prefix: c.streamPrefix}), opts...)
 }
 
-// client builds a job client with the node's registry. With withNATS it also connects to NATS,
-// best effort: the connection wakes the leader sooner and validates the types the registry
-// lacks (a ValidateJob without it says NATS is unreachable).
-func (n *Node) client(c *common, withNATS bool) (*client.Client, func(), error) {
-	bc, err := c.blob()
+// client builds a job client with the node's registry through client.New, from the same
+// settings. With withNATS it also connects to NATS, best effort: the connection wakes the leader
+// sooner and validates the types the registry lacks (without it, such a type is refused saying
+// NATS is unreachable).
+func (n *Node) client(ctx context.Context, c *common, withNATS bool) (*client.Client, func(), error) {
+	cfg := client.Config{Storage: c.account, NATSURL: c.natsURL, NATSAuth: c.natsAuth, NATSOptional: true,
+		JobsContainer: c.jobsContainer, Queue: c.queueName, StreamPrefix: c.streamPrefix, Registry: n.opts.Registry,
+		ValidateTimeout: n.opts.Control.Timeout, TypesWindow: n.opts.Control.Window, Name: n.opts.Name + "-cli"}
+	if !withNATS {
+		cfg.NATSURL = client.NATSOff
+	}
+	cl, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := c.queue(c.queueName)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl := &client.Client{Store: store.New(bc, c.jobsContainer), Queue: q, Registry: n.opts.Registry}
-	closer := func() {}
-	if withNATS {
-		v := &clusterValidator{url: c.natsURL, names: c.names(), local: n.opts.Registry.Types(), cfg: n.opts.Control}
-		b, err := c.connectNATS(n.opts.Name + "-cli")
-		if err == nil {
-			cl.Notify = b
-			v.nc = b.Conn()
-			closer = b.Close
-		} else {
-			v.connErr = err
-		}
-		cl.Validator = v
-	}
-	return cl, closer, nil
+	return cl, cl.Close, nil
 }
 
 // ensure creates the container and the queue when missing (first submit on a fresh account).

@@ -1,14 +1,20 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
@@ -19,17 +25,17 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/observe"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
 
-// DefaultHTTPAddr is where `worker run` serves metrics, health and the dashboard. All interfaces
-// on 8080, because in a container (compose, Kubernetes) Prometheus, the health check and a
-// browser reach the worker from outside its network namespace, and each container has its own
-// ports. Several workers on one host need an address each: pass 127.0.0.1:0 (a free port, logged
-// at start) or 127.0.0.1:<port>.
+// DefaultHTTPAddr is where `worker run` serves metrics, health, the API and the dashboard. All
+// interfaces on 8080, because in a container (compose, Kubernetes) Prometheus, the health check
+// and a browser reach the worker from outside its network namespace. When it is taken (several
+// workers on one host), a worker falls back to a free port, logs it and announces it.
 const DefaultHTTPAddr = ":8080"
 
 // registerHTTPFlags adds the `run` flags of the HTTP server, which set cfg's fields.
@@ -38,8 +44,72 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	bindEnv(fs, "http-addr", "HTTP_ADDR")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
 	bindEnv(fs, "pprof", "PPROF")
-	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard cancel jobs (read-only otherwise)")
+	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel jobs without the API token (same-origin requests only)")
 	bindEnv(fs, "dashboard-cancel", "DASHBOARD_CANCEL")
+	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (POST /api/v1/jobs, cancel); without it writes are refused")
+	bindEnv(fs, "api-token-file", "API_TOKEN_FILE")
+	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
+		cfg.HTTPHosts = nil
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				cfg.HTTPHosts = append(cfg.HTTPHosts, h)
+			}
+		}
+		return nil
+	})
+	bindEnv(fs, "http-hosts", "HTTP_HOSTS")
+}
+
+// minTokenLen is the shortest API token accepted: a guessable token is no token.
+const minTokenLen = 16
+
+// readToken reads the API token from file ("" for none). Its content never appears in an error.
+func readToken(file string) ([]byte, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--api-token-file %s: cannot read it (%v)", file, errors.Unwrap(err))
+	}
+	tok := bytes.TrimSpace(b)
+	if len(tok) < minTokenLen {
+		return nil, fmt.Errorf("--api-token-file %s: the token is %d characters; use at least %d (e.g. openssl rand -hex 32 > %s)", file, len(tok), minTokenLen, file)
+	}
+	return tok, nil
+}
+
+// jobAPI backs the HTTP job API with a client: the same validation as the CLI's.
+type jobAPI struct{ cl *client.Client }
+
+var _ observe.JobService = jobAPI{}
+
+func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, error) {
+	if len(req.After) > 0 {
+		return "", fmt.Errorf(`%w: "after": job dependencies are not available on this cluster yet`, observe.ErrRefused)
+	}
+	var opts []client.SubmitOption
+	if p := req.Priority; p != nil {
+		if *p < client.MinPriority || *p > client.MaxPriority {
+			return "", fmt.Errorf(`%w: "priority": %d is out of range; use %d to %d`, observe.ErrRefused, *p, client.MinPriority, client.MaxPriority)
+		}
+		opts = append(opts, client.WithPriority(*p))
+	}
+	return a.cl.Submit(ctx, req.Type, req.Params, opts...)
+}
+
+func (a jobAPI) Status(ctx context.Context, id string) (*client.Status, error) {
+	return a.cl.Status(ctx, id)
+}
+func (a jobAPI) Spec(ctx context.Context, id string) (*client.Spec, error) { return a.cl.Spec(ctx, id) }
+func (a jobAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
+	return a.cl.Query(ctx, f)
+}
+func (a jobAPI) Result(ctx context.Context, id string) (json.RawMessage, error) {
+	return a.cl.Result(ctx, id)
+}
+func (a jobAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
+	return a.cl.Cancel(ctx, id)
 }
 
 // observer holds a worker's metrics, events, membership and HTTP server.
@@ -160,13 +230,29 @@ func (o *observer) listen() error {
 	if o.cfg.HTTPAddr == "off" {
 		return nil
 	}
-	srv, err := observe.Listen(observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
-		Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log})
+	token, err := readToken(o.cfg.APITokenFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	ocfg := observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
+		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
+	srv, err := observe.Listen(ocfg)
+	if errors.Is(err, syscall.EADDRINUSE) && o.cfg.HTTPAddr == DefaultHTTPAddr {
+		// Several workers on one host without configuration: the first keeps the default, the
+		// others take a free port on the same interface and announce it.
+		host, _, _ := net.SplitHostPort(DefaultHTTPAddr)
+		ocfg.Addr = net.JoinHostPort(host, "0")
+		if srv, err = observe.Listen(ocfg); err == nil {
+			o.log.Warn("default HTTP address taken: listening on a free port instead (set --http-addr to choose)",
+				"default", DefaultHTTPAddr, "addr", srv.Addr().String())
+		}
+	}
 	if err != nil {
 		return err
 	}
 	o.srv = srv
-	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel)
+	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel,
+		"api_writes", len(token) > 0)
 	return nil
 }
 
@@ -191,6 +277,9 @@ type observed struct {
 	worker         *worker.Worker
 	concurrency    int
 	types          []string // the node's job types
+	registry       *jobs.Registry
+	control        ControlConfig
+	natsURL        string
 }
 
 // start runs membership and events under wg until ctx ends, and attaches the cluster to the
@@ -208,6 +297,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	addr := ""
 	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
+		// The API validates like the CLI: locally for this node's types, by the cluster otherwise.
+		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
+			Validator: &client.ClusterValidator{Conn: nc, URL: c.natsURL, Prefix: names.Prefix, Local: c.registry.Types(),
+				Timeout: c.control.Timeout, Window: c.control.Window}}
 		err = o.srv.Attach(observe.Backend{
 			Members: watcher.Live,
 			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
@@ -215,7 +308,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 			Leader: func(ctx context.Context) (*election.LeaderInfo, error) {
 				return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
 			},
-			Cancel: func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
+			Cancel:       func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
+			API:          jobAPI{api},
+			ShardsQueued: c.bus.QueuedShards,
+			JobsQueued:   c.queue.Depth,
 		})
 		if err != nil {
 			watcher.Stop()
@@ -224,6 +320,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		addr = o.srv.Addr().String()
 	}
 	types := c.types
+	host, _ := os.Hostname()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -231,7 +328,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
 			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
-				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr}
+				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid()}
 		})
 	}()
 	go func() {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +177,8 @@ func TestObservability(t *testing.T) {
 	}
 	out.Reset()
 	if code := stockNode().Run(ctx, []string{"workers", "--nats-url", ns.ClientURL(), "--stream-prefix", prefix}, &out, &errOut); code != 0 ||
-		!strings.Contains(out.String(), "leader: obs-w1 (epoch") {
+		!strings.Contains(out.String(), "leader: obs-w1 (epoch") || !strings.Contains(out.String(), fmt.Sprintf(" %d ", os.Getpid())) ||
+		!strings.Contains(out.String(), addr) || !strings.Contains(out.String(), "HOST") {
 		t.Errorf("worker workers: %d\n%s", code, out.String())
 	}
 	out.Reset()

@@ -32,15 +32,16 @@ func (f *jobFlags) parseJob(args []string, stderr io.Writer) (string, error) {
 	return f.fs.Arg(0), nil
 }
 
-func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newJobFlags("result")
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := n.client(&f.common, false)
+	cl, done, err := n.client(ctx, &f.common, false)
 	if err != nil {
 		return err
 	}
@@ -53,15 +54,16 @@ func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.W
 	return nil
 }
 
-func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newJobFlags("cancel")
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	cl, done, err := n.client(&f.common, true)
+	cl, done, err := n.client(ctx, &f.common, true)
 	if err != nil {
 		return err
 	}
@@ -71,4 +73,38 @@ func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	fmt.Fprintf(stdout, "cancel requested for %s\n", id)
 	return nil
+}
+
+type waitFlags struct {
+	jobFlags
+	quiet bool
+	poll  time.Duration
+}
+
+func (n *Node) newWaitFlags() *waitFlags {
+	f := &waitFlags{}
+	f.fs = n.newFlagSet("wait")
+	f.common.register(f.fs)
+	f.fs.BoolVar(&f.quiet, "quiet", false, "no progress and no result: only the exit status says how the job ended")
+	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "how often to read the job's progress")
+	return f
+}
+
+// waitCmd follows an existing job to its end, as submit --wait does.
+func (n *Node) waitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	f := n.newWaitFlags()
+	defer func() { err = f.explain(ctx, err) }()
+	id, err := f.parseJob(args, stderr)
+	if err != nil {
+		return err
+	}
+	if f.poll < 10*time.Millisecond {
+		return usageErr("--poll %v: use at least 10ms", f.poll)
+	}
+	cl, done, err := n.client(ctx, &f.common, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
 }

@@ -123,12 +123,14 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newRunFlags().fs }, n.runCmd},
 		{"submit", "submit a job", `submit --type primes --params '{"from":0,"to":1000000,"shards":10}' [--wait]`,
 			func() *flagSet { return n.newSubmitFlags().fs }, n.submitCmd},
-		{"status", "show the leader and jobs", "status [JOB] [--json]",
+		{"status", "show the leader and jobs", "status [JOB] [--state S] [--type T] [--since 1h] [--limit N] [--json]",
 			func() *flagSet { return n.newStatusFlags().fs }, n.statusCmd},
 		{"result", "print a job's result", "result JOB",
 			func() *flagSet { return n.newJobFlags("result").fs }, n.resultCmd},
 		{"cancel", "cancel a job", "cancel JOB",
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
+		{"wait", "wait for a job, showing its progress; print its result (exit 0 succeeded, 1 failed, 3 cancelled)", "wait JOB [--quiet]",
+			func() *flagSet { return n.newWaitFlags().fs }, n.waitCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
 		{"workers", "list the live workers and who leads", "workers [--json]",
@@ -155,7 +157,8 @@ func (n *Node) usage() string {
 }
 
 // Run runs one command of the command line (args without the program name) and returns its exit
-// status: 0 on success, 1 on failure, 2 on a usage mistake. It writes results to stdout, and
+// status: 0 on success, 1 on failure, 2 on a usage mistake, 3 when the job waited for was
+// cancelled. It writes results to stdout, and
 // errors, help and logs to stderr.
 func (n *Node) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -178,7 +181,11 @@ func (n *Node) Run(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 2
 	}
 	err := cmd.run(ctx, args[1:], stdout, stderr)
+	var ended *jobEndedError
 	switch {
+	case errors.As(err, &ended):
+		fmt.Fprintf(stderr, "%s %s: %v\n", n.opts.Name, args[0], err)
+		return ended.exitCode()
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/bus"
@@ -68,8 +70,9 @@ func (f *runFlags) config(log *slog.Logger) Config {
 	return c
 }
 
-func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newRunFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
@@ -185,7 +188,8 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
 		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
 	if err := obs.start(octx, &owg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: cfg.LeaseContainer,
-		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types()}); err != nil {
+		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types(),
+		registry: n.opts.Registry, control: n.opts.Control, natsURL: cfg.NATSURL}); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
@@ -236,6 +240,9 @@ func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration,
 			b.Close()
 		}
 		last = err
+		if refusedCredentials(err) {
+			return nil, err // a refused key, token or role: retrying cannot help
+		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -251,4 +258,11 @@ func connectCluster(ctx context.Context, log *slog.Logger, within time.Duration,
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// refusedCredentials reports a storage answer 401 or 403: the credentials are wrong, not the
+// network.
+func refusedCredentials(err error) bool {
+	var re *azcore.ResponseError
+	return errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden)
 }

@@ -12,21 +12,40 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/observe"
 )
 
 type statusFlags struct {
 	common
-	json  bool
-	limit int
-	fs    *flagSet
+	json              bool
+	limit             int
+	state, typ, since string
+	fs                *flagSet
 }
 
 func (n *Node) newStatusFlags() *statusFlags {
 	f := &statusFlags{fs: n.newFlagSet("status")}
 	f.common.register(f.fs)
 	f.fs.BoolVar(&f.json, "json", false, "print JSON")
-	f.fs.IntVar(&f.limit, "limit", 50, "show at most this many of the most recent jobs")
+	f.fs.IntVar(&f.limit, "limit", client.DefaultQueryLimit, fmt.Sprintf("show at most this many of the most recent jobs (at most %d)", client.MaxQueryLimit))
+	f.fs.StringVar(&f.state, "state", "", "only jobs in this state: queued, running, succeeded, failed, cancelled or unreadable")
+	f.fs.StringVar(&f.typ, "type", "", "only jobs of this type")
+	f.fs.StringVar(&f.since, "since", "", "only jobs submitted since this time (2026-11-21T12:00:00Z) or this long ago (90m)")
 	return f
+}
+
+// filter is the client.Filter the flags describe.
+func (f *statusFlags) filter() (client.Filter, error) {
+	cf := client.Filter{State: jobs.State(f.state), Type: f.typ, Limit: f.limit}
+	if f.since != "" {
+		t, err := observe.ParseSince(f.since, time.Now())
+		if err != nil {
+			return cf, err
+		}
+		cf.Since = t
+	}
+	return cf, cf.Check()
 }
 
 // leaderJSON is the leader object of `worker status --json`.
@@ -41,8 +60,9 @@ type statusJSON struct {
 	Jobs   []*client.Status `json:"jobs"`
 }
 
-func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newStatusFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(interleaved(f.fs.FlagSet, args)); err != nil {
 		return usageErr("%v", err)
@@ -52,6 +72,13 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
+	}
+	filter, err := f.filter()
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if f.fs.NArg() == 1 && (f.state != "" || f.typ != "" || f.since != "") {
+		return usageErr("--state, --type and --since filter the job list: give them without a job id")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -67,7 +94,7 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if info != nil {
 		leader = &leaderJSON{ID: info.ID, Epoch: info.Epoch, Since: info.Since.UTC().Format(time.RFC3339)}
 	}
-	cl, done, err := n.client(&f.common, false)
+	cl, done, err := n.client(ctx, &f.common, false)
 	if err != nil {
 		return err
 	}
@@ -85,13 +112,19 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 		printJobs(stdout, []*client.Status{st})
 		return nil
 	}
-	list, err := cl.List(ctx, f.limit)
+	page, err := cl.Query(ctx, filter)
 	if err != nil {
 		return err
 	}
+	if len(page.Jobs) == 0 {
+		if err := f.missingContainer(ctx); err != nil {
+			return err
+		}
+	}
+	// Oldest first, the newest at the bottom, as a log reads.
 	out := statusJSON{Leader: leader, Jobs: []*client.Status{}}
-	for i := range list {
-		out.Jobs = append(out.Jobs, &list[i])
+	for i := len(page.Jobs) - 1; i >= 0; i-- {
+		out.Jobs = append(out.Jobs, &page.Jobs[i])
 	}
 	if f.json {
 		return writeJSON(stdout, out)
@@ -122,10 +155,10 @@ func printJobs(w io.Writer, list []*client.Status) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tPRIO\tSHARE\tERROR")
+	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tPRIO\tSHARE\tSUBMITTED (UTC)\tTOOK\tERROR")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, s.Priority, share(s),
-			oneLine(s.Error+s.Unreadable+s.Note, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\t%s\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, s.Priority, share(s),
+			submitted(s), took(s, time.Now()), oneLine(s.Error+s.Unreadable+s.Note, 80))
 	}
 	tw.Flush()
 }
@@ -139,6 +172,27 @@ func share(s *client.Status) string {
 		return fmt.Sprintf("#%d", s.Position)
 	}
 	return "-"
+}
+
+func submitted(s *client.Status) string {
+	if s.SubmittedAt.IsZero() {
+		return "-"
+	}
+	return s.SubmittedAt.UTC().Format("2006-01-02 15:04:05")
+}
+
+// took is how long a job ran until it finished, or has been waiting and running so far.
+func took(s *client.Status, now time.Time) string {
+	switch {
+	case s.SubmittedAt.IsZero():
+		return "-"
+	case s.FinishedAt != nil:
+		return s.FinishedAt.Sub(s.SubmittedAt).Round(100 * time.Millisecond).String()
+	case s.State.Terminal():
+		return "-"
+	default:
+		return now.Sub(s.SubmittedAt).Round(time.Second).String() + " so far"
+	}
 }
 
 func oneLine(s string, n int) string {

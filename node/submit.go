@@ -20,7 +20,7 @@ import (
 type submitFlags struct {
 	common
 	typ, params, paramsFile string
-	wait                    bool
+	wait, quiet             bool
 	priority                int
 	poll                    time.Duration
 	fs                      *flagSet
@@ -29,17 +29,19 @@ type submitFlags struct {
 func (n *Node) newSubmitFlags() *submitFlags {
 	f := &submitFlags{fs: n.newFlagSet("submit")}
 	f.common.register(f.fs)
-	f.fs.StringVar(&f.typ, "type", "", "job type: one a running worker has (see `types`), checked before anything is written; this binary has "+joinOrNone(n.opts.Registry.Types()))
+	f.fs.StringVar(&f.typ, "type", "", "job type: one a running worker has (see worker types), checked before anything is written; this binary has "+joinOrNone(n.opts.Registry.Types()))
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
 	f.fs.IntVar(&f.priority, "priority", 0, fmt.Sprintf("job priority, %d to %d: each step up doubles the job's share of the workers against running jobs of its type", protocol.MinPriority, protocol.MaxPriority))
-	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
+	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
+	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
 	return f
 }
 
-func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newSubmitFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
@@ -78,7 +80,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
-	cl, done, err := n.client(&f.common, true)
+	cl, done, err := n.client(ctx, &f.common, true)
 	if err != nil {
 		return err
 	}
@@ -95,9 +97,12 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	// A type this binary has is also one a running worker must have (a cluster of another build,
 	// a rolling upgrade): the workers answer for their own build.
-	if v, ok := cl.Validator.(*clusterValidator); ok && n.opts.Registry != nil {
+	if v, ok := cl.Validator.(*client.ClusterValidator); ok && n.opts.Registry != nil {
 		if _, err := n.opts.Registry.Lookup(f.typ); err == nil {
-			if err := v.checkLocal(tctx, f.typ, params); err != nil {
+			if v.Conn == nil {
+				return fmt.Errorf("cannot check that a running worker has job type %q: NATS at %s is unreachable: %w", f.typ, v.URL, v.ConnErr)
+			}
+			if err := v.ValidateJob(tctx, f.typ, params); err != nil {
 				if errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) {
 					return usageErr("%v", err)
 				}
@@ -112,16 +117,38 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, id)
+	if !f.wait || f.quiet {
+		fmt.Fprintln(stdout, id)
+	} else {
+		fmt.Fprintln(stderr, id)
+	}
 	if !f.wait {
 		return nil
 	}
-	return waitAndPrint(ctx, cl, id, f.poll, stdout, stderr)
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
+}
+
+// jobEndedError is a job that ended other than succeeded; its state sets the exit status.
+type jobEndedError struct {
+	id    string
+	state jobs.State
+	msg   string
+}
+
+func (e *jobEndedError) Error() string { return fmt.Sprintf("job %s %s: %s", e.id, e.state, e.msg) }
+
+// exitCode is the command's exit status for the job's state: 3 cancelled, 1 otherwise.
+func (e *jobEndedError) exitCode() int {
+	if e.state == jobs.StateCancelled {
+		return 3
+	}
+	return 1
 }
 
 // waitAndPrint follows a job to its end: a live progress bar on a terminal, plain lines
-// otherwise; then the result on stdout. A job that did not succeed is an error.
-func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, stdout, stderr io.Writer) error {
+// otherwise (none when quiet); then the result on stdout (not when quiet). A job that did not
+// succeed is a *jobEndedError.
+func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, quiet bool, stdout, stderr io.Writer) error {
 	var bar *progressbar.ProgressBar
 	tty := false
 	if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
@@ -130,6 +157,9 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 	lastLine := time.Time{}
 	start := time.Now()
 	st, err := cl.Wait(ctx, id, poll, func(s client.Status) {
+		if quiet {
+			return
+		}
 		if tty {
 			if bar == nil && s.ShardsTotal > 0 {
 				bar = progressbar.NewOptions(s.ShardsTotal, progressbar.OptionSetWriter(stderr),
@@ -158,8 +188,15 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 		return err
 	}
 	if st.State != jobs.StateSucceeded {
-		return fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
+		return &jobEndedError{id: id, state: st.State, msg: st.Error}
 	}
-	fmt.Fprintf(stdout, "%s\n", st.Result)
+	if quiet {
+		return nil
+	}
+	res, err := cl.Result(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", res)
 	return nil
 }

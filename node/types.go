@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/client"
 )
 
 type typesFlags struct {
@@ -34,12 +34,13 @@ type typeJSON struct {
 }
 
 type typesJSON struct {
-	Types   []typeJSON            `json:"types"`
-	Workers []protocol.TypesReply `json:"workers"`
+	Types   []typeJSON           `json:"types"`
+	Workers []client.WorkerTypes `json:"workers"`
 }
 
-func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newTypesFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
@@ -58,15 +59,15 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	defer b.Close()
-	workers, err := gatherTypes(ctx, b.Conn(), f.names(), f.window)
+	workers, err := (&client.ClusterValidator{Conn: b.Conn(), URL: f.natsURL, Prefix: f.streamPrefix, Window: f.window}).Types(ctx)
 	if err != nil {
 		return err
 	}
 	if len(workers) == 0 {
-		return noWorkers(f.natsURL, f.names())
+		return client.NoWorkersError(f.natsURL, f.streamPrefix)
 	}
 	out := typesJSON{Workers: workers}
-	for _, t := range unionTypes(workers) {
+	for _, t := range client.KnownTypes(workers) {
 		tj := typeJSON{Type: t, Workers: []string{}}
 		for _, w := range workers {
 			if slices.Contains(w.Types, t) {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,8 +33,9 @@ func (n *Node) newWorkersFlags() *workersFlags {
 }
 
 // workersCmd lists the workers that announce themselves on NATS, and who leads.
-func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newWorkersFlags()
+	defer func() { err = f.explain(ctx, err) }()
 	f.fs.SetOutput(stderr)
 	if err := f.fs.parse(args); err != nil {
 		return usageErr("%v", err)
@@ -86,14 +88,14 @@ func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.
 		fmt.Fprintf(stdout, "leader: none announced\n\n")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tIN FLIGHT\tCONCURRENCY\tUP\tHTTP\tVERSION\tJOB TYPES")
+	fmt.Fprintln(tw, "ID\tROLE\tHOST\tPID\tHTTP\tIN FLIGHT\tCONCURRENCY\tUP\tVERSION\tJOB TYPES")
 	for _, m := range live {
 		role := "follower"
 		if m.Leader {
 			role = fmt.Sprintf("leader (epoch %d)", m.Epoch)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, role, m.InFlight, m.Concurrency,
-			time.Since(m.StartedAt).Round(time.Second), m.HTTPAddr, m.Version, strings.Join(m.JobTypes, ","))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, role, cmp.Or(m.Host, "-"), m.PID, cmp.Or(m.HTTPAddr, "off"),
+			m.InFlight, m.Concurrency, time.Since(m.StartedAt).Round(time.Second), m.Version, strings.Join(m.JobTypes, ","))
 	}
 	return tw.Flush()
 }
@@ -106,7 +108,7 @@ type healthFlags struct {
 
 func (n *Node) newHealthFlags() *healthFlags {
 	f := &healthFlags{fs: n.newFlagSet("health")}
-	f.fs.StringVar(&f.httpAddr, "http-addr", DefaultHTTPAddr, "the worker's HTTP address (as given to `worker run`)")
+	f.fs.StringVar(&f.httpAddr, "http-addr", DefaultHTTPAddr, "the worker's HTTP address (as given to worker run)")
 	bindEnv(f.fs, "http-addr", "HTTP_ADDR")
 	f.fs.DurationVar(&f.timeout, "timeout", 3*time.Second, "how long to wait for the answer")
 	return f

@@ -1,13 +1,17 @@
-// Package observe makes a worker visible: Prometheus metrics in a registry of its own (Metrics),
-// the liveness and readiness endpoints (/healthz, /readyz with cached, time-bounded checks), the
-// events API (this worker's typed election and coordinator events at /api/events, the cluster's
-// at /api/cluster), the job view (/api/jobs, read from storage at most once a second however
-// many pages are open) and the dashboard at /, one static page embedded in the binary.
+// Package observe serves a worker's HTTP side: metrics, health, the job API and the dashboard.
 //
-// Guaranteed: every endpoint but the dashboard's cancel button is read-only, and that button
-// works only when the worker was started with --dashboard-cancel; /readyz answers within the
-// check timeout (2 s) even when storage or NATS hang; errors shown over HTTP have URL query
-// strings and account keys removed. Not guaranteed: the cluster event history is what this
-// worker heard on core NATS since it started (at most once; a page served by a newer worker
-// shows less), and job progress samples are taken only while someone looks.
+// Metrics live in a registry of their own (Metrics). /healthz and /readyz (cached, time-bounded
+// checks) serve probes. /api/events and /api/cluster carry the typed events, /api/jobs the job
+// view (read from storage at most once a second), /api/v1 the versioned job API described by
+// /api/v1/openapi.json, and / the dashboard embedded in the binary.
+//
+// Guaranteed: every write (submit, cancel) needs the bearer token of Config.APIToken, compared in
+// constant time, or, for the dashboard's legacy cancel, --dashboard-cancel and a same-origin
+// request; without a token writes are refused. Requests naming a Host the worker does not serve
+// are refused (DNS rebinding). No CORS headers are sent. Bodies and ids are bounded. /readyz
+// answers within the check timeout (2 s) even when storage or NATS hang. Errors shown over HTTP
+// have URL query strings and account keys removed.
+//
+// Not guaranteed: reads are open to whoever reaches the port. The cluster event history is what
+// this worker heard since it started; job progress samples are taken only while someone looks.
 package observe

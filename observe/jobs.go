@@ -2,6 +2,7 @@ package observe
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 
 // JobLister is what the job view needs of client.Client.
 type JobLister interface {
-	List(ctx context.Context, limit int) ([]client.Status, error)
+	Query(ctx context.Context, f client.Filter) (*client.Page, error)
 }
 
 // Sample is one reading of a job's progress.
@@ -63,12 +64,15 @@ func (c *JobCache) Jobs(ctx context.Context) ([]JobView, error) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	list, err := c.Lister.List(lctx, limit)
+	page, err := c.Lister.Query(lctx, client.Filter{Limit: limit})
 	c.at = time.Now()
 	if err != nil {
 		c.err = err
 		return c.jobs, err
 	}
+	// Oldest first, as the sampling below reads them.
+	list := slices.Clone(page.Jobs)
+	slices.Reverse(list)
 	c.err = nil
 	if c.samples == nil {
 		c.samples = map[string][]Sample{}

@@ -54,9 +54,12 @@ type lister struct {
 	err   error
 }
 
-func (l *lister) List(context.Context, int) ([]client.Status, error) {
+func (l *lister) Query(context.Context, client.Filter) (*client.Page, error) {
 	l.calls.Add(1)
-	return l.list, l.err
+	if l.err != nil {
+		return nil, l.err
+	}
+	return &client.Page{Jobs: l.list}, nil
 }
 
 func TestJobCacheReadsOncePerTTLAndEstimatesRate(t *testing.T) {
@@ -95,7 +98,9 @@ func TestServerServesPprofBesideTheDashboard(t *testing.T) {
 		}
 		get := func(path string) *httptest.ResponseRecorder {
 			rec := httptest.NewRecorder()
-			s.srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.Host = "127.0.0.1:8080" // httptest's example.com is a foreign host
+			s.srv.Handler.ServeHTTP(rec, req)
 			return rec
 		}
 		if rec := get("/"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<html") {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,16 @@ type Config struct {
 	Addr string
 	// Pprof serves /debug/pprof/ (off by default: it exposes internals and costs CPU when used).
 	Pprof bool
-	// DashboardCancel lets the dashboard cancel jobs (POST /api/jobs/{id}/cancel). Off by default:
-	// the dashboard is read-only.
+	// DashboardCancel lets the dashboard's own page cancel jobs without the API token (POST
+	// /api/jobs/{id}/cancel with same-origin proof). Off by default.
 	DashboardCancel bool
+	// APIToken authorizes writes (the API's and the dashboard's actions) sent with
+	// "Authorization: Bearer <token>". Empty: writes are refused.
+	APIToken []byte
+	// Hosts are the extra Host names the server answers besides IP literals, localhost, names
+	// without a dot and the machine's host name ("*": any; ".example.com": its subdomains too).
+	// Other names are refused, against DNS rebinding.
+	Hosts []string
 	// Worker is this worker's id.
 	Worker string
 
@@ -50,8 +58,13 @@ type Backend struct {
 	Members func() []membership.Member
 	// Leader reads the lease blob: who leads, by record.
 	Leader func(ctx context.Context) (*election.LeaderInfo, error)
-	// Cancel cancels a job (used only when Config.DashboardCancel).
+	// Cancel cancels a job (the dashboard's legacy route).
 	Cancel func(ctx context.Context, id string) error
+	// API serves /api/v1/jobs; nil answers 503.
+	API JobService
+	// ShardsQueued is the shard stream's depth; JobsQueued the intake queue's. Optional.
+	ShardsQueued func(ctx context.Context) (uint64, error)
+	JobsQueued   func(ctx context.Context) (int, error)
 }
 
 // Validate reports every missing piece.
@@ -74,12 +87,13 @@ type Server struct {
 	srv     *http.Server
 	backend atomic.Pointer[Backend]
 	leader  cachedLeader
+	depth   cachedDepth
 }
 
 // Attach hands the server what it needs to answer readiness, cluster and job requests.
 func (s *Server) Attach(b Backend) error {
-	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil || (s.cfg.DashboardCancel && b.Cancel == nil) {
-		return errors.New("observe: Attach needs Ready, Jobs, Members, Leader (and Cancel with DashboardCancel)")
+	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil || b.Cancel == nil {
+		return errors.New("observe: Attach needs Ready, Jobs, Members, Leader and Cancel")
 	}
 	s.leader.mu.Lock()
 	s.leader.read = b.Leader
@@ -111,7 +125,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("observe: listen on %s: %w (choose another --http-addr)", cfg.Addr, err)
 	}
 	s := &Server{cfg: cfg, ln: ln}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: 64 << 10}
 	return s, nil
 }
 
@@ -157,6 +171,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/cluster", s.cluster)
 	mux.HandleFunc("GET /api/jobs", s.jobs)
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.cancel)
+	s.routeAPI(mux)
 	if s.cfg.Pprof {
 		// With methods, like "GET /" below: a method-less pattern would conflict with it.
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -168,12 +183,13 @@ func (s *Server) Handler() http.Handler {
 	}
 	static, _ := fs.Sub(dashboardFS, "dashboard")
 	mux.Handle("GET /", http.FileServerFS(static))
-	return mux
+	return s.checkHost(mux)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }
@@ -202,9 +218,14 @@ type ClusterView struct {
 	Leader    *election.LeaderInfo `json:"leader"` // by the lease blob; null when nobody holds it
 	LeaderErr string               `json:"leader_error,omitempty"`
 	Members   []membership.Member  `json:"members"`
-	Events    []membership.Event   `json:"events"` // the cluster's events heard since this worker started
-	Cancel    bool                 `json:"cancel_enabled"`
-	Now       time.Time            `json:"now"`
+	Events    []membership.Event   `json:"events"`         // the cluster's events heard since this worker started
+	Cancel    bool                 `json:"cancel_enabled"` // the dashboard may cancel without the token
+	Writes    bool                 `json:"api_writes"`     // an API token is configured
+	// ShardsQueued and JobsQueued are the shard stream's and the intake queue's depth (null
+	// when unknown).
+	ShardsQueued *uint64   `json:"shards_queued"`
+	JobsQueued   *int      `json:"jobs_queued"`
+	Now          time.Time `json:"now"`
 }
 
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
@@ -214,11 +235,43 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := s.leader.get(r.Context())
 	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
-		Cancel: s.cfg.DashboardCancel, Now: time.Now().UTC()}
+		Cancel: s.cfg.DashboardCancel, Writes: len(s.cfg.APIToken) > 0, Now: time.Now().UTC()}
 	if err != nil {
 		v.LeaderErr = Redact(err.Error())
 	}
+	v.ShardsQueued, v.JobsQueued = s.depth.get(r.Context(), b)
 	writeJSON(w, http.StatusOK, v)
+}
+
+// cachedDepth reads the queues' depths at most once a second.
+type cachedDepth struct {
+	mu     sync.Mutex
+	at     time.Time
+	shards *uint64
+	jobs   *int
+}
+
+func (c *cachedDepth) get(ctx context.Context, b *Backend) (*uint64, *int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < time.Second {
+		return c.shards, c.jobs
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	c.shards, c.jobs = nil, nil
+	if b.ShardsQueued != nil {
+		if n, err := b.ShardsQueued(rctx); err == nil {
+			c.shards = &n
+		}
+	}
+	if b.JobsQueued != nil {
+		if n, err := b.JobsQueued(rctx); err == nil {
+			c.jobs = &n
+		}
+	}
+	c.at = time.Now()
+	return c.shards, c.jobs
 }
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
@@ -234,9 +287,20 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
+// cancel is the dashboard's legacy cancel: it needs the API token, or --dashboard-cancel and a
+// request from the dashboard's own page (a page on another site cannot forge that).
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.DashboardCancel {
-		writeErr(w, http.StatusForbidden, "cancelling from the dashboard is disabled: start the worker with --dashboard-cancel to allow it")
+	_, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	switch {
+	case bearer:
+		if !s.authorized(w, r) {
+			return
+		}
+	case !s.cfg.DashboardCancel:
+		writeErr(w, http.StatusForbidden, "cancelling needs the API token (--api-token-file) or a worker started with --dashboard-cancel")
+		return
+	case !sameOrigin(r):
+		writeErr(w, http.StatusForbidden, "cancel refused: the request does not come from this dashboard's own page (no same-origin Origin or Sec-Fetch-Site header); use the API token instead")
 		return
 	}
 	b := s.attached(w)

@@ -25,6 +25,8 @@ type Announcement struct {
 	Leader      bool      `json:"leader"`
 	Epoch       uint64    `json:"epoch,omitempty"` // the term this worker leads, when Leader
 	HTTPAddr    string    `json:"http_addr,omitempty"`
+	Host        string    `json:"host,omitempty"` // the machine's host name
+	PID         int       `json:"pid,omitempty"`
 	SentAt      time.Time `json:"sent_at"`
 }
 
@@ -44,6 +46,9 @@ func (a *Announcement) check() error {
 	}
 	if a.ID == "" || len(a.ID) > 256 {
 		errs = append(errs, fmt.Errorf("worker id %q: must be 1 to 256 bytes", a.ID))
+	}
+	if len(a.Host) > 256 || len(a.HTTPAddr) > 300 || a.PID < 0 {
+		errs = append(errs, fmt.Errorf("host %d bytes, http_addr %d bytes, pid %d: at most 256 and 300 bytes, pid not negative", len(a.Host), len(a.HTTPAddr), a.PID))
 	}
 	if a.Concurrency < 0 || a.InFlight < 0 {
 		errs = append(errs, fmt.Errorf("concurrency %d, in flight %d: must not be negative", a.Concurrency, a.InFlight))

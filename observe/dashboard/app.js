@@ -1,12 +1,22 @@
 // The mapagg dashboard: polls /api/cluster and /api/jobs once a second (the worker caches both,
-// so many open pages cost storage nothing more) and renders them. No dependencies.
+// so many open pages cost storage nothing more) and renders them. Filters and older pages come
+// from /api/v1/jobs; the selected job's detail from /api/v1/jobs/{id}. No dependencies.
 "use strict";
 
 const $ = (s) => document.querySelector(s);
-let selected = null;   // the job whose timeline is shown
+let selected = null;   // the job whose detail and timeline are shown
+let pinned = false;    // the user picked it; otherwise the newest job is followed
 let cluster = null;    // last /api/cluster
-let jobs = [];         // last /api/jobs
+let jobs = [];         // the jobs shown
+let sampled = new Map(); // id → the job as /api/jobs sees it (rate, ETA, samples)
+let detail = null;     // last /api/v1/jobs/{selected}
 let cancelEnabled = false;
+let pages = [""];      // cursors of the pages seen (before=), the first being the newest
+let nextCursor = "";
+let armed = null;      // the job whose cancel button was pressed once
+let token = sessionStorage.getItem("mapagg-api-token") || "";
+let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
+const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -38,22 +48,69 @@ async function getJSON(path) {
   return r.json();
 }
 
+function filtered() {
+  return $("#filter-state").value !== "" || $("#filter-type").value.trim() !== "" || pages.length > 1;
+}
+
+function listURL() {
+  const q = new URLSearchParams({ limit: "25" });
+  if ($("#filter-state").value) q.set("state", $("#filter-state").value);
+  if ($("#filter-type").value.trim()) q.set("type", $("#filter-type").value.trim());
+  const before = pages[pages.length - 1];
+  if (before) q.set("before", before);
+  return "api/v1/jobs?" + q.toString();
+}
+
 async function tick() {
   try {
     const [c, j] = await Promise.all([getJSON("api/cluster"), getJSON("api/jobs")]);
-    cluster = c; jobs = j.jobs || [];
+    cluster = c;
     cancelEnabled = !!c.cancel_enabled;
-    render(j.error);
+    sampled = new Map((j.jobs || []).map((x) => [x.id, x]));
+    let warn = j.error ? "Some jobs could not be read just now (showing the last list): " + j.error : "";
+    if (filtered() && (listURL() !== listedURL || Date.now() - listedAt > 5000)) {
+      try {
+        listedURL = listURL(); listedAt = Date.now();
+        const page = await getJSON(listedURL);
+        if (page.error) throw new Error(page.error);
+        jobs = (page.jobs || []).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
+        nextCursor = page.next ? new URL(page.next, location.href).searchParams.get("before") : "";
+      } catch (e) {
+        warn = "Listing jobs failed: " + e.message;
+      }
+    } else if (!filtered()) {
+      listedURL = "";
+      jobs = j.jobs || [];
+      nextCursor = jobs.length >= 50 ? jobs[jobs.length - 1].id : ""; // /api/jobs shows the newest 50
+    }
+    if (!pinned) {
+      const running = jobs.find((x) => x.state === "running");
+      selected = running ? running.id : (jobs.length ? jobs[0].id : null);
+    }
+    if (selected) {
+      // An ended job's detail does not change: read it once.
+      if (!detail || detail.id !== selected || !terminal(detail.state)) {
+        try { detail = await getJSON("api/v1/jobs/" + encodeURIComponent(selected)); } catch (e) { detail = { id: selected, error_reading: e.message }; }
+      }
+    } else {
+      detail = null;
+    }
+    render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
+    if (!(e instanceof TypeError && String(e.message).includes("fetch"))) console.error(e);
     $("#status").textContent = "cannot reach the worker: " + e.message;
   }
 }
 
-function render(jobsErr) {
+function canAct() { return token !== "" || cancelEnabled; }
+
+function render(warn) {
   const c = cluster;
   $("#served-by").textContent = c.worker;
-  $("#mode").textContent = cancelEnabled ? "cancelling enabled (--dashboard-cancel)" : "read-only";
+  $("#mode").textContent = token ? "actions with the API token" : (cancelEnabled ? "cancelling enabled (--dashboard-cancel)" : "read-only (enter the API token for actions)");
+  $("#shards-queued").textContent = c.shards_queued == null ? "?" : c.shards_queued;
+  $("#jobs-queued").textContent = c.jobs_queued == null ? "?" : c.jobs_queued;
   const l = c.leader;
   $("#leader-id").textContent = l ? l.ID : "none";
   $("#leader-epoch").textContent = l ? l.Epoch : "–";
@@ -85,8 +142,12 @@ function render(jobsErr) {
   const jb = $("#jobs tbody");
   jb.replaceChildren(...jobs.map(jobRow));
   $("#jobs-empty").style.display = jobs.length ? "none" : "";
-  if (jobsErr) $("#jobs-empty").textContent = "Reading jobs failed: " + jobsErr;
-  if (!selected && jobs.length) selected = jobs[0].id;
+  $("#jobs-warning").hidden = !warn;
+  $("#jobs-warning").textContent = warn || "";
+  $("#page-newer").disabled = pages.length <= 1;
+  $("#page-older").disabled = !nextCursor;
+  $("#page-info").textContent = "page " + pages.length;
+  renderDetail();
   drawTimeline();
 
   // Dead letters.
@@ -101,23 +162,62 @@ function jobRow(j) {
   const pct = total ? Math.floor((100 * done) / total) : (j.state === "succeeded" ? 100 : 0);
   const bar = el("div", { class: "bar " + j.state }, el("div", { style: "width:" + pct + "%" }),
     el("span", { class: "pct" }, pct + " % · " + done + " / " + total));
-  const actions = el("td", {});
-  if (cancelEnabled && (j.state === "pending" || j.state === "running")) {
-    actions.append(el("button", { onclick: (ev) => { ev.stopPropagation(); cancelJob(j.id); } }, "cancel"));
-  }
+  const why = (j.error || j.unreadable || j.note || "");
   return el("tr", { class: "job" + (j.id === selected ? " selected" : ""), "data-id": j.id, "data-state": j.state,
-      onclick: () => { selected = j.id; render(); } },
-    el("td", {}, j.id), el("td", {}, j.type), el("td", { class: "state-" + j.state }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
-      ((j.error || j.unreadable || j.note) ? ": " + (j.error || j.unreadable || j.note) : "")),
+      onclick: () => { selected = j.id; pinned = true; detail = null; armed = null; tick(); } },
+    el("td", {}, j.id), el("td", {}, j.type || "?"),
+    el("td", { class: "state state-" + j.state, title: why }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
+      (why ? ": " + (why.length > 60 ? why.slice(0, 59) + "…" : why) : "")),
     el("td", {}, bar), el("td", {}, j.rate ? j.rate.toFixed(1) + " /s" : "–"), el("td", {}, secs(j.eta_seconds)),
-    el("td", {}, j.duplicates), actions);
+    el("td", {}, j.duplicates == null ? "–" : j.duplicates));
 }
 
-async function cancelJob(id) {
-  if (!confirm("Cancel job " + id + "?")) return;
-  const r = await fetch("api/jobs/" + encodeURIComponent(id) + "/cancel", { method: "POST" });
-  const body = await r.json();
-  if (!r.ok) alert(body.error || r.status);
+function when(t) { return t ? new Date(t).toLocaleString() + " (" + ago(t) + " ago)" : "–"; }
+
+function renderDetail() {
+  const box = $("#job-detail");
+  const d = detail;
+  box.hidden = !d;
+  if (!d) return;
+  $("#detail-id").textContent = d.id;
+  $("#detail-state").textContent = d.state || "";
+  $("#detail-state").className = "state-" + (d.state || "");
+  $("#detail-type").textContent = d.type || "–";
+  $("#detail-params").textContent = d.params ? JSON.stringify(d.params, null, 2) : "–";
+  $("#detail-submitted").textContent = when(d.submitted_at);
+  $("#detail-updated").textContent = when(d.updated_at);
+  let took = "";
+  if (d.finished_at && d.submitted_at) took = " · took " + secs((new Date(d.finished_at) - new Date(d.submitted_at)) / 1000);
+  $("#detail-finished").textContent = (d.finished_at ? when(d.finished_at) : "–") + took;
+  const total = d.shards_total || 0, done = d.shards_done || 0;
+  $("#detail-progress").textContent = "map and merge: " + done + " of " + total + " shards" + (total ? " (" + Math.floor((100 * done) / total) + " %)" : "");
+  $("#detail-epochs").textContent = d.plan_epoch ? "planned in epoch " + d.plan_epoch + ", last checkpoint by epoch " + d.epoch : "not planned yet";
+  $("#detail-retries").textContent = (d.duplicates || 0) + " duplicate results dropped" + (d.plan_epoch && d.epoch > d.plan_epoch ? " · resumed by a later leader" : "");
+  $("#detail-error").textContent = d.error || d.unreadable || d.error_reading || "–";
+  const res = $("#detail-result");
+  res.replaceChildren(d.result_url ? el("a", { href: d.result_url.replace(/^\//, ""), id: "detail-result-link" }, "result JSON") : "–");
+  // The job's events heard since this worker started: planned, resumed by a new leader, dead
+  // letters, finished.
+  const evs = (cluster.events || []).filter((e) => e.job === d.id);
+  $("#detail-events").replaceChildren(...(evs.length ? evs.slice(-30).map((e) => el("li", { class: e.kind === "dead_lettered" ? "error-full" : "" },
+    clock(e.at) + " " + e.kind.replace("_", " ") + " by " + e.worker + (e.epoch ? " (epoch " + e.epoch + ")" : "") +
+    (e.shard ? ", shard " + e.shard : "") + (e.err ? ": " + e.err : ""))) : [el("li", { class: "muted" }, "none heard by this worker")]));
+  const btn = $("#detail-cancel");
+  btn.hidden = !(canAct() && (d.state === "queued" || d.state === "running"));
+  btn.textContent = armed === d.id ? "click again to cancel " + d.id : "cancel job";
+}
+
+async function cancelSelected() {
+  const id = selected;
+  if (armed !== id) { armed = id; renderDetail(); return; } // a second click confirms
+  armed = null;
+  const opts = { method: "POST", headers: {} };
+  let url = "api/jobs/" + encodeURIComponent(id) + "/cancel"; // --dashboard-cancel, same origin
+  if (token) { url = "api/v1/jobs/" + encodeURIComponent(id) + "/cancel"; opts.headers.Authorization = "Bearer " + token; }
+  const r = await fetch(url, opts);
+  let body = {};
+  try { body = await r.json(); } catch (e) { /* not JSON */ }
+  $("#detail-action").textContent = r.ok ? "cancel requested for " + id : "cancel refused: " + (body.error || r.status);
   tick();
 }
 
@@ -125,9 +225,9 @@ async function cancelJob(id) {
 // elections of the cluster marked, like the load test's plots.
 function drawTimeline() {
   const box = $("#timeline");
-  const j = jobs.find((x) => x.id === selected);
-  $("#timeline-job").textContent = j ? j.id + " (" + j.type + ")" : "";
-  if (!j) return;
+  const j = sampled.get(selected);
+  $("#timeline-job").textContent = selected ? selected + (j ? " (" + j.type + ")" : "") : "";
+  if (!j) { box.replaceChildren(el("p", { class: "muted" }, selected ? "No progress samples of this job here (only recent jobs are sampled)." : "Pick a job above to see its progress over time, with elections marked.")); return; }
   const s = j.samples || [];
   if (s.length < 2) { box.replaceChildren(el("p", { class: "muted" }, "Collecting samples…")); return; }
   const W = box.clientWidth || 900, H = 200, L = 48, R = 12, T = 10, B = 28;
@@ -161,6 +261,20 @@ function drawTimeline() {
   add("polyline", { points: pts, fill: "none", stroke: "#2f6fdb", "stroke-width": 2 });
   box.replaceChildren(svg);
 }
+
+$("#detail-cancel").addEventListener("click", cancelSelected);
+$("#api-token").value = token;
+$("#token-save").addEventListener("click", () => {
+  token = $("#api-token").value.trim();
+  if (token) sessionStorage.setItem("mapagg-api-token", token); else sessionStorage.removeItem("mapagg-api-token");
+  tick();
+});
+const refilter = () => { pages = [""]; tick(); };
+$("#filter-state").addEventListener("change", refilter);
+$("#filter-type").addEventListener("change", refilter);
+$("#filters").addEventListener("submit", (e) => { e.preventDefault(); refilter(); });
+$("#page-older").addEventListener("click", () => { if (nextCursor) { pages.push(nextCursor); tick(); } });
+$("#page-newer").addEventListener("click", () => { if (pages.length > 1) { pages.pop(); tick(); } });
 
 tick();
 setInterval(tick, 1000);

@@ -1,0 +1,159 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Query limits.
+const (
+	// DefaultQueryLimit is the page size when Filter.Limit is 0.
+	DefaultQueryLimit = 50
+	// MaxQueryLimit is the largest page.
+	MaxQueryLimit = 1000
+	// maxQueryScan bounds the jobs one Query reads; a filter that matches rarely returns a
+	// shorter page with Next set, so every call costs a bounded number of reads.
+	maxQueryScan = 2000
+	// perJobTimeout bounds the reads of one job: a hung one is listed as unreadable.
+	perJobTimeout = 3 * time.Second
+)
+
+// Filter selects jobs for Query. Zero fields select everything.
+type Filter struct {
+	State jobs.State // only jobs in this state (StateUnreadable for damaged jobs)
+	Type  string     // only jobs of this type
+	// Since keeps jobs submitted at or after it (to the second, as job ids record it).
+	Since time.Time
+	// Before is a cursor: only jobs whose id sorts before it (Page.Next of the previous page).
+	Before string
+	// Limit is the page size: default DefaultQueryLimit, at most MaxQueryLimit.
+	Limit int
+}
+
+// Check reports a filter Query would refuse.
+func (f Filter) Check() error {
+	var errs []error
+	if f.Limit < 0 || f.Limit > MaxQueryLimit {
+		errs = append(errs, fmt.Errorf("limit %d: use 1 to %d (0 for %d)", f.Limit, MaxQueryLimit, DefaultQueryLimit))
+	}
+	if f.State != "" && !slices.Contains(States, f.State) {
+		errs = append(errs, fmt.Errorf("state %q: use one of %v", protocol.Clip(string(f.State), 32), States))
+	}
+	if f.Before != "" {
+		if err := protocol.CheckID(f.Before); err != nil {
+			errs = append(errs, fmt.Errorf("before: %w", err))
+		}
+	}
+	if len(f.Type) > 128 {
+		errs = append(errs, fmt.Errorf("type: %d characters, at most 128", len(f.Type)))
+	}
+	return errors.Join(errs...)
+}
+
+// States lists the states a Filter may select.
+var States = []jobs.State{jobs.StateQueued, jobs.StateWaiting, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnknown, StateUnreadable}
+
+// Spec reads a job's spec: its type, parameters and submission time.
+func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {
+	if err := protocol.CheckID(id); err != nil {
+		return nil, err
+	}
+	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := protocol.ParseSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt}, nil
+}
+
+// Page is one page of Query, newest first.
+type Page struct {
+	Jobs []Status `json:"jobs"`
+	// Next is the cursor of the following page (Filter.Before); empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// Query returns the jobs f selects, newest first, one page at a time. It reads each candidate
+// with Status; an unreadable job is listed with its error, as List does.
+func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
+	if err := f.Check(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultQueryLimit
+	}
+	dirs, err := c.Store.ListDirs(ctx, "")
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	var ids []string
+	for _, d := range dirs {
+		if protocol.CheckID(d) == nil && d+"/" != protocol.ActivePrefix {
+			ids = append(ids, d)
+		}
+	}
+	slices.Sort(ids)
+	since := ""
+	if !f.Since.IsZero() {
+		since = f.Since.UTC().Format("20060102-150405")
+	}
+	page := &Page{Jobs: []Status{}}
+	scanned := 0
+	for i := len(ids) - 1; i >= 0; i-- {
+		id := ids[i]
+		if f.Before != "" && id >= f.Before {
+			continue
+		}
+		if since != "" && id < since {
+			break // ids sort by submission time
+		}
+		if len(page.Jobs) == limit || scanned == maxQueryScan {
+			page.Next = ids[i+1] // the oldest id read; the next page starts below it
+			break
+		}
+		if ctx.Err() != nil {
+			// Out of time: what was read is a page, and the rest is the next one. One slow
+			// job never fails the list.
+			if len(page.Jobs) == 0 {
+				return nil, ctx.Err()
+			}
+			page.Next = ids[i+1]
+			break
+		}
+		scanned++
+		jctx, cancel := context.WithTimeout(ctx, perJobTimeout)
+		st, err := c.Status(jctx, id)
+		cancel()
+		if errors.Is(err, ErrNoSuchJob) {
+			continue // a folder without a spec (input data)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				if len(page.Jobs) == 0 {
+					return nil, fmt.Errorf("status of %s: %w", id, err)
+				}
+				page.Next = ids[i+1] // the next page starts with this job
+				break
+			}
+			st = &Status{ID: id, State: StateUnreadable, Unreadable: err.Error()}
+		}
+		if (f.State == "" || st.State == f.State) && (f.Type == "" || st.Type == f.Type) {
+			page.Jobs = append(page.Jobs, *st)
+		}
+	}
+	return page, nil
+}
