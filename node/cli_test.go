@@ -415,7 +415,7 @@ func TestCommands_Cluster(t *testing.T) {
 			t.Fatalf("status JOB --json: %v %+v\n%s", err, one, out)
 		}
 		code, out, _ = run(t, stock, "status")
-		if code != 0 || !strings.Contains(out, squaresID) || !regexp.MustCompile(`(?m)^`+primesID+` +primes +succeeded +5/5 +2 +- *$`).MatchString(out) {
+		if code != 0 || !strings.Contains(out, squaresID) || !regexp.MustCompile(`(?m)^`+primesID+` +primes +succeeded +5/5 +2 +- +\d{4}-`).MatchString(out) {
 			t.Fatalf("status: exit %d\n%s", code, out)
 		}
 		code, out, _ = run(t, stock, "status", "--json")

@@ -95,6 +95,9 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 		}
 		return err
 	}
+	if err := f.ensure(tctx); err != nil {
+		return err
+	}
 	// A type this binary has is also one a running worker must have (a cluster of another build,
 	// a rolling upgrade): the workers answer for their own build.
 	if v, ok := cl.Validator.(*client.ClusterValidator); ok && n.opts.Registry != nil {
@@ -109,9 +112,6 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 				return err
 			}
 		}
-	}
-	if err := f.ensure(tctx); err != nil {
-		return err
 	}
 	id, err := cl.Submit(tctx, f.typ, params, client.WithPriority(f.priority))
 	if err != nil {
