@@ -364,9 +364,22 @@ const retryRefused = time.Second
 // (NATS's own, such as Nats-Msg-Id, renamed Original-<name> so JetStream does not act on them)
 // and body, and the reason.
 func (b *Bus) deadLetterMsg(ctx context.Context, source string, m jetstream.Msg, reason string) error {
+	if _, err := b.js.PublishMsg(ctx, b.deadLetter(source, m.Subject(), m.Headers(), m.Data(), reason)); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return nil
+}
+
+// deadLetterAsync dead-letters a core-NATS message without waiting for the stream's answer.
+func (b *Bus) deadLetterAsync(source string, m *nats.Msg, reason string) error {
+	_, err := b.js.PublishMsgAsync(b.deadLetter(source, m.Subject, m.Header, m.Data, protocol.Clip(reason, maxReason)))
+	return err
+}
+
+func (b *Bus) deadLetter(source, subject string, h nats.Header, data []byte, reason string) *nats.Msg {
 	d := nats.NewMsg(b.names.DeadSubject(source))
-	d.Data = m.Data()
-	for k, vs := range m.Headers() {
+	d.Data = data
+	for k, vs := range h {
 		name := k
 		if strings.HasPrefix(strings.ToLower(k), "nats-") {
 			name = "Original-" + k
@@ -375,10 +388,24 @@ func (b *Bus) deadLetterMsg(ctx context.Context, source string, m jetstream.Msg,
 			d.Header.Add(name, v)
 		}
 	}
-	d.Header.Set("Original-Subject", m.Subject())
+	d.Header.Set("Original-Subject", subject)
 	d.Header.Set("Reason", reason)
-	if _, err := b.js.PublishMsg(ctx, d); err != nil {
-		return fmt.Errorf("dead-letter: %w", err)
+	return d
+}
+
+// rateLimit allows up to n events a second.
+type rateLimit struct {
+	mu     sync.Mutex
+	second int64
+	n      int
+}
+
+func (r *rateLimit) allow(now time.Time, perSec int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := now.Unix(); s != r.second {
+		r.second, r.n = s, 0
 	}
-	return nil
+	r.n++
+	return r.n <= perSec
 }
