@@ -80,7 +80,7 @@ func TestElector_CutOffFollowerDoesNotCampaign(t *testing.T) {
 	c.ports[other].cut.Store(true)
 	testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool { return c.nodes[other].e.Stats().CutOff == 1 },
 		"the cut-off follower did not notice")
-	c.nodes[first.node].stop(t) // releases the lease and pokes the other
+	c.nodes[first.node].stop(t)         // releases the lease and pokes the other
 	time.Sleep(1500 * time.Millisecond) // several acquire intervals (200ms)
 	if n := len(c.snapshot()); n != 1 {
 		t.Fatalf("%d terms: the cut-off follower took the free lease", n)

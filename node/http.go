@@ -53,8 +53,10 @@ type observer struct {
 	worker  atomic.Pointer[worker.Worker]
 	elector atomic.Pointer[election.Elector]
 	bus     atomic.Pointer[bus.Bus]
-	srv     *observe.Server // nil with --http-addr off
-	epoch   atomic.Uint64   // the epoch this worker leads, 0 when following
+	// heartbeats counts refused control messages.
+	heartbeats atomic.Pointer[bus.Heartbeats]
+	srv        *observe.Server // nil with --http-addr off
+	epoch      atomic.Uint64   // the epoch this worker leads, 0 when following
 }
 
 func newObserver(cfg Config, log *slog.Logger) *observer {
@@ -78,6 +80,15 @@ func newObserver(cfg Config, log *slog.Logger) *observer {
 				return b.QueuedShards(ctx)
 			}
 			return 0, errors.New("not connected yet")
+		},
+		Trust: func() (s observe.TrustStats) {
+			if b := o.bus.Load(); b != nil {
+				s.Refused, s.CutOffs = b.Refused(), b.Health().Cuts()
+			}
+			if h := o.heartbeats.Load(); h != nil {
+				s.ControlRefused = h.Unverified()
+			}
+			return s
 		},
 	})
 	return o
@@ -233,11 +244,8 @@ func (o *observer) readyChecks(c observed) []observe.Check {
 			return err
 		}},
 		{Name: "nats", Fn: func(ctx context.Context) error {
-			nc := c.bus.Conn()
-			if !nc.IsConnected() {
-				return fmt.Errorf("not connected to NATS (status %v)", nc.Status())
-			}
-			return nc.FlushWithContext(ctx)
+			// The health prober's round trips: a silent partition shows within a second.
+			return c.bus.Health().Err()
 		}},
 		{Name: "coordinator", Fn: func(context.Context) error { return c.coord.Healthy() }},
 	}

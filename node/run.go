@@ -160,7 +160,9 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	p.election.Healthy = coord.Healthy
-	p.election.Heartbeats = b.Heartbeats()
+	hb := b.Heartbeats()
+	p.election.Heartbeats = hb
+	obs.heartbeats.Store(hb)
 	p.election.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {
 			log.Warn("announce release", "err", err)

@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/faultproxy"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/store"
+)
+
+// cutCluster is a cluster of members that each reach NATS through a fault proxy of their own.
+type cutCluster struct {
+	*cluster
+	ids     []string
+	proxies map[string]*faultproxy.Proxy
+	logs    map[string]*testenv.SyncBuffer
+}
+
+func newCutCluster(t *testing.T, n int) *cutCluster {
+	t.Helper()
+	c := &cutCluster{cluster: newCluster(t), proxies: map[string]*faultproxy.Proxy{}, logs: map[string]*testenv.SyncBuffer{}}
+	c.env["LOG_LEVEL"] = "info"
+	u, err := url.Parse(c.env["NATS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		id := "w" + string(rune('a'+i))
+		p, err := faultproxy.New(u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		c.ids, c.proxies[id] = append(c.ids, id), p
+		c.logs[id] = c.startMember(t, id, map[string]string{"NATS_URL": "nats://" + p.Addr()}, "--http-addr", "127.0.0.1:0")
+	}
+	return c
+}
+
+// leader reads the lease blob: who leads, and the epoch.
+func (c *cutCluster) leader(t *testing.T) (string, uint64) {
+	t.Helper()
+	bc, err := store.NewClient(c.env["AZURE_STORAGE_CONNECTION_STRING"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := election.ReadLeader(context.Background(), bc, c.env["LEASE_CONTAINER"], "lease")
+	if err != nil || l == nil {
+		return "", 0
+	}
+	return l.ID, l.Epoch
+}
+
+var httpAddr = regexp.MustCompile(`"msg":"http listening",.*?"addr":"([^"]+)"`)
+
+// ready is the /readyz status code of member id (0 when it does not answer).
+func (c *cutCluster) ready(t *testing.T, id string) int {
+	t.Helper()
+	m := httpAddr.FindStringSubmatch(c.logs[id].String())
+	if m == nil {
+		t.Fatalf("%s logged no http address:\n%s", id, c.logs[id])
+	}
+	cl := http.Client{Timeout: 3 * time.Second}
+	resp, err := cl.Get("http://" + m[1] + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A follower silently cut from NATS (no FIN, packets dropped) changes no leader: it knows it is
+// cut off within a second, reports not ready, neither suspects nor campaigns, and is ready again
+// by itself after the heal.
+func TestPartition_FollowerCutSilentlyChangesNoLeader(t *testing.T) {
+	c := newCutCluster(t, 3)
+	var leader string
+	var epoch uint64
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { leader, epoch = c.leader(t); return epoch > 0 }, "no leader")
+	follower := c.ids[0]
+	if follower == leader {
+		follower = c.ids[1]
+	}
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() bool { return c.ready(t, follower) == http.StatusOK }, "%s never ready", follower)
+	time.Sleep(2 * time.Second) // the follower hears the leader's beats
+
+	c.proxies[follower].Blackhole()
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() bool { return c.ready(t, follower) == http.StatusServiceUnavailable },
+		"a cut-off follower still reports ready")
+	time.Sleep(8 * time.Second) // five suspicion timeouts
+	c.proxies[follower].Heal()
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() bool { return c.ready(t, follower) == http.StatusOK },
+		"%s not ready again after the heal; log:\n%s", follower, c.logs[follower])
+	time.Sleep(3 * time.Second)
+	if l, e := c.leader(t); l != leader || e != epoch {
+		t.Fatalf("leader %s epoch %d after the cut, want %s epoch %d (0 changes); follower log:\n%s", l, e, leader, epoch, c.logs[follower])
+	}
+}
+
+// A leader silently cut from NATS is replaced exactly once, and does not take the lease back while
+// cut off or after the heal.
+func TestPartition_LeaderCutSilentlyReplacedOnce(t *testing.T) {
+	c := newCutCluster(t, 3)
+	var leader string
+	var epoch uint64
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { leader, epoch = c.leader(t); return epoch > 0 }, "no leader")
+	time.Sleep(2 * time.Second) // the followers hear its beats
+
+	c.proxies[leader].Blackhole()
+	cut := time.Now()
+	var next string
+	var nextEpoch uint64
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+		next, nextEpoch = c.leader(t)
+		return nextEpoch > epoch
+	}, "the cut-off leader was not replaced")
+	t.Logf("replaced after %v by %s", time.Since(cut).Round(time.Millisecond), next)
+	time.Sleep(8 * time.Second)
+	c.proxies[leader].Heal()
+	time.Sleep(4 * time.Second)
+	if l, e := c.leader(t); e != epoch+1 || l == leader {
+		t.Fatalf("leader %s epoch %d, want one change (epoch %d) to another worker; old leader's log:\n%s", l, e, epoch+1, c.logs[leader])
+	}
+}
