@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -127,4 +131,38 @@ func TestPartition_LeaderCutSilentlyReplacedOnce(t *testing.T) {
 	if l, e := c.leader(t); e != epoch+1 || l == leader {
 		t.Fatalf("leader %s epoch %d, want one change (epoch %d) to another worker; old leader's log:\n%s", l, e, epoch+1, c.logs[leader])
 	}
+}
+
+// Heartbeats of a high epoch from a plain NATS client without the cluster key (the submit-only
+// user may publish on <prefix>.ctl.>) depose nobody: 0 leader changes, each one dead-lettered.
+func TestForgedHeartbeat_DeposesNobody(t *testing.T) {
+	c := newCutCluster(t, 2)
+	var leader string
+	var epoch uint64
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { leader, epoch = c.leader(t); return epoch > 0 }, "no leader")
+	time.Sleep(time.Second) // the follower hears the leader's beats
+	nc, err := nats.Connect(c.env["NATS_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subject := protocol.NewNames(c.env["STREAM_PREFIX"]).Control(bus.CtlHeartbeat)
+	for i := range 10 {
+		data, err := bus.EncodeBeat(election.Beat{Epoch: epoch + 1000 + uint64(i), Identity: "forger", Seq: uint64(i + 1), Sent: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // two suspicion timeouts after the last forgery
+	if l, e := c.leader(t); l != leader || e != epoch {
+		t.Fatalf("leader %s epoch %d after forged heartbeats, want %s epoch %d", l, e, leader, epoch)
+	}
+	// Each member dead-lettered the ten (at most ten a second each).
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() bool {
+		return len(deadLettered(t, nc, c.env["STREAM_PREFIX"], bus.SourceControl)) == 20
+	}, "forged heartbeats not dead-lettered: %v", deadLettered(t, nc, c.env["STREAM_PREFIX"], bus.SourceControl))
 }
