@@ -76,6 +76,11 @@ type Config struct {
 	// refused as unauthenticated, after it was dead-lettered: source is SourceShards or
 	// SourceResults, err says why (naming key ids, never a secret). For logging and metrics.
 	OnRefused func(source, subject string, err error)
+	// ClusterKeyID, when set, returns the id of the key the cluster signs with ("" unknown; node
+	// reads it from the lease blob). A shard signed with an unknown key goes back at once (nak)
+	// while it may be the cluster's, and is dead-lettered as forged when the cluster's key is one
+	// this member holds. Nil: always nak.
+	ClusterKeyID func() string
 	// ProbeInterval is how often Health sends a round trip (PING/PONG) to the server. Default 250ms.
 	ProbeInterval time.Duration
 	// CutOffAfter is how long without a round trip coming back makes Health report the process
@@ -184,6 +189,7 @@ type Bus struct {
 	shardStream, resultStream string
 	deadStream                string
 	refused                   atomic.Uint64 // deliveries refused as unauthenticated
+	unknownKey                atomic.Uint64 // shards handed back: signed with a key this member lacks
 	health                    Health
 }
 

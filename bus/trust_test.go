@@ -147,3 +147,48 @@ func TestHealth_SeesSilentPartition(t *testing.T) {
 		t.Errorf("%d reconnects: the heal should need none", r)
 	}
 }
+
+// A member whose key is not the cluster's hands the shards it cannot verify back at once (nak),
+// for a member that can: they are not dead-lettered.
+func TestShards_SignedWithAnUnheldKeyGoBack(t *testing.T) {
+	ctx := context.Background()
+	u := testenv.NATS(t)
+	good := connect(t, u)
+	wrongKey, err := bus.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := bus.NewKeyring(wrongKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reported atomic.Int32
+	wrong, err := bus.Connect(u, "wrong", bus.Config{Keys: ring, OnRefused: func(string, string, error) { reported.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+	subj := good.ShardTypeSubject("t", "job1")
+	if err := good.PublishAll(ctx, []bus.Outgoing{{Subject: subj, MsgID: "job1/0", Data: []byte("genuine")}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := wrong.Shards(ctx, shardOpts(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() bool { return wrong.UnknownKey() >= 1 && reported.Load() >= 1 }, "the shard was not handed back")
+	f.Stop()
+	if n := wrong.Refused(); n != 0 {
+		t.Fatalf("%d shards dead-lettered by the wrong-key member", n)
+	}
+	gf, err := good.Shards(ctx, shardOpts(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gf.Stop()
+	d := recv(t, gf.C, 1)[0]
+	if string(d.Data()) != "genuine" {
+		t.Fatalf("got %q", d.Data())
+	}
+	_ = d.Ack()
+}

@@ -133,10 +133,22 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	}()
 	leaseID := newLeaseID()
 	ensured := false
-	var ambiguous bool // the last acquire may have succeeded without our knowing
-	cut := false       // not campaigning: cut off from the heartbeat transport
+	var ambiguous bool  // the last acquire may have succeeded without our knowing
+	cut := false        // not campaigning: cut off from the heartbeat transport
+	ineligible := false // not campaigning: Config.Eligible refused
 	for ctx.Err() == nil {
 		e.subscribe(&stopBeats)
+		if err := e.eligible(); err != nil {
+			if !ineligible {
+				e.log.Warn("not campaigning", "reason", err)
+			}
+			ineligible = true
+			e.wait(ctx)
+			continue
+		} else if ineligible {
+			ineligible = false
+			e.log.Info("eligible again; campaigning")
+		}
 		if hb := e.cfg.Heartbeats; hb != nil {
 			// A process cut off from the transport cannot hear a leader, and its own beats
 			// would not be heard: it would take the lease from a live leader and lead unheard.
@@ -238,7 +250,11 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 		next = f + 1
 	}
 	t := Term{Epoch: next, Identity: e.cfg.Identity, Since: time.Now(), LeaseID: leaseID}
-	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, termMetadata(t)); err != nil {
+	md := termMetadata(t)
+	for k, v := range e.cfg.Stamp {
+		md[k] = v
+	}
+	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, md); err != nil {
 		return Term{}, err
 	}
 	return t, nil
@@ -256,6 +272,19 @@ func (e *Elector) RaiseEpochFloor(n uint64) {
 			return
 		}
 	}
+}
+
+// eligible runs Config.Eligible, treating a panic as a refusal.
+func (e *Elector) eligible() (err error) {
+	if e.cfg.Eligible == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("Eligible panicked: %v", r)
+		}
+	}()
+	return e.cfg.Eligible()
 }
 
 // opTimeout bounds a single acquire, stamp or renew call.

@@ -1,6 +1,7 @@
 package election
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -89,5 +90,39 @@ func TestElector_CutOffFollowerDoesNotCampaign(t *testing.T) {
 	evs := c.waitTerms(2, 5*time.Second)
 	if evs[1].node != other {
 		t.Errorf("term 2 led by node %d, want %d", evs[1].node, other)
+	}
+}
+
+// A process that Eligible refuses never campaigns, however free the lease; the winner's Stamp is
+// in the lease blob for observers.
+func TestElector_IneligibleNeverLeadsAndStampIsRead(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, testenv.Name(t, "eligible"))
+	refused := errors.New("wrong cluster key")
+	c.add(nil, func(cfg *Config) { cfg.Eligible = func() error { return refused } })
+	c.add(nil, func(cfg *Config) { cfg.Stamp = map[string]string{"keyid": "abcd1234"} })
+	c.start(c.nodes[0], nil)
+	time.Sleep(time.Second) // five acquire intervals
+	if n := len(c.snapshot()); n != 0 {
+		t.Fatalf("%d terms won by an ineligible process", n)
+	}
+	c.start(c.nodes[1], nil)
+	evs := c.waitTerms(1, 10*time.Second)
+	if evs[0].node != 1 {
+		t.Fatalf("term won by node %d", evs[0].node)
+	}
+	info, err := ReadLeader(t.Context(), testClient(t), c.container, "lease")
+	if err != nil || info == nil || info.Stamp["keyid"] != "abcd1234" {
+		t.Fatalf("ReadLeader = %+v, %v: want the stamp keyid=abcd1234", info, err)
+	}
+}
+
+func TestConfig_Validate_Stamp(t *testing.T) {
+	for _, k := range []string{"epoch", "Key", "1a", "a-b", ""} {
+		cfg := DefaultConfig()
+		cfg.Identity, cfg.Stamp = "x", map[string]string{k: "v"}
+		if err := cfg.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Stamp key %q accepted", k)
+		}
 	}
 }
