@@ -161,6 +161,14 @@ func (o *observer) listen() error {
 	return nil
 }
 
+// addr is where the HTTP server listens ("" with --http-addr off).
+func (o *observer) addr() string {
+	if o.srv == nil {
+		return ""
+	}
+	return o.srv.Addr().String()
+}
+
 // serve serves HTTP until ctx ends (nothing with --http-addr off). Its owner waits for it.
 func (o *observer) serve(ctx context.Context) {
 	if o.srv == nil {
@@ -182,6 +190,7 @@ type observed struct {
 	worker         *worker.Worker
 	concurrency    int
 	types          []string // the node's job types
+	keyErr         func() error
 }
 
 // start runs membership and events under wg until ctx ends, and attaches the cluster to the
@@ -248,5 +257,6 @@ func (o *observer) readyChecks(c observed) []observe.Check {
 			return c.bus.Health().Err()
 		}},
 		{Name: "coordinator", Fn: func(context.Context) error { return c.coord.Healthy() }},
+		{Name: "cluster key", Fn: func(context.Context) error { return c.keyErr() }},
 	}
 }

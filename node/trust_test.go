@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
@@ -165,4 +167,58 @@ func TestForgedHeartbeat_DeposesNobody(t *testing.T) {
 	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() bool {
 		return len(deadLettered(t, nc, c.env["STREAM_PREFIX"], bus.SourceControl)) == 20
 	}, "forged heartbeats not dead-lettered: %v", deadLettered(t, nc, c.env["STREAM_PREFIX"], bus.SourceControl))
+}
+
+// A worker started with another cluster key than the one the leader signs with neither leads nor
+// processes shards, reports not ready and says what to fix; the cluster's job ends exact.
+func TestWrongKey_WorkerTakesItselfOut(t *testing.T) {
+	c := newCutCluster(t, 1)
+	var leader string
+	var epoch uint64
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { leader, epoch = c.leader(t); return epoch > 0 }, "no leader")
+	secret, _ := newSecret(t)
+	c.logs["wrong"] = c.startMember(t, "wrong", map[string]string{envClusterKey: secret}, "--http-addr", "127.0.0.1:0")
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() bool { return c.ready(t, "wrong") == http.StatusServiceUnavailable },
+		"a wrong-key worker reports ready")
+	log := c.logs["wrong"].String()
+	for _, want := range []string{`"msg":"wrong cluster key"`, "CLUSTER_KEY or --cluster-key-file", "neither leads nor processes shards"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, secret) {
+		t.Fatal("the key shows in the log")
+	}
+	stock := c.node(t, withSquares(builtin.Registry()))
+	code, stdout, stderr := run(t, stock, "submit", "--type", "squares", "--params", `{"n":1000,"shards":8}`)
+	if code != 0 {
+		t.Fatalf("submit: exit %d\n%s", code, stderr)
+	}
+	job := strings.TrimSpace(stdout)
+	testenv.Eventually(t, 60*time.Second, 50*time.Millisecond, func() bool {
+		_, out, _ := run(t, stock, "result", job)
+		return strings.TrimSpace(out) == `{"sum":333833500}`
+	}, "result of %s is not exact", job)
+	if strings.Contains(c.logs["wrong"].String(), `"msg":"processing shards"`) || strings.Contains(c.logs["wrong"].String(), `"msg":"elected"`) {
+		t.Fatalf("the wrong-key worker consumed or led:\n%s", c.logs["wrong"])
+	}
+	if l, e := c.leader(t); l != leader || e != epoch {
+		t.Fatalf("leader %s epoch %d, want %s epoch %d", l, e, leader, epoch)
+	}
+}
+
+// A second process with a live worker's id exits with an error naming the id; the leader stays.
+func TestDuplicateID_SecondProcessExits(t *testing.T) {
+	c := newCutCluster(t, 1)
+	var leader string
+	var epoch uint64
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool { leader, epoch = c.leader(t); return epoch > 0 }, "no leader")
+	code, _, stderr := run(t, c.node(t, builtin.Registry()), "run", "--id", c.ids[0], "--startup-timeout", "30s", "--http-addr", "off")
+	if code == 0 || !strings.Contains(stderr, `worker id "`+c.ids[0]+`" is used by a live process`) {
+		t.Fatalf("second process with id %s: exit %d\n%s", c.ids[0], code, stderr)
+	}
+	time.Sleep(2 * time.Second)
+	if l, e := c.leader(t); l != leader || e != epoch {
+		t.Fatalf("leader %s epoch %d, want %s epoch %d", l, e, leader, epoch)
+	}
 }
