@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
@@ -43,6 +44,11 @@ func matrix() []fault {
 		{name: "malformed-result", what: "garbage bytes are published on the job's results subject", job: sleepJob, inject: injectMalformed, dead: map[string]int{"results": 1}},
 		{name: "malformed-partial", what: "a well-formed result with the job's plan epoch whose partial is garbage is published", job: sleepJob, inject: injectMalformedPartial, dead: map[string]int{"results": 1}},
 		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
+		{name: "follower-cut", what: "a follower is silently cut from NATS (blackholing proxy: no FIN, packets held) for 20 s: 0 leader changes, not ready during the cut", job: sleepJob, inject: injectFollowerCut},
+		{name: "leader-cut", what: "the leader is silently cut from NATS for 20 s: exactly 1 leader change, and it does not take the lease back", job: sleepJob, inject: injectLeaderCut},
+		{name: "forged-heartbeat", what: "heartbeats of ever higher epochs are published by a plain NATS client without the cluster key: 0 leader changes", job: sleepJob, inject: injectForgedHeartbeat, dead: map[string]int{bus.SourceControl: forgedBeats}},
+		{name: "wrong-key-worker", what: "a worker with another cluster key joins mid-job: it is not ready, never leads or consumes, the job ends exact", job: sleepJob, inject: injectWrongKey},
+		{name: "duplicate-id", what: "a second process starts with a live follower's WORKER_ID: it exits naming the id, 0 leader changes", job: sleepJob, inject: injectDuplicateID},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
 }

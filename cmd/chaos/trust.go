@@ -1,0 +1,356 @@
+package main
+
+// The trust faults: silent partitions through a fault proxy, forged control messages and
+// misconfigured workers. Each counts the leader changes it caused (the lease blob's epoch) and
+// fails with verdictChurn when they differ from what the fault allows.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/faultproxy"
+)
+
+// verdictChurn: the fault changed the leader more often than it may.
+const verdictChurn = "CHURN"
+
+// cutFor is how long a partition lasts.
+func (f *faultRun) cutFor() time.Duration {
+	if f.e.r.cfg.Quick {
+		return 8 * time.Second
+	}
+	return 20 * time.Second
+}
+
+// extraProc is a worker this file starts itself (behind a proxy, or misconfigured), outside the
+// cluster's own set; it is stopped by its pid before the fault ends.
+type extraProc struct {
+	id   string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// startExtra starts a worker with the cluster's environment plus env (later values win).
+func (f *faultRun) startExtra(id string, env ...string) (*extraProc, error) {
+	dir := filepath.Join(f.e.r.cfg.Dir, f.e.name)
+	logPath := filepath.Join(dir, id+".extra.log")
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(f.e.r.bin, "run")
+	cmd.Env = append(f.e.c.WorkerEnv(id), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start worker %s: %w", id, err)
+	}
+	p := &extraProc{id: id, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); lf.Close(); close(p.done) }()
+	f.e.r.mu.Lock()
+	f.e.pids[cmd.Process.Pid], f.e.r.pids[cmd.Process.Pid] = "worker "+id, "worker "+id
+	f.e.r.mu.Unlock()
+	return p, nil
+}
+
+// stop ends the process (SIGTERM, SIGKILL after 15 s).
+func (p *extraProc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *extraProc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// proxied starts worker id whose NATS connection goes through a fault proxy of its own, and
+// waits until it announces itself.
+func (f *faultRun) proxied(ctx context.Context, id string) (*extraProc, *faultproxy.Proxy, error) {
+	u, err := url.Parse(f.e.c.NATSURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	px, err := faultproxy.New(u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := f.startExtra(id, "NATS_URL=nats://"+px.Addr())
+	if err != nil {
+		_ = px.Close()
+		return nil, nil, err
+	}
+	if err := f.waitMember(ctx, id, 60*time.Second); err != nil {
+		p.stop()
+		_ = px.Close()
+		return nil, nil, err
+	}
+	return p, px, nil
+}
+
+func (f *faultRun) waitMember(ctx context.Context, id string, within time.Duration) error {
+	until := time.Now().Add(within)
+	for f.e.c.HTTPAddr(id) == "" {
+		if time.Now().After(until) || ctx.Err() != nil {
+			return fmt.Errorf("worker %s did not announce itself within %v", id, within)
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	return nil
+}
+
+// readyz is the /readyz status of the worker at addr (0: no answer).
+func readyz(addr string) int {
+	cl := http.Client{Timeout: 3 * time.Second}
+	resp, err := cl.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitReady(ctx context.Context, addr string, want int, within time.Duration) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < within && ctx.Err() == nil {
+		if readyz(addr) == want {
+			return time.Since(start), true
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	return time.Since(start), false
+}
+
+// changes checks the leader changes since epoch0 against want.
+func (f *faultRun) changes(ctx context.Context, epoch0 uint64, want int) {
+	_, epoch, err := f.leader(ctx)
+	if err != nil {
+		f.fail(verdictError, err.Error())
+		return
+	}
+	n := int(epoch - epoch0)
+	f.note("%d leader changes (epochs %d → %d)", n, epoch0, epoch)
+	if n != want {
+		f.fail(verdictChurn, fmt.Sprintf("%d leader changes, want %d", n, want))
+	}
+}
+
+// injectFollowerCut cuts a follower silently from NATS for cutFor: no leader may change; the
+// follower reports not ready during the cut and ready again after it.
+func injectFollowerCut(ctx context.Context, f *faultRun) error {
+	p, px, err := f.proxied(ctx, "wcut")
+	if err != nil {
+		return err
+	}
+	defer px.Close()
+	defer p.stop()
+	addr := f.e.c.HTTPAddr("wcut")
+	sleep(ctx, 2*time.Second) // it hears the leader
+	_, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	px.Blackhole()
+	f.note("follower wcut cut off silently for %v", f.cutFor())
+	if took, ok := waitReady(ctx, addr, http.StatusServiceUnavailable, 5*time.Second); ok {
+		f.note("wcut not ready %.2f s into the cut", took.Seconds())
+	} else {
+		f.fail(verdictWrong, "a cut-off follower kept reporting ready")
+	}
+	sleep(ctx, f.cutFor()-time.Second)
+	px.Heal()
+	f.healed = time.Now()
+	if took, ok := waitReady(ctx, addr, http.StatusOK, 15*time.Second); ok {
+		f.note("wcut ready again %.2f s after the heal", took.Seconds())
+	} else {
+		f.fail(verdictWrong, "wcut not ready 15 s after the heal")
+	}
+	sleep(ctx, 2*time.Second)
+	f.changes(ctx, epoch0, 0)
+	return nil
+}
+
+// injectLeaderCut makes a proxied worker the leader, then cuts it silently from NATS for
+// cutFor: exactly one leader change, and the cut-off worker does not lead again.
+func injectLeaderCut(ctx context.Context, f *faultRun) error {
+	p, px, err := f.proxied(ctx, "wcut")
+	if err != nil {
+		return err
+	}
+	defer px.Close()
+	defer p.stop()
+	// Hand the lease to wcut: the others pause, the leader stops gracefully, wcut takes over.
+	old, epoch, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	var paused []string
+	for _, id := range f.e.c.Running() {
+		if id != old {
+			if pr := f.e.c.Proc(id); pr != nil && pr.Signal(syscall.SIGSTOP) == nil {
+				paused = append(paused, id)
+			}
+		}
+	}
+	_, err = f.e.c.Signal(old, syscall.SIGTERM)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, werr := f.e.c.WaitLeader(lctx, func(l *election.LeaderInfo) bool { return l.ID == "wcut" && l.Epoch > epoch })
+	cancel()
+	for _, id := range paused {
+		_ = f.e.c.Proc(id).Signal(syscall.SIGCONT)
+	}
+	if _, serr := f.e.c.StartWorker(old); serr != nil {
+		return serr
+	}
+	if err != nil || werr != nil {
+		return fmt.Errorf("hand the lease to wcut: %v %v", err, werr)
+	}
+	sleep(ctx, 3*time.Second) // everyone hears wcut's beats
+	_, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	px.Blackhole()
+	cut := time.Now()
+	f.note("leader wcut (epoch %d) cut off silently for %v", epoch0, f.cutFor())
+	if ev, err := f.waitElected(ctx, epoch0, f.cutFor()); err == nil {
+		f.note("%s elected (epoch %d) %.2f s into the cut", ev.Worker, ev.Epoch, ev.Time.Sub(cut).Seconds())
+	} else {
+		f.fail(verdictNotDeposed, "the cut-off leader was not replaced during the cut")
+	}
+	sleep(ctx, time.Until(cut.Add(f.cutFor())))
+	px.Heal()
+	f.healed = time.Now()
+	sleep(ctx, 5*time.Second)
+	if l, _, err := f.leader(ctx); err == nil && l == "wcut" {
+		f.fail(verdictChurn, "the cut-off leader took the lease back")
+	}
+	f.changes(ctx, epoch0, 1)
+	return nil
+}
+
+// forgedBeats is how many forged heartbeats injectForgedHeartbeat publishes.
+const forgedBeats = 20
+
+// injectForgedHeartbeat publishes well-formed heartbeats of ever higher epochs from a plain NATS
+// client without the cluster key: no leader may change; each is dead-lettered.
+func injectForgedHeartbeat(ctx context.Context, f *faultRun) error {
+	_, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(f.e.c.NATSURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	subject := f.e.c.Names().Control(bus.CtlHeartbeat)
+	for i := range forgedBeats {
+		data, err := bus.EncodeBeat(election.Beat{Epoch: epoch0 + 1000 + uint64(i), Identity: "forger", Seq: uint64(i + 1), Sent: time.Now()})
+		if err != nil {
+			return err
+		}
+		if err := nc.Publish(subject, data); err != nil {
+			return err
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	f.healed = time.Now()
+	sleep(ctx, 4*time.Second) // well past the suspicion timeout
+	f.changes(ctx, epoch0, 0)
+	return nil
+}
+
+// injectWrongKey starts a worker with another cluster key mid-job: it must take itself out (not
+// ready, never leads, processes nothing), and the job ends exact.
+func injectWrongKey(ctx context.Context, f *faultRun) error {
+	k, err := bus.GenerateKey()
+	if err != nil {
+		return err
+	}
+	_, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := f.startExtra("wkey", "CLUSTER_KEY="+k.Encode())
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	f.healed = time.Now()
+	if err := f.waitMember(ctx, "wkey", 60*time.Second); err != nil {
+		return err
+	}
+	if _, ok := waitReady(ctx, f.e.c.HTTPAddr("wkey"), http.StatusServiceUnavailable, 15*time.Second); !ok {
+		f.fail(verdictWrong, "a wrong-key worker reports ready")
+	}
+	// It stays while the job runs to its end.
+	f.e.waitEnd(ctx, f.id, time.Now().Add(f.e.r.cfg.Deadline))
+	log := p.logText()
+	switch {
+	case !strings.Contains(log, `"msg":"wrong cluster key"`):
+		f.fail(verdictWrong, "the wrong-key worker did not say what is wrong")
+	case strings.Contains(log, `"msg":"elected"`):
+		f.fail(verdictChurn, "the wrong-key worker led")
+	case strings.Contains(log, `"msg":"processing shards"`):
+		f.fail(verdictWrong, "the wrong-key worker consumed shards")
+	default:
+		f.note("wkey refused to lead and consume, and said why")
+	}
+	f.changes(ctx, epoch0, 0)
+	return nil
+}
+
+// injectDuplicateID starts a second process with a live follower's id: it must exit naming the
+// id, and no leader may change.
+func injectDuplicateID(ctx context.Context, f *faultRun) error {
+	leader, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(f.e.c.Running(), func(id string) bool { return id != leader })
+	if i < 0 {
+		return fmt.Errorf("no follower to copy the id of")
+	}
+	dup := f.e.c.Running()[i]
+	p, err := f.startExtra(dup)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.stop()
+		f.fail(verdictWrong, fmt.Sprintf("a second process with id %s did not exit within 30 s", dup))
+	}
+	f.healed = time.Now()
+	if log := p.logText(); p.err == nil || !strings.Contains(log, fmt.Sprintf(`worker id \"%s\" is used by a live process`, dup)) {
+		f.fail(verdictWrong, fmt.Sprintf("the second %s: exit %v, and its log does not name the id", dup, p.err))
+	} else {
+		f.note("the second %s exited (%v) naming the id", dup, p.err)
+	}
+	sleep(ctx, 2*time.Second)
+	f.changes(ctx, epoch0, 0)
+	return nil
+}
