@@ -535,6 +535,11 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	id := rs[0].Job // a batch holds one job's results
 	j, ok := t.active[id]
 	if !ok {
+		if _, seen := t.finished[id]; !seen && t.resultStored(ctx, id) {
+			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
+			// window): one read, no claim and no clean-up writes.
+			t.finished[id] = jobs.StateSucceeded
+		}
 		if _, seen := t.finished[id]; !seen {
 			if err := t.ensure(ctx, id); err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -380,5 +381,25 @@ func TestWorker_ShardBatchRetriedWhole(t *testing.T) {
 	r.noneQueued()
 	if s := w.Stats(); s.Succeeded != 4 || s.Failed != 1 || s.Redelivered != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Shards of a job whose result is stored (a replay after the job ended) are dropped before they
+// run: nothing runs, nothing is published or written; other jobs' shards run.
+func TestWorker_ReplayOfEndedJobDropped(t *testing.T) {
+	r := newRig(t)
+	if _, err := r.st.Put(context.Background(), protocol.ResultBlob("job-ended"), []byte(`{}`), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	w := r.start(worker.Config{}, testJob{typ: "count", fn: func(jobs.Task) ([]byte, error) { ran.Add(1); return []byte("ok"), nil }})
+	r.dispatch("count", "job-ended", 50)
+	r.noneQueued()
+	if s := w.Stats(); s.Replayed != 50 || s.Executed != 0 || ran.Load() != 0 {
+		t.Fatalf("stats %+v, ran %d: want 50 replayed, none run", s, ran.Load())
+	}
+	r.dispatch("count", "job-live", 3)
+	if res := r.results(3); len(res) != 3 || res[0].Job != "job-live" {
+		t.Fatalf("results %+v", res)
 	}
 }
