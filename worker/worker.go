@@ -44,6 +44,8 @@ type Stats struct {
 	Redelivered int64 // deliveries with attempt > 1
 	Malformed   int64 // undecodable shard messages, dead-lettered
 	Replayed    int64 // shard messages of ended jobs, dropped before running
+	// PublishRetries counts result publishes retried after a failure (JetStream full, NATS away).
+	PublishRetries int64
 }
 
 // Worker runs shards from the consumers of the job types it has.
@@ -59,7 +61,7 @@ type Worker struct {
 	avgRun atomic.Int64
 
 	executed, succeeded, failed, gaveUp, redelivered, malformed atomic.Int64
-	replayed                                                    atomic.Int64
+	replayed, publishRetries                                    atomic.Int64
 	ended                                                       *ended
 }
 
@@ -83,7 +85,8 @@ func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error
 // Stats returns the counters so far.
 func (w *Worker) Stats() Stats {
 	return Stats{Executed: w.executed.Load(), Succeeded: w.succeeded.Load(), Failed: w.failed.Load(),
-		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load(), Replayed: w.replayed.Load()}
+		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load(), Replayed: w.replayed.Load(),
+		PublishRetries: w.publishRetries.Load()}
 }
 
 // limit is how many shards the worker holds at once: its slots, plus enough waiting shards to
@@ -136,7 +139,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer tail.Done()
 		for s := range settles {
-			w.settle(s)
+			w.settle(ctx, s)
 		}
 	}()
 	var slots sync.WaitGroup
