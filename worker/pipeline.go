@@ -224,6 +224,7 @@ func (w *Worker) settle(ctx context.Context, s settle) {
 			if failing {
 				w.log.Info("results published again", "job", s.job)
 			}
+			w.pubErr.Store(nil)
 			w.resolve(s, true)
 			return
 		case ctx.Err() != nil:
@@ -235,6 +236,7 @@ func (w *Worker) settle(ctx context.Context, s settle) {
 			failing = true
 		}
 		w.publishRetries.Add(1)
+		w.pubErr.Store(&err)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():

@@ -62,6 +62,7 @@ type Worker struct {
 
 	executed, succeeded, failed, gaveUp, redelivered, malformed atomic.Int64
 	replayed, publishRetries                                    atomic.Int64
+	pubErr                                                      atomic.Pointer[error] // the failure of a publish being retried
 	ended                                                       *ended
 }
 
@@ -87,6 +88,15 @@ func (w *Worker) Stats() Stats {
 	return Stats{Executed: w.executed.Load(), Succeeded: w.succeeded.Load(), Failed: w.failed.Load(),
 		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load(), Replayed: w.replayed.Load(),
 		PublishRetries: w.publishRetries.Load()}
+}
+
+// PublishErr is why results cannot be published now (JetStream out of space, NATS away), or nil.
+// It clears with the next stored result message.
+func (w *Worker) PublishErr() error {
+	if p := w.pubErr.Load(); p != nil {
+		return fmt.Errorf("results cannot be published (retrying; shards held): %w", *p)
+	}
+	return nil
 }
 
 // limit is how many shards the worker holds at once: its slots, plus enough waiting shards to

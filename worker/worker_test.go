@@ -429,6 +429,9 @@ func TestWorker_PublishFailuresDoNotUseUpAttempts(t *testing.T) {
 	w := r.start(worker.Config{MaxAttempts: 2}, testJob{typ: "count", fn: func(jobs.Task) ([]byte, error) { return []byte("ok"), nil }})
 	r.dispatch("count", "job-full", 4)
 	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool { return w.Stats().PublishRetries >= 3 }, "no publish retried")
+	if err := w.PublishErr(); err == nil {
+		t.Error("PublishErr is nil while results cannot be published")
+	}
 	time.Sleep(6 * time.Second) // past the shard timeout (5s): the shards stay held, not redelivered
 	if _, err := js.UpdateStream(ctx, orig); err != nil {
 		t.Fatal(err)
@@ -439,6 +442,9 @@ func TestWorker_PublishFailuresDoNotUseUpAttempts(t *testing.T) {
 		}
 	}
 	r.noneQueued()
+	if err := w.PublishErr(); err != nil {
+		t.Errorf("PublishErr after the outage: %v", err)
+	}
 	if st := w.Stats(); st.Redelivered != 0 || st.GaveUp != 0 {
 		t.Fatalf("stats %+v: an outage used up attempts", st)
 	}
