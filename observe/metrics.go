@@ -101,6 +101,8 @@ func NewMetrics(version string, src Sources) *Metrics {
 		counter("mapagg_shards_gave_up_total", "Shards reported failed after the last attempt.", func(s worker.Stats) int64 { return s.GaveUp })
 		counter("mapagg_shards_redelivered_total", "Shard deliveries with attempt > 1.", func(s worker.Stats) int64 { return s.Redelivered })
 		counter("mapagg_shards_malformed_total", "Undecodable shard messages, dead-lettered.", func(s worker.Stats) int64 { return s.Malformed })
+		counter("mapagg_shards_replayed_total", "Shards of ended jobs dropped before running (replays).", func(s worker.Stats) int64 { return s.Replayed })
+		counter("mapagg_result_publish_retries_total", "Result publishes retried after a failure (JetStream full, NATS away).", func(s worker.Stats) int64 { return s.PublishRetries })
 	}
 	if s := src.Elector; s != nil {
 		f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mapagg_lease_renewals_total", Help: "Successful lease renewals."},
