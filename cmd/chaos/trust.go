@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
@@ -352,5 +353,46 @@ func injectDuplicateID(ctx context.Context, f *faultRun) error {
 	}
 	sleep(ctx, 2*time.Second)
 	f.changes(ctx, epoch0, 0)
+	return nil
+}
+
+// injectJetStreamFull makes the results stream refuse every message (out of space) for a while,
+// then frees it, without restarting nats-server: the job must finish exact (publish failures
+// use up no attempts), and the workers report not ready meanwhile.
+func injectJetStreamFull(ctx context.Context, f *faultRun) error {
+	full := 30 * time.Second
+	if f.e.r.cfg.Quick {
+		full = 10 * time.Second
+	}
+	s, err := f.e.js.Stream(ctx, f.e.c.Names().ResultStream())
+	if err != nil {
+		return err
+	}
+	orig := s.CachedInfo().Config
+	limited := orig
+	limited.MaxBytes, limited.Discard = 1, jetstream.DiscardNew
+	if _, err := f.e.js.UpdateStream(ctx, limited); err != nil {
+		return err
+	}
+	f.note("results stream full (1 byte, discard new) for %v", full)
+	unready := 0
+	until := time.Now().Add(full)
+	for time.Now().Before(until) && ctx.Err() == nil {
+		sleep(ctx, 2*time.Second)
+		unready = 0
+		for _, id := range f.e.c.Running() {
+			if addr := f.e.c.HTTPAddr(id); addr != "" && readyz(addr) == http.StatusServiceUnavailable {
+				unready++
+			}
+		}
+	}
+	if _, err := f.e.js.UpdateStream(context.WithoutCancel(ctx), orig); err != nil {
+		return fmt.Errorf("free the results stream: %w", err)
+	}
+	f.healed = time.Now()
+	f.note("%d workers not ready at the end of the outage; space freed without a NATS restart", unready)
+	if unready == 0 {
+		f.fail(verdictWrong, "no worker reported the full stream in /readyz")
+	}
 	return nil
 }
