@@ -7,13 +7,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -23,6 +26,8 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // verdictChurn: the fault changed the leader more often than it may.
@@ -395,4 +400,96 @@ func injectJetStreamFull(ctx context.Context, f *faultRun) error {
 		f.fail(verdictWrong, "no worker reported the full stream in /readyz")
 	}
 	return nil
+}
+
+// injectReplay records the job's shard and result messages as a plain NATS client sees them (from
+// the fault on), lets the job finish, restarts nats-server (which forgets the acknowledged
+// messages' ids) and publishes every recorded message again, verbatim (genuine MACs): no shard may
+// run again and the job's result may not be written again.
+func injectReplay(ctx context.Context, f *faultRun) error {
+	nc, err := nats.Connect(f.e.c.NATSURL)
+	if err != nil {
+		return err
+	}
+	names := f.e.c.Names()
+	var captured []*nats.Msg
+	var mu sync.Mutex
+	for _, subj := range []string{names.ShardSubject(f.id), names.ResultSubject(f.id)} {
+		if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			mu.Lock()
+			captured = append(captured, m)
+			mu.Unlock()
+		}); err != nil {
+			nc.Close()
+			return err
+		}
+	}
+	st, ended := f.e.waitEnd(ctx, f.id, time.Now().Add(f.e.r.cfg.Deadline))
+	nc.Close()
+	if st == nil || !ended || st.State != jobs.StateSucceeded {
+		return fmt.Errorf("the job did not succeed before the replay (%s)", describe(st))
+	}
+	_, etag, err := f.e.jobs.Get(ctx, protocol.ResultBlob(f.id))
+	if err != nil {
+		return fmt.Errorf("read the result: %w", err)
+	}
+	executed := f.sumMetric("mapagg_shards_executed_total")
+	np := f.e.c.NATSProcess()
+	if err := np.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	if err := np.Restart(); err != nil {
+		return err
+	}
+	sleep(ctx, 3*time.Second) // the workers reconnect
+	mu.Lock()
+	msgs := captured
+	mu.Unlock()
+	published := 0
+	for _, m := range msgs {
+		r := nats.NewMsg(m.Subject)
+		r.Header, r.Data = m.Header, m.Data
+		if _, err := f.e.js.PublishMsg(ctx, r); err == nil {
+			published++
+		}
+	}
+	f.healed = time.Now()
+	f.note("nats-server restarted; %d of %d recorded shard and result messages published again", published, len(msgs))
+	sleep(ctx, 8*time.Second)
+	if n := f.sumMetric("mapagg_shards_executed_total") - executed; n != 0 {
+		f.fail(verdictWrong, fmt.Sprintf("%.0f shards of the ended job ran again", n))
+	}
+	f.note("%.0f replayed shards dropped before running", f.sumMetric("mapagg_shards_replayed_total"))
+	if _, etag2, err := f.e.jobs.Get(ctx, protocol.ResultBlob(f.id)); err != nil || etag2 != etag {
+		f.fail(verdictWrong, fmt.Sprintf("the ended job's result was written again (%v)", err))
+	} else {
+		f.note("result.json untouched")
+	}
+	return nil
+}
+
+// sumMetric adds a counter over the running workers' /metrics.
+func (f *faultRun) sumMetric(name string) float64 {
+	var sum float64
+	cl := http.Client{Timeout: 3 * time.Second}
+	for _, id := range f.e.c.Running() {
+		addr := f.e.c.HTTPAddr(id)
+		if addr == "" {
+			continue
+		}
+		resp, err := cl.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				if x, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					sum += x
+				}
+			}
+		}
+	}
+	return sum
 }
