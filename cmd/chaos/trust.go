@@ -402,8 +402,8 @@ func injectJetStreamFull(ctx context.Context, f *faultRun) error {
 	return nil
 }
 
-// injectReplay records the job's shard and result messages as a plain NATS client sees them (from
-// the fault on), lets the job finish, restarts nats-server (which forgets the acknowledged
+// injectReplay records the job's shard and result messages (those in the shards stream and those
+// a plain NATS client sees from the fault on), lets the job finish, restarts nats-server (which forgets the acknowledged
 // messages' ids) and publishes every recorded message again, verbatim (genuine MACs): no shard may
 // run again and the job's result may not be written again.
 func injectReplay(ctx context.Context, f *faultRun) error {
@@ -424,6 +424,21 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 			return err
 		}
 	}
+	// The shards dispatched already wait in the shards stream: read them as they are stored.
+	if ss, err := f.e.js.Stream(ctx, names.ShardStream()); err == nil {
+		info := ss.CachedInfo()
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+			raw, err := ss.GetMsg(ctx, seq)
+			if err != nil || !strings.HasSuffix(raw.Subject, "."+f.id) {
+				continue
+			}
+			m := nats.NewMsg(raw.Subject)
+			m.Header, m.Data = raw.Header, raw.Data
+			mu.Lock()
+			captured = append(captured, m)
+			mu.Unlock()
+		}
+	}
 	st, ended := f.e.waitEnd(ctx, f.id, time.Now().Add(f.e.r.cfg.Deadline))
 	nc.Close()
 	if st == nil || !ended || st.State != jobs.StateSucceeded {
@@ -442,24 +457,51 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	sleep(ctx, 3*time.Second) // the workers reconnect
+	// Past the duplicate window: shrink it to 1 s for the replay (restored after).
+	var restore []jetstream.StreamConfig
+	for _, name := range []string{names.ShardStream(), names.ResultStream()} {
+		s, err := f.e.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		c := s.CachedInfo().Config
+		restore = append(restore, c)
+		c.Duplicates = time.Second
+		if _, err := f.e.js.UpdateStream(ctx, c); err != nil {
+			return fmt.Errorf("shrink the duplicate window: %w", err)
+		}
+	}
+	defer func() {
+		for _, c := range restore {
+			_, _ = f.e.js.UpdateStream(context.WithoutCancel(ctx), c)
+		}
+	}()
+	sleep(ctx, 2*time.Second)
 	mu.Lock()
 	msgs := captured
 	mu.Unlock()
-	published := 0
+	published, dups := 0, 0
 	for _, m := range msgs {
 		r := nats.NewMsg(m.Subject)
 		r.Header, r.Data = m.Header, m.Data
-		if _, err := f.e.js.PublishMsg(ctx, r); err == nil {
+		if ack, err := f.e.js.PublishMsg(ctx, r); err == nil {
 			published++
+			if ack.Duplicate {
+				dups++
+			}
 		}
 	}
 	f.healed = time.Now()
-	f.note("nats-server restarted; %d of %d recorded shard and result messages published again", published, len(msgs))
+	f.note("nats-server restarted, duplicate window passed; %d of %d recorded shard and result messages published again (%d taken as duplicates)", published, len(msgs), dups)
 	sleep(ctx, 8*time.Second)
 	if n := f.sumMetric("mapagg_shards_executed_total") - executed; n != 0 {
 		f.fail(verdictWrong, fmt.Sprintf("%.0f shards of the ended job ran again", n))
 	}
-	f.note("%.0f replayed shards dropped before running", f.sumMetric("mapagg_shards_replayed_total"))
+	replayed := f.sumMetric("mapagg_shards_replayed_total")
+	f.note("%.0f replayed shards dropped before running", replayed)
+	if replayed == 0 && published > dups {
+		f.fail(verdictWrong, "no replayed shard reached a worker: the fault did not replay")
+	}
 	if _, etag2, err := f.e.jobs.Get(ctx, protocol.ResultBlob(f.id)); err != nil || etag2 != etag {
 		f.fail(verdictWrong, fmt.Sprintf("the ended job's result was written again (%v)", err))
 	} else {
