@@ -31,6 +31,9 @@ type Config struct {
 	// QueueVisibility hides a received job message from other leaders while it is planned.
 	// Default 60s.
 	QueueVisibility time.Duration
+	// QueueCutOff hands the lease over (Healthy fails) when intake has not reached the job queue
+	// for this long: another worker may reach it. Negative: never. Default 20s.
+	QueueCutOff time.Duration
 	// MaxQueueDequeues dead-letters a queue message received this many times without being
 	// planned. Default 5.
 	MaxQueueDequeues int64
@@ -89,7 +92,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
-		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
+		QueueVisibility: 60 * time.Second, QueueCutOff: 20 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
 	}
@@ -106,6 +109,7 @@ func (c Config) withDefaults() Config {
 	set(&c.CheckpointInterval, d.CheckpointInterval)
 	set(&c.QueuePoll, d.QueuePoll)
 	set(&c.QueueVisibility, d.QueueVisibility)
+	set(&c.QueueCutOff, d.QueueCutOff)
 	set(&c.RescanInterval, d.RescanInterval)
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.RepairInterval, d.RepairInterval)

@@ -30,6 +30,7 @@ type Coordinator struct {
 
 	leading  atomic.Bool
 	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
+	qhealth  queueHealth   // intake's receives
 	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
 }
 
@@ -65,6 +66,9 @@ func (c *Coordinator) Healthy() error {
 	}
 	if since := time.Since(time.Unix(0, c.lastBeat.Load())); since > c.cfg.StallTimeout {
 		return fmt.Errorf("%w: no progress for %v", ErrStalled, since.Round(time.Millisecond))
+	}
+	if d, err := c.qhealth.err(); err != nil && c.cfg.QueueCutOff > 0 && d > c.cfg.QueueCutOff {
+		return err // hand over: another worker may reach the queue
 	}
 	return nil
 }
@@ -121,6 +125,7 @@ type dispatchEvent struct {
 func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t := c.newTerm(epoch)
 	c.beat()
+	c.qhealth.ok()
 	c.leading.Store(true)
 	defer c.leading.Store(false)
 	t.log.Info("coordinator starting")

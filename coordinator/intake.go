@@ -36,10 +36,12 @@ func (t *term) intake(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				t.log.Warn("receive from the job queue", "err", err)
+				t.Coordinator.qhealth.failed(err)
 			}
 			t.idle(ctx, ahead)
 			continue
 		}
+		t.Coordinator.qhealth.ok()
 		if len(msgs) == 0 {
 			t.idle(ctx, ahead)
 			continue

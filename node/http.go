@@ -259,5 +259,6 @@ func (o *observer) readyChecks(c observed) []observe.Check {
 		{Name: "coordinator", Fn: func(context.Context) error { return c.coord.Healthy() }},
 		{Name: "cluster key", Fn: func(context.Context) error { return c.keyErr() }},
 		{Name: "results", Fn: func(context.Context) error { return c.worker.PublishErr() }},
+		{Name: "queue", Fn: func(context.Context) error { return c.coord.IntakeErr() }},
 	}
 }

@@ -1,0 +1,48 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// ErrQueueUnreachable: the leader has not reached the job queue for QueueCutOff; Healthy reports
+// it, so the elector hands the lease to a worker that may reach it.
+var ErrQueueUnreachable = errors.New("job queue unreachable")
+
+// queueHealth tracks since when intake's receives fail (0: they work).
+type queueHealth struct {
+	since atomic.Int64 // unix nanos of the first failure of the current run of failures
+	last  atomic.Pointer[error]
+}
+
+func (q *queueHealth) failed(err error) {
+	q.since.CompareAndSwap(0, time.Now().UnixNano())
+	q.last.Store(&err)
+}
+
+func (q *queueHealth) ok() { q.since.Store(0) }
+
+// err is nil while the queue answers, else since when it does not and why.
+func (q *queueHealth) err() (time.Duration, error) {
+	s := q.since.Load()
+	if s == 0 {
+		return 0, nil
+	}
+	d := time.Since(time.Unix(0, s))
+	var last error
+	if p := q.last.Load(); p != nil {
+		last = *p
+	}
+	return d, fmt.Errorf("%w for %v: %v", ErrQueueUnreachable, d.Round(time.Second), last)
+}
+
+// IntakeErr is why this leader cannot take jobs off the queue now, or nil (also while following).
+func (c *Coordinator) IntakeErr() error {
+	if !c.leading.Load() {
+		return nil
+	}
+	_, err := c.qhealth.err()
+	return err
+}
