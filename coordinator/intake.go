@@ -32,11 +32,12 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
+		t.Coordinator.qhealth.begin()
 		msgs, err := t.queue.Receive(ctx, min(16, t.cfg.MaxActiveJobs), t.cfg.QueueVisibility)
 		if err != nil {
+			t.Coordinator.qhealth.failed(err)
 			if ctx.Err() == nil {
 				t.log.Warn("receive from the job queue", "err", err)
-				t.Coordinator.qhealth.failed(err)
 			}
 			t.idle(ctx, ahead)
 			continue

@@ -51,6 +51,7 @@ func matrix() []fault {
 		{name: "duplicate-id", what: "a second process starts with a live follower's WORKER_ID: it exits naming the id, 0 leader changes", job: sleepJob, inject: injectDuplicateID},
 		{name: "jetstream-full", what: "the results stream refuses every message (out of space) for 30 s, then has room again, without a NATS restart: the job finishes exact", job: sleepJob, inject: injectJetStreamFull},
 		{name: "replay", what: "the job's shard and result messages are recorded, and published again verbatim after it ended and nats-server restarted: no shard runs again, no write", job: sleepJob, inject: injectReplay},
+		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
 }

@@ -206,33 +206,9 @@ func injectLeaderCut(ctx context.Context, f *faultRun) error {
 	}
 	defer px.Close()
 	defer p.stop()
-	// Hand the lease to wcut: the others pause, the leader stops gracefully, wcut takes over.
-	old, epoch, err := f.leader(ctx)
-	if err != nil {
+	if err := f.handTo(ctx, "wcut"); err != nil {
 		return err
 	}
-	var paused []string
-	for _, id := range f.e.c.Running() {
-		if id != old {
-			if pr := f.e.c.Proc(id); pr != nil && pr.Signal(syscall.SIGSTOP) == nil {
-				paused = append(paused, id)
-			}
-		}
-	}
-	_, err = f.e.c.Signal(old, syscall.SIGTERM)
-	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	_, werr := f.e.c.WaitLeader(lctx, func(l *election.LeaderInfo) bool { return l.ID == "wcut" && l.Epoch > epoch })
-	cancel()
-	for _, id := range paused {
-		_ = f.e.c.Proc(id).Signal(syscall.SIGCONT)
-	}
-	if _, serr := f.e.c.StartWorker(old); serr != nil {
-		return serr
-	}
-	if err != nil || werr != nil {
-		return fmt.Errorf("hand the lease to wcut: %v %v", err, werr)
-	}
-	sleep(ctx, 3*time.Second) // everyone hears wcut's beats
 	_, epoch0, err := f.leader(ctx)
 	if err != nil {
 		return err
@@ -252,6 +228,91 @@ func injectLeaderCut(ctx context.Context, f *faultRun) error {
 	if l, _, err := f.leader(ctx); err == nil && l == "wcut" {
 		f.fail(verdictChurn, "the cut-off leader took the lease back")
 	}
+	f.changes(ctx, epoch0, 1)
+	return nil
+}
+
+// handTo makes worker id the leader: the cluster's other workers pause (SIGSTOP), the leader
+// stops gracefully (its release pokes id), the others continue and the old leader restarts.
+func (f *faultRun) handTo(ctx context.Context, id string) error {
+	old, epoch, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	var paused []string
+	for _, w := range f.e.c.Running() {
+		if w != old {
+			if pr := f.e.c.Proc(w); pr != nil && pr.Signal(syscall.SIGSTOP) == nil {
+				paused = append(paused, w)
+			}
+		}
+	}
+	_, err = f.e.c.Signal(old, syscall.SIGTERM)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, werr := f.e.c.WaitLeader(lctx, func(l *election.LeaderInfo) bool { return l.ID == id && l.Epoch > epoch })
+	cancel()
+	for _, w := range paused {
+		_ = f.e.c.Proc(w).Signal(syscall.SIGCONT)
+	}
+	if _, serr := f.e.c.StartWorker(old); serr != nil {
+		return serr
+	}
+	if err != nil || werr != nil {
+		return fmt.Errorf("hand the lease to %s: %v %v", id, err, werr)
+	}
+	sleep(ctx, 3*time.Second) // everyone hears the new leader's beats
+	return nil
+}
+
+// injectLeaderQueueCut makes a worker whose link to the job queue goes through a fault proxy the
+// leader, cuts that link silently for 40 s and submits a second job meanwhile: the leader must
+// hand over (exactly one change) and the second job must run and end exact.
+func injectLeaderQueueCut(ctx context.Context, f *faultRun) error {
+	conn := f.e.c.ConnStr
+	i := strings.Index(conn, "QueueEndpoint=http://")
+	if i < 0 {
+		return fmt.Errorf("no queue endpoint in the connection string")
+	}
+	rest := conn[i+len("QueueEndpoint=http://"):]
+	hostport := rest[:strings.Index(rest, "/")]
+	px, err := faultproxy.New(hostport)
+	if err != nil {
+		return err
+	}
+	defer px.Close()
+	p, err := f.startExtra("wq", "AZURE_STORAGE_CONNECTION_STRING="+strings.Replace(conn, "QueueEndpoint=http://"+hostport, "QueueEndpoint=http://"+px.Addr(), 1))
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	if err := f.waitMember(ctx, "wq", 60*time.Second); err != nil {
+		return err
+	}
+	if err := f.handTo(ctx, "wq"); err != nil {
+		return err
+	}
+	_, epoch0, err := f.leader(ctx)
+	if err != nil {
+		return err
+	}
+	cut := 40 * time.Second
+	px.Blackhole()
+	start := time.Now()
+	f.note("leader wq (epoch %d) cut from the job queue for %v", epoch0, cut)
+	id, at, err := f.e.submit(ctx, f.job)
+	if err != nil {
+		return err
+	}
+	f.more = append(f.more, extraJob{id: id, start: at})
+	if ev, err := f.waitElected(ctx, epoch0, cut); err == nil {
+		f.note("%s elected (epoch %d) %.1f s into the cut", ev.Worker, ev.Epoch, ev.Time.Sub(start).Seconds())
+	} else {
+		f.fail(verdictNotDeposed, "the leader cut from the queue did not hand over")
+	}
+	sleep(ctx, time.Until(start.Add(cut)))
+	px.Heal()
+	f.healed = time.Now()
+	sleep(ctx, 3*time.Second)
 	f.changes(ctx, epoch0, 1)
 	return nil
 }
