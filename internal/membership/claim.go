@@ -56,9 +56,8 @@ func Claim(nc *nats.Conn, prefix string, self Holder, wait time.Duration) (relea
 	m, err := nc.Request(subject, nil, wait)
 	switch {
 	case err == nil:
-		var h Holder
-		if json.Unmarshal(m.Data, &h) == nil && h.Instance != self.Instance && h.ID == self.ID {
-			return nil, &DuplicateIDError{ID: self.ID, StartedAt: h.StartedAt, HTTPAddr: h.HTTPAddr}
+		if h, err := DecodeHolder(m.Data); err == nil && h.Instance != self.Instance && h.ID == self.ID {
+			return nil, &DuplicateIDError{ID: self.ID, StartedAt: h.StartedAt, HTTPAddr: protocolClip(h.HTTPAddr)}
 		}
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
 	default:
@@ -77,4 +76,27 @@ func Claim(nc *nats.Conn, prefix string, self Holder, wait time.Duration) (relea
 		return nil, fmt.Errorf("answer for worker id %q: %w", self.ID, err)
 	}
 	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// DecodeHolder parses a holder's answer and refuses what a worker could not have sent.
+func DecodeHolder(data []byte) (*Holder, error) {
+	if len(data) > MaxMessage {
+		return nil, fmt.Errorf("membership: id holder answer of %d bytes exceeds %d", len(data), MaxMessage)
+	}
+	var h Holder
+	if err := json.Unmarshal(data, &h); err != nil {
+		return nil, fmt.Errorf("membership: decode id holder: %w", err)
+	}
+	if h.ID == "" || len(h.ID) > 256 || h.Instance == "" || len(h.Instance) > 64 {
+		return nil, errors.New("membership: id holder: id of 1 to 256 bytes and instance of 1 to 64 required")
+	}
+	return &h, nil
+}
+
+// protocolClip keeps an address from outside short in an error.
+func protocolClip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "..."
+	}
+	return s
 }

@@ -48,3 +48,18 @@ func TestClaim_SecondProcessWithTheSameIDIsRefused(t *testing.T) {
 	}
 	r3()
 }
+
+func FuzzDecodeHolder(f *testing.F) {
+	f.Add([]byte(`{"id":"w1","instance":"ab12","started_at":"2026-01-02T03:04:05Z","http_addr":"127.0.0.1:9"}`))
+	f.Add([]byte(`{"id":"","instance":"x"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := DecodeHolder(data)
+		if err != nil {
+			return
+		}
+		if h.ID == "" || h.Instance == "" {
+			t.Fatalf("accepted %+v", h)
+		}
+	})
+}
