@@ -85,6 +85,7 @@ type term struct {
 
 	active   map[string]*job
 	finished map[string]jobs.State // jobs this term saw end (bounded)
+	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
 	pending  int                   // merged results awaiting a checkpoint, all jobs
 	merged   int64                 // results merged this term
 	nActive  atomic.Int32          // len(active), for intake

@@ -47,12 +47,14 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
+		stop := t.keepHidden(ctx, msgs)
 		for _, m := range msgs {
 			id := strings.TrimSpace(m.Text)
 			la := ahead[id]
 			delete(ahead, id)
 			t.intakeOne(ctx, m, la)
 		}
+		stop()
 	}
 }
 
@@ -338,6 +340,8 @@ func (t *term) request(ctx context.Context, id string) {
 }
 
 func (t *term) deleteMsg(ctx context.Context, m queue.Message) {
+	m, unlock := t.latest(m) // the receipt of the last extension (visibility.go)
+	defer unlock()
 	if err := t.queue.Delete(ctx, m); err != nil {
 		t.log.Warn("delete queue message", "id", m.ID, "err", err)
 	}
