@@ -84,11 +84,11 @@ type term struct {
 	log     *slog.Logger
 
 	active   map[string]*job
-	finished map[string]jobs.State // jobs this term saw end (bounded)
+	finished map[string]jobs.State  // jobs this term saw end (bounded)
 	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
-	pending  int                   // merged results awaiting a checkpoint, all jobs
-	merged   int64                 // results merged this term
-	nActive  atomic.Int32          // len(active), for intake
+	pending  int                    // merged results awaiting a checkpoint, all jobs
+	merged   int64                  // results merged this term
+	nActive  atomic.Int32           // len(active), for intake
 
 	newJobs    chan *job          // from intake
 	claimReq   chan string        // from intake: a planned job to make sure of
