@@ -52,6 +52,7 @@ func matrix() []fault {
 		{name: "jetstream-full", what: "the results stream refuses every message (out of space) for 30 s, then has room again, without a NATS restart: the job finishes exact", job: sleepJob, inject: injectJetStreamFull},
 		{name: "replay", what: "the job's shard and result messages are recorded, and published again verbatim after it ended and nats-server restarted: no shard runs again, no write", job: sleepJob, inject: injectReplay},
 		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
+		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
 }

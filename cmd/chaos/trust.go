@@ -26,6 +26,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -595,4 +596,55 @@ func (f *faultRun) sumMetric(name string) float64 {
 		}
 	}
 	return sum
+}
+
+// burstJobs is how many jobs injectBurstKill submits.
+const burstJobs = 20
+
+// injectBurstKill submits a burst of small jobs and kills the leader (SIGKILL) at once: every job
+// must start (its first checkpoint) within 5 s of the next election, and end exact.
+func injectBurstKill(ctx context.Context, f *faultRun) error {
+	small := knownjobs.Sleep(4, "50ms")
+	var ids []string
+	for range burstJobs {
+		id, err := f.e.c.Client.Submit(ctx, small.Type, small.Params)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	_, epoch, err := f.killLeader(ctx)
+	if err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	f.note("%d jobs submitted, leader killed; %s elected %.2f s later", burstJobs, ev.Worker, ev.Time.Sub(f.healed).Seconds())
+	var latest time.Duration
+	for _, id := range ids {
+		st, ended := f.e.waitEnd(ctx, id, time.Now().Add(f.e.r.cfg.Deadline))
+		switch {
+		case st == nil || !ended:
+			f.fail(verdictStuck, fmt.Sprintf("burst job %s did not end", id))
+			continue
+		case st.State != jobs.StateSucceeded || small.Check(st.Result) != nil:
+			f.fail(verdictWrong, fmt.Sprintf("burst job %s ended %s, not exact", id, st.State))
+			continue
+		}
+		data, _, err := f.e.jobs.Get(ctx, protocol.CheckpointBlob(id))
+		if err != nil {
+			continue
+		}
+		if cp, err := protocol.DecodeCheckpoint(data); err == nil {
+			latest = max(latest, cp.StartedAt.Sub(ev.Time))
+		}
+	}
+	f.note("the last burst job started %.2f s after the election", latest.Seconds())
+	if latest > 5*time.Second {
+		f.fail(verdictSlow, fmt.Sprintf("a burst job started %.1f s after the election, want within 5 s", latest.Seconds()))
+	}
+	return nil
 }
