@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,19 +69,23 @@ func (k *keyCheck) check(ctx context.Context) error {
 	k.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := election.ReadLeader(ctx, k.blob, k.container, election.DefaultConfig().Blob)
-	if err != nil || l == nil {
-		return nil // nobody leads, or storage is away: nothing to compare with
+	// The last term's stamp, whether or not its lease is still held: a worker starting during a
+	// failover compares with the cluster's key too, instead of racing for the free lease.
+	p, err := election.NewAzureAPI(k.blob).GetProperties(ctx, k.container, election.DefaultConfig().Blob)
+	if err != nil {
+		return nil // storage is away, or no term yet: nothing to compare with
 	}
-	id := l.Stamp[StampKeyID]
+	id := p.Metadata[StampKeyID]
 	if id == "" {
 		return nil // a leader of an older version
 	}
+	l := election.LeaderInfo{ID: p.Metadata[election.MetaLeader]}
+	l.Epoch, _ = strconv.ParseUint(p.Metadata[election.MetaEpoch], 10, 64)
 	k.clusterID.Store(&id)
 	if slices.Contains(k.keys.IDs(), id) {
 		return nil
 	}
-	werr := fmt.Errorf("%w: the leader (%s, epoch %d) signs with cluster key %s, and this worker holds %v; give this worker the cluster's key (the same CLUSTER_KEY or --cluster-key-file as the others, or neither to read the blob %s in the lease container) and restart it; until then it neither leads nor processes shards",
+	werr := fmt.Errorf("%w: the cluster's leader (%s, epoch %d) signs with cluster key %s, and this worker holds %v; give this worker the cluster's key (the same CLUSTER_KEY or --cluster-key-file as the others, or neither to read the blob %s in the lease container) and restart it; until then it neither leads nor processes shards",
 		ErrWrongClusterKey, l.ID, l.Epoch, id, k.keys, ClusterKeyBlob)
 	if k.wrong.CompareAndSwap(nil, &werr) {
 		k.log.Error("wrong cluster key", "err", werr)
