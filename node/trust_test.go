@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -220,5 +222,44 @@ func TestDuplicateID_SecondProcessExits(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if l, e := c.leader(t); l != leader || e != epoch {
 		t.Fatalf("leader %s epoch %d, want %s epoch %d", l, e, leader, epoch)
+	}
+}
+
+// The key check compares with the last term's stamp even when nobody holds the lease (a worker
+// starting during a failover), and passes for a worker holding the stamped key.
+func TestKeyCheck_LastStampWithoutLease(t *testing.T) {
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	container := testenv.Name(t, "lease")
+	api := election.NewAzureAPI(bc)
+	ctx := context.Background()
+	if err := api.EnsureBlob(ctx, container, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	cluster, _ := bus.GenerateKey()
+	other, _ := bus.GenerateKey()
+	md := map[string]string{election.MetaEpoch: "7", election.MetaLeader: "w9", StampKeyID: cluster.ID()}
+	if err := api.SetMetadata(ctx, container, "lease", "", md); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key   bus.Key
+		wrong bool
+	}{{cluster, false}, {other, true}} {
+		ring, _ := bus.NewKeyring(tc.key)
+		stopped := false
+		kc := &keyCheck{blob: bc, container: container, keys: ring, log: slog.New(slog.DiscardHandler), onWrong: func() { stopped = true }}
+		err := kc.check(ctx)
+		if got := errors.Is(err, ErrWrongClusterKey); got != tc.wrong || stopped != tc.wrong || errors.Is(kc.Err(), ErrWrongClusterKey) != tc.wrong {
+			t.Errorf("key %s: check %v, stopped %v; want wrong=%v", tc.key.ID(), err, stopped, tc.wrong)
+		}
+		if kc.ClusterKeyID() != cluster.ID() {
+			t.Errorf("ClusterKeyID %q, want %q", kc.ClusterKeyID(), cluster.ID())
+		}
+		if tc.wrong && !strings.Contains(err.Error(), "w9, epoch 7") {
+			t.Errorf("error does not name the leader: %v", err)
+		}
 	}
 }
