@@ -260,6 +260,20 @@ func isHex(s string) bool {
 	return true
 }
 
+// UnknownKeyError: a message carries a well-formed MAC of a key this member does not hold. It
+// may be genuine (this member has the wrong key) or forged; it matches ErrUnauthenticated.
+type UnknownKeyError struct {
+	KeyID    string   // the key id in the message
+	Accepted []string // the ids this member accepts
+}
+
+func (e *UnknownKeyError) Error() string {
+	return fmt.Sprintf("%v: signed with key %s, this member accepts keys %s: the members do not share the cluster key (see docs/deploy.md, cluster key)",
+		ErrUnauthenticated, e.KeyID, strings.Join(e.Accepted, ","))
+}
+
+func (e *UnknownKeyError) Unwrap() error { return ErrUnauthenticated }
+
 // Verify checks a message's MACHeader value against the keys of the ring. The error (matching
 // ErrUnauthenticated) says why, naming key ids but never a secret.
 func (r *Keyring) Verify(subject, msgID string, body []byte, header string) error {
@@ -269,8 +283,7 @@ func (r *Keyring) Verify(subject, msgID string, body []byte, header string) erro
 	}
 	k, known := r.byID[keyID]
 	if !known {
-		return fmt.Errorf("%w: signed with key %s, this member accepts keys %s: the members do not share the cluster key (see docs/deploy.md, cluster key)",
-			ErrUnauthenticated, keyID, strings.Join(r.IDs(), ","))
+		return &UnknownKeyError{KeyID: keyID, Accepted: r.IDs()}
 	}
 	var ok bool
 	if k.id == r.current.id {
@@ -336,10 +349,21 @@ func (b *Bus) verify(m jetstream.Msg) error {
 	return b.cfg.Keys.Verify(m.Subject(), h.Get(jetstream.MsgIDHeader), m.Data(), h.Get(MACHeader))
 }
 
-// refuse dead-letters a delivery that failed verification (subject, headers and body kept) and
+// refuse naks a shard signed with a key this member lacks, and dead-letters any other delivery that failed verification (subject, headers and body kept) and
 // terminates it; if the dead letter cannot be stored the delivery is handed back for a later
 // retry. It never reaches the feed's owner. refused counts it.
 func (b *Bus) refuse(ctx context.Context, m jetstream.Msg, source string, why error) {
+	var unknown *UnknownKeyError
+	if source == SourceShards && errors.As(why, &unknown) && b.mayBeGenuine(unknown.KeyID) {
+		// Signed with a key this member lacks, which may be the cluster's: this member's key
+		// is likely wrong. The shard goes back at once for a member that can verify it.
+		b.unknownKey.Add(1)
+		_ = m.Nak()
+		if b.cfg.OnRefused != nil {
+			b.cfg.OnRefused(source, m.Subject(), why)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	reason := protocol.Clip(why.Error(), maxReason)
@@ -357,6 +381,25 @@ func (b *Bus) refuse(ctx context.Context, m jetstream.Msg, source string, why er
 // Refused is how many deliveries this bus refused as unauthenticated and dead-lettered.
 func (b *Bus) Refused() uint64 { return b.refused.Load() }
 
+// mayBeGenuine reports whether a MAC of keyID could be the cluster's: the cluster's key id is
+// not known (Config.ClusterKeyID), or is keyID. When the cluster signs with a key this member
+// holds, a MAC of another key is a forgery.
+func (b *Bus) mayBeGenuine(keyID string) bool {
+	if b.cfg.ClusterKeyID == nil {
+		return true
+	}
+	id := b.cfg.ClusterKeyID()
+	if id == "" || id == keyID {
+		return true
+	}
+	_, held := b.cfg.Keys.byID[id]
+	return !held
+}
+
+// UnknownKey is how many shards this bus handed back (nak) because they were signed with a key
+// it does not hold.
+func (b *Bus) UnknownKey() uint64 { return b.unknownKey.Load() }
+
 // retryRefused is how long a refused delivery waits when its dead letter could not be stored.
 const retryRefused = time.Second
 
@@ -364,9 +407,22 @@ const retryRefused = time.Second
 // (NATS's own, such as Nats-Msg-Id, renamed Original-<name> so JetStream does not act on them)
 // and body, and the reason.
 func (b *Bus) deadLetterMsg(ctx context.Context, source string, m jetstream.Msg, reason string) error {
+	if _, err := b.js.PublishMsg(ctx, b.deadLetter(source, m.Subject(), m.Headers(), m.Data(), reason)); err != nil {
+		return fmt.Errorf("dead-letter: %w", err)
+	}
+	return nil
+}
+
+// deadLetterAsync dead-letters a core-NATS message without waiting for the stream's answer.
+func (b *Bus) deadLetterAsync(source string, m *nats.Msg, reason string) error {
+	_, err := b.js.PublishMsgAsync(b.deadLetter(source, m.Subject, m.Header, m.Data, protocol.Clip(reason, maxReason)))
+	return err
+}
+
+func (b *Bus) deadLetter(source, subject string, h nats.Header, data []byte, reason string) *nats.Msg {
 	d := nats.NewMsg(b.names.DeadSubject(source))
-	d.Data = m.Data()
-	for k, vs := range m.Headers() {
+	d.Data = data
+	for k, vs := range h {
 		name := k
 		if strings.HasPrefix(strings.ToLower(k), "nats-") {
 			name = "Original-" + k
@@ -375,10 +431,24 @@ func (b *Bus) deadLetterMsg(ctx context.Context, source string, m jetstream.Msg,
 			d.Header.Add(name, v)
 		}
 	}
-	d.Header.Set("Original-Subject", m.Subject())
+	d.Header.Set("Original-Subject", subject)
 	d.Header.Set("Reason", reason)
-	if _, err := b.js.PublishMsg(ctx, d); err != nil {
-		return fmt.Errorf("dead-letter: %w", err)
+	return d
+}
+
+// rateLimit allows up to n events a second.
+type rateLimit struct {
+	mu     sync.Mutex
+	second int64
+	n      int
+}
+
+func (r *rateLimit) allow(now time.Time, perSec int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := now.Unix(); s != r.second {
+		r.second, r.n = s, 0
 	}
-	return nil
+	r.n++
+	return r.n <= perSec
 }

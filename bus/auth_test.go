@@ -311,11 +311,19 @@ func TestResults_UnauthenticatedAreDeadLettered(t *testing.T) {
 	}
 }
 
-// A forged shard is never handed to a worker: it is dead-lettered, and the genuine shards
-// behind it are delivered with the feed's credit intact.
+// A forged shard is never handed to a worker: it is dead-lettered (the cluster's key is one this
+// member holds, so a MAC of another key is forged), and the genuine shards behind it are
+// delivered with the feed's credit intact.
 func TestShards_UnauthenticatedAreDeadLettered(t *testing.T) {
 	ctx := context.Background()
-	b := connect(t, testenv.NATS(t))
+	b, err := bus.Connect(testenv.NATS(t), t.Name(), bus.Config{Keys: testkeys.Keys(), ClusterKeyID: testkeys.Keys().Current().ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
 	subj := b.ShardTypeSubject("t", "job1")
 	for i := range 3 {
 		publishRaw(t, b.Conn(), subj, fmt.Sprintf("job1/%d", i), []byte("forged"), nats.Header{bus.MACHeader: {"v1:00000000:" + strings.Repeat("A", 43)}})

@@ -30,6 +30,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,12 +76,24 @@ type Config struct {
 	// refused as unauthenticated, after it was dead-lettered: source is SourceShards or
 	// SourceResults, err says why (naming key ids, never a secret). For logging and metrics.
 	OnRefused func(source, subject string, err error)
+	// ClusterKeyID, when set, returns the id of the key the cluster signs with ("" unknown; node
+	// reads it from the lease blob). A shard signed with an unknown key goes back at once (nak)
+	// while it may be the cluster's, and is dead-lettered as forged when the cluster's key is one
+	// this member holds. Nil: always nak.
+	ClusterKeyID func() string
+	// ProbeInterval is how often Health sends a round trip (PING/PONG) to the server. Default 250ms.
+	ProbeInterval time.Duration
+	// CutOffAfter is how long without a round trip coming back makes Health report the process
+	// cut off. It must stay below the election's suspicion timeout, so a cut-off follower knows
+	// before it would suspect. Default 1s.
+	CutOffAfter time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Prefix: "mapagg", Replicas: 1, ShardTimeout: 5 * time.Second, ResultsAckWait: 60 * time.Second,
-		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute}
+		ResultsMaxAckPending: 1 << 18, DuplicateWindow: 10 * time.Minute,
+		ProbeInterval: 250 * time.Millisecond, CutOffAfter: time.Second}
 }
 
 // withDefaults fills zero fields: the one place defaults are applied.
@@ -104,6 +117,8 @@ func (c Config) withDefaults() Config {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = d.DuplicateWindow
 	}
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, d.ProbeInterval)
+	c.CutOffAfter = cmp.Or(c.CutOffAfter, d.CutOffAfter)
 	return c
 }
 
@@ -133,6 +148,11 @@ func (c Config) Validate() error {
 	}
 	if c.DuplicateWindow < time.Minute {
 		add("DuplicateWindow %v: use at least 1m, it must outlast a failover (default 10m)", c.DuplicateWindow)
+	}
+	if c.ProbeInterval < 10*time.Millisecond {
+		add("ProbeInterval %v: use at least 10ms (default 250ms)", c.ProbeInterval)
+	} else if c.CutOffAfter < 2*c.ProbeInterval {
+		add("CutOffAfter %v: use at least two probe intervals (%v) (default 1s)", c.CutOffAfter, 2*c.ProbeInterval)
 	}
 	if len(probs) == 0 {
 		return nil
@@ -169,6 +189,8 @@ type Bus struct {
 	shardStream, resultStream string
 	deadStream                string
 	refused                   atomic.Uint64 // deliveries refused as unauthenticated
+	unknownKey                atomic.Uint64 // shards handed back: signed with a key this member lacks
+	health                    Health
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) as client name; opts (Auth.Options)
@@ -203,7 +225,7 @@ func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 }
 
 // Close drains nothing and closes the connection.
-func (b *Bus) Close() { b.nc.Close() }
+func (b *Bus) Close() { b.health.stop(); b.nc.Close() }
 
 // Conn is the underlying NATS connection.
 func (b *Bus) Conn() *nats.Conn { return b.nc }

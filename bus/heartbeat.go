@@ -16,24 +16,32 @@ import (
 // CtlHeartbeat is the core-NATS subject (without the prefix) of the leader's heartbeats.
 const CtlHeartbeat = "ctl.heartbeat"
 
+// SourceControl names refused control messages (heartbeats) in the dead-letter stream and in
+// OnRefused.
+const SourceControl = "control"
+
 // ErrNotConnected is returned by Heartbeats.Publish while the connection to NATS is down: a beat
 // is only worth sending now, so it is not buffered for the reconnect.
 var ErrNotConnected = errors.New("not connected to nats")
 
-// Heartbeats is election.Heartbeats over core NATS on <prefix>.ctl.heartbeat. Beats are
-// fire-and-forget; a follower's Healthy is the connection state, so a follower cut off from
-// NATS never suspects the leader.
+// Heartbeats is election.Heartbeats over core NATS on <prefix>.ctl.heartbeat. Every beat carries
+// the cluster key's MAC (MACHeader over the subject and the body); a beat without a valid one is
+// counted (Unverified), dead-lettered (at most deadControlPerSec a second) and never handed to
+// the elector. A follower's Healthy is Health: its own round trips, not the client's status.
 type Heartbeats struct {
-	nc      *nats.Conn
+	b       *Bus
 	subject string
 	invalid atomic.Uint64
+	unver   atomic.Uint64
+	limit   rateLimit
 }
 
 var _ election.Heartbeats = (*Heartbeats)(nil)
 
-// Heartbeats returns the heartbeat transport of this connection.
+// Heartbeats returns the heartbeat transport of this connection. It starts the health prober.
 func (b *Bus) Heartbeats() *Heartbeats {
-	return &Heartbeats{nc: b.nc, subject: b.names.Control(CtlHeartbeat)}
+	b.Health()
+	return &Heartbeats{b: b, subject: b.names.Control(CtlHeartbeat)}
 }
 
 // Publish implements election.Heartbeats. It returns ErrNotConnected instead of buffering a
@@ -42,23 +50,33 @@ func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !h.nc.IsConnected() {
+	keys := h.b.cfg.Keys
+	if keys == nil {
+		return fmt.Errorf("publish heartbeat: %w", ErrNoClusterKey)
+	}
+	if !h.b.nc.IsConnected() {
 		return fmt.Errorf("publish heartbeat: %w", ErrNotConnected)
 	}
 	data, err := EncodeBeat(b)
 	if err != nil {
 		return err
 	}
-	if err := h.nc.Publish(h.subject, data); err != nil {
+	m := &nats.Msg{Subject: h.subject, Data: data, Header: nats.Header{}}
+	m.Header.Set(MACHeader, keys.Sign(h.subject, "", data))
+	if err := h.b.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("publish heartbeat: %w", err)
 	}
 	return nil
 }
 
 // Subscribe implements election.Heartbeats. Messages that are not valid beats are dropped and
-// counted (Invalid).
+// counted (Invalid); beats without a valid MAC are refused (Unverified).
 func (h *Heartbeats) Subscribe(fn func(election.Beat)) (stop func(), err error) {
-	sub, err := h.nc.Subscribe(h.subject, func(m *nats.Msg) {
+	sub, err := h.b.nc.Subscribe(h.subject, func(m *nats.Msg) {
+		if err := h.verify(m); err != nil {
+			h.refuse(m, err)
+			return
+		}
 		b, err := DecodeBeat(m.Data)
 		if err != nil {
 			h.invalid.Add(1)
@@ -72,11 +90,40 @@ func (h *Heartbeats) Subscribe(fn func(election.Beat)) (stop func(), err error) 
 	return func() { _ = sub.Unsubscribe() }, nil
 }
 
-// Healthy implements election.Heartbeats: connected to NATS now.
-func (h *Heartbeats) Healthy() bool { return h.nc.IsConnected() }
+func (h *Heartbeats) verify(m *nats.Msg) error {
+	keys := h.b.cfg.Keys
+	if keys == nil {
+		return fmt.Errorf("%w: %w", ErrUnauthenticated, ErrNoClusterKey)
+	}
+	return keys.Verify(m.Subject, "", m.Data, m.Header.Get(MACHeader))
+}
 
-// Invalid is the number of messages on the heartbeat subject that were not valid beats.
+// refuse counts an unverified beat and dead-letters it without waiting (it runs on the
+// subscription's goroutine). Beyond the rate limit it is only counted.
+func (h *Heartbeats) refuse(m *nats.Msg, why error) {
+	h.unver.Add(1)
+	if h.b.cfg.OnRefused != nil {
+		h.b.cfg.OnRefused(SourceControl, m.Subject, why)
+	}
+	if !h.limit.allow(time.Now(), deadControlPerSec) {
+		return
+	}
+	_ = h.b.deadLetterAsync(SourceControl, m, why.Error())
+}
+
+// deadControlPerSec bounds the dead letters of refused control messages: a flood of forgeries
+// is counted in full but stores at most this many a second.
+const deadControlPerSec = 10
+
+// Healthy implements election.Heartbeats: Health, the process's own round trips to the server.
+func (h *Heartbeats) Healthy() bool { return h.b.Health().Healthy() }
+
+// Invalid is the number of authenticated messages on the heartbeat subject that were not valid
+// beats.
 func (h *Heartbeats) Invalid() uint64 { return h.invalid.Load() }
+
+// Unverified is the number of messages on the heartbeat subject refused for want of a valid MAC.
+func (h *Heartbeats) Unverified() uint64 { return h.unver.Load() }
 
 // beatWire is the JSON form of a beat.
 type beatWire struct {

@@ -28,9 +28,13 @@ type Config struct {
 	// QueuePoll is how often the job queue is polled while idle (a submit also wakes intake over
 	// NATS). Default 500ms.
 	QueuePoll time.Duration
-	// QueueVisibility hides a received job message from other leaders while it is planned.
-	// Default 60s.
+	// QueueVisibility hides a received job message from other leaders; intake extends it every
+	// third of it while it plans (when the queue can), so a dead leader's messages come back
+	// within it. Default 5s.
 	QueueVisibility time.Duration
+	// QueueCutOff hands the lease over (Healthy fails) when intake has not reached the job queue
+	// for this long: another worker may reach it. Negative: never. Default 20s.
+	QueueCutOff time.Duration
 	// MaxQueueDequeues dead-letters a queue message received this many times without being
 	// planned. Default 5.
 	MaxQueueDequeues int64
@@ -100,7 +104,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
-		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
+		QueueVisibility: 5 * time.Second, QueueCutOff: 20 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
 		FairHorizon: time.Second, FairMinShards: 256,
@@ -118,6 +122,7 @@ func (c Config) withDefaults() Config {
 	set(&c.CheckpointInterval, d.CheckpointInterval)
 	set(&c.QueuePoll, d.QueuePoll)
 	set(&c.QueueVisibility, d.QueueVisibility)
+	set(&c.QueueCutOff, d.QueueCutOff)
 	set(&c.RescanInterval, d.RescanInterval)
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.RepairInterval, d.RepairInterval)
@@ -168,7 +173,7 @@ func (c Config) Validate() error {
 		add("QueuePoll %v: use at least 1ms (default 500ms)", c.QueuePoll)
 	}
 	if c.QueueVisibility < 5*time.Second {
-		add("QueueVisibility %v: use at least 5s, planning must finish within it (default 60s)", c.QueueVisibility)
+		add("QueueVisibility %v: use at least 5s (default 5s)", c.QueueVisibility)
 	}
 	if c.MaxQueueDequeues < 1 {
 		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)

@@ -30,6 +30,7 @@ type Coordinator struct {
 
 	leading  atomic.Bool
 	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
+	qhealth  queueHealth   // intake's receives
 	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
 }
 
@@ -66,6 +67,9 @@ func (c *Coordinator) Healthy() error {
 	if since := time.Since(time.Unix(0, c.lastBeat.Load())); since > c.cfg.StallTimeout {
 		return fmt.Errorf("%w: no progress for %v", ErrStalled, since.Round(time.Millisecond))
 	}
+	if d, err := c.qhealth.err(); err != nil && c.cfg.QueueCutOff > 0 && d > c.cfg.QueueCutOff {
+		return err // hand over: another worker may reach the queue
+	}
 	return nil
 }
 
@@ -84,10 +88,11 @@ type term struct {
 	// in parallel, hence the lock.
 	waitMu   sync.Mutex
 	waiting  map[string]bool
-	finished map[string]jobs.State // jobs this term saw end (bounded)
-	pending  int                   // merged results awaiting a checkpoint, all jobs
-	merged   int64                 // results merged this term
-	nActive  atomic.Int32          // len(active), for intake
+	finished map[string]jobs.State  // jobs this term saw end (bounded)
+	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
+	pending  int                    // merged results awaiting a checkpoint, all jobs
+	merged   int64                  // results merged this term
+	nActive  atomic.Int32           // len(active), for intake
 
 	newJobs    chan *job          // from intake
 	claimReq   chan string        // from intake: a planned job to make sure of
@@ -127,6 +132,7 @@ type dispatchEvent struct {
 func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t := c.newTerm(epoch)
 	c.beat()
+	c.qhealth.ok()
 	c.leading.Store(true)
 	defer c.leading.Store(false)
 	t.log.Info("coordinator starting")
@@ -575,6 +581,11 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	id := rs[0].Job // a batch holds one job's results
 	j, ok := t.active[id]
 	if !ok {
+		if _, seen := t.finished[id]; !seen && t.resultStored(ctx, id) {
+			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
+			// window): one read, no claim and no clean-up writes.
+			t.finished[id] = jobs.StateSucceeded
+		}
 		if _, seen := t.finished[id]; !seen {
 			if err := t.ensure(ctx, id); err != nil {
 				return err

@@ -31,24 +31,29 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
+		t.Coordinator.qhealth.begin()
 		msgs, err := t.queue.Receive(ctx, min(16, t.cfg.MaxActiveJobs), t.cfg.QueueVisibility)
 		if err != nil {
+			t.Coordinator.qhealth.failed(err)
 			if ctx.Err() == nil {
 				t.log.Warn("receive from the job queue", "err", err)
 			}
 			t.idle(ctx, ahead)
 			continue
 		}
+		t.Coordinator.qhealth.ok()
 		if len(msgs) == 0 {
 			t.idle(ctx, ahead)
 			continue
 		}
+		stop := t.keepHidden(ctx, msgs)
 		for _, m := range msgs {
 			id := strings.TrimSpace(m.Text)
 			la := ahead[id]
 			delete(ahead, id)
 			t.intakeOne(ctx, m, la)
 		}
+		stop()
 	}
 }
 
@@ -320,6 +325,8 @@ func (t *term) request(ctx context.Context, id string) {
 }
 
 func (t *term) deleteMsg(ctx context.Context, m queue.Message) {
+	m, unlock := t.latest(m) // the receipt of the last extension (visibility.go)
+	defer unlock()
 	if err := t.queue.Delete(ctx, m); err != nil {
 		t.log.Warn("delete queue message", "id", m.ID, "err", err)
 	}

@@ -84,6 +84,14 @@ type Config struct {
 	// tests. It runs on the elector's goroutines and must return quickly without blocking.
 	OnEvent func(Event)
 
+	// Stamp is extra metadata written into the lease blob with every term this process wins
+	// (e.g. the id of the key its messages are signed with), for observers (LeaderInfo.Stamp).
+	// Keys are lower-case letters, digits and '_', not epoch, leader or since.
+	Stamp map[string]string
+	// Eligible, when set, is asked before every acquire attempt: while it returns an error this
+	// process does not campaign (it logs the error once). Use it for a process that must not
+	// lead, e.g. one misconfigured.
+	Eligible func() error
 	// Logger receives the elector's logs, with component=election. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -225,6 +233,13 @@ func (c Config) Validate() error {
 				c.SuspicionTimeout, c.LeaseDuration-c.SafetyMargin)
 		}
 	}
+	for k, v := range c.Stamp {
+		if !stampKey(k) || k == MetaEpoch || k == MetaLeader || k == MetaSince {
+			add("Stamp key %q: use lower-case letters, digits and '_' (not %s, %s or %s)", k, MetaEpoch, MetaLeader, MetaSince)
+		} else if !printableASCII(v) || len(v) > 256 {
+			add("Stamp %s: the value must be printable ASCII, at most 256 characters", k)
+		}
+	}
 	if math.IsNaN(c.Jitter) || c.Jitter < 0 || c.Jitter > 1 {
 		add("Jitter %v must be between 0 and 1 (default 0.25)", c.Jitter)
 	}
@@ -232,6 +247,18 @@ func (c Config) Validate() error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(probs, "; "))
+}
+
+func stampKey(s string) bool {
+	if s == "" || len(s) > 64 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func printableASCII(s string) bool {

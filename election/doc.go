@@ -75,6 +75,19 @@
 // reconnect, well inside SuspicionTimeout, so the leader changes at most once, and only if its
 // reconnect takes longer than SuspicionTimeout after a follower's.
 //
+// Trust in beats. A Heartbeats transport must deliver only beats of cluster members (package bus
+// signs them with the cluster key and drops the rest). Even so, a beat never deposes on its own:
+// a leader that hears a newer epoch reads the lease blob and ends its term only when the blob
+// records a newer epoch (Stats.Unconfirmed counts the others), and a follower breaks only when
+// the blob's epoch equals the silent term's. A follower whose blob is behind the epoch it heard
+// watches the blob's term again. A beat whose Seq was already heard in its term does not refresh
+// it (a replay cannot keep a dead leader's term alive).
+//
+// Cut off. Heartbeats.Healthy must be the process's own reachability of the transport (round
+// trips), not a client's connection state. While it is false the process neither suspects nor
+// campaigns: a cut-off leader is replaced once, and cannot take the lease back while cut off.
+// Config.Eligible can keep a process from campaigning for reasons of its own (a wrong key).
+//
 // After the leader context ends, lead still holds the lease while it finishes (graceful stop),
 // but its beats have stopped: a lead that takes longer than SuspicionTimeout to return may have
 // its lease broken under it. Its final writes must be fenced anyway; a quick final checkpoint

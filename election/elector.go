@@ -28,6 +28,7 @@ type Elector struct {
 
 	terms, renewals, renewFailures, losses, releases atomic.Uint64
 	suspicions, breaks, beatFailures                 atomic.Uint64
+	unconfirmed, cutOff                              atomic.Uint64
 }
 
 // Stats are counters since the Elector was created.
@@ -40,6 +41,8 @@ type Stats struct {
 	Suspicions    uint64 // times this follower found the leader silent and checked its lease
 	Breaks        uint64 // leases of silent leaders this follower broke
 	BeatFailures  uint64 // heartbeats this leader could not publish
+	Unconfirmed   uint64 // beats of a newer epoch that the lease blob did not confirm (ignored)
+	CutOff        uint64 // times this follower stopped campaigning because its transport was unhealthy
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -97,6 +100,8 @@ func (e *Elector) Stats() Stats {
 		Suspicions:    e.suspicions.Load(),
 		Breaks:        e.breaks.Load(),
 		BeatFailures:  e.beatFailures.Load(),
+		Unconfirmed:   e.unconfirmed.Load(),
+		CutOff:        e.cutOff.Load(),
 	}
 }
 
@@ -128,9 +133,38 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	}()
 	leaseID := newLeaseID()
 	ensured := false
-	var ambiguous bool // the last acquire may have succeeded without our knowing
+	var ambiguous bool  // the last acquire may have succeeded without our knowing
+	cut := false        // not campaigning: cut off from the heartbeat transport
+	ineligible := false // not campaigning: Config.Eligible refused
 	for ctx.Err() == nil {
 		e.subscribe(&stopBeats)
+		if err := e.eligible(); err != nil {
+			if !ineligible {
+				e.log.Warn("not campaigning", "reason", err)
+			}
+			ineligible = true
+			e.wait(ctx)
+			continue
+		} else if ineligible {
+			ineligible = false
+			e.log.Info("eligible again; campaigning")
+		}
+		if hb := e.cfg.Heartbeats; hb != nil {
+			// A process cut off from the transport cannot hear a leader, and its own beats
+			// would not be heard: it would take the lease from a live leader and lead unheard.
+			if healthy := hb.Healthy(); !healthy {
+				if !cut {
+					e.cutOff.Add(1)
+					e.log.Warn("cut off from the heartbeat transport; not campaigning until it is back")
+				}
+				cut = true
+				e.wait(ctx)
+				continue
+			} else if cut {
+				cut = false
+				e.log.Info("heartbeat transport healthy again; campaigning")
+			}
+		}
 		if !ensured {
 			if err := e.api.EnsureBlob(ctx, e.cfg.Container, e.cfg.Blob); err != nil {
 				if ctx.Err() != nil {
@@ -216,7 +250,11 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 		next = f + 1
 	}
 	t := Term{Epoch: next, Identity: e.cfg.Identity, Since: time.Now(), LeaseID: leaseID}
-	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, termMetadata(t)); err != nil {
+	md := termMetadata(t)
+	for k, v := range e.cfg.Stamp {
+		md[k] = v
+	}
+	if err := e.api.SetMetadata(ctx, e.cfg.Container, e.cfg.Blob, leaseID, md); err != nil {
 		return Term{}, err
 	}
 	return t, nil
@@ -234,6 +272,19 @@ func (e *Elector) RaiseEpochFloor(n uint64) {
 			return
 		}
 	}
+}
+
+// eligible runs Config.Eligible, treating a panic as a refusal.
+func (e *Elector) eligible() (err error) {
+	if e.cfg.Eligible == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("Eligible panicked: %v", r)
+		}
+	}()
+	return e.cfg.Eligible()
 }
 
 // opTimeout bounds a single acquire, stamp or renew call.

@@ -41,6 +41,7 @@ type watch struct {
 	leader string    // its identity
 	last   time.Time // last beat of epoch, or when the silence clock was restarted (monotonic)
 	beats  uint64    // beats of epoch accepted, so a check can tell whether one came meanwhile
+	seq    uint64    // highest Seq of epoch heard: a replayed beat does not refresh the term
 }
 
 // suspicion is a silent term a follower is about to check.
@@ -52,20 +53,24 @@ type suspicion struct {
 }
 
 // observe takes a beat from another process. Beats of an older epoch (a deposed leader that has
-// not noticed yet) are ignored.
+// not noticed yet) are ignored, and so are beats of the current epoch whose Seq was heard
+// already (a replayed capture must not keep a dead leader's term alive).
 func (w *watch) observe(b Beat, now time.Time) {
 	if b.Identity == w.self {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if b.Epoch < w.epoch {
+	switch {
+	case b.Epoch < w.epoch:
+		return
+	case b.Epoch > w.epoch:
+		w.beats, w.seq = 0, 0
+	case b.Seq != 0 && b.Seq <= w.seq:
 		return
 	}
-	if b.Epoch > w.epoch {
-		w.beats = 0
-	}
 	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
+	w.seq = max(w.seq, b.Seq)
 	w.beats++
 }
 
@@ -102,22 +107,57 @@ func (w *watch) restart(now time.Time, epoch uint64, leader string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if epoch > w.epoch {
-		w.epoch, w.leader, w.beats = epoch, leader, 0
+		w.epoch, w.leader, w.beats, w.seq = epoch, leader, 0, 0
 	}
 	w.last = now
 }
 
+// adopt makes the lease blob's epoch the watched term, even when it is older than the epoch
+// heard: the blob is the record, and a beat above it cannot be a real term's.
+func (w *watch) adopt(now time.Time, epoch uint64, leader string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.epoch, w.leader, w.beats, w.seq, w.last = epoch, leader, 0, 0, now
+}
+
 // onBeat is the subscription callback: followers watch the beat; a leader that hears a newer
-// epoch knows its lease is gone.
+// epoch reads the lease blob and ends its term when the blob confirms a newer one.
 func (e *Elector) onBeat(b Beat) {
 	if b.Epoch == 0 || b.Identity == "" {
 		return
 	}
 	e.watch.observe(b, time.Now())
 	if g := e.cur.Load(); g != nil && b.Epoch > g.epoch && b.Identity != e.cfg.Identity {
-		g.lose(fmt.Errorf("%w: %w: %w: heard a heartbeat of epoch %d from %s",
-			ErrLeadershipLost, ErrLeaseNotHeld, ErrSuperseded, b.Epoch, b.Identity))
+		e.confirmSuperseded(g, b)
 	}
+}
+
+// confirmSuperseded ends g's term when the lease blob records a newer epoch than g's, as the beat
+// b claims. A beat the blob does not confirm is counted (Stats.Unconfirmed) and ignored: a leader
+// steps down on the record, never on a message alone. One check runs at a time per term.
+func (e *Elector) confirmSuperseded(g *guard, b Beat) {
+	if !g.confirming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer g.confirming.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), e.opTimeout())
+		defer cancel()
+		p, err := e.api.GetProperties(ctx, e.cfg.Container, e.cfg.Blob)
+		if err != nil {
+			e.log.Warn("heard a heartbeat of a newer term but cannot read the lease blob; renewal decides", "beat_epoch", b.Epoch, "err", err)
+			return
+		}
+		epoch, err := parseEpoch(p.Metadata)
+		if err == nil && epoch > g.epoch {
+			g.lose(fmt.Errorf("%w: %w: %w: heard a heartbeat of epoch %d from %s, and the lease blob records epoch %d",
+				ErrLeadershipLost, ErrLeaseNotHeld, ErrSuperseded, b.Epoch, b.Identity, epoch))
+			return
+		}
+		e.unconfirmed.Add(1)
+		e.log.Warn("a heartbeat claims a newer term than the lease blob records; ignored",
+			"epoch", g.epoch, "beat_epoch", b.Epoch, "beat_leader", b.Identity, "blob_epoch", epoch)
+	}()
 }
 
 // subscribe starts listening to heartbeats once; it is retried by the follower loop until it
@@ -194,9 +234,10 @@ func (e *Elector) check(ctx context.Context, s suspicion) {
 		e.watch.restart(time.Now(), epoch, p.Metadata[MetaLeader])
 		return
 	case epoch < s.epoch:
-		// Either the new term is not stamped yet (a breaker in between acquire and stamp), or
-		// the blob was reset. Neither is the lease of the silent term.
-		log.Info("the lease blob's epoch is older than the silent term; not breaking", "blob_epoch", epoch)
+		// Beats are sent only after the stamp, so the blob was reset (storage lost writes) or
+		// the beat was not a real term's. Watch the blob's term: its leader's beats count again.
+		log.Info("the lease blob's epoch is older than the silent term; not breaking, watching the blob's term", "blob_epoch", epoch)
+		e.watch.adopt(time.Now(), epoch, p.Metadata[MetaLeader])
 		return
 	}
 	if !e.watch.unchanged(s) {

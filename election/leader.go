@@ -42,6 +42,8 @@ type LeaderInfo struct {
 	ID    string // the leader's Identity
 	Epoch uint64
 	Since time.Time
+	// Stamp is the rest of the term's metadata (the leader's Config.Stamp).
+	Stamp map[string]string
 }
 
 // Leader reads the lease blob and returns the current leader, or nil, nil when nobody holds the
@@ -79,6 +81,14 @@ func readLeader(ctx context.Context, api BlobAPI, container, blob string) (*Lead
 	}
 	if s := p.Metadata[MetaSince]; s != "" {
 		info.Since, _ = time.Parse(time.RFC3339Nano, s)
+	}
+	for k, v := range p.Metadata {
+		if k != MetaEpoch && k != MetaLeader && k != MetaSince {
+			if info.Stamp == nil {
+				info.Stamp = map[string]string{}
+			}
+			info.Stamp[k] = v
+		}
 	}
 	return info, nil
 }

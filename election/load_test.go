@@ -17,6 +17,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
 
 // Three electors at default settings with heartbeats over a real NATS server, in one process
@@ -49,7 +50,7 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	for i := range 3 {
-		b, err := bus.Connect(url, fmt.Sprintf("load-%d", i), bus.DefaultConfig())
+		b, err := bus.Connect(url, fmt.Sprintf("load-%d", i), keyed())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +80,7 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 	}
 
 	// An observer on its own connection records every beat.
-	ob, err := bus.Connect(url, "observer", bus.DefaultConfig())
+	ob, err := bus.Connect(url, "observer", keyed())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,4 +142,11 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 	if n := elected.Load(); n != 1 || broke.Load() != 0 {
 		t.Errorf("%d terms and %d breaks in a fault-free run: a live leader was deposed", n, broke.Load())
 	}
+}
+
+// keyed is the bus configuration of a cluster member (heartbeats carry the cluster key's MAC).
+func keyed() bus.Config {
+	c := bus.DefaultConfig()
+	c.Keys = testkeys.Keys()
+	return c
 }

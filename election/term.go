@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +24,8 @@ type guard struct {
 	window  time.Duration // LeaseDuration - SafetyMargin
 	cancel  context.CancelCauseFunc
 	lostCh  chan struct{} // closed when renewing must stop
+
+	confirming atomic.Bool // a heartbeat of a newer epoch is being checked against the blob
 
 	mu       sync.Mutex
 	deadline time.Time // monotonic

@@ -185,6 +185,11 @@ func (c Config) parts() parts {
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
 	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout, Replicas: c.StreamReplicas, MemoryStorage: c.StreamStorage == "memory"}
+	// A cut-off follower must know before it would suspect the leader.
+	if c.SuspicionTimeout > 0 {
+		p.bus.CutOffAfter = min(time.Second, c.SuspicionTimeout*2/3)
+		p.bus.ProbeInterval = min(250*time.Millisecond, p.bus.CutOffAfter/4)
+	}
 	return p
 }
 

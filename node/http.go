@@ -124,9 +124,11 @@ type observer struct {
 	worker  atomic.Pointer[worker.Worker]
 	elector atomic.Pointer[election.Elector]
 	bus     atomic.Pointer[bus.Bus]
-	srv     *observe.Server // nil with --http-addr off
-	epoch   atomic.Uint64   // the epoch this worker leads, 0 when following
-	members atomic.Pointer[membership.Watcher]
+	// heartbeats counts refused control messages.
+	heartbeats atomic.Pointer[bus.Heartbeats]
+	srv        *observe.Server // nil with --http-addr off
+	epoch      atomic.Uint64   // the epoch this worker leads, 0 when following
+	members    atomic.Pointer[membership.Watcher]
 }
 
 // typeHolders names the live workers that announce job type typ (coordinator.Config.TypeHolders).
@@ -165,6 +167,15 @@ func newObserver(cfg Config, log *slog.Logger) *observer {
 				return b.QueuedShards(ctx)
 			}
 			return 0, errors.New("not connected yet")
+		},
+		Trust: func() (s observe.TrustStats) {
+			if b := o.bus.Load(); b != nil {
+				s.Refused, s.CutOffs = b.Refused(), b.Health().Cuts()
+			}
+			if h := o.heartbeats.Load(); h != nil {
+				s.ControlRefused = h.Unverified()
+			}
+			return s
 		},
 	})
 	return o
@@ -256,6 +267,14 @@ func (o *observer) listen() error {
 	return nil
 }
 
+// addr is where the HTTP server listens ("" with --http-addr off).
+func (o *observer) addr() string {
+	if o.srv == nil {
+		return ""
+	}
+	return o.srv.Addr().String()
+}
+
 // serve serves HTTP until ctx ends (nothing with --http-addr off). Its owner waits for it.
 func (o *observer) serve(ctx context.Context) {
 	if o.srv == nil {
@@ -280,6 +299,7 @@ type observed struct {
 	registry       *jobs.Registry
 	control        ControlConfig
 	natsURL        string
+	keyErr         func() error
 }
 
 // start runs membership and events under wg until ctx ends, and attaches the cluster to the
@@ -351,12 +371,12 @@ func (o *observer) readyChecks(c observed) []observe.Check {
 			return err
 		}},
 		{Name: "nats", Fn: func(ctx context.Context) error {
-			nc := c.bus.Conn()
-			if !nc.IsConnected() {
-				return fmt.Errorf("not connected to NATS (status %v)", nc.Status())
-			}
-			return nc.FlushWithContext(ctx)
+			// The health prober's round trips: a silent partition shows within a second.
+			return c.bus.Health().Err()
 		}},
 		{Name: "coordinator", Fn: func(context.Context) error { return c.coord.Healthy() }},
+		{Name: "cluster key", Fn: func(context.Context) error { return c.keyErr() }},
+		{Name: "results", Fn: func(context.Context) error { return c.worker.PublishErr() }},
+		{Name: "queue", Fn: func(context.Context) error { return c.coord.IntakeErr() }},
 	}
 }

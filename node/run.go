@@ -16,6 +16,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
@@ -138,10 +139,18 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	p.bus.OnRefused = refusedLogger(log)
 	if p.bus.Keys, err = clusterKeys(ctx, log, cfg, store.New(blobClient, cfg.LeaseContainer)); err != nil {
 		return err
 	}
+	// The leader stamps its key id; a worker with another key neither leads nor consumes.
+	wctx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	kc := &keyCheck{blob: blobClient, container: cfg.LeaseContainer, keys: p.bus.Keys, log: log, onWrong: stopWorker}
+	logRefused := refusedLogger(log)
+	p.bus.OnRefused = func(source, subject string, err error) { logRefused(source, subject, err); kc.evidence(err) }
+	p.bus.ClusterKeyID = kc.ClusterKeyID
+	p.election.Stamp = map[string]string{StampKeyID: p.bus.Keys.Current().ID()}
+	p.election.Eligible = kc.Err
 	b, err := connectCluster(ctx, log, cfg.StartupTimeout, cfg.NATSURL, cfg.ID, p.bus, natsOpts, func(ctx context.Context) error {
 		if err := jobsC.Ensure(ctx); err != nil {
 			return err
@@ -152,6 +161,15 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer b.Close()
+	// A second process with a live worker's id would fight it for the lease: it exits instead.
+	releaseID, err := membership.Claim(b.Conn(), b.Config().Prefix, membership.Holder{ID: cfg.ID, Instance: newInstance(),
+		StartedAt: obs.started, HTTPAddr: obs.addr()}, time.Second)
+	if err != nil {
+		log.Error("refusing to start", "err", err)
+		return err
+	}
+	defer releaseID()
+	_ = kc.check(ctx)
 
 	env := store.NewEnv(blobClient)
 	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
@@ -163,7 +181,9 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	p.election.Healthy = coord.Healthy
-	p.election.Heartbeats = b.Heartbeats()
+	hb := b.Heartbeats()
+	p.election.Heartbeats = hb
+	obs.heartbeats.Store(hb)
 	p.election.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {
 			log.Warn("announce release", "err", err)
@@ -189,14 +209,17 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
 	if err := obs.start(octx, &owg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: cfg.LeaseContainer,
 		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types(),
-		registry: n.opts.Registry, control: n.opts.Control, natsURL: cfg.NATSURL}); err != nil {
+		registry: n.opts.Registry, control: n.opts.Control, natsURL: cfg.NATSURL, keyErr: kc.Err}); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := w.Run(ctx); err != nil {
+		if kc.Err() != nil {
+			return // wrong cluster key: consume nothing
+		}
+		if err := w.Run(wctx); err != nil {
 			log.Error("worker stopped", "err", err)
 		}
 	}()

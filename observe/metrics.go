@@ -42,6 +42,15 @@ type Sources struct {
 	Elector func() election.Stats
 	// QueuedShards counts the shards waiting in the stream (the same on every worker).
 	QueuedShards func(ctx context.Context) (uint64, error)
+	// Trust counts refused messages and cut-offs from NATS.
+	Trust func() TrustStats
+}
+
+// TrustStats are the counters of messages this worker refused and of its cut-offs from NATS.
+type TrustStats struct {
+	Refused        uint64 // shards and results without a valid MAC, dead-lettered
+	ControlRefused uint64 // control messages (heartbeats) without a valid MAC, dead-lettered
+	CutOffs        uint64 // times this worker found itself cut off from NATS
 }
 
 // NewMetrics registers every metric (names in README, "Metrics") with a new registry, plus the
@@ -95,6 +104,8 @@ func NewMetrics(version string, src Sources) *Metrics {
 		counter("mapagg_shards_gave_up_total", "Shards reported failed after the last attempt.", func(s worker.Stats) int64 { return s.GaveUp })
 		counter("mapagg_shards_redelivered_total", "Shard deliveries with attempt > 1.", func(s worker.Stats) int64 { return s.Redelivered })
 		counter("mapagg_shards_malformed_total", "Undecodable shard messages, dead-lettered.", func(s worker.Stats) int64 { return s.Malformed })
+		counter("mapagg_shards_replayed_total", "Shards of ended jobs dropped before running (replays).", func(s worker.Stats) int64 { return s.Replayed })
+		counter("mapagg_result_publish_retries_total", "Result publishes retried after a failure (JetStream full, NATS away).", func(s worker.Stats) int64 { return s.PublishRetries })
 	}
 	if s := src.Elector; s != nil {
 		f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mapagg_lease_renewals_total", Help: "Successful lease renewals."},
@@ -103,6 +114,18 @@ func NewMetrics(version string, src Sources) *Metrics {
 			func() float64 { return float64(s().RenewFailures) }))
 		f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mapagg_leader_losses_total", Help: "Terms ended by loss: lease refused, deadline passed, or unhealthy."},
 			func() float64 { return float64(s().Losses) }))
+	}
+	if s := src.Elector; s != nil {
+		f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "mapagg_heartbeats_unconfirmed_total", Help: "Heartbeats of a newer term that the lease blob did not confirm (ignored)."},
+			func() float64 { return float64(s().Unconfirmed) }))
+	}
+	if s := src.Trust; s != nil {
+		counter := func(name, help string, v func(TrustStats) uint64) {
+			f(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(s())) }))
+		}
+		counter("mapagg_messages_refused_total", "Shard and result deliveries without a valid cluster-key MAC, dead-lettered.", func(s TrustStats) uint64 { return s.Refused })
+		counter("mapagg_control_refused_total", "Control messages (heartbeats) without a valid cluster-key MAC, dead-lettered.", func(s TrustStats) uint64 { return s.ControlRefused })
+		counter("mapagg_nats_cutoffs_total", "Times this worker found itself cut off from NATS (round trips not coming back).", func(s TrustStats) uint64 { return s.CutOffs })
 	}
 	if q := src.QueuedShards; q != nil {
 		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "mapagg_shards_queued", Help: "Shards waiting in the shard stream, cluster-wide (NaN when NATS does not answer within 2s)."},

@@ -120,6 +120,20 @@ func (q *Queue) Receive(ctx context.Context, n int, visibility time.Duration) ([
 	return out, nil
 }
 
+// Extend hides a received message for visibility from now on and returns it with its new pop
+// receipt (the old one no longer deletes it).
+func (q *Queue) Extend(ctx context.Context, m Message, visibility time.Duration) (Message, error) {
+	vis := int32(max(visibility/time.Second, 1))
+	resp, err := q.qc.UpdateMessage(ctx, m.ID, m.PopReceipt, m.Text, &azqueue.UpdateMessageOptions{VisibilityTimeout: &vis})
+	if err != nil {
+		return m, translate("extend message", err)
+	}
+	if resp.PopReceipt != nil {
+		m.PopReceipt = *resp.PopReceipt
+	}
+	return m, nil
+}
+
 // Delete removes a received message. A message that is already gone is not an error.
 func (q *Queue) Delete(ctx context.Context, m Message) error {
 	_, err := q.qc.DeleteMessage(ctx, m.ID, m.PopReceipt, nil)

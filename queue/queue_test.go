@@ -48,3 +48,37 @@ func TestQueue_ReceiveDeleteRedeliver(t *testing.T) {
 		t.Fatalf("redelivered = %+v", again[0])
 	}
 }
+
+// Extend keeps a received message hidden past its first visibility timeout; the new pop receipt
+// deletes it.
+func TestQueue_ExtendKeepsHidden(t *testing.T) {
+	ctx := context.Background()
+	q, err := queue.New(testenv.Azurite(t), testenv.Name(t, "q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Enqueue(ctx, "job-x"); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Receive(ctx, 1, time.Second)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Receive = %+v, %v", msgs, err)
+	}
+	m, err := q.Extend(ctx, msgs[0], 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // past the first timeout
+	if again, err := q.Receive(ctx, 1, time.Second); err != nil || len(again) != 0 {
+		t.Fatalf("an extended message came back: %+v, %v", again, err)
+	}
+	if err := q.Delete(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Depth(ctx); err != nil || n != 0 {
+		t.Fatalf("depth %d, %v after deleting with the new receipt", n, err)
+	}
+}

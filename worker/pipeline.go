@@ -35,8 +35,10 @@ type outcome struct {
 // settle is a result message in flight: the deliveries whose results it carries.
 type settle struct {
 	fut   bus.Future
+	err   error // the publish failed at once
 	helds []*held
 	job   string
+	out   bus.Outgoing // to publish again (same id: JetStream keeps one) after a failure
 }
 
 // Result messages carry up to this many results, or about this many bytes, of one job.
@@ -59,6 +61,13 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- []outc
 			return
 		}
 		_ = d.Term(err.Error())
+		return
+	}
+	if len(ms) > 0 && w.ended.is(ctx, ms[0].Job) {
+		// A replay of a job that has ended: nothing to run, nothing to write.
+		w.replayed.Add(int64(len(ms)))
+		w.log.Debug("shards of an ended job dropped", "job", ms[0].Job, "shards", len(ms))
+		_ = d.Ack()
 		return
 	}
 	attempt := d.Attempt()
@@ -199,26 +208,55 @@ func (w *Worker) publish(g []outcome, settles chan<- settle) {
 	// duplicate of the lost one.
 	id := protocol.ResultBatchMsgID(r0.Job, nuid.Next())
 	data, err := protocol.EncodeResults(rs)
-	var fut bus.Future
-	if err == nil {
-		fut, err = w.bus.Publish(bus.Outgoing{Subject: w.bus.ResultSubject(r0.Job), MsgID: id, Data: data})
-	}
-	s := settle{fut: fut, helds: distinct(g), job: r0.Job}
+	s := settle{helds: distinct(g), job: r0.Job}
 	if err != nil {
-		w.log.Warn("publishing results failed; shards will be redelivered", "job", r0.Job, "results", len(rs), "err", err)
+		w.log.Warn("encoding results failed; shards will be redelivered", "job", r0.Job, "results", len(rs), "err", err)
 		w.resolve(s, false)
 		return
 	}
+	s.out = bus.Outgoing{Subject: w.bus.ResultSubject(r0.Job), MsgID: id, Data: data}
+	s.fut, s.err = w.bus.Publish(s.out) // a failure is retried by settle
 	settles <- s
 }
 
-// settle waits for a message to be stored and settles the deliveries it completes.
-func (w *Worker) settle(s settle) {
-	err := s.fut.Wait()
-	if err != nil {
-		w.log.Warn("publishing results failed; shards will be redelivered", "job", s.job, "err", err)
+// settle waits for a message to be stored and settles the deliveries it completes. A failed
+// publish (JetStream out of space, NATS away) is retried with backoff while the shards stay held
+// and kept alive: an outage does not use up their attempts, and results flow again by themselves
+// once the server takes them. Only stopping hands the shards back.
+func (w *Worker) settle(ctx context.Context, s settle) {
+	backoff := 100 * time.Millisecond
+	for failing := false; ; {
+		err := s.err
+		if err == nil {
+			err = s.fut.Wait()
+		}
+		switch {
+		case err == nil:
+			if failing {
+				w.log.Info("results published again", "job", s.job)
+			}
+			w.pubErr.Store(nil)
+			w.resolve(s, true)
+			return
+		case ctx.Err() != nil:
+			w.log.Warn("publishing results failed while stopping; shards will be redelivered", "job", s.job, "err", err)
+			w.resolve(s, false)
+			return
+		case !failing:
+			w.log.Warn("publishing results failed; retrying while the shards stay held", "job", s.job, "err", err)
+			failing = true
+		}
+		w.publishRetries.Add(1)
+		w.pubErr.Store(&err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 5*time.Second)
+		s.fut, s.err = w.bus.Publish(s.out)
 	}
-	w.resolve(s, err == nil)
 }
 
 // resolve records one message's outcome for each of its deliveries, and settles those whose

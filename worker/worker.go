@@ -43,6 +43,9 @@ type Stats struct {
 	GaveUp      int64 // shards reported failed after MaxAttempts
 	Redelivered int64 // deliveries with attempt > 1
 	Malformed   int64 // undecodable shard messages, dead-lettered
+	Replayed    int64 // shard messages of ended jobs, dropped before running
+	// PublishRetries counts result publishes retried after a failure (JetStream full, NATS away).
+	PublishRetries int64
 }
 
 // Worker runs shards from the consumers of the job types it has.
@@ -58,6 +61,9 @@ type Worker struct {
 	avgRun atomic.Int64
 
 	executed, succeeded, failed, gaveUp, redelivered, malformed atomic.Int64
+	replayed, publishRetries                                    atomic.Int64
+	pubErr                                                      atomic.Pointer[error] // the failure of a publish being retried
+	ended                                                       *ended
 }
 
 // New returns a worker. env is what map steps read; partials is where large partials go.
@@ -70,6 +76,9 @@ func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error
 		return nil, fmt.Errorf("%w: ProgressInterval %v: use less than the bus's shard timeout %v (default a third of it)", ErrInvalidConfig, cfg.ProgressInterval, st)
 	}
 	w := &Worker{cfg: cfg, bus: b, store: partials, env: env, log: cfg.Logger.With("component", "worker")}
+	if ex, ok := partials.(Exister); ok {
+		w.ended = &ended{st: ex, gone: map[string]struct{}{}, checked: map[string]time.Time{}}
+	}
 	w.avgRun.Store(-1)
 	return w, nil
 }
@@ -77,7 +86,17 @@ func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error
 // Stats returns the counters so far.
 func (w *Worker) Stats() Stats {
 	return Stats{Executed: w.executed.Load(), Succeeded: w.succeeded.Load(), Failed: w.failed.Load(),
-		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load()}
+		GaveUp: w.gaveUp.Load(), Redelivered: w.redelivered.Load(), Malformed: w.malformed.Load(), Replayed: w.replayed.Load(),
+		PublishRetries: w.publishRetries.Load()}
+}
+
+// PublishErr is why results cannot be published now (JetStream out of space, NATS away), or nil.
+// It clears with the next stored result message.
+func (w *Worker) PublishErr() error {
+	if p := w.pubErr.Load(); p != nil {
+		return fmt.Errorf("results cannot be published (retrying; shards held): %w", *p)
+	}
+	return nil
 }
 
 // limit is how many shards the worker holds at once: its slots, plus enough waiting shards to
@@ -130,7 +149,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() {
 		defer tail.Done()
 		for s := range settles {
-			w.settle(s)
+			w.settle(ctx, s)
 		}
 	}()
 	var slots sync.WaitGroup

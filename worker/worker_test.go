@@ -10,8 +10,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
@@ -421,5 +424,69 @@ func TestWorker_ShardBatchRetriedWhole(t *testing.T) {
 	r.noneQueued()
 	if s := w.Stats(); s.Succeeded != 4 || s.Failed != 1 || s.Redelivered != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Shards of a job whose result is stored (a replay after the job ended) are dropped before they
+// run: nothing runs, nothing is published or written; other jobs' shards run.
+func TestWorker_ReplayOfEndedJobDropped(t *testing.T) {
+	r := newRig(t)
+	if _, err := r.st.Put(context.Background(), protocol.ResultBlob("job-ended"), []byte(`{}`), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	w := r.start(worker.Config{}, testJob{typ: "count", fn: func(jobs.Task) ([]byte, error) { ran.Add(1); return []byte("ok"), nil }})
+	r.dispatch("count", "job-ended", 50)
+	r.noneQueued()
+	if s := w.Stats(); s.Replayed != 50 || s.Executed != 0 || ran.Load() != 0 {
+		t.Fatalf("stats %+v, ran %d: want 50 replayed, none run", s, ran.Load())
+	}
+	r.dispatch("count", "job-live", 3)
+	if res := r.results(3); len(res) != 3 || res[0].Job != "job-live" {
+		t.Fatalf("results %+v", res)
+	}
+}
+
+// While the results stream refuses messages (full), the worker holds its shards and retries the
+// publish: when space returns the results arrive by themselves, from attempt 1 (an outage does
+// not use up attempts).
+func TestWorker_PublishFailuresDoNotUseUpAttempts(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	js, err := jetstream.New(r.b.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "MAPAGG_RESULTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := s.CachedInfo().Config
+	full := orig
+	full.MaxBytes, full.Discard = 1, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	w := r.start(worker.Config{MaxAttempts: 2}, testJob{typ: "count", fn: func(jobs.Task) ([]byte, error) { return []byte("ok"), nil }})
+	r.dispatch("count", "job-full", 4)
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool { return w.Stats().PublishRetries >= 3 }, "no publish retried")
+	if err := w.PublishErr(); err == nil {
+		t.Error("PublishErr is nil while results cannot be published")
+	}
+	time.Sleep(6 * time.Second) // past the shard timeout (5s): the shards stay held, not redelivered
+	if _, err := js.UpdateStream(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range r.results(4) {
+		if res.Attempt != 1 || res.Error != "" {
+			t.Fatalf("result %+v: want attempt 1, no error", res)
+		}
+	}
+	r.noneQueued()
+	if err := w.PublishErr(); err != nil {
+		t.Errorf("PublishErr after the outage: %v", err)
+	}
+	if st := w.Stats(); st.Redelivered != 0 || st.GaveUp != 0 {
+		t.Fatalf("stats %+v: an outage used up attempts", st)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
@@ -47,6 +48,15 @@ func matrix() []fault {
 		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
 		{name: "merge-panic", what: "a job whose Merge writes into a nil map runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-merge", "badjobs.mergeCounts")},
 		{name: "split-panic", what: "a job whose Split indexes past its slice runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-split", "badjobs.BadSplit.Split")},
+		{name: "follower-cut", what: "a follower is silently cut from NATS (blackholing proxy: no FIN, packets held) for 20 s: 0 leader changes, not ready during the cut", job: sleepJob, inject: injectFollowerCut},
+		{name: "leader-cut", what: "the leader is silently cut from NATS for 20 s: exactly 1 leader change, and it does not take the lease back", job: sleepJob, inject: injectLeaderCut},
+		{name: "forged-heartbeat", what: "heartbeats of ever higher epochs are published by a plain NATS client without the cluster key: 0 leader changes", job: sleepJob, inject: injectForgedHeartbeat, dead: map[string]int{bus.SourceControl: forgedBeats}},
+		{name: "wrong-key-worker", what: "a worker with another cluster key joins mid-job: it is not ready, never leads or consumes, the job ends exact", job: sleepJob, inject: injectWrongKey},
+		{name: "duplicate-id", what: "a second process starts with a live follower's WORKER_ID: it exits naming the id, 0 leader changes", job: sleepJob, inject: injectDuplicateID},
+		{name: "jetstream-full", what: "the results stream refuses every message (out of space) for 30 s, then has room again, without a NATS restart: the job finishes exact", job: sleepJob, inject: injectJetStreamFull},
+		{name: "replay", what: "the job's shard and result messages are recorded, and published again verbatim after it ended and nats-server restarted: no shard runs again, no write", job: sleepJob, inject: injectReplay},
+		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
+		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
 	}
 }

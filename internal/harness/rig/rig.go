@@ -306,6 +306,13 @@ func (r *Rig) Track(c *cluster.Cluster) {
 	}
 }
 
+// TrackPID remembers a process a scenario started itself (what names it in LeftRunning).
+func (r *Rig) TrackPID(pid int, what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pids[pid] = what
+}
+
 func (r *Rig) trackAzurite(az *devserver.AzuriteServer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,0 +1,119 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCutOff: the connection reports connected, but round trips to the server do not come back
+// (a silent partition).
+var ErrCutOff = errors.New("cut off from nats")
+
+// Health tells whether this process can reach the NATS server now, from its own round trips.
+// The client's status alone is not enough: behind a silent partition (no FIN, packets dropped)
+// it stays "connected" until its own ping notices, minutes later. A prober flushes (PING/PONG)
+// every ProbeInterval with a timeout of CutOffAfter; the process is cut off when no round trip
+// sent within the last CutOffAfter came back.
+type Health struct {
+	b *Bus
+
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	lastOK  atomic.Int64  // monotonic ns since start of the last round trip that came back
+	start   time.Time     // monotonic base of lastOK
+	cuts    atomic.Uint64 // times the process was found cut off
+	wasCut  atomic.Bool
+	probeMu sync.Mutex
+	lastErr error
+}
+
+// Health returns the bus's health monitor, starting its prober on first use. Close stops it.
+func (b *Bus) Health() *Health {
+	b.health.once.Do(func() {
+		h := &b.health
+		h.b, h.start, h.done = b, time.Now(), make(chan struct{})
+		h.lastOK.Store(-1)
+		h.wasCut.Store(true) // not healthy yet is not a cut
+		ctx, cancel := context.WithCancel(context.Background())
+		h.cancel = cancel
+		go h.run(ctx)
+	})
+	return &b.health
+}
+
+func (h *Health) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+	}
+}
+
+func (h *Health) run(ctx context.Context) {
+	defer close(h.done)
+	every, within := h.b.cfg.ProbeInterval, h.b.cfg.CutOffAfter
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		sent := time.Now()
+		err := h.b.nc.FlushTimeout(within)
+		if err == nil {
+			h.lastOK.Store(int64(sent.Sub(h.start)))
+		}
+		h.probeMu.Lock()
+		h.lastErr = err
+		h.probeMu.Unlock()
+		h.Err() // counts a transition
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// mark counts a transition to cut off.
+func (h *Health) mark(err error) error {
+	if err != nil && !h.wasCut.Swap(true) {
+		h.cuts.Add(1)
+	} else if err == nil {
+		h.wasCut.Store(false)
+	}
+	return err
+}
+
+// Healthy reports whether the connection is up and a round trip sent within CutOffAfter came
+// back.
+func (h *Health) Healthy() bool { return h.Err() == nil }
+
+// Err is nil while healthy, else what is wrong, for /readyz and logs.
+func (h *Health) Err() error { return h.mark(h.check()) }
+
+func (h *Health) check() error {
+	nc := h.b.nc
+	if !nc.IsConnected() {
+		return fmt.Errorf("%w (status %v)", ErrNotConnected, nc.Status())
+	}
+	last := h.lastOK.Load()
+	if last < 0 {
+		return fmt.Errorf("%w: no round trip to the server yet", ErrCutOff)
+	}
+	if age := time.Since(h.start) - time.Duration(last); age > h.b.cfg.CutOffAfter {
+		h.probeMu.Lock()
+		err := h.lastErr
+		h.probeMu.Unlock()
+		if err == nil {
+			err = fmt.Errorf("probe pending")
+		}
+		return fmt.Errorf("%w: no round trip to the server came back for %v (last probe: %v); the client still reports connected", ErrCutOff, age.Round(time.Millisecond), err)
+	}
+	return nil
+}
+
+// Cuts is how many times the process was found cut off (or disconnected).
+func (h *Health) Cuts() uint64 { return h.cuts.Load() }

@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+// Exister tells whether a blob exists. When the worker's PartialStore implements it, shards of a
+// job whose result is stored (the job succeeded) are dropped before they run: replays after a
+// NATS restart, or past the duplicate window, cost one read per job instead of a run per shard.
+type Exister interface {
+	Exists(ctx context.Context, name string) (bool, error)
+}
+
+// ended remembers jobs seen ended (bounded) and when running jobs were last checked.
+type ended struct {
+	st Exister
+
+	mu      sync.Mutex
+	gone    map[string]struct{}
+	checked map[string]time.Time
+}
+
+const (
+	endedRecheck = 5 * time.Second // a running job is checked again after this
+	endedMax     = 10_000          // remembered jobs, each map
+)
+
+// is reports whether job has ended. Storage errors count as "not ended": the shard runs.
+func (e *ended) is(ctx context.Context, job string) bool {
+	if e == nil || e.st == nil {
+		return false
+	}
+	now := time.Now()
+	e.mu.Lock()
+	_, gone := e.gone[job]
+	at, seen := e.checked[job]
+	e.mu.Unlock()
+	if gone {
+		return true
+	}
+	if seen && now.Sub(at) < endedRecheck {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ok, err := e.st.Exists(cctx, protocol.ResultBlob(job))
+	cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err == nil && ok {
+		if len(e.gone) >= endedMax {
+			clear(e.gone)
+		}
+		e.gone[job] = struct{}{}
+		delete(e.checked, job)
+		return true
+	}
+	if len(e.checked) >= endedMax {
+		clear(e.checked)
+	}
+	e.checked[job] = now
+	return false
+}
