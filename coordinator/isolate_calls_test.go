@@ -3,8 +3,9 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
-
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,7 +70,19 @@ func (panicValidate) Merge(a, b int64) int64                            { return
 type encodeJob struct {
 	name     string
 	snapshot bool
+	gate     *snapGate // with snapshot: holds maps back until a snapshot with merges was taken
 }
+
+// snapGate makes sure the leader snapshots an aggregate with merges in it before the job can
+// end: a job's terminal checkpoint has no aggregate, so a job whose merges all land while one
+// checkpoint write is slow would never encode one.
+type snapGate struct {
+	once  sync.Once
+	taken chan struct{}
+	maps  atomic.Int32
+}
+
+func newSnapGate() *snapGate { return &snapGate{taken: make(chan struct{})} }
 
 func (j encodeJob) Type() string                   { return j.name }
 func (j encodeJob) Validate(json.RawMessage) error { return nil }
@@ -82,11 +95,17 @@ func (j encodeJob) Split(context.Context, jobs.Env, json.RawMessage) ([][]byte, 
 }
 func (j encodeJob) Map(context.Context, jobs.Env, jobs.Task) ([]byte, error) {
 	time.Sleep(10 * time.Millisecond)
+	if g := j.gate; g != nil && g.maps.Add(1) > 2 {
+		select {
+		case <-g.taken:
+		case <-time.After(10 * time.Second):
+		}
+	}
 	return []byte("1"), nil
 }
 func (j encodeJob) NewAggregate(json.RawMessage) (jobs.Aggregate, error) {
 	if j.snapshot {
-		return &snapAgg{}, nil
+		return &snapAgg{gate: j.gate}, nil
 	}
 	return &countAgg{}, nil
 }
@@ -103,11 +122,17 @@ func (a *countAgg) MarshalBinary() ([]byte, error) {
 func (a *countAgg) UnmarshalBinary([]byte) error     { return nil }
 func (a *countAgg) Result() (json.RawMessage, error) { return json.Marshal(a.n) }
 
-type snapAgg struct{ countAgg }
+type snapAgg struct {
+	countAgg
+	gate *snapGate
+}
 
 func (a *snapAgg) MarshalBinary() ([]byte, error) { return []byte("0"), nil }
 func (a *snapAgg) Snapshot() func() ([]byte, error) {
 	n := a.n
+	if n > 0 && a.gate != nil {
+		a.gate.once.Do(func() { close(a.gate.taken) })
+	}
 	return func() ([]byte, error) {
 		if n > 0 {
 			panic("snapshot")
@@ -127,7 +152,7 @@ func TestLead_EveryLeaderCallIsolated(t *testing.T) {
 		jobs.Typed("panic-count", jobs.TypedJob[nParams, int, int64](panicCount{})),
 		jobs.Typed("panic-shard", jobs.TypedJob[nParams, int, int64](panicShard{})),
 		encodeJob{name: "panic-marshal"},
-		encodeJob{name: "panic-snapshot", snapshot: true},
+		encodeJob{name: "panic-snapshot", snapshot: true, gate: newSnapGate()},
 	} {
 		if err := reg.Register(j); err != nil {
 			t.Fatal(err)
