@@ -348,7 +348,8 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
 			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
-				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid()}
+				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid(),
+				Problems: o.problems(ctx, c)}
 		})
 	}()
 	go func() {
@@ -363,6 +364,21 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 // readyProbe is the name of a blob that never exists: a HEAD on it proves the container is
 // reachable without reading anything.
 const readyProbe = "readyz-probe"
+
+// problems are the failing readiness checks that cost no I/O (every one but storage's), for the
+// announcement: `worker workers` and the dashboard show them.
+func (o *observer) problems(ctx context.Context, c observed) []string {
+	var out []string
+	for _, ch := range o.readyChecks(c) {
+		if ch.Name == "storage" {
+			continue
+		}
+		if err := ch.Fn(ctx); err != nil && len(out) < membership.MaxProblems {
+			out = append(out, protocol.Clip(ch.Name+": "+err.Error(), membership.MaxProblemLen-32)) // Clip adds "…(N bytes)"
+		}
+	}
+	return out
+}
 
 func (o *observer) readyChecks(c observed) []observe.Check {
 	return []observe.Check{

@@ -88,14 +88,18 @@ func (n *Node) workersCmd(ctx context.Context, args []string, stdout, stderr io.
 		fmt.Fprintf(stdout, "leader: none announced\n\n")
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tROLE\tHOST\tPID\tHTTP\tIN FLIGHT\tCONCURRENCY\tUP\tVERSION\tJOB TYPES")
+	fmt.Fprintln(tw, "ID\tROLE\tHOST\tPID\tHTTP\tIN FLIGHT\tCONCURRENCY\tUP\tVERSION\tJOB TYPES\tPROBLEMS")
 	for _, m := range live {
 		role := "follower"
 		if m.Leader {
 			role = fmt.Sprintf("leader (epoch %d)", m.Epoch)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.ID, role, cmp.Or(m.Host, "-"), m.PID, cmp.Or(m.HTTPAddr, "off"),
-			m.InFlight, m.Concurrency, time.Since(m.StartedAt).Round(time.Second), m.Version, strings.Join(m.JobTypes, ","))
+		problems := "-"
+		if len(m.Problems) > 0 {
+			problems = "NOT READY: " + oneLine(strings.Join(m.Problems, "; "), 160)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.ID, role, cmp.Or(m.Host, "-"), m.PID, cmp.Or(m.HTTPAddr, "off"),
+			m.InFlight, m.Concurrency, time.Since(m.StartedAt).Round(time.Second), m.Version, strings.Join(m.JobTypes, ","), problems)
 	}
 	return tw.Flush()
 }

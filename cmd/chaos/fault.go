@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
@@ -177,6 +178,11 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
 		} else {
 			fr.note("%d dead letters from %s", n, src)
+		}
+	}
+	for _, ev := range e.c.Events() {
+		if ev.Kind == cluster.Elected && !ev.Time.Before(fr.start) {
+			res.LeaderChanges++
 		}
 	}
 	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)

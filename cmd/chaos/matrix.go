@@ -53,7 +53,7 @@ func matrix() []fault {
 		{name: "forged-heartbeat", what: "heartbeats of ever higher epochs are published by a plain NATS client without the cluster key: 0 leader changes", job: sleepJob, inject: injectForgedHeartbeat, dead: map[string]int{bus.SourceControl: forgedBeats}},
 		{name: "wrong-key-worker", what: "a worker with another cluster key joins mid-job: it is not ready, never leads or consumes, the job ends exact", job: sleepJob, inject: injectWrongKey},
 		{name: "duplicate-id", what: "a second process starts with a live follower's WORKER_ID: it exits naming the id, 0 leader changes", job: sleepJob, inject: injectDuplicateID},
-		{name: "jetstream-full", what: "the results stream refuses every message (out of space) for 30 s, then has room again, without a NATS restart: the job finishes exact", job: sleepJob, inject: injectJetStreamFull},
+		{name: "jetstream-full", what: "the results stream refuses every message (out of space) for 150 s, then has room again, without a NATS restart: the job finishes exact", job: sleepJob, inject: injectJetStreamFull},
 		{name: "replay", what: "the job's shard and result messages are recorded, and published again verbatim after it ended and nats-server restarted: no shard runs again, no write", job: sleepJob, inject: injectReplay},
 		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
 		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},

@@ -66,8 +66,10 @@ type Result struct {
 	// CancelAfterElectionS: cancel-failover only, how long after the new leader's election the
 	// job ended.
 	CancelAfterElectionS *float64 `json:"cancel_after_election_s,omitempty"`
-	LeftBehind           []string `json:"left_behind,omitempty"`
-	Notes                []string `json:"notes,omitempty"`
+	// LeaderChanges counts the elections the workers announced from the submit to the end.
+	LeaderChanges int      `json:"leader_changes"`
+	LeftBehind    []string `json:"left_behind,omitempty"`
+	Notes         []string `json:"notes,omitempty"`
 }
 
 func (rep *Report) tally() {
@@ -84,7 +86,8 @@ func (rep *Report) ok() bool {
 	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
 }
 
-// writeMarkdown writes the table: fault | verdict | result exact? | time lost | left behind,
+// writeMarkdown writes the table: fault | verdict | result exact? | time lost | leader changes |
+// left behind,
 // then each fault's notes and problem.
 func writeMarkdown(w io.Writer, rep *Report) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
@@ -112,8 +115,8 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("**Incomplete:** %s", rep.Incomplete)
 	}
 	p("")
-	p("| fault | verdict | result exact? | time lost | anything left behind |")
-	p("|---|---|---|---|---|")
+	p("| fault | verdict | result exact? | time lost | leader changes | anything left behind |")
+	p("|---|---|---|---|---|---|")
 	for _, r := range rep.Results {
 		exact := "yes"
 		if !r.Exact {
@@ -137,7 +140,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		if verdict != verdictOK {
 			verdict = "**" + verdict + "**"
 		}
-		p("| %s | %s | %s | %s | %s |", r.Fault, verdict, exact, lost, left)
+		p("| %s | %s | %s | %s | %d | %s |", r.Fault, verdict, exact, lost, r.LeaderChanges, left)
 	}
 	if len(rep.LeftRunning) > 0 {
 		p("")

@@ -426,7 +426,7 @@ func injectDuplicateID(ctx context.Context, f *faultRun) error {
 // then frees it, without restarting nats-server: the job must finish exact (publish failures
 // use up no attempts), and the workers report not ready meanwhile.
 func injectJetStreamFull(ctx context.Context, f *faultRun) error {
-	full := 30 * time.Second
+	full := 150 * time.Second
 	if f.e.r.cfg.Quick {
 		full = 10 * time.Second
 	}
@@ -441,14 +441,19 @@ func injectJetStreamFull(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	f.note("results stream full (1 byte, discard new) for %v", full)
-	unready := 0
+	unready, announced := 0, 0
 	until := time.Now().Add(full)
 	for time.Now().Before(until) && ctx.Err() == nil {
 		sleep(ctx, 2*time.Second)
-		unready = 0
+		unready, announced = 0, 0
 		for _, id := range f.e.c.Running() {
 			if addr := f.e.c.HTTPAddr(id); addr != "" && readyz(addr) == http.StatusServiceUnavailable {
 				unready++
+			}
+		}
+		for _, m := range f.e.c.Members() { // what `worker workers` and the dashboard show
+			if slices.ContainsFunc(m.Problems, func(p string) bool { return strings.HasPrefix(p, "results: ") }) {
+				announced++
 			}
 		}
 	}
@@ -456,9 +461,12 @@ func injectJetStreamFull(ctx context.Context, f *faultRun) error {
 		return fmt.Errorf("free the results stream: %w", err)
 	}
 	f.healed = time.Now()
-	f.note("%d workers not ready at the end of the outage; space freed without a NATS restart", unready)
+	f.note("%d workers not ready at the end of the outage (%d announced it); space freed without a NATS restart", unready, announced)
 	if unready == 0 {
 		f.fail(verdictWrong, "no worker reported the full stream in /readyz")
+	}
+	if announced == 0 {
+		f.fail(verdictWrong, "no worker announced the full stream as a problem (worker workers, dashboard)")
 	}
 	return nil
 }

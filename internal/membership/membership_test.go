@@ -14,7 +14,7 @@ import (
 
 func TestAnnouncementRoundTrip(t *testing.T) {
 	a := Announcement{ID: "w1", Version: "v1", JobTypes: []string{"primes"}, Concurrency: 4, InFlight: 2,
-		StartedAt: time.Unix(100, 0).UTC(), Leader: true, Epoch: 7, HTTPAddr: "127.0.0.1:9"}
+		StartedAt: time.Unix(100, 0).UTC(), Leader: true, Epoch: 7, HTTPAddr: "127.0.0.1:9", Problems: []string{"results: stream full"}}
 	data, err := a.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +23,8 @@ func TestAnnouncementRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.ID != "w1" || !b.Leader || b.Epoch != 7 || b.InFlight != 2 || b.JobTypes[0] != "primes" || !b.StartedAt.Equal(a.StartedAt) {
+	if b.ID != "w1" || !b.Leader || b.Epoch != 7 || b.InFlight != 2 || b.JobTypes[0] != "primes" || !b.StartedAt.Equal(a.StartedAt) ||
+		len(b.Problems) != 1 || b.Problems[0] != "results: stream full" {
 		t.Fatalf("round trip changed it: %+v", b)
 	}
 }
@@ -35,6 +36,9 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		{`{"v":2,"id":"w"}`, "version 2"},
 		{`{"v":1,"id":"w","leader":true}`, "needs its epoch"},
 		{`{"v":1,"id":"w","concurrency":-1}`, "negative"},
+		{`{"v":1,"id":"w","problems":[""]}`, "a problem of 0 bytes"},
+		{`{"v":1,"id":"w","problems":["` + strings.Repeat("a", MaxProblemLen+1) + `"]}`, "a problem of 301 bytes"},
+		{`{"v":1,"id":"w","problems":["a","a","a","a","a","a","a","a","a"]}`, "9 problems"},
 		{`{"v":1,"id":"w","x":"` + strings.Repeat("a", MaxMessage) + `"}`, "exceeds"},
 	} {
 		if _, err := DecodeAnnouncement([]byte(tc.data)); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -27,8 +27,17 @@ type Announcement struct {
 	HTTPAddr    string    `json:"http_addr,omitempty"`
 	Host        string    `json:"host,omitempty"` // the machine's host name
 	PID         int       `json:"pid,omitempty"`
-	SentAt      time.Time `json:"sent_at"`
+	// Problems are the worker's failing readiness checks ("results: stream full"), at most
+	// MaxProblems of at most MaxProblemLen bytes each; none when it is ready.
+	Problems []string  `json:"problems,omitempty"`
+	SentAt   time.Time `json:"sent_at"`
 }
+
+// Bounds of an announcement's problems.
+const (
+	MaxProblems   = 8
+	MaxProblemLen = 300
+)
 
 // Encode returns the announcement's wire form.
 func (a *Announcement) Encode() ([]byte, error) {
@@ -55,6 +64,15 @@ func (a *Announcement) check() error {
 	}
 	if a.Leader && a.Epoch == 0 {
 		errs = append(errs, errors.New("a leader's announcement needs its epoch"))
+	}
+	if len(a.Problems) > MaxProblems {
+		errs = append(errs, fmt.Errorf("%d problems: at most %d", len(a.Problems), MaxProblems))
+	}
+	for _, p := range a.Problems {
+		if p == "" || len(p) > MaxProblemLen {
+			errs = append(errs, fmt.Errorf("a problem of %d bytes: must be 1 to %d", len(p), MaxProblemLen))
+			break
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -124,7 +124,9 @@ function render(warn) {
     el("td", {}, m.in_flight + " / " + m.concurrency),
     el("td", {}, ago(m.started_at)),
     el("td", { class: "muted" }, m.version),
-    el("td", { class: "muted" }, (m.job_types || []).join(", ")))));
+    el("td", { class: "muted" }, (m.job_types || []).join(", ")),
+    el("td", { class: (m.problems || []).length ? "state-failed problems" : "muted" },
+      (m.problems || []).length ? "not ready: " + m.problems.join("; ") : "–"))));
 
   // Epoch history: elections heard since this worker started, plus the current lease.
   const terms = new Map();
