@@ -43,6 +43,9 @@ type faultRun struct {
 	failures [][2]string
 	// elected is when the leader that took over was elected (cancel during a failover).
 	elected time.Time
+	// changesSeen is the leader changes a fault counted itself (from the lease's epoch, after its
+	// own set-up); nil: the elections announced from the injection on.
+	changesSeen *int
 }
 
 type extraJob struct {
@@ -120,6 +123,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		}
 	}
 	res.InjectedAt = fmt.Sprintf("%d/%d", st.ShardsDone, st.ShardsTotal)
+	injected := time.Now()
 	if err := f.inject(ctx, fr); err != nil {
 		res.Notes = fr.notes
 		return fail(verdictError, "inject: "+err.Error())
@@ -180,9 +184,13 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 			fr.note("%d dead letters from %s", n, src)
 		}
 	}
-	for _, ev := range e.c.Events() {
-		if ev.Kind == cluster.Elected && !ev.Time.Before(fr.start) {
-			res.LeaderChanges++
+	if fr.changesSeen != nil {
+		res.LeaderChanges = *fr.changesSeen
+	} else {
+		for _, ev := range e.c.Events() {
+			if ev.Kind == cluster.Elected && !ev.Time.Before(injected) {
+				res.LeaderChanges++
+			}
 		}
 	}
 	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)

@@ -66,7 +66,8 @@ type Result struct {
 	// CancelAfterElectionS: cancel-failover only, how long after the new leader's election the
 	// job ended.
 	CancelAfterElectionS *float64 `json:"cancel_after_election_s,omitempty"`
-	// LeaderChanges counts the elections the workers announced from the submit to the end.
+	// LeaderChanges counts the elections the workers announced from the injection to the end, or
+	// what the fault counted itself from the lease's epoch (the trust faults).
 	LeaderChanges int      `json:"leader_changes"`
 	LeftBehind    []string `json:"left_behind,omitempty"`
 	Notes         []string `json:"notes,omitempty"`

@@ -156,6 +156,7 @@ func (f *faultRun) changes(ctx context.Context, epoch0 uint64, want int) {
 		return
 	}
 	n := int(epoch - epoch0)
+	f.changesSeen = &n
 	f.note("%d leader changes (epochs %d → %d)", n, epoch0, epoch)
 	if n != want {
 		f.fail(verdictChurn, fmt.Sprintf("%d leader changes, want %d", n, want))
