@@ -80,6 +80,12 @@ type Status struct {
 	// or checkpoint: it says why, so one damaged job does not hide the others.
 	Unreadable string          `json:"unreadable,omitempty"`
 	Result     json.RawMessage `json:"-"`
+	// Schedule and Tick: the schedule and tick that made the job; After: the jobs it waits
+	// for; RetryOf: the job it retries.
+	Schedule string     `json:"schedule,omitempty"`
+	Tick     *time.Time `json:"tick,omitempty"`
+	After    []string   `json:"after,omitempty"`
+	RetryOf  string     `json:"retry_of,omitempty"`
 }
 
 // StateUnreadable is the State List reports for a job whose spec or checkpoint cannot be read
@@ -168,6 +174,7 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt}
+	st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
 	data, _, err = c.Store.Get(ctx, protocol.CheckpointBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return st, nil

@@ -70,6 +70,9 @@ type Config struct {
 	RepairRounds int
 	// RepairMaxShards bounds the shards of one job one repair round dispatches. Default 4096.
 	RepairMaxShards int
+	// ScheduleInterval is how often the leader reads the schedules (it also wakes at each next
+	// tick). Default 1s.
+	ScheduleInterval time.Duration
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// TypeHolders, when set, names the live workers that have a job type (from membership): a
@@ -95,6 +98,7 @@ func DefaultConfig() Config {
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
+		ScheduleInterval: time.Second,
 	}
 }
 
@@ -112,6 +116,7 @@ func (c Config) withDefaults() Config {
 	set(&c.RescanInterval, d.RescanInterval)
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.RepairInterval, d.RepairInterval)
+	set(&c.ScheduleInterval, d.ScheduleInterval)
 	for _, p := range []struct {
 		p *int
 		v int
@@ -163,6 +168,9 @@ func (c Config) Validate() error {
 	if c.MaxQueueDequeues < 1 {
 		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)
 	}
+	if c.ScheduleInterval < 10*time.Millisecond || c.ScheduleInterval > time.Minute {
+		add("ScheduleInterval %v: use 10ms to 1m (default 1s)", c.ScheduleInterval)
+	}
 	if c.RescanInterval < 10*time.Millisecond {
 		add("RescanInterval %v: use at least 10ms (default 5s)", c.RescanInterval)
 	}
@@ -212,6 +220,7 @@ type Store interface {
 type Queue interface {
 	Receive(ctx context.Context, n int, visibility time.Duration) ([]queue.Message, error)
 	Delete(ctx context.Context, m queue.Message) error
+	Enqueue(ctx context.Context, text string) error // schedules and retries make jobs
 }
 
 // Bus is what the leader needs of JetStream (bus.Bus).

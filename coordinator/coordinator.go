@@ -94,6 +94,7 @@ type term struct {
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
 	wake       chan string        // to intake: a job was submitted (its id, as announced)
+	stageErr   chan error         // from stages of their own (schedules): the term must end
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -161,6 +162,13 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		defer intake.Done()
 		t.intake(intakeCtx)
 	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runSchedules(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
 
 	err = t.loop(ctx, feed)
 
@@ -211,7 +219,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
-		writes: make(chan written, 64),
+		writes: make(chan written, 64), stageErr: make(chan error, 1),
 	}
 }
 
@@ -277,6 +285,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if err := t.commit(ctx, w, true); err != nil {
 				return err
 			}
+		case err := <-t.stageErr:
+			return err
 		case j := <-t.newJobs:
 			t.adopt(ctx, j)
 		case id := <-t.claimReq:

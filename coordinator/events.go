@@ -35,6 +35,10 @@ const (
 	EventJobCodeFailed EventKind = "job_code_failed"
 	// EventJobWaiting: a job waits for a leader that has its type (Job; Err: the reason).
 	EventJobWaiting EventKind = "job_waiting"
+	// EventTickFired: a schedule's tick made its job (Job).
+	EventTickFired EventKind = "tick_fired"
+	// EventTickSkipped: a schedule's tick made no job: the previous one (Job) still runs.
+	EventTickSkipped EventKind = "tick_skipped"
 	// EventTermEnded: Lead returned (Err: why, nil for a graceful stop).
 	EventTermEnded EventKind = "term_ended"
 )

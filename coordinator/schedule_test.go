@@ -1,0 +1,267 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
+)
+
+// scheduleJobs returns the jobs schedule name made, by tick.
+func (r *rig) scheduleJobs(name string) map[time.Time][]string {
+	r.t.Helper()
+	blobs, err := r.st.List(context.Background(), "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[time.Time][]string{}
+	for _, b := range blobs {
+		if !strings.HasSuffix(b.Name, "/spec.json") {
+			continue
+		}
+		data, _, err := r.st.Get(context.Background(), b.Name)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		spec, err := protocol.ParseSpec(data)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if spec.Schedule == name {
+			out[spec.Tick.UTC()] = append(out[spec.Tick.UTC()], spec.ID)
+		}
+	}
+	return out
+}
+
+func (r *rig) addSchedule(name string, o client.ScheduleOptions) {
+	r.t.Helper()
+	if _, err := r.cl.AddSchedule(context.Background(), name, o); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// contiguous asserts ticks are every step apart with none missing, and one job each.
+func contiguous(t *testing.T, byTick map[time.Time][]string, step time.Duration) []time.Time {
+	t.Helper()
+	var ticks []time.Time
+	for tk, ids := range byTick {
+		if len(ids) != 1 {
+			t.Errorf("tick %v made %d jobs: %v", tk, len(ids), ids)
+		}
+		ticks = append(ticks, tk)
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != step {
+			t.Errorf("ticks %v and %v are %v apart, want %v (a tick missing)", ticks[i-1], ticks[i], d, step)
+		}
+	}
+	return ticks
+}
+
+// A schedule's ticks each make one job while leaders replace each other: gracefully, abruptly,
+// two at once (a deposed leader that does not know it yet) and after a storage rollback of the
+// schedule's state and markers.
+func TestSchedule_OneJobPerTickAcrossLeaders(t *testing.T) {
+	r := newRig(t)
+	r.work(worker.Config{})
+	fast := func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond }
+	r.addSchedule("every", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow, CatchUp: time.Minute})
+
+	l := r.leadWith(1, fast)
+	time.Sleep(2500 * time.Millisecond)
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // leaderless: its ticks are caught up
+	// Two leaders at once: epoch 2 is deposed by epoch 3 and must stop without a second job.
+	l2 := r.leadWith(2, fast)
+	time.Sleep(1200 * time.Millisecond)
+	l3 := r.leadWith(3, fast)
+	select {
+	case <-l2.done:
+		if !errors.Is(l2.err, ErrDeposed) {
+			t.Fatalf("epoch 2 ended with %v, want ErrDeposed", l2.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("epoch 2 did not yield to epoch 3")
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := l3.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A storage rollback: the state and the last markers are lost; the jobs stay.
+	ctx := context.Background()
+	data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("every"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := protocol.ParseScheduleState(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := st.LastTick.Add(-3 * time.Second)
+	st.LastTick = &back
+	b, _ := st.Encode()
+	if _, err := r.st.Put(ctx, protocol.ScheduleStateBlob("every"), b, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	marks, _ := r.st.List(ctx, protocol.ScheduleTicksOf("every"))
+	for _, m := range marks[max(len(marks)-2, 0):] {
+		_ = r.st.Delete(ctx, m.Name)
+	}
+	l4 := r.leadWith(4, fast)
+	time.Sleep(2500 * time.Millisecond)
+	if err := l4.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	ticks := contiguous(t, r.scheduleJobs("every"), time.Second)
+	if len(ticks) < 8 {
+		t.Fatalf("%d ticks fired, want at least 8", len(ticks))
+	}
+	// Every job ran once, and shows its schedule and tick.
+	l5 := r.lead(5)
+	defer l5.stop()
+	for _, ids := range r.scheduleJobs("every") {
+		s := r.wait(ids[0], 20*time.Second)
+		if s.State != jobs.StateSucceeded || s.Schedule != "every" || s.Tick == nil {
+			t.Fatalf("job %s: %+v", ids[0], s)
+		}
+	}
+	infos, err := r.cl.Schedules(ctx)
+	if err != nil || len(infos) != 1 || infos[0].LastTick == nil || infos[0].NextTick == nil || infos[0].Fired < int64(len(ticks)) {
+		t.Fatalf("schedule list: %+v %v", infos, err)
+	}
+}
+
+// Overlap skip makes no job while the previous one runs; queue keeps one tick for after it.
+func TestSchedule_Overlap(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		min    int
+		max    int
+	}{{protocol.OverlapSkip, 1, 1}, {protocol.OverlapQueue, 2, 2}} {
+		t.Run(c.policy, func(t *testing.T) {
+			r := newRig(t)
+			// No worker: the first job never ends.
+			r.addSchedule("o", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: c.policy})
+			var skipped sync.WaitGroup
+			skipped.Add(2)
+			var once [2]sync.Once
+			n := 0
+			var mu sync.Mutex
+			r.leadWith(1, func(cfg *Config) {
+				cfg.ScheduleInterval = 50 * time.Millisecond
+				cfg.OnEvent = func(ev Event) {
+					if ev.Kind == EventTickSkipped {
+						mu.Lock()
+						if n < 2 {
+							once[n].Do(skipped.Done)
+						}
+						n++
+						mu.Unlock()
+					}
+				}
+			})
+			done := make(chan struct{})
+			go func() { skipped.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("no tick skipped")
+			}
+			if got := len(r.scheduleJobs("o")); got != 1 {
+				t.Fatalf("%d jobs while the first runs, want 1", got)
+			}
+			if c.policy == protocol.OverlapQueue {
+				info, err := r.cl.Schedule(context.Background(), "o")
+				if err != nil || info.Buffered == nil {
+					t.Fatalf("queue policy: no buffered tick: %+v %v", info, err)
+				}
+				// The first job ends: the buffered tick fires.
+				r.work(worker.Config{})
+				eventually(t, 20*time.Second, "the buffered tick fires", func() bool { return len(r.scheduleJobs("o")) >= 2 })
+			}
+		})
+	}
+}
+
+// Ticks missed while there was no leader fire within the catch-up window; older ones are
+// counted as missed. A paused schedule fires nothing.
+func TestSchedule_CatchUpAndPause(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s := &protocol.Schedule{Name: "late", UID: "u1", Every: "1s", Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Overlap: protocol.OverlapAllow, CatchUp: "10s", CreatedAt: time.Now().Add(-30 * time.Second).UTC()}
+	data, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Put(ctx, protocol.ScheduleBlob("late"), data, store.Cond{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.addSchedule("paused", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`)})
+	if err := r.cl.PauseSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 10*time.Second, "catch-up", func() bool { return len(r.scheduleJobs("late")) >= 10 })
+	time.Sleep(time.Second)
+	ticks := contiguous(t, r.scheduleJobs("late"), time.Second)
+	if first := ticks[0]; time.Since(first) > 13*time.Second {
+		t.Fatalf("first tick fired %v ago: beyond the catch-up window", time.Since(first))
+	}
+	info, err := r.cl.Schedule(ctx, "late")
+	if err != nil || info.Missed < 15 {
+		t.Fatalf("missed ticks not counted: %+v %v", info, err)
+	}
+	if got := len(r.scheduleJobs("paused")); got != 0 {
+		t.Fatalf("a paused schedule made %d jobs", got)
+	}
+	if err := r.cl.ResumeSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "resumed schedule fires", func() bool { return len(r.scheduleJobs("paused")) >= 1 })
+	for tk := range r.scheduleJobs("paused") {
+		if tk.Before(time.Now().Add(-5 * time.Second)) {
+			t.Fatalf("tick %v while paused was caught up", tk)
+		}
+	}
+	// Delete stops it; trigger of a deleted schedule is refused.
+	if err := r.cl.DeleteSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.TriggerSchedule(ctx, "paused"); !errors.Is(err, client.ErrNoSuchSchedule) {
+		t.Fatalf("trigger of a deleted schedule: %v", err)
+	}
+	id, err := r.cl.TriggerSchedule(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.cl.Status(ctx, id); err != nil || st.Schedule != "late" || st.Tick == nil {
+		t.Fatalf("triggered job: %+v %v", st, err)
+	}
+}
