@@ -183,7 +183,9 @@ func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 
 // PauseSchedule stops a schedule's ticks; ResumeSchedule starts them again (the ticks while it
 // was paused are not caught up).
-func (c *Client) PauseSchedule(ctx context.Context, name string) error { return c.setPaused(ctx, name, true) }
+func (c *Client) PauseSchedule(ctx context.Context, name string) error {
+	return c.setPaused(ctx, name, true)
+}
 
 // ResumeSchedule: see PauseSchedule.
 func (c *Client) ResumeSchedule(ctx context.Context, name string) error {

@@ -129,6 +129,8 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newJobFlags("result").fs }, n.resultCmd},
 		{"cancel", "cancel a job", "cancel JOB",
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
+		{"schedule", scheduleSummary, `schedule add nightly --cron "0 3 * * *" --type T --params JSON`,
+			func() *flagSet { return n.newScheduleFlags("").fs }, n.scheduleCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
 		{"workers", "list the live workers and who leads", "workers [--json]",
