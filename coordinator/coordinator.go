@@ -95,6 +95,8 @@ type term struct {
 	cancels    chan string        // from NATS hints
 	wake       chan string        // to intake: a job was submitted (its id, as announced)
 	stageErr   chan error         // from stages of their own (schedules): the term must end
+	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
+	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -219,7 +221,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
-		writes: make(chan written, 64), stageErr: make(chan error, 1),
+		writes: make(chan written, 64), stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 	}
 }
 
@@ -287,6 +289,10 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			}
 		case err := <-t.stageErr:
 			return err
+		case <-t.kick:
+			if err := t.rescan(ctx); err != nil {
+				return err
+			}
 		case j := <-t.newJobs:
 			t.adopt(ctx, j)
 		case id := <-t.claimReq:
@@ -806,6 +812,9 @@ func (t *term) retire(ctx context.Context, j *job) {
 		clear(t.finished)
 	}
 	t.finished[j.id] = j.cp.State
+	if t.afterSeen.Load() {
+		nonBlocking(t.kick, struct{}{})
+	}
 	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
 		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
 	var why error

@@ -150,6 +150,9 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		}
 		return
 	}
+	if len(spec.After) > 0 && t.after(ctx, m, id, spec) {
+		return // waits for other jobs (after.go)
+	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
 		t.wait(ctx, m, id, spec.Type)

@@ -22,6 +22,8 @@ type submitFlags struct {
 	wait                    bool
 	poll                    time.Duration
 	fs                      *flagSet
+	after                   string // comma-separated job ids (after.go)
+	retries                 int
 }
 
 func (n *Node) newSubmitFlags() *submitFlags {
@@ -32,6 +34,7 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
+	f.registerAfter()
 	return f
 }
 
@@ -72,6 +75,9 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
+	if err := f.checkAfter(); err != nil {
+		return err
+	}
 	cl, done, err := n.client(&f.common, true)
 	if err != nil {
 		return err
@@ -102,7 +108,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.ensure(tctx); err != nil {
 		return err
 	}
-	id, err := cl.Submit(tctx, f.typ, params)
+	id, err := cl.SubmitWith(tctx, f.typ, params, f.submitOptions())
 	if err != nil {
 		return err
 	}
