@@ -27,6 +27,23 @@ func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason st
 		if err != nil {
 			return "", false, fmt.Errorf("state of job %s: %w", id, err)
 		}
+		// A failed job with retries left stands for its retry (retry.go).
+		for hops := 0; state == jobs.StateFailed && hops <= protocol.MaxRetries; hops++ {
+			next, err := t.retryOf(ctx, id)
+			if err != nil {
+				return "", false, err
+			}
+			if next == "" {
+				break
+			}
+			id = next
+			if state, err = t.jobState(ctx, id); err != nil {
+				return "", false, fmt.Errorf("state of job %s: %w", id, err)
+			}
+			if state == "" {
+				state = jobs.StateQueued // the retry is not stored yet
+			}
+		}
 		switch state {
 		case jobs.StateSucceeded:
 		case "":

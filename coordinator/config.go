@@ -73,6 +73,9 @@ type Config struct {
 	// ScheduleInterval is how often the leader reads the schedules (it also wakes at each next
 	// tick). Default 1s.
 	ScheduleInterval time.Duration
+	// RetryBackoff is the delay before a failed job's first automatic retry (--retries); it
+	// doubles with each retry, up to 10m. Default 5s.
+	RetryBackoff time.Duration
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// TypeHolders, when set, names the live workers that have a job type (from membership): a
@@ -98,7 +101,7 @@ func DefaultConfig() Config {
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
-		ScheduleInterval: time.Second,
+		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second,
 	}
 }
 
@@ -117,6 +120,7 @@ func (c Config) withDefaults() Config {
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.RepairInterval, d.RepairInterval)
 	set(&c.ScheduleInterval, d.ScheduleInterval)
+	set(&c.RetryBackoff, d.RetryBackoff)
 	for _, p := range []struct {
 		p *int
 		v int
@@ -171,6 +175,9 @@ func (c Config) Validate() error {
 	if c.ScheduleInterval < 10*time.Millisecond || c.ScheduleInterval > time.Minute {
 		add("ScheduleInterval %v: use 10ms to 1m (default 1s)", c.ScheduleInterval)
 	}
+	if c.RetryBackoff < 0 || c.RetryBackoff > time.Hour {
+		add("RetryBackoff %v: use 0 to 1h (default 5s)", c.RetryBackoff)
+	}
 	if c.RescanInterval < 10*time.Millisecond {
 		add("RescanInterval %v: use at least 10ms (default 5s)", c.RescanInterval)
 	}
@@ -221,6 +228,7 @@ type Queue interface {
 	Receive(ctx context.Context, n int, visibility time.Duration) ([]queue.Message, error)
 	Delete(ctx context.Context, m queue.Message) error
 	Enqueue(ctx context.Context, text string) error // schedules and retries make jobs
+	EnqueueAfter(ctx context.Context, text string, delay time.Duration) error
 }
 
 // Bus is what the leader needs of JetStream (bus.Bus).

@@ -97,6 +97,7 @@ type term struct {
 	stageErr   chan error         // from stages of their own (schedules): the term must end
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
+	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -387,6 +388,9 @@ func (t *term) rescan(ctx context.Context) error {
 		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
 		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
 			continue
+		}
+		if _, ok := t.cleaning.Load(id); ok {
+			continue // ended here, its clean-up runs
 		}
 		if t.isWaiting(id) {
 			// Waiting for a type this process lacks: only a cancel changes that in this term.
@@ -823,9 +827,11 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
+	t.cleaning.Store(cp.Job, true)
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
+		defer t.cleaning.Delete(cp.Job)
 		t.cleanup(context.WithoutCancel(ctx), &cp)
 	}()
 }

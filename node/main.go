@@ -131,6 +131,8 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
 		{"schedule", scheduleSummary, `schedule add nightly --cron "0 3 * * *" --type T --params JSON`,
 			func() *flagSet { return n.newScheduleFlags("").fs }, n.scheduleCmd},
+		{"retry", "submit a failed or cancelled job again (a new id that names it)", "retry JOB",
+			func() *flagSet { return n.newJobFlags("retry").fs }, n.retryCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
 		{"workers", "list the live workers and who leads", "workers [--json]",

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	_ "time/tzdata" // --time-zone works on hosts without a zoneinfo database
@@ -298,4 +299,22 @@ func decodeStrict(data []byte, v any, sentinel error) error {
 		return fmt.Errorf("%w: trailing data after the JSON object", sentinel)
 	}
 	return nil
+}
+
+// RetryJobID is the id of the automatic retry of job id: id with "-r1" added, or its "-rN"
+// raised to N+1. The same for every leader, so a retry is made once (its spec If-None-Match).
+// Attempt is N+1.
+func RetryJobID(id string) (next string, attempt int) {
+	base, n := id, 0
+	if i := strings.LastIndex(id, "-r"); i > 0 {
+		if k, err := strconv.Atoi(id[i+2:]); err == nil && k > 0 && strconv.Itoa(k) == id[i+2:] {
+			base, n = id[:i], k
+		}
+	}
+	next = base + "-r" + strconv.Itoa(n+1)
+	if len(next) > 64 {
+		h := sha256.Sum256([]byte(id))
+		next = "r-" + hex.EncodeToString(h[:12])
+	}
+	return next, n + 1
 }

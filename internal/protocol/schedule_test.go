@@ -164,3 +164,25 @@ func FuzzParseScheduleState(f *testing.F) {
 		_, _ = ParseTickMarker(data)
 	})
 }
+
+func TestRetryJobID(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		attempt  int
+	}{
+		{"20261125-100002-abcd", "20261125-100002-abcd-r1", 1},
+		{"20261125-100002-abcd-r1", "20261125-100002-abcd-r2", 2},
+		{"20261125-100002-abcd-r9", "20261125-100002-abcd-r10", 10},
+		{"x-r0", "x-r0-r1", 1},
+		{"x-r01", "x-r01-r1", 1},
+	} {
+		got, n := RetryJobID(c.in)
+		if got != c.want || n != c.attempt || CheckID(got) != nil {
+			t.Errorf("RetryJobID(%q) = %q, %d; want %q, %d", c.in, got, n, c.want, c.attempt)
+		}
+	}
+	long := strings.Repeat("a", 63)
+	if got, _ := RetryJobID(long); CheckID(got) != nil || got == long {
+		t.Errorf("long id: %q", got)
+	}
+}
