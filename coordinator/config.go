@@ -76,6 +76,14 @@ type Config struct {
 	// RetryBackoff is the delay before a failed job's first automatic retry (--retries); it
 	// doubles with each retry, up to 10m. Default 5s.
 	RetryBackoff time.Duration
+	// RetainSucceeded and RetainFailed: a job that succeeded (failed or was cancelled) is
+	// deleted this long after it ended; 0 keeps it. Default 0 (the worker binary sets 7 and 30
+	// days).
+	RetainSucceeded, RetainFailed time.Duration
+	// RetentionInterval is how often expired jobs are looked for; RetentionBatch bounds the jobs
+	// one look deletes (a rate limit). Defaults 1m and 100.
+	RetentionInterval time.Duration
+	RetentionBatch    int
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// TypeHolders, when set, names the live workers that have a job type (from membership): a
@@ -101,7 +109,7 @@ func DefaultConfig() Config {
 		QueueVisibility: 60 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
-		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second,
+		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second, RetentionInterval: time.Minute, RetentionBatch: 100,
 	}
 }
 
@@ -121,6 +129,10 @@ func (c Config) withDefaults() Config {
 	set(&c.RepairInterval, d.RepairInterval)
 	set(&c.ScheduleInterval, d.ScheduleInterval)
 	set(&c.RetryBackoff, d.RetryBackoff)
+	set(&c.RetentionInterval, d.RetentionInterval)
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = d.RetentionBatch
+	}
 	for _, p := range []struct {
 		p *int
 		v int
@@ -174,6 +186,12 @@ func (c Config) Validate() error {
 	}
 	if c.ScheduleInterval < 10*time.Millisecond || c.ScheduleInterval > time.Minute {
 		add("ScheduleInterval %v: use 10ms to 1m (default 1s)", c.ScheduleInterval)
+	}
+	if c.RetainSucceeded < 0 || c.RetainFailed < 0 {
+		add("RetainSucceeded %v, RetainFailed %v: use 0 (keep) or more", c.RetainSucceeded, c.RetainFailed)
+	}
+	if c.RetentionInterval < 10*time.Millisecond || c.RetentionBatch < 1 {
+		add("RetentionInterval %v, RetentionBatch %d: use at least 10ms and 1 (defaults 1m, 100)", c.RetentionInterval, c.RetentionBatch)
 	}
 	if c.RetryBackoff < 0 || c.RetryBackoff > time.Hour {
 		add("RetryBackoff %v: use 0 to 1h (default 5s)", c.RetryBackoff)
@@ -236,6 +254,7 @@ type Bus interface {
 	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
 	ShardTypeSubject(typ, job string) string
 	PurgeJob(ctx context.Context, job string) error
+	PurgeJobMessages(ctx context.Context, job string) error // shards and results (retention)
 	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
 	JobBacklog(ctx context.Context, job string) (shards, results uint64, err error)

@@ -172,6 +172,13 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 			nonBlocking(t.stageErr, err)
 		}
 	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runRetention(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
 
 	err = t.loop(ctx, feed)
 

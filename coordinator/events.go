@@ -37,6 +37,8 @@ const (
 	EventJobWaiting EventKind = "job_waiting"
 	// EventJobRetried: a failed job was submitted again (Job: the retry; Count: its attempt).
 	EventJobRetried EventKind = "job_retried"
+	// EventJobDeleted: retention deleted an expired job (Job, State).
+	EventJobDeleted EventKind = "job_deleted"
 	// EventTickFired: a schedule's tick made its job (Job).
 	EventTickFired EventKind = "tick_fired"
 	// EventTickSkipped: a schedule's tick made no job: the previous one (Job) still runs.

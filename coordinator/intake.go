@@ -241,6 +241,11 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 		}
 		return "", err
 	}
+	if state.Terminal() {
+		if err := t.markEnded(ctx, &cp); err != nil {
+			t.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
+		}
+	}
 	if j != nil {
 		cp.Done, cp.Aggregate = nil, nil
 		j.cp = cp

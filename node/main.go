@@ -133,6 +133,8 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newScheduleFlags("").fs }, n.scheduleCmd},
 		{"retry", "submit a failed or cancelled job again (a new id that names it)", "retry JOB",
 			func() *flagSet { return n.newJobFlags("retry").fs }, n.retryCmd},
+		{"delete", "delete a finished job and everything it left", "delete JOB",
+			func() *flagSet { return n.newJobFlags("delete").fs }, n.deleteCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
 		{"workers", "list the live workers and who leads", "workers [--json]",

@@ -186,3 +186,17 @@ func TestRetryJobID(t *testing.T) {
 		t.Errorf("long id: %q", got)
 	}
 }
+
+func FuzzParseEndedBlob(f *testing.F) {
+	f.Add(EndedBlob("20261125-100002-abcd", "failed", time.Unix(1_800_000_000, 0)))
+	f.Add("ended/x")
+	f.Fuzz(func(t *testing.T, name string) {
+		id, state, at, err := ParseEndedBlob(name)
+		if err != nil {
+			return
+		}
+		if got := EndedBlob(id, state, at); got != name {
+			t.Fatalf("round trip %q → %q", name, got)
+		}
+	})
+}
