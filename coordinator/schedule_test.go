@@ -266,3 +266,47 @@ func TestSchedule_CatchUpAndPause(t *testing.T) {
 		t.Fatalf("triggered job: %+v %v", st, err)
 	}
 }
+
+// A leader that finds a tick claimed by a newer term (a higher epoch, or its own epoch under
+// another term: the lease's epoch went back in a storage rollback) yields and makes no job.
+func TestSchedule_TickMarkerOfNewerTermDeposes(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		epoch uint64
+		term  string
+	}{{"higher epoch", 7, "other"}, {"same epoch, other term", 3, "other"}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			ctx := context.Background()
+			r.addSchedule("fenced", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
+			data, _, err := r.st.Get(ctx, protocol.ScheduleBlob("fenced"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			def, err := protocol.ParseSchedule(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The newer term claimed the next few ticks, and made no job yet.
+			for tick := def.Next(time.Now()); tick.Before(time.Now().Add(4 * time.Second)); tick = def.Next(tick) {
+				m := protocol.TickMarker{Schedule: "fenced", UID: def.UID, Tick: tick, Job: protocol.TickJobID("fenced", def.UID, tick), Epoch: c.epoch, Term: c.term}
+				b, _ := m.Encode()
+				if _, err := r.st.Put(ctx, protocol.TickBlob("fenced", def.UID, tick), b, store.Cond{IfNoneMatch: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := r.leadWith(3, func(cfg *Config) { cfg.ScheduleInterval = 50 * time.Millisecond })
+			select {
+			case <-l.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the term did not yield")
+			}
+			if !errors.Is(l.err, ErrDeposed) {
+				t.Fatalf("Lead: %v, want ErrDeposed", l.err)
+			}
+			if got := r.scheduleJobs("fenced"); len(got) != 0 {
+				t.Fatalf("a deposed term made jobs: %v", got)
+			}
+		})
+	}
+}
