@@ -118,3 +118,33 @@ func TestRetention_ExpiredJobsDeleted(t *testing.T) {
 		t.Fatalf("a failed job within its retention: %+v %v", st, err)
 	}
 }
+
+// After 200 jobs and a short retention, storage holds nothing of any of them.
+func TestRetention_200Jobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 jobs")
+	}
+	r := newRig(t)
+	ctx := context.Background()
+	r.leadWith(1, func(c *Config) {
+		c.RetainSucceeded, c.RetainFailed = time.Second, time.Second
+		c.RetentionInterval, c.RetentionBatch = 100*time.Millisecond, 100
+	})
+	r.work(worker.Config{Concurrency: 4})
+	var ids []string
+	for range 200 {
+		ids = append(ids, r.submit("sleep", `{"shards":1}`))
+	}
+	eventually(t, 3*time.Minute, "every job deleted", func() bool {
+		blobs, err := r.st.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(blobs) == 0
+	})
+	for _, id := range ids[:5] {
+		if _, err := r.cl.Status(ctx, id); !errors.Is(err, client.ErrNoSuchJob) {
+			t.Fatalf("job %s: %v", id, err)
+		}
+	}
+}

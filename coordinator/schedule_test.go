@@ -265,6 +265,16 @@ func TestSchedule_CatchUpAndPause(t *testing.T) {
 	if st, err := r.cl.Status(ctx, id); err != nil || st.Schedule != "late" || st.Tick == nil {
 		t.Fatalf("triggered job: %+v %v", st, err)
 	}
+	// The schedules' blobs are not jobs.
+	list, err := r.cl.List(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range list {
+		if st.Schedule == "" && st.ID != "" {
+			t.Errorf("listed as a job: %+v", st)
+		}
+	}
 }
 
 // A leader that finds a tick claimed by a newer term (a higher epoch, or its own epoch under
