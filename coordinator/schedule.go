@@ -33,8 +33,10 @@ const (
 	// not hold the others.
 	maxTicksPerPass = 16
 	// tickKeep is how long tick markers are kept after their tick (the job id guards older ones).
-	tickKeep   = time.Hour
-	pruneEvery = time.Minute
+	// maxMissedCount bounds the missed ticks counted one by one after a long outage.
+	maxMissedCount = 100_000
+	tickKeep       = time.Hour
+	pruneEvery     = time.Minute
 )
 
 // scheduler is the schedule stage of one term: what it knows of each schedule's state.
@@ -192,7 +194,11 @@ func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 		if edge := now.Add(-def.CatchUpWindow()); tick.Before(edge) {
 			// Missed by more than the catch-up window: counted, not fired.
 			n, last := int64(0), tick
-			for k := tick; !k.IsZero() && k.Before(edge) && n < 1_000_000; k = def.Next(k) {
+			for k := tick; !k.IsZero() && k.Before(edge); k = def.Next(k) {
+				if n == maxMissedCount {
+					last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
+					break
+				}
 				n, last = n+1, k
 			}
 			st.Missed += n

@@ -320,3 +320,25 @@ func TestSchedule_TickMarkerOfNewerTermDeposes(t *testing.T) {
 		})
 	}
 }
+
+// A schedule every second whose last tick is a month old counts its missed ticks and fires the
+// recent ones without stalling the stage.
+func TestSchedule_LongOutage(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s := &protocol.Schedule{Name: "old", UID: "u1", Every: "1s", Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Overlap: protocol.OverlapAllow, CatchUp: "10s", CreatedAt: time.Now().Add(-30 * 24 * time.Hour).UTC()}
+	data, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Put(ctx, protocol.ScheduleBlob("old"), data, store.Cond{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 20*time.Second, "recent ticks fire", func() bool { return len(r.scheduleJobs("old")) >= 5 })
+	info, err := r.cl.Schedule(ctx, "old")
+	if err != nil || info.Missed < maxMissedCount {
+		t.Fatalf("missed: %+v %v", info, err)
+	}
+}
