@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -10,30 +9,12 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// SubmitOptions are what Submit does not ask: dependencies and automatic retries.
-type SubmitOptions struct {
-	// After: the job starts once every one of these jobs succeeded, and fails if one fails, is
-	// cancelled or is deleted. Each must exist.
-	After []string
-	// Retries: a failed job is submitted again, with backoff, up to this many times (0 to 10).
-	Retries int
-}
+// WithAfter makes the job start once every one of these jobs succeeded; it fails if one fails,
+// is cancelled or is deleted. Each must exist when the job is submitted.
+func WithAfter(ids ...string) SubmitOption { return func(s *protocol.Spec) { s.After = ids } }
 
-// SubmitWith is Submit with options.
-func (c *Client) SubmitWith(ctx context.Context, typ string, params json.RawMessage, o SubmitOptions) (string, error) {
-	spec, err := c.Validate(ctx, typ, params)
-	if err != nil {
-		return "", err
-	}
-	if err := c.checkAfter(ctx, o.After); err != nil {
-		return "", err
-	}
-	spec.After, spec.Retries = o.After, o.Retries
-	if _, err := spec.Encode(); err != nil {
-		return "", err
-	}
-	return c.submitSpec(ctx, spec)
-}
+// WithRetries submits a failed job again, with backoff, up to n times (0 to 10).
+func WithRetries(n int) SubmitOption { return func(s *protocol.Spec) { s.Retries = n } }
 
 // checkAfter makes sure every job in after exists, once.
 func (c *Client) checkAfter(ctx context.Context, after []string) error {

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -21,6 +23,8 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 	Exists(ctx context.Context, name string) (bool, error)
 	ListDirs(ctx context.Context, prefix string) ([]string, error)
+	// Props reads a blob's size, ETag and metadata (status records), not its content.
+	Props(ctx context.Context, name string) (store.Props, error)
 }
 
 // Queue is the job intake queue.
@@ -77,16 +81,33 @@ type Status struct {
 	Epoch       uint64     `json:"epoch,omitempty"` // epoch of the leader that last checkpointed it
 	Duplicates  int64      `json:"duplicates"`      // results dropped because their shard was already merged
 	// Unreadable is set (and State is StateUnreadable) when List could not read this job's spec
-	// or checkpoint: it says why, so one damaged job does not hide the others.
-	Unreadable string          `json:"unreadable,omitempty"`
-	Result     json.RawMessage `json:"-"`
+	// or status record: it says why, so one damaged job does not hide the others.
+	Unreadable string `json:"unreadable,omitempty"`
+	// Priority orders the job against running jobs of its type (higher: a larger share).
+	Priority int `json:"priority"`
+	// Phase is the job's stage when it has several; empty otherwise.
+	Phase     string     `json:"phase,omitempty"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// Share is the fraction of its type's dispatch a running job gets, among the jobs List
+	// returned (0: not running, or Status of one job).
+	Share float64 `json:"share,omitempty"`
+	// Position is a queued job's place among the queued jobs List returned (1: next).
+	Position int `json:"queue_position,omitempty"`
+	// Note says how the status was read when it is not from a status record.
+	Note string `json:"note,omitempty"`
 	// Schedule and Tick: the schedule and tick that made the job; After: the jobs it waits
 	// for; RetryOf: the job it retries.
 	Schedule string     `json:"schedule,omitempty"`
 	Tick     *time.Time `json:"tick,omitempty"`
 	After    []string   `json:"after,omitempty"`
 	RetryOf  string     `json:"retry_of,omitempty"`
+	// Result is set by Wait for a job that succeeded; Status never reads it.
+	Result json.RawMessage `json:"-"`
 }
+
+// StateUnknown is the State of a job whose large checkpoint an earlier build wrote, without a
+// status record (Status.Note says so). It is not a state a job is ever stored in.
+const StateUnknown jobs.State = "unknown"
 
 // StateUnreadable is the State List reports for a job whose spec or checkpoint cannot be read
 // or decoded (Status.Unreadable says why). It is not a state a job is ever stored in.
@@ -134,10 +155,23 @@ func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessag
 	return spec, nil
 }
 
+// SubmitOption changes a submitted job's spec.
+type SubmitOption func(*protocol.Spec)
+
+// WithPriority sets a job's priority, protocol.MinPriority to protocol.MaxPriority (default 0):
+// each step up doubles its share of dispatch against running jobs of its type.
+func WithPriority(p int) SubmitOption { return func(s *protocol.Spec) { s.Priority = p } }
+
 // Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
-func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage) (string, error) {
+func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage, opts ...SubmitOption) (string, error) {
 	spec, err := c.Validate(ctx, typ, params)
 	if err != nil {
+		return "", err
+	}
+	for _, o := range opts {
+		o(spec)
+	}
+	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
 	data, err := spec.Encode()
@@ -157,11 +191,49 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage)
 	return spec.ID, nil
 }
 
-// Status reads one job's state from storage.
+// Status reads one job's state: its status record (the metadata of its checkpoint blob, read
+// with a HEAD) and, for a job not yet planned, its spec. It never downloads a checkpoint or a
+// result, whatever the job's size, except a small checkpoint of an earlier build (legacy).
 func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	if err := protocol.CheckID(id); err != nil {
 		return nil, err
 	}
+	p, err := c.Store.Props(ctx, protocol.CheckpointBlob(id))
+	if errors.Is(err, store.ErrNotFound) {
+		spec, err := c.spec(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}
+		st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
+		return st, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	if errors.Is(err, protocol.ErrNoStatusRecord) {
+		return c.legacy(ctx, id, p)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("status of %s: %w", id, err)
+	}
+	st := fromRecord(rec)
+	if rec.SubmittedAt.IsZero() {
+		// A job refused or cancelled at intake: its record was written without the spec. A spec
+		// that cannot be read is why such a job failed; its record says so.
+		if spec, err := c.spec(ctx, id); err == nil {
+			st.SubmittedAt, st.Priority = spec.SubmittedAt, spec.Priority
+			st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
+			if st.Type == "" {
+				st.Type = spec.Type
+			}
+		}
+	}
+	return st, nil
+}
+
+func (c *Client) spec(ctx context.Context, id string) (*protocol.Spec, error) {
 	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
@@ -169,16 +241,42 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := protocol.ParseSpec(data)
+	return protocol.ParseSpec(data)
+}
+
+func fromRecord(r *protocol.StatusRecord) *Status {
+	st := &Status{ID: r.Job, Type: r.Type, State: r.State, Phase: r.Phase, ShardsTotal: r.Total, ShardsDone: r.Done,
+		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
+		Duplicates: r.Duplicates, Priority: r.Priority, Schedule: r.Schedule, Tick: r.Tick, After: r.After, RetryOf: r.RetryOf}
+	if !r.UpdatedAt.IsZero() {
+		upd := r.UpdatedAt
+		st.UpdatedAt = &upd
+	}
+	if !r.StartedAt.IsZero() {
+		started := r.StartedAt
+		st.StartedAt = &started
+	}
+	return st
+}
+
+// LegacyCheckpointLimit is the largest checkpoint without a status record (written by an
+// earlier build) that Status reads to show its job; a larger one shows as StateUnknown.
+const LegacyCheckpointLimit = 64 << 10
+
+// legacy shows a job whose checkpoint an earlier build wrote: from the checkpoint if it is
+// small, else as StateUnknown with a note. A running job gets a record from its next
+// checkpoint by a leader of this build; only jobs that ended before the upgrade stay so.
+func (c *Client) legacy(ctx context.Context, id string, p store.Props) (*Status, error) {
+	spec, err := c.spec(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt}
-	st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
-	data, _, err = c.Store.Get(ctx, protocol.CheckpointBlob(id))
-	if errors.Is(err, store.ErrNotFound) {
+	st := &Status{ID: id, Type: spec.Type, State: StateUnknown, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}
+	if p.Size > LegacyCheckpointLimit {
+		st.Note = fmt.Sprintf("written by an older version: its %d-byte checkpoint is not read for status (worker result %s reads a result)", p.Size, id)
 		return st, nil
 	}
+	data, _, err := c.Store.Get(ctx, protocol.CheckpointBlob(id))
 	if err != nil {
 		return nil, err
 	}
@@ -186,15 +284,18 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.State, st.ShardsTotal, st.ShardsDone, st.Error = cp.State, cp.Total, cp.DoneCount, cp.Error
-	st.PlanEpoch, st.Epoch, st.Duplicates, st.Result, st.FinishedAt = cp.PlanEpoch, cp.WriterEpoch, cp.Duplicates, cp.Result, cp.FinishedAt
-	upd := cp.UpdatedAt
-	st.UpdatedAt = &upd
+	r := protocol.NewStatusRecord(cp, spec)
+	r.Error = cp.Error
+	st = fromRecord(r)
+	st.Note = "written by an older version (read from its checkpoint)"
 	return st, nil
 }
 
 // List returns the status of the limit most recent jobs (all when limit <= 0), newest last. Job ids
 // sort by submission time to the second; jobs submitted within one second are in no given order.
+// Statuses are read in parallel, metadata only; a job that cannot be read is listed as
+// StateUnreadable with the reason. Running jobs get their Share, queued ones their Position,
+// among the jobs listed.
 func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 	dirs, err := c.Store.ListDirs(ctx, "")
 	if err != nil {
@@ -210,25 +311,77 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 		}
 	}
 	sort.Strings(ids)
+	slices.Reverse(ids)
 	// Newest first until limit jobs are found: a folder without a spec (e.g. wordcount input
 	// data) does not count towards the limit.
 	var out []Status
-	for i := len(ids) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
-		st, err := c.Status(ctx, ids[i])
-		if errors.Is(err, ErrNoSuchJob) {
-			continue
+	for len(ids) > 0 && (limit <= 0 || len(out) < limit) {
+		n := min(len(ids), listParallel)
+		if limit > 0 {
+			n = min(n, max(limit-len(out), 4))
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("status of %s: %w", ids[i], err)
+		batch := make([]*Status, n)
+		var g errgroup.Group
+		for i, id := range ids[:n] {
+			g.Go(func() error {
+				// One slow job (a storage call that hangs) shows as unreadable, not the list.
+				sctx, cancel := context.WithTimeout(ctx, ListJobTimeout)
+				defer cancel()
+				st, err := c.Status(sctx, id)
+				switch {
+				case errors.Is(err, ErrNoSuchJob):
+				case err != nil:
+					// One damaged job must not hide the others: show it with what is wrong.
+					batch[i] = &Status{ID: id, State: StateUnreadable, Unreadable: err.Error()}
+				default:
+					batch[i] = st
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		for _, st := range batch {
+			if st != nil && (limit <= 0 || len(out) < limit) {
+				out = append(out, *st)
 			}
-			// One damaged job must not hide the others: show it with what is wrong.
-			st = &Status{ID: ids[i], State: StateUnreadable, Unreadable: err.Error()}
 		}
-		out = append(out, *st)
+		ids = ids[n:]
 	}
 	slices.Reverse(out)
+	shares(out)
 	return out, nil
+}
+
+// listParallel bounds the statuses List reads at once.
+const listParallel = 16
+
+// ListJobTimeout bounds the time List waits for one job's status; a job that takes longer is
+// listed as StateUnreadable.
+const ListJobTimeout = 2 * time.Second
+
+// shares sets each running job's Share of its type's dispatch (the leader splits it by
+// protocol.PriorityWeight) and each queued job's Position (1: taken next), among list.
+func shares(list []Status) {
+	sum := map[string]float64{}
+	for _, s := range list {
+		if s.State == jobs.StateRunning && s.ShardsDone < s.ShardsTotal {
+			sum[s.Type] += protocol.PriorityWeight(s.Priority)
+		}
+	}
+	pos := 0
+	for i := range list {
+		s := &list[i]
+		switch {
+		case s.State == jobs.StateRunning && s.ShardsDone < s.ShardsTotal:
+			s.Share = protocol.PriorityWeight(s.Priority) / sum[s.Type]
+		case s.State == jobs.StateQueued:
+			pos++
+			s.Position = pos
+		}
+	}
 }
 
 // Result returns a finished job's result JSON.
@@ -239,12 +392,32 @@ func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error)
 	}
 	switch st.State {
 	case jobs.StateSucceeded:
-		return st.Result, nil
+		return c.result(ctx, id)
 	case jobs.StateFailed, jobs.StateCancelled:
 		return nil, fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
 	default:
 		return nil, fmt.Errorf("%w: job %s is %s (%d of %d shards done)", ErrNotFinished, id, st.State, st.ShardsDone, st.ShardsTotal)
 	}
+}
+
+// result reads a succeeded job's result: its copy, or (until the leader has stored the copy,
+// right after the final checkpoint) the checkpoint.
+func (c *Client) result(ctx context.Context, id string) (json.RawMessage, error) {
+	data, _, err := c.Store.Get(ctx, protocol.ResultBlob(id))
+	if err == nil {
+		return data, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if data, _, err = c.Store.Get(ctx, protocol.CheckpointBlob(id)); err != nil {
+		return nil, err
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		return nil, err
+	}
+	return cp.Result, nil
 }
 
 // Cancel asks the leader to cancel a job: it leaves a marker in storage (read by every leader)
@@ -280,6 +453,11 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 			}
 			last = *st
 			if st.State.Terminal() {
+				if st.State == jobs.StateSucceeded {
+					if st.Result, err = c.result(ctx, id); err != nil {
+						return st, fmt.Errorf("result of %s: %w", id, err)
+					}
+				}
 				return st, nil
 			}
 		}
@@ -292,7 +470,7 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 }
 
 func isTransient(err error) bool {
-	for _, perm := range []error{ErrNoSuchJob, protocol.ErrBadID, protocol.ErrBadSpec, jobs.ErrBadCheckpoint} {
+	for _, perm := range []error{ErrNoSuchJob, protocol.ErrBadID, protocol.ErrBadSpec, jobs.ErrBadCheckpoint, protocol.ErrBadStatusRecord} {
 		if errors.Is(err, perm) {
 			return false
 		}

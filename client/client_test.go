@@ -27,7 +27,7 @@ type env struct {
 }
 
 // newEnv returns a client with the built-ins over a fresh container and queue on Azurite.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	conn := testenv.Azurite(t)
 	bc, err := store.NewClient(conn)
@@ -66,7 +66,7 @@ func (e *env) assertNothingWritten(t *testing.T) {
 }
 
 // putCheckpoint stores a checkpoint for job id as a leader would.
-func (e *env) putCheckpoint(t *testing.T, id string, state jobs.State, done, total int, result, errText string) {
+func (e *env) putCheckpoint(t testing.TB, id string, state jobs.State, done, total int, result, errText string) {
 	t.Helper()
 	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: "primes", State: state, PlanEpoch: 1, WriterEpoch: 2,
 		Total: total, DoneCount: done, Dispatched: total, Result: json.RawMessage(result), Error: errText, UpdatedAt: time.Now().UTC()}
@@ -78,7 +78,11 @@ func (e *env) putCheckpoint(t *testing.T, id string, state jobs.State, done, tot
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.jobs.Put(context.Background(), protocol.CheckpointBlob(id), data, store.Cond{}); err != nil {
+	md, err := protocol.NewStatusRecord(&cp, nil).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.jobs.PutMeta(context.Background(), protocol.CheckpointBlob(id), data, md, store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -219,8 +223,8 @@ func TestClient_StatusResultWait(t *testing.T) {
 			e.putCheckpoint(t, id, jobs.StateSucceeded, 4, 4, `{"count":25}`, "")
 		}
 	})
-	if err != nil || final.State != jobs.StateSucceeded {
-		t.Fatalf("Wait = %+v, %v", final, err)
+	if err != nil || final.State != jobs.StateSucceeded || string(final.Result) != `{"count":25}` {
+		t.Fatalf("Wait = %+v (result %s), %v", final, final.Result, err)
 	}
 	if len(seen) != 2 || seen[0] != jobs.StateRunning || seen[1] != jobs.StateSucceeded {
 		t.Fatalf("progress saw %v, want [running succeeded]", seen)

@@ -15,7 +15,7 @@ import (
 
 func (r *rig) submitAfter(typ, params string, after ...string) string {
 	r.t.Helper()
-	id, err := r.cl.SubmitWith(context.Background(), typ, json.RawMessage(params), client.SubmitOptions{After: after})
+	id, err := r.cl.Submit(context.Background(), typ, json.RawMessage(params), client.WithAfter(after...))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAfter_PredecessorFails(t *testing.T) {
 	if st := r.wait(e, 20*time.Second); st.State != jobs.StateFailed || !strings.Contains(st.Error, "job "+d+" it runs after cancelled") {
 		t.Fatalf("e: %+v", st)
 	}
-	if _, err := r.cl.SubmitWith(context.Background(), "sleep", json.RawMessage(`{"shards":1}`), client.SubmitOptions{After: []string{"20260101-000000-00000000"}}); err == nil || !strings.Contains(err.Error(), "no such job") {
+	if _, err := r.cl.Submit(context.Background(), "sleep", json.RawMessage(`{"shards":1}`), client.WithAfter("20260101-000000-00000000")); err == nil || !strings.Contains(err.Error(), "no such job") {
 		t.Fatalf("after a job that does not exist: %v", err)
 	}
 }

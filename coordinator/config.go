@@ -43,6 +43,14 @@ type Config struct {
 	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
 	// the job's size. It must be at least DispatchBatch. Default 16384.
 	DispatchWindow int
+	// FairHorizon is how much queued work of a type the leader keeps in the shards stream: the
+	// type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
+	// FairMinShards, at most DispatchWindow, split among the type's running jobs by priority. A
+	// job submitted behind others of its type starts within about this long. Default 1s.
+	FairHorizon time.Duration
+	// FairMinShards is the least a type may have in the stream (before its rate is known).
+	// Default 256.
+	FairMinShards int
 	// ShardsPerMsg is how many consecutive shards of a job travel in one message, decided when
 	// the job is planned (and kept in its checkpoint): 0 decides from the job's size (one each
 	// below 4096 shards, else total/4096, 2 to 16). Default 0.
@@ -110,6 +118,7 @@ func DefaultConfig() Config {
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
 		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second, RetentionInterval: time.Minute, RetentionBatch: 100,
+		FairHorizon: time.Second, FairMinShards: 256,
 	}
 }
 
@@ -133,11 +142,12 @@ func (c Config) withDefaults() Config {
 	if c.RetentionBatch == 0 {
 		c.RetentionBatch = d.RetentionBatch
 	}
+	set(&c.FairHorizon, d.FairHorizon)
 	for _, p := range []struct {
 		p *int
 		v int
 	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch},
-		{&c.RepairRounds, d.RepairRounds}, {&c.RepairMaxShards, d.RepairMaxShards}} {
+		{&c.RepairRounds, d.RepairRounds}, {&c.RepairMaxShards, d.RepairMaxShards}, {&c.FairMinShards, d.FairMinShards}} {
 		if *p.p == 0 {
 			*p.p = p.v
 		}
@@ -208,6 +218,12 @@ func (c Config) Validate() error {
 	if c.ShardsPerMsg < 0 || c.ShardsPerMsg > protocol.MaxShardBatch {
 		add("ShardsPerMsg %d: use 0 (decide from the job's size) to %d", c.ShardsPerMsg, protocol.MaxShardBatch)
 	}
+	if c.FairHorizon < 10*time.Millisecond {
+		add("FairHorizon %v: use at least 10ms (default 1s)", c.FairHorizon)
+	}
+	if c.FairMinShards < 1 {
+		add("FairMinShards %d: use at least 1 (default 256)", c.FairMinShards)
+	}
 	if c.MaxActiveJobs < 1 {
 		add("MaxActiveJobs %d: use at least 1 (default 64)", c.MaxActiveJobs)
 	}
@@ -236,6 +252,8 @@ func (c Config) Validate() error {
 type Store interface {
 	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
 	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error)
+	// PutMeta is Put that also sets the blob's metadata (checkpoints carry their status record).
+	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
 	Delete(ctx context.Context, name string) error
 	Exists(ctx context.Context, name string) (bool, error)
 	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)

@@ -107,6 +107,8 @@ type term struct {
 	writes   chan written
 	writers  sync.WaitGroup
 	inflight int
+
+	fair fairState // fair dispatch between the running jobs of a type (fair.go)
 }
 
 // written is the outcome of a background checkpoint write.
@@ -133,12 +135,19 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	defer c.leading.Store(false)
 	t.log.Info("coordinator starting")
 
-	if err := t.rescan(ctx); err != nil {
+	// A term stopped while it starts has ended normally, like one stopped later.
+	stopped := func(err error) error {
+		if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
+			return nil
+		}
 		return err
+	}
+	if err := t.rescan(ctx); err != nil {
+		return stopped(err)
 	}
 	feed, err := c.bus.OpenResults(ctx, epoch, c.cfg.ResultsPrefetch)
 	if err != nil {
-		return err
+		return stopped(err)
 	}
 	defer feed.Stop()
 	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
@@ -153,7 +162,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
 		if err != nil {
-			return fmt.Errorf("subscribe %s: %w", sub.subj, err)
+			return stopped(fmt.Errorf("subscribe %s: %w", sub.subj, err))
 		}
 		defer stop()
 	}
@@ -268,6 +277,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	defer repair.Stop()
 	backup := time.NewTicker(backupCheckInterval)
 	defer backup.Stop()
+	fair := time.NewTicker(fairInterval)
+	defer fair.Stop()
 	if t.cfg.NoBackupTasks {
 		backup.Stop()
 	}
@@ -313,6 +324,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
 			t.checkpointDirty(ctx, false)
+		case now := <-fair.C:
+			t.rebalance(now)
 		case <-backup.C: // stopped with NoBackupTasks
 			t.backups(ctx)
 		case <-repair.C:
@@ -352,6 +365,8 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		} else {
 			dctx, cancel := context.WithCancel(ctx)
 			j.stopDispatch = cancel
+			j.fair.counted = j.merged.Load()
+			t.rebalance(time.Now()) // the job's window, and a smaller one for its type's others
 			t.dispatchers.Add(1)
 			go func() {
 				defer t.dispatchers.Done()
@@ -499,10 +514,8 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 	subject := t.bus.ShardTypeSubject(typ, id)
 	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < total; {
-		n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
-		// Wait while the window is full, but never while nothing is outstanding (a message may
-		// carry more shards than the window).
-		for m := int(j.merged.Load()); i+n-m > t.cfg.DispatchWindow && i > m; m = int(j.merged.Load()) {
+		n := t.room(j, i, total, per)
+		for ; n == 0; n = t.room(j, i, total, per) {
 			select {
 			case <-ctx.Done():
 				return
@@ -544,6 +557,21 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 		i += n
 		t.report(ctx, dispatchEvent{job: id, upto: i})
 	}
+}
+
+// room is how many shards from i the dispatcher may publish now (whole messages of per
+// shards, or up to total): what the job's window (fair.go) leaves, once that is at least a
+// quarter of the window, so a busy job publishes in a few larger rounds; 0 means wait. With
+// nothing outstanding one message always goes (a message may carry more than the window).
+func (t *term) room(j *job, i, total, per int) int {
+	n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
+	m := int(j.merged.Load())
+	window := int(j.window.Load())
+	free := window - max(i-m, 0)
+	if i > m && free < min(n, max(window/4, per)) {
+		return 0
+	}
+	return min(n, max(free/per*per, per))
 }
 
 func (t *term) report(ctx context.Context, ev dispatchEvent) {
@@ -819,6 +847,7 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 func (t *term) retire(ctx context.Context, j *job) {
 	delete(t.active, j.id)
 	t.nActive.Store(int32(len(t.active)))
+	t.rebalance(time.Now()) // its type's other jobs share its budget
 	if len(t.finished) > 100_000 {
 		clear(t.finished)
 	}

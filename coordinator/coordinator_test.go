@@ -730,7 +730,7 @@ type gatedStore struct {
 	hung atomic.Int32
 }
 
-func (g *gatedStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+func (g *gatedStore) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error) {
 	if strings.HasSuffix(name, "/checkpoint") && cond.IfMatch != "" {
 		g.hung.Add(1)
 		select {
@@ -739,7 +739,7 @@ func (g *gatedStore) Put(ctx context.Context, name string, data []byte, cond sto
 			return "", ctx.Err()
 		}
 	}
-	return g.Store.Put(ctx, name, data, cond)
+	return g.Store.PutMeta(ctx, name, data, meta, cond)
 }
 
 // Checkpoints are written in the background: a checkpoint write that hangs far longer than the

@@ -92,11 +92,20 @@
 // Merging stays per shard (the bitmap), so a message redelivered after some of its results were
 // merged only adds duplicates.
 //
-// # Windowed dispatch
+// # Windowed, fair dispatch
 //
-// A job's dispatcher keeps at most DispatchWindow of its shards dispatched and not merged, so the
+// A job's dispatcher keeps at most its window of shards dispatched and not merged, so the
 // shards stream's backlog is bounded whatever the job's size. A new leader resumes the window
-// from the checkpoint's Dispatched mark.
+// from the checkpoint's Dispatched mark. Workers pull a type's shards in stream order, so the
+// windows are fair (fair.go): a type's in-stream shards are kept to its measured merge rate ×
+// (FairHorizon + 2 shard times), split among its running jobs by priority weight (2^priority),
+// at most DispatchWindow a job. A small job behind a big one starts within about FairHorizon.
+//
+// # Status records
+//
+// Every checkpoint write also sets the blob's metadata to the job's status record
+// (protocol.StatusRecord: state, counts, times, error): the same conditional write, so it is
+// fenced like the checkpoint. Status readers take it with a HEAD, never the checkpoint.
 //
 // # Plans
 //

@@ -234,7 +234,11 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 	if err != nil {
 		return "", err
 	}
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(id), data, store.Cond{IfNoneMatch: true})
+	var spec *protocol.Spec
+	if j != nil {
+		spec = j.spec
+	}
+	etag, err := t.putCheckpoint(ctx, data, &cp, spec, store.Cond{IfNoneMatch: true})
 	if err != nil {
 		if !errors.Is(err, store.ErrExists) {
 			t.log.Warn("write first checkpoint", "job", id, "err", err)

@@ -29,7 +29,7 @@ func TestRetry_Automatic(t *testing.T) {
 	})
 	r.work(worker.Config{MaxAttempts: 1})
 	ctx := context.Background()
-	a, err := r.cl.SubmitWith(ctx, "sleep", json.RawMessage(`{"shards":1,"fail_always":[0]}`), client.SubmitOptions{Retries: 2})
+	a, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":1,"fail_always":[0]}`), client.WithRetries(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,11 +46,20 @@ type job struct {
 	// shards dispatched and not merged; progress wakes it after merges.
 	merged   atomic.Int64
 	progress chan struct{}
+	// window is the job's fair share of its type's dispatch budget: how many of its shards may
+	// be dispatched and not merged (fair.go). Set by the loop, read by the dispatcher.
+	window atomic.Int64
+	fair   fairAccount
 }
 
 // mergedOne tells the dispatcher one more shard is merged.
 func (j *job) mergedOne() {
 	j.merged.Add(1)
+	j.wake()
+}
+
+// wake tells the dispatcher its window may have room.
+func (j *job) wake() {
 	select {
 	case j.progress <- struct{}{}:
 	default:
@@ -309,7 +318,7 @@ func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 		return "", err
 	}
 	began := time.Now()
-	etag, err := t.store.Put(ctx, protocol.CheckpointBlob(s.j.id), data, store.Cond{IfMatch: s.ifMatch})
+	etag, err := t.putCheckpoint(ctx, data, &cp, s.j.spec, store.Cond{IfMatch: s.ifMatch})
 	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return "", t.conflict(ctx, s.j.id)

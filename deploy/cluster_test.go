@@ -15,20 +15,19 @@ import (
 
 // The production topology on 127.0.0.1: a 3-node NATS cluster, R3 streams, three workers each
 // given a different node, the NATS user with the documented permissions. The node the leader is
-// connected to is stopped mid-job; the job keeps progressing while it is down (so the leader
-// reconnected to another node), the node is restarted, and the result is exact, from the same
+// connected to is stopped mid-job. The job keeps progressing while it is down: the leader
+// reconnected to another node. The node is restarted, and the result is exact, from the same
 // leader and lease term. The time lost against an identical job without the fault is logged.
 func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 	nc := startNATS(t, 3, []*server.User{{Username: "worker", Password: workerPassword, Permissions: workerPerms}})
-	nc.waitJetStream()
 	s := newStorage(t)
 	pw := passwordFile(t, workerPassword)
 	args := func(node int) []string {
-		return append(s.args(), "--nats-url", nc.url(node), "--nats-user", "worker", "--nats-password-file", pw,
+		return append(s.args(), "--nats-url", nc.URL(node), "--nats-user", "worker", "--nats-password-file", pw,
 			"--stream-replicas", "3", "--concurrency", "2", "--map-delay", "100ms", "--shard-timeout", "5s",
 			"--acquire-interval", "200ms", "--startup-timeout", "60s")
 	}
-	events := watchEvents(t, nc.url(1), "worker", workerPassword)
+	events := watchEvents(t, nc.URL(1), "worker", workerPassword)
 	leader := startWorker(t, "w0", args(0)...)
 	testenv_eventually(t, 30*time.Second, func() bool { return events.count("w0", "elected") == 1 }, "w0 not elected")
 	startWorker(t, "w1", args(1)...)
@@ -56,7 +55,7 @@ func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 		return time.Since(start), st
 	}
 	baseline, _ := run(nil)
-	checkR3(t, nc.url(1))
+	checkR3(t, nc.URL(1))
 
 	var down time.Duration
 	faulted, st := run(func(id string) {
@@ -69,12 +68,15 @@ func TestNATSCluster_R3SurvivesTheLeadersNodeDyingMidJob(t *testing.T) {
 		}
 		testenv_eventually(t, time.Minute, func() bool { return done() >= 30 }, "job did not reach 30 shards")
 		killed := time.Now()
-		nc.stop(0)
+		nc.StopNode(0)
 		at := done()
-		// Merges continue while node 0 is down: the leader reconnected elsewhere.
-		testenv_eventually(t, time.Minute, func() bool { return done() >= at+20 }, "no progress while node 0 is down")
+		// Merges continue while node 0 is down: the leader reconnected elsewhere. (Stopping the
+		// node can take as long as the rest of the job: then progress is the job's end.)
+		testenv_eventually(t, time.Minute, func() bool { return done() >= min(at+20, 120) }, "no progress while node 0 is down")
 		time.Sleep(time.Until(killed.Add(2 * time.Second))) // down at least 2s
-		nc.start(0)
+		if err := nc.Start(0); err != nil {
+			t.Error(err)
+		}
 		down = time.Since(killed)
 	})
 	if st.PlanEpoch != st.Epoch {

@@ -16,10 +16,9 @@ import (
 	"go.yaml.in/yaml/v4"
 )
 
-// These tests hold the Kubernetes example (deploy/kubernetes) to the binary: every environment
-// variable it sets is one the worker reads, secrets come only from mounted Secret files, the
-// readiness probe hits /readyz on the port HTTP_ADDR opens, and the grace period covers the
-// graceful handover.
+// These tests hold the Kubernetes example (deploy/kubernetes) to the binary. Every environment
+// variable it sets is one the worker reads, and secrets come only from mounted Secret files.
+// The readiness probe hits /readyz on HTTP_ADDR's port; the grace period covers the handover.
 
 // pendingEnv are variables the example sets for a feature another change adds to the binary:
 // name → what adds it. The test accepts them until the binary reads them, then requires nothing.

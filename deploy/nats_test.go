@@ -32,7 +32,7 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 	})
 	s := newStorage(t)
 	pw := passwordFile(t, workerPassword)
-	w := startWorker(t, "w1", append(s.sasArgs(t), "--nats-url", nc.url(0), "--nats-user", "worker", "--nats-password-file", pw,
+	w := startWorker(t, "w1", append(s.sasArgs(t), "--nats-url", nc.URL(0), "--nats-user", "worker", "--nats-password-file", pw,
 		"--concurrency", "2")...)
 	defer func() {
 		w.stop()
@@ -53,7 +53,7 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 		mu       sync.Mutex
 		asyncErr error
 	)
-	hint, err := bus.Connect(nc.url(0), "submitter", bus.Config{}, append(mustOpts(t, bus.Auth{User: "submit", Password: "submit-pa55"}),
+	hint, err := bus.Connect(nc.URL(0), "submitter", bus.Config{}, append(mustOpts(t, bus.Auth{User: "submit", Password: "submit-pa55"}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { mu.Lock(); asyncErr = err; mu.Unlock() }))...)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func mustOpts(t *testing.T, a bus.Auth) []nats.Option {
 // (not after the startup timeout).
 func TestNATSReplicas_ThreeOnASingleServerRefusedAtStart(t *testing.T) {
 	nc := startNATS(t, 1, nil)
-	_, err := bus.Connect(nc.url(0), "t", bus.Config{Replicas: 3})
+	_, err := bus.Connect(nc.URL(0), "t", bus.Config{Replicas: 3})
 	if !errors.Is(err, bus.ErrMisconfigured) || !bus.Permanent(err) {
 		t.Fatalf("err %v, want ErrMisconfigured", err)
 	}
@@ -120,7 +120,7 @@ func TestNATSReplicas_ThreeOnASingleServerRefusedAtStart(t *testing.T) {
 	s := newStorage(t)
 	log := &testenv.SyncBuffer{}
 	start := time.Now()
-	code := runOnce(append(s.args(), "--nats-url", nc.url(0), "--stream-replicas", "3", "--startup-timeout", "60s"), log)
+	code := runOnce(append(s.args(), "--nats-url", nc.URL(0), "--stream-replicas", "3", "--startup-timeout", "60s"), log)
 	if code == 0 || !strings.Contains(log.String(), "not clustered") {
 		t.Fatalf("exit %d:\n%s", code, log)
 	}

@@ -6,12 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"github.com/mapagg/mapagg/internal/membership"
-	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/nats-io/nats.go"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,10 +16,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/node"
 	"github.com/mapagg/mapagg/queue"
@@ -53,110 +52,15 @@ var (
 
 const workerPassword = "w0rker-pa55"
 
-// natsCluster is n in-process NATS servers on 127.0.0.1 with JetStream, routed into one cluster
-// (n > 1), each with its own store directory and fixed ports so a stopped node restarts as itself.
-type natsCluster struct {
-	t     *testing.T
-	opts  []*server.Options
-	mu    sync.Mutex
-	nodes []*server.Server
-}
-
-func freePorts(t *testing.T, n int) []int {
+// startNATS starts n clustered in-process NATS nodes accepting users, stopped when the test ends.
+func startNATS(t *testing.T, n int, users []*server.User) *devserver.NATSCluster {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
-func startNATS(t *testing.T, n int, users []*server.User) *natsCluster {
-	t.Helper()
-	ports := freePorts(t, 2*n)
-	var routes []string
-	for i := range n {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
-	}
-	c := &natsCluster{t: t, nodes: make([]*server.Server, n)}
-	for i := range n {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i), Host: "127.0.0.1", Port: ports[i],
-			JetStream: true, StoreDir: filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i)),
-			JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
-			NoLog: true, NoSigs: true, Users: users,
-		}
-		if n > 1 {
-			o.Cluster = server.ClusterOpts{Name: "mapagg-test", Host: "127.0.0.1", Port: ports[n+i]}
-			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-		}
-		c.opts = append(c.opts, o)
-	}
-	for i := range n {
-		c.start(i)
-	}
-	t.Cleanup(func() {
-		for i := range n {
-			c.stop(i)
-		}
-	})
-	return c
-}
-
-// start starts node i (again).
-func (c *natsCluster) start(i int) {
-	c.t.Helper()
-	o := *c.opts[i]
-	s, err := server.NewServer(&o)
+	c, err := devserver.StartNATSCluster(t.TempDir(), n, users)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
-		s.Shutdown()
-		c.t.Fatalf("nats node %d not ready", i)
-	}
-	c.mu.Lock()
-	c.nodes[i] = s
-	c.mu.Unlock()
-}
-
-// stop shuts node i down and waits for it.
-func (c *natsCluster) stop(i int) {
-	c.mu.Lock()
-	s := c.nodes[i]
-	c.nodes[i] = nil
-	c.mu.Unlock()
-	if s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-}
-
-func (c *natsCluster) url(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", c.opts[i].Port) }
-
-// waitJetStream waits until the cluster has a JetStream meta leader.
-func (c *natsCluster) waitJetStream() {
-	c.t.Helper()
-	testenv.Eventually(c.t, 30*time.Second, 50*time.Millisecond, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, s := range c.nodes {
-			if s != nil && s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return len(c.nodes) == 1
-	}, "no JetStream meta leader")
+	t.Cleanup(c.Stop)
+	return c
 }
 
 // started reports whether a worker's log says it reached storage and NATS (its start-up line; how

@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// The compose file's takeover walk-through is documentation and test script at once: the test
-// that runs it (compose_run_test.go) reads the commands from the file's comments, so what a
+// The compose file's takeover walk-through is documentation and test script at once. The test
+// that runs it (compose_run_test.go) reads the commands from the file's comments. So what a
 // person is told to type and what the test types cannot drift apart.
 
 // step is one command of the walk-through and the note beside it.

@@ -38,10 +38,9 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// TestDashboardInBrowser drives the dashboard of a follower in headless Chromium against a real
-// 3-worker cluster and checks what a person sees: the leader's id and epoch, a job's progress, a
-// new leader after the old one is killed with SIGKILL half-way through the job, and the job's
-// progress bar reaching 100 %.
+// TestDashboardInBrowser drives a follower's dashboard in headless Chromium on a real 3-worker
+// cluster. It checks what a person sees: the leader's id and epoch, a job's progress, a new
+// leader after a SIGKILL half-way, and the progress bar reaching 100 %.
 func TestDashboardInBrowser(t *testing.T) {
 	exe := chromium(t)
 	c := start(t, cluster.Options{Workers: 3, LeaseDuration: lease, Concurrency: 2, Env: []string{"ACQUIRE_INTERVAL=" + acquireEvery.String()}})

@@ -6,7 +6,7 @@
 //	e, err := election.NewAzure(client, cfg) // cfg.Identity is required
 //	err = e.Run(ctx, func(leaderCtx context.Context) error {
 //		term, _ := election.TermFromContext(leaderCtx)
-//		return coordinator.Run(leaderCtx, term.Epoch)
+//		return coord.Lead(leaderCtx, term.Epoch) // a *coordinator.Coordinator
 //	})
 //
 // Run campaigns until ctx ends. It creates the lease container and blob when they are missing

@@ -82,6 +82,53 @@
 // Aggregate that is large (a vocabulary) should be a Snapshotter, so that checkpointing it costs
 // the leader's merge loop a copy, not an encoding.
 //
+// # Keyed jobs: big answers as output blobs
+//
+// A job whose answer is large (a total per customer, every word's count) is a keyed job: Map
+// emits key/value pairs, the cluster partitions them by key, sorts and combines them, and Reduce
+// turns each key's values into output records written to blob storage, one object per partition.
+// The leader holds none of it. The total sold per customer, over CSV blobs of "customer,amount":
+//
+//	type SalesByCustomer struct{}
+//
+//	func (SalesByCustomer) Split(ctx context.Context, env jobs.Env, in jobs.BlobInput) ([]jobs.BlobRange, error) {
+//		return in.Split(ctx, env)
+//	}
+//
+//	func (SalesByCustomer) Map(ctx context.Context, env jobs.Env, r jobs.BlobRange, emit jobs.Emitter[string, int64]) error {
+//		return jobs.Lines(ctx, env, r, func(line []byte) error {
+//			customer, amount, _ := bytes.Cut(line, []byte(","))
+//			n, err := strconv.ParseInt(string(amount), 10, 64)
+//			if err != nil {
+//				return fmt.Errorf("line %q: %w", line, err)
+//			}
+//			emit(string(customer), n)
+//			return nil
+//		})
+//	}
+//
+//	func (SalesByCustomer) Combine(a, b int64) int64 { return a + b }
+//
+//	func (SalesByCustomer) Reduce(_ context.Context, _ string, sums iter.Seq[int64], emit func(int64)) error {
+//		var total int64
+//		for s := range sums {
+//			total += s
+//		}
+//		emit(total)
+//		return nil
+//	}
+//
+// Keyed("sales", SalesByCustomer{}) makes it a KeyedJob; jobstest.RunKeyed tests it. The output is
+// one `customer<TAB>total` line per customer, sorted by key within a partition. Combine is optional:
+// with it, each map task sends one value per key instead of one per line. The rules:
+//
+//   - Map must be a pure function of the shard; it may emit the same key many times.
+//   - Combine must be associative and commutative; values are combined in any grouping, or not.
+//   - Reduce must not depend on the order of a key's values. It sees each key once, in one
+//     partition. Partitions(p) chooses the partition count; by default the cluster does.
+//   - Keys are encoded so that byte order is key order for strings, integers, floats and booleans.
+//     Other key types (MarshalBinary, or JSON) are sorted by their encoded bytes.
+//
 // # Encodings, and why JSON
 //
 // Shards, partials and the aggregate's checkpoint are encoded for you: as JSON, decoded strictly

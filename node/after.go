@@ -46,6 +46,6 @@ func (f *submitFlags) afterIDs() []string {
 	return ids
 }
 
-func (f *submitFlags) submitOptions() client.SubmitOptions {
-	return client.SubmitOptions{After: f.afterIDs(), Retries: f.retries}
+func (f *submitFlags) submitOptions() []client.SubmitOption {
+	return []client.SubmitOption{client.WithAfter(f.afterIDs()...), client.WithRetries(f.retries)}
 }

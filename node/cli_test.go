@@ -137,6 +137,7 @@ func TestCommands_UsageErrors(t *testing.T) {
 		{[]string{"submit", "--type", "primes", "--params", "{}", "--params-file", "x"}, 2, "not both"},
 		{[]string{"submit", "--type", "primes", "--params-file", "/nonexistent/p.json"}, 2, "no such file"},
 		{[]string{"submit", "--type", "primes", "extra"}, 2, "unexpected arguments"},
+		{[]string{"submit", "--type", "primes", "--priority", "11"}, 2, "--priority 11: use -10 to 10"},
 		{[]string{"submit", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		// A type the binary has is validated before storage is needed.
 		{[]string{"submit", "--type", "squares", "--params", `{"n":0,"shards":1}`}, 2, `bad parameters for squares: "n" must be 1 to 1000000 (got 0)`},
@@ -378,7 +379,7 @@ func TestCommands_Cluster(t *testing.T) {
 
 	var primesID string
 	t.Run("submit a builtin", func(t *testing.T) {
-		code, stdout, stderr := run(t, stock, "submit", "--type", "primes", "--params", `{"from":0,"to":100000,"shards":5}`)
+		code, stdout, stderr := run(t, stock, "submit", "--type", "primes", "--params", `{"from":0,"to":100000,"shards":5}`, "--priority", "2")
 		if code != 0 {
 			t.Fatalf("exit %d\n%s", code, stderr)
 		}
@@ -401,7 +402,7 @@ func TestCommands_Cluster(t *testing.T) {
 			t.Fatalf("status JOB --json: %v %+v\n%s", err, one, out)
 		}
 		code, out, _ = run(t, stock, "status")
-		if code != 0 || !strings.Contains(out, squaresID) || !strings.Contains(out, primesID) {
+		if code != 0 || !strings.Contains(out, squaresID) || !regexp.MustCompile(`(?m)^`+primesID+` +primes +succeeded +5/5 +2 +- *$`).MatchString(out) {
 			t.Fatalf("status: exit %d\n%s", code, out)
 		}
 		code, out, _ = run(t, stock, "status", "--json")

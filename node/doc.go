@@ -8,10 +8,10 @@
 //	}
 //
 // That binary has every command of the stock worker: run (join the cluster: process shards, and
-// coordinate when elected leader), submit, status, result, cancel, types and env. `run` assembles
-// the election, the coordinator, the shard worker, the NATS release/poke wiring and the control
-// responder (see below) from Config; Node.Serve does the same for a program that builds its
-// Config itself instead of from flags and environment.
+// coordinate when elected leader), submit, status, result, cancel, types, workers, health and
+// env. `run` assembles the election, the coordinator, the shard worker, the NATS release/poke
+// wiring and the control responder (see below) from Config. Node.Serve does the same for a
+// program that builds its Config itself instead of from flags and environment.
 //
 // # Validation where the type is known
 //

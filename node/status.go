@@ -122,11 +122,23 @@ func printJobs(w io.Writer, list []*client.Status) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tERROR")
+	fmt.Fprintln(tw, "JOB\tTYPE\tSTATE\tDONE/TOTAL\tPRIO\tSHARE\tERROR")
 	for _, s := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, oneLine(s.Error+s.Unreadable, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%d\t%s\t%s\n", s.ID, s.Type, s.State, s.ShardsDone, s.ShardsTotal, s.Priority, share(s),
+			oneLine(s.Error+s.Unreadable+s.Note, 80))
 	}
 	tw.Flush()
+}
+
+// share is a running job's share of its type's workers, or a queued job's place in the queue.
+func share(s *client.Status) string {
+	switch {
+	case s.Share > 0:
+		return fmt.Sprintf("%.0f%%", 100*s.Share)
+	case s.Position > 0:
+		return fmt.Sprintf("#%d", s.Position)
+	}
+	return "-"
 }
 
 func oneLine(s string, n int) string {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -20,6 +21,7 @@ type submitFlags struct {
 	common
 	typ, params, paramsFile string
 	wait                    bool
+	priority                int
 	poll                    time.Duration
 	fs                      *flagSet
 	after                   string // comma-separated job ids (after.go)
@@ -32,6 +34,7 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.StringVar(&f.typ, "type", "", "job type: one a running worker has (see `types`), checked before anything is written; this binary has "+joinOrNone(n.opts.Registry.Types()))
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
+	f.fs.IntVar(&f.priority, "priority", 0, fmt.Sprintf("job priority, %d to %d: each step up doubles the job's share of the workers against running jobs of its type", protocol.MinPriority, protocol.MaxPriority))
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job, showing its progress, then print the result")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
 	f.registerAfter()
@@ -49,6 +52,9 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	if f.typ == "" {
 		return usageErr("--type is required: a type this binary has (%s) or one the running workers have (`%s types` lists them)", joinOrNone(n.opts.Registry.Types()), n.opts.Name)
+	}
+	if f.priority < protocol.MinPriority || f.priority > protocol.MaxPriority {
+		return usageErr("--priority %d: use %d to %d (higher: a larger share of the workers; default 0)", f.priority, protocol.MinPriority, protocol.MaxPriority)
 	}
 	if f.params != "" && f.paramsFile != "" {
 		return usageErr("give --params or --params-file, not both")
@@ -108,7 +114,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.ensure(tctx); err != nil {
 		return err
 	}
-	id, err := cl.SubmitWith(tctx, f.typ, params, f.submitOptions())
+	id, err := cl.Submit(tctx, f.typ, params, append(f.submitOptions(), client.WithPriority(f.priority))...)
 	if err != nil {
 		return err
 	}

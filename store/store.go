@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -132,7 +133,18 @@ func (c *Container) Exists(ctx context.Context, name string) (bool, error) {
 
 // Put writes a whole blob, optionally conditionally, and returns its new ETag.
 func (c *Container) Put(ctx context.Context, name string, data []byte, cond Cond) (ETag, error) {
+	return c.PutMeta(ctx, name, data, nil, cond)
+}
+
+// PutMeta is Put that also sets the blob's metadata (replacing any), in the same write.
+func (c *Container) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond Cond) (ETag, error) {
 	opts := &blockblob.UploadOptions{}
+	if len(meta) > 0 {
+		opts.Metadata = make(map[string]*string, len(meta))
+		for k, v := range meta {
+			opts.Metadata[k] = to.Ptr(v)
+		}
+	}
 	if cond.IfMatch != "" || cond.IfNoneMatch {
 		mac := &blob.ModifiedAccessConditions{}
 		if cond.IfMatch != "" {
@@ -155,6 +167,34 @@ func (c *Container) Put(ctx context.Context, name string, data []byte, cond Cond
 		return "", nil
 	}
 	return ETag(*resp.ETag), nil
+}
+
+// Props is what a HEAD of a blob returns.
+type Props struct {
+	Size int64
+	ETag ETag
+	Meta map[string]string // keys lower-cased
+}
+
+// Props reads a blob's size, ETag and metadata, not its content.
+func (c *Container) Props(ctx context.Context, name string) (Props, error) {
+	resp, err := c.cc.NewBlobClient(name).GetProperties(ctx, nil)
+	if err != nil {
+		return Props{}, translate("stat "+name, err)
+	}
+	p := Props{Meta: make(map[string]string, len(resp.Metadata))}
+	if resp.ContentLength != nil {
+		p.Size = *resp.ContentLength
+	}
+	if resp.ETag != nil {
+		p.ETag = ETag(*resp.ETag)
+	}
+	for k, v := range resp.Metadata {
+		if v != nil {
+			p.Meta[strings.ToLower(k)] = *v
+		}
+	}
+	return p, nil
 }
 
 // Delete removes a blob; a missing blob is not an error.

@@ -105,3 +105,30 @@ func TestContainer_ListAndRanges(t *testing.T) {
 		t.Fatalf("ReadRange past the end = %q", b)
 	}
 }
+
+// Metadata goes with the write that sets it (fenced by the same condition) and comes back on a
+// HEAD, with no content read; a write without metadata clears it.
+func TestContainer_PutMetaProps(t *testing.T) {
+	ctx := context.Background()
+	c := newContainer(t)
+	e1, err := c.PutMeta(ctx, "j/checkpoint", []byte("big"), map[string]string{"status": "abc"}, store.Cond{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutMeta(ctx, "j/checkpoint", nil, map[string]string{"status": "stale"}, store.Cond{IfMatch: "\"0x1\""}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("stale write: %v", err)
+	}
+	p, err := c.Props(ctx, "j/checkpoint")
+	if err != nil || p.Meta["status"] != "abc" || p.Size != 3 || p.ETag != e1 {
+		t.Fatalf("Props = %+v, %v", p, err)
+	}
+	if _, err := c.Put(ctx, "j/checkpoint", []byte("x"), store.Cond{IfMatch: e1}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := c.Props(ctx, "j/checkpoint"); len(p.Meta) != 0 {
+		t.Fatalf("metadata after a plain Put: %v", p.Meta)
+	}
+	if _, err := c.Props(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Props missing: %v", err)
+	}
+}

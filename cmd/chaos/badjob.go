@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/testworker/badjobs"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Bad-job faults: a job whose code panics on the leader is submitted beside the fault's job. The
@@ -41,13 +40,9 @@ func (r *runner) buildTestWorker(faults []fault) error {
 		return err
 	}
 	start := time.Now()
-	out := filepath.Join(r.cfg.Dir, "testworker")
-	cmd := exec.Command("go", "build", "-o", out, "./internal/harness/testworker")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build testworker: %w\n%s", err, b)
+	if r.testBin, err = cluster.BuildPackage(r.cfg.Dir, root, "./internal/harness/testworker", false); err != nil {
+		return err
 	}
-	r.testBin = out
 	r.logf("built the test worker in %v", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -57,7 +52,7 @@ func (r *runner) workerBin(name string) string {
 	if slices.Contains(badJobFaults, name) && r.testBin != "" {
 		return r.testBin
 	}
-	return r.bin
+	return "" // the rig's worker
 }
 
 // injectBadJob submits a job of type typ (a bad type) beside the fault's job; its error must
@@ -101,8 +96,9 @@ func injectBadJob(typ, frame string) func(context.Context, *faultRun) error {
 			}
 		}
 		// Stored as failed and cleaned up: nothing is left for a next leader to resume.
+		jobsC := store.New(f.e.c.Blob(), f.e.c.JobsContainer())
 		for until := time.Now().Add(10 * time.Second); ; {
-			ok, err := f.e.jobs.Exists(ctx, protocol.ActiveBlob(id))
+			ok, err := jobsC.Exists(ctx, protocol.ActiveBlob(id))
 			if err == nil && !ok {
 				break
 			}

@@ -5,27 +5,24 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// TestQuick is `chaos --quick` in CI: the cheap faults (leader SIGKILL, a forged result, garbage
-// and a garbage partial on the results subject, garbage on the job queue and the shards stream,
-// a cancel during a failover) on real Azurite,
-// nats-server and worker processes. It asserts the verdicts: every job exact, nothing stuck,
-// nothing left behind, every injected message dead-lettered.
+// TestQuick is `chaos --quick` in CI: the cheap faults on real Azurite, nats-server and worker
+// processes. They are a leader SIGKILL, forged and garbage results, garbage on the job queue and
+// the shards stream, and a cancel during a failover. It asserts the verdicts: every job exact,
+// nothing stuck, nothing left behind, every injected message dead-lettered.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Azurite, nats-server and worker processes; about a minute")
 	}
 	cfg := QuickConfig()
 	cfg.Dir = t.TempDir()
-	cfg.NATSBin = natsServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
@@ -59,7 +56,7 @@ func TestQuick(t *testing.T) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	path := filepath.Join(t.TempDir(), "r.json")
-	if err := writeJSON(path, rep); err != nil {
+	if err := rig.WriteJSON(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	var m map[string]any
@@ -128,23 +125,4 @@ func TestFlags(t *testing.T) {
 	if code := realMain([]string{"-h"}, &bytes.Buffer{}, &stderr); code != exitOK || !strings.Contains(stderr.String(), "forged-result") {
 		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
 	}
-}
-
-// natsServer returns bin/nats-server, building it (at the version go.mod pins) when absent.
-func natsServer(t *testing.T) string {
-	t.Helper()
-	if p, err := devserver.NATSBin(); err == nil {
-		return p
-	}
-	root, err := devserver.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "nats-server")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build nats-server: %v\n%s", err, b)
-	}
-	return out
 }

@@ -16,7 +16,7 @@ type Config struct {
 	Dir string
 	// WorkerBin is a prebuilt worker binary; "" builds one into Dir.
 	WorkerBin string
-	// NATSBin is the nats-server binary; "" uses bin/nats-server (make nats-server).
+	// NATSBin is the nats-server binary; "" uses bin/nats-server, built when absent.
 	NATSBin string
 	// Faults to run, by name (see faultNames); empty runs them all.
 	Faults []string
@@ -25,8 +25,7 @@ type Config struct {
 	// Workers per cluster. Default 3.
 	Workers int
 	// Shards of ShardDelay make the sleep job; PrimesShards of primes below 10⁷ make the primes
-	// job, each slowed by ShardDelay (a sieve of 10⁷ takes well under a second: without the delay
-	// the job ends before a fault can hit it).
+	// job, each slowed by ShardDelay. Without the delay it ends before a fault can hit it.
 	Shards       int
 	ShardDelay   time.Duration
 	PrimesShards int

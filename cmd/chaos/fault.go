@@ -3,12 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -94,7 +94,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	stop := func() {
 		if !stopped {
 			stopped = true
-			r.stopEnv(e)
+			r.rig.Stop(e.c)
 		}
 	}
 	defer stop()
@@ -105,7 +105,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	}
 	res.JobID = fr.id
 	limit := r.cfg.Deadline + 2*time.Duration(j.Shards)*r.cfg.ShardDelay
-	st, ok := e.waitProgress(ctx, fr.id, r.cfg.At, limit)
+	st, ok := rig.WaitProgress(ctx, e.c, fr.id, r.cfg.At, limit)
 	if !ok {
 		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, describe(st)))
 	}
@@ -123,11 +123,11 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		res.Notes = fr.notes
 		return fail(verdictError, "inject: "+err.Error())
 	}
-	e.track()
+	r.rig.Track(e.c)
 	if fr.healed.IsZero() {
 		fr.healed = time.Now()
 	}
-	res.HealedS = round3(fr.healed.Sub(fr.start).Seconds())
+	res.HealedS = rig.Round3(fr.healed.Sub(fr.start).Seconds())
 	deadline := fr.healed.Add(r.cfg.Deadline)
 
 	// Judge the job.
@@ -147,10 +147,10 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		r.judgeExact(j, fr.start, fst, &res, fail)
 		if fst.FinishedAt != nil {
 			ms := fst.FinishedAt.Sub(fr.start).Seconds()
-			res.MakespanS = round3(ms)
+			res.MakespanS = rig.Round3(ms)
 			if ref, ok := refs[j.String()]; ok {
 				res.ReferenceS = ref
-				lost := round3(ms - ref)
+				lost := rig.Round3(ms - ref)
 				res.TimeLostS = &lost
 			}
 		}
@@ -173,19 +173,19 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		}
 	}
 	for src, want := range f.dead {
-		if n := e.deadLetters(ctx, src, uint64(want)); n < uint64(want) {
+		if n := rig.DeadLetters(ctx, e.c, src, uint64(want)); n < uint64(want) {
 			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
 		} else {
 			fr.note("%d dead letters from %s", n, src)
 		}
 	}
-	res.LeftBehind = e.leftovers(ctx, ids)
-	if exited := r.exitedWorkers(e); len(exited) > 0 {
+	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)
+	if exited := e.c.Exited(); len(exited) > 0 {
 		fr.note("exited: %s", strings.Join(exited, ", "))
 	}
 	res.Notes = fr.notes
 	stop()
-	res.LeftBehind = append(res.LeftBehind, e.survivors()...)
+	res.LeftBehind = append(res.LeftBehind, r.rig.LeftRunning()...)
 	if ctx.Err() != nil { // what was measured after the interrupt means nothing
 		res.Verdict, res.Problem = verdictInterrupted, "interrupted"
 		return res
@@ -201,15 +201,14 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 
 // judgeExact checks that the job succeeded with its exact answer.
 func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *Result, fail func(string, string) Result) {
+	o := rig.Judge(rig.Outcome{ID: st.ID, Start: start}, j, st)
 	switch {
+	case o.Exact:
+		res.Exact = true
 	case st.State != jobs.StateSucceeded:
-		fail(verdictFailed, fmt.Sprintf("job %s %s: %s", st.ID, st.State, clip(st.Error, 300)))
+		fail(verdictFailed, o.Problem)
 	default:
-		if err := j.Check(st.Result); err != nil {
-			fail(verdictWrong, fmt.Sprintf("job %s: %v", st.ID, err))
-		} else {
-			res.Exact = true
-		}
+		fail(verdictWrong, o.Problem)
 	}
 }
 
@@ -225,25 +224,10 @@ func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *Result, fail 
 		fail(verdictError, "no election or no finish time recorded")
 		return
 	}
-	after := round3(st.FinishedAt.Sub(fr.elected).Seconds())
+	after := rig.Round3(st.FinishedAt.Sub(fr.elected).Seconds())
 	res.CancelAfterElectionS = &after
 	fr.note("cancelled %.2f s after the new leader's election, %d of %d shards merged", after, st.ShardsDone, st.ShardsTotal)
 	if after > r.cfg.CancelWithin.Seconds() {
 		fail(verdictSlow, fmt.Sprintf("cancelled %.2f s after the new leader's election, want within %v", after, r.cfg.CancelWithin))
 	}
-}
-
-// exitedWorkers lists the workers that are not running, with how they ended.
-func (r *runner) exitedWorkers(e *env) []string {
-	var out []string
-	running := e.c.Running()
-	for i := 1; i <= r.cfg.Workers; i++ {
-		id := fmt.Sprintf("w%d", i)
-		if !slices.Contains(running, id) {
-			if p := e.c.Proc(id); p != nil {
-				out = append(out, fmt.Sprintf("%s (%v)", id, p.Err()))
-			}
-		}
-	}
-	return out
 }

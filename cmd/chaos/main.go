@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -63,7 +65,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if jsonPath != "" {
-		if err := writeJSON(jsonPath, rep); err != nil {
+		if err := rig.WriteJSON(jsonPath, rep); err != nil {
 			fmt.Fprintf(stderr, "chaos: json: %v\n", err)
 			code = exitFailed
 		}
@@ -97,7 +99,7 @@ mid-job, heals it, and prints a table: fault | verdict | result exact? | time lo
 left behind. Exit status 1 when any job is wrong, stuck, lost or slow to cancel, or anything is
 left behind; 2 on a usage error; 130 on Ctrl-C (everything started is stopped).
 
-Needs bin/nats-server (make nats-server) and Azurite (make azurite); make chaos does both.
+Needs Azurite (make azurite) and bin/nats-server (make nats-server; built here when absent).
 
 Faults: %s
 
@@ -111,7 +113,7 @@ Flags:
 	dir := fs.String("dir", "", "folder for server data and worker logs (default: a temporary folder)")
 	fs.BoolVar(&keep, "keep", false, "keep the folder (worker logs) after the run")
 	workerBin := fs.String("worker-bin", "", "a prebuilt worker binary (default: build one)")
-	natsBin := fs.String("nats-bin", "", "the nats-server binary (default: bin/nats-server)")
+	natsBin := fs.String("nats-bin", "", "the nats-server binary (default: bin/nats-server, built when absent)")
 	fs.StringVar(&jsonPath, "json", "", "write the JSON report here")
 	fs.StringVar(&mdPath, "markdown", "", "write the Markdown table here (it is printed too)")
 	shards := fs.Int("shards", 0, fmt.Sprintf("shards of the sleep job (default %d, quick %d)", d.Shards, QuickConfig().Shards))

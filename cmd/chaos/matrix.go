@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -61,59 +63,34 @@ func faultNames() []string {
 func selectFaults(names []string) []fault {
 	var out []fault
 	for _, f := range matrix() {
-		if len(names) == 0 || containsStr(names, f.name) {
+		if len(names) == 0 || slices.Contains(names, f.name) {
 			out = append(out, f)
 		}
 	}
 	return out
 }
 
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // leader returns the worker that holds the lease now.
 func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
-	l, err := f.e.c.Leader(ctx)
+	l, err := rig.Leader(ctx, f.e.c)
 	if err != nil {
-		return "", 0, fmt.Errorf("read the leader: %w", err)
-	}
-	if l == nil {
-		return "", 0, fmt.Errorf("nobody holds the lease")
+		return "", 0, err
 	}
 	return l.ID, l.Epoch, nil
 }
 
 // waitElected waits for an election with an epoch above epoch and returns when it happened.
 func (f *faultRun) waitElected(ctx context.Context, epoch uint64, within time.Duration) (cluster.Event, error) {
-	wctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	ev, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > epoch })
-	if err != nil {
-		return ev, fmt.Errorf("no leader elected after epoch %d within %v: %w", epoch, within, err)
-	}
-	return ev, nil
+	return rig.WaitElected(ctx, f.e.c, epoch, within)
 }
 
 // killLeader kills the leader with SIGKILL, restarts it and returns its id and epoch.
 func (f *faultRun) killLeader(ctx context.Context) (string, uint64, error) {
-	id, epoch, err := f.leader(ctx)
-	if err != nil {
-		return "", 0, err
+	k, err := rig.KillLeader(ctx, f.e.c, syscall.SIGKILL, true, nil)
+	if err == nil {
+		f.note("killed leader %s (epoch %d)", k.Worker, k.Epoch)
 	}
-	if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
-		return id, epoch, err
-	}
-	f.note("killed leader %s (epoch %d)", id, epoch)
-	if _, err := f.e.c.StartWorker(id); err != nil {
-		return id, epoch, err
-	}
-	return id, epoch, nil
+	return k.Worker, k.Epoch, err
 }
 
 func injectLeaderKill(ctx context.Context, f *faultRun) error {
@@ -212,9 +189,9 @@ func injectBlobKill(ctx context.Context, f *faultRun) error {
 
 func injectQueueDown(ctx context.Context, f *faultRun) error {
 	az := f.e.c.Azurite()
-	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then, so a kill -9
-	// can lose the queue itself (then nothing can be submitted until it is created again): that
-	// is a storage loss, not an outage.
+	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then. A kill -9
+	// can lose the queue itself, and nothing can be submitted until it is created again: that is
+	// a storage loss, not an outage.
 	if err := az.Kill(devserver.Queue, syscall.SIGTERM); err != nil {
 		return err
 	}

@@ -1,22 +1,16 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"os"
 	"strings"
-	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // Report is the JSON report (--json). Durations are seconds.
 type Report struct {
-	Version    int         `json:"version"`
-	StartedAt  time.Time   `json:"started_at"`
-	DurationS  float64     `json:"duration_s"`
-	Quick      bool        `json:"quick"`
-	Machine    Machine     `json:"machine"`
+	rig.Header
 	Settings   Settings    `json:"settings"`
 	References []Reference `json:"references"`
 	Results    []Result    `json:"results"`
@@ -25,13 +19,6 @@ type Report struct {
 	Incomplete  string   `json:"incomplete,omitempty"`
 	// Failed counts the faults whose verdict is not ok.
 	Failed int `json:"failed"`
-}
-
-// Machine describes where the run happened.
-type Machine struct {
-	CPUs int    `json:"cpus"`
-	OS   string `json:"os"`
-	Go   string `json:"go"`
 }
 
 // Settings are what shaped the run.
@@ -95,14 +82,6 @@ func (rep *Report) tally() {
 // ok reports whether every fault passed and nothing is left running.
 func (rep *Report) ok() bool {
 	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
-}
-
-func writeJSON(path string, rep *Report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // writeMarkdown writes the table: fault | verdict | result exact? | time lost | left behind,
@@ -180,5 +159,3 @@ func writeMarkdown(w io.Writer, rep *Report) {
 
 // cell makes s safe in a Markdown table cell.
 func cell(s string) string { return strings.ReplaceAll(clip(s, 400), "|", "\\|") }
-
-func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

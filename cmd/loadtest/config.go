@@ -53,49 +53,39 @@ type Config struct {
 
 	// ThroughputShards is the size of each zero-duration sleep job. Default 100,000.
 	ThroughputShards int
-	// ThroughputRuns is how many rounds of (system job, every baseline variant) run; the best of
-	// each counts. Default 3.
+	// ThroughputRuns: rounds of (job, every baseline); the best of each counts. Default 3.
 	ThroughputRuns int
-	// ThroughputConcurrency is the worker concurrency of the throughput cluster; 0 runs the
-	// workers at their default settings (what issue 12 measures). Default 0.
+	// ThroughputConcurrency of the throughput cluster; 0 is the worker's default. Default 0.
 	ThroughputConcurrency int
 	// BaselinePrefetch lists the per-worker prefetch depths the baseline tries; the best counts.
 	BaselinePrefetch []int
 
-	// EfficiencyDurations are the shard durations of the efficiency jobs; each job has enough
-	// shards for EfficiencyIdeal of ideal makespan over Workers × Concurrency slots. Default 2ms
-	// and 5ms, 5 s each.
+	// EfficiencyDurations are the efficiency jobs' shard durations; each job lasts
+	// EfficiencyIdeal over Workers × Concurrency slots. Default 2ms and 5ms, 5 s each.
 	EfficiencyDurations []time.Duration
 	EfficiencyIdeal     time.Duration
 
-	// SmallJobRuns is how many primes-below-2·10^7 jobs of 200 shards run on an idle cluster (the
-	// median counts). Default 11.
+	// SmallJobRuns counts the small jobs (the median counts). Default 11.
 	SmallJobRuns int
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
 	// split in shards of WordcountShardBytes. Default 16 MiB in 32 KiB shards (512 shards).
 	WordcountBytes, WordcountShardBytes int
 	// WordcountRuns is how many times each wordcount job runs (interleaved; the best counts).
 	WordcountRuns int
-	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler scenario: a job of
-	// StragglerShards shards on a cluster of StragglerWorkers workers whose map steps each take
-	// StragglerDelay, against the same job on a cluster where one of them takes ten times as long.
-	// One slow worker is then a small share of the capacity (as on the clusters MapReduce measured
-	// backup tasks on), and the job is long against one slow shard. Default 10 workers, 4000 ×
-	// 20ms (4 s over 20 slots).
+	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler job; one worker
+	// takes ten times StragglerDelay. One slow worker is then a small share of the capacity.
+	// Default 10 workers, 4000 × 20ms (4 s over 20 slots).
 	StragglerWorkers int
 	StragglerShards  int
 	StragglerDelay   time.Duration
-	// StragglerSmallShards: the same comparison on a cluster of Workers workers (3), where the
-	// slow worker takes a third of the capacity away: reported against its capacity bound, not
-	// judged. 0 skips it. Default 600.
+	// StragglerSmallShards: the same on Workers workers, reported, not judged. 0 skips it.
+	// Default 600.
 	StragglerSmallShards int
-	// StragglerRuns is how many rounds of (job without, job with the straggler) each comparison
-	// runs, the two clusters idle in turn; the best makespan of each counts. Default 3.
+	// StragglerRuns: rounds of (without, with the straggler); the best of each counts. Default 3.
 	StragglerRuns int
 	// MillionShards is the size of the big job (its leader is killed at 50 %). Default 1,000,000.
 	MillionShards int
-	// LoadedDuration is how long the loaded no-fault run keeps both cores busy while counting
-	// takeovers. Default 10m.
+	// LoadedDuration is the length of the loaded no-fault run. Default 10m.
 	LoadedDuration time.Duration
 	// OutageDuration is how long the NATS server process stays dead in the outage run. Default 30s.
 	OutageDuration time.Duration
@@ -110,17 +100,13 @@ type Config struct {
 	PrimesEvery int
 	// FailoverShards is the size of the failover jobs. Default 300.
 	FailoverShards int
-	// MapDelay slows every map step of the failover clusters, so a job lasts long enough to be
-	// killed half-way. Default 40ms (300 shards ≈ 2 s over 6 slots).
+	// MapDelay slows the failover clusters' map steps, to kill mid-job. Default 40ms.
 	MapDelay time.Duration
 	// LeaseDuration of the failover clusters. Default 15s (the Azure minimum).
 	LeaseDuration time.Duration
-	// ShardTimeout (AckWait of shards) in the failover clusters: shards held by a killed worker
-	// come back after it. Default 5s.
+	// ShardTimeout (AckWait) of the failover clusters. Default 5s.
 	ShardTimeout time.Duration
-	// Parallel is how many independent clusters (sharing the servers, in their own namespaces)
-	// run failover runs side by side. Leader failover time is mostly waiting for the lease to
-	// expire, so this divides the wall time without changing what is measured. Default 3.
+	// Parallel is how many clusters run failover runs side by side. Default 3.
 	Parallel int
 	// JobTimeout bounds a single job; a job not finished by then is lost. Default 3m.
 	JobTimeout time.Duration

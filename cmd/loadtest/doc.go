@@ -1,77 +1,43 @@
 // Command loadtest is the failover load test and the project's benchmark (`make bench`).
 //
-// It starts Azurite and a NATS server with JetStream on 127.0.0.1 (or attaches to given
-// endpoints), builds the worker binary, and runs clusters of real `worker run` processes
-// (internal/harness/cluster), each in a namespace of its own (containers, queue, streams), at the
-// worker's default settings unless a scenario says otherwise, through these scenarios
-// (--scenarios picks some):
+// It runs clusters of real `worker run` processes over internal/harness/rig, each in a
+// namespace of its own on one Azurite and one NATS server (started, or attached to). Unless a
+// scenario says otherwise, workers run at their default settings. The scenarios (--scenarios):
 //
-//  1. throughput: sleep jobs of zero-duration shards, shards/s from submit to the finished
-//     checkpoint, and CPU µs per shard of every process but Azurite. In the same run, a baseline
-//     drives the same JetStream round trip, one message per shard, with no coordination (publish
-//     shard, fetch + ack, publish result, fetch + ack; same streams, as many consuming
-//     connections as workers) at several prefetch depths. Rounds interleave the two so outside
-//     load weighs on both alike; the best of each counts.
-//  2. efficiency: shards of 2 ms and 5 ms over workers × concurrency slots; ideal makespan
-//     (total work ÷ slots) ÷ measured makespan. Beside it: the slots' share of time in map
-//     steps (the map times results carry ÷ slots × makespan), the workers' mean map time, and a
-//     bare loop of as many goroutines in this process sleeping the same shards with a time.Timer
-//     and with the precise sleep the sleep job uses (internal/precise): what the runtime allows.
+//  1. throughput: zero-duration sleep shards, submit to finished, and CPU µs per shard (every
+//     process but Azurite). Beside it, rig.Baseline: the same JetStream round trip without
+//     coordination, at several prefetch depths. Rounds interleave the two; the best of each counts.
+//  2. efficiency: 2 ms and 5 ms shards over workers × concurrency slots; ideal ÷ measured
+//     makespan, the slots' time in map steps, and a bare sleep loop in this process for scale.
 //  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median.
-//  4. wordcount: a corpus of a 1k-word and of a 200k-word vocabulary (same size, same shards,
-//     exact answers computed here), run in turn --wordcount-runs times; the big aggregate's best
-//     shards/s ÷ the small one's.
-//  5. straggler: a job of 4000 shards of 20 ms (--straggler-shards, --straggler-delay) on a
-//     cluster of 10 workers (--straggler-workers) and on one of the same size whose worker w1
-//     has ten times the map delay (cluster.Options.WorkerEnv) and takes shards like every other
-//     worker; both clusters up, idle in turn, three rounds (--straggler-runs), the best makespan
-//     of each counts. Makespan ratio (judged), beside its capacity bound N ÷ (N − 0.9) — one
-//     worker at a tenth of the speed leaves N − 0.9 workers' worth — and the seconds beyond it
-//     (the tail backup tasks are for), with the shards backed up (with and without the
-//     straggler) and the duplicate results per job. The same comparison on --workers (3) workers
-//     and 600 shards (--straggler-small-shards, 0 skips it), where the bound alone is 1.43×, is
-//     reported against its bound, not judged.
-//  6. crash: SIGKILL the leader at a random point between 10% and 90% progress (some runs kill
-//     the next leader too); seconds to another worker's "elected" event and to its first merge
-//     (events on NATS, see internal/harness/cluster), shards run more than once, exactness.
+//  4. wordcount: corpora of a 1k- and a 200k-word vocabulary, same size; best shards/s ratio.
+//  5. straggler: a job on 10 workers, with and without w1 ten times slower. The makespan ratio is
+//     judged beside its capacity bound N ÷ (N − 0.9). The same on 3 workers is reported only.
+//  6. crash: SIGKILL the leader between 10% and 90% progress (some runs kill the next leader
+//     too); seconds to another worker's election and to its first merge.
 //  7. graceful: the same with SIGTERM.
-//  8. worker-crash: SIGKILL a follower mid-job; time lost against the same job without a kill,
-//     shards redone.
-//  9. million: a 1,000,000-shard job; the leader's VmRSS (/proc/<pid>/status) and the shard
-//     stream's message count sampled every 100 ms; the leader SIGKILLed when half the results
-//     are on the wire; exactness.
-//  10. nats-outage: a cluster on a NATS server of its own, run as a child process (this binary
-//     re-executed with MAPAGG_LOADTEST_NATS_CHILD set), SIGKILLed mid-job for 30 s and started
-//     again on the same port and store; leader changes (terms seen in the lease blob, or
-//     elected events, whichever is more), exactness, time lost beyond the outage.
-//  11. nats-cluster: three clustered in-process NATS servers, R3 streams (STREAM_REPLICAS=3),
-//     worker wN connected to node N−1; the leader's node stopped mid-job and restarted;
-//     exactness and time lost against the same job without the fault.
-//  12. loaded: CPU-bound pi jobs, three in flight, for 10 minutes (--loaded-duration) with
-//     nothing killed; every leader change and broke_lease event is a takeover of a live leader.
+//  8. worker-crash: SIGKILL a follower mid-job; time lost and shards redone.
+//  9. million: a 1,000,000-shard job; leader RSS and shard backlog sampled every 100 ms; the
+//     leader SIGKILLed at 50%.
+//  10. nats-outage: a cluster on a nats-server process of its own, SIGKILLed mid-job for 30 s
+//     and restarted on its port and store; leader changes and time lost beyond the outage.
+//  11. nats-cluster: three clustered NATS nodes, R3 streams; the leader's node stopped mid-job.
+//  12. loaded: CPU-bound pi jobs for 10 minutes with nothing killed; every leader change or
+//     lease break is a takeover of a live leader.
 //
-// A killed worker is restarted at once under the same id, so a cluster keeps its size. Failover
-// runs are spread over several clusters side by side (--parallel).
+// A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //
 // How the figures are taken:
-//   - Times of elections and first merges are the workers' own event timestamps (same machine
-//     clock as the signal). Makespans end at the checkpoint's FinishedAt.
-//   - Progress is read from the job's checkpoint blob (what a leader has merged and written).
-//   - Every shard execution is seen without touching the system: a core NATS subscription on the
-//     results and shards subjects receives a copy of every message JetStream stores (job, shard,
-//     attempt, worker). A shard with a result of attempt > 1, or with two results, was run more
-//     than once. If the first of two results came from a process other than a killed one (before
-//     it exited), a completed shard was re-run: the target is that this never happens. The
-//     number of shards redone after one kill must not exceed what a worker holds unacknowledged
-//     (concurrency running + concurrency prefetched + 1 handed over).
+//   - Election and merge times are the workers' own events (the machine's clock, like the kill).
+//   - Progress is the job's checkpoint; makespans end at its FinishedAt.
+//   - A core NATS subscription sees every shard and result message (rig.Sniffer). A shard with
+//     two results, or a result of attempt > 1, ran twice. A completed shard run again after a
+//     kill must never happen; shards redone per kill are bounded by what a worker holds.
 //
-// Output: a JSON report (--json), a Markdown summary (--markdown, and stdout) with p50/p90/max
-// of every figure, and an SVG timeline (--plot) of a few runs with kills and elections marked.
-// It exits non-zero when any job ends with a wrong result or is lost (--strict: also when a
-// target is missed). `loadtest --quick` (and TestQuick, which runs it under go test) is the
-// small correctness-only version. Everything it starts is stopped on exit, on failure and on
-// Ctrl-C; worker and Azurite processes also die with it (parent-death signal).
+// Output: a JSON report (--json), a Markdown summary (--markdown and stdout) and an SVG
+// timeline (--plot). It exits non-zero on a wrong result or a lost job (--strict: also on a
+// missed target). `--quick` is the one-minute correctness run. Everything it starts is stopped
+// on exit, failure and Ctrl-C.
 //
-// Not measured: throughput on separate machines (everything shares this machine's CPUs), or
-// failover of NATS or storage themselves.
+// Not measured: separate machines (everything shares these CPUs), failover of NATS or storage.
 package main

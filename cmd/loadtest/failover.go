@@ -12,6 +12,8 @@ import (
 
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -20,7 +22,7 @@ type task struct {
 	kind   string // scCrash, scGraceful, scWorkerCrash
 	n      int    // 1-based within its kind
 	double bool   // crash: kill the next leader too
-	job    jobSpec
+	job    knownjobs.Job
 	cost   time.Duration // expected wall time, for scheduling
 	seed   uint64
 }
@@ -30,16 +32,16 @@ func (r *runner) tasks() []task {
 	cfg := r.cfg
 	var ts []task
 	leaderRuns := 0
-	job := func() jobSpec {
+	job := func() knownjobs.Job {
 		leaderRuns++
 		if cfg.PrimesEvery > 0 && leaderRuns%cfg.PrimesEvery == 0 {
 			to := uint64(10_000_000)
 			if (leaderRuns/cfg.PrimesEvery)%2 == 0 {
 				to = 20_000_000
 			}
-			return primesJob(to, cfg.FailoverShards)
+			return knownjobs.Primes(to, cfg.FailoverShards)
 		}
-		return sleepJob(cfg.FailoverShards, "")
+		return knownjobs.Sleep(cfg.FailoverShards, "")
 	}
 	jobTime := time.Duration(cfg.FailoverShards/cfg.slots()) * cfg.MapDelay
 	if cfg.has(scCrash) {
@@ -59,7 +61,7 @@ func (r *runner) tasks() []task {
 	}
 	if cfg.has(scWorkerCrash) {
 		for i := 1; i <= cfg.WorkerCrashRuns; i++ {
-			ts = append(ts, task{kind: scWorkerCrash, n: i, job: sleepJob(cfg.FailoverShards, ""), cost: cfg.ShardTimeout + jobTime + 2*time.Second})
+			ts = append(ts, task{kind: scWorkerCrash, n: i, job: knownjobs.Sleep(cfg.FailoverShards, ""), cost: cfg.ShardTimeout + jobTime + 2*time.Second})
 		}
 	}
 	for i := range ts {
@@ -74,7 +76,7 @@ type fcluster struct {
 	r    *runner
 	name string
 	c    *cluster.Cluster
-	sn   *sniffer
+	sn   *rig.Sniffer
 	refs map[string]float64 // job type → makespan of a run without kills (seconds)
 }
 
@@ -126,17 +128,17 @@ func (r *runner) failover(ctx context.Context) error {
 // failoverCluster starts a cluster and runs tasks from queue on it until the queue is empty.
 func (r *runner) failoverCluster(ctx context.Context, name string, queue <-chan task, report func(FailoverRun)) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: name, concurrency: cfg.Concurrency, mapDelay: cfg.MapDelay,
-		leaseDuration: cfg.LeaseDuration, shardTimeout: cfg.ShardTimeout})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: name, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
+		LeaseDuration: cfg.LeaseDuration, ShardTimeout: cfg.ShardTimeout})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
-	sn, err := startSniffer(c)
+	defer r.rig.Stop(c)
+	sn, err := rig.StartSniffer(c)
 	if err != nil {
 		return err
 	}
-	defer sn.close()
+	defer sn.Close()
 	fc := &fcluster{r: r, name: name, c: c, sn: sn, refs: map[string]float64{}}
 	for t := range queue {
 		if ctx.Err() != nil {
@@ -161,28 +163,23 @@ func (r *runner) failoverCluster(ctx context.Context, name string, queue <-chan 
 
 // reference runs j once without kills on this cluster (once per job type) and returns its
 // makespan in seconds. It doubles as the cluster's warm-up.
-func (fc *fcluster) reference(ctx context.Context, j jobSpec) (float64, error) {
-	if s, ok := fc.refs[j.typ]; ok {
+func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, error) {
+	if s, ok := fc.refs[j.Type]; ok {
 		return s, nil
 	}
 	if _, err := fc.ready(ctx); err != nil {
 		return 0, err
 	}
-	id, start, err := submit(ctx, fc.c, j)
+	o, err := rig.Reference(ctx, fc.c, j, fc.r.cfg.JobTimeout, nil)
+	if o.ID != "" {
+		fc.r.account(o)
+		fc.sn.Take(o.ID)
+	}
 	if err != nil {
 		return 0, err
 	}
-	o, err := await(ctx, fc.c, j, id, start, fc.r.cfg.JobTimeout, nil)
-	if err != nil {
-		return 0, err
-	}
-	fc.r.account(o)
-	fc.sn.take(id)
-	if o.lost || !o.exact {
-		return 0, fmt.Errorf("reference job: %s", o.problem)
-	}
-	fc.refs[j.typ] = o.makespan.Seconds()
-	return fc.refs[j.typ], nil
+	fc.refs[j.Type] = o.Makespan.Seconds()
+	return fc.refs[j.Type], nil
 }
 
 // ready waits until every worker runs and the lease holder has resumed as coordinator, and
@@ -213,34 +210,34 @@ func (fc *fcluster) ready(ctx context.Context) (*election.LeaderInfo, error) {
 func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	cfg := fc.r.cfg
 	rng := rand.New(rand.NewPCG(t.seed, 0x5eed))
-	run := FailoverRun{Kind: t.kind, N: t.n, Cluster: fc.name, JobType: t.job.typ, Shards: t.job.shards}
+	run := FailoverRun{Kind: t.kind, N: t.n, Cluster: fc.name, JobType: t.job.Type, Shards: t.job.Shards}
 	ref, err := fc.reference(ctx, t.job)
 	if err != nil {
 		return run, err
 	}
-	run.ReferenceS = round3(ref)
+	run.ReferenceS = rig.Round3(ref)
 	leader, err := fc.ready(ctx)
 	if err != nil {
 		return run, err
 	}
-	id, start, err := submit(ctx, fc.c, t.job)
+	id, start, err := rig.Submit(ctx, fc.c, t.job)
 	if err != nil {
 		return run, err
 	}
 	run.Job = id
-	smp := startSampler(ctx, fc.c, id, 100*time.Millisecond)
-	defer smp.close()
+	smp := rig.StartSampler(ctx, fc.c, id, 100*time.Millisecond)
+	defer smp.Close()
 	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout)
 	defer cancel()
 
-	run.KillAt = round3(0.1 + 0.8*rng.Float64())
-	at, reached, err := smp.waitFor(jctx, func(s sample) bool {
+	run.KillAt = rig.Round3(0.1 + 0.8*rng.Float64())
+	at, reached, err := smp.WaitFor(jctx, func(s rig.Sample) bool {
 		return s.State.Terminal() || s.Total > 0 && s.State == jobs.StateRunning && float64(s.Done) >= run.KillAt*float64(s.Total)
 	})
 	if err != nil && ctx.Err() != nil {
 		return run, ctx.Err()
 	}
-	var victims []victim
+	var victims []rig.Kill
 	switch {
 	case !reached:
 		// The job did not get there in time: it is lost (judged below).
@@ -252,10 +249,11 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 			return run, errors.New("no follower to kill")
 		}
 		w := followers[rng.IntN(len(followers))]
-		k, v, err := fc.kill(w, syscall.SIGKILL, start, at.Done)
+		rk, err := rig.Signal(fc.c, w, syscall.SIGKILL, true)
 		if err != nil {
 			return run, err
 		}
+		k, v := fc.kill(rk, start, at.Done)
 		run.Kills = append(run.Kills, k)
 		victims = append(victims, v)
 	default:
@@ -270,7 +268,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		victims = append(victims, v)
 		if t.double && k.NewLeader != "" {
 			// Kill the leader that just took over, as soon as it is seen elected.
-			cur, _, _ := smp.last()
+			cur, _, _ := smp.Last()
 			l2 := &election.LeaderInfo{ID: k.NewLeader, Epoch: k.NewEpoch}
 			k2, v2, err := fc.killLeader(jctx, syscall.SIGKILL, start, cur.Done, l2)
 			k.MergeSeen, k.ToMergeS = fc.firstMerge(k)
@@ -287,64 +285,46 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		run.Kills = append(run.Kills, k)
 	}
 
-	last, ended, err := smp.waitFor(jctx, func(s sample) bool { return s.State.Terminal() })
-	if err != nil && ctx.Err() != nil {
-		return run, ctx.Err()
+	o, err := fc.r.awaitEnd(ctx, jctx, fc.c, t.job, smp, t.kind, id, start)
+	if err != nil {
+		return run, err
 	}
-	o := outcome{id: id, start: start}
-	if !ended {
-		o.lost = true
-		o.problem = fmt.Sprintf("job %s not finished within %v (%s, %d of %d merged)", id, cfg.JobTimeout, last.State, last.Done, last.Total)
-	} else {
-		st, err := fc.c.Client.Status(ctx, id)
-		if err != nil {
-			return run, err
-		}
-		o = judge(o, t.job, st)
-		run.Duplicates = st.Duplicates
-		run.Result = st.Result
-		run.State = string(st.State)
+	if st := o.Status; st != nil {
+		run.Duplicates, run.Result, run.State = st.Duplicates, st.Result, string(st.State)
 	}
-	fc.r.account(o)
-	run.Exact, run.Lost, run.Error = o.exact, o.lost, o.problem
-	if o.makespan > 0 {
-		run.MakespanS = round3(o.makespan.Seconds())
-		run.TimeLostS = round3(o.makespan.Seconds() - ref)
+	run.Exact, run.Lost, run.Error = o.Exact, o.Lost, o.Problem
+	if o.Makespan > 0 {
+		run.MakespanS = rig.Round3(o.Makespan.Seconds())
+		run.TimeLostS = rig.Round3(o.Makespan.Seconds() - ref)
 	}
-	samples := smp.close()
-	results, dispatches := fc.sn.take(id)
-	rd := classify(results, dispatches, fc.sn.backupsOf(id), victims)
-	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.redelivered, rd.completedTwice, rd.redone, rd.completedRerun
-	run.Redispatched, run.Results, run.BackedUp = rd.redispatched, rd.results, rd.backedUp
+	samples := smp.Close()
+	results, dispatches := fc.sn.Take(id)
+	rd := rig.Classify(results, dispatches, fc.sn.BackupsOf(id), victims)
+	run.Redelivered, run.CompletedTwice, run.Redone, run.CompletedRerun = rd.Redelivered, rd.CompletedTwice, rd.Redone, rd.CompletedRerun
+	run.Redispatched, run.Results, run.BackedUp = rd.Redispatched, rd.Results, rd.BackedUp
 	if len(run.Kills) > 0 {
 		for _, o := range results {
 			if o.Attempt > 1 {
-				run.RerunAfterS = append(run.RerunAfterS, round3(o.T.Sub(run.Kills[0].at).Seconds()))
+				run.RerunAfterS = append(run.RerunAfterS, rig.Round3(o.T.Sub(run.Kills[0].at).Seconds()))
 			}
 		}
 	}
-	end := time.Now()
-	for _, e := range fc.c.Events() {
-		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
-			run.Elections = append(run.Elections, Elect{AtS: round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
-		}
-	}
-	run.timeline = &timeline{title: fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.typ, fc.name), start: start,
-		total: t.job.shards, samples: samples, completed: firstCompletions(results), kills: run.Kills, elections: run.Elections,
-		finished: run.MakespanS}
+	run.Elections = elections(fc.c, start, time.Now())
+	run.timeline = newTimeline(fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start, t.job.Shards, samples,
+		rig.FirstCompletions(results), run.Kills, run.Elections, run.MakespanS)
 	return run, nil
 }
 
 // awaitFirstMerge waits for the first result merged by the leader elected after kill k. The new
 // leader may have nothing to merge (a stopping leader can finish the job itself), so the wait
 // also ends when the job does.
-func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *sampler, k Kill) (bool, float64) {
+func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *rig.Sampler, k Kill) (bool, float64) {
 	var ended time.Time
 	for {
 		if ok, s := fc.firstMerge(k); ok {
 			return ok, s
 		}
-		if x, have, _ := smp.last(); have && x.State.Terminal() && ended.IsZero() {
+		if x, have, _ := smp.Last(); have && x.State.Terminal() && ended.IsZero() {
 			ended = time.Now()
 		}
 		// The event of a merge that came before the end may still be on its way.
@@ -364,7 +344,7 @@ func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *sampler, k Kill) (
 func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
 	for _, e := range fc.c.Events() {
 		if e.Kind == cluster.FirstMerge && e.Epoch == k.NewEpoch {
-			return true, round3(e.Time.Sub(k.at).Seconds())
+			return true, rig.Round3(e.Time.Sub(k.at).Seconds())
 		}
 	}
 	return false, 0
@@ -372,54 +352,26 @@ func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
 
 // killLeader signals the leader l, restarts it at once (the cluster keeps its size) and waits
 // for another election.
-func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start time.Time, done int, l *election.LeaderInfo) (Kill, victim, error) {
-	// The lease must name the process we are about to kill.
-	cur, err := fc.c.Leader(ctx)
-	if err != nil {
-		return Kill{}, victim{}, err
-	}
-	if cur == nil || cur.ID != l.ID || cur.Epoch != l.Epoch {
-		return Kill{}, victim{}, fmt.Errorf("leader changed before the kill: expected %s (epoch %d), lease says %+v", l.ID, l.Epoch, cur)
-	}
-	k, v, err := fc.kill(l.ID, sig, start, done)
+func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start time.Time, done int, l *election.LeaderInfo) (Kill, rig.Kill, error) {
+	rk, err := rig.KillLeader(ctx, fc.c, sig, true, l)
+	k, v := fc.kill(rk, start, done)
 	if err != nil {
 		return k, v, err
 	}
 	k.Leader, k.Epoch = true, l.Epoch
-	wctx, cancel := context.WithTimeout(ctx, 3*fc.r.cfg.LeaseDuration+10*time.Second)
-	defer cancel()
-	ev, err := fc.c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > l.Epoch })
+	ev, err := rig.WaitElected(ctx, fc.c, l.Epoch, 3*fc.r.cfg.LeaseDuration+10*time.Second)
 	if err != nil {
-		return k, v, fmt.Errorf("no new leader after %v of %s: %w", sig, l.ID, err)
+		return k, v, fmt.Errorf("after %v of %s: %w", rig.SigName(sig), l.ID, err)
 	}
 	k.NewLeader, k.NewEpoch = ev.Worker, ev.Epoch
-	k.ToLeaderS = round3(ev.Time.Sub(k.at).Seconds())
+	k.ToLeaderS = rig.Round3(ev.Time.Sub(k.at).Seconds())
 	return k, v, nil
 }
 
-// kill signals worker w, waits for it to exit and restarts it under the same id.
-func (fc *fcluster) kill(w string, sig syscall.Signal, start time.Time, done int) (Kill, victim, error) {
-	at, err := fc.c.Signal(w, sig)
-	exited := time.Now()
-	k := Kill{at: at, AtS: round3(at.Sub(start).Seconds()), Worker: w, Signal: sigName(sig), Done: done, ExitS: round3(exited.Sub(at).Seconds())}
-	v := victim{worker: w, exited: exited}
-	if err != nil {
-		return k, v, err
-	}
-	if _, err := fc.c.StartWorker(w); err != nil {
-		return k, v, fmt.Errorf("restart %s: %w", w, err)
-	}
-	return k, v, nil
-}
-
-func sigName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGKILL:
-		return "SIGKILL"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
+// kill is the report's account of the signal rk sent.
+func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, rig.Kill) {
+	return Kill{at: rk.At, AtS: rig.Round3(rk.At.Sub(start).Seconds()), Worker: rk.Worker, Signal: rig.SigName(rk.Signal), Done: done,
+		ExitS: rig.Round3(rk.Exited.Sub(rk.At).Seconds())}, rk
 }
 
 // describe is the one-line account of a run for the progress display.

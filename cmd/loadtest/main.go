@@ -13,10 +13,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func main() {
-	maybeNATSChild()
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -84,12 +85,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // writeOutputs writes the plot, the JSON report and the Markdown summary (to stdout as well).
-func writeOutputs(rep *Report, tls []*timeline, out outputs, stdout io.Writer) error {
+func writeOutputs(rep *Report, tls []*rig.Timeline, out outputs, stdout io.Writer) error {
 	var errs []error
 	if out.plot != "" {
 		f, err := os.Create(out.plot)
 		if err == nil {
-			err = writeSVG(f, tls)
+			err = rig.WriteSVG(f, tls)
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}
@@ -101,7 +102,7 @@ func writeOutputs(rep *Report, tls []*timeline, out outputs, stdout io.Writer) e
 		}
 	}
 	if out.json != "" {
-		if err := writeJSON(out.json, rep); err != nil {
+		if err := rig.WriteJSON(out.json, rep); err != nil {
 			errs = append(errs, fmt.Errorf("json report: %w", err))
 		}
 	}
@@ -149,8 +150,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.ThroughputShards, "throughput-shards", cfg.ThroughputShards, "shards per throughput job")
 		fs.IntVar(&cfg.ThroughputRuns, "throughput-runs", cfg.ThroughputRuns, "throughput jobs (the best counts)")
 		fs.IntVar(&cfg.ThroughputConcurrency, "throughput-concurrency", cfg.ThroughputConcurrency, "worker concurrency of the throughput cluster")
-		prefetch := fs.String("baseline-prefetch", joinInts(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
-		effDur := fs.String("efficiency-durations", joinDurations(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
+		prefetch := fs.String("baseline-prefetch", join(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
+		effDur := fs.String("efficiency-durations", join(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
 		fs.DurationVar(&cfg.EfficiencyIdeal, "efficiency-ideal", cfg.EfficiencyIdeal, "ideal makespan of each efficiency job (sets its shard count)")
 		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster (the median counts)")
 		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
@@ -210,48 +211,46 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 	return cfg, out, cfg.Validate()
 }
 
-func joinDurations(xs []time.Duration) string {
+// join writes xs as a comma-separated list.
+func join[T any](xs []T) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {
-		s[i] = x.String()
+		s[i] = fmt.Sprint(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// parseList reads a comma-separated list; parse says what a bad element is.
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			x, err := parse(f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, x)
+		}
+	}
+	return out, nil
 }
 
 func parseDurations(s string) ([]time.Duration, error) {
-	var out []time.Duration
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	return parseList(s, func(f string) (time.Duration, error) {
 		d, err := time.ParseDuration(f)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("%q is not a positive duration (e.g. 2ms)", f)
+			return 0, fmt.Errorf("%q is not a positive duration (e.g. 2ms)", f)
 		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
+		return d, nil
+	})
 }
 
 func parseInts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
+	return parseList(s, func(f string) (int, error) {
 		n, err := strconv.Atoi(f)
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", f)
+			return 0, fmt.Errorf("%q is not a number", f)
 		}
-		out = append(out, n)
-	}
-	return out, nil
+		return n, nil
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // writeMarkdown writes the human summary of rep: targets, correctness, p50/p90/max of every
@@ -53,7 +55,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	p("")
 	p("| figure | n | p50 | p90 | max |")
 	p("|---|---|---|---|---|")
-	row := func(name string, d Dist) {
+	row := func(name string, d rig.Dist) {
 		if d.N == 0 {
 			p("| %s | 0 | – | – | – |", name)
 			return
@@ -66,7 +68,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		for _, x := range tp.Baseline {
 			b = append(b, x.PerS)
 		}
-		row("baseline JetStream round trip, shards/s", dist(b))
+		row("baseline JetStream round trip, shards/s", rig.Summarize(b))
 		row("throughput ratio (best ÷ best)", single(tp.Ratio, tp.BaselinePerS > 0))
 		row("CPU µs per shard, all processes but Azurite (best run)", single(tp.CPUMicrosPerShard, tp.CPUMicrosPerShard > 0))
 	}
@@ -90,7 +92,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 					xs = append(xs, j.PerS)
 				}
 			}
-			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), dist(xs))
+			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), rig.Summarize(xs))
 		}
 	}
 	if st := rep.Straggler; st != nil {
@@ -277,11 +279,11 @@ func notes(rep *Report) []string {
 	return out
 }
 
-func single(x float64, ok bool) Dist {
+func single(x float64, ok bool) rig.Dist {
 	if !ok {
-		return Dist{}
+		return rig.Dist{}
 	}
-	return Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
+	return rig.Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
 }
 
 // num formats a figure with as many decimals as its size deserves.

@@ -2,24 +2,19 @@ package main
 
 import (
 	"encoding/json"
-	"math"
-	"os"
-	"slices"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // Report is the JSON report (--json). Durations are seconds (float); every distribution carries
 // its p50, p90 and max.
 type Report struct {
-	Version    int       `json:"version"`
-	StartedAt  time.Time `json:"started_at"`
-	DurationS  float64   `json:"duration_s"`
-	Quick      bool      `json:"quick"`
-	Seed       uint64    `json:"seed"`
-	Machine    Machine   `json:"machine"`
-	Settings   Settings  `json:"settings"`
-	Scenarios  []string  `json:"scenarios"`
-	Incomplete string    `json:"incomplete,omitempty"` // why the run stopped early, if it did
+	rig.Header
+	Seed       uint64   `json:"seed"`
+	Settings   Settings `json:"settings"`
+	Scenarios  []string `json:"scenarios"`
+	Incomplete string   `json:"incomplete,omitempty"` // why the run stopped early, if it did
 
 	Throughput  *Throughput  `json:"throughput,omitempty"`
 	Efficiency  []Efficiency `json:"efficiency,omitempty"`
@@ -55,13 +50,6 @@ type Report struct {
 	Plot    string   `json:"plot,omitempty"`
 }
 
-// Machine describes where the run happened.
-type Machine struct {
-	CPUs int    `json:"cpus"`
-	OS   string `json:"os"`
-	Go   string `json:"go"`
-}
-
 // Settings are the cluster settings that shape the figures.
 type Settings struct {
 	Workers               int     `json:"workers"`
@@ -79,29 +67,6 @@ type Settings struct {
 	WorkerBin     string `json:"worker_bin"`
 }
 
-// Dist is a distribution's summary.
-type Dist struct {
-	N   int     `json:"n"`
-	P50 float64 `json:"p50"`
-	P90 float64 `json:"p90"`
-	Max float64 `json:"max"`
-	Min float64 `json:"min"`
-}
-
-// dist summarizes xs by nearest rank (p90 of 20 samples is the 18th smallest).
-func dist(xs []float64) Dist {
-	if len(xs) == 0 {
-		return Dist{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	rank := func(p float64) float64 {
-		i := int(math.Ceil(p*float64(len(s)))) - 1
-		return s[max(0, min(i, len(s)-1))]
-	}
-	return Dist{N: len(s), P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1], Min: s[0]}
-}
-
 // Throughput is scenario 1.
 type Throughput struct {
 	Shards       int             `json:"shards"`
@@ -111,7 +76,7 @@ type Throughput struct {
 	Ratio        float64         `json:"ratio"`          // shards_per_s ÷ baseline_per_s
 	Runs         []ThroughputRun `json:"runs"`
 	Baseline     []BaselineRun   `json:"baseline"`
-	PerS         Dist            `json:"per_s"`
+	PerS         rig.Dist        `json:"per_s"`
 	// CPUMicrosPerShard is CPU time (user+sys of the workers and of the load test's process with
 	// its NATS server; Azurite not counted) per shard of the best run.
 	CPUMicrosPerShard float64 `json:"cpu_us_per_shard"`
@@ -154,9 +119,9 @@ type Efficiency struct {
 	// MapMeanMs is the mean map time the workers measured for a shard (its nominal length plus
 	// the sleep's overshoot).
 	MapMeanMs float64 `json:"map_mean_ms"`
-	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in the load test's process,
-	// slots goroutines sleeping shard_s each in turn, with a time.Timer and with the precise
-	// sleep the sleep job uses: the best the system could reach with either sleep.
+	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in this process: slots
+	// goroutines sleeping shard_s in turn, with a time.Timer and with the sleep job's precise
+	// sleep. They are the best the system could reach with either sleep.
 	TimerRef   float64 `json:"timer_ref"`
 	PreciseRef float64 `json:"precise_ref"`
 	Job        string  `json:"job"`
@@ -177,23 +142,23 @@ type LeaderFailover struct {
 	P90S float64 `json:"p90_s"`
 	MaxS float64 `json:"max_s"`
 	// ToLeader repeats those, with n and min.
-	ToLeader Dist `json:"to_leader_s"`
+	ToLeader rig.Dist `json:"to_leader_s"`
 	// ToFirstMerge: seconds from the signal to the first result merged by the new leader.
-	ToFirstMerge Dist `json:"to_first_merge_s"`
+	ToFirstMerge rig.Dist `json:"to_first_merge_s"`
 	// Redone: shards run more than once per run; Duplicates: results dropped as duplicates.
-	Redone     Dist `json:"redone"`
-	Duplicates Dist `json:"duplicates"`
+	Redone     rig.Dist `json:"redone"`
+	Duplicates rig.Dist `json:"duplicates"`
 	// TimeLost: makespan minus the cluster's reference makespan (same job, no kill).
-	TimeLost Dist `json:"time_lost_s"`
+	TimeLost rig.Dist `json:"time_lost_s"`
 	// Exit: seconds from the signal to the process's exit (a graceful stop's own duration).
-	Exit Dist          `json:"exit_s"`
+	Exit rig.Dist      `json:"exit_s"`
 	Runs []FailoverRun `json:"runs"`
 }
 
 // WorkerCrash is scenario 5.
 type WorkerCrash struct {
-	TimeLost Dist          `json:"time_lost_s"`
-	Redone   Dist          `json:"redone"`
+	TimeLost rig.Dist      `json:"time_lost_s"`
+	Redone   rig.Dist      `json:"redone"`
 	Runs     []FailoverRun `json:"runs"`
 }
 
@@ -230,7 +195,7 @@ type FailoverRun struct {
 	// arrived: in-flight shards handed back at once come early, shards left to AckWait late.
 	RerunAfterS []float64 `json:"rerun_after_s,omitempty"`
 
-	timeline *timeline
+	timeline *rig.Timeline
 }
 
 // Kill is one signal sent to a worker.
@@ -269,10 +234,127 @@ type Target struct {
 	Note   string  `json:"note,omitempty"`
 }
 
-func writeJSON(path string, r *Report) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+// SmallJob is the small-job scenario: primes below 2·10^7 in 200 shards on an idle cluster.
+type SmallJob struct {
+	Runs     int      `json:"runs"`
+	Exact    int      `json:"exact"`
+	Makespan rig.Dist `json:"makespan_s"` // submit to finished (checkpoint FinishedAt)
+	Planned  rig.Dist `json:"planned_s"`  // submit to the job_planned event
+	MedianS  float64  `json:"median_s"`
+}
+
+// Wordcount compares a wordcount of a 200k-word vocabulary with one of a 1k-word vocabulary:
+// same corpus size and shard count.
+type Wordcount struct {
+	Shards int            `json:"shards"`
+	Bytes  int            `json:"bytes"`
+	Jobs   []WordcountRun `json:"jobs"`
+	Ratio  float64        `json:"ratio"` // big vocabulary's best shards/s ÷ small's
+}
+
+// WordcountRun is one wordcount job.
+type WordcountRun struct {
+	Vocabulary int     `json:"vocabulary"`
+	Job        string  `json:"job"`
+	MakespanS  float64 `json:"makespan_s"`
+	PerS       float64 `json:"shards_per_s"`
+	Exact      bool    `json:"exact"`
+}
+
+// Straggler is the straggler scenario: the judged comparison on a cluster of StragglerWorkers
+// workers, and the same on a cluster of Workers workers (Small), reported against its bound.
+type Straggler struct {
+	StragglerRun
+	Small *StragglerRun `json:"small,omitempty"`
+}
+
+// StragglerRun compares a job on a cluster with one worker 10× slower against the same job on a
+// cluster of the same size without it, over Runs rounds; the best makespan of each counts.
+type StragglerRun struct {
+	Workers    int     `json:"workers"`
+	Shards     int     `json:"shards"`
+	Runs       int     `json:"runs"`
+	DelayS     float64 `json:"map_delay_s"`
+	StragglerS float64 `json:"straggler_map_delay_s"`
+	ReferenceS float64 `json:"reference_makespan_s"` // best
+	MakespanS  float64 `json:"makespan_s"`           // best
+	Ratio      float64 `json:"ratio"`                // makespan ÷ reference
+	// Bound is the capacity bound of the ratio: N workers of which one runs at a tenth of the
+	// speed have N − 0.9 workers' worth of capacity, so no scheduler beats N ÷ (N − 0.9).
+	Bound float64 `json:"capacity_bound"`
+	// TailS is what the makespan spent beyond the bound: makespan − reference × Bound.
+	TailS float64 `json:"tail_s"`
+	Exact bool    `json:"exact"` // every job
+	// Every job's makespan, without and with the straggler.
+	Reference rig.Dist `json:"reference_makespans_s"`
+	Makespan  rig.Dist `json:"makespans_s"`
+	// Per job with the straggler: the results the slow worker published (duplicates included),
+	// the shards dispatched more than once (backup tasks), the shards whose result was
+	// published twice; and the shards backed up without the straggler.
+	StragglerDone    rig.Dist `json:"straggler_results"`
+	Backups          rig.Dist `json:"backups"`
+	Duplicates       rig.Dist `json:"duplicates"`
+	ReferenceBackups rig.Dist `json:"reference_backups"`
+	// LastPercent is how long each job's last 1 % of shards took (from the result that left 1 %
+	// without one to the last shard's first result), with and without the straggler: the tail,
+	// hardly touched by the bulk's throughput.
+	LastPercent          rig.Dist `json:"last_percent_s"`
+	ReferenceLastPercent rig.Dist `json:"reference_last_percent_s"`
+}
+
+// Million is the big job: leader memory and JetStream backlog while it runs, the leader killed at
+// 50 %.
+type Million struct {
+	Shards          int         `json:"shards"`
+	Job             string      `json:"job"`
+	MakespanS       float64     `json:"makespan_s"`
+	Exact           bool        `json:"exact"`
+	Killed          bool        `json:"leader_killed"`
+	KilledAt        int         `json:"killed_at_done"`
+	ToLeaderS       float64     `json:"to_leader_s"`
+	MaxLeaderRSSMiB float64     `json:"max_leader_rss_mib"` // every leader of the job, sampled
+	RSSSamples      int         `json:"rss_samples"`
+	MaxBacklog      uint64      `json:"max_backlog_msgs"` // shard stream messages, sampled
+	MaxBacklogBytes uint64      `json:"max_backlog_bytes"`
+	Window          int         `json:"dispatch_window_shards"` // the coordinator's default window
+	Samples         []MemSample `json:"samples,omitempty"`
+
+	timeline *rig.Timeline
+}
+
+// MemSample is one reading during the big job.
+type MemSample struct {
+	AtS     float64 `json:"at_s"`
+	Leader  string  `json:"leader"`
+	RSSMiB  float64 `json:"rss_mib"`
+	Backlog uint64  `json:"backlog_msgs"`
+	Done    int     `json:"done"`
+}
+
+// Loaded is the loaded no-fault run: jobs keep both cores busy; nothing is killed; every new term
+// or lease break is a takeover of a live leader.
+type Loaded struct {
+	DurationS   float64 `json:"duration_s"`
+	Jobs        int     `json:"jobs"`
+	Exact       int     `json:"exact"`
+	Elections   int     `json:"elections"`   // elected events after the first leader
+	BrokeLeases int     `json:"broke_lease"` // broke_lease events
+	Suspected   int     `json:"suspected"`   // suspected events (a follower missed heartbeats)
+	CPUBusy     float64 `json:"cpu_busy"`    // CPU used ÷ (cores × wall time), all processes but Azurite
+}
+
+// Outage is the NATS-outage run: the nats-server process is killed mid-job and restarted.
+// Its time lost leaves out the time down.
+type Outage struct {
+	ServerFault
+	BrokeLeases int `json:"broke_lease"`
+}
+
+// NATSCluster is the 3-node NATS cluster run: R3 streams, workers on different nodes, one node
+// stopped mid-job and restarted.
+type NATSCluster struct {
+	Nodes      int `json:"nodes"`
+	Replicas   int `json:"replicas"`
+	KilledNode int `json:"killed_node"`
+	ServerFault
 }

@@ -5,33 +5,33 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sync"
-	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 // runner carries one load-test run: its configuration, what it started and the report.
 type runner struct {
 	cfg *Config
-	env *env
-	log *progress
+	rig *rig.Rig
+	log *rig.Progress
 
 	mu  sync.Mutex
 	rep *Report
 }
 
-// account adds one job's outcome to the correctness totals.
-func (r *runner) account(o outcome) {
+// account adds one job's rig.Outcome to the correctness totals.
+func (r *runner) account(o rig.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.rep.Jobs++
 	switch {
-	case o.lost:
+	case o.Lost:
 		r.rep.LostJobs++
-		r.rep.Errors = append(r.rep.Errors, "lost: "+o.problem)
-	case !o.exact:
+		r.rep.Errors = append(r.rep.Errors, "lost: "+o.Problem)
+	case !o.Exact:
 		r.rep.WrongResults++
-		r.rep.Errors = append(r.rep.Errors, "wrong: "+o.problem)
+		r.rep.Errors = append(r.rep.Errors, "wrong: "+o.Problem)
 	}
 }
 
@@ -45,19 +45,17 @@ func (r *runner) errorf(format string, args ...any) {
 // timelines of the runs worth plotting. The error is a failure to run (servers, clusters,
 // Ctrl-C); wrong results and lost jobs are in the report. Everything it starts is stopped
 // before it returns.
-func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*timeline, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	rep := &Report{Version: 1, StartedAt: time.Now().UTC(), Quick: cfg.Quick, Seed: cfg.Seed, Scenarios: cfg.Scenarios,
-		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()},
+	rep := &Report{Header: rig.NewHeader(cfg.Quick), Seed: cfg.Seed, Scenarios: cfg.Scenarios,
 		Settings: Settings{Workers: cfg.Workers, Concurrency: cfg.Concurrency, ThroughputConcurrency: cfg.ThroughputConcurrency,
 			LeaseS: cfg.LeaseDuration.Seconds(), ShardTimeoutS: cfg.ShardTimeout.Seconds(), MapDelayS: cfg.MapDelay.Seconds(),
 			FailoverShards: cfg.FailoverShards, Parallel: cfg.Parallel, InFlightBound: 2*cfg.Concurrency + 1,
 			Attached: cfg.ConnStr != "" || cfg.NATSURL != "", WorkerBin: cfg.WorkerBin}}
-	start := time.Now()
-	defer func() { rep.DurationS = round3(time.Since(start).Seconds()) }()
-	log := newProgress(out)
+	defer rep.End()
+	log := rig.NewProgress(out)
 	if cfg.Dir == "" {
 		d, err := os.MkdirTemp("", "loadtest-")
 		if err != nil {
@@ -66,12 +64,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*timeline, 
 		cfg.Dir = d
 	}
 	log.Logf("load test (seed %d) in %s", cfg.Seed, cfg.Dir)
-	e, err := newEnv(ctx, &cfg, log)
+	rg, err := rig.New(ctx, rig.Options{Dir: cfg.Dir, WorkerBin: cfg.WorkerBin, Shared: true, ConnStr: cfg.ConnStr, NATSURL: cfg.NATSURL, Logf: log.Logf})
 	if err != nil {
 		return rep, nil, err
 	}
-	defer e.close()
-	r := &runner{cfg: &cfg, env: e, log: log, rep: rep}
+	defer rg.Close()
+	r := &runner{cfg: &cfg, rig: rg, log: log, rep: rep}
 	steps := []struct {
 		name string
 		fn   func(context.Context) error
@@ -102,7 +100,10 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*timeline, 
 			rep.Incomplete = runErr.Error()
 		}
 	}
-	e.close()
+	rg.Close()
+	for _, p := range rg.LeftRunning() {
+		r.errorf("left running: %s", p)
+	}
 	rep.Targets = targets(&cfg, rep)
 	if runErr == nil && rep.correct() && !cfg.Keep {
 		_ = os.RemoveAll(cfg.Dir)
@@ -151,8 +152,8 @@ func (r *runner) summarizeFailover(runs []FailoverRun) {
 				}
 			}
 		}
-		lf := &LeaderFailover{ToLeader: dist(toLeader), ToFirstMerge: dist(toMerge), Redone: dist(redone),
-			Duplicates: dist(dups), TimeLost: dist(lost), Exit: dist(exit), Runs: runs}
+		lf := &LeaderFailover{ToLeader: rig.Summarize(toLeader), ToFirstMerge: rig.Summarize(toMerge), Redone: rig.Summarize(redone),
+			Duplicates: rig.Summarize(dups), TimeLost: rig.Summarize(lost), Exit: rig.Summarize(exit), Runs: runs}
 		lf.P50S, lf.P90S, lf.MaxS = lf.ToLeader.P50, lf.ToLeader.P90, lf.ToLeader.Max
 		return lf
 	}
@@ -166,7 +167,7 @@ func (r *runner) summarizeFailover(runs []FailoverRun) {
 			}
 			redone = append(redone, float64(run.Redone))
 		}
-		r.rep.WorkerCrash = &WorkerCrash{TimeLost: dist(lost), Redone: dist(redone), Runs: wr}
+		r.rep.WorkerCrash = &WorkerCrash{TimeLost: rig.Summarize(lost), Redone: rig.Summarize(redone), Runs: wr}
 	}
 }
 

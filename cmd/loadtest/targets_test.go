@@ -1,10 +1,11 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func TestParseDurations(t *testing.T) {
@@ -16,19 +17,6 @@ func TestParseDurations(t *testing.T) {
 		if _, err := parseDurations(bad); err == nil || !strings.Contains(err.Error(), "positive duration") {
 			t.Errorf("parseDurations(%q) = %v, want a clear error", bad, err)
 		}
-	}
-}
-
-func TestProcRSS_Self(t *testing.T) {
-	rss, err := procRSS(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rss < 1<<20 || rss > 64<<30 {
-		t.Fatalf("own VmRSS %d bytes: not a plausible size", rss)
-	}
-	if _, err := procRSS(-1); err == nil {
-		t.Fatal("procRSS of no process: no error")
 	}
 }
 
@@ -79,28 +67,28 @@ func TestTargets_Thresholds(t *testing.T) {
 		target string
 		met    bool
 	}{
-		{"takeover 2.0 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: Dist{N: 5, P90: 2.0}}}}, "crash takeover p90: kill → new leader", true},
-		{"takeover 2.1 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: Dist{N: 5, P90: 2.1}}}}, "crash takeover p90: kill → new leader", false},
-		{"first merge 2.6 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToFirstMerge: Dist{N: 5, P90: 2.6}}}}, "crash takeover p90: kill → its first merge", false},
-		{"graceful 40 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: Dist{N: 5, P90: 0.04}}}}, "graceful handover", true},
-		{"graceful 60 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: Dist{N: 5, P90: 0.06}}}}, "graceful handover", false},
-		{"follower 3 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: Dist{N: 3, P90: 3}}}, "follower SIGKILL", true},
-		{"follower 3.5 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: Dist{N: 3, P90: 3.5}}}, "follower SIGKILL", false},
-		{"outage, one change", &Report{Outage: &Outage{DownS: 30, LeaderChanges: 1}}, "leader changes during", true},
-		{"outage, two changes", &Report{Outage: &Outage{DownS: 30, LeaderChanges: 2}}, "leader changes during", false},
+		{"takeover 2.0 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 2.0}}}}, "crash takeover p90: kill → new leader", true},
+		{"takeover 2.1 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 2.1}}}}, "crash takeover p90: kill → new leader", false},
+		{"first merge 2.6 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToFirstMerge: rig.Dist{N: 5, P90: 2.6}}}}, "crash takeover p90: kill → its first merge", false},
+		{"graceful 40 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.04}}}}, "graceful handover", true},
+		{"graceful 60 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.06}}}}, "graceful handover", false},
+		{"follower 3 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: rig.Dist{N: 3, P90: 3}}}, "follower SIGKILL", true},
+		{"follower 3.5 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: rig.Dist{N: 3, P90: 3.5}}}, "follower SIGKILL", false},
+		{"outage, one change", &Report{Outage: &Outage{ServerFault: ServerFault{DownS: 30, LeaderChanges: 1}}}, "leader changes during", true},
+		{"outage, two changes", &Report{Outage: &Outage{ServerFault: ServerFault{DownS: 30, LeaderChanges: 2}}}, "leader changes during", false},
 		{"loaded, a lease break", &Report{Loaded: &Loaded{DurationS: 600, BrokeLeases: 1}}, "takeovers of a live leader", false},
 		{"throughput 0.99", &Report{Throughput: &Throughput{Ratio: 0.99, BaselinePerS: 1}}, "throughput at default", false},
 		{"cpu 80 µs", &Report{Throughput: &Throughput{CPUMicrosPerShard: 80, BaselinePerS: 1}}, "CPU per no-op shard", true},
 		{"efficiency 2 ms at 0.85", &Report{Efficiency: []Efficiency{{ShardS: 0.002, Ratio: 0.85, MakespanS: 1}}}, "efficiency at 2 ms", true},
 		{"efficiency 5 ms at 0.91", &Report{Efficiency: []Efficiency{{ShardS: 0.005, Ratio: 0.91, MakespanS: 1}}}, "efficiency at 5 ms", false},
-		{"small job 50 ms", &Report{SmallJob: &SmallJob{MedianS: 0.05, Makespan: Dist{N: 1, P50: 0.05}}}, "primes below", true},
+		{"small job 50 ms", &Report{SmallJob: &SmallJob{MedianS: 0.05, Makespan: rig.Dist{N: 1, P50: 0.05}}}, "primes below", true},
 		{"wordcount 0.89", &Report{Wordcount: &Wordcount{Ratio: 0.89}}, "wordcount", false},
 		{"straggler 1.2", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.2, Exact: true}}}, "one worker 10×", true},
 		{"straggler 1.21", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.21, Exact: true}}}, "one worker 10×", false},
 		{"straggler inexact", &Report{Straggler: &Straggler{StragglerRun: StragglerRun{Ratio: 1.1}}}, "one worker 10×", false},
 		{"big job 65 MiB", &Report{Million: &Million{Shards: 1_000_000, MaxLeaderRSSMiB: 65, RSSSamples: 10}}, "1000000-shard job: leader RSS", false},
 		{"big job not killed", &Report{Million: &Million{Shards: 1_000_000, Exact: true}}, "1000000-shard job, leader killed", false},
-		{"nats cluster exact", &Report{NATSCluster: &NATSCluster{Exact: true, DownS: 10}}, "3-node NATS cluster", true},
+		{"nats cluster exact", &Report{NATSCluster: &NATSCluster{ServerFault: ServerFault{Exact: true, DownS: 10}}}, "3-node NATS cluster", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if got := judge(c.rep, c.target); got.Met != c.met {

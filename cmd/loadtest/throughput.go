@@ -6,10 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/precise"
-
-	"github.com/mapagg/mapagg/client"
 )
 
 // throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished
@@ -21,26 +20,26 @@ func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
 	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
 	r.rep.Throughput = tp
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "tp", concurrency: cfg.ThroughputConcurrency, leaseDuration: cfg.LeaseDuration})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "tp", Concurrency: cfg.ThroughputConcurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
-	job := sleepJob(cfg.ThroughputShards, "")
+	defer r.rig.Stop(c)
+	job := knownjobs.Sleep(cfg.ThroughputShards, "")
 	var rates []float64
 	for i := range cfg.ThroughputRuns {
-		cpu0 := clusterCPU(c)
+		cpu0 := rig.ClusterCPU(c)
 		o, err := r.runJob(ctx, c, job, fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
 		if err != nil {
 			return err
 		}
-		cpu := clusterCPU(c) - cpu0
-		if !o.lost && o.exact {
-			run := ThroughputRun{Job: o.id, SecondsE2E: round3(seconds(o.makespan)), Exact: o.exact, Duplicates: o.status.Duplicates,
-				CPUMicros: round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
-			run.PerS = round3(float64(cfg.ThroughputShards) / o.makespan.Seconds())
-			if p := plannedAt(c, o.id); !p.IsZero() {
-				run.PlannedS = round3(p.Sub(o.start).Seconds())
+		cpu := rig.ClusterCPU(c) - cpu0
+		if !o.Lost && o.Exact {
+			run := ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
+				CPUMicros: rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
+			run.PerS = rig.Round3(float64(cfg.ThroughputShards) / o.Makespan.Seconds())
+			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
+				run.PlannedS = rig.Round3(p.Sub(o.Start).Seconds())
 			}
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
@@ -53,8 +52,8 @@ func (r *runner) throughput(ctx context.Context) error {
 
 		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))
 		for k, pf := range cfg.BaselinePrefetch {
-			d, err := runBaseline(ctx, r.env.natsURL, baselineOpts{name: fmt.Sprintf("%sbase%d%d", r.env.runID, i, k),
-				shards: cfg.ThroughputShards, workers: cfg.Workers, prefetch: pf})
+			d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d", r.rig.RunID(), i, k),
+				Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf})
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -62,7 +61,7 @@ func (r *runner) throughput(ctx context.Context) error {
 				r.errorf("baseline (prefetch %d): %v", pf, err)
 				continue
 			}
-			b := BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: round3(d.Seconds()), PerS: round3(float64(cfg.ThroughputShards) / d.Seconds())}
+			b := BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
 			tp.Baseline = append(tp.Baseline, b)
 			tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
 			r.log.Add(1)
@@ -70,9 +69,9 @@ func (r *runner) throughput(ctx context.Context) error {
 		}
 		r.log.Done()
 	}
-	tp.PerS = dist(rates)
+	tp.PerS = rig.Summarize(rates)
 	if tp.BaselinePerS > 0 {
-		tp.Ratio = round3(tp.ShardsPerS / tp.BaselinePerS)
+		tp.Ratio = rig.Round3(tp.ShardsPerS / tp.BaselinePerS)
 	}
 	return nil
 }
@@ -82,40 +81,40 @@ func (r *runner) throughput(ctx context.Context) error {
 // work ÷ slots.
 func (r *runner) efficiency(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.env.startCluster(ctx, clusterSpec{name: "eff", concurrency: cfg.Concurrency, leaseDuration: cfg.LeaseDuration})
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "eff", Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.env.stopCluster(c)
-	sn, err := startSniffer(c)
+	defer r.rig.Stop(c)
+	sn, err := rig.StartSniffer(c)
 	if err != nil {
 		return err
 	}
-	defer sn.close()
+	defer sn.Close()
 	for _, d := range cfg.EfficiencyDurations {
 		shards := max(1, int(cfg.EfficiencyIdeal.Seconds()*float64(cfg.slots())/d.Seconds()))
-		job := sleepJob(shards, d.String())
+		job := knownjobs.Sleep(shards, d.String())
 		o, err := r.runJob(ctx, c, job, "efficiency "+d.String(), shards)
 		if err != nil {
 			return err
 		}
-		results, _ := sn.take(o.id)
+		results, _ := sn.Take(o.ID)
 		ideal := d.Seconds() * float64(shards) / float64(cfg.slots())
-		e := Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: round3(ideal), Job: o.id, Exact: o.exact}
-		if !o.lost && o.makespan > 0 {
-			e.MakespanS = round3(o.makespan.Seconds())
-			e.Ratio = round3(ideal / o.makespan.Seconds())
-			e.MakespanOverIdeal = round3(o.makespan.Seconds() / ideal)
-			if p := plannedAt(c, o.id); !p.IsZero() {
-				e.PlannedS = round3(p.Sub(o.start).Seconds())
+		e := Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: rig.Round3(ideal), Job: o.ID, Exact: o.Exact}
+		if !o.Lost && o.Makespan > 0 {
+			e.MakespanS = rig.Round3(o.Makespan.Seconds())
+			e.Ratio = rig.Round3(ideal / o.Makespan.Seconds())
+			e.MakespanOverIdeal = rig.Round3(o.Makespan.Seconds() / ideal)
+			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
+				e.PlannedS = rig.Round3(p.Sub(o.Start).Seconds())
 			}
 			var busy time.Duration
 			for _, x := range results {
 				busy += time.Duration(x.Micros) * time.Microsecond
 			}
 			if len(results) > 0 {
-				e.SlotUse = round3(busy.Seconds() / (float64(cfg.slots()) * o.makespan.Seconds()))
-				e.MapMeanMs = round3(1000 * busy.Seconds() / float64(len(results)))
+				e.SlotUse = rig.Round3(busy.Seconds() / (float64(cfg.slots()) * o.Makespan.Seconds()))
+				e.MapMeanMs = rig.Round3(1000 * busy.Seconds() / float64(len(results)))
 			}
 			e.TimerRef, e.PreciseRef = timerRefs(ctx, d, cfg.slots(), shards)
 			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f (slots %.1f%% in map steps, mean map %.3f ms; a bare loop: %.3f with a time.Timer, %.3f with the precise sleep)",
@@ -128,25 +127,9 @@ func (r *runner) efficiency(ctx context.Context) error {
 	return nil
 }
 
-// runJob submits job, shows its progress as phase, waits for it and accounts its outcome.
-func (r *runner) runJob(ctx context.Context, c *cluster.Cluster, job jobSpec, phase string, shards int) (outcome, error) {
-	r.log.Phase(phase, shards)
-	id, start, err := submit(ctx, c, job)
-	if err != nil {
-		return outcome{}, err
-	}
-	o, err := await(ctx, c, job, id, start, r.cfg.JobTimeout, func(s client.Status) { r.log.Set(s.ShardsDone) })
-	r.log.Done()
-	if err != nil {
-		return o, err
-	}
-	r.account(o)
-	return o, nil
-}
-
-// timerRefs runs the bare loop the efficiency of shards of d is compared with: slots goroutines
-// sleeping d in turn, shards sleeps in all (at most a second's worth of them), first with a
-// time.Timer, then with precise.Sleep, and returns ideal ÷ makespan of each.
+// timerRefs runs the bare loop that shards of d are compared with: slots goroutines sleeping d
+// in turn, at most a second's worth. It runs once with a time.Timer, once with precise.Sleep,
+// and returns ideal ÷ makespan of each.
 func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
 	per := max(1, min(shards/slots, int(time.Second/d)))
 	run := func(sleep func(context.Context, time.Duration) error) float64 {
@@ -164,7 +147,7 @@ func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, 
 			}()
 		}
 		wg.Wait()
-		return round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
+		return rig.Round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
 	}
 	timer = run(precise.TimerSleep)
 	return timer, run(precise.Sleep)

@@ -3,68 +3,8 @@ package main
 import (
 	"bytes"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 )
-
-func TestDist_NearestRank(t *testing.T) {
-	var oneToTwenty []float64
-	for i := 20; i >= 1; i-- {
-		oneToTwenty = append(oneToTwenty, float64(i))
-	}
-	for _, c := range []struct {
-		name string
-		xs   []float64
-		want Dist
-	}{
-		{"empty", nil, Dist{}},
-		{"one", []float64{3}, Dist{N: 1, P50: 3, P90: 3, Max: 3, Min: 3}},
-		{"twenty", oneToTwenty, Dist{N: 20, P50: 10, P90: 18, Max: 20, Min: 1}},
-		{"ten", []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, Dist{N: 10, P50: 5, P90: 9, Max: 10, Min: 1}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := dist(c.xs); got != c.want {
-				t.Errorf("dist(%v) = %+v, want %+v", c.xs, got, c.want)
-			}
-		})
-	}
-}
-
-func TestClassify_Cases(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	killed := []victim{{worker: "w1", exited: at(100)}}
-	for _, c := range []struct {
-		name    string
-		results []resultObs
-		disp    map[int]int
-		want    redo
-	}{
-		{"clean", []resultObs{{at(10), 0, 1, "w1", 0}, {at(20), 1, 1, "w2", 0}}, map[int]int{0: 1, 1: 1}, redo{results: 2}},
-		{"retried publish is one execution", []resultObs{{at(10), 0, 1, "w2", 0}, {at(11), 0, 1, "w2", 0}}, nil, redo{results: 2}},
-		{"in flight on the victim, redelivered", []resultObs{{at(10), 0, 2, "w2", 0}}, nil, redo{redelivered: 1, redone: 1, results: 1}},
-		{"completed by the victim before it died, then again", []resultObs{{at(50), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
-			redo{redelivered: 1, completedTwice: 1, redone: 1, results: 2}},
-		{"completed by a survivor, then again", []resultObs{{at(50), 0, 1, "w2", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
-			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
-		{"completed by the restarted victim, then again", []resultObs{{at(900), 0, 1, "w1", 0}, {at(5000), 0, 2, "w3", 0}}, nil,
-			redo{redelivered: 1, completedTwice: 1, redone: 1, completedRerun: 1, results: 2}},
-		{"re-dispatch counted", nil, map[int]int{0: 2, 1: 1, 2: 3}, redo{redispatched: 3}},
-		{"backed up by the leader, run twice on purpose", []resultObs{{T: at(50), Index: 0, Attempt: 1, Worker: "w2"}, {T: at(90), Index: 0, Attempt: 1, Worker: "w3"}}, map[int]int{0: 2},
-			redo{redispatched: 1, backedUp: 1, results: 2}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			var backups map[int]bool
-			if strings.HasPrefix(c.name, "backed up") {
-				backups = map[int]bool{0: true}
-			}
-			if got := classify(c.results, c.disp, backups, killed); got != c.want {
-				t.Errorf("classify = %+v, want %+v", got, c.want)
-			}
-		})
-	}
-}
 
 func TestParseFlags_QuickAndOverrides(t *testing.T) {
 	var stderr bytes.Buffer
@@ -91,33 +31,6 @@ func TestParseFlags_QuickAndOverrides(t *testing.T) {
 	} {
 		if _, _, err := parseFlags(bad, &stderr); err == nil {
 			t.Errorf("%v: accepted", bad)
-		}
-	}
-}
-
-func TestWriteSVG_MarksKillsAndElections(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	tl := &timeline{title: "crash <1>", start: t0, total: 100, finished: 16,
-		samples:   []sample{{T: t0.Add(time.Second), Done: 40}, {T: t0.Add(15 * time.Second), Done: 100}},
-		completed: []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second)},
-		kills:     []Kill{{AtS: 1.5, Worker: "w2", Signal: "SIGKILL"}},
-		elections: []Elect{{AtS: 14.2, Worker: "w1", Epoch: 7}}}
-	var b bytes.Buffer
-	if err := writeSVG(&b, []*timeline{tl}); err != nil {
-		t.Fatal(err)
-	}
-	svg := b.String()
-	for _, want := range []string{"<svg", "SIGKILL w2", "w1 e7", colKill, colElect, "crash &lt;1&gt;", "finished 16.00 s", "</svg>"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("svg lacks %q", want)
-		}
-	}
-}
-
-func TestNiceStep(t *testing.T) {
-	for _, c := range []struct{ span, want float64 }{{16, 2}, {30, 5}, {7, 1}, {0.9, 0.2}, {160, 20}} {
-		if got := niceStep(c.span, 8); got != c.want {
-			t.Errorf("niceStep(%v) = %v, want %v", c.span, got, c.want)
 		}
 	}
 }

@@ -3,8 +3,8 @@
 // keeps the set of workers heard from recently, and workers publish their election and
 // coordinator events (Event) on Names.Events() for tools and tests.
 //
-// Guaranteed: a worker that stops announcing leaves the live set within Watcher.Expiry (default
-// three announce intervals); decoders refuse malformed or oversized messages with an error that
+// Guaranteed: a worker that stops announcing leaves the live set within the expiry given to
+// Watch (default three announce intervals); decoders refuse malformed or oversized messages with an error that
 // says what is wrong. Not guaranteed: delivery. These are hints on core NATS (at most once); the
 // leader's identity of record is the lease blob, and an event missed by a subscriber is gone
 // (each worker also keeps its recent events at /api/events).

@@ -7,7 +7,8 @@ import "fmt"
 //	<job-id>/spec.json          the submitted Spec (written once, If-None-Match)
 //	<job-id>/plan-<epoch>/<p>   page p of the shards, as planned by the leader of that epoch
 //	                            (stored plans only: an indexed plan stores nothing)
-//	<job-id>/checkpoint         the Checkpoint (conditional writes, If-Match)
+//	<job-id>/checkpoint         the Checkpoint (conditional writes, If-Match); its metadata is
+//	                            the job's StatusRecord, set by the same write
 //	<job-id>/result.json        the final result (a copy of Checkpoint.Result)
 //	<job-id>/cancel             present when a user asked to cancel the job
 //	<job-id>/partials/<i>-<a>   a large partial of shard i, attempt a

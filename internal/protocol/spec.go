@@ -26,6 +26,10 @@ type Spec struct {
 	// Schedule and Tick name the schedule and tick that made the job.
 	Schedule string     `json:"schedule,omitempty"`
 	Tick     *time.Time `json:"tick,omitempty"`
+	// Priority weighs the job's share of dispatch against running jobs of its type: each step
+	// up doubles it (MinPriority to MaxPriority; 0, the default, is left out of the JSON, so
+	// earlier builds read such specs).
+	Priority int `json:"priority,omitempty"`
 }
 
 // Limits of a spec's dependency and retry fields.
@@ -34,7 +38,22 @@ const (
 	MaxRetries = 10
 )
 
-// ErrBadSpec is matched by every error ParseSpec and Spec.Check return.
+// Priorities a job may have.
+const (
+	MinPriority = -10
+	MaxPriority = 10
+)
+
+// PriorityWeight is a job's share weight: 2^priority.
+func PriorityWeight(p int) float64 {
+	p = min(max(p, MinPriority), MaxPriority)
+	if p >= 0 {
+		return float64(uint(1) << p)
+	}
+	return 1 / float64(uint(1)<<-p)
+}
+
+// ErrBadSpec is matched by every error ParseSpec returns.
 var ErrBadSpec = errors.New("bad job spec")
 
 // ErrBadID is matched by errors about a malformed job id.
@@ -108,6 +127,9 @@ func (s *Spec) checkShape() error {
 	}
 	if s.Type == "" {
 		return fmt.Errorf("%w: no job type", ErrBadSpec)
+	}
+	if s.Priority < MinPriority || s.Priority > MaxPriority {
+		return fmt.Errorf("%w: priority %d: use %d to %d (higher runs sooner)", ErrBadSpec, s.Priority, MinPriority, MaxPriority)
 	}
 	if len(s.Params) == 0 || !json.Valid(s.Params) {
 		return fmt.Errorf("%w: params must be a JSON value", ErrBadSpec)

@@ -14,6 +14,10 @@
 //		}
 //	}
 //
+// RunKeyed(t, job, env, params) does the same for a keyed job (jobs.KeyedJob): Map of every shard
+// in a random order (some twice), then each key's values reduced in emit order, shuffled, and
+// combined in random groupings; all must give the same records, which it returns.
+//
 // Env is an in-memory jobs.Env for jobs that read blobs (Put(container, name, data)). Check is Run
 // without a *testing.T. FuzzAggregate and FuzzParams fuzz the decoders of outside input a job has:
 // its partials and checkpoints, and its parameters.

@@ -107,7 +107,8 @@ function jobRow(j) {
   }
   return el("tr", { class: "job" + (j.id === selected ? " selected" : ""), "data-id": j.id, "data-state": j.state,
       onclick: () => { selected = j.id; render(); } },
-    el("td", {}, j.id), el("td", {}, j.type), el("td", { class: "state-" + j.state }, j.state + (j.error ? ": " + j.error : "")),
+    el("td", {}, j.id), el("td", {}, j.type), el("td", { class: "state-" + j.state }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
+      ((j.error || j.unreadable || j.note) ? ": " + (j.error || j.unreadable || j.note) : "")),
     el("td", {}, bar), el("td", {}, j.rate ? j.rate.toFixed(1) + " /s" : "–"), el("td", {}, secs(j.eta_seconds)),
     el("td", {}, j.duplicates), actions);
 }

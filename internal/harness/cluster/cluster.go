@@ -1,10 +1,10 @@
-// Package cluster runs a real local cluster for end-to-end tests, the load test and the demo:
-// Azurite (two node processes), a NATS server with JetStream (in-process, or a nats-server process
-// with Options.NATSBin), and N `worker run`
-// processes, which it can kill with any signal and restart. It learns about elections and first
-// merges from the typed events the workers publish on NATS (package membership; the kinds are
-// election.EventKind and coordinator.EventKind values), never from their log text, and knows each
-// worker's HTTP address from its membership announcements.
+// Package cluster runs a real local cluster of worker processes; clustertest is its public face.
+//
+// A cluster is Azurite, a NATS server with JetStream (in-process, or a nats-server process with
+// Options.NATSBin) and N `worker run` processes, which it can kill with any signal and restart.
+// It learns about elections and merges from the typed events the workers publish on NATS
+// (package membership), never from their log text. It knows each worker's HTTP address from its
+// membership announcements.
 //
 // Every server listens on 127.0.0.1 only. Worker and Azurite processes get a parent-death signal,
 // so they stop by themselves if the owner dies; Stop stops them by process id.
@@ -35,6 +35,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
@@ -73,6 +74,8 @@ type Options struct {
 	// NATSBin, when set (and NATSURL is not), runs NATS as this nats-server binary in a child
 	// process instead of in-process, so that it can be killed and restarted (see NATSProcess).
 	NATSBin string
+	// Registry has the job types Client validates before a submit. Default builtin.Registry().
+	Registry *jobs.Registry
 }
 
 // Event is one election or coordinator event of a worker, as it published it on NATS.
@@ -132,6 +135,8 @@ type Cluster struct {
 	eventsSub *nats.Subscription
 	members   *membership.Watcher
 
+	stopOnce sync.Once
+
 	mu     sync.Mutex
 	procs  map[string]*Proc
 	all    []*Proc
@@ -167,6 +172,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.MaxAttempts == 0 {
 		opts.MaxAttempts = 3
+	}
+	if opts.Registry == nil {
+		opts.Registry = builtin.Registry()
 	}
 	c := &Cluster{opts: opts, procs: map[string]*Proc{}, ConnStr: opts.ConnStr, NATSURL: opts.NATSURL}
 	ok := false
@@ -215,7 +223,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if c.Bus, err = bus.Connect(c.NATSURL, "cluster-harness", bus.Config{Prefix: prefix}); err != nil {
 		return nil, err
 	}
-	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus, Registry: builtin.Registry()}
+	c.Client = &client.Client{Store: jobsC, Queue: q, Notify: c.Bus, Registry: opts.Registry}
 	names := protocol.NewNames(prefix)
 	if c.eventsSub, err = c.Bus.Conn().Subscribe(names.Events(), c.onEvent); err != nil {
 		return nil, fmt.Errorf("subscribe to worker events: %w", err)
@@ -254,6 +262,12 @@ func (c *Cluster) Names() protocol.Names {
 func (c *Cluster) JobsContainer() string {
 	jc, _, _, _ := c.opts.names()
 	return jc
+}
+
+// QueueName is the name of the cluster's job queue.
+func (c *Cluster) QueueName() string {
+	_, qn, _, _ := c.opts.names()
+	return qn
 }
 
 // Blob is the cluster's blob service client.
@@ -354,15 +368,25 @@ func (c *Cluster) Proc(id string) *Proc {
 }
 
 // Running lists the ids of workers still running, sorted.
-func (c *Cluster) Running() []string {
+func (c *Cluster) Running() []string { return c.list(false) }
+
+// Exited lists the workers whose latest process has exited, with how it ended, sorted.
+func (c *Cluster) Exited() []string { return c.list(true) }
+
+func (c *Cluster) list(exited bool) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for id, p := range c.procs {
 		select {
 		case <-p.done:
+			if exited {
+				out = append(out, fmt.Sprintf("%s (%v)", id, p.err))
+			}
 		default:
-			out = append(out, id)
+			if !exited {
+				out = append(out, id)
+			}
 		}
 	}
 	sort.Strings(out)
@@ -417,6 +441,16 @@ func (c *Cluster) Events() []Event {
 	return append([]Event(nil), c.events...)
 }
 
+// EventAfter returns the first event of kind after t.
+func (c *Cluster) EventAfter(kind string, t time.Time) (Event, bool) {
+	for _, e := range c.Events() {
+		if e.Kind == kind && e.Time.After(t) {
+			return e, true
+		}
+	}
+	return Event{}, false
+}
+
 // WaitEvent polls the events until one satisfies ok, or ctx ends.
 func (c *Cluster) WaitEvent(ctx context.Context, ok func(Event) bool) (Event, error) {
 	for {
@@ -434,7 +468,10 @@ func (c *Cluster) WaitEvent(ctx context.Context, ok func(Event) bool) (Event, er
 }
 
 // Stop stops every worker (SIGTERM, then SIGKILL after 10s) and the servers it started.
-func (c *Cluster) Stop() {
+// It is safe to call more than once.
+func (c *Cluster) Stop() { c.stopOnce.Do(c.stop) }
+
+func (c *Cluster) stop() {
 	c.mu.Lock()
 	procs := append([]*Proc(nil), c.all...)
 	c.mu.Unlock()
@@ -476,22 +513,31 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// Build compiles the worker binary into dir (with the race detector when race is set) and
-// returns its path. It runs `go build` in the module root.
+// Build compiles the stock worker binary (./cmd/worker of this module) into dir, with the race
+// detector when race is set, and returns its path.
 func Build(dir string, race bool) (string, error) {
 	root, err := devserver.RepoRoot()
 	if err != nil {
 		return "", err
 	}
+	return BuildPackage(dir, root, "./cmd/worker", race)
+}
+
+// BuildPackage compiles the main package pkg, as `go build` in folder from takes it, into dir.
+// It returns the binary's path.
+func BuildPackage(dir, from, pkg string, race bool) (string, error) {
 	out := filepath.Join(dir, "worker")
+	if base := filepath.Base(strings.TrimSuffix(pkg, "/")); base != "." && base != ".." {
+		out = filepath.Join(dir, base)
+	}
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/worker")...)
-	cmd.Dir = root
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = from
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build worker: %w\n%s", err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return out, nil
 }

@@ -1,9 +1,9 @@
-// Package devserver starts the real servers the system runs on, for tests, the demo and the load
-// test: Azurite (blob and queue as two node processes with disk persistence on free 127.0.0.1
-// ports) and a NATS server with JetStream (in-process). Nothing here is a mock.
+// Package devserver starts the real servers the system runs on, on free 127.0.0.1 ports.
 //
-// Azurite's processes are started with a parent-death signal, so they stop by themselves if their
-// parent dies, and Stop kills them by process id.
+// Azurite runs as two node processes (blob and queue) with disk persistence. NATS with JetStream
+// runs in-process (StartNATS), as a nats-server process (StartNATSProcess, NATSBin builds it), or
+// as a cluster of in-process nodes (StartNATSCluster). Nothing here is a mock. Child processes
+// get a parent-death signal, and Stop kills them by pid.
 package devserver
 
 import (
@@ -189,29 +189,30 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// AzuriteBin returns the path of an Azurite binary ("azurite-blob" or "azurite-queue") in the
-// repository's Azurite/node_modules, or an error that says how to install it.
+// AzuriteBin returns the path of an Azurite binary ("azurite-blob" or "azurite-queue"): the one
+// in this repository's Azurite/node_modules, else the one on PATH (npm install -g azurite).
 func AzuriteBin(name string) (string, error) {
 	root, err := RepoRoot()
-	if err != nil {
-		return "", err
+	if err == nil {
+		p := filepath.Join(root, "Azurite", "node_modules", ".bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
 	}
-	p := filepath.Join(root, "Azurite", "node_modules", ".bin", name)
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s not found at %s: install Azurite with `npm ci --prefix %s` (or `make azurite`)",
-			name, p, filepath.Join(root, "Azurite"))
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
 	}
-	return p, nil
+	return "", fmt.Errorf("%s not found at %s nor on PATH: install Azurite with `make azurite` here, or `npm install -g azurite`",
+		name, filepath.Join(root, "Azurite", "node_modules", ".bin"))
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // StartAzurite starts a fresh Azurite (blob + queue) in dir on free ports and waits until both

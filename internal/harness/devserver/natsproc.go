@@ -9,9 +9,8 @@ import (
 	"time"
 )
 
-// NATSProcess is a nats-server binary run as a child process (JetStream, file store in Dir), for
-// fault injection: unlike the in-process server of StartNATS it can be killed with any signal
-// and restarted on the same port with the same store.
+// NATSProcess is a nats-server binary run as a child process (JetStream, file store in Dir).
+// Unlike StartNATS's server, it can be killed with any signal and restarted on its port and store.
 type NATSProcess struct {
 	Bin  string
 	Port int
@@ -20,18 +19,24 @@ type NATSProcess struct {
 	done chan struct{}
 }
 
-// NATSBin returns the path of the nats-server binary `make nats-server` builds (bin/nats-server
-// in the module root), or an error that says how to build it.
-func NATSBin() (string, error) {
+// NATSBin returns bin/nats-server in the module root (`make nats-server` builds it) when it
+// exists; otherwise it builds nats-server, at the version go.mod pins, into dir.
+func NATSBin(dir string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	p := filepath.Join(root, "bin", "nats-server")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("nats-server not found at %s: build it with `make nats-server`", p)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
 	}
-	return p, nil
+	out := filepath.Join(dir, "nats-server")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build nats-server (or run `make nats-server`): %w\n%s", err, b)
+	}
+	return out, nil
 }
 
 // StartNATSProcess starts bin with JetStream on a free 127.0.0.1 port, storing in dir, and waits

@@ -2,8 +2,7 @@ package devserver
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -12,23 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// natsServer returns bin/nats-server, building it (at the version go.mod pins) when absent.
+// natsServer returns the one nats-server binary (built when absent).
 func natsServer(t *testing.T) string {
 	t.Helper()
-	if p, err := NATSBin(); err == nil {
-		return p
-	}
-	root, err := RepoRoot()
+	p, err := NATSBin(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(t.TempDir(), "nats-server")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/nats-io/nats-server/v2")
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build nats-server: %v\n%s", err, b)
-	}
-	return out
+	return p
 }
 
 // A nats-server process killed with SIGKILL comes back on the same port with its stream.
@@ -128,5 +118,51 @@ func TestAzurite_KillAndRestartOneService(t *testing.T) {
 		if syscall.Kill(pid, 0) == nil {
 			t.Fatalf("pid %d still running after Stop", pid)
 		}
+	}
+}
+
+// A node of a NATS cluster stopped and started again comes back on its port, and the cluster
+// keeps a JetStream meta leader.
+func TestNATSCluster_NodeRestartsAsItself(t *testing.T) {
+	c, err := StartNATSCluster(t.TempDir(), 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if got := len(strings.Split(c.URLs(), ",")); got != 3 {
+		t.Fatalf("URLs %q: %d nodes, want 3", c.URLs(), got)
+	}
+	c.StopNode(0)
+	if nc, err := nats.Connect(c.URL(0), nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatalf("node 0 still accepts connections after StopNode")
+	}
+	if err := c.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.URL(0))
+	if err != nil {
+		t.Fatalf("node 0 after Start: %v", err)
+	}
+	nc.Close()
+	for deadline := time.Now().Add(30 * time.Second); !c.hasMetaLeader(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no JetStream meta leader within 30s of the restart")
+		}
+	}
+}
+
+// FreePorts never returns the same port twice in one call.
+func TestFreePorts_Distinct(t *testing.T) {
+	ports, err := FreePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Fatalf("port %d twice in %v", p, ports)
+		}
+		seen[p] = true
 	}
 }

@@ -1,7 +1,8 @@
-// Package knownjobs holds built-in jobs whose exact answers are known in advance, for the tools
-// that check a cluster's results (the load test, the fault matrix): a sleep job's index sum is
-// n·(n−1)/2, and the number of primes below 10⁷ and 2·10⁷ are public facts. Check says whether a
-// result is exactly right; it never accepts an approximate one.
+// Package knownjobs holds built-in jobs whose exact answers are known in advance.
+//
+// The load test and the fault matrix check a cluster's results with them. A sleep job's index
+// sum is n·(n−1)/2; the numbers of primes below 10⁷ and 2·10⁷ are public facts. Check says
+// whether a result is exactly right; it never accepts an approximate one.
 package knownjobs
 
 import (

@@ -1,7 +1,8 @@
-// Package testenv gives tests the real servers the system runs on (see internal/devserver):
-// Azurite started at most once per test binary and stopped by process id when the binary's
-// TestMain returns (use Main), and an in-process NATS server with JetStream per test. If Azurite's
-// npm packages are missing, tests fail with the command that installs them; nothing is skipped.
+// Package testenv gives product tests the real servers the system runs on.
+//
+// Azurite starts at most once per test binary and is stopped by pid when its TestMain returns
+// (use Main). Each test gets an in-process NATS server with JetStream. If Azurite's npm packages
+// are missing, tests fail with the command that installs them; nothing is skipped.
 package testenv
 
 import (

@@ -1,4 +1,4 @@
-package main
+package rig
 
 import (
 	"context"
@@ -16,22 +16,21 @@ import (
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// baselineOpts size one baseline variant.
-type baselineOpts struct {
-	name     string // stream name prefix, unique per variant
-	shards   int
-	workers  int // consuming connections, like worker processes
-	prefetch int // messages each pulls ahead
+// BaselineOptions size one baseline variant.
+type BaselineOptions struct {
+	Name     string // stream name prefix, unique per variant
+	Shards   int
+	Workers  int // consuming connections, like worker processes
+	Prefetch int // messages each pulls ahead
 }
 
-// runBaseline drives the JetStream round trip the system makes for every shard, with no
-// coordination: publish the shards (in acknowledged batches of 1,024 with message ids, as the
-// leader dispatches), fetch + process + publish a result + ack on `workers` connections (as the
-// workers do: the shard is acked once its result is stored), and fetch + ack every result on
-// one connection (as the leader does). Same streams (file storage, work queue, duplicate
-// window), same message bodies. It returns the time from the first publish to the last result
-// acknowledged.
-func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration, error) {
+// Baseline drives the JetStream round trip the system makes for every shard, with no
+// coordination: the yardstick of the load test's throughput. It publishes the shards in acked
+// batches of 1,024 with message ids, as the leader dispatches. Workers connections fetch,
+// process, publish a result and ack, as the workers do. One connection fetches and acks every
+// result, as the leader does. Streams and message bodies are the system's. It returns the time
+// from the first publish to the last result acknowledged.
+func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	conn := func(name string) (*nats.Conn, jetstream.JetStream, error) {
@@ -46,13 +45,13 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 		}
 		return nc, js, nil
 	}
-	lnc, ljs, err := conn(o.name + "-leader")
+	lnc, ljs, err := conn(o.Name + "-leader")
 	if err != nil {
 		return 0, fmt.Errorf("baseline: %w", err)
 	}
 	defer lnc.Close()
-	shardSubj, resultSubj := o.name+".shards", o.name+".results"
-	up := func(s string) string { return fmt.Sprintf("%s_%s", upper(o.name), s) }
+	shardSubj, resultSubj := o.Name+".shards", o.Name+".results"
+	up := func(s string) string { return fmt.Sprintf("%s_%s", upper(o.Name), s) }
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: up("SHARDS"), Subjects: []string{shardSubj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute},
 		{Name: up("RESULTS"), Subjects: []string{resultSubj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute},
@@ -78,8 +77,8 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 	}
 
 	// The same bodies the system sends: sleep shards of 0s, and their results.
-	job := "20260101-000000-base" + fmt.Sprintf("%04d", o.shards%10000)
-	params, _ := json.Marshal(builtin.SleepParams{Shards: o.shards})
+	job := "20260101-000000-base" + fmt.Sprintf("%04d", o.Shards%10000)
+	params, _ := json.Marshal(builtin.SleepParams{Shards: o.Shards})
 	plan, err := builtin.Sleep{}.Split(ctx, nil, params)
 	if err != nil {
 		return 0, err
@@ -93,14 +92,14 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, o.workers+2)
+	errc := make(chan error, o.Workers+2)
 	wctx, stopWorkers := context.WithCancel(ctx)
 	defer func() {
 		stopWorkers()
 		wg.Wait()
 	}()
-	for w := range o.workers {
-		nc, js, err := conn(fmt.Sprintf("%s-w%d", o.name, w))
+	for w := range o.Workers {
+		nc, js, err := conn(fmt.Sprintf("%s-w%d", o.Name, w))
 		if err != nil {
 			return 0, err
 		}
@@ -108,7 +107,7 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := baselineWorker(wctx, js, shardCons, resultSubj, fmt.Sprintf("w%d", w), o.prefetch); err != nil && wctx.Err() == nil {
+			if err := baselineWorker(wctx, js, shardCons, resultSubj, fmt.Sprintf("w%d", w), o.Prefetch); err != nil && wctx.Err() == nil {
 				errc <- err
 			}
 		}()
@@ -119,7 +118,7 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		seen := make([]bool, o.shards)
+		seen := make([]bool, o.Shards)
 		mc, err := resCons.Messages(jetstream.PullMaxMessages(2048))
 		if err != nil {
 			errc <- err
@@ -128,7 +127,7 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 		context.AfterFunc(wctx, mc.Stop)
 		defer mc.Stop()
 		n := 0
-		for n < o.shards {
+		for n < o.Shards {
 			m, err := mc.Next()
 			if err != nil {
 				if wctx.Err() == nil {
@@ -180,7 +179,7 @@ func runBaseline(ctx context.Context, url string, o baselineOpts) (time.Duration
 	case err := <-errc:
 		return 0, fmt.Errorf("baseline: %w", err)
 	case <-ctx.Done():
-		return 0, fmt.Errorf("baseline: %d of %d results: %w", got.Load(), o.shards, ctx.Err())
+		return 0, fmt.Errorf("baseline: %d of %d results: %w", got.Load(), o.Shards, ctx.Err())
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package rig
 
 import (
 	"fmt"
@@ -15,8 +15,8 @@ import (
 // architecture Go supports.
 const clockTicks = 100
 
-// procCPU is the user+system CPU time process pid has used (Linux /proc).
-func procCPU(pid int) (time.Duration, error) {
+// ProcCPU is the user+system CPU time process pid has used (Linux /proc).
+func ProcCPU(pid int) (time.Duration, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -39,24 +39,42 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// selfCPU is this process's user+system CPU time (the in-process NATS server, the client and
+// SelfCPU is this process's user+system CPU time (the in-process NATS server, the client and
 // the observers).
-func selfCPU() time.Duration {
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// clusterCPU is the CPU time of c's running worker processes plus this process's. Azurite (a
+// ClusterCPU is the CPU time of c's running worker processes plus this process's. Azurite (a
 // separate process the environment starts) is not counted: it serves checkpoints, not shards.
-func clusterCPU(c *cluster.Cluster) time.Duration {
-	total := selfCPU()
+func ClusterCPU(c *cluster.Cluster) time.Duration {
+	total := SelfCPU()
 	for _, id := range c.Running() {
 		if p := c.Proc(id); p != nil {
-			if d, err := procCPU(p.PID); err == nil {
+			if d, err := ProcCPU(p.PID); err == nil {
 				total += d
 			}
 		}
 	}
 	return total
+}
+
+// ProcRSS is the resident set size of process pid in bytes (VmRSS of /proc/<pid>/status).
+func ProcRSS(pid int) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }

@@ -1,4 +1,4 @@
-package main
+package rig
 
 import (
 	"fmt"
@@ -11,9 +11,9 @@ import (
 	"golang.org/x/term"
 )
 
-// progress is the display while the load test runs: one progress bar per phase on a terminal,
+// Progress is the display of a long run: one progress bar per phase on a terminal,
 // plain timestamped lines otherwise (CI logs, go test). Safe for concurrent use.
-type progress struct {
+type Progress struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
@@ -25,9 +25,9 @@ type progress struct {
 	last  time.Time // last plain progress line
 }
 
-// newProgress writes to w; a bar is drawn only when w is a terminal.
-func newProgress(w io.Writer) *progress {
-	p := &progress{w: w, start: time.Now()}
+// NewProgress writes to w; a bar is drawn only when w is a terminal.
+func NewProgress(w io.Writer) *Progress {
+	p := &Progress{w: w, start: time.Now()}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.tty = true
 	}
@@ -35,7 +35,7 @@ func newProgress(w io.Writer) *progress {
 }
 
 // Phase starts a new phase of total units, ending the previous one.
-func (p *progress) Phase(name string, total int) {
+func (p *Progress) Phase(name string, total int) {
 	if p == nil {
 		return
 	}
@@ -56,7 +56,7 @@ func (p *progress) Phase(name string, total int) {
 }
 
 // Set moves the current phase to n units.
-func (p *progress) Set(n int) {
+func (p *Progress) Set(n int) {
 	if p == nil {
 		return
 	}
@@ -74,7 +74,7 @@ func (p *progress) Set(n int) {
 }
 
 // Add moves the current phase on by d units.
-func (p *progress) Add(d int) {
+func (p *Progress) Add(d int) {
 	if p == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (p *progress) Add(d int) {
 }
 
 // Logf prints a line above the bar (or as a plain line).
-func (p *progress) Logf(format string, args ...any) {
+func (p *Progress) Logf(format string, args ...any) {
 	if p == nil {
 		return
 	}
@@ -102,7 +102,7 @@ func (p *progress) Logf(format string, args ...any) {
 }
 
 // Done ends the current phase.
-func (p *progress) Done() {
+func (p *Progress) Done() {
 	if p == nil {
 		return
 	}
@@ -111,7 +111,7 @@ func (p *progress) Done() {
 	p.finishLocked()
 }
 
-func (p *progress) finishLocked() {
+func (p *Progress) finishLocked() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 		p.bar = nil

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/coordinator"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+// million runs one job of MillionShards zero-duration shards at default settings, sampling the
+// leader's resident memory and the shard stream's backlog throughout, and SIGKILLs the leader at
+// 50 % (restarting it). The result must be exact.
+func (r *runner) million(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "big", LeaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(c)
+	js, err := jetstream.New(c.Bus.Conn())
+	if err != nil {
+		return err
+	}
+	stream := protocol.NewNames(strings.ReplaceAll(c.Options().Namespace, "-", "")).ShardStream()
+	m := &Million{Shards: cfg.MillionShards, Window: coordinator.DefaultConfig().DispatchWindow}
+	r.mu.Lock()
+	r.rep.Million = m
+	r.mu.Unlock()
+	job := knownjobs.Sleep(cfg.MillionShards, "")
+	r.log.Phase(fmt.Sprintf("big job (%d shards)", cfg.MillionShards), cfg.MillionShards)
+	defer r.log.Done()
+	id, start, err := rig.Submit(ctx, c, job)
+	if err != nil {
+		return err
+	}
+	m.Job = id
+	smp := rig.StartSampler(ctx, c, id, 100*time.Millisecond)
+	defer smp.Close()
+	jctx, cancel := context.WithTimeout(ctx, 2*cfg.JobTimeout)
+	defer cancel()
+
+	// The memory and backlog sampler.
+	samplerDone := make(chan struct{})
+	sctx, stopSampling := context.WithCancel(jctx)
+	go func() {
+		defer close(samplerDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			x := MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
+			if l, err := c.Leader(sctx); err == nil && l != nil {
+				x.Leader = l.ID
+				if p := c.Proc(l.ID); p != nil {
+					if rss, err := rig.ProcRSS(p.PID); err == nil {
+						x.RSSMiB = rig.Round3(float64(rss) / (1 << 20))
+					}
+				}
+			}
+			if info, err := js.Stream(sctx, stream); err == nil {
+				st := info.CachedInfo().State
+				x.Backlog = st.Msgs
+				m.MaxBacklogBytes = max(m.MaxBacklogBytes, st.Bytes)
+			}
+			if s, ok, _ := smp.Last(); ok {
+				x.Done = s.Done
+				r.log.Set(s.Done)
+			}
+			r.mu.Lock()
+			m.Samples = append(m.Samples, x)
+			m.MaxLeaderRSSMiB = max(m.MaxLeaderRSSMiB, x.RSSMiB)
+			m.MaxBacklog = max(m.MaxBacklog, x.Backlog)
+			if x.RSSMiB > 0 {
+				m.RSSSamples++
+			}
+			r.mu.Unlock()
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	defer func() {
+		stopSampling()
+		<-samplerDone
+	}()
+
+	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
+	rw, err := rig.WatchResults(c, (cfg.MillionShards+1)/2)
+	if err != nil {
+		return err
+	}
+	defer rw.Stop()
+	select {
+	case <-rw.Reached():
+	case <-smp.Done():
+	case <-jctx.Done():
+	}
+	var marks []Kill
+	if at, _, _ := smp.Last(); !at.State.Terminal() && jctx.Err() == nil {
+		k, err := rig.KillLeader(jctx, c, syscall.SIGKILL, true, nil)
+		if err != nil {
+			return fmt.Errorf("big job: kill the leader: %w", err)
+		}
+		m.Killed, m.KilledAt = true, rw.Seen()
+		marks = append(marks, Kill{AtS: rig.Round3(k.At.Sub(start).Seconds()), Worker: k.Worker, Signal: "SIGKILL", Leader: true, Epoch: k.Epoch, at: k.At})
+		if ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > k.Epoch }); err == nil {
+			m.ToLeaderS = rig.Round3(ev.Time.Sub(k.At).Seconds())
+		}
+		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", k.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
+	}
+	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "big", id, start)
+	if err != nil {
+		return err
+	}
+	m.Exact = o.Exact
+	if o.Makespan > 0 {
+		m.MakespanS = rig.Round3(o.Makespan.Seconds())
+	}
+	m.timeline = newTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, elections(c, start, time.Now()), m.MakespanS)
+	if o.Makespan > 0 {
+		m.MakespanS = rig.Round3(o.Makespan.Seconds())
+	}
+	// Keep the report readable: every sample of a short job, about one a second of a long one.
+	if len(m.Samples) > 600 {
+		var thin []MemSample
+		for i, s := range m.Samples {
+			if i%10 == 0 {
+				thin = append(thin, s)
+			}
+		}
+		m.Samples = thin
+	}
+	r.log.Logf("big job: %d shards in %.1fs, exact %v; leader RSS max %.1f MiB (%d samples); shard stream backlog max %d messages (window %d shards)",
+		m.Shards, m.MakespanS, m.Exact, m.MaxLeaderRSSMiB, m.RSSSamples, m.MaxBacklog, m.Window)
+	return nil
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+)
+
+// ServerFault is a run with a server down mid-job: the job, its reference and what was lost.
+type ServerFault struct {
+	DownS         float64 `json:"down_s"`
+	Job           string  `json:"job"`
+	Exact         bool    `json:"exact"`
+	LeaderChanges int     `json:"leader_changes"` // new terms during the job after the first
+	MakespanS     float64 `json:"makespan_s"`
+	ReferenceS    float64 `json:"reference_makespan_s"`
+	TimeLostS     float64 `json:"time_lost_s"`
+
+	timeline *rig.Timeline
+}
+
+// outage is issue 11's NATS-outage run: a cluster on a nats-server process of its own,
+// SIGKILLed mid-job for OutageDuration and started again on the same port and store. The job
+// must finish exact, and the cluster may change leader at most once.
+func (r *runner) outage(ctx context.Context) error {
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "outage", LeaseDuration: r.cfg.LeaseDuration, MapDelay: r.cfg.MapDelay, NATSProcess: true})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(c)
+	np := c.NATSProcess()
+	r.log.Logf("nats-outage: nats-server process on %s", np.URL())
+	out := &Outage{}
+	r.mu.Lock()
+	r.rep.Outage = out
+	r.mu.Unlock()
+	kill := func(context.Context) (string, string, error) {
+		return "nats-server", "SIGKILL", np.Signal(syscall.SIGKILL)
+	}
+	title := func() string { return fmt.Sprintf("NATS outage (%.0f s, sleep)", out.DownS) }
+	start, end, err := r.serverFault(ctx, c, scOutage, r.cfg.OutageDuration, true, &out.ServerFault, kill, np.Restart, title)
+	if err != nil {
+		return err
+	}
+	out.BrokeLeases = rig.CountEvents(c, string(election.EventBrokeLease), start, end, 0)
+	r.log.Logf("nats-outage: exact %v, makespan %.2fs (reference %.2fs, down %.1fs): %d leader changes, %d lease breaks",
+		out.Exact, out.MakespanS, out.ReferenceS, out.DownS, out.LeaderChanges, out.BrokeLeases)
+	return nil
+}
+
+// natsClusterRun is issue 13's scenario: a 3-node NATS cluster, R3 streams, worker wN on node
+// N−1. The leader's node is stopped mid-job for NodeDownDuration and restarted. The job must
+// finish exact; the time lost against the same job without the fault is reported.
+func (r *runner) natsClusterRun(ctx context.Context) error {
+	cfg := r.cfg
+	nc, err := devserver.StartNATSCluster(filepath.Join(cfg.Dir, "nats-cluster"), 3, nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Stop()
+	r.log.Logf("nats-cluster: 3 nodes on %s", nc.URLs())
+	we := map[string][]string{}
+	for i := 1; i <= cfg.Workers; i++ {
+		we[fmt.Sprintf("w%d", i)] = []string{"NATS_URL=" + nc.URL((i-1)%3)}
+	}
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "n3", LeaseDuration: cfg.LeaseDuration, NATSURL: nc.URLs(),
+		MapDelay: cfg.MapDelay, Env: []string{"STREAM_REPLICAS=3"}, WorkerEnv: we})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(c)
+	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
+	r.mu.Lock()
+	r.rep.NATSCluster = res
+	r.mu.Unlock()
+	stop := func(ctx context.Context) (string, string, error) {
+		res.KilledNode = 0
+		if l, err := c.Leader(ctx); err == nil && l != nil {
+			var w int
+			if _, err := fmt.Sscanf(l.ID, "w%d", &w); err == nil && w >= 1 {
+				res.KilledNode = (w - 1) % 3
+			}
+		}
+		nc.StopNode(res.KilledNode)
+		return fmt.Sprintf("nats n%d", res.KilledNode), "stop", nil
+	}
+	restart := func() error { return nc.Start(res.KilledNode) }
+	title := func() string {
+		return fmt.Sprintf("3-node NATS cluster, node n%d down %.0f s", res.KilledNode, res.DownS)
+	}
+	if _, _, err := r.serverFault(ctx, c, scNATSCluster, cfg.NodeDownDuration, false, &res.ServerFault, stop, restart, title); err != nil {
+		return err
+	}
+	r.log.Logf("nats-cluster: exact %v, makespan %.2fs against %.2fs without the fault: %.2fs lost; %d leader changes",
+		res.Exact, res.MakespanS, res.ReferenceS, res.TimeLostS, res.LeaderChanges)
+	return nil
+}
+
+// serverFault runs the failover job on c with a server down for down from 30 % of its results.
+// stop takes the server down and names it and how; restart brings it back. With lessDown the
+// time lost leaves out the time down. It fills f and returns when the faulted job ran.
+func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name string, down time.Duration, lessDown bool, f *ServerFault,
+	stop func(context.Context) (string, string, error), restart func() error, title func() string) (start, end time.Time, err error) {
+	job := knownjobs.Sleep(r.cfg.FailoverShards, "")
+	s, err := r.strike(ctx, c, name, job, down)
+	if err != nil {
+		return start, end, err
+	}
+	defer s.close(r)
+	if s.ref.Exact {
+		f.ReferenceS = rig.Round3(s.ref.Makespan.Seconds())
+	}
+	f.Job = s.id
+	var marks []Kill
+	if s.reached {
+		killed := time.Now()
+		what, how, err := stop(s.jctx)
+		if err != nil {
+			return start, end, err
+		}
+		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(s.start).Seconds()), Worker: what, Signal: how, Done: s.at.Done, at: killed})
+		r.log.Logf("%s: %s (%s) with %d of %d results on the wire (%d merged); down for %v", name, what, how, s.seen, job.Shards, s.at.Done, down)
+		if err := rig.Sleep(ctx, down); err != nil {
+			return start, end, err
+		}
+		if err := restart(); err != nil {
+			return start, end, fmt.Errorf("restart %s: %w", what, err)
+		}
+		f.DownS = rig.Round3(time.Since(killed).Seconds())
+		marks = append(marks, Kill{AtS: rig.Round3(time.Since(s.start).Seconds()), Worker: what, Signal: "restart"})
+		r.log.Logf("%s: %s back after %.1fs", name, what, f.DownS)
+	}
+	o, err := r.awaitEnd(ctx, s.jctx, c, job, s.smp, name, s.id, s.start)
+	if err != nil {
+		return start, end, err
+	}
+	end = time.Now()
+	terms := s.lw.Stop()
+	f.Exact = o.Exact
+	if o.Makespan > 0 {
+		f.MakespanS = rig.Round3(o.Makespan.Seconds())
+		if f.ReferenceS > 0 {
+			f.TimeLostS = f.MakespanS - f.ReferenceS
+			if lessDown {
+				f.TimeLostS -= f.DownS
+			}
+			f.TimeLostS = rig.Round3(f.TimeLostS)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
+	f.LeaderChanges = rig.Changes(c, terms, s.start, end)
+	f.timeline = newTimeline(title(), s.start, job.Shards, s.smp.Close(), nil, marks, elections(c, s.start, end), f.MakespanS)
+	return s.start, end, nil
+}
+
+// struck is a job submitted to be hit by a fault outside the workers, at the moment to strike.
+type struck struct {
+	ref     rig.Outcome // the same job without the fault, after a warm-up
+	id      string      // the faulted job
+	start   time.Time   // just before its submit
+	lw      *rig.LeaseWatch
+	smp     *rig.Sampler
+	jctx    context.Context // the faulted job's deadline: the job timeout plus extra
+	at      rig.Sample      // its last checkpoint sample when 30 % of its results were on the wire
+	seen    int64           // results on the wire then
+	reached bool            // false: it ended or its deadline passed first
+	cancel  context.CancelFunc
+}
+
+// strike runs a warm-up job and the reference run of job on c, then submits job again. The
+// warm-up creates the consumers, so the reference measures what the faulted job does. It waits
+// until 30 % of the results are on the wire (checkpoints may come too late), the job ends, or the
+// job timeout plus extra passes. The caller judges the job with awaitEnd, stops lw, and calls close.
+func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job knownjobs.Job, extra time.Duration) (*struck, error) {
+	if _, err := r.runJob(ctx, c, knownjobs.Sleep(20, ""), name+": warm-up", 20); err != nil {
+		return nil, err
+	}
+	ref, err := r.runJob(ctx, c, job, name+": reference", job.Shards)
+	if err != nil {
+		return nil, err
+	}
+	r.log.Phase(name+": job with the fault", job.Shards)
+	s := &struck{ref: ref, lw: rig.WatchLease(ctx, c)}
+	if s.id, s.start, err = rig.Submit(ctx, c, job); err != nil {
+		s.lw.Stop()
+		r.log.Done()
+		return nil, err
+	}
+	s.smp = rig.StartSampler(ctx, c, s.id, 100*time.Millisecond)
+	s.jctx, s.cancel = context.WithTimeout(ctx, r.cfg.JobTimeout+extra)
+	rw, err := rig.WatchResults(c, 3*job.Shards/10)
+	if err != nil {
+		s.close(r)
+		s.lw.Stop()
+		return nil, err
+	}
+	select {
+	case <-rw.Reached():
+	case <-s.smp.Done():
+	case <-s.jctx.Done():
+	}
+	rw.Stop()
+	if ctx.Err() != nil {
+		s.close(r)
+		s.lw.Stop()
+		return nil, ctx.Err()
+	}
+	s.at, _, _ = s.smp.Last()
+	s.seen = int64(rw.Seen())
+	s.reached = s.jctx.Err() == nil && !s.at.State.Terminal()
+	return s, nil
+}
+
+func (s *struck) close(r *runner) {
+	s.smp.Close()
+	s.cancel()
+	r.log.Done()
+}

@@ -1,0 +1,87 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+)
+
+// Leader reads who holds c's lease now; an error when nobody does.
+func Leader(ctx context.Context, c *cluster.Cluster) (*election.LeaderInfo, error) {
+	l, err := c.Leader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the leader: %w", err)
+	}
+	if l == nil {
+		return nil, fmt.Errorf("nobody holds the lease")
+	}
+	return l, nil
+}
+
+// Kill is one signal sent to a worker process.
+type Kill struct {
+	Worker string
+	Signal syscall.Signal
+	Epoch  uint64    // the victim's term, when it led
+	At     time.Time // when the signal was sent
+	Exited time.Time // when the process had exited
+}
+
+// Signal sends sig to worker w, waits for it to exit and, with restart, starts it again under
+// the same id (the cluster keeps its size).
+func Signal(c *cluster.Cluster, w string, sig syscall.Signal, restart bool) (Kill, error) {
+	at, err := c.Signal(w, sig)
+	k := Kill{Worker: w, Signal: sig, At: at, Exited: time.Now()}
+	if err != nil {
+		return k, err
+	}
+	if restart {
+		if _, err := c.StartWorker(w); err != nil {
+			return k, fmt.Errorf("restart %s: %w", w, err)
+		}
+	}
+	return k, nil
+}
+
+// KillLeader sends sig to the leader and learns the victim and its epoch. With expect, the
+// lease must still name that term.
+func KillLeader(ctx context.Context, c *cluster.Cluster, sig syscall.Signal, restart bool, expect *election.LeaderInfo) (Kill, error) {
+	l, err := Leader(ctx, c)
+	if err != nil {
+		return Kill{}, err
+	}
+	if expect != nil && (l.ID != expect.ID || l.Epoch != expect.Epoch) {
+		return Kill{}, fmt.Errorf("leader changed before the kill: expected %s (epoch %d), lease says %s (epoch %d)", expect.ID, expect.Epoch, l.ID, l.Epoch)
+	}
+	k, err := Signal(c, l.ID, sig, restart)
+	k.Epoch = l.Epoch
+	return k, err
+}
+
+// WaitElected waits up to within for an election of an epoch above epoch.
+func WaitElected(ctx context.Context, c *cluster.Cluster, epoch uint64, within time.Duration) (cluster.Event, error) {
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	ev, err := c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > epoch })
+	if err != nil {
+		return ev, fmt.Errorf("no leader elected after epoch %d within %v: %w", epoch, within, err)
+	}
+	return ev, nil
+}
+
+// SigName is a signal's conventional name ("SIGKILL").
+func SigName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGSTOP:
+		return "SIGSTOP"
+	}
+	return s.String()
+}

@@ -1,0 +1,55 @@
+package rig
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"time"
+)
+
+// Header opens every report: what ran, when, for how long, where.
+type Header struct {
+	Version   int       `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	DurationS float64   `json:"duration_s"`
+	Quick     bool      `json:"quick"`
+	Machine   Machine   `json:"machine"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs int    `json:"cpus"`
+	OS   string `json:"os"`
+	Go   string `json:"go"`
+}
+
+// NewHeader starts a report's header now.
+func NewHeader(quick bool) Header {
+	return Header{Version: 1, StartedAt: time.Now().UTC(), Quick: quick,
+		Machine: Machine{CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH, Go: runtime.Version()}}
+}
+
+// End records the run's duration.
+func (h *Header) End() { h.DurationS = Round3(time.Since(h.StartedAt).Seconds()) }
+
+// WriteJSON writes v, indented, to path.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Round3 rounds x to three decimals (milliseconds, for seconds).
+func Round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+// Clip cuts s to n bytes, saying how long it was.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
+}

@@ -1,0 +1,176 @@
+package rig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// Outcome is how one submitted job ended.
+type Outcome struct {
+	ID       string
+	Start    time.Time // just before Submit
+	Status   *client.Status
+	Makespan time.Duration // Start to the job's FinishedAt
+	Exact    bool
+	Lost     bool   // not ended in time
+	Problem  string // why it is not exact, or lost
+}
+
+// Submit submits j on c and returns its id and the instant just before the submit.
+func Submit(ctx context.Context, c *cluster.Cluster, j knownjobs.Job) (string, time.Time, error) {
+	start := time.Now()
+	id, err := c.Client.Submit(ctx, j.Type, j.Params)
+	if err != nil {
+		return "", start, fmt.Errorf("submit %s: %w", j, err)
+	}
+	return id, start, nil
+}
+
+// PollEvery is how often Await reads a job's status. Reads cost the storage emulator CPU the
+// system under test competes for; makespans come from FinishedAt, so it need not be fast.
+var PollEvery = 250 * time.Millisecond
+
+// Await waits at most timeout for job id to end and judges it. progress, if not nil, sees every
+// status change. A job not ended in time is lost, not an error.
+func Await(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, id string, start time.Time, timeout time.Duration, progress func(client.Status)) (Outcome, error) {
+	o := Outcome{ID: id, Start: start}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := c.Client.Wait(wctx, id, PollEvery, progress)
+	if err != nil {
+		if ctx.Err() != nil {
+			return o, ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return o, fmt.Errorf("wait for %s: %w", id, err)
+		}
+		o.Lost, o.Status = true, st
+		o.Problem = fmt.Sprintf("job %s not finished within %v (%s)", id, timeout, Describe(st))
+		return o, nil
+	}
+	return Judge(o, j, st), nil
+}
+
+// Judge fills the outcome of an ended job: exact when it succeeded with j's answer.
+func Judge(o Outcome, j knownjobs.Job, st *client.Status) Outcome {
+	o.Status = st
+	if st.FinishedAt != nil {
+		o.Makespan = st.FinishedAt.Sub(o.Start)
+	}
+	switch {
+	case st.State != jobs.StateSucceeded:
+		o.Problem = fmt.Sprintf("job %s %s: %s", o.ID, st.State, Clip(st.Error, 300))
+	default:
+		if err := j.Check(st.Result); err != nil {
+			o.Problem = fmt.Sprintf("job %s: %v", o.ID, err)
+		} else {
+			o.Exact = true
+		}
+	}
+	return o
+}
+
+// Reference is the reference run: j once on c without a fault. It fails unless j ends exact
+// within timeout.
+func Reference(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, timeout time.Duration, progress func(client.Status)) (Outcome, error) {
+	id, start, err := Submit(ctx, c, j)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o, err := Await(ctx, c, j, id, start, timeout, progress)
+	if err == nil && !o.Exact {
+		err = fmt.Errorf("reference run of %s: %s", j, o.Problem)
+	}
+	return o, err
+}
+
+// Status reads a job's status; nil while it cannot be read (storage down, not yet written).
+func Status(ctx context.Context, c *cluster.Cluster, id string) *client.Status {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := c.Client.Status(sctx, id)
+	if err != nil {
+		return nil
+	}
+	return st
+}
+
+// WaitProgress waits until at least frac of id's shards are merged (or it ended); false when
+// limit passed first.
+func WaitProgress(ctx context.Context, c *cluster.Cluster, id string, frac float64, limit time.Duration) (*client.Status, bool) {
+	until := time.Now().Add(limit)
+	for {
+		st := Status(ctx, c, id)
+		if st != nil && (st.State.Terminal() || st.ShardsTotal > 0 && float64(st.ShardsDone) >= frac*float64(st.ShardsTotal)) {
+			return st, true
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return st, false
+		}
+		_ = Sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// Final is an ended job's status with its result: status is metadata only, so a succeeded job's
+// result is read on its own.
+func Final(ctx context.Context, c *cluster.Cluster, id string) (*client.Status, error) {
+	st, err := c.Client.Status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.State == jobs.StateSucceeded && st.Result == nil {
+		if st.Result, err = c.Client.Result(ctx, id); err != nil {
+			return nil, fmt.Errorf("result of %s: %w", id, err)
+		}
+	}
+	return st, nil
+}
+
+// WaitEnd polls id until it ends; false, with the last status read, when deadline passed first.
+// An ended job's status carries its result.
+func WaitEnd(ctx context.Context, c *cluster.Cluster, id string, deadline time.Time) (*client.Status, bool) {
+	var last *client.Status
+	for {
+		if st := Status(ctx, c, id); st != nil {
+			last = st
+			if st.State.Terminal() {
+				if fin, err := Final(ctx, c, id); err == nil {
+					return fin, true
+				} // else the result is not readable yet (storage down): poll again
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return last, false
+		}
+		_ = Sleep(ctx, PollEvery)
+	}
+}
+
+// Describe is a status in a few words.
+func Describe(st *client.Status) string {
+	if st == nil {
+		return "status unreadable"
+	}
+	s := fmt.Sprintf("%s, %d of %d shards merged", st.State, st.ShardsDone, st.ShardsTotal)
+	if st.Error != "" {
+		s += ": " + Clip(st.Error, 300)
+	}
+	return s
+}
+
+// PlannedAt returns when the leader reported planning id (zero if not seen).
+func PlannedAt(c *cluster.Cluster, id string) time.Time {
+	for _, e := range c.Events() {
+		if e.Kind == cluster.JobPlanned && e.Job == id {
+			return e.Time
+		}
+	}
+	return time.Time{}
+}

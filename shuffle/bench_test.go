@@ -1,0 +1,91 @@
+package shuffle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mapagg/mapagg/jobs"
+)
+
+type discardCloser struct{}
+
+func (discardCloser) Write(p []byte) (int, error) { return len(p), nil }
+func (discardCloser) Close() error                { return nil }
+
+// benchPairs returns n pairs over a vocabulary of keys words (Zipf-like, as words are).
+func benchPairs(n, keys int) (ks [][]byte, v []byte, size int64) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	zipf := rand.NewZipf(rng, 1.1, 1, uint64(keys-1))
+	v, _ = jobs.EncodeValue(int64(1))
+	for range n {
+		k := fmt.Appendf(nil, "w%07x", zipf.Uint64()*2654435761%(1<<28))
+		ks = append(ks, k)
+		size += int64(len(k) + len(v))
+	}
+	return ks, v, size
+}
+
+// BenchmarkMapBuffer_CombineSpill: 1M pairs over 200k keys into a 4 MiB buffer (combining,
+// spilling, merging the spills) and out as 8 partition runs.
+func BenchmarkMapBuffer_CombineSpill(b *testing.B) {
+	ks, v, size := benchPairs(1_000_000, 200_000)
+	combine := jobs.Keyed("randsum", randCombine{}).Combiner()
+	b.SetBytes(size)
+	b.ReportAllocs()
+	var stats MapStats
+	for b.Loop() {
+		buf, err := NewMapBuffer(MapConfig{Partitions: 8, MemoryBytes: 4 << 20, TempDir: b.TempDir()}, combine)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range ks {
+			if err := buf.Add(k, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := buf.Finish(context.Background(), func(int) (io.WriteCloser, error) { return discardCloser{}, nil }); err != nil {
+			b.Fatal(err)
+		}
+		stats = buf.Stats()
+		buf.Close()
+	}
+	b.ReportMetric(float64(len(ks))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(stats.Spills), "spills")
+}
+
+// BenchmarkReduce_Merge24: a k-way merge of 24 runs (100k records each, keys overlapping),
+// combining, into TSV output.
+func BenchmarkReduce_Merge24(b *testing.B) {
+	job := jobs.Keyed("randsum", randCombine{})
+	var runs [][]byte
+	var size, records int64
+	for r := range 24 {
+		var buf bytes.Buffer
+		w, _ := NewRunWriter(&buf, 0, 0)
+		v, _ := jobs.EncodeValue(int64(r))
+		for i := range 100_000 {
+			_ = w.Append(fmt.Appendf(nil, "w%08d", i*3+r%3), v)
+		}
+		_ = w.Close()
+		runs = append(runs, buf.Bytes())
+		size += int64(buf.Len())
+		records += 100_000
+	}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	for b.Loop() {
+		var openers []Opener
+		for _, data := range runs {
+			openers = append(openers, func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		}
+		out, _ := NewOutputWriter(io.Discard, FormatTSV)
+		if _, err := Reduce(context.Background(), job, openers, out, ReduceConfig{TempDir: b.TempDir()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}

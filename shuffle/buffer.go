@@ -1,0 +1,514 @@
+package shuffle
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// MapConfig configures a map task's buffer.
+type MapConfig struct {
+	// Partitions is the number of reduce partitions, 1 to jobs.MaxPartitions. Required.
+	Partitions int
+	// MemoryBytes bounds the buffered pairs, and later the merge buffers (bytes). Default
+	// DefaultMemoryBytes; at least MinMemoryBytes.
+	MemoryBytes int64
+	// BlockBytes is the target block size of the runs written (bytes). Default DefaultBlockBytes.
+	BlockBytes int
+	// TempDir holds spill files. Default os.TempDir().
+	TempDir string
+}
+
+// Memory budgets of a map buffer or a reduce merge.
+const (
+	DefaultMemoryBytes = 64 << 20
+	MinMemoryBytes     = 512 << 10
+	maxMemoryBytes     = 3 << 30 // arena offsets are 32 bits
+)
+
+// WithDefaults returns c with every zero field set to its default.
+func (c MapConfig) WithDefaults() MapConfig {
+	c.MemoryBytes = cmp.Or(c.MemoryBytes, DefaultMemoryBytes)
+	c.BlockBytes = cmp.Or(c.BlockBytes, DefaultBlockBytes)
+	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
+	return c
+}
+
+// Validate refuses impossible settings.
+func (c MapConfig) Validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > jobs.MaxPartitions:
+		return fmt.Errorf("shuffle: invalid MapConfig: Partitions %d, want 1 to %d", c.Partitions, jobs.MaxPartitions)
+	case c.MemoryBytes < MinMemoryBytes || c.MemoryBytes > maxMemoryBytes:
+		return fmt.Errorf("shuffle: invalid MapConfig: MemoryBytes %d, want %d to %d", c.MemoryBytes, MinMemoryBytes, maxMemoryBytes)
+	case c.BlockBytes < 1 || c.BlockBytes > 8<<20:
+		return fmt.Errorf("shuffle: invalid MapConfig: BlockBytes %d, want 1 to 8 MiB", c.BlockBytes)
+	}
+	return nil
+}
+
+// fanIn is how many runs a merge reads at once within budget bytes.
+func fanIn(budget int64, blockBytes int) int {
+	perReader := int64(readBufferBytes + 2*blockBytes + 1024)
+	return int(max(2, budget/perReader))
+}
+
+// MapStats counts a map task's work, for metrics.
+type MapStats struct {
+	Emitted      int64 // pairs emitted by Map
+	Combined     int64 // pairs combined into a value already buffered
+	Spills       int   // sorted buffers spilled to local disk
+	SpilledBytes int64 // bytes written to spill files, intermediate merges included
+	Merges       int   // intermediate merges of spill files (fan-in exceeded)
+	Records      int64 // records written to the partition runs
+	RunBytes     int64 // bytes of the partition runs
+	PeakMemory   int64 // the most buffer memory held at once (bytes); at most MemoryBytes
+}
+
+// entry is one buffered pair: its partition, the first 8 key bytes (to sort without reading the
+// arena), a hash for the combining index, and where key and value sit in the arena.
+type entry struct {
+	prefix                 uint64
+	part, hash             uint32
+	koff, klen, voff, vlen uint32
+}
+
+const entryBytes = 32
+
+// MapBuffer holds a map task's pairs within a memory budget. It partitions each key by
+// jobs.PartitionOf, combines the values of a key already buffered (when the job has a combiner),
+// and sorts and spills to a local file when the budget is full. Finish writes one sorted run
+// per partition. A MapBuffer is used by one goroutine.
+type MapBuffer struct {
+	cfg     MapConfig
+	combine func(dst, a, b []byte) ([]byte, error)
+	arena   []byte
+	entries []entry
+	table   []uint32 // open addressing: entry index + 1, 0 empty; combining only
+	scratch []byte
+	spills  []*spillFile
+	temp    tempFiles
+	stats   MapStats
+	// lastRunWriter is the buffer memory of the last run writer.
+	lastRunWriter int
+}
+
+// NewMapBuffer returns an empty buffer; combine is the job's combiner, or nil.
+func NewMapBuffer(cfg MapConfig, combine func(dst, a, b []byte) ([]byte, error)) (*MapBuffer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &MapBuffer{cfg: cfg, combine: combine, temp: tempFiles{dir: cfg.TempDir}}, nil
+}
+
+// keyHash is jobs.PartitionOf's hash (FNV-1a, 64 bits), computed once per pair for both the
+// partition and the index; TestKeyHash_IsPartitionOf keeps the two equal.
+func keyHash(key []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, b := range key {
+		h ^= uint64(b)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// keyPrefix is the first 8 bytes of key, zero-padded, big-endian: it sorts as the key does
+// until a tie.
+func keyPrefix(key []byte) uint64 {
+	var b [8]byte
+	copy(b[:], key)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// memory is the buffer memory held now.
+func (b *MapBuffer) memory() int64 {
+	return int64(cap(b.arena)) + int64(cap(b.entries))*entryBytes + int64(cap(b.table))*4 + int64(cap(b.scratch))
+}
+
+func (b *MapBuffer) notePeak(extra int64) {
+	b.stats.PeakMemory = max(b.stats.PeakMemory, b.memory()+extra)
+}
+
+// Add buffers one pair; it copies key and value. Its signature is KeyedJob.Map's emit.
+func (b *MapBuffer) Add(key, value []byte) error {
+	if len(key) > MaxKeyBytes || len(value) > MaxValueBytes {
+		return fmt.Errorf("emit: a %d-byte key and a %d-byte value; the limits are %d and %d bytes", len(key), len(value), MaxKeyBytes, MaxValueBytes)
+	}
+	b.stats.Emitted++
+	h := keyHash(key)
+	part := uint32(h % uint64(b.cfg.Partitions))
+	h32 := uint32(h ^ h>>32)
+	if b.combine != nil {
+		if i := b.lookup(h32, key); i >= 0 {
+			e := &b.entries[i]
+			var err error
+			b.scratch, err = b.combine(b.scratch[:0], b.arena[e.voff:e.voff+e.vlen], value)
+			if err != nil {
+				return err
+			}
+			if len(b.scratch) > MaxValueBytes {
+				return fmt.Errorf("combine: a %d-byte value; the limit is %d bytes", len(b.scratch), MaxValueBytes)
+			}
+			if len(b.scratch) <= int(e.vlen) {
+				copy(b.arena[e.voff:], b.scratch)
+				e.vlen = uint32(len(b.scratch))
+				b.stats.Combined++
+				return nil
+			}
+			if b.reserve(len(b.scratch), false) {
+				e = &b.entries[i] // reserve may have moved the entries
+				e.voff, e.vlen = uint32(len(b.arena)), uint32(len(b.scratch))
+				b.arena = append(b.arena, b.scratch...)
+				b.stats.Combined++
+				return nil
+			}
+			// Full: below, the spill takes the buffered value, and value starts the key anew.
+		}
+	}
+	if !b.reserve(len(key)+len(value), false) {
+		if err := b.spill(); err != nil {
+			return err
+		}
+		b.reserve(len(key)+len(value), true)
+	}
+	e := entry{prefix: keyPrefix(key), part: part, hash: h32, koff: uint32(len(b.arena)), klen: uint32(len(key))}
+	b.arena = append(b.arena, key...)
+	e.voff, e.vlen = uint32(len(b.arena)), uint32(len(value))
+	b.arena = append(b.arena, value...)
+	b.entries = append(b.entries, e)
+	if b.combine != nil {
+		b.insert(uint32(len(b.entries) - 1))
+	}
+	return nil
+}
+
+// lookup finds key in the combining index: its entry index, or -1.
+func (b *MapBuffer) lookup(h uint32, key []byte) int {
+	if len(b.table) == 0 {
+		return -1
+	}
+	mask := len(b.table) - 1
+	for s := int(h) & mask; ; s = (s + 1) & mask {
+		v := b.table[s]
+		if v == 0 {
+			return -1
+		}
+		e := &b.entries[v-1]
+		if e.hash == h && bytes.Equal(b.arena[e.koff:e.koff+e.klen], key) {
+			return int(v - 1)
+		}
+	}
+}
+
+func (b *MapBuffer) insert(i uint32) {
+	mask := len(b.table) - 1
+	for s := int(b.entries[i].hash) & mask; ; s = (s + 1) & mask {
+		if b.table[s] == 0 {
+			b.table[s] = i + 1
+			return
+		}
+	}
+}
+
+// reserve makes room for n arena bytes and one entry (and its index slot) within the budget,
+// growing the buffers by doubling. It reports false when the budget is full; force grows anyway
+// (one pair into an empty buffer).
+func (b *MapBuffer) reserve(n int, force bool) bool {
+	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
+	if need := len(b.arena) + n; need > cap(b.arena) {
+		other := int64(cap(b.entries))*entryBytes + int64(cap(b.table))*4
+		c := int64(max(need, 2*cap(b.arena), 64<<10))
+		c = min(c, budget-other)
+		if c < int64(need) {
+			if !force {
+				return false
+			}
+			c = int64(need)
+		}
+		b.arena = regrow(b.arena, int(c))
+	}
+	if len(b.entries) == cap(b.entries) {
+		other := int64(cap(b.arena)) + int64(cap(b.table))*4
+		c := int64(max(2*cap(b.entries), 1024))
+		c = min(c, (budget-other)/entryBytes)
+		if c <= int64(len(b.entries)) {
+			if !force {
+				return false
+			}
+			c = int64(len(b.entries)) + 1
+		}
+		b.entries = regrow(b.entries, int(c))
+	}
+	if b.combine != nil && (len(b.entries)+1)*4 > len(b.table)*3 {
+		size := max(2*len(b.table), 1024)
+		if int64(cap(b.arena))+int64(cap(b.entries))*entryBytes+int64(size)*4 > budget && !force {
+			return false
+		}
+		b.table = make([]uint32, size)
+		for i := range b.entries {
+			b.insert(uint32(i))
+		}
+	}
+	b.notePeak(0)
+	return true
+}
+
+// regrow returns s with capacity c exactly (slices.Grow may round up past the budget).
+func regrow[T any](s []T, c int) []T {
+	n := make([]T, len(s), c)
+	copy(n, s)
+	return n
+}
+
+// spillReserve is the part of the budget kept for writing a spill or a run: the file buffer,
+// a block and the last key.
+func (b *MapBuffer) spillReserve() int64 {
+	return spillWriteBuffer + 2*int64(b.cfg.BlockBytes) + MaxKeyBytes
+}
+
+// sort sorts the buffered entries by partition, then key.
+func (b *MapBuffer) sort() {
+	slices.SortFunc(b.entries, func(x, y entry) int {
+		if c := cmp.Compare(x.part, y.part); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x.prefix, y.prefix); c != 0 {
+			return c
+		}
+		return bytes.Compare(b.arena[x.koff:x.koff+x.klen], b.arena[y.koff:y.koff+y.klen])
+	})
+}
+
+// spill sorts the buffer and writes it to a new spill file, then empties it (keeping its memory).
+func (b *MapBuffer) spill() error {
+	if len(b.entries) == 0 {
+		return nil
+	}
+	b.sort()
+	f, err := b.temp.create()
+	if err != nil {
+		return err
+	}
+	sw := newSpillWriter(f, b.cfg.BlockBytes)
+	i := 0
+	for p := range b.cfg.Partitions {
+		if err := sw.startRun(p); err != nil {
+			return err
+		}
+		for ; i < len(b.entries) && b.entries[i].part == uint32(p); i++ {
+			e := &b.entries[i]
+			if err := sw.rw.Append(b.arena[e.koff:e.koff+e.klen], b.arena[e.voff:e.voff+e.vlen]); err != nil {
+				return err
+			}
+		}
+	}
+	sf, err := sw.finish()
+	if err != nil {
+		return err
+	}
+	b.notePeak(spillWriteBuffer + int64(sw.rw.bufferBytes()))
+	b.spills = append(b.spills, sf)
+	b.stats.Spills++
+	b.stats.SpilledBytes += sf.size()
+	b.arena, b.entries = b.arena[:0], b.entries[:0]
+	clear(b.table)
+	return nil
+}
+
+// memCursor reads the sorted entries of one partition.
+type memCursor struct {
+	b    *MapBuffer
+	i    int
+	end  int
+	next bool
+}
+
+func (c *memCursor) Next() bool {
+	if c.next {
+		c.i++
+	}
+	c.next = true
+	return c.i < c.end
+}
+func (c *memCursor) Key() []byte {
+	e := &c.b.entries[c.i]
+	return c.b.arena[e.koff : e.koff+e.klen]
+}
+func (c *memCursor) Value() []byte {
+	e := &c.b.entries[c.i]
+	return c.b.arena[e.voff : e.voff+e.vlen]
+}
+func (c *memCursor) Err() error { return nil }
+
+// Sink opens the run of a partition for writing. Finish calls it for partitions 0, 1, … in order
+// and closes each writer before it opens the next, so a sink may also concatenate the runs into
+// one object and note their offsets. On failure Finish calls CloseWithError if the writer has it
+// (an *io.PipeWriter does), so that a half-written run is not committed.
+type Sink func(partition int) (io.WriteCloser, error)
+
+// Finish writes one sorted run per partition to sink, every partition included (an empty one is
+// 33 bytes), merging the spills if there were any. The buffer is empty afterwards.
+func (b *MapBuffer) Finish(ctx context.Context, sink Sink) (err error) {
+	if len(b.spills) == 0 {
+		b.sort()
+		i := 0
+		for p := range b.cfg.Partitions {
+			start := i
+			for i < len(b.entries) && b.entries[i].part == uint32(p) {
+				i++
+			}
+			c := &memCursor{b: b, i: start, end: i}
+			if err := b.writeRun(ctx, sink, p, []cursor{c}); err != nil {
+				return err
+			}
+			b.notePeak(int64(b.lastRunWriter))
+		}
+		b.arena, b.entries = b.arena[:0], b.entries[:0]
+		clear(b.table)
+		return nil
+	}
+	// Spilled: spill the rest too and give back the buffer, so the merges have the budget.
+	if err := b.spill(); err != nil {
+		return err
+	}
+	b.arena, b.entries, b.table, b.scratch = nil, nil, nil, nil
+	fan := fanIn(b.cfg.MemoryBytes-spillWriteBuffer, b.cfg.BlockBytes)
+	for len(b.spills) > fan {
+		if err := b.mergeSpills(ctx, fan); err != nil {
+			return err
+		}
+	}
+	for p := range b.cfg.Partitions {
+		cs, err := openSpills(b.spills, p)
+		if err != nil {
+			return err
+		}
+		if err := b.writeRun(ctx, sink, p, cs); err != nil {
+			return err
+		}
+		b.stats.PeakMemory = max(b.stats.PeakMemory, readersMemory(cs)+spillWriteBuffer)
+	}
+	for _, sf := range b.spills {
+		b.temp.remove(sf.f)
+	}
+	b.spills = nil
+	return nil
+}
+
+// openSpills opens partition p's run of every spill file.
+func openSpills(spills []*spillFile, p int) ([]cursor, error) {
+	cs := make([]cursor, 0, len(spills))
+	for _, sf := range spills {
+		rr, err := sf.open(p)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, rr)
+	}
+	return cs, nil
+}
+
+// readersMemory is the memory the run readers among cs hold (measured after a merge: their
+// buffers only grow).
+func readersMemory(cs []cursor) int64 {
+	var mem int64
+	for _, c := range cs {
+		if rr, ok := c.(interface{ bufferBytes() int }); ok {
+			mem += int64(rr.bufferBytes())
+		}
+	}
+	return mem
+}
+
+// mergeSpills merges the first fan spill files into one.
+func (b *MapBuffer) mergeSpills(ctx context.Context, fan int) error {
+	group := b.spills[:fan]
+	f, err := b.temp.create()
+	if err != nil {
+		return err
+	}
+	sw := newSpillWriter(f, b.cfg.BlockBytes)
+	for p := range b.cfg.Partitions {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := sw.startRun(p); err != nil {
+			return err
+		}
+		cs, err := openSpills(group, p)
+		if err != nil {
+			return err
+		}
+		if _, err := combineTo(ctx, cs, b.combine, sw.rw.Append); err != nil {
+			return err
+		}
+		b.stats.PeakMemory = max(b.stats.PeakMemory, readersMemory(cs)+spillWriteBuffer+int64(sw.rw.bufferBytes()))
+	}
+	sf, err := sw.finish()
+	if err != nil {
+		return err
+	}
+	for _, g := range group {
+		b.temp.remove(g.f)
+	}
+	b.spills = append([]*spillFile{sf}, b.spills[fan:]...)
+	b.stats.Merges++
+	b.stats.SpilledBytes += sf.size()
+	return nil
+}
+
+// writeRun merges cs (combining) into partition p's run through sink.
+func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w, err := sink(p)
+	if err != nil {
+		return fmt.Errorf("open run of partition %d: %w", p, err)
+	}
+	defer func() {
+		if err != nil {
+			if a, ok := w.(interface{ CloseWithError(error) error }); ok {
+				_ = a.CloseWithError(err)
+			} else {
+				_ = w.Close()
+			}
+		}
+	}()
+	rw, err := NewRunWriter(w, p, b.cfg.BlockBytes)
+	if err != nil {
+		return err
+	}
+	n, err := combineTo(ctx, cs, b.combine, rw.Append)
+	if err != nil {
+		return err
+	}
+	if err := rw.Close(); err != nil {
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("close run of partition %d: %w", p, err)
+	}
+	b.stats.Records += n
+	b.stats.RunBytes += rw.Bytes()
+	b.lastRunWriter = rw.bufferBytes()
+	return nil
+}
+
+// Stats returns the counters so far.
+func (b *MapBuffer) Stats() MapStats { return b.stats }
+
+// Close removes the spill files. It is safe to call more than once.
+func (b *MapBuffer) Close() error {
+	b.temp.remove(nil)
+	b.spills = nil
+	return nil
+}

@@ -1,0 +1,137 @@
+package shuffle
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+)
+
+// writeRun returns a run of partition p holding n records key%04d -> value.
+func writeRun(t testing.TB, p, n, blockBytes int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := NewRunWriter(&buf, p, blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.Append(fmt.Appendf(nil, "key%04d", i), fmt.Appendf(nil, "value %d", i*i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Bytes() != int64(buf.Len()) || w.Records() != uint64(n) {
+		t.Fatalf("writer counted %d bytes %d records, wrote %d bytes", w.Bytes(), w.Records(), buf.Len())
+	}
+	return buf.Bytes()
+}
+
+// readRun reads a whole run, returning its records as "key=value".
+func readRun(data []byte) (part int, recs []string, err error) {
+	r, err := NewRunReader(bytes.NewReader(data))
+	if err != nil {
+		return 0, nil, err
+	}
+	for r.Next() {
+		recs = append(recs, string(r.Key())+"="+string(r.Value()))
+	}
+	return r.Partition(), recs, r.Err()
+}
+
+func TestRun_RoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 100, 3000} {
+		data := writeRun(t, 7, n, 512)
+		p, recs, err := readRun(data)
+		if err != nil || p != 7 || len(recs) != n {
+			t.Fatalf("%d records: read partition %d, %d records, %v", n, p, len(recs), err)
+		}
+		for i, r := range recs {
+			if want := fmt.Sprintf("key%04d=value %d", i, i*i); r != want {
+				t.Fatalf("record %d = %q, want %q", i, r, want)
+			}
+		}
+	}
+	if got := len(writeRun(t, 0, 0, 0)); got != headerBytes+endBytes {
+		t.Errorf("an empty run is %d bytes, want %d", got, headerBytes+endBytes)
+	}
+}
+
+func TestRunWriter_Refusals(t *testing.T) {
+	w, _ := NewRunWriter(io.Discard, 0, 0)
+	if err := w.Append([]byte("b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append([]byte("a"), nil); err == nil {
+		t.Error("a key out of order was appended")
+	}
+	if err := w.Append(make([]byte, MaxKeyBytes+1), nil); err == nil {
+		t.Error("an oversized key was appended")
+	}
+}
+
+// Every flipped bit and every truncation of a run is detected.
+func TestRunReader_DetectsCorruption(t *testing.T) {
+	data := writeRun(t, 3, 40, 128)
+	for i := range data {
+		for _, bit := range []byte{0x01, 0x80} {
+			bad := bytes.Clone(data)
+			bad[i] ^= bit
+			if _, _, err := readRun(bad); !errors.Is(err, ErrCorruptRun) {
+				t.Fatalf("bit %#x of byte %d flipped: %v", bit, i, err)
+			}
+		}
+	}
+	for n := range len(data) {
+		if _, _, err := readRun(data[:n]); !errors.Is(err, ErrCorruptRun) {
+			t.Fatalf("truncated to %d of %d bytes: %v", n, len(data), err)
+		}
+	}
+	if _, _, err := readRun(append(bytes.Clone(data), 0)); !errors.Is(err, ErrCorruptRun) {
+		t.Errorf("trailing data: %v", err)
+	}
+}
+
+func FuzzRunReader(f *testing.F) {
+	f.Add(writeRun(f, 0, 0, 0))
+	f.Add(writeRun(f, 1, 5, 16))
+	f.Add(writeRun(f, 2, 50, 64))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := NewRunReader(bytes.NewReader(data))
+		if err != nil {
+			if !errors.Is(err, ErrCorruptRun) {
+				t.Fatalf("header error does not match ErrCorruptRun: %v", err)
+			}
+			return
+		}
+		var keys, values [][]byte
+		for r.Next() {
+			keys, values = append(keys, bytes.Clone(r.Key())), append(values, bytes.Clone(r.Value()))
+		}
+		if r.Err() != nil {
+			if !errors.Is(r.Err(), ErrCorruptRun) {
+				t.Fatalf("error does not match ErrCorruptRun: %v", r.Err())
+			}
+			return
+		}
+		if r.bufferBytes() > readBufferBytes+len(data)+readChunk {
+			t.Fatalf("a %d-byte run held %d bytes of buffers", len(data), r.bufferBytes())
+		}
+		// A run the reader accepts is a fixed point of the writer, whatever its block sizes.
+		var buf bytes.Buffer
+		w, _ := NewRunWriter(&buf, r.Partition(), 1<<20)
+		for i := range keys {
+			if err := w.Append(keys[i], values[i]); err != nil {
+				t.Fatalf("accepted record %d refused by the writer: %v", i, err)
+			}
+		}
+		_ = w.Close()
+		_, recs, err := readRun(buf.Bytes())
+		if err != nil || len(recs) != len(keys) {
+			t.Fatalf("rewritten run: %d records, %v", len(recs), err)
+		}
+	})
+}
