@@ -14,8 +14,8 @@ import (
 
 // Dependencies. A job submitted with --after waits until each job it names has succeeded: its
 // first checkpoint is stored as waiting, with a reason that names the jobs, and its active
-// marker. Every rescan claims it and looks at them again (cheaply: markers, and the small
-// checkpoint of an ended job); a job that ends here kicks a rescan. The job is planned once all
+// marker. Every rescan claims it and looks at them again (cheaply: their status records, read
+// with a HEAD); a job that ends here kicks a rescan. The job is planned once all
 // succeeded, and fails with a reason naming the first that failed, was cancelled or is gone.
 
 // predecessors looks at the jobs spec waits for. It returns "" when all succeeded, else why the

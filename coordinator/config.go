@@ -257,6 +257,8 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 	Exists(ctx context.Context, name string) (bool, error)
 	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)
+	// Props reads a blob's metadata (a checkpoint's status record: dependencies, schedules).
+	Props(ctx context.Context, name string) (store.Props, error)
 }
 
 // Queue is the job intake queue (queue.Queue).

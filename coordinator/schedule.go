@@ -441,10 +441,25 @@ func (t *term) fencedBy(epoch uint64, term, what string) error {
 	return nil
 }
 
-// jobState reads job's state cheaply: its result copy (succeeded), its active marker (running or
-// waiting), else its checkpoint, which for an ended job holds no aggregate. It returns "" for a
-// job that does not exist (never submitted, or deleted), and StateQueued for one not planned yet.
+// jobState reads job's state cheaply: the status record of its checkpoint (a HEAD). For a
+// checkpoint of an earlier build, without a record: its result copy (succeeded), its active
+// marker (running), else its checkpoint, which for an ended job holds no aggregate. It returns
+// "" for a job that does not exist (never submitted, or deleted), and StateQueued for one not
+// planned yet.
 func (t *term) jobState(ctx context.Context, job string) (jobs.State, error) {
+	p, err := t.store.Props(ctx, protocol.CheckpointBlob(job))
+	if errors.Is(err, store.ErrNotFound) {
+		if ok, err := t.store.Exists(ctx, protocol.SpecBlob(job)); err != nil || !ok {
+			return "", err
+		}
+		return jobs.StateQueued, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if rec, err := protocol.DecodeStatusRecord(p.Meta); err == nil {
+		return rec.State, nil
+	}
 	if ok, err := t.store.Exists(ctx, protocol.ResultBlob(job)); err != nil {
 		return "", err
 	} else if ok {
@@ -456,12 +471,6 @@ func (t *term) jobState(ctx context.Context, job string) (jobs.State, error) {
 		return jobs.StateRunning, nil
 	}
 	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(job))
-	if errors.Is(err, store.ErrNotFound) {
-		if ok, err := t.store.Exists(ctx, protocol.SpecBlob(job)); err != nil || !ok {
-			return "", err
-		}
-		return jobs.StateQueued, nil
-	}
 	if err != nil {
 		return "", err
 	}
