@@ -112,6 +112,9 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 		if errors.Is(err, ErrDeposed) {
 			return earliest, err
 		}
+		if errors.Is(err, errStateReloaded) {
+			next, err = t.cfg.Now(), nil // look again at once
+		}
 		if err != nil {
 			t.log.Warn("schedule", "schedule", name, "err", err)
 			continue
@@ -131,7 +134,19 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 // state returns def's state: this term's copy, or the stored one (read once a term).
 func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
 	if ss, ok := s.states[def.Name]; ok && ss.st.UID == def.UID {
-		return ss, nil
+		// The stored state must still be the one this term wrote: a storage rollback (or a late
+		// write of an older term) changes it, and the term then goes on from what is stored,
+		// so ticks whose markers and jobs were lost are fired again.
+		p, err := s.t.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
+		switch {
+		case err == nil && p.ETag == ss.etag:
+			return ss, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		case errors.Is(err, store.ErrNotFound) && ss.etag == "":
+			return ss, nil
+		}
+		s.t.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
 	}
 	ss := &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
 	data, etag, err := s.t.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
@@ -361,38 +376,37 @@ func (s *scheduler) create(ctx context.Context, def *protocol.Schedule, tick tim
 	return created, nil
 }
 
-// save stores ss (If-Match its ETag, or If-None-Match). A conflict with an older term's write is
-// retried over it; a newer term's deposes this one.
+// save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
+// again (errStateReloaded); a newer term's deposes this one.
 func (s *scheduler) save(ctx context.Context, ss *schedState) error {
 	t := s.t
-	for try := 0; try < 3; try++ {
-		ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = t.epoch, t.id, t.cfg.Now().UTC()
-		data, err := ss.st.Encode()
-		if err != nil {
-			return err
-		}
-		cond := store.Cond{IfMatch: ss.etag, IfNoneMatch: ss.etag == ""}
-		etag, err := t.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
-		if err == nil {
-			ss.etag = etag
-			return nil
-		}
-		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("write state of schedule %s: %w", ss.st.Name, err)
-		}
-		data, etag, err = t.store.Get(ctx, protocol.ScheduleStateBlob(ss.st.Name))
-		if err != nil {
-			return fmt.Errorf("re-read state of schedule %s: %w", ss.st.Name, err)
-		}
-		if old, err := protocol.ParseScheduleState(data); err == nil {
-			if err := t.fencedBy(old.WriterEpoch, old.WriterTerm, "the state of schedule "+ss.st.Name); err != nil {
-				return err
-			}
-		}
-		ss.etag = etag // an older term wrote late: this term's state goes over it
+	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = t.epoch, t.id, t.cfg.Now().UTC()
+	data, err := ss.st.Encode()
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("write state of schedule %s: it kept changing", ss.st.Name)
+	cond := store.Cond{IfMatch: ss.etag, IfNoneMatch: ss.etag == ""}
+	etag, err := t.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
+	if err == nil {
+		ss.etag = etag
+		return nil
+	}
+	if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("write state of schedule %s: %w", ss.st.Name, err)
+	}
+	// Someone else's write, or a rollback of this term's: go on from what is stored (a newer
+	// term's deposes this one). The ticks since are looked at again; their markers and job ids
+	// keep each to one job.
+	delete(s.states, ss.st.Name)
+	if _, err := s.state(ctx, &protocol.Schedule{Name: ss.st.Name, UID: ss.st.UID}); err != nil {
+		return err
+	}
+	return errStateReloaded
 }
+
+// errStateReloaded: a schedule's stored state was not this term's; it was read again, and the
+// schedule's ticks are looked at again from it in the next pass.
+var errStateReloaded = errors.New("schedule state changed in storage; read again")
 
 // running reports whether job (the schedule's last) has not ended. It reads markers, not the
 // job's checkpoint, unless neither says.

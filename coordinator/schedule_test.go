@@ -342,3 +342,57 @@ func TestSchedule_LongOutage(t *testing.T) {
 		t.Fatalf("missed: %+v %v", info, err)
 	}
 }
+
+// A storage rollback under a leader that stays: the schedule's state goes back and the last
+// ticks' markers and jobs vanish. The leader notices (the stored state is not its own), goes on
+// from the stored state, and makes the lost ticks' jobs again: none missing, none twice.
+func TestSchedule_RollbackUnderTheSameLeader(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSchedule("rb", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow, CatchUp: time.Minute})
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 15*time.Second, "ticks", func() bool { return len(r.scheduleJobs("rb")) >= 3 })
+	// Roll back: the state as it was two ticks ago (an old copy, written unconditionally: a new
+	// ETag the leader never saw), the last two ticks' markers and specs gone.
+	data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("rb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := protocol.ParseScheduleState(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTick := r.scheduleJobs("rb")
+	var lost []time.Time
+	for k := *st.LastTick; len(lost) < 2; k = k.Add(-time.Second) {
+		if ids, ok := byTick[k]; ok {
+			lost = append(lost, k)
+			_ = r.st.Delete(ctx, protocol.SpecBlob(ids[0]))
+		}
+	}
+	def, _, _ := r.st.Get(ctx, protocol.ScheduleBlob("rb"))
+	d, err := protocol.ParseSchedule(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range lost {
+		_ = r.st.Delete(ctx, protocol.TickBlob("rb", d.UID, k))
+	}
+	back := lost[len(lost)-1].Add(-time.Second)
+	st.LastTick = &back
+	b, _ := st.Encode()
+	if _, err := r.st.Put(ctx, protocol.ScheduleStateBlob("rb"), b, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the lost ticks' jobs made again", func() bool {
+		got := r.scheduleJobs("rb")
+		for _, k := range lost {
+			if len(got[k]) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(1500 * time.Millisecond)
+	contiguous(t, r.scheduleJobs("rb"), time.Second)
+}
