@@ -97,6 +97,12 @@ type Status struct {
 	Position int `json:"queue_position,omitempty"`
 	// Note says how the status was read when it is not from a status record.
 	Note string `json:"note,omitempty"`
+	// Schedule and Tick: the schedule and tick that made the job; After: the jobs it waits
+	// for; RetryOf: the job it retries.
+	Schedule string     `json:"schedule,omitempty"`
+	Tick     *time.Time `json:"tick,omitempty"`
+	After    []string   `json:"after,omitempty"`
+	RetryOf  string     `json:"retry_of,omitempty"`
 	// Result is set by Wait for a job that succeeded; Status never reads it.
 	Result json.RawMessage `json:"-"`
 }
@@ -173,6 +179,8 @@ type SubmitOption func(*submitOptions)
 
 type submitOptions struct {
 	priority int
+	after    []string
+	retries  int
 }
 
 // WithPriority sets a job's priority, MinPriority to MaxPriority (default 0): each step up
@@ -195,7 +203,10 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	for _, opt := range opts {
 		opt(&o)
 	}
-	spec.Priority = o.priority
+	spec.Priority, spec.After, spec.Retries = o.priority, o.after, o.retries
+	if err := c.checkAfter(ctx, spec.After); err != nil {
+		return "", err
+	}
 	data, err := spec.Encode()
 	if err != nil {
 		return "", err
@@ -226,7 +237,9 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
+		st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}
+		st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
+		return st, nil
 	}
 	if err != nil {
 		return nil, err
@@ -244,6 +257,7 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 		// that cannot be read is why such a job failed; its record says so.
 		if spec, err := c.spec(ctx, id); err == nil {
 			st.SubmittedAt, st.Priority = spec.SubmittedAt, spec.Priority
+			st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
 			if st.Type == "" {
 				st.Type = spec.Type
 			}
@@ -266,7 +280,7 @@ func (c *Client) spec(ctx context.Context, id string) (*protocol.Spec, error) {
 func fromRecord(r *protocol.StatusRecord) *Status {
 	st := &Status{ID: r.Job, Type: r.Type, State: r.State, Phase: r.Phase, ShardsTotal: r.Total, ShardsDone: r.Done,
 		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
-		Duplicates: r.Duplicates, Priority: r.Priority}
+		Duplicates: r.Duplicates, Priority: r.Priority, Schedule: r.Schedule, Tick: r.Tick, After: r.After, RetryOf: r.RetryOf}
 	if !r.UpdatedAt.IsZero() {
 		upd := r.UpdatedAt
 		st.UpdatedAt = &upd

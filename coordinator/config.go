@@ -82,6 +82,20 @@ type Config struct {
 	RepairRounds int
 	// RepairMaxShards bounds the shards of one job one repair round dispatches. Default 4096.
 	RepairMaxShards int
+	// ScheduleInterval is how often the leader reads the schedules (it also wakes at each next
+	// tick). Default 1s.
+	ScheduleInterval time.Duration
+	// RetryBackoff is the delay before a failed job's first automatic retry (--retries); it
+	// doubles with each retry, up to 10m. Default 5s.
+	RetryBackoff time.Duration
+	// RetainSucceeded and RetainFailed: a job that succeeded (failed or was cancelled) is
+	// deleted this long after it ended; 0 keeps it. Default 0 (the worker binary sets 7 and 30
+	// days).
+	RetainSucceeded, RetainFailed time.Duration
+	// RetentionInterval is how often expired jobs are looked for; RetentionBatch bounds the jobs
+	// one look deletes (a rate limit). Defaults 1m and 100.
+	RetentionInterval time.Duration
+	RetentionBatch    int
 	// Registry resolves job types. Default jobs.Default().
 	Registry *jobs.Registry
 	// TypeHolders, when set, names the live workers that have a job type (from membership): a
@@ -107,6 +121,7 @@ func DefaultConfig() Config {
 		QueueVisibility: 5 * time.Second, QueueCutOff: 20 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
+		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second, RetentionInterval: time.Minute, RetentionBatch: 100,
 		FairHorizon: time.Second, FairMinShards: 256,
 	}
 }
@@ -126,6 +141,12 @@ func (c Config) withDefaults() Config {
 	set(&c.RescanInterval, d.RescanInterval)
 	set(&c.StallTimeout, d.StallTimeout)
 	set(&c.RepairInterval, d.RepairInterval)
+	set(&c.ScheduleInterval, d.ScheduleInterval)
+	set(&c.RetryBackoff, d.RetryBackoff)
+	set(&c.RetentionInterval, d.RetentionInterval)
+	if c.RetentionBatch == 0 {
+		c.RetentionBatch = d.RetentionBatch
+	}
 	set(&c.FairHorizon, d.FairHorizon)
 	for _, p := range []struct {
 		p *int
@@ -178,6 +199,18 @@ func (c Config) Validate() error {
 	if c.MaxQueueDequeues < 1 {
 		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)
 	}
+	if c.ScheduleInterval < 10*time.Millisecond || c.ScheduleInterval > time.Minute {
+		add("ScheduleInterval %v: use 10ms to 1m (default 1s)", c.ScheduleInterval)
+	}
+	if c.RetainSucceeded < 0 || c.RetainFailed < 0 {
+		add("RetainSucceeded %v, RetainFailed %v: use 0 (keep) or more", c.RetainSucceeded, c.RetainFailed)
+	}
+	if c.RetentionInterval < 10*time.Millisecond || c.RetentionBatch < 1 {
+		add("RetentionInterval %v, RetentionBatch %d: use at least 10ms and 1 (defaults 1m, 100)", c.RetentionInterval, c.RetentionBatch)
+	}
+	if c.RetryBackoff < 0 || c.RetryBackoff > time.Hour {
+		add("RetryBackoff %v: use 0 to 1h (default 5s)", c.RetryBackoff)
+	}
 	if c.RescanInterval < 10*time.Millisecond {
 		add("RescanInterval %v: use at least 10ms (default 5s)", c.RescanInterval)
 	}
@@ -229,12 +262,16 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 	Exists(ctx context.Context, name string) (bool, error)
 	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)
+	// Props reads a blob's metadata (a checkpoint's status record: dependencies, schedules).
+	Props(ctx context.Context, name string) (store.Props, error)
 }
 
 // Queue is the job intake queue (queue.Queue).
 type Queue interface {
 	Receive(ctx context.Context, n int, visibility time.Duration) ([]queue.Message, error)
 	Delete(ctx context.Context, m queue.Message) error
+	Enqueue(ctx context.Context, text string) error // schedules and retries make jobs
+	EnqueueAfter(ctx context.Context, text string, delay time.Duration) error
 }
 
 // Bus is what the leader needs of JetStream (bus.Bus).
@@ -242,6 +279,7 @@ type Bus interface {
 	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
 	ShardTypeSubject(typ, job string) string
 	PurgeJob(ctx context.Context, job string) error
+	PurgeJobMessages(ctx context.Context, job string) error // shards and results (retention)
 	OpenResults(ctx context.Context, epoch uint64, prefetch int) (*bus.Feed, error)
 	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
 	JobBacklog(ctx context.Context, job string) (shards, results uint64, err error)

@@ -99,6 +99,10 @@ type term struct {
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
 	wake       chan string        // to intake: a job was submitted (its id, as announced)
+	stageErr   chan error         // from stages of their own (schedules): the term must end
+	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
+	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
+	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -176,6 +180,20 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		defer intake.Done()
 		t.intake(intakeCtx)
 	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runSchedules(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runRetention(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
 
 	err = t.loop(ctx, feed)
 
@@ -226,7 +244,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
-		writes: make(chan written, 64),
+		writes: make(chan written, 64), stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 	}
 }
 
@@ -292,6 +310,12 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case w := <-t.writes:
 			t.inflight--
 			if err := t.commit(ctx, w, true); err != nil {
+				return err
+			}
+		case err := <-t.stageErr:
+			return err
+		case <-t.kick:
+			if err := t.rescan(ctx); err != nil {
 				return err
 			}
 		case j := <-t.newJobs:
@@ -392,6 +416,9 @@ func (t *term) rescan(ctx context.Context) error {
 		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
 		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
 			continue
+		}
+		if _, ok := t.cleaning.Load(id); ok {
+			continue // ended here, its clean-up runs
 		}
 		if t.isWaiting(id) {
 			// Waiting for a type this process lacks: only a cancel changes that in this term.
@@ -836,6 +863,9 @@ func (t *term) retire(ctx context.Context, j *job) {
 		clear(t.finished)
 	}
 	t.finished[j.id] = j.cp.State
+	if t.afterSeen.Load() {
+		nonBlocking(t.kick, struct{}{})
+	}
 	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
 		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
 	var why error
@@ -844,9 +874,11 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
+	t.cleaning.Store(cp.Job, true)
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
+		defer t.cleaning.Delete(cp.Job)
 		t.cleanup(context.WithoutCancel(ctx), &cp)
 	}()
 }

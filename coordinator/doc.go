@@ -185,6 +185,14 @@
 // whose type this leader lacks is stored as waiting and runs under a leader that has it
 // (waiting.go).
 //
+// # Time: schedules, chains, retries, retention
+//
+// Stages of their own, started by the term. Schedules (schedule.go) fire each tick once: a tick
+// marker created If-None-Match and fenced by epoch, and a job id derived from the tick. A job
+// submitted --after others waits until they succeed (after.go). A failed job with retries left
+// is submitted again in its clean-up (retry.go). Retention (retention.go) deletes jobs whose
+// time is up, a batch a pass, found by their ended markers.
+//
 // Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
 // Results and shards are at-least-once; only merging is exactly-once.
 package coordinator

@@ -35,6 +35,14 @@ const (
 	EventJobCodeFailed EventKind = "job_code_failed"
 	// EventJobWaiting: a job waits for a leader that has its type (Job; Err: the reason).
 	EventJobWaiting EventKind = "job_waiting"
+	// EventJobRetried: a failed job was submitted again (Job: the retry; Count: its attempt).
+	EventJobRetried EventKind = "job_retried"
+	// EventJobDeleted: retention deleted an expired job (Job, State).
+	EventJobDeleted EventKind = "job_deleted"
+	// EventTickFired: a schedule's tick made its job (Job).
+	EventTickFired EventKind = "tick_fired"
+	// EventTickSkipped: a schedule's tick made no job: the previous one (Job) still runs.
+	EventTickSkipped EventKind = "tick_skipped"
 	// EventTermEnded: Lead returned (Err: why, nil for a graceful stop).
 	EventTermEnded EventKind = "term_ended"
 )

@@ -155,6 +155,9 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		}
 		return
 	}
+	if len(spec.After) > 0 && t.after(ctx, m, id, spec) {
+		return // waits for other jobs (after.go)
+	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
 		t.wait(ctx, m, id, spec.Type)
@@ -246,6 +249,11 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 			t.log.Warn("write first checkpoint", "job", id, "err", err)
 		}
 		return "", err
+	}
+	if state.Terminal() {
+		if err := t.markEnded(ctx, &cp); err != nil {
+			t.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
+		}
 	}
 	if j != nil {
 		cp.Done, cp.Aggregate = nil, nil

@@ -401,6 +401,13 @@ func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 		}
 	}
 	t.deletePlan(ctx, cp)
+	if !t.retryFailed(ctx, cp) {
+		return // keep the marker: the next pass retries (retry.go)
+	}
+	if err := t.markEnded(ctx, cp); err != nil {
+		t.log.Warn("job ended", "job", id, "err", err)
+		return // keep the marker: the next pass retries (retention.go)
+	}
 	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		t.log.Warn("delete active marker", "job", id, "err", err)
 	}

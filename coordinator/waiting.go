@@ -98,6 +98,9 @@ func (t *term) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag s
 	if err != nil {
 		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
 	}
+	if wait, err := t.stillAfter(ctx, cp, etag, spec); wait || err != nil {
+		return nil, err // waits for other jobs (after.go)
+	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
 		t.setWaiting(id, true)

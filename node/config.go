@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,10 @@ import (
 // (DefaultConfig) in Serve; Validate checks the values as given after defaulting. Each field is
 // set by the `run` flag named in its comment, or by the flag's environment variable.
 type Config struct {
+	// Retention: how long the leader keeps finished jobs before deleting them. Nil:
+	// DefaultRetention (7 days succeeded, 30 days failed); a zero field keeps them. --retention.
+	Retention *Retention
+
 	// Storage says how to reach and authenticate to Azure Storage (blobs and the queue): a
 	// connection string (account key; Azurite), or an account URL with Entra ID
 	// (DefaultAzureCredential) or a SAS token. Required. --azure-connection-string,
@@ -183,6 +188,8 @@ func (c Config) parts() parts {
 	p.election.HeartbeatInterval, p.election.SuspicionTimeout = c.HeartbeatInterval, c.SuspicionTimeout
 	p.election.Logger = log
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
+	ret := cmp.Or(c.Retention, &DefaultRetention)
+	p.coordinator.RetainSucceeded, p.coordinator.RetainFailed = ret.Succeeded, ret.Failed
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
 	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout, Replicas: c.StreamReplicas, MemoryStorage: c.StreamStorage == "memory"}
 	// A cut-off follower must know before it would suspect the leader.

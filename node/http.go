@@ -111,6 +111,7 @@ func (a jobAPI) Result(ctx context.Context, id string) (json.RawMessage, error) 
 func (a jobAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Cancel(ctx, id)
 }
+func (a jobAPI) Delete(ctx context.Context, id string) error { return a.cl.Delete(ctx, id) }
 
 // observer holds a worker's metrics, events, membership and HTTP server.
 type observer struct {

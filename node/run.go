@@ -58,6 +58,10 @@ func (n *Node) newRunFlags() *runFlags {
 	bindEnv(fs, "heartbeat-interval", "HEARTBEAT_INTERVAL")
 	fs.DurationVar(&f.cfg.SuspicionTimeout, "suspicion-timeout", d.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")
 	bindEnv(fs, "suspicion-timeout", "SUSPICION_TIMEOUT")
+	f.cfg.Retention = &Retention{}
+	*f.cfg.Retention = DefaultRetention
+	fs.Var(f.cfg.Retention, "retention", "delete finished jobs this long after they end: DURATION, or SUCCEEDED,FAILED (failed and cancelled); days as 7d; 0 keeps them")
+	bindEnv(fs, "retention", "RETENTION")
 	return f
 }
 

@@ -24,6 +24,8 @@ type submitFlags struct {
 	priority                int
 	poll                    time.Duration
 	fs                      *flagSet
+	after                   string // comma-separated job ids (after.go)
+	retries                 int
 }
 
 func (n *Node) newSubmitFlags() *submitFlags {
@@ -36,6 +38,7 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
 	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
+	f.registerAfter()
 	return f
 }
 
@@ -80,6 +83,9 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
+	if err := f.checkAfter(); err != nil {
+		return err
+	}
 	cl, done, err := n.client(ctx, &f.common, true)
 	if err != nil {
 		return err
@@ -113,7 +119,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 			}
 		}
 	}
-	id, err := cl.Submit(tctx, f.typ, params, client.WithPriority(f.priority))
+	id, err := cl.Submit(tctx, f.typ, params, append(f.submitOptions(), client.WithPriority(f.priority))...)
 	if err != nil {
 		return err
 	}

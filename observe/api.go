@@ -44,6 +44,8 @@ type JobService interface {
 	Query(ctx context.Context, f client.Filter) (*client.Page, error)
 	Result(ctx context.Context, id string) (json.RawMessage, error)
 	Cancel(ctx context.Context, id string) (*client.Status, error)
+	// Delete removes an ended job and everything it left (client.ErrRunning: not ended).
+	Delete(ctx context.Context, id string) error
 }
 
 // ErrRefused marks a request the JobService refuses as malformed (HTTP 400).
@@ -152,7 +154,7 @@ func apiError(w http.ResponseWriter, err error) {
 	case errors.Is(err, jobs.ErrUnknownType), errors.Is(err, jobs.ErrBadParams), errors.Is(err, protocol.ErrBadID),
 		errors.Is(err, protocol.ErrBadSpec), errors.Is(err, ErrRefused):
 		code = http.StatusBadRequest
-	case errors.Is(err, client.ErrNotFinished):
+	case errors.Is(err, client.ErrNotFinished), errors.Is(err, client.ErrRunning):
 		code = http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusGatewayTimeout
@@ -352,6 +354,12 @@ func (s *Server) apiCancel(w http.ResponseWriter, r *http.Request, api JobServic
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "cancel": "requested"})
 }
 
-func (s *Server) apiDelete(w http.ResponseWriter, _ *http.Request, _ JobService) {
-	writeErr(w, http.StatusNotImplemented, "deleting jobs is not available yet (it comes with job retention); cancel a running job with POST "+APIPrefix+"/jobs/{id}/cancel")
+func (s *Server) apiDelete(w http.ResponseWriter, r *http.Request, api JobService) {
+	id := r.PathValue("id")
+	if err := api.Delete(r.Context(), id); err != nil {
+		apiError(w, err)
+		return
+	}
+	s.cfg.Logger.Info("job deleted over the API", "job", id, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "deleted": true})
 }

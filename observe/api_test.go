@@ -53,6 +53,7 @@ func (a clientAPI) Result(ctx context.Context, id string) (json.RawMessage, erro
 func (a clientAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Cancel(ctx, id)
 }
+func (a clientAPI) Delete(ctx context.Context, id string) error { return a.cl.Delete(ctx, id) }
 
 type apiEnv struct {
 	jobs  *store.Container
@@ -246,6 +247,8 @@ func TestAPI_JobCycle(t *testing.T) {
 		t.Fatalf("cancel of a finished job = %d %s; want 409", code, body)
 	}
 
+	done := sub.ID
+
 	// Cancel: without the token nothing is written; with it the marker is.
 	code, body = e.do(t, "POST", "/api/v1/jobs", testToken, `{"type":"pi","params":{"samples":1000,"shards":2}}`)
 	if code != 201 {
@@ -264,11 +267,21 @@ func TestAPI_JobCycle(t *testing.T) {
 	if ok, err := e.jobs.Exists(context.Background(), protocol.CancelBlob(sub.ID)); !ok || err != nil {
 		t.Fatalf("cancel marker: %v %v", ok, err)
 	}
-	if code, body = e.do(t, "DELETE", "/api/v1/jobs/"+sub.ID, testToken, ""); code != 501 || !strings.Contains(body, "not available yet") {
-		t.Fatalf("DELETE = %d %s; want 501", code, body)
+	// Delete: a job that has not ended is refused; an ended one goes, and nothing of it is left.
+	if code, body = e.do(t, "DELETE", "/api/v1/jobs/"+sub.ID, testToken, ""); code != 409 || !strings.Contains(body, "cancel it first") {
+		t.Fatalf("DELETE of a job not ended = %d %s; want 409", code, body)
 	}
-	if code, _ = e.do(t, "DELETE", "/api/v1/jobs/"+sub.ID, "", ""); code != 401 {
+	if code, _ = e.do(t, "DELETE", "/api/v1/jobs/"+done, "", ""); code != 401 {
 		t.Fatalf("DELETE without the token = %d; want 401", code)
+	}
+	if ok, _ := e.jobs.Exists(context.Background(), protocol.SpecBlob(done)); !ok {
+		t.Fatal("a refused delete removed the job's spec")
+	}
+	if code, body = e.do(t, "DELETE", "/api/v1/jobs/"+done, testToken, ""); code != 200 || !strings.Contains(body, `"deleted":true`) {
+		t.Fatalf("DELETE of a succeeded job = %d %s; want 200", code, body)
+	}
+	if code, _ = e.do(t, "GET", "/api/v1/jobs/"+done, "", ""); code != 404 {
+		t.Fatalf("GET a deleted job = %d; want 404", code)
 	}
 }
 

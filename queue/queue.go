@@ -93,6 +93,15 @@ func (q *Queue) Enqueue(ctx context.Context, text string) error {
 	return nil
 }
 
+// EnqueueAfter adds a message that stays invisible for delay (whole seconds, up to 7 days).
+func (q *Queue) EnqueueAfter(ctx context.Context, text string, delay time.Duration) error {
+	secs := int32(min(max(delay/time.Second, 0), 7*24*time.Hour/time.Second))
+	if _, err := q.qc.EnqueueMessage(ctx, text, &azqueue.EnqueueMessageOptions{VisibilityTimeout: &secs}); err != nil {
+		return translate("enqueue", err)
+	}
+	return nil
+}
+
 // Receive takes up to n (1–32) messages, hiding them from other receivers for visibility.
 func (q *Queue) Receive(ctx context.Context, n int, visibility time.Duration) ([]Message, error) {
 	n = min(max(n, 1), 32)

@@ -17,11 +17,26 @@ type Spec struct {
 	Type        string          `json:"type"`
 	Params      json.RawMessage `json:"params"`
 	SubmittedAt time.Time       `json:"submitted_at"`
+	// After: the job starts once every one of these jobs succeeded (it fails if one does not).
+	After []string `json:"after,omitempty"`
+	// Retries: a failed job is submitted again, with backoff, up to this many times.
+	Retries int `json:"retries,omitempty"`
+	// RetryOf names the job this one retries (and the spec it copies).
+	RetryOf string `json:"retry_of,omitempty"`
+	// Schedule and Tick name the schedule and tick that made the job.
+	Schedule string     `json:"schedule,omitempty"`
+	Tick     *time.Time `json:"tick,omitempty"`
 	// Priority weighs the job's share of dispatch against running jobs of its type: each step
 	// up doubles it (MinPriority to MaxPriority; 0, the default, is left out of the JSON, so
 	// earlier builds read such specs).
 	Priority int `json:"priority,omitempty"`
 }
+
+// Limits of a spec's dependency and retry fields.
+const (
+	MaxAfter   = 32
+	MaxRetries = 10
+)
 
 // Priorities a job may have.
 const (
@@ -118,6 +133,30 @@ func (s *Spec) checkShape() error {
 	}
 	if len(s.Params) == 0 || !json.Valid(s.Params) {
 		return fmt.Errorf("%w: params must be a JSON value", ErrBadSpec)
+	}
+	if len(s.After) > MaxAfter {
+		return fmt.Errorf("%w: after names %d jobs, the limit is %d", ErrBadSpec, len(s.After), MaxAfter)
+	}
+	for _, a := range s.After {
+		if err := CheckID(a); err != nil {
+			return fmt.Errorf("%w: after: %w", ErrBadSpec, err)
+		}
+		if a == s.ID {
+			return fmt.Errorf("%w: job %s cannot run after itself", ErrBadSpec, s.ID)
+		}
+	}
+	if s.Retries < 0 || s.Retries > MaxRetries {
+		return fmt.Errorf("%w: retries %d: use 0 to %d", ErrBadSpec, s.Retries, MaxRetries)
+	}
+	if s.RetryOf != "" {
+		if err := CheckID(s.RetryOf); err != nil {
+			return fmt.Errorf("%w: retry_of: %w", ErrBadSpec, err)
+		}
+	}
+	if s.Schedule != "" {
+		if err := CheckScheduleName(s.Schedule); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadSpec, err)
+		}
 	}
 	return nil
 }

@@ -53,6 +53,12 @@ type StatusRecord struct {
 	StartedAt   time.Time  `json:"started_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	// From the spec: the schedule and tick that made the job, the jobs it runs after, the job
+	// it retries.
+	Schedule string     `json:"schedule,omitempty"`
+	Tick     *time.Time `json:"tick,omitempty"`
+	After    []string   `json:"after,omitempty"`
+	RetryOf  string     `json:"retry_of,omitempty"`
 }
 
 // NewStatusRecord makes the record of checkpoint cp of the job of spec (nil: not read).
@@ -63,6 +69,7 @@ func NewStatusRecord(cp *Checkpoint, spec *Spec) *StatusRecord {
 		StartedAt: cp.StartedAt, UpdatedAt: cp.UpdatedAt, FinishedAt: cp.FinishedAt}
 	if spec != nil {
 		r.Priority, r.SubmittedAt = spec.Priority, spec.SubmittedAt
+		r.Schedule, r.Tick, r.After, r.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
 		if r.Type == "" {
 			r.Type = spec.Type
 		}
@@ -132,6 +139,13 @@ func DecodeStatusValue(v string) (*StatusRecord, error) {
 		return nil, fmt.Errorf("%w: priority %d", ErrBadStatusRecord, r.Priority)
 	case len(r.Error) > MaxStatusError:
 		return nil, fmt.Errorf("%w: error of %d bytes", ErrBadStatusRecord, len(r.Error))
+	case r.Schedule != "" && CheckScheduleName(r.Schedule) != nil, r.RetryOf != "" && CheckID(r.RetryOf) != nil, len(r.After) > MaxAfter:
+		return nil, fmt.Errorf("%w: schedule, retry_of or after malformed", ErrBadStatusRecord)
+	}
+	for _, a := range r.After {
+		if CheckID(a) != nil {
+			return nil, fmt.Errorf("%w: after: job id %q", ErrBadStatusRecord, Clip(a, 64))
+		}
 	}
 	return &r, nil
 }

@@ -1,0 +1,278 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Lister lists blobs by prefix (store.Container). The schedule and delete functions need it of
+// Client.Store.
+type Lister interface {
+	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)
+}
+
+// Schedule errors.
+var (
+	ErrNoSuchSchedule = errors.New("no such schedule")
+	ErrScheduleExists = errors.New("schedule exists")
+)
+
+// ScheduleOptions describe a schedule to add. Give Every or Cron.
+type ScheduleOptions struct {
+	Every    time.Duration // whole seconds, at least 1s
+	Cron     string        // "m h dom mon dow"
+	TimeZone string        // IANA name for Cron; default UTC
+	Type     string
+	Params   json.RawMessage
+	Overlap  string        // skip (default), queue or allow
+	CatchUp  time.Duration // default 5m, at least 10s
+}
+
+// ScheduleInfo is a schedule as `worker schedule list` shows it.
+type ScheduleInfo struct {
+	Name      string          `json:"name"`
+	Every     string          `json:"every,omitempty"`
+	Cron      string          `json:"cron,omitempty"`
+	TimeZone  string          `json:"time_zone,omitempty"`
+	Type      string          `json:"type"`
+	Params    json.RawMessage `json:"params"`
+	Overlap   string          `json:"overlap"`
+	CatchUp   string          `json:"catch_up"`
+	Paused    bool            `json:"paused"`
+	CreatedAt time.Time       `json:"created_at"`
+	LastTick  *time.Time      `json:"last_tick,omitempty"`
+	LastJob   string          `json:"last_job,omitempty"`
+	// NextTick is the next tick the leader fires (none while paused).
+	NextTick *time.Time `json:"next_tick,omitempty"`
+	Buffered *time.Time `json:"buffered,omitempty"`
+	Fired    int64      `json:"fired"`
+	Skipped  int64      `json:"skipped"`
+	Missed   int64      `json:"missed"`
+}
+
+func (c *Client) lister() (Lister, error) {
+	l, ok := c.Store.(Lister)
+	if !ok {
+		return nil, errors.New("this client's store cannot list blobs")
+	}
+	return l, nil
+}
+
+// AddSchedule validates a schedule and its job (as Submit does) and stores it. The leader fires
+// its first tick after now.
+func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions) (*protocol.Schedule, error) {
+	if err := protocol.CheckScheduleName(name); err != nil {
+		return nil, err
+	}
+	s := &protocol.Schedule{Name: name, UID: protocol.NewScheduleUID(), Cron: o.Cron, TimeZone: o.TimeZone,
+		Type: o.Type, Params: o.Params, Overlap: o.Overlap, CreatedAt: c.now().UTC()}
+	if o.Every != 0 {
+		s.Every = o.Every.String()
+	}
+	if s.Overlap == "" {
+		s.Overlap = protocol.OverlapSkip
+	}
+	s.CatchUp = protocol.DefaultCatchUp.String()
+	if o.CatchUp != 0 {
+		s.CatchUp = o.CatchUp.String()
+	}
+	if len(s.Params) == 0 {
+		s.Params = json.RawMessage("{}")
+	}
+	data, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Validate(ctx, s.Type, s.Params); err != nil {
+		return nil, err
+	}
+	if _, err := c.Store.Put(ctx, protocol.ScheduleBlob(name), data, store.Cond{IfNoneMatch: true}); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return nil, fmt.Errorf("%w: %s (delete it first, or choose another name)", ErrScheduleExists, name)
+		}
+		return nil, fmt.Errorf("write schedule: %w", err)
+	}
+	return s, nil
+}
+
+// getSchedule reads schedule name and its ETag.
+func (c *Client) getSchedule(ctx context.Context, name string) (*protocol.Schedule, store.ETag, error) {
+	if err := protocol.CheckScheduleName(name); err != nil {
+		return nil, "", err
+	}
+	data, etag, err := c.Store.Get(ctx, protocol.ScheduleBlob(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, "", fmt.Errorf("%w: %s (`schedule list` shows them)", ErrNoSuchSchedule, name)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	s, err := protocol.ParseSchedule(data)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, etag, nil
+}
+
+// Schedule returns one schedule with its last and next tick.
+func (c *Client) Schedule(ctx context.Context, name string) (*ScheduleInfo, error) {
+	s, _, err := c.getSchedule(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
+		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt}
+	since := s.CreatedAt
+	data, _, err := c.Store.Get(ctx, protocol.ScheduleStateBlob(name))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		if st, err := protocol.ParseScheduleState(data); err == nil && st.UID == s.UID {
+			info.LastTick, info.LastJob, info.Buffered = st.LastTick, st.LastJob, st.Buffered
+			info.Fired, info.Skipped, info.Missed = st.Fired, st.Skipped, st.Missed
+			if st.LastTick != nil && st.LastTick.After(since) {
+				since = *st.LastTick
+			}
+		}
+	}
+	if s.ResumedAt != nil && s.ResumedAt.After(since) {
+		since = *s.ResumedAt
+	}
+	if !s.Paused {
+		if n := s.Next(since); !n.IsZero() {
+			info.NextTick = &n
+		}
+	}
+	return info, nil
+}
+
+// Schedules returns every schedule, by name.
+func (c *Client) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	l, err := c.lister()
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := l.List(ctx, protocol.ScheduleDefsPrefix)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	var out []ScheduleInfo
+	for _, b := range blobs {
+		name := strings.TrimSuffix(strings.TrimPrefix(b.Name, protocol.ScheduleDefsPrefix), ".json")
+		info, err := c.Schedule(ctx, name)
+		if errors.Is(err, ErrNoSuchSchedule) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("schedule %s: %w", protocol.Clip(name, 64), err)
+		}
+		out = append(out, *info)
+	}
+	return out, nil
+}
+
+// PauseSchedule stops a schedule's ticks; ResumeSchedule starts them again (the ticks while it
+// was paused are not caught up).
+func (c *Client) PauseSchedule(ctx context.Context, name string) error {
+	return c.setPaused(ctx, name, true)
+}
+
+// ResumeSchedule: see PauseSchedule.
+func (c *Client) ResumeSchedule(ctx context.Context, name string) error {
+	return c.setPaused(ctx, name, false)
+}
+
+func (c *Client) setPaused(ctx context.Context, name string, paused bool) error {
+	for try := 0; try < 5; try++ {
+		s, etag, err := c.getSchedule(ctx, name)
+		if err != nil {
+			return err
+		}
+		if s.Paused == paused {
+			return nil
+		}
+		s.Paused = paused
+		if !paused {
+			now := c.now().UTC()
+			s.ResumedAt = &now
+		}
+		data, err := s.Encode()
+		if err != nil {
+			return err
+		}
+		_, err = c.Store.Put(ctx, protocol.ScheduleBlob(name), data, store.Cond{IfMatch: etag})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("schedule %s kept changing; try again", name)
+}
+
+// DeleteSchedule removes a schedule, its state and its tick markers. The jobs it made stay.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	if _, _, err := c.getSchedule(ctx, name); err != nil && !errors.Is(err, protocol.ErrBadSchedule) {
+		return err
+	}
+	l, err := c.lister()
+	if err != nil {
+		return err
+	}
+	if err := c.Store.Delete(ctx, protocol.ScheduleBlob(name)); err != nil {
+		return fmt.Errorf("delete schedule: %w", err)
+	}
+	_ = c.Store.Delete(ctx, protocol.ScheduleStateBlob(name))
+	marks, err := l.List(ctx, protocol.ScheduleTicksOf(name))
+	if err != nil {
+		return nil // the markers are only read by a generation of this name: the deleted one
+	}
+	for _, m := range marks {
+		_ = c.Store.Delete(ctx, m.Name)
+	}
+	return nil
+}
+
+// TriggerSchedule makes the schedule's job now, whatever its ticks and overlap policy, and
+// returns its id. The job shows the schedule and the time of the trigger as its tick.
+func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, error) {
+	s, _, err := c.getSchedule(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	spec, err := c.validate(ctx, s.Type, s.Params)
+	if err != nil {
+		return "", err
+	}
+	tick := c.now().UTC()
+	spec.ID, spec.Schedule, spec.Tick = protocol.TickJobID(s.Name, s.UID+"/trigger", tick), s.Name, &tick
+	return c.submitSpec(ctx, spec)
+}
+
+// submitSpec writes a validated spec (If-None-Match) and queues its id.
+func (c *Client) submitSpec(ctx context.Context, spec *protocol.Spec) (string, error) {
+	data, err := spec.Encode()
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.Store.Put(ctx, protocol.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
+		return "", fmt.Errorf("write spec: %w", err)
+	}
+	if err := c.Queue.Enqueue(ctx, spec.ID); err != nil {
+		_ = c.Store.Delete(context.WithoutCancel(ctx), protocol.SpecBlob(spec.ID))
+		return "", fmt.Errorf("queue job: %w", err)
+	}
+	if c.Notify != nil {
+		_ = c.Notify.Announce("ctl.submitted", []byte(spec.ID))
+	}
+	return spec.ID, nil
+}

@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Retention. Every job that ends leaves an ended marker (protocol.EndedBlob) that names its end
+// time, state and id, so the leader finds expired jobs by listing one prefix, never every job.
+// A stage of the leader deletes each job whose retention for its state has passed, at most
+// RetentionBatch a pass: everything under its id, its stream messages, its markers. It is
+// fenced as checkpoints are: a job whose checkpoint a newer term wrote ends the term.
+
+// runRetention deletes expired jobs every RetentionInterval until ctx ends. It returns
+// ErrDeposed when it finds a newer term's writes.
+func (t *term) runRetention(ctx context.Context) error {
+	if t.cfg.RetainSucceeded <= 0 && t.cfg.RetainFailed <= 0 {
+		return nil // keep everything
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(t.cfg.RetentionInterval):
+		}
+		if err := t.expire(ctx); errors.Is(err, ErrDeposed) {
+			return err
+		} else if err != nil && ctx.Err() == nil {
+			t.log.Warn("retention", "err", err)
+		}
+	}
+}
+
+// retention is how long a job ended in state is kept (0: for ever).
+func (t *term) retention(state jobs.State) time.Duration {
+	if state == jobs.StateSucceeded {
+		return t.cfg.RetainSucceeded
+	}
+	return t.cfg.RetainFailed
+}
+
+// expire deletes up to RetentionBatch expired jobs, oldest first.
+func (t *term) expire(ctx context.Context) error {
+	marks, err := t.store.List(ctx, protocol.EndedPrefix)
+	if err != nil {
+		return fmt.Errorf("list ended jobs: %w", err)
+	}
+	now := t.cfg.Now()
+	deleted := 0
+	for _, m := range marks {
+		if deleted >= t.cfg.RetentionBatch || ctx.Err() != nil {
+			break
+		}
+		id, state, at, err := protocol.ParseEndedBlob(m.Name)
+		if err != nil {
+			continue
+		}
+		keep := t.retention(state)
+		if keep <= 0 || now.Before(at.Add(keep)) {
+			continue
+		}
+		if err := t.deleteJob(ctx, id); err != nil {
+			if errors.Is(err, ErrDeposed) {
+				return err
+			}
+			t.log.Warn("retention: delete job", "job", id, "err", err)
+			continue
+		}
+		if err := t.store.Delete(ctx, m.Name); err != nil {
+			t.log.Warn("retention: delete ended marker", "job", id, "err", err)
+		}
+		deleted++
+		t.log.Info("expired job deleted", "job", id, "state", state, "ended", at)
+		t.emit(Event{Kind: EventJobDeleted, Epoch: t.epoch, Job: id, State: string(state)})
+	}
+	return nil
+}
+
+// deleteJob removes everything job id left: its stream messages, its blobs (the spec last), its
+// active marker. A job that has not ended is left alone.
+func (t *term) deleteJob(ctx context.Context, id string) error {
+	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		cp, err := protocol.DecodeCheckpoint(data)
+		if err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		if err := t.fenced(cp); err != nil {
+			return err
+		}
+		if !cp.State.Terminal() {
+			return fmt.Errorf("job %s is %s", id, cp.State)
+		}
+	}
+	if err := t.bus.PurgeJobMessages(ctx, id); err != nil {
+		return err
+	}
+	blobs, err := t.store.List(ctx, id+"/")
+	if err != nil {
+		return err
+	}
+	for _, b := range blobs {
+		if b.Name == protocol.SpecBlob(id) {
+			continue
+		}
+		if err := t.store.Delete(ctx, b.Name); err != nil {
+			return err
+		}
+	}
+	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
+		return err
+	}
+	return t.store.Delete(ctx, protocol.SpecBlob(id))
+}
+
+// markEnded stores the ended marker of the job of terminal checkpoint cp.
+func (t *term) markEnded(ctx context.Context, cp *protocol.Checkpoint) error {
+	at := cp.UpdatedAt
+	if cp.FinishedAt != nil {
+		at = *cp.FinishedAt
+	}
+	if _, err := t.store.Put(ctx, protocol.EndedBlob(cp.Job, cp.State, at), nil, store.Cond{}); err != nil {
+		return fmt.Errorf("write ended marker: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,496 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Schedules. The leader fires every schedule's ticks from a stage of its own. A tick makes
+// exactly one job however many leaders die on the way:
+//
+//   - The tick is claimed with a marker created If-None-Match, naming this term's epoch and the
+//     decision (the job, or none when the overlap policy skipped the tick). A leader that finds
+//     a marker of a newer term yields, as it does for checkpoints (fence.go); one that finds a
+//     marker of an older term completes that term's decision.
+//   - The job's id is derived from (schedule, generation, tick), and its spec is written
+//     If-None-Match: a tick fired again after a storage rollback lost the marker still writes
+//     one spec.
+//   - The schedule's state (last tick handled, last job) is written If-Match after each tick,
+//     fenced like a checkpoint; it only says where to look next, the marker and the spec decide.
+//
+// Ticks missed while there was no leader are fired late, within the schedule's catch-up window;
+// older ones are counted as missed.
+
+const (
+	// maxTicksPerPass bounds the ticks one schedule fires in a pass, so a long catch-up does
+	// not hold the others.
+	maxTicksPerPass = 16
+	// tickKeep is how long tick markers are kept after their tick (the job id guards older ones).
+	// maxMissedCount bounds the missed ticks counted one by one after a long outage.
+	maxMissedCount = 100_000
+	tickKeep       = time.Hour
+	pruneEvery     = time.Minute
+)
+
+// scheduler is the schedule stage of one term: what it knows of each schedule's state.
+type scheduler struct {
+	t      *term
+	states map[string]*schedState
+}
+
+type schedState struct {
+	st        protocol.ScheduleState
+	etag      store.ETag // "" while the state is not stored
+	lastPrune time.Time
+}
+
+// runSchedules fires schedule ticks until ctx ends. It returns ErrDeposed when it finds a newer
+// term's writes.
+func (t *term) runSchedules(ctx context.Context) error {
+	s := &scheduler{t: t, states: map[string]*schedState{}}
+	for {
+		next, err := s.pass(ctx)
+		if errors.Is(err, ErrDeposed) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			t.log.Warn("schedules", "err", err)
+		}
+		wait := t.cfg.ScheduleInterval
+		if !next.IsZero() {
+			wait = min(wait, max(time.Until(next), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// pass reads every schedule and fires its due ticks. It returns the earliest next tick.
+func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
+	t := s.t
+	blobs, err := t.store.List(ctx, protocol.ScheduleDefsPrefix)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("list schedules: %w", err)
+	}
+	var earliest time.Time
+	seen := map[string]bool{}
+	for _, b := range blobs {
+		if ctx.Err() != nil {
+			return earliest, nil
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(b.Name, protocol.ScheduleDefsPrefix), ".json")
+		if protocol.CheckScheduleName(name) != nil {
+			continue
+		}
+		seen[name] = true
+		data, _, err := t.store.Get(ctx, b.Name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return earliest, err
+		}
+		def, err := protocol.ParseSchedule(data)
+		if err != nil || def.Name != name {
+			t.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
+			continue
+		}
+		if def.Paused {
+			continue
+		}
+		next, err := s.fire(ctx, def)
+		if errors.Is(err, ErrDeposed) {
+			return earliest, err
+		}
+		if errors.Is(err, errStateReloaded) {
+			next, err = t.cfg.Now(), nil // look again at once
+		}
+		if err != nil {
+			t.log.Warn("schedule", "schedule", name, "err", err)
+			continue
+		}
+		if !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
+			earliest = next
+		}
+	}
+	for name := range s.states {
+		if !seen[name] {
+			delete(s.states, name) // deleted: a schedule added again under the name starts afresh
+		}
+	}
+	return earliest, nil
+}
+
+// state returns def's state: this term's copy, or the stored one (read once a term).
+func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
+	if ss, ok := s.states[def.Name]; ok && ss.st.UID == def.UID {
+		// The stored state must still be the one this term wrote: a storage rollback (or a late
+		// write of an older term) changes it, and the term then goes on from what is stored,
+		// so ticks whose markers and jobs were lost are fired again.
+		p, err := s.t.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
+		switch {
+		case err == nil && p.ETag == ss.etag:
+			return ss, nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		case errors.Is(err, store.ErrNotFound) && ss.etag == "":
+			return ss, nil
+		}
+		s.t.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
+	}
+	ss := &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
+	data, etag, err := s.t.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		ss.etag = etag
+		st, err := protocol.ParseScheduleState(data)
+		if err != nil {
+			s.t.log.Warn("unreadable schedule state replaced", "schedule", def.Name, "err", err)
+			break
+		}
+		if err := s.t.fencedBy(st.WriterEpoch, st.WriterTerm, "the state of schedule "+def.Name); err != nil {
+			return nil, err
+		}
+		if st.UID == def.UID {
+			ss.st = *st
+		}
+	}
+	s.states[def.Name] = ss
+	return ss, nil
+}
+
+// fire handles def's due ticks (at most maxTicksPerPass) and returns its next tick.
+func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time, error) {
+	t := s.t
+	ss, err := s.state(ctx, def)
+	if err != nil {
+		return time.Time{}, err
+	}
+	st := &ss.st
+	now := t.cfg.Now()
+	since := def.CreatedAt
+	if st.LastTick != nil && st.LastTick.After(since) {
+		since = *st.LastTick
+	}
+	if def.ResumedAt != nil && def.ResumedAt.After(since) {
+		since = *def.ResumedAt // ticks while paused are not caught up
+	}
+	if st.Buffered != nil {
+		running, err := s.running(ctx, st.LastJob)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !running {
+			tick := *st.Buffered
+			if err := s.make(ctx, def, ss, tick); err != nil {
+				return time.Time{}, err
+			}
+		}
+	}
+	for range maxTicksPerPass {
+		tick := def.Next(since)
+		if tick.IsZero() || tick.After(now) {
+			s.prune(ctx, def, ss)
+			return tick, nil
+		}
+		if edge := now.Add(-def.CatchUpWindow()); tick.Before(edge) {
+			// Missed by more than the catch-up window: counted, not fired.
+			n, last := int64(0), tick
+			for k := tick; !k.IsZero() && k.Before(edge); k = def.Next(k) {
+				if n == maxMissedCount {
+					last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
+					break
+				}
+				n, last = n+1, k
+			}
+			st.Missed += n
+			st.LastTick = &last
+			t.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
+			if err := s.save(ctx, ss); err != nil {
+				return time.Time{}, err
+			}
+			since = last
+			continue
+		}
+		if def.Overlap != protocol.OverlapAllow {
+			running, err := s.running(ctx, st.LastJob)
+			if err != nil {
+				return time.Time{}, err
+			}
+			if running {
+				if err := s.overlap(ctx, def, ss, tick); err != nil {
+					return time.Time{}, err
+				}
+				since = tick
+				continue
+			}
+		}
+		if err := s.make(ctx, def, ss, tick); err != nil {
+			return time.Time{}, err
+		}
+		since = tick
+	}
+	return def.Next(since), nil
+}
+
+// overlap handles tick while the schedule's previous job runs: buffered (queue, if none is
+// yet) or skipped.
+func (s *scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
+	st := &ss.st
+	if def.Overlap == protocol.OverlapQueue && st.Buffered == nil {
+		st.Buffered, st.LastTick = &tick, &tick
+		s.t.log.Info("schedule tick waits for the previous job", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
+		return s.save(ctx, ss)
+	}
+	job, err := s.claim(ctx, def, tick, "")
+	if err != nil {
+		return err
+	}
+	if job != "" { // an earlier term fired it: its decision stands
+		return s.made(ctx, def, ss, tick, job)
+	}
+	st.Skipped++
+	st.LastTick = &tick
+	s.t.log.Info("schedule tick skipped: the previous job still runs", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
+	s.t.emit(Event{Kind: EventTickSkipped, Epoch: s.t.epoch, Job: st.LastJob})
+	return s.save(ctx, ss)
+}
+
+// make fires tick: claims it, writes the job's spec and queues the job.
+func (s *scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
+	job, err := s.claim(ctx, def, tick, protocol.TickJobID(def.Name, def.UID, tick))
+	if err != nil {
+		return err
+	}
+	if job == "" { // an earlier term skipped it
+		if ss.st.Buffered != nil && ss.st.Buffered.Equal(tick) {
+			ss.st.Buffered = nil
+		}
+		if ss.st.LastTick == nil || tick.After(*ss.st.LastTick) {
+			ss.st.LastTick = &tick
+		}
+		return s.save(ctx, ss)
+	}
+	return s.made(ctx, def, ss, tick, job)
+}
+
+// made creates job for tick (idempotent) and records it in the state.
+func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time, job string) error {
+	t := s.t
+	created, err := s.create(ctx, def, tick, job)
+	if err != nil {
+		return err
+	}
+	st := &ss.st
+	if st.Buffered != nil && st.Buffered.Equal(tick) {
+		st.Buffered = nil
+	}
+	if st.LastTick == nil || tick.After(*st.LastTick) {
+		st.LastTick = &tick
+	}
+	st.LastJob = job
+	st.Fired++
+	if created {
+		t.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
+		t.emit(Event{Kind: EventTickFired, Epoch: t.epoch, Job: job})
+	}
+	return s.save(ctx, ss)
+}
+
+// claim creates tick's marker with this term's decision (job, or "" to skip) and returns the
+// decision that stands: this term's, or an earlier term's. A newer term's marker deposes this one.
+func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (string, error) {
+	t := s.t
+	m := protocol.TickMarker{Schedule: def.Name, UID: def.UID, Tick: tick.UTC(), Job: job, Epoch: t.epoch, Term: t.id}
+	data, err := m.Encode()
+	if err != nil {
+		return "", err
+	}
+	name := protocol.TickBlob(def.Name, def.UID, tick)
+	_, err = t.store.Put(ctx, name, data, store.Cond{IfNoneMatch: true})
+	if err == nil {
+		return job, nil
+	}
+	if !errors.Is(err, store.ErrExists) {
+		return "", fmt.Errorf("claim tick %s: %w", tick.UTC().Format(time.RFC3339), err)
+	}
+	data, _, err = t.store.Get(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("read tick marker: %w", err)
+	}
+	old, err := protocol.ParseTickMarker(data)
+	if err != nil {
+		t.log.Warn("unreadable tick marker: the tick's job is made (its id is fixed)", "marker", name, "err", err)
+		return protocol.TickJobID(def.Name, def.UID, tick), nil
+	}
+	if old.Epoch != t.epoch || old.Term != t.id {
+		if err := t.fencedBy(old.Epoch, old.Term, "tick "+tick.UTC().Format(time.RFC3339)+" of schedule "+def.Name); err != nil {
+			return "", err
+		}
+	}
+	if old.Job != "" && old.Job != protocol.TickJobID(def.Name, def.UID, tick) {
+		return "", fmt.Errorf("tick marker %s names job %s, not the tick's", name, old.Job)
+	}
+	return old.Job, nil
+}
+
+// create writes job's spec (If-None-Match) and queues it. A spec already there is the tick's job,
+// made by this or an earlier term: it is queued again only if it has not started (a duplicate
+// message is harmless, intake plans a job once).
+func (s *scheduler) create(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (bool, error) {
+	t := s.t
+	tk := tick.UTC()
+	spec := protocol.Spec{ID: job, Type: def.Type, Params: def.Params, SubmittedAt: t.cfg.Now().UTC(), Schedule: def.Name, Tick: &tk}
+	data, err := spec.Encode()
+	if err != nil {
+		return false, err
+	}
+	created := true
+	if _, err := t.store.Put(ctx, protocol.SpecBlob(job), data, store.Cond{IfNoneMatch: true}); errors.Is(err, store.ErrExists) {
+		created = false
+		if ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(job)); err != nil {
+			return false, err
+		} else if ok {
+			return false, nil
+		}
+	} else if err != nil {
+		return false, fmt.Errorf("write spec of %s: %w", job, err)
+	}
+	if err := t.queue.Enqueue(ctx, job); err != nil {
+		return false, fmt.Errorf("queue %s: %w", job, err)
+	}
+	nonBlocking(t.wake, job)
+	return created, nil
+}
+
+// save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
+// again (errStateReloaded); a newer term's deposes this one.
+func (s *scheduler) save(ctx context.Context, ss *schedState) error {
+	t := s.t
+	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = t.epoch, t.id, t.cfg.Now().UTC()
+	data, err := ss.st.Encode()
+	if err != nil {
+		return err
+	}
+	cond := store.Cond{IfMatch: ss.etag, IfNoneMatch: ss.etag == ""}
+	etag, err := t.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
+	if err == nil {
+		ss.etag = etag
+		return nil
+	}
+	if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("write state of schedule %s: %w", ss.st.Name, err)
+	}
+	// Someone else's write, or a rollback of this term's: go on from what is stored (a newer
+	// term's deposes this one). The ticks since are looked at again; their markers and job ids
+	// keep each to one job.
+	delete(s.states, ss.st.Name)
+	if _, err := s.state(ctx, &protocol.Schedule{Name: ss.st.Name, UID: ss.st.UID}); err != nil {
+		return err
+	}
+	return errStateReloaded
+}
+
+// errStateReloaded: a schedule's stored state was not this term's; it was read again, and the
+// schedule's ticks are looked at again from it in the next pass.
+var errStateReloaded = errors.New("schedule state changed in storage; read again")
+
+// running reports whether job (the schedule's last) has not ended. It reads markers, not the
+// job's checkpoint, unless neither says.
+func (s *scheduler) running(ctx context.Context, job string) (bool, error) {
+	if job == "" {
+		return false, nil
+	}
+	state, err := s.t.jobState(ctx, job)
+	if err != nil {
+		return false, err
+	}
+	return state != "" && !state.Terminal(), nil
+}
+
+// prune deletes def's tick markers older than tickKeep, at most once a pruneEvery.
+func (s *scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *schedState) {
+	if time.Since(ss.lastPrune) < pruneEvery || ss.st.LastTick == nil {
+		return
+	}
+	ss.lastPrune = time.Now()
+	prefix := protocol.ScheduleTicksOf(def.Name) + def.UID + "/"
+	marks, err := s.t.store.List(ctx, prefix)
+	if err != nil {
+		return
+	}
+	edge := ss.st.LastTick.Add(-tickKeep)
+	for _, m := range marks {
+		at, err := time.Parse("20060102T150405Z", strings.TrimPrefix(m.Name, prefix))
+		if err == nil && at.Before(edge) {
+			_ = s.t.store.Delete(ctx, m.Name)
+		}
+	}
+}
+
+// fencedBy returns ErrDeposed when a blob was written by a term this one must yield to (a
+// higher epoch, or this epoch under another term), as fenced does for checkpoints.
+func (t *term) fencedBy(epoch uint64, term, what string) error {
+	t.sawEpoch(epoch)
+	switch {
+	case epoch > t.epoch:
+		return fmt.Errorf("%w: %s was written by epoch %d, newer than this %s", ErrDeposed, what, epoch, t.name())
+	case epoch == t.epoch && term != t.id:
+		return fmt.Errorf("%w: %s was written by term %s of this term's epoch (this is %s); the next term takes an epoch above %d",
+			ErrDeposed, what, term, t.name(), epoch)
+	}
+	return nil
+}
+
+// jobState reads job's state cheaply: the status record of its checkpoint (a HEAD). For a
+// checkpoint of an earlier build, without a record: its result copy (succeeded), its active
+// marker (running), else its checkpoint, which for an ended job holds no aggregate. It returns
+// "" for a job that does not exist (never submitted, or deleted), and StateQueued for one not
+// planned yet.
+func (t *term) jobState(ctx context.Context, job string) (jobs.State, error) {
+	p, err := t.store.Props(ctx, protocol.CheckpointBlob(job))
+	if errors.Is(err, store.ErrNotFound) {
+		if ok, err := t.store.Exists(ctx, protocol.SpecBlob(job)); err != nil || !ok {
+			return "", err
+		}
+		return jobs.StateQueued, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if rec, err := protocol.DecodeStatusRecord(p.Meta); err == nil {
+		return rec.State, nil
+	}
+	if ok, err := t.store.Exists(ctx, protocol.ResultBlob(job)); err != nil {
+		return "", err
+	} else if ok {
+		return jobs.StateSucceeded, nil
+	}
+	if ok, err := t.store.Exists(ctx, protocol.ActiveBlob(job)); err != nil {
+		return "", err
+	} else if ok {
+		return jobs.StateRunning, nil
+	}
+	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(job))
+	if err != nil {
+		return "", err
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint of %s: %w", job, err)
+	}
+	return cp.State, nil
+}

@@ -1,0 +1,28 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+func (n *Node) deleteCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newJobFlags("delete")
+	id, err := f.parseJob(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cl, done, err := n.client(ctx, &f.common, true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := cl.Delete(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "job %s deleted\n", id)
+	return nil
+}

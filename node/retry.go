@@ -1,0 +1,29 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+func (n *Node) retryCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := n.newJobFlags("retry")
+	id, err := f.parseJob(args, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cl, done, err := n.client(ctx, &f.common, true)
+	if err != nil {
+		return err
+	}
+	defer done()
+	nid, err := cl.Retry(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, nid)
+	return nil
+}
