@@ -68,7 +68,7 @@ func (c *Client) lister() (Lister, error) {
 
 // AddSchedule validates a schedule and its job (as Submit does) and stores it. The leader fires
 // its first tick after now.
-func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions) (*protocol.Schedule, error) {
+func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions) (*ScheduleInfo, error) {
 	if err := protocol.CheckScheduleName(name); err != nil {
 		return nil, err
 	}
@@ -100,7 +100,12 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		}
 		return nil, fmt.Errorf("write schedule: %w", err)
 	}
-	return s, nil
+	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
+		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt}
+	if n := s.Next(s.CreatedAt); !n.IsZero() {
+		info.NextTick = &n
+	}
+	return info, nil
 }
 
 // getSchedule reads schedule name and its ETag.

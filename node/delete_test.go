@@ -12,7 +12,7 @@ func TestCommands_DeleteRetryAfter(t *testing.T) {
 	c := newCluster(t)
 	c.startWorker(t, builtin.Registry(), "w1")
 	n := c.node(t, builtin.Registry())
-	code, out, stderr := run(t, n, "submit", "--type", "sleep", "--params", `{"shards":2,"fail_always":[0]}`, "--wait", "--poll", "50ms")
+	code, out, stderr := run(t, n, "submit", "--type", "sleep", "--params", `{"shards":2,"fail_always":[0]}`, "--wait", "--quiet", "--poll", "50ms")
 	if code != 1 {
 		t.Fatalf("failing job: exit %d\n%s%s", code, out, stderr)
 	}
@@ -29,7 +29,7 @@ func TestCommands_DeleteRetryAfter(t *testing.T) {
 	if code, out, _ := run(t, n, "status", retried, "--json"); code != 0 || !strings.Contains(out, `"retry_of": "`+failed+`"`) {
 		t.Fatalf("status of a retry: %d\n%s", code, out)
 	}
-	code, out, _ = run(t, n, "submit", "--type", "sleep", "--params", `{"shards":1}`, "--wait", "--poll", "50ms")
+	code, out, _ = run(t, n, "submit", "--type", "sleep", "--params", `{"shards":1}`, "--wait", "--quiet", "--poll", "50ms")
 	ok := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
 	if code != 0 {
 		t.Fatalf("submit: %d %s", code, out)

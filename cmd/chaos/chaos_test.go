@@ -85,7 +85,7 @@ func TestReport_FailuresAreNotPaperedOver(t *testing.T) {
 	}
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	for _, want := range []string{"| leader-kill | ok | yes | +1.5 s | nothing |", "| forged-result | **WRONG** | **no** (succeeded) |", "1 of 2 faults failed"} {
+	for _, want := range []string{"| leader-kill | ok | yes | +1.5 s | 0 | nothing |", "| forged-result | **WRONG** | **no** (succeeded) |", "1 of 2 faults failed"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
