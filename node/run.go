@@ -183,6 +183,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	p.election.Healthy = coord.Healthy
 	hb := b.Heartbeats()
 	p.election.Heartbeats = hb
+	p.election.Prober = b.TermProber() // fast path: a crashed leader's term has no responders
 	obs.heartbeats.Store(hb)
 	p.election.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {
