@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -77,4 +79,15 @@ func (p *TermProber) Probe(ctx context.Context, epoch uint64) error {
 // off. It changes whenever this process's own link to the server was interrupted.
 func (p *TermProber) Session() uint64 {
 	return p.b.nc.Stats().Reconnects + p.b.Health().Cuts()
+}
+
+// reconnectDelay is the wait before each round of reconnect attempts. The first comes after a
+// few milliseconds: a connection the server dropped while staying up (a leader's, whose term's
+// answer is gone meanwhile) is back within a blip, far inside the followers' confirmation
+// window. Later rounds wait 250–350ms, so that a restarting server is not hammered.
+func reconnectDelay(attempts int) time.Duration {
+	if attempts <= 1 {
+		return 5*time.Millisecond + rand.N(10*time.Millisecond)
+	}
+	return 250*time.Millisecond + rand.N(100*time.Millisecond)
 }
