@@ -77,7 +77,9 @@ type Config struct {
 	Prober Prober
 
 	// ProbeAfter is the silence of the current term after which a follower probes it. It must
-	// be longer than HeartbeatInterval and below SuspicionTimeout. Default 300ms.
+	// be longer than HeartbeatInterval and below SuspicionTimeout. Default (0) 1.2 ×
+	// HeartbeatInterval: 300ms with the default beats, so a takeover follows a crash by
+	// 50–300ms of silence plus ProbeConfirm plus the break and acquire.
 	ProbeAfter time.Duration
 
 	// ProbeConfirm is how long every probe must find no responders before a follower breaks
@@ -128,7 +130,6 @@ func DefaultConfig() Config {
 
 		HeartbeatInterval: 250 * time.Millisecond,
 		SuspicionTimeout:  1500 * time.Millisecond,
-		ProbeAfter:        300 * time.Millisecond,
 		ProbeConfirm:      100 * time.Millisecond,
 	}
 }
@@ -173,7 +174,7 @@ func (c Config) withDefaults() Config {
 		c.SuspicionTimeout = d.SuspicionTimeout
 	}
 	if c.ProbeAfter == 0 {
-		c.ProbeAfter = max(d.ProbeAfter, c.HeartbeatInterval*6/5)
+		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
 	}
 	if c.ProbeConfirm == 0 {
 		c.ProbeConfirm = d.ProbeConfirm
@@ -262,9 +263,9 @@ func (c Config) Validate() error {
 	if c.Prober != nil {
 		switch {
 		case c.ProbeAfter <= c.HeartbeatInterval:
-			add("ProbeAfter %v must be longer than HeartbeatInterval %v: probe only once a beat is missed (default 300ms)", c.ProbeAfter, c.HeartbeatInterval)
+			add("ProbeAfter %v must be longer than HeartbeatInterval %v: probe only once a beat is missed (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.HeartbeatInterval)
 		case c.ProbeAfter >= c.SuspicionTimeout:
-			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 300ms)", c.ProbeAfter, c.SuspicionTimeout)
+			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.SuspicionTimeout)
 		}
 		if c.ProbeConfirm < 50*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout {
 			add("ProbeConfirm %v must be between 50ms and SuspicionTimeout %v (default 100ms)", c.ProbeConfirm, c.SuspicionTimeout)
