@@ -15,6 +15,9 @@ type Beat struct {
 	Identity string
 	Seq      uint64    // 1, 2, … within the term
 	Sent     time.Time // wall clock of the sender; for lateness figures only, never for decisions
+	// Answers says the term answers probes (Config.Prober): only then may a follower take "no
+	// responders" for the process gone (a leader of an older version never answers).
+	Answers bool
 }
 
 // Heartbeats is the transport of leader heartbeats (package bus implements it over core NATS).
@@ -46,6 +49,7 @@ type watch struct {
 	lastBeat time.Time // last beat of epoch (monotonic); the silence the probe path measures
 	session  uint64    // Prober.Session when that beat arrived
 	probed   time.Time // when the probe path last ran
+	answers  bool      // the last beat said the term answers probes
 }
 
 // lastBeatAt is when the last beat of the watched term arrived.
@@ -81,7 +85,7 @@ func (w *watch) observe(b Beat, now time.Time, session uint64) {
 		return
 	}
 	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
-	w.lastBeat, w.session = now, session
+	w.lastBeat, w.session, w.answers = now, session, b.Answers
 	w.seq = max(w.seq, b.Seq)
 	w.beats++
 }
@@ -212,7 +216,7 @@ func (e *Elector) beat(ctx context.Context, t Term, log *slog.Logger) {
 		var err error
 		if e.answer(t, &stopAnswer) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
-			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now()})
+			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil})
 			cancel()
 		} else {
 			err = errors.New("cannot answer probes of the term yet; not beating")

@@ -40,13 +40,14 @@ const (
 	probeCount = 3
 )
 
-// probeDue reports a suspicion when the current term has been silent for after, the follower
+// probeDue reports a suspicion when the current term, whose beats say it answers probes, has
+// been silent for after, the follower
 // is healthy, its transport session has not changed since the term's last beat, and no probe
 // of this silence ran within after. It marks the probe as run.
 func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after time.Duration) (suspicion, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.heard || !healthy || w.beats == 0 || session != w.session {
+	if !w.heard || !healthy || w.beats == 0 || !w.answers || session != w.session {
 		return suspicion{}, false
 	}
 	silent := now.Sub(w.lastBeat)

@@ -16,7 +16,7 @@ func TestWatch_ProbeDue(t *testing.T) {
 	if _, ok := w.probeDue(t0.Add(time.Hour), true, 0, after); ok {
 		t.Fatal("probed before any beat was heard")
 	}
-	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 1}, t0, 7)
+	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true}, t0, 7)
 	if _, ok := w.probeDue(t0.Add(after-time.Millisecond), true, 7, after); ok {
 		t.Error("probed before ProbeAfter of silence")
 	}
@@ -37,9 +37,14 @@ func TestWatch_ProbeDue(t *testing.T) {
 		t.Error("not probed again after ProbeAfter")
 	}
 	// A beat on the new session makes the probe path count again.
-	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 2}, t0.Add(3*after), 8)
+	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 2, Answers: true}, t0.Add(3*after), 8)
 	if _, ok := w.probeDue(t0.Add(4*after), true, 8, after); !ok {
 		t.Error("not probed on the session of the last beat")
+	}
+	// A term whose beats do not say it answers (an older version's) is not probed.
+	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 3}, t0.Add(4*after), 8)
+	if _, ok := w.probeDue(t0.Add(6*after), true, 8, after); ok {
+		t.Error("probed a term that does not answer probes")
 	}
 	// A term adopted from the blob, never heard, is not probed: no beat says it answers.
 	w.adopt(t0.Add(5*after), 9, "m")
