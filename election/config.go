@@ -85,7 +85,7 @@ type Config struct {
 	// ProbeConfirm is how long every probe must find no responders before a follower breaks
 	// the lease. A live leader whose own connection drops while the server stays up reconnects
 	// after the transport's reconnect wait: a ProbeConfirm below that deposes it (once, fenced).
-	// At least 50ms, at most SuspicionTimeout. Default 100ms.
+	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
 
 	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
@@ -130,7 +130,6 @@ func DefaultConfig() Config {
 
 		HeartbeatInterval: 250 * time.Millisecond,
 		SuspicionTimeout:  1500 * time.Millisecond,
-		ProbeConfirm:      100 * time.Millisecond,
 	}
 }
 
@@ -177,7 +176,7 @@ func (c Config) withDefaults() Config {
 		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
 	}
 	if c.ProbeConfirm == 0 {
-		c.ProbeConfirm = d.ProbeConfirm
+		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -260,15 +259,18 @@ func (c Config) Validate() error {
 				c.SuspicionTimeout, c.LeaseDuration-c.SafetyMargin)
 		}
 	}
-	if c.Prober != nil {
+	// As for the heartbeats: checked with a transport, or when set.
+	if c.Prober != nil || c.ProbeAfter != 0 {
 		switch {
 		case c.ProbeAfter <= c.HeartbeatInterval:
 			add("ProbeAfter %v must be longer than HeartbeatInterval %v: probe only once a beat is missed (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.HeartbeatInterval)
 		case c.ProbeAfter >= c.SuspicionTimeout:
 			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.SuspicionTimeout)
 		}
-		if c.ProbeConfirm < 50*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout {
-			add("ProbeConfirm %v must be between 50ms and SuspicionTimeout %v (default 100ms)", c.ProbeConfirm, c.SuspicionTimeout)
+	}
+	if c.Prober != nil || c.ProbeConfirm != 0 {
+		if c.ProbeConfirm < 10*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout/2 {
+			add("ProbeConfirm %v must be between 10ms and half the SuspicionTimeout (%v) (default 100ms)", c.ProbeConfirm, c.SuspicionTimeout/2)
 		}
 	}
 	for k, v := range c.Stamp {

@@ -69,7 +69,8 @@ func TestConfig_ProbeSettings(t *testing.T) {
 	}{
 		{func(c *Config) { c.ProbeAfter = c.HeartbeatInterval }, "ProbeAfter"},
 		{func(c *Config) { c.ProbeAfter = c.SuspicionTimeout }, "ProbeAfter"},
-		{func(c *Config) { c.ProbeConfirm = 10 * time.Millisecond }, "ProbeConfirm"},
+		{func(c *Config) { c.ProbeConfirm = 5 * time.Millisecond }, "ProbeConfirm"},
+		{func(c *Config) { c.ProbeConfirm = c.SuspicionTimeout }, "ProbeConfirm"},
 	} {
 		c := base.withDefaults()
 		tc.edit(&c)

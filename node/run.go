@@ -58,6 +58,10 @@ func (n *Node) newRunFlags() *runFlags {
 	bindEnv(fs, "heartbeat-interval", "HEARTBEAT_INTERVAL")
 	fs.DurationVar(&f.cfg.SuspicionTimeout, "suspicion-timeout", d.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")
 	bindEnv(fs, "suspicion-timeout", "SUSPICION_TIMEOUT")
+	fs.DurationVar(&f.cfg.ProbeAfter, "probe-after", 0, "a follower that hears no heartbeat for this long asks NATS whether the leader's process is still connected (0: 1.2 heartbeat intervals)")
+	bindEnv(fs, "probe-after", "PROBE_AFTER")
+	fs.DurationVar(&f.cfg.ProbeConfirm, "probe-confirm", 0, "how long every probe must find the leader's process gone before a follower breaks its lease; keep it above a reconnect (0: 100ms)")
+	bindEnv(fs, "probe-confirm", "PROBE_CONFIRM")
 	return f
 }
 
