@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -295,5 +296,39 @@ func TestProbe_LeaderReconnectBlipDeposesNobody(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
 		t.Fatalf("%d elections across 5 reconnects of the leader, want 1 (stats %+v)", len(evs), c.stats())
+	}
+}
+
+// A nats-server process SIGKILLed and restarted 1s later, three times: every process loses its
+// connection at once, the followers come back on a new session and wait for a beat before they
+// count no-responders again, so the leader is never deposed.
+func TestProbe_NATSProcessSIGKILLDeposesNobody(t *testing.T) {
+	bin, err := devserver.NATSBin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := devserver.StartNATSProcess(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	c := newProbeCluster(t, n.URL(), 3)
+	c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	for range 3 {
+		if err := n.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if err := n.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across three SIGKILLs of nats-server, want 1 (stats %+v)", len(evs), c.stats())
+	}
+	if st := c.stats(); st.NoResponders != 0 || st.Breaks != 0 {
+		t.Errorf("stats %+v: a live leader was taken for dead", st)
 	}
 }
