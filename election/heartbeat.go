@@ -201,20 +201,14 @@ func (e *Elector) session() uint64 {
 // beat publishes this leader's heartbeats until its leader context ends. With a Prober the term
 // answers probes first: a beat is published only once the answer is in place, so a follower
 // that heard the term can count "no responders" as the process gone.
-func (e *Elector) beat(ctx context.Context, t Term, log *slog.Logger) {
+func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	var stopAnswer func()
-	defer func() {
-		if stopAnswer != nil {
-			stopAnswer()
-		}
-	}()
 	failing := false
 	for seq := uint64(1); ; seq++ {
 		var err error
-		if e.answer(t, &stopAnswer) {
+		if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
 			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil})
 			cancel()

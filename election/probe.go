@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -102,16 +103,44 @@ func (e *Elector) probe(ctx context.Context, s suspicion) bool {
 	return true
 }
 
-// answer keeps the leader's term answering probes: it (re)starts the answer until it works.
-// It reports whether the term answers now.
-func (e *Elector) answer(t Term, stop *func()) bool {
-	if e.cfg.Prober == nil || *stop != nil {
+// answering is a term's answer to probes. It lasts until the term is over (its lease released
+// or lost), not just its leader context: a leader writing its final checkpoint after SIGTERM
+// still answers, so the followers wait for its release (or the suspicion timeout) and do not
+// break its lease under it.
+type answering struct {
+	mu    sync.Mutex
+	stop  func()
+	ended bool
+}
+
+// ensure (re)starts the answer until it works; it reports whether the term answers now.
+func (a *answering) ensure(p Prober, t Term) bool {
+	if p == nil {
 		return true
 	}
-	s, err := e.cfg.Prober.Answer(t)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return false
+	}
+	if a.stop != nil {
+		return true
+	}
+	s, err := p.Answer(t)
 	if err != nil {
 		return false
 	}
-	*stop = s
+	a.stop = s
 	return true
+}
+
+// end stops answering for good.
+func (a *answering) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = true
+	if a.stop != nil {
+		a.stop()
+		a.stop = nil
+	}
 }

@@ -86,6 +86,8 @@ type probeNode struct {
 	api   *deadAPI
 	beats *mutedBeats
 	el    *election.Elector
+	stop  context.CancelFunc // a graceful stop of this process
+	hold  atomic.Int64       // how long lead goes on after its context ended (a final checkpoint), ns
 }
 
 type probeCluster struct {
@@ -136,10 +138,16 @@ func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
 			t.Fatal(err)
 		}
 		c.nodes = append(c.nodes, pn)
+		nctx, stop := context.WithCancel(ctx)
+		pn.stop = stop
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = pn.el.Run(ctx, func(lctx context.Context) error { <-lctx.Done(); return nil })
+			_ = pn.el.Run(nctx, func(lctx context.Context) error {
+				<-lctx.Done()
+				time.Sleep(time.Duration(pn.hold.Load()))
+				return nil
+			})
 		}()
 	}
 	return c
@@ -180,6 +188,7 @@ func (c *probeCluster) stats() (s election.Stats) {
 		s.NoResponders += x.NoResponders
 		s.ProbeAnswers += x.ProbeAnswers
 		s.Suspicions += x.Suspicions
+		s.Probes += x.Probes
 	}
 	return s
 }
@@ -330,5 +339,35 @@ func TestProbe_NATSProcessSIGKILLDeposesNobody(t *testing.T) {
 	}
 	if st := c.stats(); st.NoResponders != 0 || st.Breaks != 0 {
 		t.Errorf("stats %+v: a live leader was taken for dead", st)
+	}
+}
+
+// A leader stopping gracefully stops beating when its leader context ends, then writes its final
+// checkpoint while it still holds the lease. Its term answers probes until the lease is
+// released, so no follower breaks the lease under that checkpoint.
+func TestProbe_GracefulStopNotBrokenWhileCheckpointing(t *testing.T) {
+	c := newProbeCluster(t, testenv.NATS(t), 3)
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	old.hold.Store(int64(time.Second)) // a slow final checkpoint, below the suspicion timeout
+	old.stop()
+	_, second := c.elected(2, 10*time.Second)
+	if second.Term.Epoch != first.Term.Epoch+1 {
+		t.Fatalf("second term %+v", second.Term)
+	}
+	if st := c.stats(); st.Breaks != 0 {
+		t.Errorf("stats %+v: the lease of a leader still checkpointing was broken", st)
+	}
+	rel, ids := c.of(election.EventReleased)
+	if len(rel) != 1 || ids[0] != old.id {
+		t.Fatalf("released by %v, want %s", ids, old.id)
+	}
+	// Once released the term is over and stops answering: probes may find it gone, and the
+	// follower then finds the lease free.
+	gone, _ := c.of(election.EventNoResponders)
+	for _, ev := range gone {
+		if ev.At.Before(rel[0].At) {
+			t.Errorf("the term had no responders at %v, before its release at %v", ev.At, rel[0].At)
+		}
 	}
 }
