@@ -202,7 +202,7 @@ func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+	base := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.CustomReconnectDelay(reconnectDelay),
 		nats.RetryOnFailedConnect(false), nats.Timeout(5 * time.Second)}, ConnEvents(slog.Default())...)
 	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {

@@ -131,6 +131,8 @@ type beatWire struct {
 	Leader string `json:"leader"`
 	Seq    uint64 `json:"seq"`
 	Sent   int64  `json:"sent_unix_nano"`
+	// Answers: the term answers probes on <prefix>.ctl.term.<epoch> (absent from older versions).
+	Answers bool `json:"answers,omitempty"`
 }
 
 const maxBeatSize = 1024
@@ -140,7 +142,7 @@ func EncodeBeat(b election.Beat) ([]byte, error) {
 	if err := checkBeat(b.Epoch, b.Identity); err != nil {
 		return nil, fmt.Errorf("encode heartbeat: %w", err)
 	}
-	return json.Marshal(beatWire{Epoch: b.Epoch, Leader: b.Identity, Seq: b.Seq, Sent: b.Sent.UnixNano()})
+	return json.Marshal(beatWire{Epoch: b.Epoch, Leader: b.Identity, Seq: b.Seq, Sent: b.Sent.UnixNano(), Answers: b.Answers})
 }
 
 // DecodeBeat parses a beat and refuses anything a leader could not have sent.
@@ -155,7 +157,7 @@ func DecodeBeat(data []byte) (election.Beat, error) {
 	if err := checkBeat(w.Epoch, w.Leader); err != nil {
 		return election.Beat{}, fmt.Errorf("decode heartbeat: %w", err)
 	}
-	return election.Beat{Epoch: w.Epoch, Identity: w.Leader, Seq: w.Seq, Sent: time.Unix(0, w.Sent)}, nil
+	return election.Beat{Epoch: w.Epoch, Identity: w.Leader, Seq: w.Seq, Sent: time.Unix(0, w.Sent), Answers: w.Answers}, nil
 }
 
 func checkBeat(epoch uint64, leader string) error {

@@ -35,7 +35,7 @@ func TestHeartbeats_OverNATS(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, time.Millisecond, func() bool { return lh.Healthy() && fh.Healthy() },
 		"connected transports report unhealthy")
-	sent := election.Beat{Epoch: 7, Identity: "host-1", Seq: 3, Sent: time.Now()}
+	sent := election.Beat{Epoch: 7, Identity: "host-1", Seq: 3, Sent: time.Now(), Answers: true}
 	if err := leader.Conn().Publish("mapagg."+bus.CtlHeartbeat, []byte(`{"epoch":0}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestHeartbeats_OverNATS(t *testing.T) {
 	}
 	select {
 	case b := <-got:
-		if b.Epoch != 7 || b.Identity != "host-1" || b.Seq != 3 || !b.Sent.Equal(sent.Sent.Round(0)) {
+		if b.Epoch != 7 || b.Identity != "host-1" || b.Seq != 3 || !b.Answers || !b.Sent.Equal(sent.Sent.Round(0)) {
 			t.Errorf("received %+v, want %+v", b, sent)
 		}
 	case <-time.After(5 * time.Second):
@@ -88,7 +88,7 @@ func FuzzDecodeBeat(f *testing.F) {
 			t.Fatalf("decoded beat %+v does not encode: %v", b, err)
 		}
 		b2, err := bus.DecodeBeat(again)
-		if err != nil || b2.Epoch != b.Epoch || b2.Identity != b.Identity || b2.Seq != b.Seq || !b2.Sent.Equal(b.Sent) {
+		if err != nil || b2.Epoch != b.Epoch || b2.Identity != b.Identity || b2.Seq != b.Seq || b2.Answers != b.Answers || !b2.Sent.Equal(b.Sent) {
 			t.Fatalf("round trip %+v → %+v, %v", b, b2, err)
 		}
 	})

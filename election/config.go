@@ -68,6 +68,26 @@ type Config struct {
 	// leader is then replaced in about 1.5s.
 	SuspicionTimeout time.Duration
 
+	// Prober, when set with Heartbeats, turns on the fast path for process crashes: the leader's
+	// term answers probes, and a follower that hears no beat of the term for ProbeAfter probes
+	// it; "no responders" on every probe over ProbeConfirm (at least 3 probes) means the
+	// leader's connection is gone, and the follower breaks the lease as for a suspicion. Only
+	// "no responders" counts, and only while this follower's own session is the one it last
+	// heard the leader on (after its own reconnect the leader may be reconnecting too).
+	Prober Prober
+
+	// ProbeAfter is the silence of the current term after which a follower probes it. It must
+	// be longer than HeartbeatInterval and below SuspicionTimeout. Default (0) 1.2 ×
+	// HeartbeatInterval: 300ms with the default beats, so a takeover follows a crash by
+	// 50–300ms of silence plus ProbeConfirm plus the break and acquire.
+	ProbeAfter time.Duration
+
+	// ProbeConfirm is how long every probe must find no responders before a follower breaks
+	// the lease. A live leader whose own connection drops while the server stays up reconnects
+	// after the transport's reconnect wait: a ProbeConfirm below that deposes it (once, fenced).
+	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
+	ProbeConfirm time.Duration
+
 	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
 	// the leader context and releases the lease: use it to depose a coordinator whose main loop
 	// is stuck. It runs on the renew goroutine; if it blocks, renewing stops and the safety
@@ -152,6 +172,12 @@ func (c Config) withDefaults() Config {
 	if c.SuspicionTimeout == 0 {
 		c.SuspicionTimeout = d.SuspicionTimeout
 	}
+	if c.ProbeAfter == 0 {
+		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
+	}
+	if c.ProbeConfirm == 0 {
+		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -231,6 +257,20 @@ func (c Config) Validate() error {
 		case leaseOK && marginOK && c.SuspicionTimeout >= c.LeaseDuration-c.SafetyMargin:
 			add("SuspicionTimeout %v is not below LeaseDuration-SafetyMargin (%v): the lease would expire before a follower suspects its holder; set it lower (default 1.5s)",
 				c.SuspicionTimeout, c.LeaseDuration-c.SafetyMargin)
+		}
+	}
+	// As for the heartbeats: checked with a transport, or when set.
+	if c.Prober != nil || c.ProbeAfter != 0 {
+		switch {
+		case c.ProbeAfter <= c.HeartbeatInterval:
+			add("ProbeAfter %v must be longer than HeartbeatInterval %v: probe only once a beat is missed (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.HeartbeatInterval)
+		case c.ProbeAfter >= c.SuspicionTimeout:
+			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.SuspicionTimeout)
+		}
+	}
+	if c.Prober != nil || c.ProbeConfirm != 0 {
+		if c.ProbeConfirm < 10*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout/2 {
+			add("ProbeConfirm %v must be between 10ms and half the SuspicionTimeout (%v) (default 100ms)", c.ProbeConfirm, c.SuspicionTimeout/2)
 		}
 	}
 	for k, v := range c.Stamp {

@@ -29,6 +29,7 @@ type Elector struct {
 	terms, renewals, renewFailures, losses, releases atomic.Uint64
 	suspicions, breaks, beatFailures                 atomic.Uint64
 	unconfirmed, cutOff                              atomic.Uint64
+	probes, probeAnswers, probeConfirmed             atomic.Uint64
 }
 
 // Stats are counters since the Elector was created.
@@ -43,6 +44,9 @@ type Stats struct {
 	BeatFailures  uint64 // heartbeats this leader could not publish
 	Unconfirmed   uint64 // beats of a newer epoch that the lease blob did not confirm (ignored)
 	CutOff        uint64 // times this follower stopped campaigning because its transport was unhealthy
+	Probes        uint64 // probes of a silent term sent (Config.Prober)
+	ProbeAnswers  uint64 // probes a silent term answered (a late beat, not a crash)
+	NoResponders  uint64 // silent terms confirmed gone by no responders (fast-path takeovers)
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -102,6 +106,9 @@ func (e *Elector) Stats() Stats {
 		BeatFailures:  e.beatFailures.Load(),
 		Unconfirmed:   e.unconfirmed.Load(),
 		CutOff:        e.cutOff.Load(),
+		Probes:        e.probes.Load(),
+		ProbeAnswers:  e.probeAnswers.Load(),
+		NoResponders:  e.probeConfirmed.Load(),
 	}
 }
 
@@ -299,7 +306,11 @@ func (e *Elector) wait(ctx context.Context) {
 	defer t.Stop()
 	var tick <-chan time.Time
 	if e.cfg.Heartbeats != nil {
-		tk := time.NewTicker(max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond))
+		every := max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
+		if e.cfg.Prober != nil {
+			every = min(every, max(e.cfg.ProbeAfter/10, 5*time.Millisecond))
+		}
+		tk := time.NewTicker(every)
 		defer tk.Stop()
 		tick = tk.C
 	}
@@ -312,8 +323,15 @@ func (e *Elector) wait(ctx context.Context) {
 		case <-t.C:
 			return
 		case now := <-tick:
-			if s, ok := e.watch.poll(now, e.cfg.Heartbeats.Healthy(), e.cfg.SuspicionTimeout); ok {
+			healthy := e.cfg.Heartbeats.Healthy()
+			if s, ok := e.watch.poll(now, healthy, e.cfg.SuspicionTimeout); ok {
 				e.check(ctx, s)
+				return
+			}
+			if e.cfg.Prober == nil {
+				continue
+			}
+			if s, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok && e.probe(ctx, s) {
 				return
 			}
 		}

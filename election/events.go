@@ -23,6 +23,10 @@ const (
 	// EventBrokeLease: this follower broke the lease of the silent term Event.Term (the epoch
 	// broken and its leader) and campaigns at once.
 	EventBrokeLease EventKind = "broke_lease"
+	// EventNoResponders: this follower's probes of the silent term Event.Term found no
+	// responders over Config.ProbeConfirm (its process is gone); it checks and breaks the lease
+	// now, without waiting for SuspicionTimeout. The takeover came from the fast path.
+	EventNoResponders EventKind = "no_responders"
 )
 
 // Event is one transition of an elector.

@@ -15,6 +15,9 @@ type Beat struct {
 	Identity string
 	Seq      uint64    // 1, 2, … within the term
 	Sent     time.Time // wall clock of the sender; for lateness figures only, never for decisions
+	// Answers says the term answers probes (Config.Prober): only then may a follower take "no
+	// responders" for the process gone (a leader of an older version never answers).
+	Answers bool
 }
 
 // Heartbeats is the transport of leader heartbeats (package bus implements it over core NATS).
@@ -42,6 +45,18 @@ type watch struct {
 	last   time.Time // last beat of epoch, or when the silence clock was restarted (monotonic)
 	beats  uint64    // beats of epoch accepted, so a check can tell whether one came meanwhile
 	seq    uint64    // highest Seq of epoch heard: a replayed beat does not refresh the term
+
+	lastBeat time.Time // last beat of epoch (monotonic); the silence the probe path measures
+	session  uint64    // Prober.Session when that beat arrived
+	probed   time.Time // when the probe path last ran
+	answers  bool      // the last beat said the term answers probes
+}
+
+// lastBeatAt is when the last beat of the watched term arrived.
+func (w *watch) lastBeatAt() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lastBeat
 }
 
 // suspicion is a silent term a follower is about to check.
@@ -55,7 +70,7 @@ type suspicion struct {
 // observe takes a beat from another process. Beats of an older epoch (a deposed leader that has
 // not noticed yet) are ignored, and so are beats of the current epoch whose Seq was heard
 // already (a replayed capture must not keep a dead leader's term alive).
-func (w *watch) observe(b Beat, now time.Time) {
+func (w *watch) observe(b Beat, now time.Time, session uint64) {
 	if b.Identity == w.self {
 		return
 	}
@@ -70,6 +85,7 @@ func (w *watch) observe(b Beat, now time.Time) {
 		return
 	}
 	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
+	w.lastBeat, w.session, w.answers = now, session, b.Answers
 	w.seq = max(w.seq, b.Seq)
 	w.beats++
 }
@@ -126,7 +142,7 @@ func (e *Elector) onBeat(b Beat) {
 	if b.Epoch == 0 || b.Identity == "" {
 		return
 	}
-	e.watch.observe(b, time.Now())
+	e.watch.observe(b, time.Now(), e.session())
 	if g := e.cur.Load(); g != nil && b.Epoch > g.epoch && b.Identity != e.cfg.Identity {
 		e.confirmSuperseded(g, b)
 	}
@@ -174,16 +190,31 @@ func (e *Elector) subscribe(stop *func()) {
 	*stop = s
 }
 
-// beat publishes this leader's heartbeats until its leader context ends.
-func (e *Elector) beat(ctx context.Context, t Term, log *slog.Logger) {
+// session is the prober's transport session, 0 without a prober.
+func (e *Elector) session() uint64 {
+	if e.cfg.Prober == nil {
+		return 0
+	}
+	return e.cfg.Prober.Session()
+}
+
+// beat publishes this leader's heartbeats until its leader context ends. With a Prober the term
+// answers probes first: a beat is published only once the answer is in place, so a follower
+// that heard the term can count "no responders" as the process gone.
+func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	failing := false
 	for seq := uint64(1); ; seq++ {
-		pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
-		err := hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now()})
-		cancel()
+		var err error
+		if ans.ensure(e.cfg.Prober, t) {
+			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
+			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil})
+			cancel()
+		} else {
+			err = errors.New("cannot answer probes of the term yet; not beating")
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			e.beatFailures.Add(1)

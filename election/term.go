@@ -131,11 +131,13 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	log.Info("elected", "since", t.Since.UTC(), "deadline_in", g.remaining().Round(time.Millisecond))
 	e.emit(EventElected, t, nil)
 	e.cur.Store(g)
+	ans := &answering{}
+	defer ans.end() // after the release below: the term answers probes until it is over
 	beatsDone := make(chan struct{})
 	go func() {
 		defer close(beatsDone)
 		if e.cfg.Heartbeats != nil {
-			e.beat(leaderCtx, t, log)
+			e.beat(leaderCtx, t, ans, log)
 		}
 	}()
 

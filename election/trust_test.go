@@ -48,22 +48,22 @@ func TestElector_BeatOfUnrecordedEpochDeposesNobody(t *testing.T) {
 func TestWatch_ReplayedBeatDoesNotRefresh(t *testing.T) {
 	w := &watch{self: "me"}
 	t0 := time.Now()
-	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 7}, t0)
-	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 7}, t0.Add(time.Second))
-	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 3}, t0.Add(time.Second))
+	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 7}, t0, 0)
+	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 7}, t0.Add(time.Second), 0)
+	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 3}, t0.Add(time.Second), 0)
 	if s, ok := w.poll(t0.Add(time.Second), true, time.Second); !ok || s.beats != 1 {
 		t.Fatalf("poll = %+v, %v: want a suspicion after one accepted beat", s, ok)
 	}
-	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 8}, t0.Add(time.Second))
+	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 8}, t0.Add(time.Second), 0)
 	if _, ok := w.poll(t0.Add(time.Second), true, time.Second); ok {
 		t.Fatal("a new beat did not refresh the term")
 	}
-	w.observe(Beat{Epoch: 5, Identity: "m", Seq: 1}, t0.Add(time.Second))
+	w.observe(Beat{Epoch: 5, Identity: "m", Seq: 1}, t0.Add(time.Second), 0)
 	if w.epoch != 5 || w.seq != 1 {
 		t.Fatalf("watch %d/%d after a newer term's first beat", w.epoch, w.seq)
 	}
 	w.adopt(t0, 4, "l")
-	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 9}, t0.Add(2*time.Second))
+	w.observe(Beat{Epoch: 4, Identity: "l", Seq: 9}, t0.Add(2*time.Second), 0)
 	if w.epoch != 4 || w.beats != 1 {
 		t.Fatalf("after adopting the blob's term its beats must count: epoch %d beats %d", w.epoch, w.beats)
 	}

@@ -529,3 +529,20 @@ func TestCommands_HugeInputClipped(t *testing.T) {
 		}
 	}
 }
+
+// The probe settings are checked before anything connects.
+func TestConfig_ProbeSettings(t *testing.T) {
+	d := DefaultConfig()
+	d.Storage.ConnectionString = "UseDevelopmentStorage=true"
+	d.ProbeAfter, d.ProbeConfirm = 100*time.Millisecond, time.Millisecond
+	err := d.Validate()
+	for _, want := range []string{"ProbeAfter 100ms", "ProbeConfirm 1ms"} {
+		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want it to report %q", err, want)
+		}
+	}
+	d.ProbeAfter, d.ProbeConfirm = 400*time.Millisecond, 200*time.Millisecond
+	if err := d.Validate(); err != nil {
+		t.Errorf("valid probe settings: %v", err)
+	}
+}

@@ -62,6 +62,12 @@ type Config struct {
 	// its lease (fenced by the ETag of the leader's epoch stamp) and takes over. At least 4
 	// heartbeat intervals, below the lease. Default 1.5s. --suspicion-timeout.
 	SuspicionTimeout time.Duration
+	// ProbeAfter: a follower that hears no heartbeat for this long probes the leader's term on
+	// NATS. 0: 1.2 heartbeat intervals. --probe-after.
+	ProbeAfter time.Duration
+	// ProbeConfirm: how long every probe must find no responders (the leader's process is gone)
+	// before a follower breaks its lease. 0: 100ms. --probe-confirm.
+	ProbeConfirm time.Duration
 	// AcquireInterval is how often a follower tries to take the lease. Default 1s. --acquire-interval.
 	AcquireInterval time.Duration
 	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
@@ -186,6 +192,7 @@ func (c Config) parts() parts {
 	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
 	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
 	p.election.HeartbeatInterval, p.election.SuspicionTimeout = c.HeartbeatInterval, c.SuspicionTimeout
+	p.election.ProbeAfter, p.election.ProbeConfirm = c.ProbeAfter, c.ProbeConfirm
 	p.election.Logger = log
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
 	ret := cmp.Or(c.Retention, &DefaultRetention)

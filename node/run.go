@@ -62,6 +62,10 @@ func (n *Node) newRunFlags() *runFlags {
 	*f.cfg.Retention = DefaultRetention
 	fs.Var(f.cfg.Retention, "retention", "delete finished jobs this long after they end: DURATION, or SUCCEEDED,FAILED (failed and cancelled); days as 7d; 0 keeps them")
 	bindEnv(fs, "retention", "RETENTION")
+	fs.DurationVar(&f.cfg.ProbeAfter, "probe-after", 0, "a follower that hears no heartbeat for this long asks NATS whether the leader's process is still connected (0: 1.2 heartbeat intervals)")
+	bindEnv(fs, "probe-after", "PROBE_AFTER")
+	fs.DurationVar(&f.cfg.ProbeConfirm, "probe-confirm", 0, "how long every probe must find the leader's process gone before a follower breaks its lease; keep it above a reconnect (0: 100ms)")
+	bindEnv(fs, "probe-confirm", "PROBE_CONFIRM")
 	return f
 }
 
@@ -187,6 +191,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	p.election.Healthy = coord.Healthy
 	hb := b.Heartbeats()
 	p.election.Heartbeats = hb
+	p.election.Prober = b.TermProber() // fast path: a crashed leader's term has no responders
 	obs.heartbeats.Store(hb)
 	p.election.OnRelease = func(t election.Term) {
 		if err := b.Announce(bus.CtlReleased, []byte(fmt.Sprint(t.Epoch))); err != nil {

@@ -2,8 +2,9 @@
 //
 // It runs a real cluster on this machine (Azurite, an in-process NATS server, three `worker run`
 // processes) and submits a primes job. Half-way it kills the leader with SIGKILL and shows the
-// heartbeat takeover: a follower misses the heartbeats, breaks the lease fenced on its epoch and
-// is elected, about 1.5 s without a leader instead of the 15 s lease. It checks the result is exact.
+// fast takeover: a follower misses a heartbeat, finds the leader's term has no responders (its
+// process is gone), breaks the lease fenced on its epoch and is elected, well under a second
+// without a leader instead of the 15 s lease. It checks the result is exact.
 //
 // It stops every process it started and closes every port it opened: on success, on failure and
 // on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under .demo/
@@ -186,6 +187,7 @@ type failover struct {
 	killedAt  time.Time
 	doneAt    int            // shards merged when it was killed
 	suspected *cluster.Event // the first follower to miss the killed leader's heartbeats
+	noResp    *cluster.Event // the fast path: its term had no responders (the process is gone)
 	broke     *cluster.Event // the fenced lease break that ended its term
 	elected   *cluster.Event
 	firstMrg  *cluster.Event
@@ -232,6 +234,12 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 		if leader == "" || f.killed != nil && f.elected == nil {
 			if l, err := c.Leader(ctx); err == nil && l != nil && (f.killed == nil || l.ID != f.killed.ID) {
 				leader = fmt.Sprintf("%s (epoch %d)", l.ID, l.Epoch)
+			}
+		}
+		if f.killed != nil && f.noResp == nil && f.suspected == nil {
+			if ev, ok := c.EventAfter(string(election.EventNoResponders), f.killedAt); ok {
+				f.noResp, f.suspected = &ev, &ev
+				d.note("▸ %s missed a heartbeat and probed %s's term: no responders (the process is gone), %.2f s after the kill — no need to wait for the suspicion timeout", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
 			}
 		}
 		if f.killed != nil && f.suspected == nil {
@@ -288,7 +296,7 @@ func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done
 		return fmt.Errorf("kill the leader: %w", err)
 	}
 	f.killed, f.killedAt, f.doneAt = l, at, done
-	d.note("  its heartbeats stop; the followers wait out the suspicion timeout (1.5 s), not the 15 s lease; the workers keep mapping")
+	d.note("  its heartbeats stop and NATS drops its subscriptions; the followers probe its term and need not wait out the suspicion timeout (1.5 s), let alone the 15 s lease; the workers keep mapping")
 	return nil
 }
 
@@ -310,6 +318,9 @@ func report(d *display, f *failover, o options) error {
 	if f.elected != nil {
 		d.line("  new leader        %s, epoch %d", f.elected.Worker, f.elected.Epoch)
 		how := "heartbeats missed, then a fenced lease break"
+		if f.noResp != nil {
+			how = "a heartbeat missed, its term had no responders, then a fenced lease break"
+		}
 		if f.broke == nil {
 			how = "no lease break seen: the lease ran out"
 		}

@@ -1,0 +1,146 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrNoResponders is what Prober.Probe returns when nothing subscribes to the term's subject:
+// the transport itself says the leader process's connection is gone.
+var ErrNoResponders = errors.New("no responders")
+
+// Prober is the transport of the fast path for process crashes (package bus implements it over
+// core NATS request/reply). A leader answers on a per-term address while its term lasts; a
+// follower that misses beats asks it. Only "no responders" counts as evidence of death; an
+// answer (even a forged one), a timeout or any other error counts as alive or unknown, so a
+// forger can delay a takeover but never cause one.
+type Prober interface {
+	// Answer answers probes of term t until stop is called. It must have reached the transport
+	// before it returns, so that a beat published afterwards is never heard before the answer
+	// is in place.
+	Answer(t Term) (stop func(), err error)
+	// Probe asks the leader of epoch whether it is there. nil: something answered.
+	// ErrNoResponders: nothing subscribes to the term's address. Anything else: unknown.
+	Probe(ctx context.Context, epoch uint64) error
+	// Session counts this process's (re)connections to the transport and the times it was found
+	// cut off. A follower counts "no responders" only while it is unchanged since it last heard
+	// the leader: after its own reconnect (a server restart) the leader may be reconnecting too,
+	// without its subscriptions for a moment.
+	Session() uint64
+}
+
+// Probe settings (see Config.Prober).
+const (
+	// probeEvery spaces the probes of one confirmation.
+	probeEvery = 25 * time.Millisecond
+	// probeTimeout bounds one probe; a live leader's transport answers in a round trip.
+	probeTimeout = 250 * time.Millisecond
+	// probeCount is the least number of probes, all "no responders", that confirm a death.
+	probeCount = 3
+)
+
+// probeDue reports a suspicion when the current term, whose beats say it answers probes, has
+// been silent for after, the follower
+// is healthy, its transport session has not changed since the term's last beat, and no probe
+// of this silence ran within after. It marks the probe as run.
+func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after time.Duration) (suspicion, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.heard || !healthy || w.beats == 0 || !w.answers || session != w.session {
+		return suspicion{}, false
+	}
+	silent := now.Sub(w.lastBeat)
+	if silent < after || now.Sub(w.probed) < after {
+		return suspicion{}, false
+	}
+	w.probed = now
+	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats}, true
+}
+
+// confirmGone probes the silent term of s until probeCount answers in a row, spread over at
+// least window, were all "no responders", while the follower stayed healthy on the same session
+// and no beat of the term came. Any answer, error or change ends it unconfirmed.
+func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
+	p, hb := e.cfg.Prober, e.cfg.Heartbeats
+	session := p.Session()
+	first := time.Now()
+	for n := 1; ; n++ {
+		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		err := p.Probe(pctx, s.epoch)
+		cancel()
+		e.probes.Add(1)
+		if !errors.Is(err, ErrNoResponders) || !hb.Healthy() || p.Session() != session || !e.watch.unchanged(s) {
+			if err == nil {
+				e.probeAnswers.Add(1)
+			}
+			return false
+		}
+		if n >= probeCount && time.Since(first) >= e.cfg.ProbeConfirm {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(probeEvery):
+		}
+	}
+}
+
+// probe runs the fast path once a term has been silent for ProbeAfter: confirmed gone, the
+// lease is checked and broken as for a suspicion (check), fenced on the stamp's ETag. It reports
+// whether the caller should campaign now.
+func (e *Elector) probe(ctx context.Context, s suspicion) bool {
+	if !e.confirmGone(ctx, s) {
+		return false
+	}
+	e.probeConfirmed.Add(1)
+	e.log.Info("the leader's term has no responders; its process is gone", "suspected_epoch", s.epoch,
+		"suspected_leader", s.leader, "silent_for", time.Since(e.watch.lastBeatAt()).Round(time.Millisecond))
+	e.emit(EventNoResponders, Term{Epoch: s.epoch, Identity: s.leader}, nil)
+	e.check(ctx, s)
+	return true
+}
+
+// answering is a term's answer to probes. It lasts until the term is over (its lease released
+// or lost), not just its leader context: a leader writing its final checkpoint after SIGTERM
+// still answers, so the followers wait for its release (or the suspicion timeout) and do not
+// break its lease under it.
+type answering struct {
+	mu    sync.Mutex
+	stop  func()
+	ended bool
+}
+
+// ensure (re)starts the answer until it works; it reports whether the term answers now.
+func (a *answering) ensure(p Prober, t Term) bool {
+	if p == nil {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		return false
+	}
+	if a.stop != nil {
+		return true
+	}
+	s, err := p.Answer(t)
+	if err != nil {
+		return false
+	}
+	a.stop = s
+	return true
+}
+
+// end stops answering for good.
+func (a *answering) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = true
+	if a.stop != nil {
+		a.stop()
+		a.stop = nil
+	}
+}

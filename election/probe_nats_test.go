@@ -1,0 +1,373 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/harness/testkeys"
+)
+
+// quiet discards logs unless ELECTION_TEST_LOG is set.
+var quiet = func() *slog.Logger {
+	if os.Getenv("ELECTION_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.Default()
+}()
+
+// startNATSOn starts an in-process NATS server on 127.0.0.1:port.
+func startNATSOn(t *testing.T, port int) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	return s
+}
+
+// deadAPI fails every call once its process has "crashed": a dead leader renews nothing and
+// releases nothing.
+type deadAPI struct {
+	election.BlobAPI
+	dead atomic.Bool
+}
+
+var errDead = errors.New("process is dead")
+
+func (d *deadAPI) RenewLease(ctx context.Context, c, b, id string) error {
+	if d.dead.Load() {
+		return errDead
+	}
+	return d.BlobAPI.RenewLease(ctx, c, b, id)
+}
+
+func (d *deadAPI) ReleaseLease(ctx context.Context, c, b, id string) error {
+	if d.dead.Load() {
+		return errDead
+	}
+	return d.BlobAPI.ReleaseLease(ctx, c, b, id)
+}
+
+// mutedBeats drops this process's beats once muted (a leader whose beats are lost or late while
+// its connection, and so its term's answer, stays up).
+type mutedBeats struct {
+	*bus.Heartbeats
+	muted atomic.Bool
+}
+
+func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
+	if m.muted.Load() {
+		return nil
+	}
+	return m.Heartbeats.Publish(ctx, b)
+}
+
+type probeNode struct {
+	id    string
+	bus   *bus.Bus
+	api   *deadAPI
+	beats *mutedBeats
+	el    *election.Elector
+	stop  context.CancelFunc // a graceful stop of this process
+	hold  atomic.Int64       // how long lead goes on after its context ended (a final checkpoint), ns
+}
+
+type probeCluster struct {
+	t     *testing.T
+	nodes []*probeNode
+
+	mu     sync.Mutex
+	events []election.Event
+	ids    []string // identity of each event's elector
+}
+
+// newProbeCluster runs n electors with real heartbeats and probes over NATS at url and real
+// leases on Azurite, with the default timings.
+func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
+	t.Helper()
+	client, err := azblob.NewClientFromConnectionString(testenv.Azurite(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	container := testenv.Name(t, "probe")
+	c := &probeCluster{t: t}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, n := range c.nodes {
+			n.bus.Close()
+		}
+	})
+	for i := range n {
+		id := string(rune('a'+i)) + "-node"
+		b, err := bus.Connect(url, id, bus.Config{Keys: testkeys.Keys()}, bus.ConnEvents(quiet)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pn := &probeNode{id: id, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(client)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
+		cfg := election.Config{
+			Identity: id, Container: container, Heartbeats: pn.beats, Prober: b.TermProber(), Logger: quiet,
+			OnEvent: func(ev election.Event) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.events, c.ids = append(c.events, ev), append(c.ids, id)
+			},
+		}
+		pn.el, err = election.New(pn.api, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, pn)
+		nctx, stop := context.WithCancel(ctx)
+		pn.stop = stop
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = pn.el.Run(nctx, func(lctx context.Context) error {
+				<-lctx.Done()
+				time.Sleep(time.Duration(pn.hold.Load()))
+				return nil
+			})
+		}()
+	}
+	return c
+}
+
+// of returns the events of kind, with the identity of the elector that emitted each.
+func (c *probeCluster) of(kind election.EventKind) (evs []election.Event, ids []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, ev := range c.events {
+		if ev.Kind == kind {
+			evs, ids = append(evs, ev), append(ids, c.ids[i])
+		}
+	}
+	return evs, ids
+}
+
+// leader waits for the k-th election and returns its node.
+func (c *probeCluster) elected(k int, within time.Duration) (*probeNode, election.Event) {
+	c.t.Helper()
+	testenv.Eventually(c.t, within, 5*time.Millisecond, func() bool { evs, _ := c.of(election.EventElected); return len(evs) >= k },
+		"election %d did not happen", k)
+	evs, ids := c.of(election.EventElected)
+	for _, n := range c.nodes {
+		if n.id == ids[k-1] {
+			return n, evs[k-1]
+		}
+	}
+	c.t.Fatalf("no node %s", ids[k-1])
+	return nil, election.Event{}
+}
+
+func (c *probeCluster) stats() (s election.Stats) {
+	for _, n := range c.nodes {
+		x := n.el.Stats()
+		s.Terms += x.Terms
+		s.Breaks += x.Breaks
+		s.NoResponders += x.NoResponders
+		s.ProbeAnswers += x.ProbeAnswers
+		s.Suspicions += x.Suspicions
+		s.Probes += x.Probes
+	}
+	return s
+}
+
+// A leader process that dies (its NATS connection closed abruptly, as the kernel does for a
+// killed process; it renews and releases nothing) is replaced through the probe path: a
+// follower's probes of its term find no responders, it breaks the lease fenced on the term's
+// ETag, and a new term starts, long before the 1.5s suspicion timeout would have.
+func TestProbe_CrashedLeaderReplacedByNoResponders(t *testing.T) {
+	c := newProbeCluster(t, testenv.NATS(t), 3)
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second) // the followers hear the term
+
+	killed := time.Now()
+	old.api.dead.Store(true)
+	old.bus.Conn().Close()
+
+	_, second := c.elected(2, 10*time.Second)
+	took := second.At.Sub(killed)
+	if second.Term.Epoch != first.Term.Epoch+1 || second.Term.Identity == old.id {
+		t.Fatalf("second term %+v after %+v", second.Term, first.Term)
+	}
+	evs, _ := c.of(election.EventNoResponders)
+	if len(evs) == 0 || evs[0].Term.Epoch != first.Term.Epoch {
+		t.Fatalf("no no-responders confirmation of epoch %d (events %v); the takeover came from the heartbeat timeout", first.Term.Epoch, evs)
+	}
+	if s := c.stats(); s.NoResponders == 0 || s.Breaks == 0 {
+		t.Errorf("stats %+v: want a break confirmed by no responders", s)
+	}
+	t.Logf("kill -> new leader %v (the confirmation at %v)", took.Round(time.Millisecond), evs[0].At.Sub(killed).Round(time.Millisecond))
+}
+
+// A live leader whose beats stop arriving (lost, or late under load) still answers its term:
+// the followers' probes get answers, so the probe path deposes nobody and only the heartbeat
+// timeout does. Any answer, even a forged one, can only delay a takeover.
+func TestProbe_AnsweringLeaderOnlyTakenOverBySuspicion(t *testing.T) {
+	c := newProbeCluster(t, testenv.NATS(t), 2)
+	old, _ := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+
+	muted := time.Now()
+	old.beats.muted.Store(true)
+	_, second := c.elected(2, 10*time.Second)
+
+	if evs, _ := c.of(election.EventNoResponders); len(evs) != 0 {
+		t.Fatalf("a leader that answers was confirmed gone: %v", evs)
+	}
+	s := c.stats()
+	if s.ProbeAnswers == 0 || s.Suspicions == 0 {
+		t.Errorf("stats %+v: want probes answered, then a suspicion", s)
+	}
+	if took := second.At.Sub(muted); took < election.DefaultConfig().SuspicionTimeout {
+		t.Errorf("replaced %v after its beats stopped, before the suspicion timeout", took)
+	}
+}
+
+// A NATS server restart cuts every process off at once, leader included. The followers come
+// back on a new session and do not count no-responders until they hear the leader again, so
+// nobody is deposed.
+func TestProbe_NATSRestartDeposesNobody(t *testing.T) {
+	ports, err := devserver.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startNATSOn(t, ports[0])
+	c := newProbeCluster(t, s.ClientURL(), 3)
+	defer func() { s.Shutdown() }()
+	c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+
+	for range 2 {
+		s.Shutdown()
+		s.WaitForShutdown()
+		time.Sleep(time.Second)
+		s = startNATSOn(t, ports[0])
+		time.Sleep(3 * time.Second)
+	}
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across two NATS restarts, want 1", len(evs))
+	}
+	if st := c.stats(); st.NoResponders != 0 || st.Breaks != 0 {
+		t.Errorf("stats %+v: a live leader was taken for dead", st)
+	}
+}
+
+// A live leader whose own connection the server drops (the server stays up, the followers stay
+// connected) reconnects within a blip and re-subscribes its term's answer before the followers'
+// confirmation window ends: nobody is deposed.
+func TestProbe_LeaderReconnectBlipDeposesNobody(t *testing.T) {
+	ports, err := devserver.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startNATSOn(t, ports[0])
+	defer s.Shutdown()
+	c := newProbeCluster(t, s.ClientURL(), 3)
+	old, _ := c.elected(1, 20*time.Second)
+	for i := range 5 {
+		time.Sleep(time.Second + time.Duration(i)*50*time.Millisecond) // kicks at varied beat phases
+		id, err := old.bus.Conn().GetClientID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kicked := time.Now()
+		if err := s.DisconnectClientByID(id); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 5*time.Second, time.Millisecond, func() bool {
+			nid, err := old.bus.Conn().GetClientID()
+			return err == nil && nid != id && old.bus.Conn().IsConnected()
+		}, "the leader did not reconnect")
+		t.Logf("leader reconnected %v after the kick", time.Since(kicked).Round(time.Millisecond))
+	}
+	time.Sleep(2 * time.Second)
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across 5 reconnects of the leader, want 1 (stats %+v)", len(evs), c.stats())
+	}
+}
+
+// A nats-server process SIGKILLed and restarted 1s later, three times: every process loses its
+// connection at once, the followers come back on a new session and wait for a beat before they
+// count no-responders again, so the leader is never deposed.
+func TestProbe_NATSProcessSIGKILLDeposesNobody(t *testing.T) {
+	bin, err := devserver.NATSBin(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := devserver.StartNATSProcess(bin, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	c := newProbeCluster(t, n.URL(), 3)
+	c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	for range 3 {
+		if err := n.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if err := n.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across three SIGKILLs of nats-server, want 1 (stats %+v)", len(evs), c.stats())
+	}
+	if st := c.stats(); st.NoResponders != 0 || st.Breaks != 0 {
+		t.Errorf("stats %+v: a live leader was taken for dead", st)
+	}
+}
+
+// A leader stopping gracefully stops beating when its leader context ends, then writes its final
+// checkpoint while it still holds the lease. Its term answers probes until the lease is
+// released, so no follower breaks the lease under that checkpoint.
+func TestProbe_GracefulStopNotBrokenWhileCheckpointing(t *testing.T) {
+	c := newProbeCluster(t, testenv.NATS(t), 3)
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	old.hold.Store(int64(time.Second)) // a slow final checkpoint, below the suspicion timeout
+	old.stop()
+	_, second := c.elected(2, 10*time.Second)
+	if second.Term.Epoch != first.Term.Epoch+1 {
+		t.Fatalf("second term %+v", second.Term)
+	}
+	if st := c.stats(); st.Breaks != 0 {
+		t.Errorf("stats %+v: the lease of a leader still checkpointing was broken", st)
+	}
+	rel, ids := c.of(election.EventReleased)
+	if len(rel) != 1 || ids[0] != old.id {
+		t.Fatalf("released by %v, want %s", ids, old.id)
+	}
+	// Once released the term is over and stops answering: probes may find it gone, and the
+	// follower then finds the lease free.
+	gone, _ := c.of(election.EventNoResponders)
+	for _, ev := range gone {
+		if ev.At.Before(rel[0].At) {
+			t.Errorf("the term had no responders at %v, before its release at %v", ev.At, rel[0].At)
+		}
+	}
+}
