@@ -30,7 +30,7 @@ type Config struct {
 	QueuePoll time.Duration
 	// QueueVisibility hides a received job message from other leaders; intake extends it every
 	// third of it while it plans (when the queue can), so a dead leader's messages come back
-	// within it. Default 5s.
+	// within it. Default 3s, at least 2s.
 	QueueVisibility time.Duration
 	// QueueCutOff hands the lease over (Healthy fails) when intake has not reached the job queue
 	// for this long: another worker may reach it. Negative: never. Default 20s.
@@ -118,7 +118,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		CheckpointInterval: 200 * time.Millisecond, CheckpointEvery: 8192, QueuePoll: 500 * time.Millisecond,
-		QueueVisibility: 5 * time.Second, QueueCutOff: 20 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
+		QueueVisibility: 3 * time.Second, QueueCutOff: 20 * time.Second, MaxQueueDequeues: 5, RescanInterval: 5 * time.Second,
 		DispatchBatch: 1024, DispatchWindow: 16384, MaxActiveJobs: 64, StallTimeout: 10 * time.Second, ResultsPrefetch: 2048,
 		RepairInterval: 2 * time.Second, RepairRounds: 5, RepairMaxShards: 4096,
 		ScheduleInterval: time.Second, RetryBackoff: 5 * time.Second, RetentionInterval: time.Minute, RetentionBatch: 100,
@@ -193,8 +193,8 @@ func (c Config) Validate() error {
 	if c.QueuePoll < time.Millisecond {
 		add("QueuePoll %v: use at least 1ms (default 500ms)", c.QueuePoll)
 	}
-	if c.QueueVisibility < 5*time.Second {
-		add("QueueVisibility %v: use at least 5s (default 5s)", c.QueueVisibility)
+	if c.QueueVisibility < 2*time.Second {
+		add("QueueVisibility %v: use at least 2s (default 3s)", c.QueueVisibility)
 	}
 	if c.MaxQueueDequeues < 1 {
 		add("MaxQueueDequeues %d: use at least 1 (default 5)", c.MaxQueueDequeues)
