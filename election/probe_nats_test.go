@@ -240,8 +240,10 @@ func TestProbe_AnsweringLeaderOnlyTakenOverBySuspicion(t *testing.T) {
 	if s.ProbeAnswers == 0 || s.Suspicions == 0 {
 		t.Errorf("stats %+v: want probes answered, then a suspicion", s)
 	}
-	if took := second.At.Sub(muted); took < election.DefaultConfig().SuspicionTimeout {
-		t.Errorf("replaced %v after its beats stopped, before the suspicion timeout", took)
+	// The silence is counted from the last beat heard, up to one interval before the mute.
+	d := election.DefaultConfig()
+	if took := second.At.Sub(muted); took < d.SuspicionTimeout-d.HeartbeatInterval {
+		t.Errorf("replaced %v after its beats stopped, before the suspicion timeout (%v, beats every %v)", took, d.SuspicionTimeout, d.HeartbeatInterval)
 	}
 }
 
