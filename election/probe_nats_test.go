@@ -357,12 +357,18 @@ func TestProbe_GracefulStopNotBrokenWhileCheckpointing(t *testing.T) {
 	if second.Term.Epoch != first.Term.Epoch+1 {
 		t.Fatalf("second term %+v", second.Term)
 	}
-	if st := c.stats(); st.Breaks != 0 {
-		t.Errorf("stats %+v: the lease of a leader still checkpointing was broken", st)
-	}
 	rel, ids := c.of(election.EventReleased)
 	if len(rel) != 1 || ids[0] != old.id {
 		t.Fatalf("released by %v, want %s", ids, old.id)
+	}
+	// No break while the leader checkpoints. After its release, a follower that confirmed the
+	// term gone may still break a successor's lease before the successor stamps its epoch
+	// (fenced: that successor never leads; one breaker is issue 24's).
+	broke, _ := c.of(election.EventBrokeLease)
+	for _, ev := range broke {
+		if ev.At.Before(rel[0].At) {
+			t.Errorf("stats %+v: the lease of a leader still checkpointing was broken at %v, before its release at %v", c.stats(), ev.At, rel[0].At)
+		}
 	}
 	// Once released the term is over and stops answering: probes may find it gone, and the
 	// follower then finds the lease free.
