@@ -207,21 +207,7 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
-	data, err := spec.Encode()
-	if err != nil {
-		return "", err
-	}
-	if _, err := c.Store.Put(ctx, protocol.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
-		return "", fmt.Errorf("write spec: %w", err)
-	}
-	if err := c.Queue.Enqueue(ctx, spec.ID); err != nil {
-		_ = c.Store.Delete(context.WithoutCancel(ctx), protocol.SpecBlob(spec.ID))
-		return "", fmt.Errorf("queue job: %w", err)
-	}
-	if c.Notify != nil {
-		_ = c.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
-	}
-	return spec.ID, nil
+	return c.submitSpec(ctx, spec)
 }
 
 // Status reads one job's state: its status record (the metadata of its checkpoint blob, read

@@ -263,7 +263,8 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, erro
 	return c.submitSpec(ctx, spec)
 }
 
-// submitSpec writes a validated spec (If-None-Match) and queues its id.
+// submitSpec writes a validated spec (If-None-Match), queues its id and announces it; if
+// queueing fails the spec is deleted. Submit, Retry and TriggerSchedule end here.
 func (c *Client) submitSpec(ctx context.Context, spec *protocol.Spec) (string, error) {
 	data, err := spec.Encode()
 	if err != nil {
@@ -277,7 +278,7 @@ func (c *Client) submitSpec(ctx context.Context, spec *protocol.Spec) (string, e
 		return "", fmt.Errorf("queue job: %w", err)
 	}
 	if c.Notify != nil {
-		_ = c.Notify.Announce("ctl.submitted", []byte(spec.ID))
+		_ = c.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
 	}
 	return spec.ID, nil
 }
