@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-func (n *Node) retryCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func (n *Node) retryCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	f := n.newJobFlags("retry")
+	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
 		return err
