@@ -162,4 +162,4 @@ func writeMarkdown(w io.Writer, rep *Report) {
 }
 
 // cell makes s safe in a Markdown table cell.
-func cell(s string) string { return strings.ReplaceAll(clip(s, 400), "|", "\\|") }
+func cell(s string) string { return strings.ReplaceAll(rig.Clip(s, 400), "|", "\\|") }

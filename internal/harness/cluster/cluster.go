@@ -119,6 +119,23 @@ func (p *Proc) Exited() <-chan struct{} { return p.done }
 // Err is the process's exit error (after Exited).
 func (p *Proc) Err() error { <-p.done; return p.err }
 
+// Stop ends the process: SIGTERM, SIGKILL after 15 s.
+func (p *Proc) Stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Log is what the process wrote so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
+
 // Cluster is a running local cluster.
 type Cluster struct {
 	opts    Options
@@ -306,8 +323,20 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 			return nil, fmt.Errorf("worker %s is running", id)
 		}
 	}
+	c.mu.Unlock()
+	return c.start(id, "", true)
+}
+
+// StartExtra starts worker id outside the cluster's set, with env after the cluster's (so env
+// wins): behind a fault proxy, or misconfigured. Running and Proc do not list it; Stop stops it.
+func (c *Cluster) StartExtra(id string, env ...string) (*Proc, error) {
+	return c.start(id, ".extra", false, env...)
+}
+
+func (c *Cluster) start(id, suffix string, member bool, env ...string) (*Proc, error) {
+	c.mu.Lock()
 	c.seq++
-	logPath := filepath.Join(c.opts.Dir, fmt.Sprintf("%s.%d.log", id, c.seq))
+	logPath := filepath.Join(c.opts.Dir, fmt.Sprintf("%s.%d%s.log", id, c.seq, suffix))
 	c.mu.Unlock()
 
 	logf, err := os.Create(logPath)
@@ -315,7 +344,7 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(c.opts.WorkerBin, "run")
-	cmd.Env = c.WorkerEnv(id)
+	cmd.Env = append(c.WorkerEnv(id), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -329,7 +358,9 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 		close(p.done)
 	}()
 	c.mu.Lock()
-	c.procs[id] = p
+	if member {
+		c.procs[id] = p
+	}
 	c.all = append(c.all, p)
 	c.mu.Unlock()
 	return p, nil

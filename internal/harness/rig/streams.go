@@ -1,0 +1,58 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/store"
+)
+
+// JetStream is c's JetStream, over its client's NATS connection.
+func JetStream(c *cluster.Cluster) jetstream.JetStream {
+	js, err := jetstream.New(c.Bus.Conn())
+	if err != nil { // only for a nil connection or bad options: neither happens here
+		panic(fmt.Sprintf("jetstream: %v", err))
+	}
+	return js
+}
+
+// JobStore is c's jobs container.
+func JobStore(c *cluster.Cluster) *store.Container { return store.New(c.Blob(), c.JobsContainer()) }
+
+// UpdateStream changes the configuration of c's stream name, and returns what restores it.
+func UpdateStream(ctx context.Context, c *cluster.Cluster, name string, change func(*jetstream.StreamConfig)) (restore func() error, err error) {
+	js := JetStream(c)
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	orig := s.CachedInfo().Config
+	cfg := orig
+	change(&cfg)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", name, err)
+	}
+	return func() error {
+		_, err := js.UpdateStream(context.WithoutCancel(ctx), orig)
+		return err
+	}, nil
+}
+
+// Publish sends msgs from a plain NATS client (no cluster key) named name, and flushes.
+func Publish(c *cluster.Cluster, name string, msgs ...*nats.Msg) error {
+	nc, err := nats.Connect(c.NATSURL, nats.Name(name))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for _, m := range msgs {
+		if err := nc.PublishMsg(m); err != nil {
+			return err
+		}
+	}
+	return nc.Flush()
+}
