@@ -2,15 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
@@ -43,12 +40,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			defer os.RemoveAll(cfg.Dir)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := rig.Interruptible()
 	defer stop()
-	// After the first Ctrl-C the run stops what it started; a second one ends the process at
-	// once (every child has a parent-death signal).
-	context.AfterFunc(ctx, stop)
-
 	rep, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
@@ -57,18 +50,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	code := exitOK
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	_, _ = stdout.Write(md.Bytes())
-	if mdPath != "" {
-		if err := os.WriteFile(mdPath, md.Bytes(), 0o644); err != nil {
-			fmt.Fprintf(stderr, "chaos: markdown: %v\n", err)
-			code = exitFailed
-		}
-	}
-	if jsonPath != "" {
-		if err := rig.WriteJSON(jsonPath, rep); err != nil {
-			fmt.Fprintf(stderr, "chaos: json: %v\n", err)
-			code = exitFailed
-		}
+	if err := rig.WriteReport(stdout, md.Bytes(), mdPath, jsonPath, rep); err != nil {
+		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		code = exitFailed
 	}
 	if keep {
 		fmt.Fprintf(stderr, "chaos: logs and data kept in %s\n", cfg.Dir)

@@ -185,24 +185,11 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 // ready waits until every worker runs and the lease holder has resumed as coordinator, and
 // returns the leader.
 func (fc *fcluster) ready(ctx context.Context) (*election.LeaderInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*fc.r.cfg.LeaseDuration+10*time.Second)
-	defer cancel()
-	for {
-		running := fc.c.Running()
-		l, err := fc.c.Leader(ctx)
-		if err == nil && l != nil && len(running) == fc.r.cfg.Workers && slices.Contains(running, l.ID) {
-			for _, e := range fc.c.Events() {
-				if e.Kind == cluster.TermStarted && e.Epoch == l.Epoch && e.Worker == l.ID {
-					return l, nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster %s not ready (running %v, leader %+v, err %v): %w", fc.name, running, l, err, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	l, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", fc.name, err)
 	}
+	return l, nil
 }
 
 // run does one task: submit, kill at a random point of progress, restart the victim, follow the
@@ -342,10 +329,8 @@ func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *rig.Sampler, k Kil
 // firstMerge reports whether the leader that took over after kill k merged a result already,
 // and how long after k.
 func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
-	for _, e := range fc.c.Events() {
-		if e.Kind == cluster.FirstMerge && e.Epoch == k.NewEpoch {
-			return true, rig.Round3(e.Time.Sub(k.at).Seconds())
-		}
+	if e, ok := rig.FirstMerge(fc.c, k.NewEpoch); ok {
+		return true, rig.Round3(e.Time.Sub(k.at).Seconds())
 	}
 	return false, 0
 }

@@ -2,24 +2,19 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
-}
+func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // Exit codes.
 const (
@@ -43,12 +38,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := rig.Interruptible()
 	defer stop()
-	// After the first Ctrl-C the run stops what it started; a second one ends the process at
-	// once (its children get a parent-death signal).
-	context.AfterFunc(ctx, stop)
-
 	rep, tls, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
@@ -101,20 +92,9 @@ func writeOutputs(rep *Report, tls []*rig.Timeline, out outputs, stdout io.Write
 			rep.Plot = out.plot
 		}
 	}
-	if out.json != "" {
-		if err := rig.WriteJSON(out.json, rep); err != nil {
-			errs = append(errs, fmt.Errorf("json report: %w", err))
-		}
-	}
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	if out.markdown != "" {
-		if err := os.WriteFile(out.markdown, md.Bytes(), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("markdown: %w", err))
-		}
-	}
-	_, _ = stdout.Write(md.Bytes())
-	return errors.Join(errs...)
+	return errors.Join(append(errs, rig.WriteReport(stdout, md.Bytes(), out.markdown, out.json, rep))...)
 }
 
 // parseFlags reads the command line. --quick switches the defaults to QuickConfig; flags given

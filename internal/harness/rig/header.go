@@ -1,11 +1,16 @@
 package rig
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -52,4 +57,30 @@ func Clip(s string, n int) string {
 		return s
 	}
 	return fmt.Sprintf("%s… (%d bytes)", s[:n], len(s))
+}
+
+// Interruptible is a context that the first Ctrl-C or SIGTERM ends, so the run stops what it
+// started. A second one ends the process at once (every child has a parent-death signal).
+func Interruptible() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
+}
+
+// WriteReport prints the Markdown md to stdout and writes it to mdPath, and v as JSON to jsonPath
+// (each when named).
+func WriteReport(stdout io.Writer, md []byte, mdPath, jsonPath string, v any) error {
+	var errs []error
+	_, _ = stdout.Write(md)
+	if mdPath != "" {
+		if err := os.WriteFile(mdPath, md, 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("markdown: %w", err))
+		}
+	}
+	if jsonPath != "" {
+		if err := WriteJSON(jsonPath, v); err != nil {
+			errs = append(errs, fmt.Errorf("json report: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }

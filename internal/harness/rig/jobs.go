@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/jobs"
@@ -173,4 +176,73 @@ func PlannedAt(c *cluster.Cluster, id string) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// Struck is a job submitted to be hit by a fault.
+type Struck struct {
+	ID      string
+	Start   time.Time // just before the submit
+	Sampler *Sampler  // its checkpoint every 100 ms, until the job ends or ctx does
+	At      Sample    // after Wait: the last checkpoint sample when frac of the results were on the wire
+	Seen    int       // after Wait: results on the wire then
+	Reached bool      // after Wait: false when the job ended, or ctx did, first
+	rw      *ResultWatch
+}
+
+// Strike submits j on c to be hit by a fault when frac of its results are on the wire (at a high
+// rate a checkpoint comes too late to strike by). Close it when done.
+func Strike(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, frac float64) (*Struck, error) {
+	rw, err := WatchResults(c, int(math.Ceil(frac*float64(j.Shards))))
+	if err != nil {
+		return nil, err
+	}
+	s := &Struck{rw: rw}
+	if s.ID, s.Start, err = Submit(ctx, c, j); err != nil {
+		rw.Stop()
+		return nil, err
+	}
+	s.Sampler = StartSampler(ctx, c, s.ID, 100*time.Millisecond)
+	return s, nil
+}
+
+// Wait waits until frac of the job's results are on the wire, the job ends, or ctx ends.
+func (s *Struck) Wait(ctx context.Context) {
+	select {
+	case <-s.rw.Reached():
+	case <-s.Sampler.Done():
+	case <-ctx.Done():
+	}
+	s.rw.Stop()
+	s.At, _, _ = s.Sampler.Last()
+	s.Seen = s.rw.Seen()
+	s.Reached = ctx.Err() == nil && !s.At.State.Terminal()
+}
+
+// Close stops watching the job and returns every checkpoint sample.
+func (s *Struck) Close() []Sample {
+	s.rw.Stop()
+	return s.Sampler.Close()
+}
+
+// Ready waits until c runs workers workers and the lease holder has resumed as coordinator (its
+// term started), and returns the leader.
+func Ready(ctx context.Context, c *cluster.Cluster, workers int, within time.Duration) (*election.LeaderInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		running := c.Running()
+		l, err := c.Leader(ctx)
+		if err == nil && l != nil && len(running) == workers && slices.Contains(running, l.ID) {
+			for _, e := range c.Events() {
+				if e.Kind == cluster.TermStarted && e.Epoch == l.Epoch && e.Worker == l.ID {
+					return l, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster not ready (running %v, leader %+v, err %v): %w", running, l, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

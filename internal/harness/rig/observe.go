@@ -314,3 +314,45 @@ func Changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time
 
 // Sleep waits d or until ctx ends, and returns ctx's error if it ended.
 func Sleep(ctx context.Context, d time.Duration) error { return precise.TimerSleep(ctx, d) }
+
+// Every calls fn now and then every d until ctx ends or stop is called. stop waits for fn's
+// last call to return.
+func Every(ctx context.Context, d time.Duration, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			fn(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Elections lists c's elections between from and to.
+func Elections(c *cluster.Cluster, from, to time.Time) []cluster.Event {
+	var out []cluster.Event
+	for _, e := range c.Events() {
+		if e.Kind == cluster.Elected && e.Time.After(from) && e.Time.Before(to) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// FirstMerge finds the first merge of the term epoch.
+func FirstMerge(c *cluster.Cluster, epoch uint64) (cluster.Event, bool) {
+	for _, e := range c.Events() {
+		if e.Kind == cluster.FirstMerge && e.Epoch == epoch {
+			return e, true
+		}
+	}
+	return cluster.Event{}, false
+}
