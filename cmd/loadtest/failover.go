@@ -258,7 +258,9 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 			cur, _, _ := smp.Last()
 			l2 := &election.LeaderInfo{ID: k.NewLeader, Epoch: k.NewEpoch}
 			k2, v2, err := fc.killLeader(jctx, syscall.SIGKILL, start, cur.Done, l2)
-			k.MergeSeen, k.ToMergeS = fc.firstMerge(k)
+			now, cancel := context.WithCancel(ctx)
+			cancel() // look once
+			k.MergeSeen, k.ToMergeS = fc.awaitFirstMerge(now, smp, k)
 			run.Kills = append(run.Kills, k)
 			if err != nil {
 				return run, err
@@ -302,34 +304,10 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	return run, nil
 }
 
-// awaitFirstMerge waits for the first result merged by the leader elected after kill k. The new
-// leader may have nothing to merge (a stopping leader can finish the job itself), so the wait
-// also ends when the job does.
+// awaitFirstMerge waits for the first result merged by the leader elected after kill k, and
+// says how long after k it came.
 func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *rig.Sampler, k Kill) (bool, float64) {
-	var ended time.Time
-	for {
-		if ok, s := fc.firstMerge(k); ok {
-			return ok, s
-		}
-		if x, have, _ := smp.Last(); have && x.State.Terminal() && ended.IsZero() {
-			ended = time.Now()
-		}
-		// The event of a merge that came before the end may still be on its way.
-		if !ended.IsZero() && time.Since(ended) > 500*time.Millisecond {
-			return false, 0
-		}
-		select {
-		case <-ctx.Done():
-			return false, 0
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// firstMerge reports whether the leader that took over after kill k merged a result already,
-// and how long after k.
-func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
-	if e, ok := rig.FirstMerge(fc.c, k.NewEpoch); ok {
+	if e, ok := rig.WaitFirstMerge(ctx, fc.c, k.NewEpoch, smp.Done()); ok {
 		return true, rig.Round3(e.Time.Sub(k.at).Seconds())
 	}
 	return false, 0
@@ -361,31 +339,6 @@ func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, rig.Kill
 
 // describe is the one-line account of a run for the progress display.
 func describe(r FailoverRun) string {
-	s := fmt.Sprintf("%s run %d [%s, %s]:", r.Kind, r.N, r.Cluster, r.JobType)
-	if r.Skipped != "" {
-		s += " no kill: " + r.Skipped + ";"
-	}
-	for _, k := range r.Kills {
-		s += fmt.Sprintf(" %s %s at %d/%d", k.Signal, k.Worker, k.Done, r.Shards)
-		if k.Leader {
-			s += fmt.Sprintf(" → %s leads after %.2fs", k.NewLeader, k.ToLeaderS)
-			if k.MergeSeen {
-				s += fmt.Sprintf(", merges after %.2fs", k.ToMergeS)
-			}
-		}
-		s += ";"
-	}
-	switch {
-	case r.Lost:
-		s += " LOST"
-	case r.Exact:
-		s += " exact"
-	default:
-		s += " WRONG: " + r.Error
-	}
-	s += fmt.Sprintf(" in %.2fs (ref %.2fs); redone %d, duplicates %d", r.MakespanS, r.ReferenceS, r.Redone, r.Duplicates)
-	if r.CompletedRerun > 0 {
-		s += fmt.Sprintf(", %d COMPLETED SHARDS RE-RUN", r.CompletedRerun)
-	}
-	return s
+	return fmt.Sprintf("%s run %d [%s, %s]: %s; %s in %.2fs (ref %.2fs); redone %d, duplicates %d", r.Kind, r.N, r.Cluster, r.JobType,
+		killsText(r), resultText(r), r.MakespanS, r.ReferenceS, r.Redone, r.Duplicates)
 }

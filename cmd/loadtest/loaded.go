@@ -31,9 +31,7 @@ func (r *runner) loaded(ctx context.Context) error {
 	}
 	defer r.rig.Stop(c)
 	ld := &Loaded{}
-	r.mu.Lock()
 	r.rep.Loaded = ld
-	r.mu.Unlock()
 	// About 10 s of CPU per job on two cores (a tenth of it in short runs, so the last job does
 	// not outlast the run by much).
 	samples := int64(2_000_000_000)

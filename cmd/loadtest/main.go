@@ -170,7 +170,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
 			return fs, fmt.Errorf("--efficiency-durations: %w", err)
 		}
-		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
+		if cfg.BaselinePrefetch, err = parseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
 		}
 		return fs, nil
@@ -200,14 +200,14 @@ func join[T any](xs []T) string {
 	return strings.Join(s, ",")
 }
 
-// parseList reads a comma-separated list; parse says what a bad element is.
-func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+// parseList reads a comma-separated list of what parse accepts; what says what an element is.
+func parseList[T any](s, what string, parse func(string) (T, error), ok func(T) bool) ([]T, error) {
 	var out []T
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			x, err := parse(f)
-			if err != nil {
-				return nil, err
+			if err != nil || !ok(x) {
+				return nil, fmt.Errorf("%q is not %s", f, what)
 			}
 			out = append(out, x)
 		}
@@ -216,21 +216,5 @@ func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 }
 
 func parseDurations(s string) ([]time.Duration, error) {
-	return parseList(s, func(f string) (time.Duration, error) {
-		d, err := time.ParseDuration(f)
-		if err != nil || d <= 0 {
-			return 0, fmt.Errorf("%q is not a positive duration (e.g. 2ms)", f)
-		}
-		return d, nil
-	})
-}
-
-func parseInts(s string) ([]int, error) {
-	return parseList(s, func(f string) (int, error) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return 0, fmt.Errorf("%q is not a number", f)
-		}
-		return n, nil
-	})
+	return parseList(s, "a positive duration (e.g. 2ms)", time.ParseDuration, func(d time.Duration) bool { return d > 0 })
 }

@@ -186,34 +186,8 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| run | job | kill at | kills (signal worker @ merged → new leader: s to leader / s to first merge) | makespan s (ref) | redone | dups | result |")
 		p("|---|---|---|---|---|---|---|---|")
 		for _, r := range runs {
-			var ks []string
-			for _, k := range r.Kills {
-				x := fmt.Sprintf("%s %s @%d", k.Signal, k.Worker, k.Done)
-				if k.Leader {
-					x += fmt.Sprintf(" → %s: %s", k.NewLeader, num(k.ToLeaderS))
-					if k.MergeSeen {
-						x += " / " + num(k.ToMergeS)
-					} else {
-						x += " / –"
-					}
-				}
-				ks = append(ks, x)
-			}
-			if r.Skipped != "" {
-				ks = append(ks, "none: "+r.Skipped)
-			}
-			res := "exact"
-			switch {
-			case r.Lost:
-				res = "**LOST**"
-			case !r.Exact:
-				res = "**WRONG**: " + r.Error
-			}
-			if r.CompletedRerun > 0 {
-				res += fmt.Sprintf(", **%d completed shards re-run**", r.CompletedRerun)
-			}
 			p("| %s %d (%s) | %s | %.0f%% | %s | %s (%s) | %d | %d | %s |", r.Kind, r.N, r.Cluster, r.JobType, 100*r.KillAt,
-				strings.Join(ks, "; "), num(r.MakespanS), num(r.ReferenceS), r.Redone, r.Duplicates, res)
+				killsText(r), num(r.MakespanS), num(r.ReferenceS), r.Redone, r.Duplicates, resultText(r))
 		}
 	}
 	if notes := notes(rep); len(notes) > 0 {
@@ -236,6 +210,43 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			p("- %s", e)
 		}
 	}
+}
+
+// killsText lists a run's kills: signal worker @merged → new leader: s to leader / s to first
+// merge.
+func killsText(r FailoverRun) string {
+	var ks []string
+	for _, k := range r.Kills {
+		x := fmt.Sprintf("%s %s @%d", k.Signal, k.Worker, k.Done)
+		if k.Leader {
+			x += fmt.Sprintf(" → %s: %s / ", k.NewLeader, num(k.ToLeaderS))
+			if k.MergeSeen {
+				x += num(k.ToMergeS)
+			} else {
+				x += "–"
+			}
+		}
+		ks = append(ks, x)
+	}
+	if r.Skipped != "" {
+		ks = append(ks, "none: "+r.Skipped)
+	}
+	return strings.Join(ks, "; ")
+}
+
+// resultText is a run's outcome: exact, lost or wrong, and completed shards re-run.
+func resultText(r FailoverRun) string {
+	res := "exact"
+	switch {
+	case r.Lost:
+		res = "**LOST**"
+	case !r.Exact:
+		res = "**WRONG**: " + r.Error
+	}
+	if r.CompletedRerun > 0 {
+		res += fmt.Sprintf(", **%d completed shards re-run**", r.CompletedRerun)
+	}
+	return res
 }
 
 // notes explains the figures from the settings that shape them.

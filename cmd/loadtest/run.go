@@ -16,6 +16,8 @@ type runner struct {
 	rig *rig.Rig
 	log *rig.Progress
 
+	// mu guards rep's totals and errors: failover runs go side by side. The scenarios run one
+	// after another and set their own sections.
 	mu  sync.Mutex
 	rep *Report
 }

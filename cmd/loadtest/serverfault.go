@@ -39,9 +39,7 @@ func (r *runner) outage(ctx context.Context) error {
 	np := c.NATSProcess()
 	r.log.Logf("nats-outage: nats-server process on %s", np.URL())
 	out := &Outage{}
-	r.mu.Lock()
 	r.rep.Outage = out
-	r.mu.Unlock()
 	kill := func(context.Context) (string, string, error) {
 		return "nats-server", "SIGKILL", np.Signal(syscall.SIGKILL)
 	}
@@ -78,9 +76,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	}
 	defer r.rig.Stop(c)
 	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
-	r.mu.Lock()
 	r.rep.NATSCluster = res
-	r.mu.Unlock()
 	stop := func(ctx context.Context) (string, string, error) {
 		res.KilledNode = 0
 		if l, err := c.Leader(ctx); err == nil && l != nil {

@@ -36,9 +36,7 @@ func (r *runner) straggler(ctx context.Context) error {
 		}
 		st.Small = &small
 	}
-	r.mu.Lock()
 	r.rep.Straggler = st
-	r.mu.Unlock()
 	return nil
 }
 

@@ -120,9 +120,7 @@ func (r *runner) efficiency(ctx context.Context) error {
 			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f (slots %.1f%% in map steps, mean map %.3f ms; a bare loop: %.3f with a time.Timer, %.3f with the precise sleep)",
 				shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio, 100*e.SlotUse, e.MapMeanMs, e.TimerRef, e.PreciseRef)
 		}
-		r.mu.Lock()
 		r.rep.Efficiency = append(r.rep.Efficiency, e)
-		r.mu.Unlock()
 	}
 	return nil
 }

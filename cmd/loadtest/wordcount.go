@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -62,9 +63,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 	if best[vocabs[0]] > 0 {
 		wc.Ratio = rig.Round3(best[vocabs[1]] / best[vocabs[0]])
 	}
-	r.mu.Lock()
 	r.rep.Wordcount = wc
-	r.mu.Unlock()
 	return nil
 }
 
@@ -111,13 +110,7 @@ func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, voc
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(a, b int) int {
-		if counts[a] != counts[b] {
-			if counts[a] > counts[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(words[a], words[b])
+		return cmp.Or(cmp.Compare(counts[b], counts[a]), strings.Compare(words[a], words[b]))
 	})
 	want := builtin.WordcountResult{Total: total}
 	for _, i := range idx[:top] {

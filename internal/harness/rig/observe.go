@@ -347,12 +347,25 @@ func Elections(c *cluster.Cluster, from, to time.Time) []cluster.Event {
 	return out
 }
 
-// FirstMerge finds the first merge of the term epoch.
-func FirstMerge(c *cluster.Cluster, epoch uint64) (cluster.Event, bool) {
-	for _, e := range c.Events() {
-		if e.Kind == cluster.FirstMerge && e.Epoch == epoch {
-			return e, true
+// WaitFirstMerge waits for the first merge of the term epoch. The new leader may have nothing to
+// merge, so the wait also ends half a second after ended closes (its event may still be on its
+// way). An ended ctx looks once.
+func WaitFirstMerge(ctx context.Context, c *cluster.Cluster, epoch uint64, ended <-chan struct{}) (cluster.Event, bool) {
+	var giveUp <-chan time.Time
+	for {
+		for _, e := range c.Events() {
+			if e.Kind == cluster.FirstMerge && e.Epoch == epoch {
+				return e, true
+			}
+		}
+		select {
+		case <-ended:
+			ended, giveUp = nil, time.After(500*time.Millisecond)
+		case <-giveUp:
+			return cluster.Event{}, false
+		case <-ctx.Done():
+			return cluster.Event{}, false
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return cluster.Event{}, false
 }
