@@ -22,32 +22,25 @@ type fault struct {
 	job  func(Config) knownjobs.Job
 	// inject runs once the job has cfg.At of its shards merged. It injects the fault, heals it
 	// (restarts what it killed) and records when the fault was healed.
-	inject func(ctx context.Context, f *faultRun) error
-	// testWorker: the cluster runs the test worker (the bad-job faults, badjob.go).
-	testWorker bool
-	// expectCancel: the job must end cancelled (cancel during a failover).
-	expectCancel bool
-	// minAge: the fault hits no sooner than this after the submit.
-	minAge time.Duration
-	// dead lists the dead letters the fault must leave, by source, (the injected messages).
-	dead map[string]int
+	inject       func(ctx context.Context, f *faultRun) error
+	testWorker   bool           // the cluster runs the test worker (the bad-job faults, badjob.go)
+	expectCancel bool           // the job must end cancelled (cancel during a failover)
+	minAge       time.Duration  // the fault hits no sooner than this after the submit
+	dead         map[string]int // the dead letters the fault must leave (the injected messages), by source
 }
 
 // faultRun is one fault being run on its cluster c.
 type faultRun struct {
-	r      *runner
-	c      *cluster.Cluster
-	job    knownjobs.Job
-	id     string
-	start  time.Time
-	healed time.Time
-	notes  []string
-	// more are further jobs the fault submitted; each must end exact as well.
-	more []extraJob
-	// failures are what the injection itself found wrong (verdict, problem).
-	failures [][2]string
-	// elected is when the leader that took over was elected (cancel during a failover).
-	elected time.Time
+	r        *runner
+	c        *cluster.Cluster
+	job      knownjobs.Job
+	id       string
+	start    time.Time
+	healed   time.Time
+	notes    []string
+	more     []extraJob  // further jobs the fault submitted; each must end exact as well
+	failures [][2]string // what the injection itself found wrong (verdict, problem)
+	elected  time.Time   // when the leader that took over was elected (cancel during a failover)
 	// changesSeen is the leader changes a fault counted itself (from the lease's epoch, after its
 	// own set-up); nil: the elections announced from the injection on.
 	changesSeen *int

@@ -14,27 +14,20 @@ import (
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailed      = 1 // a fault failed (wrong, stuck, lost, slow, left behind) or the run could not complete
-	exitUsage       = 2
-	exitInterrupted = 130
-)
 
 func realMain(args []string, stdout, stderr io.Writer) int {
 	cfg, jsonPath, mdPath, keep, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+		return rig.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return exitUsage
+		return rig.ExitUsage
 	}
 	if cfg.Dir == "" {
 		if cfg.Dir, err = os.MkdirTemp("", "chaos-"); err != nil {
 			fmt.Fprintf(stderr, "chaos: %v\n", err)
-			return exitFailed
+			return rig.ExitFailed
 		}
 		if !keep {
 			defer os.RemoveAll(cfg.Dir)
@@ -45,14 +38,14 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	rep, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return exitUsage
+		return rig.ExitUsage
 	}
-	code := exitOK
+	code := rig.ExitOK
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
 	if err := rig.WriteReport(stdout, md.Bytes(), mdPath, jsonPath, rep); err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	if keep {
 		fmt.Fprintf(stderr, "chaos: logs and data kept in %s\n", cfg.Dir)
@@ -60,13 +53,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintln(stderr, "chaos: interrupted; everything it started is stopped")
-		return exitInterrupted
+		return rig.ExitInterrupted
 	case runErr != nil:
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return exitFailed
+		return rig.ExitFailed
 	case !rep.ok():
 		fmt.Fprintf(stderr, "chaos: FAILED: %d of %d faults failed\n", rep.Failed, len(rep.Results))
-		return exitFailed
+		return rig.ExitFailed
 	}
 	return code
 }

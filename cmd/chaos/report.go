@@ -11,14 +11,12 @@ import (
 // Report is the JSON report (--json). Durations are seconds.
 type Report struct {
 	rig.Header
-	Settings   Settings    `json:"settings"`
-	References []Reference `json:"references"`
-	Results    []Result    `json:"results"`
-	// LeftRunning lists processes the run started that still existed at its end.
-	LeftRunning []string `json:"left_running,omitempty"`
-	Incomplete  string   `json:"incomplete,omitempty"`
-	// Failed counts the faults whose verdict is not ok.
-	Failed int `json:"failed"`
+	Settings    Settings    `json:"settings"`
+	References  []Reference `json:"references"`
+	Results     []Result    `json:"results"`
+	LeftRunning []string    `json:"left_running,omitempty"` // processes the run started that outlived it
+	Incomplete  string      `json:"incomplete,omitempty"`
+	Failed      int         `json:"failed"` // faults whose verdict is not ok
 }
 
 // Settings are what shaped the run.
@@ -51,15 +49,13 @@ type Result struct {
 	JobID string `json:"job_id,omitempty"`
 	// Verdict is "ok" or what went wrong (WRONG, FAILED, STUCK, LOST, SLOW, NOT CANCELLED,
 	// NOT DEAD-LETTERED, NOT DEPOSED, LEFT BEHIND, HARNESS ERROR, INTERRUPTED); Problem says more.
-	Verdict string `json:"verdict"`
-	Problem string `json:"problem,omitempty"`
-	State   string `json:"state,omitempty"`
-	// Exact: the job ended with its exact answer (cancelled, for the cancel fault).
-	Exact      bool   `json:"exact"`
-	InjectedAt string `json:"injected_at,omitempty"` // shards merged when the fault hit
-	Merged     string `json:"merged,omitempty"`      // shards merged at the end
-	// HealedS is when the fault was healed, from the submit.
-	HealedS    float64  `json:"healed_s"`
+	Verdict    string   `json:"verdict"`
+	Problem    string   `json:"problem,omitempty"`
+	State      string   `json:"state,omitempty"`
+	Exact      bool     `json:"exact"`                 // the exact answer (cancelled, for the cancel fault)
+	InjectedAt string   `json:"injected_at,omitempty"` // shards merged when the fault hit
+	Merged     string   `json:"merged,omitempty"`      // shards merged at the end
+	HealedS    float64  `json:"healed_s"`              // when the fault was healed, from the submit
 	MakespanS  float64  `json:"makespan_s,omitempty"`
 	ReferenceS float64  `json:"reference_s,omitempty"`
 	TimeLostS  *float64 `json:"time_lost_s,omitempty"`

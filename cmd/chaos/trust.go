@@ -89,30 +89,11 @@ func injectFollowerCut(ctx context.Context, f *faultRun) error {
 // injectLeaderCut makes a proxied worker the leader, then cuts it silently from NATS for
 // cutFor: exactly one leader change, and the cut-off worker does not lead again.
 func injectLeaderCut(ctx context.Context, f *faultRun) error {
-	p, px, err := f.r.rig.Proxied(ctx, f.c, "wcut", rig.NATSLink)
+	epoch0, done, err := f.cutLeader(ctx, "wcut", rig.NATSLink, f.cutFor(), nil)
 	if err != nil {
 		return err
 	}
-	defer px.Close()
-	defer p.Stop()
-	if err := rig.HandTo(ctx, f.c, "wcut"); err != nil {
-		return err
-	}
-	_, epoch0, err := f.leader(ctx)
-	if err != nil {
-		return err
-	}
-	px.Blackhole()
-	cut := time.Now()
-	f.note("leader wcut (epoch %d) cut off silently for %v", epoch0, f.cutFor())
-	if ev, err := rig.WaitElected(ctx, f.c, epoch0, f.cutFor()); err == nil {
-		f.note("%s elected (epoch %d) %.2f s into the cut", ev.Worker, ev.Epoch, ev.Time.Sub(cut).Seconds())
-	} else {
-		f.fail(verdictNotDeposed, "the cut-off leader was not replaced during the cut")
-	}
-	sleep(ctx, time.Until(cut.Add(f.cutFor())))
-	px.Heal()
-	f.healed = time.Now()
+	defer done()
 	sleep(ctx, 5*time.Second)
 	if l, _, err := f.leader(ctx); err == nil && l == "wcut" {
 		f.fail(verdictChurn, "the cut-off leader took the lease back")
@@ -125,37 +106,53 @@ func injectLeaderCut(ctx context.Context, f *faultRun) error {
 // leader. It cuts that link silently for 40 s and submits a second job meanwhile. The leader
 // must hand over (exactly one change) and the second job must run and end exact.
 func injectLeaderQueueCut(ctx context.Context, f *faultRun) error {
-	p, px, err := f.r.rig.Proxied(ctx, f.c, "wq", rig.QueueLink)
+	epoch0, done, err := f.cutLeader(ctx, "wq", rig.QueueLink, 40*time.Second, func() error { return f.submitMore(ctx) })
 	if err != nil {
 		return err
 	}
-	defer px.Close()
-	defer p.Stop()
-	if err := rig.HandTo(ctx, f.c, "wq"); err != nil {
-		return err
-	}
-	_, epoch0, err := f.leader(ctx)
+	defer done()
+	sleep(ctx, 3*time.Second)
+	f.changes(ctx, epoch0, 1)
+	return nil
+}
+
+// cutLeader makes worker id, whose link goes through a fault proxy, the leader. It cuts that link
+// silently for cut, calls during (if any), and heals it; another worker must be elected during
+// the cut. It returns the cut-off leader's epoch, and done, which stops the worker and its proxy.
+func (f *faultRun) cutLeader(ctx context.Context, id string, link rig.Link, cut time.Duration, during func() error) (epoch0 uint64, done func(), err error) {
+	p, px, err := f.r.rig.Proxied(ctx, f.c, id, link)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
-	cut := 40 * time.Second
+	done = func() { p.Stop(); _ = px.Close() }
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	if err := rig.HandTo(ctx, f.c, id); err != nil {
+		return 0, nil, err
+	}
+	if _, epoch0, err = f.leader(ctx); err != nil {
+		return 0, nil, err
+	}
 	px.Blackhole()
 	start := time.Now()
-	f.note("leader wq (epoch %d) cut from the job queue for %v", epoch0, cut)
-	if err := f.submitMore(ctx); err != nil {
-		return err
+	f.note("leader %s (epoch %d) cut off silently for %v", id, epoch0, cut)
+	if during != nil {
+		if err := during(); err != nil {
+			return 0, nil, err
+		}
 	}
 	if ev, err := rig.WaitElected(ctx, f.c, epoch0, cut); err == nil {
-		f.note("%s elected (epoch %d) %.1f s into the cut", ev.Worker, ev.Epoch, ev.Time.Sub(start).Seconds())
+		f.note("%s elected (epoch %d) %.2f s into the cut", ev.Worker, ev.Epoch, ev.Time.Sub(start).Seconds())
 	} else {
-		f.fail(verdictNotDeposed, "the leader cut from the queue did not hand over")
+		f.fail(verdictNotDeposed, "the cut-off leader was not replaced during the cut")
 	}
 	sleep(ctx, time.Until(start.Add(cut)))
 	px.Heal()
 	f.healed = time.Now()
-	sleep(ctx, 3*time.Second)
-	f.changes(ctx, epoch0, 1)
-	return nil
+	return epoch0, done, nil
 }
 
 // forgedBeats is how many forged heartbeats injectForgedHeartbeat publishes.

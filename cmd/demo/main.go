@@ -56,10 +56,10 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 	case errors.Is(err, errInterrupted):
 		fmt.Fprintln(os.Stderr, "demo: interrupted; everything it started is stopped")
-		os.Exit(130)
+		os.Exit(rig.ExitInterrupted)
 	default:
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
-		os.Exit(1)
+		os.Exit(rig.ExitFailed)
 	}
 }
 

@@ -16,13 +16,6 @@ import (
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailed      = 1 // a wrong result, a lost job, a run that could not complete, or (--strict) a missed target
-	exitUsage       = 2
-	exitInterrupted = 130
-)
 
 type outputs struct {
 	json, markdown, plot string
@@ -32,35 +25,35 @@ type outputs struct {
 func realMain(args []string, stdout, stderr io.Writer) int {
 	cfg, out, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+		return rig.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		return exitUsage
+		return rig.ExitUsage
 	}
 	ctx, stop := rig.Interruptible()
 	defer stop()
 	rep, tls, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		return exitUsage
+		return rig.ExitUsage
 	}
-	code := exitOK
+	code := rig.ExitOK
 	if err := writeOutputs(rep, tls, out, stdout); err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintln(stderr, "loadtest: interrupted; everything it started is stopped")
-		return exitInterrupted
+		return rig.ExitInterrupted
 	case runErr != nil:
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	if !rep.correct() {
 		fmt.Fprintf(stderr, "loadtest: FAILED: %d wrong results, %d lost jobs\n", rep.WrongResults, rep.LostJobs)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	if m := rep.missed(); len(m) > 0 {
 		var names []string
@@ -69,7 +62,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "loadtest: targets missed: %s\n", strings.Join(names, "; "))
 		if out.strict {
-			code = exitFailed
+			code = rig.ExitFailed
 		}
 	}
 	return code

@@ -1,8 +1,9 @@
 // Package knownjobs holds built-in jobs whose exact answers are known in advance.
 //
 // The load test and the fault matrix check a cluster's results with them. A sleep job's index
-// sum is n·(n−1)/2; the numbers of primes below 10⁷ and 2·10⁷ are public facts. Check says
-// whether a result is exactly right; it never accepts an approximate one.
+// sum is n·(n−1)/2; the numbers of primes below 10⁷ and 2·10⁷ are public facts. A wordcount's
+// answer is counted as its corpus is written. Check says whether a result is exactly right; it
+// never accepts an approximate one.
 package knownjobs
 
 import (

@@ -84,3 +84,11 @@ func WriteReport(stdout io.Writer, md []byte, mdPath, jsonPath string, v any) er
 	}
 	return errors.Join(errs...)
 }
+
+// Exit statuses of the harness commands.
+const (
+	ExitOK          = 0
+	ExitFailed      = 1 // something failed (a wrong result, a lost job, a fault), or the run could not complete
+	ExitUsage       = 2
+	ExitInterrupted = 130 // Ctrl-C or SIGTERM; everything started is stopped
+)
