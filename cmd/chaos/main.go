@@ -14,7 +14,6 @@ import (
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-
 func realMain(args []string, stdout, stderr io.Writer) int {
 	cfg, jsonPath, mdPath, keep, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

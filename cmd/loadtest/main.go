@@ -16,7 +16,6 @@ import (
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-
 type outputs struct {
 	json, markdown, plot string
 	strict               bool
