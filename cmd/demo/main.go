@@ -2,9 +2,9 @@
 //
 // It runs a real cluster on this machine (Azurite, an in-process NATS server, three `worker run`
 // processes) and submits a primes job. Half-way it kills the leader with SIGKILL and shows the
-// fast takeover: a follower misses a heartbeat, finds the leader's term has no responders (its
-// process is gone), breaks the lease fenced on its epoch and is elected, well under a second
-// without a leader instead of the 15 s lease. It checks the result is exact.
+// fast takeover. A follower misses a heartbeat and finds the leader's term has no responders
+// (its process is gone). It breaks the lease fenced on its epoch and is elected, well under a
+// second without a leader instead of the 15 s lease. The demo checks the result is exact.
 //
 // It stops every process it started, by pid, and checks that none is left: on success, on failure
 // and on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under

@@ -274,7 +274,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		run.Kills = append(run.Kills, k)
 	}
 
-	o, err := fc.r.awaitEnd(ctx, jctx, fc.c, t.job, smp, t.kind, id, start)
+	o, err := fc.r.awaitEnd(ctx, jctx, t.job, smp, t.kind, start)
 	if err != nil {
 		return run, err
 	}

@@ -85,7 +85,7 @@ func (r *runner) million(ctx context.Context) error {
 		}
 		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", k.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
-	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "big", id, start)
+	o, err := r.awaitEnd(ctx, jctx, job, smp, "big", start)
 	stopSampling()
 	if err != nil {
 		return err

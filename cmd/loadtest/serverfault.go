@@ -152,7 +152,7 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 		marks = append(marks, Kill{AtS: rig.Round3(time.Since(s.Start).Seconds()), Worker: what, Signal: "restart"})
 		r.log.Logf("%s: %s back after %.1fs", name, what, f.DownS)
 	}
-	o, err := r.awaitEnd(ctx, jctx, c, job, s.Sampler, name, s.ID, s.Start)
+	o, err := r.awaitEnd(ctx, jctx, job, s.Sampler, name, s.Start)
 	if err != nil {
 		return start, end, err
 	}

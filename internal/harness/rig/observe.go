@@ -13,6 +13,7 @@ import (
 
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -30,6 +31,8 @@ type Sample struct {
 // Sampler polls a job's status until stopped, keeping every reading: the progress line of the
 // timeline and the trigger for kills.
 type Sampler struct {
+	c       *cluster.Cluster
+	job     string
 	mu      sync.Mutex
 	samples []Sample
 	changed chan struct{} // closed and replaced on every new Sample
@@ -39,7 +42,7 @@ type Sampler struct {
 
 func StartSampler(ctx context.Context, c *cluster.Cluster, job string, every time.Duration) *Sampler {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Sampler{changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	s := &Sampler{c: c, job: job, changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	jobsC := store.New(c.Blob(), c.JobsContainer())
 	go func() {
 		defer close(s.done)
@@ -100,6 +103,25 @@ func (s *Sampler) WaitFor(ctx context.Context, ok func(Sample) bool) (Sample, bo
 			return x, false, ctx.Err()
 		}
 	}
+}
+
+// Await waits, within jctx, for the job to end and judges it as j. It is lost when it did not
+// end in time; what names the run in that problem. ctx ending is an error.
+func (s *Sampler) Await(ctx, jctx context.Context, j knownjobs.Job, start time.Time, what string) (Outcome, error) {
+	last, ended, err := s.WaitFor(jctx, func(x Sample) bool { return x.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return Outcome{}, ctx.Err()
+	}
+	o := Outcome{ID: s.job, Start: start}
+	if !ended {
+		o.Lost, o.Problem = true, fmt.Sprintf("%s job %s not finished (%s, %d of %d merged)", what, s.job, last.State, last.Done, last.Total)
+		return o, nil
+	}
+	st, err := Final(ctx, s.c, s.job)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Judge(o, j, st), nil
 }
 
 // Done is closed when the sampler stops (the job ended, or Close).

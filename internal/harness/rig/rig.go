@@ -1,8 +1,3 @@
-// Package rig is what the chaos matrix and the load test share: clusters on servers it owns,
-// every process tracked by pid, faults, reference runs, observers and the report header.
-//
-// A Rig either shares one Azurite and one NATS server between namespaced clusters (the load
-// test), or gives every cluster servers of its own that a fault may kill (the chaos matrix).
 package rig
 
 import (
