@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -305,35 +304,13 @@ func injectJetStreamFull(ctx context.Context, f *faultRun) error {
 // which forgets the acknowledged messages' ids. Then it publishes every recorded message again,
 // verbatim (genuine MACs): no shard may run again and the job's result may not be written again.
 func injectReplay(ctx context.Context, f *faultRun) error {
-	nc, err := nats.Connect(f.c.NATSURL)
+	names := f.c.Names()
+	rec, err := rig.Record(ctx, f.c, []string{names.ShardSubject(f.id), names.ResultSubject(f.id)}, names.ShardStream(), "."+f.id)
 	if err != nil {
 		return err
 	}
-	names := f.c.Names()
-	var captured []*nats.Msg
-	var mu sync.Mutex
-	keep := func(subject string, h nats.Header, data []byte) {
-		mu.Lock()
-		defer mu.Unlock()
-		captured = append(captured, &nats.Msg{Subject: subject, Header: h, Data: data})
-	}
-	for _, subj := range []string{names.ShardSubject(f.id), names.ResultSubject(f.id)} {
-		if _, err := nc.Subscribe(subj, func(m *nats.Msg) { keep(m.Subject, m.Header, m.Data) }); err != nil {
-			nc.Close()
-			return err
-		}
-	}
-	// The shards dispatched already wait in the shards stream: read them as they are stored.
-	if ss, err := rig.JetStream(f.c).Stream(ctx, names.ShardStream()); err == nil {
-		info := ss.CachedInfo()
-		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-			if raw, err := ss.GetMsg(ctx, seq); err == nil && strings.HasSuffix(raw.Subject, "."+f.id) {
-				keep(raw.Subject, raw.Header, raw.Data)
-			}
-		}
-	}
 	st, ended := rig.WaitEnd(ctx, f.c, f.id, time.Now().Add(f.r.cfg.Deadline))
-	nc.Close()
+	msgs := rec.Stop()
 	if st == nil || !ended || st.State != jobs.StateSucceeded {
 		return fmt.Errorf("the job did not succeed before the replay (%s)", rig.Describe(st))
 	}
@@ -359,9 +336,6 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 		defer func() { _ = restore() }()
 	}
 	sleep(ctx, 2*time.Second)
-	mu.Lock()
-	msgs := captured
-	mu.Unlock()
 	published, dups := 0, 0
 	for _, m := range msgs {
 		if ack, err := rig.JetStream(f.c).PublishMsg(ctx, m); err == nil {

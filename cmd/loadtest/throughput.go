@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/internal/precise"
 )
 
 // throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished
@@ -116,37 +114,11 @@ func (r *runner) efficiency(ctx context.Context) error {
 				e.SlotUse = rig.Round3(busy.Seconds() / (float64(cfg.slots()) * o.Makespan.Seconds()))
 				e.MapMeanMs = rig.Round3(1000 * busy.Seconds() / float64(len(results)))
 			}
-			e.TimerRef, e.PreciseRef = timerRefs(ctx, d, cfg.slots(), shards)
+			e.TimerRef, e.PreciseRef = rig.SleepRefs(ctx, d, cfg.slots(), shards)
 			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f (slots %.1f%% in map steps, mean map %.3f ms; a bare loop: %.3f with a time.Timer, %.3f with the precise sleep)",
 				shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio, 100*e.SlotUse, e.MapMeanMs, e.TimerRef, e.PreciseRef)
 		}
 		r.rep.Efficiency = append(r.rep.Efficiency, e)
 	}
 	return nil
-}
-
-// timerRefs runs the bare loop that shards of d are compared with: slots goroutines sleeping d
-// in turn, at most a second's worth. It runs once with a time.Timer, once with precise.Sleep,
-// and returns ideal ÷ makespan of each.
-func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
-	per := max(1, min(shards/slots, int(time.Second/d)))
-	run := func(sleep func(context.Context, time.Duration) error) float64 {
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range slots {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range per {
-					if sleep(ctx, d) != nil {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return rig.Round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
-	}
-	timer = run(precise.TimerSleep)
-	return timer, run(precise.Sleep)
 }

@@ -15,12 +15,13 @@
 //   - observe.go: Sampler (checkpoint readings, Await), Sniffer (every shard and result message),
 //     WatchResults, WatchLease, Changes, CountEvents, Elections, WaitFirstMerge, Every.
 //   - streams.go: JetStream, JobStore, UpdateStream (change a stream, restore it), Publish (from
-//     a plain client without the cluster key).
+//     a plain client without the cluster key), Record (copy a job's messages to replay them).
 //   - leftovers.go: Leftovers (markers, stream and queue messages a job left), DeadLetters,
 //     StreamCount, WaitGone.
 //   - probe.go: Readyz, WaitReady, SumMetric (a counter over the workers' /metrics).
 //   - proc.go: ProcCPU, ProcRSS, ClusterCPU. redo.go: Classify (shards run twice after kills).
 //   - report.go: Header, WriteJSON, WriteReport, Interruptible, the exit statuses, Round3, Clip.
-//   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise). dist.go:
-//     Summarize. timeline.go: WriteSVG. baseline.go: Baseline (JetStream without coordination).
+//   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise).
+//   - baseline.go: Baseline (the JetStream round trip without coordination), SleepRefs (a bare
+//     sleep loop). dist.go: Summarize. timeline.go: WriteSVG.
 package rig

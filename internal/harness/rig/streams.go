@@ -3,6 +3,8 @@ package rig
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,4 +57,50 @@ func Publish(c *cluster.Cluster, name string, msgs ...*nats.Msg) error {
 		}
 	}
 	return nc.Flush()
+}
+
+// Recording is a copy of messages as a plain NATS client saw them, to publish again.
+type Recording struct {
+	nc   *nats.Conn
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+// Record copies every message on subjects from now on, and first those of c's stream whose
+// subject ends in suffix (already stored). Stop it to get them.
+func Record(ctx context.Context, c *cluster.Cluster, subjects []string, stream, suffix string) (*Recording, error) {
+	nc, err := nats.Connect(c.NATSURL, nats.Name("rig-recorder"))
+	if err != nil {
+		return nil, err
+	}
+	r := &Recording{nc: nc}
+	for _, subj := range subjects {
+		if _, err := nc.Subscribe(subj, func(m *nats.Msg) { r.keep(m.Subject, m.Header, m.Data) }); err != nil {
+			nc.Close()
+			return nil, err
+		}
+	}
+	if s, err := JetStream(c).Stream(ctx, stream); err == nil {
+		info := s.CachedInfo()
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+			if raw, err := s.GetMsg(ctx, seq); err == nil && strings.HasSuffix(raw.Subject, suffix) {
+				r.keep(raw.Subject, raw.Header, raw.Data)
+			}
+		}
+	}
+	return r, nil
+}
+
+func (r *Recording) keep(subject string, h nats.Header, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, &nats.Msg{Subject: subject, Header: h, Data: data})
+}
+
+// Stop ends the recording and returns what it copied.
+func (r *Recording) Stop() []*nats.Msg {
+	r.nc.Close()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msgs
 }
