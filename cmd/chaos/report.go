@@ -83,19 +83,17 @@ func (rep *Report) ok() bool {
 	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
 }
 
-// writeMarkdown writes the table: fault | verdict | result exact? | time lost | leader changes |
-// left behind,
-// then each fault's notes and problem.
+// writeMarkdown writes the table of faults, then each fault's notes and problem.
 func writeMarkdown(w io.Writer, rep *Report) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	m := rig.Markdown{W: w}
+	p := m.P
 	kind := "full matrix"
 	if rep.Quick {
 		kind = "quick"
 	}
 	s := rep.Settings
 	p("# Fault matrix (%s)", kind)
-	p("")
-	p("%s, %d CPUs, %s. %d workers, concurrency %d, lease %.0f s, shard timeout %.0f s; faults at %.0f%% of the shards; "+
+	m.Para("%s, %d CPUs, %s. %d workers, concurrency %d, lease %.0f s, shard timeout %.0f s; faults at %.0f%% of the shards; "+
 		"stuck = not ended %.0f s after the fault was healed. Took %.0f s.",
 		rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.Machine.CPUs, rep.Machine.Go, s.Workers, s.Concurrency, s.LeaseS,
 		s.ShardTimeoutS, 100*s.At, s.DeadlineS, rep.DurationS)
@@ -104,16 +102,13 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		for _, r := range rep.References {
 			refs = append(refs, fmt.Sprintf("%s %.2f s", r.Job, r.MakespanS))
 		}
-		p("")
-		p("No-fault reference makespans: %s.", strings.Join(refs, "; "))
+		m.Para("No-fault reference makespans: %s.", strings.Join(refs, "; "))
 	}
 	if rep.Incomplete != "" {
-		p("")
-		p("**Incomplete:** %s", rep.Incomplete)
+		m.Para("**Incomplete:** %s", rep.Incomplete)
 	}
 	p("")
-	p("| fault | verdict | result exact? | time lost | leader changes | anything left behind |")
-	p("|---|---|---|---|---|---|")
+	m.Table("fault", "verdict", "result exact?", "time lost", "leader changes", "anything left behind")
 	for _, r := range rep.Results {
 		exact := "yes"
 		if !r.Exact {
@@ -140,11 +135,9 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| %s | %s | %s | %s | %d | %s |", r.Fault, verdict, exact, lost, r.LeaderChanges, left)
 	}
 	if len(rep.LeftRunning) > 0 {
-		p("")
-		p("**Still running at the end:** %s", strings.Join(rep.LeftRunning, "; "))
+		m.Para("**Still running at the end:** %s", strings.Join(rep.LeftRunning, "; "))
 	}
-	p("")
-	p("%d of %d faults failed.", rep.Failed, len(rep.Results))
+	m.Para("%d of %d faults failed.", rep.Failed, len(rep.Results))
 	p("")
 	for _, r := range rep.Results {
 		p("- **%s** (%s; job %s, fault at %s merged, healed at %.1f s)", r.Fault, r.What, r.JobID, r.InjectedAt, r.HealedS)

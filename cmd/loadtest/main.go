@@ -57,7 +57,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if m := rep.missed(); len(m) > 0 {
 		var names []string
 		for _, t := range m {
-			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, num(t.Value), t.Unit))
+			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, rig.Num(t.Value), t.Unit))
 		}
 		fmt.Fprintf(stderr, "loadtest: targets missed: %s\n", strings.Join(names, "; "))
 		if out.strict {

@@ -212,10 +212,10 @@ func targets(cfg *Config, rep *Report) []Target {
 	}
 	if st := rep.Straggler; st != nil {
 		add("one worker 10× slower: makespan ÷ no-straggler makespan", "≤ 1.2, exact", st.Ratio, "×", st.Ratio > 0 && st.Ratio <= 1.2 && st.Exact, speed && st.Ratio > 0,
-			fmt.Sprintf("%d workers; capacity bound %s×", st.Workers, num(st.Bound)))
+			fmt.Sprintf("%d workers; capacity bound %s×", st.Workers, rig.Num(st.Bound)))
 		if sm := st.Small; sm != nil {
-			add(fmt.Sprintf("the same on %d workers (not judged: its capacity bound alone is %s×)", sm.Workers, num(sm.Bound)), "reported", sm.Ratio, "×",
-				sm.Exact, false, fmt.Sprintf("%s s beyond the bound", num(sm.TailS)))
+			add(fmt.Sprintf("the same on %d workers (not judged: its capacity bound alone is %s×)", sm.Workers, rig.Num(sm.Bound)), "reported", sm.Ratio, "×",
+				sm.Exact, false, fmt.Sprintf("%s s beyond the bound", rig.Num(sm.TailS)))
 		}
 	}
 	if c := rep.Failover.Crash; c != nil {

@@ -20,7 +20,8 @@
 //     StreamCount, WaitGone.
 //   - probe.go: Readyz, WaitReady, SumMetric (a counter over the workers' /metrics).
 //   - proc.go: ProcCPU, ProcRSS, ClusterCPU. redo.go: Classify (shards run twice after kills).
-//   - report.go: Header, WriteJSON, WriteReport, Interruptible, the exit statuses, Round3, Clip.
+//   - report.go: Header, Markdown, WriteJSON, WriteReport, Interruptible, the exit statuses, Num,
+//     Round3, Clip.
 //   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise).
 //   - baseline.go: Baseline (the JetStream round trip without coordination), SleepRefs (a bare
 //     sleep loop). dist.go: Summarize. timeline.go: WriteSVG.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -92,3 +93,37 @@ const (
 	ExitUsage       = 2
 	ExitInterrupted = 130 // Ctrl-C or SIGTERM; everything started is stopped
 )
+
+// Markdown writes a report's Markdown: lines, paragraphs, sections and tables.
+type Markdown struct{ W io.Writer }
+
+// P writes one line.
+func (m Markdown) P(format string, args ...any) { fmt.Fprintf(m.W, format+"\n", args...) }
+
+// Para writes a blank line, then one line.
+func (m Markdown) Para(format string, args ...any) { m.P(""); m.P(format, args...) }
+
+// Section writes "## title" between blank lines.
+func (m Markdown) Section(title string) { m.P(""); m.P("## %s", title); m.P("") }
+
+// Table writes a table's header row and its rule.
+func (m Markdown) Table(cols ...string) {
+	m.P("| %s |", strings.Join(cols, " | "))
+	m.P("|%s", strings.Repeat("---|", len(cols)))
+}
+
+// Num formats a figure with as many decimals as its size deserves.
+func Num(x float64) string {
+	switch a := max(x, -x); {
+	case a == 0:
+		return "0"
+	case a >= 1000:
+		return fmt.Sprintf("%.0f", x)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", x)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", x)
+	default:
+		return fmt.Sprintf("%.3f", x)
+	}
+}
