@@ -118,7 +118,7 @@ func injectLeaderStop(ctx context.Context, f *faultRun) error {
 	switch {
 	case err == nil:
 		f.note("%s reported %q for epoch %d %.2f s after SIGCONT", id, dep.Kind, epoch, dep.Time.Sub(f.healed).Seconds())
-	case !running(p):
+	case !p.Running():
 		f.note("%s exited after SIGCONT", id)
 	default:
 		f.fail(verdictNotDeposed, fmt.Sprintf("%s neither reported losing epoch %d nor exited within 10 s of SIGCONT", id, epoch))
@@ -127,15 +127,6 @@ func injectLeaderStop(ctx context.Context, f *faultRun) error {
 		f.fail(verdictNotDeposed, fmt.Sprintf("after SIGCONT the lease is at epoch %d, below the new leader's %d", l.Epoch, ev.Epoch))
 	}
 	return nil
-}
-
-func running(p *cluster.Proc) bool {
-	select {
-	case <-p.Exited():
-		return false
-	default:
-		return true
-	}
 }
 
 func injectNATSKill(ctx context.Context, f *faultRun) error {

@@ -167,7 +167,7 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 	if s, ok := fc.refs[j.Type]; ok {
 		return s, nil
 	}
-	if _, err := fc.ready(ctx); err != nil {
+	if _, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second); err != nil {
 		return 0, err
 	}
 	o, err := rig.Reference(ctx, fc.c, j, fc.r.cfg.JobTimeout, nil)
@@ -182,16 +182,6 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 	return fc.refs[j.Type], nil
 }
 
-// ready waits until every worker runs and the lease holder has resumed as coordinator, and
-// returns the leader.
-func (fc *fcluster) ready(ctx context.Context) (*election.LeaderInfo, error) {
-	l, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", fc.name, err)
-	}
-	return l, nil
-}
-
 // run does one task: submit, kill at a random point of progress, restart the victim, follow the
 // failover, wait for the job and check its result.
 func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
@@ -203,7 +193,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		return run, err
 	}
 	run.ReferenceS = rig.Round3(ref)
-	leader, err := fc.ready(ctx)
+	leader, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second)
 	if err != nil {
 		return run, err
 	}

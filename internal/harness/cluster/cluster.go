@@ -116,6 +116,16 @@ func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(si
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
 
+// Running reports whether the process has not exited yet.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Err is the process's exit error (after Exited).
 func (p *Proc) Err() error { <-p.done; return p.err }
 

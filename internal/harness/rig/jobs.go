@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -241,7 +242,7 @@ func Ready(ctx context.Context, c *cluster.Cluster, workers int, within time.Dur
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster not ready (running %v, leader %+v, err %v): %w", running, l, err, ctx.Err())
+			return nil, fmt.Errorf("cluster %s not ready (running %v, leader %+v, err %v): %w", filepath.Base(c.Options().Dir), running, l, err, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
