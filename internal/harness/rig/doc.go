@@ -1,5 +1,7 @@
-// Package rig is what the chaos matrix, the load test and the demo share: clusters on servers
-// it owns, every process tracked by pid, faults, observers and the report's plumbing.
+// Package rig is what the chaos matrix, the load test and the demo share.
+//
+// It owns the servers and clusters of a run and tracks every process by pid. It holds the
+// faults, the observers and the report's plumbing.
 //
 // A Rig either shares one Azurite and one NATS server between namespaced clusters (the load
 // test, the demo), or gives every cluster servers of its own that a fault may kill (the chaos
