@@ -130,13 +130,20 @@ func (p *Proc) Running() bool {
 func (p *Proc) Err() error { <-p.done; return p.err }
 
 // Stop ends the process: SIGTERM, SIGKILL after 15 s.
-func (p *Proc) Stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+func (p *Proc) Stop() { _ = p.end(syscall.SIGTERM, 15*time.Second) }
+
+// end sends sig and waits for the exit; after within it kills the process and says so.
+func (p *Proc) end(sig syscall.Signal, within time.Duration) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s: %w", p.ID, err)
+	}
 	select {
 	case <-p.done:
-	case <-time.After(15 * time.Second):
+		return nil
+	case <-time.After(within):
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		return fmt.Errorf("worker %s did not exit within %v of %v", p.ID, within, sig)
 	}
 }
 
@@ -441,17 +448,7 @@ func (c *Cluster) Signal(id string, sig syscall.Signal) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("no worker %s", id)
 	}
 	at := time.Now()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return at, fmt.Errorf("signal %s: %w", id, err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return at, fmt.Errorf("worker %s did not exit within 30s of %v", id, sig)
-	}
-	return at, nil
+	return at, p.end(sig, 30*time.Second)
 }
 
 // Leader reads who holds the lease (nil when nobody does).
