@@ -25,8 +25,8 @@ const badJobWithin = 20 * time.Second
 // verdictLeaderChanged: a bad job's code changed the leader (a term ended by its panic).
 const verdictLeaderChanged = "LEADER CHANGED"
 
-// injectBadJob submits a job of type typ (a bad type) beside the fault's job; its error must
-// name the panic and frame (the user's function).
+// injectBadJob submits a job of the bad type typ beside the fault's job. Its error must name the
+// panic and frame, the user's function.
 func injectBadJob(typ, frame string) func(context.Context, *faultRun) error {
 	return func(ctx context.Context, f *faultRun) error {
 		leader, epoch, err := f.leader(ctx)

@@ -88,7 +88,7 @@ func (f *faultRun) failover(ctx context.Context, then func() error) (cluster.Eve
 	return ev, err
 }
 
-// submitMore submits the fault's job once more; it must end exact as well.
+// submitMore submits the fault's job once more. It must end exact as well.
 func (f *faultRun) submitMore(ctx context.Context) error {
 	id, start, err := rig.Submit(ctx, f.c, f.job)
 	if err == nil {

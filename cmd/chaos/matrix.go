@@ -23,7 +23,8 @@ import (
 	"github.com/mapagg/mapagg/queue"
 )
 
-// quickFaults are the cheap faults `go test` runs (TestQuick); the others take longer (a longer job or an outage).
+// quickFaults are the cheap faults `go test` runs (TestQuick). The others take longer: a longer
+// job or an outage.
 var quickFaults = []string{"leader-kill", "forged-result", "malformed-result", "malformed-partial", "garbage", "cancel-failover"}
 
 // matrix is every fault, in the order the run takes them.
@@ -209,9 +210,9 @@ func injectWorkersKill(ctx context.Context, f *faultRun) error {
 // forgedCount is how many forged results the forged-result fault publishes.
 const forgedCount = 5
 
-// injectForged publishes, for the last forgedCount shards (not yet dispatched at this point of
-// the job), a well-formed result with the job's plan epoch whose partial is that of another
-// shard: merged, it makes the index sum wrong.
+// injectForged publishes well-formed results for the last forgedCount shards, not dispatched yet.
+// They carry the job's plan epoch and another shard's partial: merged, they make the index sum
+// wrong.
 func injectForged(ctx context.Context, f *faultRun) error {
 	sleepJob := builtin.Sleep{}
 	shards, err := sleepJob.Split(ctx, nil, f.job.Params)

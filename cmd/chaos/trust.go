@@ -50,7 +50,7 @@ func (f *faultRun) changes(ctx context.Context, epoch0 uint64, want int) {
 	}
 }
 
-// injectFollowerCut cuts a follower silently from NATS for cutFor: no leader may change; the
+// injectFollowerCut cuts a follower silently from NATS for cutFor. No leader may change, and the
 // follower reports not ready during the cut and ready again after it.
 func injectFollowerCut(ctx context.Context, f *faultRun) error {
 	p, px, err := f.r.rig.Proxied(ctx, f.c, "wcut", rig.NATSLink)
@@ -157,8 +157,8 @@ func (f *faultRun) cutLeader(ctx context.Context, id string, link rig.Link, cut 
 // forgedBeats is how many forged heartbeats injectForgedHeartbeat publishes.
 const forgedBeats = 20
 
-// injectForgedHeartbeat publishes well-formed heartbeats of ever higher epochs from a plain NATS
-// client without the cluster key: no leader may change; each is dead-lettered.
+// injectForgedHeartbeat publishes heartbeats of ever higher epochs without the cluster key. No
+// leader may change, and each is dead-lettered.
 func injectForgedHeartbeat(ctx context.Context, f *faultRun) error {
 	_, epoch0, err := f.leader(ctx)
 	if err != nil {
@@ -367,7 +367,7 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 // burstJobs is how many jobs injectBurstKill submits.
 const burstJobs = 20
 
-// injectBurstKill submits a burst of small jobs and kills the leader (SIGKILL) at once: every job
+// injectBurstKill submits a burst of small jobs and kills the leader (SIGKILL) at once. Every job
 // must start (its first checkpoint) within 5 s of the next election, and end exact.
 func injectBurstKill(ctx context.Context, f *faultRun) error {
 	small := knownjobs.Sleep(4, "50ms")

@@ -41,7 +41,7 @@ const (
 	wantCount = 1270607
 )
 
-// errInterrupted is Ctrl-C or SIGTERM; errLeftBehind is a process that outlived the stop.
+// The ends of a run that main tells apart: Ctrl-C or SIGTERM, and a process that outlived the stop.
 var (
 	errInterrupted = errors.New("interrupted")
 	errLeftBehind  = errors.New("left behind")
@@ -311,8 +311,8 @@ func rel(p string) string {
 	return p
 }
 
-// dashboard returns the HTTP address of a worker other than the leader, as the workers announce
-// it on NATS within a few seconds of starting ("" if none did within 3 s).
+// dashboard returns the HTTP address a worker other than the leader announced ("" if none did
+// within 3 s). The workers announce it on NATS within a few seconds of starting.
 func dashboard(ctx context.Context, c *cluster.Cluster, leader string) (addr, worker string) {
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {

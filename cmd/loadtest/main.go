@@ -192,7 +192,7 @@ func join[T any](xs []T) string {
 	return strings.Join(s, ",")
 }
 
-// parseList reads a comma-separated list of what parse accepts; what says what an element is.
+// parseList reads a comma-separated list of elements that parse and ok accept, what names them.
 func parseList[T any](s, what string, parse func(string) (T, error), ok func(T) bool) ([]T, error) {
 	var out []T
 	for _, f := range strings.Split(s, ",") {

@@ -15,7 +15,7 @@ import (
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// million runs one job of MillionShards zero-duration shards at default settings, sampling the
+// million runs one job of MillionShards zero-duration shards at default settings. It samples the
 // leader's resident memory and the shard stream's backlog throughout, and SIGKILLs the leader at
 // 50 % (restarting it). The result must be exact.
 func (r *runner) million(ctx context.Context) error {

@@ -256,7 +256,7 @@ type Straggler struct {
 }
 
 // StragglerRun compares a job on a cluster with one worker 10× slower against the same job on a
-// cluster of the same size without it, over Runs rounds; the best makespan of each counts.
+// cluster of the same size without it. Over Runs rounds, the best makespan of each counts.
 type StragglerRun struct {
 	Workers    int     `json:"workers"`
 	Shards     int     `json:"shards"`
@@ -318,8 +318,8 @@ type MemSample struct {
 	Done    int     `json:"done"`
 }
 
-// Loaded is the loaded no-fault run: jobs keep both cores busy; nothing is killed; every new term
-// or lease break is a takeover of a live leader.
+// Loaded is the loaded no-fault run: jobs keep both cores busy and nothing is killed. Every new
+// term or lease break is a takeover of a live leader.
 type Loaded struct {
 	DurationS   float64 `json:"duration_s"`
 	Jobs        int     `json:"jobs"`

@@ -6,8 +6,8 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// targets judges the issues' targets (11: failover; 12: throughput, memory, stragglers; 13: a
-// NATS cluster). In a quick run only correctness is judged.
+// targets judges the targets of issues 11 (failover), 12 (throughput, memory, stragglers) and 13
+// (a NATS cluster). In a quick run only correctness is judged.
 func targets(cfg *Config, rep *Report) []Target {
 	var ts []Target
 	speed := !cfg.Quick

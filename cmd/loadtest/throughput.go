@@ -9,11 +9,10 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished
-// checkpoint), and the uncoordinated JetStream baseline on the same NATS server with the same
-// shard count and as many consuming connections as there are workers. Rounds interleave a system
-// job with every baseline variant, so load from outside the test (other processes on the
-// machine) weighs on both alike; the best of each counts.
+// throughput is scenario 1: zero-duration sleep jobs end to end, against the uncoordinated
+// JetStream baseline. The baseline runs on the same NATS server with the same shard count and one
+// consuming connection per worker. Rounds interleave a system job with every baseline variant, so
+// load from outside the test weighs on both alike. The best of each counts.
 func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
 	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
@@ -74,9 +73,8 @@ func (r *runner) throughput(ctx context.Context) error {
 	return nil
 }
 
-// efficiency is scenario 2: for each shard duration, shards of that duration over Workers ×
-// Concurrency slots; the makespan (submit to the finished checkpoint) against the ideal, total
-// work ÷ slots.
+// efficiency is scenario 2: the makespan of shards of each duration over Workers × Concurrency
+// slots, against the ideal (total work ÷ slots).
 func (r *runner) efficiency(ctx context.Context) error {
 	cfg := r.cfg
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "eff", Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration})

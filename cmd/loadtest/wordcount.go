@@ -8,9 +8,8 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// wordcount runs a wordcount over a corpus of a 1k-word vocabulary and one of a 200k-word
-// vocabulary (same size, same shards) and compares their shards/s: a big aggregate must not
-// stall merging.
+// wordcount compares the shards/s of wordcounts over a 1k-word and a 200k-word vocabulary, same
+// size and shards. A big aggregate must not stall merging.
 func (r *runner) wordcount(ctx context.Context) error {
 	cfg := r.cfg
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "wc", LeaseDuration: cfg.LeaseDuration})

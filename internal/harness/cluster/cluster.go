@@ -132,7 +132,7 @@ func (p *Proc) Err() error { <-p.done; return p.err }
 // Stop ends the process: SIGTERM, SIGKILL after 15 s.
 func (p *Proc) Stop() { _ = p.end(syscall.SIGTERM, 15*time.Second) }
 
-// end sends sig and waits for the exit; after within it kills the process and says so.
+// end sends sig and waits for the exit. After within it kills the process and says so.
 func (p *Proc) end(sig syscall.Signal, within time.Duration) error {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("signal %s: %w", p.ID, err)

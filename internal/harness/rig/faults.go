@@ -10,7 +10,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
-// Leader reads who holds c's lease now; an error when nobody does.
+// Leader reads who holds c's lease now, and fails when nobody does.
 func Leader(ctx context.Context, c *cluster.Cluster) (*election.LeaderInfo, error) {
 	l, err := c.Leader(ctx)
 	if err != nil {

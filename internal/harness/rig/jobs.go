@@ -95,7 +95,7 @@ func Reference(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, timeout
 	return o, err
 }
 
-// Status reads a job's status; nil while it cannot be read (storage down, not yet written).
+// Status reads a job's status, nil while it cannot be read (storage down, not yet written).
 func Status(ctx context.Context, c *cluster.Cluster, id string) *client.Status {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -106,7 +106,7 @@ func Status(ctx context.Context, c *cluster.Cluster, id string) *client.Status {
 	return st
 }
 
-// WaitProgress waits until at least frac of id's shards are merged (or it ended); false when
+// WaitProgress waits until at least frac of id's shards are merged or it ended. It is false when
 // limit passed first.
 func WaitProgress(ctx context.Context, c *cluster.Cluster, id string, frac float64, limit time.Duration) (*client.Status, bool) {
 	until := time.Now().Add(limit)
@@ -137,7 +137,8 @@ func Final(ctx context.Context, c *cluster.Cluster, id string) (*client.Status, 
 	return st, nil
 }
 
-// WaitEnd polls id until it ends; false, with the last status read, when deadline passed first.
+// WaitEnd polls id until it ends. It is false, with the last status read, when deadline passed
+// first.
 // An ended job's status carries its result.
 func WaitEnd(ctx context.Context, c *cluster.Cluster, id string, deadline time.Time) (*client.Status, bool) {
 	var last *client.Status
@@ -190,8 +191,8 @@ type Struck struct {
 	rw      *ResultWatch
 }
 
-// Strike submits j on c to be hit by a fault when frac of its results are on the wire (at a high
-// rate a checkpoint comes too late to strike by). Close it when done.
+// Strike submits j on c to be hit by a fault when frac of its results are on the wire. At a high
+// rate a checkpoint comes too late to strike by. Close it when done.
 func Strike(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, frac float64) (*Struck, error) {
 	rw, err := WatchResults(c, int(math.Ceil(frac*float64(j.Shards))))
 	if err != nil {

@@ -26,7 +26,7 @@ type Progress struct {
 	last  time.Time // last plain progress line
 }
 
-// NewProgress writes to w; a bar is drawn only when w is a terminal.
+// NewProgress writes to w, with a bar only when w is a terminal.
 func NewProgress(w io.Writer) *Progress {
 	p := &Progress{w: w, start: time.Now()}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
