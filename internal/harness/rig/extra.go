@@ -53,6 +53,8 @@ func (r *Rig) Proxied(ctx context.Context, c *cluster.Cluster, id string, link L
 		env = func(addr string) string {
 			return "AZURE_STORAGE_CONNECTION_STRING=" + strings.Replace(c.ConnStr, key+target, key+addr, 1)
 		}
+	default:
+		return nil, nil, fmt.Errorf("link %d: not one of NATSLink, QueueLink", link)
 	}
 	px, err := faultproxy.New(target)
 	if err != nil {
