@@ -1,0 +1,78 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+)
+
+// Schedules watched through faults: each tick must make exactly one job, and each job must run
+// to its exact end once.
+
+// TickJobs returns the ids of the jobs schedule name made, by tick, from the job list of c.
+func TickJobs(ctx context.Context, c *cluster.Cluster, name string) (map[time.Time][]string, error) {
+	byTick := map[time.Time][]string{}
+	f := client.Filter{Limit: client.MaxQueryLimit}
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		page, err := c.Client.Query(qctx, f)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		for _, st := range page.Jobs {
+			if st.State == client.StateUnreadable {
+				return nil, fmt.Errorf("job %s unreadable: %s", st.ID, st.Unreadable)
+			}
+			if st.Schedule == name && st.Tick != nil {
+				tk := st.Tick.UTC()
+				byTick[tk] = append(byTick[tk], st.ID)
+			}
+		}
+		if page.Next == "" {
+			return byTick, nil
+		}
+		f.Before = page.Next
+	}
+}
+
+// TickReport judges the ticks of a schedule firing every period, watched from begin to end.
+type TickReport struct {
+	Ticks    []time.Time // the ticks that made a job, in order
+	Possible int         // ticks in the window
+	// Twice lists ticks that made more than one job; Gaps the holes between ticks; Few says
+	// more than two ticks are missing at the window's edges.
+	Twice []string
+	Gaps  []string
+	Few   string
+}
+
+// OK is true when every tick made one job and none is missing but at the window's edges.
+func (r TickReport) OK() bool { return len(r.Twice) == 0 && len(r.Gaps) == 0 && r.Few == "" }
+
+// JudgeTicks checks byTick (TickJobs) against a schedule of period every, watched from begin
+// to end: no tick twice, no gap, at most two ticks missing at the edges.
+func JudgeTicks(byTick map[time.Time][]string, every time.Duration, begin, end time.Time) TickReport {
+	r := TickReport{Possible: int(end.Sub(begin) / every)}
+	for tk, ids := range byTick {
+		r.Ticks = append(r.Ticks, tk)
+		if len(ids) != 1 {
+			r.Twice = append(r.Twice, fmt.Sprintf("tick %s made %d jobs %v", tk.Format(time.TimeOnly), len(ids), ids))
+		}
+	}
+	slices.SortFunc(r.Ticks, func(a, b time.Time) int { return a.Compare(b) })
+	slices.Sort(r.Twice)
+	for i := 1; i < len(r.Ticks); i++ {
+		if d := r.Ticks[i].Sub(r.Ticks[i-1]); d != every {
+			r.Gaps = append(r.Gaps, fmt.Sprintf("ticks %s and %s are %v apart", r.Ticks[i-1].Format(time.TimeOnly), r.Ticks[i].Format(time.TimeOnly), d))
+		}
+	}
+	if len(r.Ticks) < r.Possible-2 {
+		r.Few = fmt.Sprintf("%d ticks made jobs, want at least %d of the %d in %v", len(r.Ticks), r.Possible-2, r.Possible, end.Sub(begin).Round(time.Second))
+	}
+	return r
+}
