@@ -46,7 +46,7 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	bindEnv(fs, "pprof", "PPROF")
 	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel, retry and delete jobs without the API token (same-origin requests only)")
 	bindEnv(fs, "dashboard-cancel", "DASHBOARD_CANCEL")
-	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (POST /api/v1/jobs, cancel); without it writes are refused")
+	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (jobs: submit, cancel, retry, delete; schedules); without it writes are refused")
 	bindEnv(fs, "api-token-file", "API_TOKEN_FILE")
 	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
 		cfg.HTTPHosts = nil

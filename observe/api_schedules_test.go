@@ -1,12 +1,16 @@
 package observe
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -252,4 +256,36 @@ func TestServer_DashboardRetryAndDeleteNeedTokenOrSameOrigin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeSchedules accepts every schedule: the fuzz target checks the decoder, not storage.
+type fakeSchedules struct{ ScheduleService }
+
+func (fakeSchedules) AddSchedule(_ context.Context, name string, o client.ScheduleOptions) (*client.ScheduleInfo, error) {
+	return &client.ScheduleInfo{Name: name, Type: o.Type}, nil
+}
+
+func FuzzAPI_ScheduleBody(f *testing.F) {
+	for _, s := range []string{`{"name":"a","every":"1h","type":"pi","params":{"samples":1}}`, `{"name":"a","cron":"0 3 * * *","type":"pi"}`,
+		`{"name":`, `[]`, `{"name":"a","every":"-1s","type":"pi"}`, `{"name":"a","every":"1h","type":"pi","catch_up":"x"}`, ""} {
+		f.Add([]byte(s))
+	}
+	s := &Server{cfg: Config{APIToken: []byte(testToken), Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics("t", Sources{}), Events: NewRecorder("w")}}
+	s.backend.Store(&Backend{API: fakeAPI{}, Schedules: fakeSchedules{}})
+	h := s.Handler()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest("POST", "/api/v1/schedules", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Host = "127.0.0.1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		switch w.Code {
+		case 201, 400, 413:
+		default:
+			t.Fatalf("body %q: status %d %s", body, w.Code, w.Body)
+		}
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("answer is not JSON: %s", w.Body)
+		}
+	})
 }
