@@ -43,7 +43,7 @@ func TickJobs(ctx context.Context, c *cluster.Cluster, name string) (map[time.Ti
 // TickReport judges the ticks of a schedule firing every period, watched from begin to end.
 type TickReport struct {
 	Ticks    []time.Time // the ticks that made a job, in order
-	Possible int         // ticks in the window
+	Possible int         // ticks in the window (begin, end]
 	// Twice lists ticks that made more than one job; Gaps the holes between ticks; Few says
 	// more than two ticks are missing at the window's edges.
 	Twice []string
@@ -57,7 +57,8 @@ func (r TickReport) OK() bool { return len(r.Twice) == 0 && len(r.Gaps) == 0 && 
 // JudgeTicks checks byTick (TickJobs) against a schedule of period every, watched from begin
 // to end: no tick twice, no gap, at most two ticks missing at the edges.
 func JudgeTicks(byTick map[time.Time][]string, every time.Duration, begin, end time.Time) TickReport {
-	r := TickReport{Possible: int(end.Sub(begin) / every)}
+	// Ticks are multiples of every since the Unix epoch: those in (begin, end].
+	r := TickReport{Possible: int(end.UnixNano()/int64(every) - begin.UnixNano()/int64(every))}
 	for tk, ids := range byTick {
 		r.Ticks = append(r.Ticks, tk)
 		if len(ids) != 1 {
