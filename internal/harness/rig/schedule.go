@@ -8,6 +8,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 )
 
 // Schedules watched through faults: each tick must make exactly one job, and each job must run
@@ -76,4 +77,68 @@ func JudgeTicks(byTick map[time.Time][]string, every time.Duration, begin, end t
 		r.Few = fmt.Sprintf("%d ticks made jobs, want at least %d of the %d in %v", len(r.Ticks), r.Possible-2, r.Possible, end.Sub(begin).Round(time.Second))
 	}
 	return r
+}
+
+// TickRun is a schedule watched through a fault and judged: its ticks, then each tick's job.
+type TickRun struct {
+	TickReport
+	Begin, End time.Time // from the schedule's start to its pause
+	Jobs       int       // jobs the ticks made
+	Exact      int       // of them, those that ended with the exact answer
+	// Stuck and Wrong describe the jobs not ended in time, and those ended otherwise than exact.
+	Stuck, Wrong []string
+	// Left is what the jobs left behind (Leftovers).
+	Left []string
+}
+
+// FinishSchedule pauses schedule name (retrying while storage comes back), judges the ticks it
+// made since begin, and waits up to wait for each tick's job to end exact with j's answer.
+func FinishSchedule(ctx context.Context, c *cluster.Cluster, name string, every time.Duration, begin time.Time, j knownjobs.Job, wait time.Duration) (TickRun, error) {
+	r := TickRun{Begin: begin}
+	var err error
+	if r.End, err = Retry(ctx, 30*time.Second, func() error { return c.Client.PauseSchedule(ctx, name) }); err != nil {
+		return r, fmt.Errorf("pause schedule %s: %w", name, err)
+	}
+	_ = Sleep(ctx, 3*time.Second) // a tick fired as it was paused lands
+	var byTick map[time.Time][]string
+	if _, err := Retry(ctx, 30*time.Second, func() (err error) { byTick, err = TickJobs(ctx, c, name); return err }); err != nil {
+		return r, fmt.Errorf("list the jobs of schedule %s: %w", name, err)
+	}
+	r.TickReport = JudgeTicks(byTick, every, begin, r.End)
+	deadline := time.Now().Add(wait)
+	var ids []string
+	for _, tk := range r.Ticks {
+		for _, id := range byTick[tk] {
+			ids = append(ids, id)
+			st, ended := WaitEnd(ctx, c, id, deadline)
+			if !ended {
+				r.Stuck = append(r.Stuck, fmt.Sprintf("job %s of tick %s not ended (%s)", id, tk.Format(time.TimeOnly), Describe(st)))
+				continue
+			}
+			if o := Judge(Outcome{ID: id}, j, st); !o.Exact {
+				r.Wrong = append(r.Wrong, o.Problem)
+				continue
+			}
+			r.Exact++
+		}
+	}
+	r.Jobs = len(ids)
+	r.Left = Leftovers(ctx, c, ids)
+	return r, nil
+}
+
+// Retry calls fn until it succeeds or within passes (storage may be coming back), and returns
+// when it succeeded.
+func Retry(ctx context.Context, within time.Duration, fn func() error) (time.Time, error) {
+	until := time.Now().Add(within)
+	for {
+		err := fn()
+		if err == nil {
+			return time.Now(), nil
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return time.Time{}, err
+		}
+		_ = Sleep(ctx, 200*time.Millisecond)
+	}
 }
