@@ -18,6 +18,7 @@ let armed = null;      // "action id": the button pressed once, waiting for the 
 let schedules = [];    // last /api/schedules
 let schedulesErr = "";
 let schedulesAt = 0;
+const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
@@ -40,6 +41,11 @@ function ago(t) {
   return (s / 3600).toFixed(1) + " h";
 }
 function clock(t) { return new Date(t).toLocaleTimeString(); }
+// day is clock with the date when t is not today (a schedule's ticks may be days apart).
+function day(t) {
+  const d = new Date(t);
+  return d.toDateString() === new Date().toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+}
 function secs(x) {
   if (x == null) return "–";
   if (x < 90) return x.toFixed(0) + " s";
@@ -80,14 +86,15 @@ async function tick() {
     }
     cluster = c;
     cancelEnabled = !!c.cancel_enabled;
-    sampled = new Map((j.jobs || []).map((x) => [x.id, x]));
+    j.jobs = (j.jobs || []).filter((x) => !deleted.has(x.id));
+    sampled = new Map(j.jobs.map((x) => [x.id, x]));
     let warn = j.error ? "Some jobs could not be read just now (showing the last list): " + j.error : "";
     if (filtered() && (listURL() !== listedURL || Date.now() - listedAt > 5000)) {
       try {
         listedURL = listURL(); listedAt = Date.now();
         const page = await getJSON(listedURL);
         if (page.error) throw new Error(page.error);
-        jobs = (page.jobs || []).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
+        jobs = (page.jobs || []).filter((x) => !deleted.has(x.id)).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
         nextCursor = page.next ? new URL(page.next, location.href).searchParams.get("before") : "";
       } catch (e) {
         warn = "Listing jobs failed: " + e.message;
@@ -104,7 +111,11 @@ async function tick() {
     if (selected) {
       // An ended job's detail does not change: read it once.
       if (!detail || detail.id !== selected || !terminal(detail.state)) {
-        try { detail = await getJSON("api/v1/jobs/" + encodeURIComponent(selected)); } catch (e) { detail = { id: selected, error_reading: e.message }; }
+        try {
+          const r = await fetch("api/v1/jobs/" + encodeURIComponent(selected), { cache: "no-store" });
+          detail = r.status === 404 ? { id: selected, error_reading: "no such job (deleted?)" } : await r.json();
+          if (!r.ok && r.status !== 404) detail = { id: selected, error_reading: detail.error || String(r.status) };
+        } catch (e) { detail = { id: selected, error_reading: e.message }; }
       }
     } else {
       detail = null;
@@ -267,7 +278,7 @@ async function act(action) {
   if (r.ok) {
     msg = { cancel: "cancel requested for " + id, retry: "retried " + id + " as " + body.id, delete: "deleted " + id }[action];
     if (action === "retry" && body.id) { selected = body.id; pinned = true; detail = null; }
-    if (action === "delete") { pinned = false; detail = null; }
+    if (action === "delete") { deleted.add(id); jobs = jobs.filter((x) => x.id !== id); selected = null; pinned = false; detail = null; listedAt = 0; }
   }
   $("#detail-action").textContent = msg;
   tick();
@@ -282,9 +293,9 @@ function renderSchedules() {
     el("td", {}, s.every ? "every " + s.every : s.cron + (s.time_zone ? " (" + s.time_zone + ")" : "")),
     el("td", { class: "muted", title: JSON.stringify(s.params) }, s.type),
     el("td", { class: s.paused ? "state-cancelled" : "state-running" }, s.paused ? "paused" : "active · overlap " + s.overlap),
-    el("td", {}, s.last_tick ? clock(s.last_tick) : "–"),
+    el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
     el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
-    el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? clock(s.next_tick) : "–")),
+    el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
     el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed))));
 }
 
