@@ -237,6 +237,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(10*time.Second, `#schedules tr[data-name="nightly"]`, "the schedule with its next tick", func(s string) bool {
 		return strings.Contains(s, "every 24h0m0s") && strings.Contains(s, "active")
 	})
+	click(`#schedules tr[data-name="nightly"] button.sched-pause`)
+	waitText(10*time.Second, `#schedules tr[data-name="nightly"]`, "the schedule paused from the page", func(s string) bool {
+		return strings.Contains(s, "paused") && strings.Contains(s, "resume")
+	})
 	screenshot(t, bctx, "dashboard-schedules.png")
 }
 

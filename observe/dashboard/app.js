@@ -296,7 +296,20 @@ function renderSchedules() {
     el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
     el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
     el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
-    el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed))));
+    el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed),
+    el("td", {}, ...(token ? [
+      el("button", { type: "button", class: "sched-" + (s.paused ? "resume" : "pause"), onclick: () => scheduleAct(s.name, s.paused ? "resume" : "pause") }, s.paused ? "resume" : "pause"),
+      " ", el("button", { type: "button", class: "sched-trigger", onclick: () => scheduleAct(s.name, "trigger") }, "run now")] : [])))));
+}
+
+// scheduleAct pauses, resumes or triggers a schedule: with the API token only.
+async function scheduleAct(name, action) {
+  const r = await fetch("api/v1/schedules/" + encodeURIComponent(name) + "/" + action, { method: "POST", headers: { Authorization: "Bearer " + token } });
+  let body = {};
+  try { body = await r.json(); } catch (e) { /* not JSON */ }
+  $("#schedules-action").textContent = r.ok ? (action === "trigger" ? name + " made job " + body.id : name + " " + action + "d") : action + " refused: " + (body.error || r.status);
+  schedulesAt = 0; // read the list again at the next tick
+  tick();
 }
 
 // drawTimeline plots the selected job's progress over time (as this worker sampled it) with the
