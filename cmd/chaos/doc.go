@@ -11,6 +11,8 @@
 // down during a submit. Messages: forged and garbage results, garbage on the job queue and the
 // shards stream, a replay. Jobs: a cancel during a failover, a job whose Merge or Split panics
 // (badjob.go). Trust (trust.go): silent partitions, forged heartbeats, a wrong cluster key.
+// Schedules (schedule.go): a schedule ticking every 2 s through a leader SIGKILL, a SIGSTOP and
+// a storage rollback, each tick making exactly one exact job.
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's. A job not ended Config.Deadline after the heal is reported stuck. The exit status

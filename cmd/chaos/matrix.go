@@ -60,6 +60,9 @@ func matrix() []fault {
 		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
 		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
+		{name: "schedule-leader-kill", what: "a schedule firing every 2 s ticks through a leader SIGKILL: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderKill)},
+		{name: "schedule-leader-stop", what: "a schedule firing every 2 s ticks through a leader SIGSTOPped past its lease: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderStop)},
+		{name: "schedule-blob-kill", what: "a schedule firing every 2 s ticks through azurite-blob kill -9 (a rollback of tick markers, specs, state): one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectBlobKill)},
 	}
 }
 
