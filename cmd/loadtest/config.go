@@ -24,8 +24,8 @@ const (
 	scNATSCluster = "nats-cluster"
 )
 
-var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded}
+var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
+	scMillion, scOutage, scNATSCluster, scLoaded}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig.
@@ -110,6 +110,11 @@ type Config struct {
 	Parallel int
 	// JobTimeout bounds a single job; a job not finished by then is lost. Default 3m.
 	JobTimeout time.Duration
+	// FailClassRuns is the jobs per failure class (failclass.go). Default 10.
+	FailClassRuns int
+	// FailClassEnv is extra worker environment of the failure classes' clusters (KEY=VALUE),
+	// e.g. PROBE_AFTER=150ms. Default none.
+	FailClassEnv []string
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -127,7 +132,7 @@ func DefaultConfig() Config {
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
-		Parallel: 3, JobTimeout: 3 * time.Minute,
+		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
 	}
 }
 
@@ -144,6 +149,7 @@ func QuickConfig() Config {
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3
+	c.FailClassRuns = 1
 	return c
 }
 
@@ -219,10 +225,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shard timeout %v: must be at least 1s", c.ShardTimeout)
 	case c.MapDelay < 0:
 		return fmt.Errorf("map delay %v: must not be negative", c.MapDelay)
+	case c.FailClassRuns < 1 || c.FailClassRuns > 100:
+		return fmt.Errorf("failure class runs %d: use 1 to 100", c.FailClassRuns)
 	case c.Parallel < 1 || c.Parallel > 8:
 		return fmt.Errorf("parallel %d: must be 1 to 8 clusters", c.Parallel)
 	case c.JobTimeout < c.LeaseDuration*3:
 		return fmt.Errorf("job timeout %v: must be at least three lease durations (%v)", c.JobTimeout, 3*c.LeaseDuration)
+	}
+	for _, kv := range c.FailClassEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ToUpper(k) != k {
+			return fmt.Errorf("failure class env %q: want KEY=VALUE, e.g. PROBE_AFTER=150ms", kv)
+		}
 	}
 	for _, p := range c.BaselinePrefetch {
 		if p < 1 || p > 65536 {

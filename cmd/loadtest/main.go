@@ -177,6 +177,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.DurationVar(&cfg.ShardTimeout, "shard-timeout", cfg.ShardTimeout, "shard timeout (AckWait) of the failover clusters")
 		fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "clusters running failover runs side by side")
 		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
+		fs.IntVar(&cfg.FailClassRuns, "failclass-runs", cfg.FailClassRuns, "jobs per failure class (the class-* scenarios)")
+		fcEnv := fs.String("failclass-env", join(cfg.FailClassEnv), "comma-separated KEY=VALUE worker environment of the failure classes' clusters (e.g. HEARTBEAT_INTERVAL=100ms,PROBE_AFTER=120ms)")
 		if err := fs.Parse(args); err != nil {
 			return fs, err
 		}
@@ -189,6 +191,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
 			return fs, fmt.Errorf("--efficiency-durations: %w", err)
+		}
+		if cfg.FailClassEnv, err = parseList(*fcEnv, func(f string) (string, error) { return f, nil }); err != nil {
+			return fs, err
 		}
 		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)

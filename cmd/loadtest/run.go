@@ -83,11 +83,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scMillion, r.million},
 		{scOutage, r.outage},
 		{scNATSCluster, r.natsClusterRun},
+		{"failure classes", r.failClasses},
 		{scLoaded, r.loaded},
 	}
 	var runErr error
 	for _, s := range steps {
-		if s.name != "failover" && !cfg.has(s.name) {
+		if s.name != "failover" && s.name != "failure classes" && !cfg.has(s.name) {
 			continue
 		}
 		if err := s.fn(ctx); err != nil {
@@ -249,6 +250,7 @@ func targets(cfg *Config, rep *Report) []Target {
 	if n := rep.NATSCluster; n != nil {
 		add("3-node NATS cluster (R3), a node killed mid-job: exact (1 = yes)", "1", b2f(n.Exact), "", n.Exact && n.DownS > 0, true, fmt.Sprintf("%.2f s lost", n.TimeLostS))
 	}
+	classTargets(cfg, rep, add)
 	add("wrong results", "0", float64(rep.WrongResults), "", rep.WrongResults == 0, true, "")
 	add("lost jobs", "0", float64(rep.LostJobs), "", rep.LostJobs == 0, true, "")
 	if rep.Failover.Crash != nil || rep.Failover.Graceful != nil || rep.WorkerCrash != nil {
