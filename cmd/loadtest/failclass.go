@@ -43,7 +43,7 @@ var classWhat = map[string]string{
 	scClassNATSCut:     "the leader silently cut from NATS (blackholing proxy) until another is elected, +1 s",
 	scClassStorageCut:  "the leader silently cut from blob storage and the queue until another is elected, +1 s",
 	scClassNATSRestart: "the nats-server process SIGKILLed and restarted 1 s later",
-	scClassNATSNode:    "in a 3-node NATS cluster (R3), the node leading the results stream SIGKILLed, restarted 5 s later",
+	scClassNATSNode:    "in a 3-node NATS cluster (R3), the node leading the results stream SIGKILLed, restarted --node-down-duration later",
 }
 
 // classTakesOver reports whether the class must change the leader.
@@ -373,7 +373,7 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 }
 
 // killStreamLeader kills the node that leads the results stream, waits for the stream's new
-// Raft leader, and restarts the node 5 s after the kill.
+// Raft leader, and restarts the node NodeDownDuration after the kill.
 func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck, healed time.Time, err error) {
 	stream := cr.c.Names().ResultStream()
 	name, err := rig.StreamLeader(ctx, cr.js, stream)
@@ -389,14 +389,21 @@ func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck
 	if err := cr.nodes.Kill(i); err != nil {
 		return struck, struck, err
 	}
-	for time.Since(struck) < 30*time.Second && ctx.Err() == nil {
-		if l, err := rig.StreamLeader(ctx, cr.js, stream); err == nil && l != "" && l != name {
+	down := cr.r.cfg.NodeDownDuration
+	var lastErr error
+	for time.Since(struck) < down && ctx.Err() == nil {
+		l, err := rig.StreamLeader(ctx, cr.js, stream)
+		if err == nil && l != "" && l != name {
 			run.StreamLeaderS = rig.Round3(time.Since(struck).Seconds())
 			break
 		}
+		lastErr = err
 		_ = rig.Sleep(ctx, 20*time.Millisecond)
 	}
-	if err := rig.Sleep(ctx, time.Until(struck.Add(5*time.Second))); err != nil {
+	if run.StreamLeaderS == 0 {
+		cr.r.log.Logf("%s: no new leader of %s while %s was down (last: %v)", cr.class, stream, name, lastErr)
+	}
+	if err := rig.Sleep(ctx, time.Until(struck.Add(down))); err != nil {
 		return struck, time.Now(), err
 	}
 	if err := cr.nodes.Restart(cr.r.rig, i); err != nil {
