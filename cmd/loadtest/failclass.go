@@ -96,6 +96,9 @@ type ClassRun struct {
 	Error         string  `json:"error,omitempty"`
 }
 
+// errNoFault: a run ended before its fault could hit; it is run again.
+var errNoFault = errors.New("no fault")
+
 // classRig is one class's cluster and what the class needs to strike it.
 type classRig struct {
 	r     *runner
@@ -142,8 +145,13 @@ func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error
 	r.log.Phase(class, cfg.FailClassRuns)
 	defer r.log.Done()
 	var runErr error
-	for n := 1; n <= cfg.FailClassRuns && ctx.Err() == nil; n++ {
+	for n, tries := 1, 0; n <= cfg.FailClassRuns && ctx.Err() == nil; tries++ {
 		run, err := cr.run(ctx, n)
+		if errors.Is(err, errNoFault) && tries < cfg.FailClassRuns+3 {
+			r.log.Logf("%s run %d: %v; again", class, n, err)
+			continue
+		}
+		n++
 		if err != nil {
 			run.Error = err.Error()
 			r.errorf("%s run %d: %v", class, n, err)
@@ -256,6 +264,10 @@ func (cr *classRig) run(ctx context.Context, n int) (ClassRun, error) {
 	})
 	if err != nil || !reached || at.State.Terminal() {
 		terms()
+		if err == nil && at.State.Terminal() {
+			_, _ = cr.r.awaitEnd(ctx, jctx, cr.c, job, smp, cr.class, id, start) // judged all the same
+			return run, fmt.Errorf("%w: the job ended before 30%% was seen (%s, %d of %d)", errNoFault, at.State, at.Done, at.Total)
+		}
 		return run, fmt.Errorf("the job did not reach 30%% before the fault (%s, %d of %d)", at.State, at.Done, at.Total)
 	}
 	run.Done = at.Done
