@@ -151,7 +151,6 @@ func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error
 			r.log.Logf("%s run %d: %v; again", class, n, err)
 			continue
 		}
-		n++
 		if err != nil {
 			run.Error = err.Error()
 			r.errorf("%s run %d: %v", class, n, err)
@@ -163,6 +162,7 @@ func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error
 			runErr = err // the cluster is in an unknown state
 			break
 		}
+		n++
 	}
 	out.summarize()
 	return out, runErr
