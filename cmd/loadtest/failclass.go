@@ -61,6 +61,8 @@ type FailClass struct {
 	Exact int    `json:"exact"`
 	// LeaderChanges over every run; a class without a takeover must have none.
 	LeaderChanges int `json:"leader_changes"`
+	// OldWrites: checkpoints of a deposed leader read after its successor's, over every run.
+	OldWrites int `json:"old_leader_writes_after_break"`
 	// ToLeader: fault → another worker elected. ToFirstMerge: fault → its first merge (or, in
 	// a class without a takeover, → the first checkpoint with more merged than 0.5 s after it).
 	ToLeader     rig.Dist `json:"to_leader_s"`
@@ -90,6 +92,9 @@ type ClassRun struct {
 	ToFirstMergeS float64 `json:"to_first_merge_s,omitempty"`
 	StreamLeaderS float64 `json:"stream_leader_s,omitempty"`
 	HealedS       float64 `json:"healed_s,omitempty"`
+	// OldWrites counts checkpoints of the victim's epoch read after one of the new leader's:
+	// writes of the deposed leader after the break (fencing makes it 0).
+	OldWrites     int     `json:"old_leader_writes_after_break"`
 	LeaderChanges int     `json:"leader_changes"`
 	MakespanS     float64 `json:"makespan_s"`
 	Exact         bool    `json:"exact"`
@@ -301,6 +306,15 @@ func (cr *classRig) run(ctx context.Context, n int) (ClassRun, error) {
 	if !o.Exact {
 		run.Error = o.Problem
 	}
+	if run.NewEpoch != 0 {
+		newSeen := false
+		for _, s := range smp.Until(time.Now()) {
+			newSeen = newSeen || s.Writer >= run.NewEpoch
+			if newSeen && s.Writer == run.Epoch {
+				run.OldWrites++
+			}
+		}
+	}
 	time.Sleep(300 * time.Millisecond) // events on their way arrive
 	run.LeaderChanges = rig.Changes(cr.c, terms(), start, time.Now())
 	return run, nil
@@ -435,6 +449,7 @@ func (fc *FailClass) summarize() {
 			fc.Exact++
 		}
 		fc.LeaderChanges += r.LeaderChanges
+		fc.OldWrites += r.OldWrites
 		if r.NewEpoch != 0 {
 			toLeader = append(toLeader, r.ToLeaderS)
 		}
@@ -492,6 +507,7 @@ func classTargets(cfg *Config, rep *Report, add func(name, want string, value fl
 			add("SIGKILL class p90: fault → its first merge", "≤ 0.4 s", fc.ToFirstMerge.P90, " s", fc.ToFirstMerge.N > 0 && fc.ToFirstMerge.P90 <= 0.4 && exact, speed && fc.ToFirstMerge.N > 0, note)
 		case scClassStop, scClassNATSCut:
 			add(fmt.Sprintf("%s p90: fault → new leader", fc.Class), "≤ 1.5 s, exact", fc.ToLeader.P90, " s", fc.ToLeader.N > 0 && fc.ToLeader.P90 <= 1.5 && exact, speed && fc.ToLeader.N > 0, note)
+			add(fmt.Sprintf("%s: checkpoints of the deposed leader after the break", fc.Class), "0", float64(fc.OldWrites), "", fc.OldWrites == 0, fc.Runs > 0, note)
 		case scClassStorageCut:
 			add(fmt.Sprintf("%s p90: fault → new leader (lease-bound, reported)", fc.Class), "reported", fc.ToLeader.P90, " s", exact, false, note)
 		case scClassNATSRestart:
@@ -520,14 +536,14 @@ func writeFailClasses(w io.Writer, rep *Report) {
 	p("")
 	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
 	p("")
-	p("| class | what | runs | exact | leader changes | → detected | → lease broken | → new leader | → first merge | JetStream election | probe path |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|")
+	p("| class | what | runs | exact | leader changes | → detected | → lease broken | → new leader | → first merge | JetStream election | probe path | old leader's writes after the break |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, fc := range rep.FailClasses {
 		what := fc.What
 		if fc.Env != "" {
 			what += " (" + fc.Env + ")"
 		}
-		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
-			d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe)
+		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %d | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
+			d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe, fc.OldWrites)
 	}
 }

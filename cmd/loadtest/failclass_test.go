@@ -35,6 +35,8 @@ func TestClassTargets_Thresholds(t *testing.T) {
 		{"sigkill fast but inexact", with(exact(scClassKill), func(f *FailClass) { f.Exact = 9; f.ToLeader = rig.Dist{N: 10, P90: 0.2} }), "SIGKILL class p90: fault → new leader", false},
 		{"sigstop 1.5 s", with(exact(scClassStop), func(f *FailClass) { f.ToLeader = rig.Dist{N: 10, P90: 1.5} }), "class-sigstop p90", true},
 		{"nats cut 1.6 s", with(exact(scClassNATSCut), func(f *FailClass) { f.ToLeader = rig.Dist{N: 10, P90: 1.6} }), "class-nats-cut p90", false},
+		{"sigstop, a write after the break", with(exact(scClassStop), func(f *FailClass) { f.OldWrites = 1 }), "class-sigstop: checkpoints of the deposed leader", false},
+		{"nats cut, no write after the break", exact(scClassNATSCut), "class-nats-cut: checkpoints of the deposed leader", true},
 		{"nats restart, no change", exact(scClassNATSRestart), "NATS server SIGKILLed", true},
 		{"nats restart, one change", with(exact(scClassNATSRestart), func(f *FailClass) { f.LeaderChanges = 1 }), "NATS server SIGKILLed", false},
 	} {
