@@ -10,7 +10,8 @@
 // SIGCONT); nats-server killed and restarted; azurite-blob killed and restarted (a storage
 // rollback); azurite-queue down during a submit; every worker killed and restarted; forged and
 // garbage results; garbage on the job queue and the shards stream; a cancel during a failover; a job whose Merge or
-// Split panics, beside a normal job (badjob.go).
+// Split panics, beside a normal job (badjob.go); JetStream's store rolled back past
+// acknowledged messages, on one server and on a node of an R3 cluster (jetstream.go).
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's. A job not ended Config.Deadline after the heal is reported stuck. The exit status
