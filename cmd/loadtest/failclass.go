@@ -150,9 +150,10 @@ func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error
 	r.log.Phase(class, cfg.FailClassRuns)
 	defer r.log.Done()
 	var runErr error
-	for n, tries := 1, 0; n <= cfg.FailClassRuns && ctx.Err() == nil; tries++ {
+	for n, again := 1, 0; n <= cfg.FailClassRuns && ctx.Err() == nil; {
 		run, err := cr.run(ctx, n)
-		if errors.Is(err, errNoFault) && tries < cfg.FailClassRuns+3 {
+		if errors.Is(err, errNoFault) && again < cfg.FailClassRuns {
+			again++
 			r.log.Logf("%s run %d: %v; again", class, n, err)
 			continue
 		}
