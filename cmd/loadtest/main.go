@@ -129,7 +129,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
 				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput, CPU per shard, efficiency, latency,\n"+
 				"memory, failover times and correctness against the targets of issues 11-13. The full run\n"+
-				"(make bench) takes about 20 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
+				"(make bench) takes about 27 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
 				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
