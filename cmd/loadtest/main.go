@@ -127,8 +127,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 			fmt.Fprintf(stderr, "Usage: loadtest [flags]\n\n"+
 				"Failover load test and benchmark of mapagg: starts Azurite and NATS on 127.0.0.1 (or attaches),\n"+
 				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
-				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput, CPU per shard, efficiency, latency,\n"+
-				"memory, failover times and correctness against the targets of issues 11-13. The full run\n"+
+				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput,\n"+
+				"CPU per shard, efficiency, latency, memory, failover times by failure class and correctness\n"+
+				"against the targets of issues 11-13 and 21. The full run\n"+
 				"(make bench) takes about 27 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
 				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
