@@ -56,7 +56,7 @@ fuzz:
 # CPU per shard against a bare JetStream baseline, efficiency, a small job, wordcount vocabularies,
 # a straggler, leader crash and graceful handover, a follower crash, a 1M-shard job (leader memory,
 # backlog), a 30 s NATS outage, a 3-node NATS cluster losing a node, and a 10-minute loaded
-# no-fault run; exact results. About 20 minutes on 2 cores (at most 25). Report, summary (targets
+# no-fault run, takeover by failure class; exact results. About 27 minutes on 2 cores (at most 32). Report, summary (targets
 # with verdicts) and timeline in .bench/.
 # BENCHFLAGS: go run ./cmd/loadtest -h (BENCHFLAGS=--quick: the one-minute correctness run;
 # BENCHFLAGS=--loaded-duration=1m: an 11-minute run).

@@ -37,7 +37,7 @@ func matrix() []fault {
 		}
 		return c.primesJob()
 	}
-	return []fault{
+	return append([]fault{
 		{name: "leader-kill", what: "the leader is killed (SIGKILL) mid-job and restarted", job: primesJob, inject: injectLeaderKill},
 		{name: "leader-stop", what: "the leader is stopped (SIGSTOP) past its lease, then continued (SIGCONT): it must find itself deposed", job: sleepJob, inject: injectLeaderStop},
 		{name: "nats-kill", what: "nats-server is killed (kill -9) mid-job and restarted on its port and store", job: sleepJob, inject: injectNATSKill},
@@ -63,7 +63,7 @@ func matrix() []fault {
 		{name: "schedule-leader-kill", what: "a schedule firing every 2 s ticks through a leader SIGKILL: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderKill)},
 		{name: "schedule-leader-stop", what: "a schedule firing every 2 s ticks through a leader SIGSTOPped past its lease: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderStop)},
 		{name: "schedule-blob-kill", what: "a schedule firing every 2 s ticks through azurite-blob kill -9 (a rollback of tick markers, specs, state): one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectBlobKill)},
-	}
+	}, jetStreamFaults(sleepJob)...)
 }
 
 func faultNames() []string {

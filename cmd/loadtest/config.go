@@ -24,8 +24,8 @@ const (
 	scNATSCluster = "nats-cluster"
 )
 
-var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded}
+var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
+	scMillion, scOutage, scNATSCluster, scLoaded}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.
@@ -75,6 +75,8 @@ type Config struct {
 	ShardTimeout                             time.Duration // AckWait of the failover clusters
 	Parallel                                 int           // clusters running failover runs side by side
 	JobTimeout                               time.Duration // a job not finished within it is lost
+	FailClassRuns                            int           // jobs per failure class (failclass.go)
+	FailClassEnv                             []string      // extra worker environment (KEY=VALUE) of the failure classes' clusters
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -92,7 +94,7 @@ func DefaultConfig() Config {
 		CrashRuns: 20, GracefulRuns: 10, WorkerCrashRuns: 3, DoubleKillEvery: 5, PrimesEvery: 5,
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
-		Parallel: 3, JobTimeout: 3 * time.Minute,
+		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
 	}
 }
 
@@ -109,6 +111,9 @@ func QuickConfig() Config {
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3
+	c.FailClassRuns = 1
+	// The slow classes (a storage cut waits out the lease) are left to the full run.
+	c.Scenarios = slices.DeleteFunc(c.Scenarios, func(s string) bool { return s == scClassStorageCut || s == scClassNATSNode })
 	return c
 }
 
@@ -184,10 +189,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shard timeout %v: must be at least 1s", c.ShardTimeout)
 	case c.MapDelay < 0:
 		return fmt.Errorf("map delay %v: must not be negative", c.MapDelay)
+	case c.FailClassRuns < 1 || c.FailClassRuns > 100:
+		return fmt.Errorf("failure class runs %d: use 1 to 100", c.FailClassRuns)
 	case c.Parallel < 1 || c.Parallel > 8:
 		return fmt.Errorf("parallel %d: must be 1 to 8 clusters", c.Parallel)
 	case c.JobTimeout < c.LeaseDuration*3:
 		return fmt.Errorf("job timeout %v: must be at least three lease durations (%v)", c.JobTimeout, 3*c.LeaseDuration)
+	}
+	for _, kv := range c.FailClassEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ToUpper(k) != k {
+			return fmt.Errorf("failure class env %q: want KEY=VALUE, e.g. PROBE_AFTER=150ms", kv)
+		}
 	}
 	for _, p := range c.BaselinePrefetch {
 		if p < 1 || p > 65536 {

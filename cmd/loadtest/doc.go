@@ -24,6 +24,12 @@
 //  11. nats-cluster: three clustered NATS nodes, R3 streams; the leader's node stopped mid-job.
 //  12. loaded: CPU-bound pi jobs for 10 minutes with nothing killed; every leader change or
 //     lease break is a takeover of a live leader.
+//  13. class-*: takeover by failure class (failclass.go), --failclass-runs jobs each on a
+//     cluster of its own: class-sigkill, class-sigstop, class-nats-cut and class-storage-cut
+//     (the leader's link through a blackholing proxy), class-nats-restart, class-nats-node (the
+//     node leading the results stream of a 3-node nats-server cluster). Each reports fault →
+//     detected, → lease broken, → new leader, → first merge. --failclass-env passes worker
+//     settings (HEARTBEAT_INTERVAL, PROBE_AFTER, PROBE_CONFIRM) to compare them.
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

@@ -64,6 +64,14 @@ func TestQuick(t *testing.T) {
 	if n := rep.NATSCluster; n == nil || !n.Exact || n.DownS <= 0 {
 		t.Errorf("nats cluster: exact with a node down: %+v", n)
 	}
+	if len(rep.FailClasses) != 4 {
+		t.Errorf("failure classes: %d ran, want 4 (the quick ones)", len(rep.FailClasses))
+	}
+	for _, fc := range rep.FailClasses {
+		if fc.Runs != 1 || fc.Exact != 1 || classTakesOver(fc.Class) != (fc.ToLeader.N == 1) {
+			t.Errorf("failure class %s: one exact run, a takeover when the class makes one: %+v", fc.Class, fc)
+		}
+	}
 	if l := rep.Loaded; l == nil || l.Jobs == 0 || l.Exact != l.Jobs {
 		t.Errorf("loaded run: every job exact: %+v", l)
 	} else if l.Elections != 0 || l.BrokeLeases != 0 {

@@ -99,9 +99,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 			fmt.Fprintf(stderr, "Usage: loadtest [flags]\n\n"+
 				"Failover load test and benchmark of mapagg: starts Azurite and NATS on 127.0.0.1 (or attaches),\n"+
 				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
-				"and a node of a NATS cluster, and reports throughput, CPU per shard, efficiency, latency,\n"+
-				"memory, failover times and correctness against the targets of issues 11-13. The full run\n"+
-				"(make bench) takes about 20 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
+				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput,\n"+
+				"CPU per shard, efficiency, latency, memory, failover times by failure class and correctness\n"+
+				"against the targets of issues 11-13 and 21. The full run\n"+
+				"(make bench) takes about 27 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
 				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
@@ -149,6 +150,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.DurationVar(&cfg.ShardTimeout, "shard-timeout", cfg.ShardTimeout, "shard timeout (AckWait) of the failover clusters")
 		fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "clusters running failover runs side by side")
 		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
+		fs.IntVar(&cfg.FailClassRuns, "failclass-runs", cfg.FailClassRuns, "jobs per failure class (the class-* scenarios)")
+		fcEnv := fs.String("failclass-env", join(cfg.FailClassEnv), "comma-separated KEY=VALUE worker environment of the failure classes' clusters (e.g. HEARTBEAT_INTERVAL=100ms,PROBE_AFTER=120ms)")
 		if err := fs.Parse(args); err != nil {
 			return fs, err
 		}
@@ -161,6 +164,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
 			return fs, fmt.Errorf("--efficiency-durations: %w", err)
+		}
+		if cfg.FailClassEnv, err = parseList(*fcEnv, "KEY=VALUE", func(f string) (string, error) { return f, nil }, func(f string) bool { return strings.Contains(f, "=") }); err != nil {
+			return fs, fmt.Errorf("--failclass-env: %w", err)
 		}
 		if cfg.BaselinePrefetch, err = parseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)

@@ -44,6 +44,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	}
 	m.Para("Jobs submitted: %d. Wrong results: %d. Lost jobs: %d. Shards run more than once (all failover runs): %d; "+
 		"of them completed by a surviving process and re-run: %d.", rep.Jobs, rep.WrongResults, rep.LostJobs, rep.RedoneShards, rep.CompletedRerun)
+	writeFailClasses(w, rep)
 
 	m.Section("Figures")
 	m.Table("figure", "n", "p50", "p90", "max")

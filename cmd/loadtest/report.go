@@ -27,6 +27,7 @@ type Report struct {
 	NATSCluster *NATSCluster `json:"nats_cluster,omitempty"`
 	Failover    Failover     `json:"failover"`
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
+	FailClasses []FailClass  `json:"failure_classes,omitempty"`
 
 	// RedoneShards counts shards run more than once in the failover runs: redelivered after a
 	// kill (attempt > 1), or completed again.

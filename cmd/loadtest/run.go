@@ -85,11 +85,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scMillion, r.million},
 		{scOutage, r.outage},
 		{scNATSCluster, r.natsClusterRun},
+		{"failure classes", r.failClasses},
 		{scLoaded, r.loaded},
 	}
 	var runErr error
 	for _, s := range steps {
-		if s.name != "failover" && !cfg.has(s.name) {
+		if s.name != "failover" && s.name != "failure classes" && !cfg.has(s.name) {
 			continue
 		}
 		if err := s.fn(ctx); err != nil {

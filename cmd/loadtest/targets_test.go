@@ -67,9 +67,10 @@ func TestTargets_Thresholds(t *testing.T) {
 		target string
 		met    bool
 	}{
-		{"takeover 2.0 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 2.0}}}}, "crash takeover p90: kill → new leader", true},
-		{"takeover 2.1 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 2.1}}}}, "crash takeover p90: kill → new leader", false},
-		{"first merge 2.6 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToFirstMerge: rig.Dist{N: 5, P90: 2.6}}}}, "crash takeover p90: kill → its first merge", false},
+		{"takeover 0.3 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.3}}}}, "crash takeover p90: kill → new leader", true},
+		{"takeover 0.31 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.31}}}}, "crash takeover p90: kill → new leader", false},
+		{"first merge 0.4 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToFirstMerge: rig.Dist{N: 5, P90: 0.4}}}}, "crash takeover p90: kill → its first merge", true},
+		{"first merge 0.41 s", &Report{Failover: Failover{Crash: &LeaderFailover{ToFirstMerge: rig.Dist{N: 5, P90: 0.41}}}}, "crash takeover p90: kill → its first merge", false},
 		{"graceful 40 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.04}}}}, "graceful handover", true},
 		{"graceful 60 ms", &Report{Failover: Failover{Graceful: &LeaderFailover{ToLeader: rig.Dist{N: 5, P90: 0.06}}}}, "graceful handover", false},
 		{"follower 3 s", &Report{WorkerCrash: &WorkerCrash{TimeLost: rig.Dist{N: 3, P90: 3}}}, "follower SIGKILL", true},

@@ -15,6 +15,9 @@ type NATSProcess struct {
 	Bin  string
 	Port int
 	Dir  string
+	// Conf holds extra lines of the configuration file (server_name, cluster), for a node of a
+	// cluster of processes.
+	Conf string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -84,6 +87,7 @@ func (n *NATSProcess) Restart() error {
 	conf := filepath.Join(n.Dir, "nats-server.conf")
 	text := fmt.Sprintf("listen: \"127.0.0.1:%d\"\nmax_payload: %d\njetstream {\n  store_dir: %q\n  max_memory_store: %d\n  max_file_store: %d\n}\n",
 		n.Port, 8<<20, filepath.Join(n.Dir, "store"), 256<<20, int64(4)<<30)
+	text += n.Conf
 	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 		return err
 	}

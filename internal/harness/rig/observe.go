@@ -26,6 +26,8 @@ type Sample struct {
 	Done  int
 	Total int
 	State jobs.State
+	// Writer is the epoch of the leader that wrote the checkpoint.
+	Writer uint64
 }
 
 // Sampler polls a job's status until stopped, keeping every reading: the progress line of the
@@ -53,7 +55,7 @@ func StartSampler(ctx context.Context, c *cluster.Cluster, job string, every tim
 			data, _, err := jobsC.Get(ctx, protocol.CheckpointBlob(job))
 			if err == nil {
 				if cp, err := protocol.DecodeCheckpoint(data); err == nil {
-					s.add(Sample{T: time.Now(), Done: cp.DoneCount, Total: cp.Total, State: cp.State})
+					s.add(Sample{T: time.Now(), Done: cp.DoneCount, Total: cp.Total, State: cp.State, Writer: cp.WriterEpoch})
 					if cp.State.Terminal() {
 						return
 					}

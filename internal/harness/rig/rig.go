@@ -169,7 +169,7 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	if s.NATSURL != "" {
 		o.NATSURL = s.NATSURL
 	}
-	if s.NATSProcess || !r.opts.Shared {
+	if s.NATSProcess || !r.opts.Shared && s.NATSURL == "" { // a Spec's own NATS wins
 		bin, err := r.natsServer()
 		if err != nil {
 			return nil, err

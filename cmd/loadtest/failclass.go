@@ -1,0 +1,550 @@
+package main
+
+// Takeover by failure class (issue 21): the leader crashed, paused, cut from NATS or from
+// storage, the NATS server restarted, the node of a 3-node NATS cluster that leads the results
+// stream killed. Each class runs FailClassRuns jobs on a cluster of its own.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+)
+
+// The failure classes, as scenario names.
+const (
+	scClassKill        = "class-sigkill"
+	scClassStop        = "class-sigstop"
+	scClassNATSCut     = "class-nats-cut"
+	scClassStorageCut  = "class-storage-cut"
+	scClassNATSRestart = "class-nats-restart"
+	scClassNATSNode    = "class-nats-node"
+)
+
+var failClasses = []string{scClassKill, scClassStop, scClassNATSCut, scClassStorageCut, scClassNATSRestart, scClassNATSNode}
+
+// classWhat says what each class does to the cluster.
+var classWhat = map[string]string{
+	scClassKill:        "the leader SIGKILLed and restarted",
+	scClassStop:        "the leader SIGSTOPped until another is elected, then SIGCONT",
+	scClassNATSCut:     "the leader silently cut from NATS (blackholing proxy) until another is elected, +1 s",
+	scClassStorageCut:  "the leader silently cut from blob storage and the queue until another is elected, +1 s",
+	scClassNATSRestart: "the nats-server process SIGKILLed and restarted 1 s later",
+	scClassNATSNode:    "in a 3-node NATS cluster (R3), the node leading the results stream SIGKILLed, restarted --node-down-duration later",
+}
+
+// classTakesOver reports whether the class must change the leader.
+func classTakesOver(class string) bool {
+	return class != scClassNATSRestart && class != scClassNATSNode
+}
+
+// FailClass is one failure class's runs and their distributions. Times are seconds from the
+// fault.
+type FailClass struct {
+	Class string `json:"class"`
+	What  string `json:"what"`
+	Env   string `json:"worker_env,omitempty"`
+	Runs  int    `json:"runs"`
+	Exact int    `json:"exact"`
+	// LeaderChanges over every run; a class without a takeover must have none.
+	LeaderChanges int `json:"leader_changes"`
+	// OldWrites: checkpoints of a deposed leader read after its successor's, over every run.
+	OldWrites int `json:"old_leader_writes_after_break"`
+	// ToLeader: fault → another worker elected. ToFirstMerge: fault → its first merge (or, in
+	// a class without a takeover, → the first checkpoint with more merged than 0.5 s after it).
+	ToLeader     rig.Dist `json:"to_leader_s"`
+	ToFirstMerge rig.Dist `json:"to_first_merge_s"`
+	// Detect: fault → a follower's no_responders or suspected event; Break: → its broke_lease.
+	Detect rig.Dist `json:"detect_s"`
+	Break  rig.Dist `json:"break_s"`
+	// StreamLeader (class-nats-node): node kill → the results stream has a new Raft leader.
+	StreamLeader rig.Dist   `json:"stream_leader_s"`
+	ByProbe      int        `json:"by_probe"` // takeovers confirmed by no responders
+	Results      []ClassRun `json:"results"`
+}
+
+// ClassRun is one job with one fault.
+type ClassRun struct {
+	N             int     `json:"n"`
+	Job           string  `json:"job"`
+	Victim        string  `json:"victim"`
+	Epoch         uint64  `json:"epoch"`
+	Done          int     `json:"done"` // merged at the fault
+	NewLeader     string  `json:"new_leader,omitempty"`
+	NewEpoch      uint64  `json:"new_epoch,omitempty"`
+	Path          string  `json:"path,omitempty"` // no_responders, suspected
+	DetectS       float64 `json:"detect_s,omitempty"`
+	BreakS        float64 `json:"break_s,omitempty"`
+	ToLeaderS     float64 `json:"to_leader_s,omitempty"`
+	ToFirstMergeS float64 `json:"to_first_merge_s,omitempty"`
+	StreamLeaderS float64 `json:"stream_leader_s,omitempty"`
+	HealedS       float64 `json:"healed_s,omitempty"`
+	// OldWrites counts checkpoints of the victim's epoch read after one of the new leader's:
+	// writes of the deposed leader after the break (fencing makes it 0).
+	OldWrites     int     `json:"old_leader_writes_after_break"`
+	LeaderChanges int     `json:"leader_changes"`
+	MakespanS     float64 `json:"makespan_s"`
+	Exact         bool    `json:"exact"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// errNoFault: a run ended before its fault could hit; it is run again.
+var errNoFault = errors.New("no fault")
+
+// classRig is one class's cluster and what the class needs to strike it.
+type classRig struct {
+	r     *runner
+	class string
+	c     *cluster.Cluster
+	fc    *fcluster
+	links map[string]*rig.Links // the cut classes
+	nodes *rig.NATSNodes        // class-nats-node
+	js    jetstream.JetStream   // class-nats-node: the harness's view of the streams
+}
+
+// failClasses runs every selected class in turn.
+func (r *runner) failClasses(ctx context.Context) error {
+	var errs []error
+	for _, class := range failClasses {
+		if !r.cfg.has(class) {
+			continue
+		}
+		fc, err := r.failClass(ctx, class)
+		if fc != nil {
+			r.mu.Lock()
+			r.rep.FailClasses = append(r.rep.FailClasses, *fc)
+			r.mu.Unlock()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", class, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failClass starts the class's cluster and runs its jobs.
+func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error) {
+	cfg := r.cfg
+	cr, err := r.startClass(ctx, class)
+	if err != nil {
+		return nil, err
+	}
+	defer cr.stop()
+	out := &FailClass{Class: class, What: classWhat[class], Env: strings.Join(cfg.FailClassEnv, " ")}
+	r.log.Phase(class, cfg.FailClassRuns)
+	defer r.log.Done()
+	var runErr error
+	for n, again := 1, 0; n <= cfg.FailClassRuns && ctx.Err() == nil; {
+		run, err := cr.run(ctx, n)
+		if errors.Is(err, errNoFault) && again < cfg.FailClassRuns {
+			again++
+			r.log.Logf("%s run %d: %v; again", class, n, err)
+			continue
+		}
+		if err != nil {
+			run.Error = err.Error()
+			r.errorf("%s run %d: %v", class, n, err)
+		}
+		out.Results = append(out.Results, run)
+		r.log.Add(1)
+		r.log.Logf("%s", describeClassRun(class, run))
+		if err != nil {
+			runErr = err // the cluster is in an unknown state
+			break
+		}
+		n++
+	}
+	out.summarize()
+	return out, runErr
+}
+
+// startClass starts the cluster a class needs.
+func (r *runner) startClass(ctx context.Context, class string) (*classRig, error) {
+	cfg := r.cfg
+	cr := &classRig{r: r, class: class}
+	spec := rig.Spec{Name: strings.TrimPrefix(class, "class-"), Workers: cfg.Workers, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
+		LeaseDuration: cfg.LeaseDuration, ShardTimeout: cfg.ShardTimeout, Env: slices.Clone(cfg.FailClassEnv)}
+	var ids []string
+	for i := 1; i <= cfg.Workers; i++ {
+		ids = append(ids, fmt.Sprintf("w%d", i))
+	}
+	switch class {
+	case scClassNATSCut, scClassStorageCut:
+		links, env, err := rig.ProxyLinks(ids, r.rig.NATSURL(), r.rig.ConnStr())
+		if err != nil {
+			return nil, err
+		}
+		cr.links, spec.WorkerEnv = links, env
+	case scClassNATSRestart:
+		spec.NATSProcess = true
+	case scClassNATSNode:
+		nodes, err := r.rig.StartNATSNodes(ctx, filepath.Join(cfg.Dir, "class-nats-nodes"), 3)
+		if err != nil {
+			return nil, err
+		}
+		cr.nodes = nodes
+		spec.NATSURL, spec.Env = nodes.URLs(), append(spec.Env, "STREAM_REPLICAS=3")
+		spec.WorkerEnv = map[string][]string{}
+		for i, id := range ids {
+			spec.WorkerEnv[id] = []string{"NATS_URL=" + nodes.URL(i%3)}
+		}
+	}
+	c, err := r.rig.Start(ctx, spec)
+	if err != nil {
+		cr.stop()
+		return nil, err
+	}
+	cr.c = c
+	cr.fc = &fcluster{r: r, name: spec.Name, c: c, refs: map[string]float64{}}
+	if cr.nodes != nil {
+		nc, err := nats.Connect(cr.nodes.URLs(), nats.Name("loadtest-streams"), nats.MaxReconnects(-1))
+		if err != nil {
+			cr.stop()
+			return nil, err
+		}
+		if cr.js, err = jetstream.New(nc); err != nil {
+			nc.Close()
+			cr.stop()
+			return nil, err
+		}
+	}
+	return cr, nil
+}
+
+func (cr *classRig) stop() {
+	if cr.js != nil {
+		cr.js.Conn().Close()
+	}
+	if cr.c != nil {
+		cr.r.rig.Stop(cr.c)
+	}
+	for _, l := range cr.links {
+		l.Close()
+	}
+	if cr.nodes != nil {
+		cr.nodes.Stop()
+	}
+}
+
+// run submits a job, strikes at 30 % of it, follows the takeover (or its absence), heals and
+// judges the job.
+func (cr *classRig) run(ctx context.Context, n int) (ClassRun, error) {
+	cfg := cr.r.cfg
+	run := ClassRun{N: n}
+	leader, err := rig.Ready(ctx, cr.c, cfg.Workers, 3*cfg.LeaseDuration+10*time.Second)
+	if err != nil {
+		return run, err
+	}
+	run.Victim, run.Epoch = leader.ID, leader.Epoch
+	job := knownjobs.Sleep(cfg.FailoverShards, "")
+	lw := rig.WatchLease(ctx, cr.c)
+	terms := func() []election.LeaderInfo { return lw.Stop() }
+	id, start, err := rig.Submit(ctx, cr.c, job)
+	if err != nil {
+		terms()
+		return run, err
+	}
+	run.Job = id
+	smp := rig.StartSampler(ctx, cr.c, id, 50*time.Millisecond)
+	defer smp.Close()
+	jctx, cancel := context.WithTimeout(ctx, cfg.JobTimeout)
+	defer cancel()
+	at, reached, err := smp.WaitFor(jctx, func(s rig.Sample) bool {
+		return s.State.Terminal() || s.Total > 0 && 10*s.Done >= 3*s.Total
+	})
+	if err != nil || !reached || at.State.Terminal() {
+		terms()
+		if err == nil && at.State.Terminal() {
+			_, _ = cr.r.awaitEnd(ctx, jctx, job, smp, cr.class, start) // judged all the same
+			return run, fmt.Errorf("%w: the job ended before 30%% was seen (%s, %d of %d)", errNoFault, at.State, at.Done, at.Total)
+		}
+		return run, fmt.Errorf("the job did not reach 30%% before the fault (%s, %d of %d)", at.State, at.Done, at.Total)
+	}
+	run.Done = at.Done
+	struck, healed, err := cr.strike(jctx, &run, leader, smp)
+	if err != nil {
+		terms()
+		return run, err
+	}
+	run.HealedS = rig.Round3(healed.Sub(struck).Seconds())
+	if !classTakesOver(cr.class) {
+		// Merging resumes: the first checkpoint with more merged than any up to 0.5 s after the
+		// fault (a checkpoint in flight at the fault is written after it).
+		settled := struck.Add(500 * time.Millisecond)
+		var before int
+		for _, s := range smp.Until(settled) {
+			before = max(before, s.Done)
+		}
+		if s, ok, _ := smp.WaitFor(jctx, func(s rig.Sample) bool { return s.T.After(settled) && s.Done > before }); ok {
+			run.ToFirstMergeS = rig.Round3(s.T.Sub(struck).Seconds())
+		}
+	}
+	o, err := cr.r.awaitEnd(ctx, jctx, job, smp, cr.class, start)
+	if err != nil {
+		terms()
+		return run, err
+	}
+	run.Exact = o.Exact
+	if o.Makespan > 0 {
+		run.MakespanS = rig.Round3(o.Makespan.Seconds())
+	}
+	if !o.Exact {
+		run.Error = o.Problem
+	}
+	if run.NewEpoch != 0 {
+		newSeen := false
+		for _, s := range smp.Until(time.Now()) {
+			newSeen = newSeen || s.Writer >= run.NewEpoch
+			if newSeen && s.Writer == run.Epoch {
+				run.OldWrites++
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // events on their way arrive
+	run.LeaderChanges = rig.Changes(cr.c, terms(), start, time.Now())
+	return run, nil
+}
+
+// strike injects the class's fault into the cluster whose leader is l, follows the takeover and
+// heals. It returns when the fault hit and when it was healed.
+func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.LeaderInfo, smp *rig.Sampler) (struck, healed time.Time, err error) {
+	c, cfg := cr.c, cr.r.cfg
+	within := 3*cfg.LeaseDuration + 10*time.Second
+	switch cr.class {
+	case scClassKill:
+		k, err := rig.KillLeader(ctx, c, syscall.SIGKILL, true, l)
+		if err != nil {
+			return k.At, k.At, err
+		}
+		struck, healed = k.At, k.At
+	case scClassStop:
+		p := c.Proc(l.ID)
+		struck = time.Now()
+		if err := p.Signal(syscall.SIGSTOP); err != nil {
+			return struck, struck, err
+		}
+		defer func() { _ = p.Signal(syscall.SIGCONT); healed = time.Now() }()
+	case scClassNATSCut, scClassStorageCut:
+		lk := cr.links[l.ID]
+		if lk == nil {
+			return time.Now(), time.Now(), fmt.Errorf("no proxied links for %s", l.ID)
+		}
+		struck = time.Now()
+		if cr.class == scClassNATSCut {
+			lk.CutNATS()
+		} else {
+			lk.CutStorage()
+		}
+		defer func() {
+			if rig.Sleep(ctx, time.Second) == nil {
+				lk.Heal()
+			}
+			healed = time.Now()
+		}()
+	case scClassNATSRestart:
+		np := c.NATSProcess()
+		struck = time.Now()
+		if err := np.Signal(syscall.SIGKILL); err != nil {
+			return struck, struck, err
+		}
+		if err := rig.Sleep(ctx, time.Second); err != nil {
+			return struck, struck, err
+		}
+		if err := np.Restart(); err != nil {
+			return struck, time.Now(), err
+		}
+		cr.r.rig.Track(c)
+		return struck, time.Now(), nil
+	case scClassNATSNode:
+		return cr.killStreamLeader(ctx, run)
+	}
+	ev, err := rig.WaitElected(ctx, c, l.Epoch, within)
+	if err != nil {
+		return struck, time.Now(), err
+	}
+	run.NewLeader, run.NewEpoch = ev.Worker, ev.Epoch
+	run.ToLeaderS = rig.Round3(ev.Time.Sub(struck).Seconds())
+	for _, e := range c.Events() {
+		if e.Epoch != l.Epoch || e.Time.Before(struck) {
+			continue
+		}
+		switch e.Kind {
+		case string(election.EventNoResponders), string(election.EventSuspected):
+			if run.Path == "" {
+				run.Path, run.DetectS = e.Kind, rig.Round3(e.Time.Sub(struck).Seconds())
+			}
+		case string(election.EventBrokeLease):
+			if run.BreakS == 0 {
+				run.BreakS = rig.Round3(e.Time.Sub(struck).Seconds())
+			}
+		}
+	}
+	if ok, s := cr.fc.awaitFirstMerge(ctx, smp, Kill{at: struck, NewEpoch: ev.Epoch}); ok {
+		run.ToFirstMergeS = s
+	}
+	return struck, healed, nil
+}
+
+// killStreamLeader kills the node that leads the results stream, waits for the stream's new
+// Raft leader, and restarts the node NodeDownDuration after the kill.
+func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck, healed time.Time, err error) {
+	stream := cr.c.Names().ResultStream()
+	name, err := rig.StreamLeader(ctx, cr.js, stream)
+	if err != nil {
+		return time.Now(), time.Now(), fmt.Errorf("find the leader of %s: %w", stream, err)
+	}
+	i := rig.NodeIndex(name)
+	if i < 0 || i >= len(cr.nodes.Nodes) {
+		return time.Now(), time.Now(), fmt.Errorf("%s is led by %q, not a node of this cluster", stream, name)
+	}
+	run.Victim = "nats " + name
+	struck = time.Now()
+	if err := cr.nodes.Kill(i); err != nil {
+		return struck, struck, err
+	}
+	down := cr.r.cfg.NodeDownDuration
+	var lastErr error
+	for time.Since(struck) < down && ctx.Err() == nil {
+		l, err := rig.StreamLeader(ctx, cr.js, stream)
+		if err == nil && l != "" && l != name {
+			run.StreamLeaderS = rig.Round3(time.Since(struck).Seconds())
+			break
+		}
+		lastErr = err
+		_ = rig.Sleep(ctx, 20*time.Millisecond)
+	}
+	if run.StreamLeaderS == 0 {
+		cr.r.log.Logf("%s: no new leader of %s while %s was down (last: %v)", cr.class, stream, name, lastErr)
+	}
+	if err := rig.Sleep(ctx, time.Until(struck.Add(down))); err != nil {
+		return struck, time.Now(), err
+	}
+	if err := cr.nodes.Restart(cr.r.rig, i); err != nil {
+		return struck, time.Now(), err
+	}
+	return struck, time.Now(), nil
+}
+
+// summarize fills the distributions from the runs.
+func (fc *FailClass) summarize() {
+	var toLeader, toMerge, detect, brk, stream []float64
+	for _, r := range fc.Results {
+		fc.Runs++
+		if r.Exact {
+			fc.Exact++
+		}
+		fc.LeaderChanges += r.LeaderChanges
+		fc.OldWrites += r.OldWrites
+		if r.NewEpoch != 0 {
+			toLeader = append(toLeader, r.ToLeaderS)
+		}
+		if r.ToFirstMergeS > 0 {
+			toMerge = append(toMerge, r.ToFirstMergeS)
+		}
+		if r.Path != "" {
+			detect = append(detect, r.DetectS)
+		}
+		if r.Path == string(election.EventNoResponders) {
+			fc.ByProbe++
+		}
+		if r.BreakS > 0 {
+			brk = append(brk, r.BreakS)
+		}
+		if r.StreamLeaderS > 0 {
+			stream = append(stream, r.StreamLeaderS)
+		}
+	}
+	fc.ToLeader, fc.ToFirstMerge, fc.Detect = rig.Summarize(toLeader), rig.Summarize(toMerge), rig.Summarize(detect)
+	fc.Break, fc.StreamLeader = rig.Summarize(brk), rig.Summarize(stream)
+}
+
+// describeClassRun is the one-line account of a run for the progress display.
+func describeClassRun(class string, r ClassRun) string {
+	s := fmt.Sprintf("%s run %d: %s (epoch %d) at %d merged", class, r.N, r.Victim, r.Epoch, r.Done)
+	if r.StreamLeaderS > 0 {
+		s += fmt.Sprintf("; stream leader after %.3fs", r.StreamLeaderS)
+	}
+	if r.NewEpoch != 0 {
+		s += fmt.Sprintf(" → %s leads after %.3fs (%s at %.3fs, break at %.3fs)", r.NewLeader, r.ToLeaderS, r.Path, r.DetectS, r.BreakS)
+	}
+	if r.ToFirstMergeS > 0 {
+		s += fmt.Sprintf(", merges after %.3fs", r.ToFirstMergeS)
+	}
+	s += fmt.Sprintf("; %d leader changes", r.LeaderChanges)
+	switch {
+	case r.Error != "":
+		s += "; " + r.Error
+	case r.Exact:
+		s += fmt.Sprintf("; exact in %.2fs", r.MakespanS)
+	}
+	return s
+}
+
+// classTargets are issue 21's targets per failure class.
+func classTargets(cfg *Config, rep *Report, add func(name, want string, value float64, unit string, met, judged bool, note string)) {
+	speed := !cfg.Quick
+	for _, fc := range rep.FailClasses {
+		exact := fc.Exact == fc.Runs && fc.Runs > 0
+		note := fmt.Sprintf("%d runs, %d exact", fc.Runs, fc.Exact)
+		switch fc.Class {
+		case scClassKill:
+			add("SIGKILL class p90: fault → new leader", "≤ 0.3 s", fc.ToLeader.P90, " s", fc.ToLeader.N > 0 && fc.ToLeader.P90 <= 0.3 && exact, speed && fc.ToLeader.N > 0, note)
+			add("SIGKILL class p90: fault → its first merge", "≤ 0.4 s", fc.ToFirstMerge.P90, " s", fc.ToFirstMerge.N > 0 && fc.ToFirstMerge.P90 <= 0.4 && exact, speed && fc.ToFirstMerge.N > 0, note)
+		case scClassStop, scClassNATSCut:
+			add(fmt.Sprintf("%s p90: fault → new leader", fc.Class), "≤ 1.5 s, exact", fc.ToLeader.P90, " s", fc.ToLeader.N > 0 && fc.ToLeader.P90 <= 1.5 && exact, speed && fc.ToLeader.N > 0, note)
+			add(fmt.Sprintf("%s: checkpoints of the deposed leader after the break", fc.Class), "0", float64(fc.OldWrites), "", fc.OldWrites == 0, fc.Runs > 0, note)
+		case scClassStorageCut:
+			add(fmt.Sprintf("%s p90: fault → new leader (lease-bound, reported)", fc.Class), "reported", fc.ToLeader.P90, " s", exact, false, note)
+		case scClassNATSRestart:
+			add("NATS server SIGKILLed, restarted 1 s later: leader changes", "0, exact", float64(fc.LeaderChanges), "", fc.LeaderChanges == 0 && exact, fc.Runs > 0, note)
+		case scClassNATSNode:
+			add("R3 node leading the results stream killed: JetStream's own election p90 (reported)", "reported", fc.StreamLeader.P90, " s", exact, false,
+				fmt.Sprintf("%s; %d leader changes", note, fc.LeaderChanges))
+		}
+	}
+}
+
+// writeFailClasses writes the failure classes' table.
+func writeFailClasses(w io.Writer, rep *Report) {
+	if len(rep.FailClasses) == 0 {
+		return
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	d := func(x rig.Dist) string {
+		if x.N == 0 {
+			return "–"
+		}
+		return rig.Num(x.P50) + " / " + rig.Num(x.P90)
+	}
+	p("")
+	p("## Takeover by failure class")
+	p("")
+	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
+	p("")
+	p("| class | what | runs | exact | leader changes | → detected | → lease broken | → new leader | → first merge | JetStream election | probe path | old leader's writes after the break |")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, fc := range rep.FailClasses {
+		what := fc.What
+		if fc.Env != "" {
+			what += " (" + fc.Env + ")"
+		}
+		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %d | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
+			d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe, fc.OldWrites)
+	}
+}
