@@ -21,6 +21,8 @@ type KeyedStore interface {
 	Streams() store.Streams
 	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
 	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
+	Exists(ctx context.Context, name string) (bool, error)
+	Delete(ctx context.Context, name string) error
 }
 
 var _ KeyedStore = (*store.Container)(nil)
@@ -94,6 +96,9 @@ func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m
 	if err := pw.Close(); err != nil {
 		return nil, fmt.Errorf("store map run %s: %w", name, err)
 	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
 	w.keyed.mapRunBytes.Add(stats.RunBytes)
 	if len(cs.Offsets) != kt.Partitions+1 {
 		return nil, fmt.Errorf("map run %s: %d partition offsets, want %d", name, len(cs.Offsets), kt.Partitions+1)
@@ -145,7 +150,24 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	if err := pw.Close(); err != nil {
 		return nil, fmt.Errorf("store output %s: %w", name, err)
 	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
 	w.keyed.outputBytes.Add(stats.OutputBytes)
 	w.keyed.outputRecords.Add(stats.OutputRecords)
 	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
+}
+
+// lateTask deletes the blob a task just stored if its job has succeeded meanwhile (a backup or
+// a redelivered attempt that outlived the job): the leader's clean-up listed the job's blobs
+// before this one existed.
+func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
+	ended, err := ks.Exists(ctx, protocol.ResultBlob(job))
+	if err != nil || !ended {
+		return nil
+	}
+	if err := ks.Delete(ctx, name); err != nil {
+		w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
+	}
+	return fmt.Errorf("%w: job %s ended while this task ran", jobs.ErrPermanent, job)
 }
