@@ -214,8 +214,9 @@ func (t *term) keyedAdopt(ctx context.Context, j *job) {
 		j.gate.Store(int64(ka.S) + 1)
 		return
 	}
-	// The checkpoint just claimed commits every map task.
-	if !ka.manifest {
+	// The checkpoint just claimed commits every map task (a job with every task done needs no
+	// manifest: it finalizes).
+	if !ka.manifest && !j.complete {
 		j.gate.Store(int64(ka.S) + 1)
 		t.writeManifest(ctx, j, ka)
 	}
