@@ -112,11 +112,11 @@ func (k *keyedRun) check(params, res json.RawMessage) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("output exact, but left in storage: %s", clip(strings.Join(left, ", "), 300))
+	return fmt.Errorf("output exact, but left in storage: %s", rig.Clip(strings.Join(left, ", "), 300))
 }
 
 func keyedPhase(ctx context.Context, f *faultRun, phase string, done int, within time.Duration) (*protocol.StatusRecord, error) {
-	return rig.WaitPhase(ctx, f.e.c, f.id, phase, done, within)
+	return rig.WaitPhase(ctx, f.c, f.id, phase, done, within)
 }
 
 func injectKeyedLeaderKillMap(ctx context.Context, f *faultRun) error {
@@ -144,26 +144,26 @@ func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 		if leader {
 			victims = append(victims, l)
 		}
-		for _, id := range f.e.c.Running() {
+		for _, id := range f.c.Running() {
 			if id != l {
 				victims = append(victims, id)
 				break
 			}
 		}
 		for _, id := range victims {
-			if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
+			if _, err := f.c.Signal(id, syscall.SIGKILL); err != nil {
 				return err
 			}
 		}
 		for _, id := range victims {
-			if _, err := f.e.c.StartWorker(id); err != nil {
+			if _, err := f.c.StartWorker(id); err != nil {
 				return err
 			}
 		}
 		f.healed = time.Now()
 		f.note("reduce phase %d/%d: killed %s (leader %s, epoch %d)", r.PhaseDone, r.PhaseTotal, strings.Join(victims, ", "), l, epoch)
 		if leader {
-			ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+			ev, err := rig.WaitElected(ctx, f.c, epoch, 3*f.r.cfg.LeaseDuration)
 			if err != nil {
 				return err
 			}
@@ -177,11 +177,11 @@ func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 // a reduce commit for partition 0, each naming a blob of a forged attempt. Unauthenticated, they
 // must be dead-lettered, never committed.
 func injectKeyedForged(ctx context.Context, f *faultRun) error {
-	r, st := rig.KeyedRecord(ctx, f.e.c, f.id), f.e.status(ctx, f.id)
+	r, st := rig.KeyedRecord(ctx, f.c, f.id), rig.Status(ctx, f.c, f.id)
 	if r == nil || st == nil || st.PlanEpoch == 0 || r.Phase != protocol.PhaseMap {
 		return fmt.Errorf("cannot read the job's map phase and plan epoch")
 	}
-	if err := rig.PublishForgedCommits(f.e.c, f.id, st.PlanEpoch, r.PhaseTotal, keyedPartitions); err != nil {
+	if err := rig.PublishForgedCommits(f.c, f.id, st.PlanEpoch, r.PhaseTotal, keyedPartitions); err != nil {
 		return err
 	}
 	f.note("published a forged map commit (task %d) and reduce commit (partition 0), plan epoch %d", r.PhaseTotal-1, st.PlanEpoch)
