@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -34,7 +33,7 @@ func keyedJob(long bool) func(Config) knownjobs.Job {
 			shardBytes = 2 << 10
 		}
 		params := rig.KeyedWordcountParams(keyedPartitions, shardBytes)
-		return knownjobs.Job{Type: "wordcount", Params: params, Check: func(res json.RawMessage) error { return keyedState.check(params, res) }}
+		return knownjobs.Job{Type: "wordcount", Params: params, Check: func(res json.RawMessage) error { return keyedState.Check(params, res) }}
 	}
 }
 
@@ -55,17 +54,11 @@ func isKeyedCluster(name string) bool {
 	return strings.HasPrefix(name, "keyed-") || strings.HasPrefix(name, "reference-wordcount")
 }
 
-// keyedState is the cluster that runs the keyed job now (faults run one at a time) and the
-// reference output of each job over the corpus.
-var keyedState = &keyedRun{want: map[string][]string{}}
+// keyedState is the keyed job's checker: the cluster that runs it now (faults run one at a
+// time) and the reference outputs.
+var keyedState = &rig.KeyedChecker{}
 
-type keyedRun struct {
-	mu   sync.Mutex
-	c    *cluster.Cluster
-	want map[string][]string
-}
-
-// prepareKeyed writes the corpus into a keyed job's cluster (startEnv calls it for every cluster).
+// prepareKeyed writes the corpus into a keyed job's cluster (startCluster calls it for every cluster).
 func prepareKeyed(ctx context.Context, name string, c *cluster.Cluster) error {
 	if !isKeyedCluster(name) {
 		return nil
@@ -73,46 +66,8 @@ func prepareKeyed(ctx context.Context, name string, c *cluster.Cluster) error {
 	if err := rig.WriteKeyedCorpus(ctx, c, keyedBlobs, keyedWords); err != nil {
 		return err
 	}
-	keyedState.mu.Lock()
-	keyedState.c = c
-	keyedState.mu.Unlock()
+	keyedState.Use(c)
 	return nil
-}
-
-// check compares a keyed job's output with the reference.
-func (k *keyedRun) check(params, res json.RawMessage) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.c == nil {
-		return fmt.Errorf("no keyed cluster")
-	}
-	want, ok := k.want[string(params)]
-	if !ok {
-		var err error
-		if want, err = rig.KeyedReference(k.c, params); err != nil {
-			return fmt.Errorf("reference output (jobstest.CheckKeyed): %w", err)
-		}
-		k.want[string(params)] = want
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	got, err := rig.KeyedOutput(ctx, k.c, res)
-	if err != nil {
-		return err
-	}
-	if err := rig.SameOutput(got, want); err != nil {
-		return err
-	}
-	var m protocol.OutputManifest
-	_ = json.Unmarshal(res, &m)
-	id, _, _ := strings.Cut(m.Partitions[0].Blob, "/")
-	var left []string
-	for until := time.Now().Add(15 * time.Second); time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
-		if left, err = rig.KeyedLeftovers(ctx, k.c, id, res); err == nil && len(left) == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("output exact, but left in storage: %s", rig.Clip(strings.Join(left, ", "), 300))
 }
 
 func keyedPhase(ctx context.Context, f *faultRun, phase string, done int, within time.Duration) (*protocol.StatusRecord, error) {

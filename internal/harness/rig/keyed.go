@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -189,4 +190,59 @@ func PublishForgedCommits(c *cluster.Cluster, id string, planEpoch uint64, maps,
 		}
 	}
 	return nc.Flush()
+}
+
+// KeyedChecker judges a keyed wordcount's result on the cluster it was given last: its output
+// must equal KeyedReference's (computed once per parameters), and only the outputs and the job's
+// metadata may remain in storage.
+type KeyedChecker struct {
+	mu   sync.Mutex
+	c    *cluster.Cluster
+	want map[string][]string
+}
+
+// Use makes c the cluster whose results Check reads.
+func (k *KeyedChecker) Use(c *cluster.Cluster) {
+	k.mu.Lock()
+	k.c = c
+	k.mu.Unlock()
+}
+
+// Check returns nil when res (an OutputManifest) is the exact output of the job with params.
+func (k *KeyedChecker) Check(params, res json.RawMessage) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.c == nil {
+		return fmt.Errorf("no keyed cluster")
+	}
+	want, ok := k.want[string(params)]
+	if !ok {
+		var err error
+		if want, err = KeyedReference(k.c, params); err != nil {
+			return fmt.Errorf("reference output (jobstest.CheckKeyed): %w", err)
+		}
+		if k.want == nil {
+			k.want = map[string][]string{}
+		}
+		k.want[string(params)] = want
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got, err := KeyedOutput(ctx, k.c, res)
+	if err != nil {
+		return err
+	}
+	if err := SameOutput(got, want); err != nil {
+		return err
+	}
+	var m protocol.OutputManifest
+	_ = json.Unmarshal(res, &m)
+	id, _, _ := strings.Cut(m.Partitions[0].Blob, "/")
+	var left []string
+	for until := time.Now().Add(15 * time.Second); time.Now().Before(until); time.Sleep(250 * time.Millisecond) {
+		if left, err = KeyedLeftovers(ctx, k.c, id, res); err == nil && len(left) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("output exact, but left in storage: %s", Clip(strings.Join(left, ", "), 300))
 }
