@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -69,12 +70,32 @@ func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.Sha
 	if !ok {
 		return nil, fmt.Errorf("%w: this worker's store cannot stream (keyed jobs need blob storage)", jobs.ErrPermanent)
 	}
+	var res []byte
 	switch kt.Kind {
 	case protocol.TaskMap:
-		return w.mapTask(ctx, kj, ks, m, attempt, kt)
+		res, err = w.mapTask(ctx, kj, ks, m, attempt, kt)
 	default:
-		return w.reduceTask(ctx, kj, ks, m, kt)
+		res, err = w.reduceTask(ctx, kj, ks, m, kt)
 	}
+	if err != nil && !errors.Is(err, errJobEnded) && w.jobEnded(ctx, ks, m.Job) {
+		// A duplicate (a backup, a redelivery) of a task whose job ended meanwhile: its inputs
+		// are deleted. Nothing to report.
+		return nil, fmt.Errorf("%w: %v", errJobEnded, err)
+	}
+	return res, err
+}
+
+// errJobEnded: the task's job has ended; the shard is dropped (acknowledged, no result).
+var errJobEnded = errors.New("the job has ended")
+
+// jobEnded reports whether job's status record says it ended (a HEAD).
+func (w *Worker) jobEnded(ctx context.Context, ks KeyedStore, job string) bool {
+	p, err := ks.Props(ctx, protocol.CheckpointBlob(job))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	return err == nil && rec.State.Terminal()
 }
 
 func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, attempt int, kt protocol.KeyedTask) ([]byte, error) {
@@ -162,15 +183,11 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 // redelivered attempt that outlived the job, a cancelled job's task): the leader's clean-up may
 // have listed the job's blobs before this one existed. The job's status record says (a HEAD).
 func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
-	p, err := ks.Props(ctx, protocol.CheckpointBlob(job))
-	if err != nil {
-		return nil
-	}
-	if rec, err := protocol.DecodeStatusRecord(p.Meta); err != nil || !rec.State.Terminal() {
+	if !w.jobEnded(ctx, ks, job) {
 		return nil
 	}
 	if err := ks.Delete(ctx, name); err != nil {
 		w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
 	}
-	return fmt.Errorf("%w: job %s ended while this task ran", jobs.ErrPermanent, job)
+	return fmt.Errorf("%w: job %s ended while this task ran", errJobEnded, job)
 }
