@@ -193,6 +193,15 @@
 // is submitted again in its clean-up (retry.go). Retention (retention.go) deletes jobs whose
 // time is up, a batch a pass, found by their ended markers.
 //
+// # Keyed jobs
+//
+// A keyed job (keyed.go) is planned as its map tasks, then one reduce task per partition, all
+// ordinary shards. Its aggregate is the commit record: the first result of each task names the
+// blob that counts, stored with the done-bitmap, so exactly one attempt per task is committed.
+// The reduce tasks are dispatched once a stored checkpoint commits every map task and the map
+// manifest is written from it. The result is the manifest of the output blobs; the leader never
+// reads a key. Intermediates are deleted from a listing when the job ends.
+//
 // Not guaranteed: a job whose map step is not deterministic gets whichever result arrives first.
 // Results and shards are at-least-once; only merging is exactly-once.
 package coordinator

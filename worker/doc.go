@@ -29,6 +29,10 @@
 //     and a few long shards spread over every worker.
 //   - Partials above InlinePartialLimit go to a blob and travel as a reference (DESIGN.md §9).
 //
+// A keyed job's task (keyed.go) runs in the memory budget's share of its slot: a map task
+// writes its partitions' sorted runs into one blob, a reduce task merges its partition of every
+// committed map blob into one output blob. The result names the blob; the leader commits one.
+//
 // Where this differs from DESIGN.md, and why: the shards consumer has unlimited MaxDeliver and
 // the worker enforces the attempt limit from the delivery count. With MaxDeliver = limit, a shard
 // whose last attempt died with its worker would just stop being delivered — JetStream only emits

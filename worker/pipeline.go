@@ -95,6 +95,13 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- []outc
 			_ = d.Nak(0) // shutting down: let another worker take it now
 			return
 		}
+		if errors.Is(err, errJobEnded) {
+			// A keyed task of a job that ended meanwhile (keyed.go): dropped, like a replay.
+			w.replayed.Add(int64(len(ms)))
+			w.log.Debug("task of an ended job dropped", "job", m.Job, "shard", m.Index, "err", err)
+			_ = d.Ack()
+			return
+		}
 		if err != nil {
 			w.failed.Add(1)
 			if errors.Is(err, jobs.ErrPermanent) {

@@ -107,6 +107,10 @@ func (r *runner) startCluster(ctx context.Context, name string, mapDelay time.Du
 	c, err := r.rig.Start(ctx, rig.Spec{Name: name, TestWorker: testWorker, Workers: r.cfg.Workers, LeaseDuration: r.cfg.LeaseDuration,
 		ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2, MapDelay: mapDelay})
 	if err == nil {
+		if err = prepareKeyed(ctx, name, c); err != nil { // keyed.go
+			r.rig.Stop(c)
+			return nil, err
+		}
 		r.logf("%s: cluster up in %v (logs in %s)", name, time.Since(start).Round(time.Millisecond), c.Options().Dir)
 	}
 	return c, err

@@ -54,10 +54,17 @@ type Checkpoint struct {
 	Duplicates int64           `json:"duplicates"`
 	Error      string          `json:"error,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
-	Seq        uint64          `json:"seq"`
-	StartedAt  time.Time       `json:"started_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// ResultStored: the result is in <job>/result.json only (dropped from the checkpoint once
+	// the copy was stored, so it is stored once).
+	ResultStored bool   `json:"result_stored,omitempty"`
+	Seq          uint64 `json:"seq"`
+	// Phase is a keyed job's stage ("map", "reduce"), with its progress; empty for other jobs.
+	Phase      string     `json:"phase,omitempty"`
+	PhaseDone  int        `json:"phase_done,omitempty"`
+	PhaseTotal int        `json:"phase_total,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Encode returns the checkpoint's stored form.
