@@ -12,6 +12,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/observe"
 )
 
 const outputSummary = "stream a keyed job's output records (key<TAB>value lines by default)"
@@ -152,3 +153,13 @@ func outputFile(path string, stdout io.Writer) (w io.Writer, commit func() error
 	}
 	return tmp, commit, abort, nil
 }
+
+// Output and WriteOutput back GET /api/v1/jobs/{id}/output (observe.OutputService).
+func (a jobAPI) Output(ctx context.Context, id string) (*client.OutputManifest, error) {
+	return a.cl.Output(ctx, id)
+}
+func (a jobAPI) WriteOutput(ctx context.Context, id string, w io.Writer, opts client.OutputOptions) (client.OutputStats, error) {
+	return a.cl.WriteOutput(ctx, id, w, opts)
+}
+
+var _ observe.OutputService = jobAPI{}
