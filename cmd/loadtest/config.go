@@ -25,7 +25,8 @@ const (
 )
 
 var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded}
+	scMillion, scOutage, scNATSCluster, scLoaded,
+	scKeyed}
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig.

@@ -95,6 +95,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), rig.Summarize(xs))
 		}
 	}
+	writeKeyedFigures(row, rep)
 	if st := rep.Straggler; st != nil {
 		for _, x := range []*StragglerRun{&st.StragglerRun, st.Small} {
 			if x == nil {

@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scOutage, r.outage},
 		{scNATSCluster, r.natsClusterRun},
 		{scLoaded, r.loaded},
+		{scKeyed, r.keyed},
 	}
 	var runErr error
 	for _, s := range steps {
@@ -248,6 +249,7 @@ func targets(cfg *Config, rep *Report) []Target {
 	if n := rep.NATSCluster; n != nil {
 		add("3-node NATS cluster (R3), a node killed mid-job: exact (1 = yes)", "1", b2f(n.Exact), "", n.Exact && n.DownS > 0, true, fmt.Sprintf("%.2f s lost", n.TimeLostS))
 	}
+	ts = append(ts, keyedTargets(cfg, rep)...)
 	add("wrong results", "0", float64(rep.WrongResults), "", rep.WrongResults == 0, true, "")
 	add("lost jobs", "0", float64(rep.LostJobs), "", rep.LostJobs == 0, true, "")
 	if rep.Failover.Crash != nil || rep.Failover.Graceful != nil || rep.WorkerCrash != nil {

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+const scKeyed = "keyed"
+
+// daskScript is the Dask word count, run from the repository's root as `make bench` does.
+const daskScript = "scripts/dask_wordcount.py"
+
+// Keyed is the keyed scenario: wordcount with "output":"blob" over corpora of 1M and 5M
+// distinct words, against a single-process Go count and Dask on the 5M corpus, and `worker
+// status` with ten 100 MB-result jobs listed.
+type Keyed struct {
+	Runs []KeyedRun `json:"runs"`
+	// The figures of the biggest corpus, MB = 10^6 bytes.
+	MBPerS     float64 `json:"mb_per_s"`
+	GoMBPerS   float64 `json:"go_mb_per_s"`
+	GoRatio    float64 `json:"go_ratio"`
+	DaskMBPerS float64 `json:"dask_mb_per_s"`
+	DaskRatio  float64 `json:"dask_ratio"`
+	DaskError  string  `json:"dask_error,omitempty"`
+	// RSSRatio is the leader's peak RSS at the most keys ÷ at the fewest.
+	RSSRatio float64 `json:"leader_rss_ratio"`
+	// StatusS is `worker status` wall times (exec to exit) with ten 100 MB-result jobs stored.
+	StatusS       []float64 `json:"status_s"`
+	StatusMedianS float64   `json:"status_median_s"`
+	// Commands reproduce each figure.
+	Commands map[string]string `json:"commands"`
+}
+
+// KeyedRun is one keyed wordcount.
+type KeyedRun struct {
+	Keys          int     `json:"keys"`
+	Bytes         int64   `json:"bytes"`
+	Blobs         int     `json:"blobs"`
+	Job           string  `json:"job"`
+	MakespanS     float64 `json:"makespan_s"`
+	MBPerS        float64 `json:"mb_per_s"`
+	LeaderPeakMiB float64 `json:"leader_peak_rss_mib"`
+	WorkerPeakMiB float64 `json:"follower_peak_rss_mib"`
+	OutputS       float64 `json:"output_read_s"` // client.WriteOutput of every record, checked
+	Exact         bool    `json:"exact"`
+	GoS           float64 `json:"go_s,omitempty"`
+	DaskS         float64 `json:"dask_s,omitempty"`
+}
+
+// keyedSizes are the corpora's distinct words.
+func keyedSizes(quick bool) []int {
+	if quick {
+		return []int{20_000, 100_000}
+	}
+	return []int{1_000_000, 5_000_000}
+}
+
+func (r *runner) keyed(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "keyed", LeaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(c)
+	k := &Keyed{Commands: map[string]string{
+		"keyed wordcount, Go baseline, status": "go run ./cmd/loadtest --scenarios keyed",
+		"dask":                                 "python3 " + daskScript + " --workers 2 CORPUS_DIR OUT_DIR (the corpus written locally by the scenario)",
+	}}
+	r.mu.Lock()
+	r.rep.Keyed = k
+	r.mu.Unlock()
+	sizes := keyedSizes(cfg.Quick)
+	for i, keys := range sizes {
+		biggest := i == len(sizes)-1
+		run, err := r.keyedRun(ctx, c, k, keys, biggest)
+		k.Runs = append(k.Runs, run)
+		if err != nil {
+			return err
+		}
+	}
+	first, last := k.Runs[0], k.Runs[len(k.Runs)-1]
+	if first.LeaderPeakMiB > 0 {
+		k.RSSRatio = rig.Round3(last.LeaderPeakMiB / first.LeaderPeakMiB)
+	}
+	k.MBPerS = last.MBPerS
+	if last.GoS > 0 {
+		k.GoMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.GoS)
+		k.GoRatio = rig.Round3(k.MBPerS / k.GoMBPerS)
+	}
+	if last.DaskS > 0 {
+		k.DaskMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.DaskS)
+		k.DaskRatio = rig.Round3(k.MBPerS / k.DaskMBPerS)
+	}
+	return r.keyedStatus(ctx, c, k)
+}
+
+// keyedRun writes a corpus of keys distinct words, counts it keyed on c while sampling RSS, and
+// checks every output record; on the biggest corpus it runs the baselines too.
+func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, keys int, baselines bool) (KeyedRun, error) {
+	run := KeyedRun{Keys: keys}
+	container := fmt.Sprintf("%s-kc%d", c.Options().Namespace, keys/1000)
+	dir := ""
+	if baselines {
+		dir = filepath.Join(r.cfg.Dir, "keyed-corpus")
+		defer os.RemoveAll(dir)
+	}
+	r.log.Logf("keyed: writing a corpus of %d distinct words", keys)
+	corpus, err := rig.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, dir)
+	if err != nil {
+		return run, fmt.Errorf("corpus of %d words: %w", keys, err)
+	}
+	defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
+	run.Bytes, run.Blobs = corpus.Bytes, corpus.Blobs
+	p, _ := json.Marshal(map[string]any{"container": container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
+	// The output is checked record by record below, not by Check: Check sees the manifest.
+	job := knownjobs.Job{Type: "wordcount", Params: p, Check: func(res json.RawMessage) error {
+		var m client.OutputManifest
+		if !protocol.IsOutputManifest(res) || json.Unmarshal(res, &m) != nil {
+			return fmt.Errorf("result %.80s is not an output manifest", res)
+		}
+		if m.Records != int64(keys) {
+			return fmt.Errorf("manifest of %d records, want %d", m.Records, keys)
+		}
+		return nil
+	}}
+	rss := rig.SampleRSS(ctx, c, 100*time.Millisecond)
+	id, start, err := rig.Submit(ctx, c, job)
+	if err != nil {
+		rss.Stop()
+		return run, err
+	}
+	run.Job = id
+	o, err := rig.Await(ctx, c, job, id, start, 3*r.cfg.JobTimeout, nil)
+	run.LeaderPeakMiB, run.WorkerPeakMiB, _ = rss.Stop()
+	if err != nil {
+		return run, err
+	}
+	if o.Exact {
+		t0 := time.Now()
+		if err := corpus.CheckOutput(ctx, c.Client, id); err != nil {
+			o.Exact, o.Problem = false, fmt.Sprintf("job %s: output: %v", id, err)
+		}
+		run.OutputS = rig.Round3(time.Since(t0).Seconds())
+	}
+	r.account(o)
+	run.Exact = o.Exact
+	if o.Makespan > 0 {
+		run.MakespanS = rig.Round3(o.Makespan.Seconds())
+		run.MBPerS = rig.Round3(float64(run.Bytes) / 1e6 / o.Makespan.Seconds())
+	}
+	r.log.Logf("keyed wordcount, %d keys, %.0f MB: %.2f s = %.1f MB/s, leader peak %.0f MiB, followers %.0f MiB, exact %v %s",
+		keys, float64(run.Bytes)/1e6, run.MakespanS, run.MBPerS, run.LeaderPeakMiB, run.WorkerPeakMiB, o.Exact, o.Problem)
+	if !baselines {
+		return run, nil
+	}
+	out := filepath.Join(r.cfg.Dir, "keyed-go.tsv")
+	f, err := os.Create(out)
+	if err != nil {
+		return run, err
+	}
+	d, err := rig.CountWordsGo(ctx, c.Blob(), corpus, 2, f)
+	f.Close()
+	if err == nil {
+		err = checkFile(corpus, out)
+	}
+	os.Remove(out)
+	if err != nil {
+		return run, fmt.Errorf("go baseline: %w", err)
+	}
+	run.GoS = rig.Round3(d.Seconds())
+	r.log.Logf("keyed: single-process Go, 2 goroutines: %.2f s = %.1f MB/s", run.GoS, float64(run.Bytes)/1e6/run.GoS)
+	daskOut := filepath.Join(r.cfg.Dir, "keyed-dask")
+	defer os.RemoveAll(daskOut)
+	dr, err := rig.RunDask(ctx, daskScript, corpus, daskOut, 2)
+	if err == nil {
+		err = checkDir(corpus, daskOut)
+	}
+	if err != nil {
+		k.DaskError = err.Error()
+		r.errorf("keyed: dask: %v", err)
+		return run, nil
+	}
+	run.DaskS = dr.Seconds
+	r.log.Logf("keyed: dask.bag, 2 processes: %.2f s = %.1f MB/s", run.DaskS, float64(run.Bytes)/1e6/run.DaskS)
+	return run, nil
+}
+
+func checkFile(corpus *rig.WordCorpus, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return corpus.CheckCounts(f)
+}
+
+// checkDir checks the part files under dir together.
+func checkDir(corpus *rig.WordCorpus, dir string) error {
+	names, err := filepath.Glob(filepath.Join(dir, "part-*"))
+	if err != nil || len(names) == 0 {
+		return fmt.Errorf("no part files in %s (%v)", dir, err)
+	}
+	var rs []io.Reader
+	for _, n := range names {
+		f, err := os.Open(n)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rs = append(rs, f)
+	}
+	return corpus.CheckCounts(io.MultiReader(rs...))
+}
+
+// keyedStatus stores ten jobs with 100 MB results and times `worker status` (the list) on the
+// idle cluster.
+func (r *runner) keyedStatus(ctx context.Context, c *cluster.Cluster, k *Keyed) error {
+	size := 100 << 20
+	if r.cfg.Quick {
+		size = 1 << 20
+	}
+	r.log.Logf("keyed: storing ten jobs with %d MiB results", size>>20)
+	if _, err := rig.PutBigResultJobs(ctx, c, 10, size); err != nil {
+		return fmt.Errorf("big results: %w", err)
+	}
+	xs, err := rig.TimeCommand(ctx, c, 7, "status")
+	if err != nil {
+		return err
+	}
+	k.StatusS = xs
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	k.StatusMedianS = s[len(s)/2]
+	r.log.Logf("keyed: worker status with ten big-result jobs: median %.3f s (%v)", k.StatusMedianS, xs)
+	return nil
+}
+
+// keyedTargets judges issue 19's targets.
+func keyedTargets(cfg *Config, rep *Report) []Target {
+	k := rep.Keyed
+	if k == nil {
+		return nil
+	}
+	speed := !cfg.Quick
+	var ts []Target
+	add := func(name, want string, value float64, unit string, met, judged bool, note string) {
+		ts = append(ts, Target{Name: name, Want: want, Value: value, Unit: unit, Met: met, Judged: judged, Note: note})
+	}
+	add("keyed wordcount MB/s ÷ single-process Go on 2 cores", "≥ 0.5", k.GoRatio, "×", k.GoRatio >= 0.5, speed && k.GoRatio > 0,
+		fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.GoMBPerS)))
+	if n := len(k.Runs); n > 1 {
+		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", k.Runs[n-1].Keys/1000, k.Runs[0].Keys/1000), "0.9–1.1", k.RSSRatio, "×",
+			k.RSSRatio >= 0.9 && k.RSSRatio <= 1.1, speed && k.RSSRatio > 0,
+			fmt.Sprintf("%s vs %s MiB", num(k.Runs[n-1].LeaderPeakMiB), num(k.Runs[0].LeaderPeakMiB)))
+	}
+	note := fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.DaskMBPerS))
+	if k.DaskError != "" {
+		note = "dask did not run: " + rig.Clip(k.DaskError, 120)
+	}
+	add("keyed wordcount MB/s ÷ Dask (dask.bag, 2 processes)", "≥ 3", k.DaskRatio, "×", k.DaskRatio >= 3, speed && k.DaskRatio > 0, note)
+	add("worker status with ten 100 MB-result jobs, median", "< 0.2 s", k.StatusMedianS, " s", k.StatusMedianS > 0 && k.StatusMedianS < 0.2,
+		speed && k.StatusMedianS > 0, "exec to exit, idle cluster")
+	return ts
+}
+
+// writeKeyedFigures adds the scenario's rows to the figures table.
+func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
+	k := rep.Keyed
+	if k == nil {
+		return
+	}
+	for _, x := range k.Runs {
+		row(fmt.Sprintf("keyed wordcount, %dk keys, %.0f MB in %d blobs: MB/s", x.Keys/1000, float64(x.Bytes)/1e6, x.Blobs), single(x.MBPerS, x.MBPerS > 0))
+		row(fmt.Sprintf("keyed wordcount, %dk keys: leader peak RSS MiB", x.Keys/1000), single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
+		row(fmt.Sprintf("keyed wordcount, %dk keys: follower peak RSS MiB", x.Keys/1000), single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
+		row(fmt.Sprintf("keyed wordcount, %dk keys: every record read back (client.WriteOutput), s", x.Keys/1000), single(x.OutputS, x.OutputS > 0))
+	}
+	row("single-process Go word count, 2 goroutines: MB/s", single(k.GoMBPerS, k.GoMBPerS > 0))
+	row("Dask word count (dask.bag, 2 processes): MB/s", single(k.DaskMBPerS, k.DaskMBPerS > 0))
+	row("worker status, ten 100 MB-result jobs: s", rig.Summarize(k.StatusS))
+}
