@@ -4,7 +4,7 @@ BIN       := bin
 AZURITE   := Azurite/node_modules/.bin/azurite-blob
 GOTESTFLAGS ?=
 
-.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench chaos test-million
+.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench chaos test-million test-keyed5m
 
 all: build
 
@@ -42,6 +42,11 @@ test: azurite tidy vet
 # which runs the same path at 20,000 shards).
 test-million: azurite
 	MAPAGG_MILLION=1 $(GO) test -race -timeout 15m -count=1 -v -run '^TestPlan_MillionShardJobInBoundedMemory$$' ./coordinator/
+
+# Issue 19's keyed job at scale: wordcount "output":"blob" over 5M distinct words (170 MB) on 3
+# workers with leader kills; reports every worker's peak RSS (limit 300 MiB). Several minutes.
+test-keyed5m: azurite
+	MAPAGG_KEYED5M=1 $(GO) test -timeout 30m -count=1 -v -run '^TestKeyed5M_' ./e2e/keyed5m/
 
 # Short fuzz runs of every decoder of outside input (FUZZTIME per target).
 FUZZTIME ?= 10s

@@ -47,6 +47,13 @@ type WordcountParams struct {
 	// ShardBytes is the size of a shard's byte range. Optional, default 8 MiB; 1 byte to 1 GiB,
 	// and no more than 1,000,000 shards in all (checked by Split, against the blobs' sizes).
 	ShardBytes int64 `json:"shard_bytes,omitempty"`
+	// Output is what the job gives: "value" (default) the total and top words as its result;
+	// "blob" every word's count as output records in blob storage (a keyed job: `worker output`
+	// prints them), the total and top not computed. Words longer than 1,024 bytes are not output.
+	Output string `json:"output,omitempty"`
+	// Partitions is the number of output blobs with "output":"blob", 1 to 10,000. Optional,
+	// default the cluster's (--partitions).
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // WordcountResult is the result of a wordcount job.
@@ -112,6 +119,12 @@ func parseWordcountParams(raw json.RawMessage) (WordcountParams, error) {
 		return p, badParam(wordcountType, "prefix", `"prefix" must be at most %d bytes (got %d)`, wordcountMaxPrefix, len(p.Prefix))
 	case p.Top < 0 || p.Top > wordcountMaxTop:
 		return p, badParam(wordcountType, "top", `"top" must be between 0 and %d (got %d)`, wordcountMaxTop, p.Top)
+	case p.Output != "" && p.Output != wordcountOutputValue && p.Output != wordcountOutputBlob:
+		return p, badParam(wordcountType, "output", `"output" must be %q or %q (got %q)`, wordcountOutputValue, wordcountOutputBlob, p.Output)
+	case p.Partitions < 0 || p.Partitions > jobs.MaxPartitions:
+		return p, badParam(wordcountType, "partitions", `"partitions" must be between 1 and %d (got %d)`, jobs.MaxPartitions, p.Partitions)
+	case p.Partitions != 0 && p.Output != wordcountOutputBlob:
+		return p, badParam(wordcountType, "partitions", `"partitions" needs "output": %q`, wordcountOutputBlob)
 	case p.ShardBytes < 1 || p.ShardBytes > wordcountMaxShardBytes:
 		return p, badParam(wordcountType, "shard_bytes", `"shard_bytes" must be between 1 and %d (1 GiB) (got %d)`,
 			wordcountMaxShardBytes, p.ShardBytes)
@@ -223,6 +236,12 @@ func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte,
 // It reads chunk bytes at a time (at least 16: the first chunk must hold the look-behind and the
 // first rune of the range).
 func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTable, chunk int) (uint64, error) {
+	return scanShardWords(ctx, env, s, t, nil, chunk)
+}
+
+// scanShardWords is countShardWords giving each word to emit instead of a table when emit is
+// not nil (the keyed wordcount).
+func scanShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wordTable, emit func([]byte), chunk int) (uint64, error) {
 	if s.Len == 0 {
 		return 0, nil
 	}
@@ -257,7 +276,7 @@ func countShardWords(ctx context.Context, env jobs.Env, s wordcountShard, t *wor
 	at := int(s.Offset - from) // index of the range's first byte in buf
 	first, prevSpace := firstRuneInRange(buf[:n], at, from == 0)
 
-	sc := wordScanner{end: end, tally: t, inWord: !prevSpace}
+	sc := wordScanner{end: end, tally: t, emit: emit, inWord: !prevSpace}
 	pos := from + int64(first) // the position of data[0] in the blob
 	data := buf[first:n]
 	for {
@@ -325,6 +344,7 @@ var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r':
 type wordScanner struct {
 	end       int64 // words starting here or later belong to the next range
 	tally     *wordTable
+	emit      func([]byte) // instead of tally, if set
 	total     uint64
 	inWord    bool   // the last rune seen is part of a word
 	own       bool   // that word started in range: it is counted and collected
@@ -390,12 +410,16 @@ func (s *wordScanner) endWord(tail []byte, p int64) {
 	if p-s.wordStart > wordcountMaxWordBytes {
 		return
 	}
-	if len(s.word) == 0 {
-		s.tally.add(tail, 1)
+	w := tail
+	if len(s.word) > 0 {
+		s.word = append(s.word, tail...)
+		w = s.word
+	}
+	if s.emit != nil {
+		s.emit(w)
 		return
 	}
-	s.word = append(s.word, tail...)
-	s.tally.add(s.word, 1)
+	s.tally.add(w, 1)
 }
 
 // wordTablePool keeps the tables of finished Map calls: a shard's table is reused, not regrown.

@@ -55,6 +55,9 @@ type Config struct {
 	// FairMinShards is the least a type may have in the stream (before its rate is known).
 	// Default 256.
 	FairMinShards int
+	// Partitions is a keyed job's reduce partitions when the job does not choose. Default
+	// DefaultPartitions (8).
+	Partitions int
 	// ShardsPerMsg is how many consecutive shards of a job travel in one message, decided when
 	// the job is planned (and kept in its checkpoint): 0 decides from the job's size (one each
 	// below 4096 shards, else total/4096, 2 to 16). Default 0.
@@ -135,6 +138,9 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	set(&c.CheckpointInterval, d.CheckpointInterval)
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
 	set(&c.QueuePoll, d.QueuePoll)
 	set(&c.QueueVisibility, d.QueueVisibility)
 	set(&c.QueueCutOff, d.QueueCutOff)
@@ -219,6 +225,9 @@ func (c Config) Validate() error {
 	}
 	if c.DispatchWindow < max(c.DispatchBatch, c.ShardsPerMsg) {
 		add("DispatchWindow %d: use at least DispatchBatch (%d) and ShardsPerMsg (%d) (default 16384)", c.DispatchWindow, c.DispatchBatch, c.ShardsPerMsg)
+	}
+	if c.Partitions < 1 || c.Partitions > jobs.MaxPartitions {
+		add("Partitions %d: use 1 to %d (default %d)", c.Partitions, jobs.MaxPartitions, DefaultPartitions)
 	}
 	if c.ShardsPerMsg < 0 || c.ShardsPerMsg > protocol.MaxShardBatch {
 		add("ShardsPerMsg %d: use 0 (decide from the job's size) to %d", c.ShardsPerMsg, protocol.MaxShardBatch)

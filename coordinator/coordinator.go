@@ -364,6 +364,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.complete {
 		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
 	}
+	t.keyedAdopt(ctx, j) // keyed.go
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
 		src, err := t.source(j)
 		if err != nil {
@@ -570,6 +571,12 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 // quarter of the window, so a busy job publishes in a few larger rounds; 0 means wait. With
 // nothing outstanding one message always goes (a message may carry more than the window).
 func (t *term) room(j *job, i, total, per int) int {
+	if g := int(j.gate.Load()) - 1; g >= 0 { // a keyed job's reduce tasks wait (keyed.go)
+		if i >= g {
+			return 0
+		}
+		total = min(total, g)
+	}
 	n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
 	m := int(j.merged.Load())
 	window := int(j.window.Load())
@@ -641,6 +648,9 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	default:
 		_ = d.Ack()
 	}
+	if ka := j.keyedOf(); ka != nil && ka.nMaps == ka.S && !ka.manifest && !j.writing && j.cp.State == jobs.StateRunning {
+		t.startWrite(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
+	}
 	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
 		// The last result: finish now, not at the next tick (the final checkpoint carries the
 		// result; it is as fenced as any other). A write in flight does it when it is stored.
@@ -684,7 +694,12 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 			return mergeRetry
 		}
 	}
-	if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
+	if ka := j.keyedOf(); ka != nil {
+		// A keyed job's result is its task's commit (keyed.go).
+		if err := ka.commit(r, partial); err != nil {
+			return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s cannot be committed: %v", r.Index, r.Job, err))
+		}
+	} else if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
 		var ue *UserCodeError
 		if errors.As(err, &ue) {
 			// It panicked: the aggregate may be half-updated. The job fails, and its terminal
@@ -785,6 +800,7 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 		return nil
 	}
 	t.apply(w.s, w.etag)
+	t.keyedStored(ctx, j, w.s) // keyed.go
 	j.nextDue = t.due(time.Since(w.s.start))
 	for _, d := range w.s.acks {
 		_ = d.Ack()

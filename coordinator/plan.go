@@ -35,6 +35,11 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 	if err := j.call("validate", func() error { return impl.Validate(spec.Params) }); err != nil {
 		return nil, err
 	}
+	if kj, err := runsKeyed(spec, impl); err != nil {
+		return nil, err
+	} else if kj != nil {
+		return t.planKeyed(ctx, j, kj) // keyed.go
+	}
 	err := j.call("new aggregate", func() (err error) {
 		j.agg, err = impl.NewAggregate(spec.Params)
 		return err

@@ -50,6 +50,9 @@ type job struct {
 	// be dispatched and not merged (fair.go). Set by the loop, read by the dispatcher.
 	window atomic.Int64
 	fair   fairAccount
+	// gate, when above 0, stops the dispatcher at shard gate-1: a keyed job's reduce tasks wait
+	// for its map manifest (keyed.go). Set by the loop and the manifest's writer.
+	gate atomic.Int64
 }
 
 // mergedOne tells the dispatcher one more shard is merged.
@@ -162,10 +165,15 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 		return nil, err
 	}
 	var agg jobs.Aggregate
-	err = isolate(spec.Type, "new aggregate", func() (err error) {
-		agg, err = impl.NewAggregate(spec.Params)
-		return err
-	})
+	kj, err := runsKeyed(spec, impl)
+	if kj != nil {
+		agg = t.loadKeyed(id) // keyed.go
+	} else if err == nil {
+		err = isolate(spec.Type, "new aggregate", func() (err error) {
+			agg, err = impl.NewAggregate(spec.Params)
+			return err
+		})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new aggregate: %w", err)
 	}
@@ -224,6 +232,8 @@ type snapshot struct {
 	ifMatch store.ETag
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
+	// keyedMaps is how many map tasks of a keyed job the checkpoint commits (keyed.go).
+	keyedMaps int
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
@@ -246,6 +256,11 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 	cp.Seq++
 	cp.UpdatedAt = t.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
+	keyedMaps := 0
+	if ka := j.keyedOf(); ka != nil {
+		cp.Phase, cp.PhaseDone, cp.PhaseTotal = ka.phase()
+		keyedMaps = ka.nMaps
+	}
 	var err error
 	if cp.Done, err = j.done.ToBytes(); err != nil {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
@@ -301,7 +316,7 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 	}
 	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start, keyedMaps: keyedMaps}, nil
 }
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
@@ -332,6 +347,7 @@ func (t *term) apply(s *snapshot, etag store.ETag) {
 	j := s.j
 	j.etag = etag
 	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = s.cp.Phase, s.cp.PhaseDone, s.cp.PhaseTotal
 	if s.cp.State.Terminal() {
 		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
 	}
@@ -401,6 +417,7 @@ func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 		}
 	}
 	t.deletePlan(ctx, cp)
+	t.cleanupKeyed(ctx, cp) // keyed.go
 	if !t.retryFailed(ctx, cp) {
 		return // keep the marker: the next pass retries (retry.go)
 	}

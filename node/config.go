@@ -72,6 +72,12 @@ type Config struct {
 	AcquireInterval time.Duration
 	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
 	Concurrency int
+	// MemoryBudget is the memory of keyed tasks on this worker, shared by its running tasks.
+	// Default worker.DefaultMemoryBudget (128 MiB). --memory-budget.
+	MemoryBudget int64
+	// Partitions is a keyed job's partition count when the job does not choose (the leader's
+	// setting counts). Default coordinator.DefaultPartitions (8). --partitions.
+	Partitions int
 	// MaxAttempts is the attempts per shard before its job fails. Default 3. --max-attempts.
 	MaxAttempts int
 	// ShardTimeout: a shard not finished or marked in progress within it is redelivered.
@@ -198,6 +204,7 @@ func (c Config) parts() parts {
 	ret := cmp.Or(c.Retention, &DefaultRetention)
 	p.coordinator.RetainSucceeded, p.coordinator.RetainFailed = ret.Succeeded, ret.Failed
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
+	p.worker.MemoryBudget, p.coordinator.Partitions = c.MemoryBudget, c.Partitions
 	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout, Replicas: c.StreamReplicas, MemoryStorage: c.StreamStorage == "memory"}
 	// A cut-off follower must know before it would suspect the leader.
 	if c.SuspicionTimeout > 0 {

@@ -179,6 +179,7 @@ func newObserver(cfg Config, log *slog.Logger) *observer {
 			return s
 		},
 	})
+	o.metrics.Registry.MustRegister(worker.NewKeyedCollector(func() *worker.Worker { return o.worker.Load() }))
 	return o
 }
 

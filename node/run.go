@@ -54,6 +54,7 @@ func (n *Node) newRunFlags() *runFlags {
 	fs.DurationVar(&f.cfg.MapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	bindEnv(fs, "map-delay", "MAP_DELAY")
 	registerHTTPFlags(fs, &f.cfg)
+	registerKeyedFlags(fs, &f.cfg) // keyed.go
 	fs.DurationVar(&f.cfg.HeartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "how often the leader publishes a heartbeat on NATS")
 	bindEnv(fs, "heartbeat-interval", "HEARTBEAT_INTERVAL")
 	fs.DurationVar(&f.cfg.SuspicionTimeout, "suspicion-timeout", d.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/shuffle"
 )
 
 // ErrInvalidConfig is matched by every error Validate returns.
@@ -41,6 +42,12 @@ type Config struct {
 	// MapDelay is added to every map step. For demos and failover tests, which need a short job
 	// to last long enough to kill its leader half-way; 0 in production. Default 0.
 	MapDelay time.Duration
+	// MemoryBudget is the memory of keyed tasks (map buffers, reduce merges), shared by the
+	// slots: each running task gets MemoryBudget / Concurrency, and spills to TempDir beyond it.
+	// Default DefaultMemoryBudget (128 MiB).
+	MemoryBudget int64
+	// TempDir holds keyed tasks' spill files. Default os.TempDir().
+	TempDir string
 	// Registry resolves job types; the worker pulls the shards of exactly these types. Default
 	// jobs.Default().
 	Registry *jobs.Registry
@@ -78,6 +85,9 @@ func (c Config) withDefaults(b bus.Config) Config {
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = max(b.ShardTimeout/3, 100*time.Millisecond)
 	}
+	if c.MemoryBudget == 0 {
+		c.MemoryBudget = DefaultMemoryBudget
+	}
 	if c.Registry == nil {
 		c.Registry = jobs.Default()
 	}
@@ -113,6 +123,9 @@ func (c Config) Validate() error {
 	}
 	if c.MapDelay < 0 || c.MapDelay > time.Hour {
 		add("MapDelay %v: use 0 to 1h (default 0)", c.MapDelay)
+	}
+	if c.MemoryBudget < int64(c.Concurrency)*shuffle.MinMemoryBytes || c.MemoryBudget > 1<<40 {
+		add("MemoryBudget %d: use at least %d bytes a slot (512 KiB × Concurrency), at most 1 TiB (default 128 MiB)", c.MemoryBudget, shuffle.MinMemoryBytes)
 	}
 	if c.RetryBackoff < 0 {
 		add("RetryBackoff %v: must not be negative (default 250ms)", c.RetryBackoff)

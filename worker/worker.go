@@ -64,6 +64,7 @@ type Worker struct {
 	replayed, publishRetries                                    atomic.Int64
 	pubErr                                                      atomic.Pointer[error] // the failure of a publish being retried
 	ended                                                       *ended
+	keyed                                                       keyedStats
 }
 
 // New returns a worker. env is what map steps read; partials is where large partials go.
@@ -189,6 +190,10 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 	}()
 	if err := precise.Sleep(ctx, w.cfg.MapDelay); err != nil {
 		return nil, 0, err
+	}
+	if kj := jobs.KeyedForm(job); kj != nil && protocol.IsKeyedTask(m.Shard) {
+		partial, err = w.runKeyed(ctx, kj, m, attempt) // keyed.go
+		return partial, 0, err
 	}
 	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
 	return partial, 0, err

@@ -55,9 +55,13 @@ type Checkpoint struct {
 	Error      string          `json:"error,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Seq        uint64          `json:"seq"`
-	StartedAt  time.Time       `json:"started_at"`
-	UpdatedAt  time.Time       `json:"updated_at"`
-	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// Phase is a keyed job's stage ("map", "reduce"), with its progress; empty for other jobs.
+	Phase      string     `json:"phase,omitempty"`
+	PhaseDone  int        `json:"phase_done,omitempty"`
+	PhaseTotal int        `json:"phase_total,omitempty"`
+	StartedAt  time.Time  `json:"started_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // Encode returns the checkpoint's stored form.

@@ -39,10 +39,13 @@ type StatusRecord struct {
 	Type    string     `json:"type"`
 	State   jobs.State `json:"state"`
 	// Phase is the job's stage when it has several ("map", "reduce"); empty otherwise.
-	Phase    string `json:"phase,omitempty"`
-	Total    int    `json:"total"`
-	Done     int    `json:"done"`
-	Priority int    `json:"priority,omitempty"`
+	Phase string `json:"phase,omitempty"`
+	// PhaseDone of PhaseTotal tasks of the phase are done (Done and Total count every task).
+	PhaseDone  int `json:"phase_done,omitempty"`
+	PhaseTotal int `json:"phase_total,omitempty"`
+	Total      int `json:"total"`
+	Done       int `json:"done"`
+	Priority   int `json:"priority,omitempty"`
 	// Epoch is the checkpoint's writer epoch; PlanEpoch the planner's.
 	Epoch       uint64     `json:"epoch"`
 	PlanEpoch   uint64     `json:"plan_epoch"`
@@ -66,7 +69,8 @@ func NewStatusRecord(cp *Checkpoint, spec *Spec) *StatusRecord {
 	r := &StatusRecord{Version: StatusRecordVersion, Job: cp.Job, Type: cp.Type, State: cp.State,
 		Total: cp.Total, Done: cp.DoneCount, Epoch: cp.WriterEpoch, PlanEpoch: cp.PlanEpoch, Seq: cp.Seq,
 		Duplicates: cp.Duplicates, Error: clipBytes(cp.Error, MaxStatusError),
-		StartedAt: cp.StartedAt, UpdatedAt: cp.UpdatedAt, FinishedAt: cp.FinishedAt}
+		StartedAt: cp.StartedAt, UpdatedAt: cp.UpdatedAt, FinishedAt: cp.FinishedAt,
+		Phase: cp.Phase, PhaseDone: cp.PhaseDone, PhaseTotal: cp.PhaseTotal}
 	if spec != nil {
 		r.Priority, r.SubmittedAt = spec.Priority, spec.SubmittedAt
 		r.Schedule, r.Tick, r.After, r.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
@@ -133,6 +137,8 @@ func DecodeStatusValue(v string) (*StatusRecord, error) {
 	case !isToken(string(r.State)):
 		// Any lower-case word: a newer build may add states (it shows as it is).
 		return nil, fmt.Errorf("%w: state %q", ErrBadStatusRecord, Clip(string(r.State), 32))
+	case r.PhaseDone < 0 || r.PhaseTotal < 0 || r.PhaseDone > r.PhaseTotal:
+		return nil, fmt.Errorf("%w: phase counts out of range (%d of %d)", ErrBadStatusRecord, r.PhaseDone, r.PhaseTotal)
 	case r.Phase != "" && !isToken(r.Phase):
 		return nil, fmt.Errorf("%w: phase %q", ErrBadStatusRecord, Clip(r.Phase, 32))
 	case r.Priority < MinPriority || r.Priority > MaxPriority:

@@ -1,0 +1,305 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Keyed jobs (docs/design.md, "Keyed reduce: execution"). A keyed job of S map shards and P
+// partitions is planned as S+P ordinary shards (protocol.KeyedTask): S map tasks, then P reduce
+// tasks. Its aggregate is task metadata only (keyedAgg): the committed map blob and run offsets
+// of each shard, the committed output blob of each partition. The first result of a task is its
+// commit, recorded with the done-bitmap in the fenced checkpoint, exactly like a merge. The
+// dispatcher stops at S (the gate) until a stored checkpoint commits every map task and the map
+// manifest (built from it) is stored; then it dispatches the reduce tasks. The result is the
+// protocol.OutputManifest. The leader never reads a key.
+
+// DefaultPartitions is a keyed job's partition count when neither the job nor the cluster
+// chooses one.
+const DefaultPartitions = 8
+
+// keyedAgg is a keyed job's state: which attempt of each task is committed.
+type keyedAgg struct {
+	id, container string
+	S, P          int
+	maps          []*protocol.MapCommit
+	outs          []*protocol.OutputPartition
+	nMaps, nOuts  int
+	// manifest: the map manifest is being written or stored (set by the loop; the writer opens
+	// the job's gate).
+	manifest bool
+}
+
+// keyedState is keyedAgg's checkpointed form.
+type keyedState struct {
+	Keyed int                         `json:"keyed"` // 1
+	S     int                         `json:"s"`
+	P     int                         `json:"p"`
+	Maps  []*protocol.MapCommit       `json:"maps"`
+	Outs  []*protocol.OutputPartition `json:"outs"`
+}
+
+var _ jobs.Aggregate = (*keyedAgg)(nil)
+
+func newKeyedAgg(id, container string, s, p int) *keyedAgg {
+	return &keyedAgg{id: id, container: container, S: s, P: p, maps: make([]*protocol.MapCommit, s), outs: make([]*protocol.OutputPartition, p)}
+}
+
+func (a *keyedAgg) Merge([]byte) error {
+	return errors.New("a keyed job's results are commits (coordinator.keyedAgg.commit), not partials")
+}
+
+func (a *keyedAgg) MarshalBinary() ([]byte, error) {
+	return json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, Maps: a.maps, Outs: a.outs})
+}
+
+func (a *keyedAgg) UnmarshalBinary(data []byte) error {
+	var st keyedState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("%w: keyed state: %v", jobs.ErrBadCheckpoint, err)
+	}
+	if st.Keyed != 1 || st.S < 0 || st.P < 1 || len(st.Maps) != st.S || len(st.Outs) != st.P {
+		return fmt.Errorf("%w: keyed state: %d maps of %d, %d outputs of %d", jobs.ErrBadCheckpoint, len(st.Maps), st.S, len(st.Outs), st.P)
+	}
+	a.S, a.P, a.maps, a.outs, a.nMaps, a.nOuts = st.S, st.P, st.Maps, st.Outs, 0, 0
+	for _, m := range a.maps {
+		if m != nil {
+			a.nMaps++
+		}
+	}
+	for _, o := range a.outs {
+		if o != nil {
+			a.nOuts++
+		}
+	}
+	return nil
+}
+
+// Result is the OutputManifest of the committed outputs.
+func (a *keyedAgg) Result() (json.RawMessage, error) {
+	if a.nOuts != a.P {
+		return nil, fmt.Errorf("keyed job %s: %d of %d partitions committed", a.id, a.nOuts, a.P)
+	}
+	m := protocol.OutputManifest{Kind: protocol.OutputKind, Format: protocol.OutputFormat, Container: a.container,
+		Partitions: make([]protocol.OutputPartition, a.P)}
+	for p, o := range a.outs {
+		m.Partitions[p] = *o
+		m.Records += o.Records
+		m.Bytes += o.Bytes
+	}
+	return json.Marshal(m)
+}
+
+// commit records the result of task r.Index (not yet done) as its committed attempt. An error
+// means the result is not a genuine commit of this task: nothing changes.
+func (a *keyedAgg) commit(r *protocol.ResultMsg, partial []byte) error {
+	if r.Index < a.S {
+		c, err := protocol.DecodeMapCommit(a.id, r.Index, a.P, partial)
+		if err != nil {
+			return err
+		}
+		a.maps[r.Index] = c
+		a.nMaps++
+		return nil
+	}
+	p := r.Index - a.S
+	if a.nMaps != a.S {
+		return fmt.Errorf("a result of reduce task %d before the map phase ended", p)
+	}
+	c, err := protocol.DecodeReduceCommit(a.id, p, partial)
+	if err != nil {
+		return err
+	}
+	a.outs[p] = c
+	a.nOuts++
+	return nil
+}
+
+// phase is what status shows: the phase and its progress.
+func (a *keyedAgg) phase() (string, int, int) {
+	if a.nMaps < a.S {
+		return protocol.PhaseMap, a.nMaps, a.S
+	}
+	return protocol.PhaseReduce, a.nOuts, a.P
+}
+
+// keyedOf returns j's keyedAgg, or nil for an aggregate job.
+func (j *job) keyedOf() *keyedAgg {
+	a, _ := j.agg.(*keyedAgg)
+	return a
+}
+
+// runsKeyed asks the job's code (isolated) whether this job runs keyed.
+func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error) {
+	err = isolate(spec.Type, "runs keyed", func() error {
+		kj = jobs.KeyedOf(impl, spec.Params)
+		return nil
+	})
+	return kj, err
+}
+
+func (t *term) containerName() string {
+	if n, ok := t.store.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
+}
+
+// planKeyed plans a keyed job: its partitions, its split, and the plan of S map and P reduce
+// tasks, stored in pages like any split job's.
+func (t *term) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, error) {
+	spec := j.spec
+	var parts int
+	if err := j.call("partitions", func() (err error) { parts, err = kj.Partitions(spec.Params); return err }); err != nil {
+		return nil, err
+	}
+	if parts == 0 {
+		parts = t.cfg.Partitions
+	}
+	var shards [][]byte
+	if err := j.call("split", func() (err error) { shards, err = kj.Split(ctx, t.env, spec.Params); return err }); err != nil {
+		return nil, wrapOp("split", err)
+	}
+	if len(shards)+parts > jobs.MaxShards {
+		return nil, fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
+	}
+	tasks := make([][]byte, 0, len(shards)+parts)
+	for i, s := range shards {
+		if len(s) > protocol.MaxKeyedShardBytes {
+			return nil, fmt.Errorf("shard %d is %d bytes; a keyed job's limit is %d", i, len(s), protocol.MaxKeyedShardBytes)
+		}
+		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Kind: protocol.TaskMap, Partitions: parts, Shard: s}))
+	}
+	for p := range parts {
+		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Kind: protocol.TaskReduce, Partitions: parts, Partition: p, MapShards: len(shards)}))
+	}
+	ka := newKeyedAgg(j.id, t.containerName(), len(shards), parts)
+	if err := t.planShards(ctx, j.id, tasks); err != nil {
+		return nil, fmt.Errorf("%w: %v", errPlanStorage, err)
+	}
+	j.agg = ka
+	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages
+	j.gate.Store(int64(len(shards)) + 1)
+	return j, nil
+}
+
+// loadKeyed makes the empty keyedAgg of a keyed job resumed from its checkpoint (UnmarshalBinary
+// fills it).
+func (t *term) loadKeyed(id string) *keyedAgg {
+	return &keyedAgg{id: id, container: t.containerName()}
+}
+
+// keyedAdopt closes a resumed keyed job's gate until its map manifest is stored, and writes the
+// manifest when every map task is committed already.
+func (t *term) keyedAdopt(ctx context.Context, j *job) {
+	ka := j.keyedOf()
+	if ka == nil {
+		return
+	}
+	if ka.nMaps < ka.S {
+		j.gate.Store(int64(ka.S) + 1)
+		return
+	}
+	// The checkpoint just claimed commits every map task.
+	if !ka.manifest {
+		j.gate.Store(int64(ka.S) + 1)
+		t.writeManifest(ctx, j, ka)
+	}
+}
+
+// keyedStored runs after a checkpoint of j is stored: once one commits every map task, the map
+// manifest is written from it.
+func (t *term) keyedStored(ctx context.Context, j *job, s *snapshot) {
+	if ka := j.keyedOf(); ka != nil && !ka.manifest && s.keyedMaps == ka.S && !j.cp.State.Terminal() {
+		t.writeManifest(ctx, j, ka)
+	}
+}
+
+// writeManifest stores the map manifest in the background, retrying until the term ends, and
+// then opens j's gate: the reduce tasks are dispatched. Every committed attempt is stored, so
+// any leader writes the same manifest.
+func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
+	ka.manifest = true
+	m := protocol.MapManifest{Job: j.id, Partitions: ka.P, Maps: make([]protocol.MapCommit, ka.S)}
+	for i, c := range ka.maps {
+		m.Maps[i] = *c
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.fail(j, fmt.Errorf("encode the map manifest: %w", err))
+		return
+	}
+	t.cleanups.Add(1)
+	go func() {
+		defer t.cleanups.Done()
+		for {
+			_, err := t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
+			if err == nil {
+				break
+			}
+			t.log.Warn("write the map manifest; retrying", "job", j.id, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P)
+		j.gate.Store(0)
+		j.wake()
+	}()
+}
+
+// cleanupKeyed deletes an ended keyed job's intermediates, found by listing (so a leader after a
+// failover finds a dead attempt's too): every map run, the map manifest, and every output blob
+// the result does not name.
+func (t *term) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
+	id := cp.Job
+	keep := map[string]bool{}
+	if cp.State == jobs.StateSucceeded {
+		res := []byte(cp.Result)
+		if len(res) == 0 {
+			data, _, err := t.store.Get(ctx, protocol.ResultBlob(id))
+			if err != nil {
+				t.log.Warn("read the result for clean-up", "job", id, "err", err)
+				return
+			}
+			res = data
+		}
+		m, err := protocol.DecodeOutputManifest(id, res)
+		if errors.Is(err, protocol.ErrNotOutput) {
+			return // an aggregate job
+		}
+		if err != nil {
+			t.log.Warn("output manifest unreadable; outputs kept", "job", id, "err", err)
+			return
+		}
+		for _, p := range m.Partitions {
+			keep[p.Blob] = true
+		}
+	}
+	for _, prefix := range []string{protocol.MapPrefix(id), protocol.OutputPrefix(id)} {
+		blobs, err := t.store.List(ctx, prefix)
+		if err != nil {
+			t.log.Warn("list intermediates", "job", id, "prefix", prefix, "err", err)
+			continue
+		}
+		for _, b := range blobs {
+			if !keep[b.Name] {
+				if err := t.store.Delete(ctx, b.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+					t.log.Warn("delete intermediate", "job", id, "blob", b.Name, "err", err)
+				}
+			}
+		}
+	}
+	if err := t.store.Delete(ctx, protocol.MapManifestBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.log.Warn("delete the map manifest", "job", id, "err", err)
+	}
+}

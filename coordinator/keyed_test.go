@@ -1,0 +1,271 @@
+package coordinator
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+	"github.com/mapagg/mapagg/worker"
+)
+
+// keyedCorpus stores a few blobs of text with many distinct words and returns its container and
+// the words' counts, counted independently (strings.Fields).
+func (r *rig) keyedCorpus(blobs, lines int) (string, map[string]int64) {
+	r.t.Helper()
+	ctx := context.Background()
+	data := store.New(r.blob, testenv.Name(r.t, "corpus"))
+	if err := data.Ensure(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for b := range blobs {
+		var sb strings.Builder
+		for l := range lines {
+			fmt.Fprintf(&sb, "w%d ünï%d common  x%d\tw%d\n", (b*lines+l)%997, l%13, b*lines+l, l%5)
+		}
+		for _, w := range strings.Fields(sb.String()) {
+			want[w]++
+		}
+		if _, err := data.Put(ctx, fmt.Sprintf("in/%02d.txt", b), []byte(sb.String()), store.Cond{}); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return data.Name(), want
+}
+
+// keyedOutput reads a keyed job's result (its OutputManifest) and every output record, checking
+// that keys are sorted within each partition.
+func (r *rig) keyedOutput(id string) (*protocol.OutputManifest, map[string]int64) {
+	r.t.Helper()
+	ctx := context.Background()
+	data, _, err := r.st.Get(ctx, protocol.ResultBlob(id))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := protocol.DecodeOutputManifest(id, data)
+	if err != nil {
+		r.t.Fatalf("result of %s: %v (%s)", id, err, data)
+	}
+	got := map[string]int64{}
+	for _, p := range m.Partitions {
+		rc, err := r.st.Streams().Get(ctx, p.Blob)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		sc := bufio.NewScanner(rc)
+		prev, n := "", int64(0)
+		for sc.Scan() {
+			var rec struct {
+				Key   string `json:"key"`
+				Value int64  `json:"value"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				r.t.Fatalf("%s: line %q: %v", p.Blob, sc.Text(), err)
+			}
+			if n > 0 && rec.Key <= prev {
+				r.t.Fatalf("%s: key %q after %q", p.Blob, rec.Key, prev)
+			}
+			if jobs.PartitionOf([]byte(rec.Key), len(m.Partitions)) != p.Partition {
+				r.t.Fatalf("%s: key %q is not of partition %d", p.Blob, rec.Key, p.Partition)
+			}
+			if _, dup := got[rec.Key]; dup {
+				r.t.Fatalf("key %q output twice", rec.Key)
+			}
+			got[rec.Key] = rec.Value
+			prev = rec.Key
+			n++
+		}
+		rc.Close()
+		if n != p.Records {
+			r.t.Fatalf("%s: %d records, the manifest says %d", p.Blob, n, p.Records)
+		}
+	}
+	return m, got
+}
+
+// noLeftovers waits until a keyed job's intermediates are deleted.
+func (r *rig) noLeftovers(id string, m *protocol.OutputManifest) {
+	r.t.Helper()
+	var left []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left = r.keyedLeftovers(id, m); len(left) == 0 {
+			return
+		}
+	}
+	r.t.Fatalf("left in storage: %v", left)
+}
+
+func sameCounts(t *testing.T, got, want map[string]int64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d keys output, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("key %q: %d, want %d", k, got[k], v)
+		}
+	}
+}
+
+// keyedLeftovers lists what a keyed job left under its prefix besides its metadata and outputs.
+func (r *rig) keyedLeftovers(id string, m *protocol.OutputManifest) []string {
+	r.t.Helper()
+	keep := map[string]bool{protocol.SpecBlob(id): true, protocol.CheckpointBlob(id): true, protocol.ResultBlob(id): true}
+	for _, p := range m.Partitions {
+		keep[p.Blob] = true
+	}
+	blobs, err := r.st.List(context.Background(), id+"/")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var extra []string
+	for _, b := range blobs {
+		if !keep[b.Name] {
+			extra = append(extra, b.Name)
+		}
+	}
+	return extra
+}
+
+// wordcount with "output":"blob" on a leader and two workers, with small shards and a small
+// memory budget (both sides spill): every word's count, equal to an independent count, sorted in
+// each partition; nothing left but the outputs and the job's metadata.
+func TestKeyed_WordcountBlobOutput(t *testing.T) {
+	r := newRig(t)
+	container, want := r.keyedCorpus(4, 3000)
+	r.lead(1)
+	for i := range 2 {
+		r.work(worker.Config{ID: fmt.Sprintf("w%d", i), Concurrency: 2, MemoryBudget: 2 << 20, TempDir: t.TempDir()})
+	}
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":3,"shard_bytes":20000}`, container))
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	if m.Records != int64(len(want)) || len(m.Partitions) != 3 || m.Container != r.st.Name() {
+		t.Fatalf("manifest: %d records in %d partitions of %q", m.Records, len(m.Partitions), m.Container)
+	}
+	r.noLeftovers(id, m)
+	rec := r.record(id)
+	if rec.Phase != protocol.PhaseReduce || rec.PhaseDone != 3 || rec.PhaseTotal != 3 {
+		t.Errorf("status record: phase %q %d/%d", rec.Phase, rec.PhaseDone, rec.PhaseTotal)
+	}
+}
+
+// The leader stops during the map phase and again during the reduce phase: each new leader
+// resumes the phase from the checkpoint (the manifest is rewritten from the committed map
+// attempts), the output is exact and the dead attempts' blobs are deleted.
+func TestKeyed_LeaderReplacedInBothPhases(t *testing.T) {
+	r := newRig(t)
+	container, want := r.keyedCorpus(3, 2000)
+	l := r.lead(1)
+	for i := range 2 {
+		r.work(worker.Config{ID: fmt.Sprintf("w%d", i), Concurrency: 2, MapDelay: 40 * time.Millisecond, TempDir: t.TempDir()})
+	}
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":6,"shard_bytes":8000}`, container))
+	phase := func(want string, done int) func() bool {
+		return func() bool {
+			rec, err := readRecord(r, id)
+			return err == nil && rec.Phase == want && rec.PhaseDone >= done
+		}
+	}
+	eventually(t, 30*time.Second, "map phase under way", phase(protocol.PhaseMap, 2))
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	l = r.lead(2)
+	eventually(t, 60*time.Second, "reduce phase under way", phase(protocol.PhaseReduce, 1))
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	r.lead(3)
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	r.noLeftovers(id, m)
+}
+
+func readRecord(r *rig, id string) (*protocol.StatusRecord, error) {
+	p, err := r.st.Props(context.Background(), protocol.CheckpointBlob(id))
+	if err != nil {
+		return nil, err
+	}
+	return protocol.DecodeStatusRecord(p.Meta)
+}
+
+// panicky is a keyed job whose Reduce panics on one key.
+type panicky struct{}
+
+type panickyParams struct{ N int }
+
+func (panicky) Split(_ context.Context, _ jobs.Env, p panickyParams) ([]int, error) {
+	return []int{0, 1, 2}, nil
+}
+
+func (panicky) Map(_ context.Context, _ jobs.Env, s int, emit jobs.Emitter[int, int]) error {
+	for i := range 50 {
+		emit(i, s)
+	}
+	return nil
+}
+
+func (panicky) Reduce(_ context.Context, k int, values iter.Seq[int], emit func(int)) error {
+	if k == 17 {
+		panic("reduce of 17")
+	}
+	n := 0
+	for v := range values {
+		n += v
+	}
+	emit(n)
+	return nil
+}
+
+// A panic in a keyed job's Reduce fails the job (after the worker's retries), naming the panic;
+// the worker and the leader go on, and the job's intermediates are deleted.
+func TestKeyed_ReducePanicFailsTheJobOnly(t *testing.T) {
+	r := newRig(t)
+	reg := builtin.Registry()
+	if err := reg.RegisterKeyed(jobs.Keyed("panicky", panicky{})); err != nil {
+		t.Fatal(err)
+	}
+	r.cl.Registry = reg
+	r.leadWith(1, func(c *Config) { c.Registry = reg; c.Partitions = 2 })
+	r.work(worker.Config{Registry: reg, Concurrency: 2, RetryBackoff: time.Millisecond, TempDir: t.TempDir()})
+	id := r.submit("panicky", `{}`)
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateFailed || !strings.Contains(st.Error, "reduce of 17") {
+		t.Fatalf("job %s: %s %q", id, st.State, st.Error)
+	}
+	r.noLeftovers(id, &protocol.OutputManifest{})
+	// The same cluster runs the next job.
+	id2 := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"output":"blob"}`, r.wordcountInput()))
+	if st := r.wait(id2, 60*time.Second); st.State != jobs.StateSucceeded {
+		t.Fatalf("next job: %s %s", st.State, st.Error)
+	}
+	_, got := r.keyedOutput(id2)
+	keys := make([]string, 0, len(got))
+	for k := range got {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 || got["alpha"] == 0 {
+		t.Fatalf("next job's output: %v", keys)
+	}
+}

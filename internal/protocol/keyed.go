@@ -1,0 +1,215 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// A keyed job's tasks travel as ordinary shards of its type (same subjects, consumers, plan
+// pages, fencing and MACs). The shard bytes are a KeyedTask: a map task wraps the job's own
+// shard; a reduce task names its partition. The plan of a keyed job of S map shards and P
+// partitions is S map tasks, then P reduce tasks; the leader dispatches the reduce tasks only
+// once every map task is committed and the map manifest is stored.
+//
+//	map     0xFF 'K' 'M' uvarint(P) shard…
+//	reduce  0xFF 'K' 'R' uvarint(P) uvarint(p) uvarint(S)
+//
+// The two-byte magic cannot start a JSON shard (typed jobs) nor a built-in's binary shard.
+
+// Keyed task kinds.
+const (
+	TaskMap    = 'M'
+	TaskReduce = 'R'
+)
+
+// Phases of a keyed job, as status shows them.
+const (
+	PhaseMap    = "map"
+	PhaseReduce = "reduce"
+)
+
+var keyedMagic = []byte{0xFF, 'K'}
+
+// KeyedTask is one task of a keyed job.
+type KeyedTask struct {
+	Kind       byte // TaskMap or TaskReduce
+	Partitions int  // P: the job's reduce partitions
+	Partition  int  // reduce: which one
+	MapShards  int  // reduce: S, the map tasks whose runs it merges
+	Shard      []byte
+}
+
+// MaxKeyedShardBytes bounds a keyed job's own shard: the task's header takes the rest.
+const MaxKeyedShardBytes = jobs.MaxShardBytes - 16
+
+// EncodeKeyedTask returns the shard bytes of t.
+func EncodeKeyedTask(t KeyedTask) []byte {
+	b := append([]byte(nil), keyedMagic...)
+	b = append(b, t.Kind)
+	b = binary.AppendUvarint(b, uint64(t.Partitions))
+	if t.Kind == TaskReduce {
+		b = binary.AppendUvarint(b, uint64(t.Partition))
+		return binary.AppendUvarint(b, uint64(t.MapShards))
+	}
+	return append(b, t.Shard...)
+}
+
+// IsKeyedTask reports whether shard bytes are a KeyedTask (they start with its magic).
+func IsKeyedTask(shard []byte) bool { return bytes.HasPrefix(shard, keyedMagic) }
+
+// DecodeKeyedTask parses shard bytes made by EncodeKeyedTask. Shard aliases data.
+func DecodeKeyedTask(data []byte) (KeyedTask, error) {
+	var t KeyedTask
+	if !IsKeyedTask(data) || len(data) < 3 {
+		return t, fmt.Errorf("%w: keyed task: no header", ErrBadMessage)
+	}
+	t.Kind = data[2]
+	r := reader{b: data[3:]}
+	t.Partitions = int(r.uvarint(jobs.MaxPartitions))
+	switch t.Kind {
+	case TaskMap:
+		if r.err == nil {
+			t.Shard = r.b
+		}
+	case TaskReduce:
+		t.Partition = int(r.uvarint(jobs.MaxPartitions))
+		t.MapShards = int(r.uvarint(jobs.MaxShards))
+		if err := r.end(); err != nil {
+			return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, err)
+		}
+	default:
+		return t, fmt.Errorf("%w: keyed task: kind %q", ErrBadMessage, t.Kind)
+	}
+	if r.err != nil {
+		return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, r.err)
+	}
+	if t.Partitions < 1 || t.Kind == TaskReduce && t.Partition >= t.Partitions {
+		return t, fmt.Errorf("%w: keyed task: partition %d of %d", ErrBadMessage, t.Partition, t.Partitions)
+	}
+	return t, nil
+}
+
+// MapCommit is a map task's result (its partial): the blob it wrote and where each partition's
+// run starts in it. Offsets has P+1 entries, from 0 to the blob's size, never decreasing.
+type MapCommit struct {
+	Blob    string  `json:"blob"`
+	Offsets []int64 `json:"offsets"`
+	Records int64   `json:"records"`
+}
+
+// ReduceCommit is a reduce task's result: its output blob (an OutputPartition).
+type ReduceCommit = OutputPartition
+
+// DecodeMapCommit parses and checks the result of map task shard of job id with P partitions.
+func DecodeMapCommit(id string, shard, partitions int, data []byte) (*MapCommit, error) {
+	var c MapCommit
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%w: map result: %v", ErrBadMessage, err)
+	}
+	if s, _, err := ParseMapRunBlob(id, c.Blob); err != nil || s != shard {
+		return nil, fmt.Errorf("%w: map result of shard %d names blob %q", ErrBadMessage, shard, Clip(c.Blob, 128))
+	}
+	if err := checkOffsets(c.Offsets, partitions); err != nil {
+		return nil, fmt.Errorf("%w: map result of shard %d: %v", ErrBadMessage, shard, err)
+	}
+	if c.Records < 0 {
+		return nil, fmt.Errorf("%w: map result of shard %d: %d records", ErrBadMessage, shard, c.Records)
+	}
+	return &c, nil
+}
+
+func checkOffsets(off []int64, partitions int) error {
+	if len(off) != partitions+1 || off[0] != 0 {
+		return fmt.Errorf("%d offsets starting at %v, want %d from 0", len(off), off[:min(len(off), 1)], partitions+1)
+	}
+	for i := 1; i < len(off); i++ {
+		if off[i] < off[i-1] {
+			return fmt.Errorf("offset %d decreases", i)
+		}
+	}
+	return nil
+}
+
+// DecodeReduceCommit parses and checks the result of reduce task partition of job id.
+func DecodeReduceCommit(id string, partition int, data []byte) (*ReduceCommit, error) {
+	var c ReduceCommit
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%w: reduce result: %v", ErrBadMessage, err)
+	}
+	if p, _, err := ParseOutputBlob(id, c.Blob); err != nil || p != partition || c.Partition != partition {
+		return nil, fmt.Errorf("%w: reduce result of partition %d names blob %q (partition %d)", ErrBadMessage, partition, Clip(c.Blob, 128), c.Partition)
+	}
+	if c.Records < 0 || c.Bytes < 0 {
+		return nil, fmt.Errorf("%w: reduce result of partition %d: negative counts", ErrBadMessage, partition)
+	}
+	return &c, nil
+}
+
+// ParseMapRunBlob returns the shard and attempt of a name made by MapRunBlob.
+func ParseMapRunBlob(id, name string) (shard, attempt int, err error) {
+	rest, ok := strings.CutPrefix(name, MapPrefix(id))
+	if !ok {
+		return 0, 0, fmt.Errorf("blob %q is not under %s", Clip(name, 128), MapPrefix(id))
+	}
+	s, a, ok := strings.Cut(rest, ".")
+	if shard, err = strconv.Atoi(s); err == nil && ok {
+		attempt, err = strconv.Atoi(a)
+	}
+	if err != nil || !ok || shard < 0 || attempt < 1 || MapRunBlob(id, shard, attempt) != name {
+		return 0, 0, fmt.Errorf("blob %q is not a map run's name", Clip(name, 128))
+	}
+	return shard, attempt, nil
+}
+
+// ParseOutputBlob returns the partition and attempt of a name made by OutputBlob.
+func ParseOutputBlob(id, name string) (partition, attempt int, err error) {
+	rest, ok := strings.CutPrefix(name, OutputPrefix(id)+"part-")
+	rest, ok2 := strings.CutSuffix(rest, "."+OutputFormat)
+	if !ok || !ok2 {
+		return 0, 0, fmt.Errorf("blob %q is not an output's name", Clip(name, 128))
+	}
+	p, a, ok := strings.Cut(rest, ".")
+	if partition, err = strconv.Atoi(p); err == nil && ok {
+		attempt, err = strconv.Atoi(a)
+	}
+	if err != nil || !ok || partition < 0 || attempt < 1 || OutputBlob(id, partition, attempt) != name {
+		return 0, 0, fmt.Errorf("blob %q is not an output's name", Clip(name, 128))
+	}
+	return partition, attempt, nil
+}
+
+// MapManifest is <job>/map-manifest: the committed map attempt of every shard, in shard order.
+// The leader stores it (from a stored checkpoint that commits every map task) before it
+// dispatches the reduce tasks, which read their partition's range of each blob.
+type MapManifest struct {
+	Job        string      `json:"job"`
+	Partitions int         `json:"partitions"`
+	Maps       []MapCommit `json:"maps"`
+}
+
+// DecodeMapManifest parses and checks the map manifest of job id: S maps, P partitions.
+func DecodeMapManifest(id string, shards, partitions int, data []byte) (*MapManifest, error) {
+	var m MapManifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("map manifest of job %s: %w", id, err)
+	}
+	if m.Job != id || m.Partitions != partitions || len(m.Maps) != shards {
+		return nil, fmt.Errorf("map manifest of job %s: job %q, %d partitions, %d maps; want %d and %d",
+			id, Clip(m.Job, 64), m.Partitions, len(m.Maps), partitions, shards)
+	}
+	for i, c := range m.Maps {
+		if s, _, err := ParseMapRunBlob(id, c.Blob); err != nil || s != i {
+			return nil, fmt.Errorf("map manifest of job %s: entry %d names %q", id, i, Clip(c.Blob, 128))
+		}
+		if err := checkOffsets(c.Offsets, partitions); err != nil {
+			return nil, fmt.Errorf("map manifest of job %s: entry %d: %v", id, i, err)
+		}
+	}
+	return &m, nil
+}

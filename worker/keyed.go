@@ -1,0 +1,173 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/shuffle"
+	"github.com/mapagg/mapagg/store"
+)
+
+// KeyedStore is what a keyed job's tasks need of the jobs container: streamed uploads (map runs,
+// outputs), ranged reads (a partition's run in each map blob) and whole reads (the map manifest).
+// *store.Container has it.
+type KeyedStore interface {
+	Streams() store.Streams
+	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
+	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
+	Exists(ctx context.Context, name string) (bool, error)
+	Delete(ctx context.Context, name string) error
+}
+
+var _ KeyedStore = (*store.Container)(nil)
+
+// DefaultMemoryBudget is a worker's memory for keyed tasks (map buffers, reduce merges), shared
+// by its slots: each running task gets the budget divided by Concurrency.
+const DefaultMemoryBudget = 128 << 20
+
+// keyedStats count what keyed tasks did (metrics: keyed_metrics.go).
+type keyedStats struct {
+	mapTasks, reduceTasks         atomic.Int64
+	spilledBytes, runsMerged      atomic.Int64
+	outputBytes, outputRecords    atomic.Int64
+	mapRunBytes, reduceInputBytes atomic.Int64
+	peakTaskMemory                atomic.Int64
+}
+
+func (s *keyedStats) peak(n int64) {
+	for {
+		old := s.peakTaskMemory.Load()
+		if n <= old || s.peakTaskMemory.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// taskBudget is one keyed task's share of the worker's memory budget.
+func (w *Worker) taskBudget() int64 {
+	return max(w.cfg.MemoryBudget/int64(w.cfg.Concurrency), shuffle.MinMemoryBytes)
+}
+
+// execution numbers a task's blob: not the delivery count, which starts at 1 again for a shard
+// re-dispatched by self-repair or a backup, so two executions could write the same name.
+func execution() int { return rand.IntN(1<<31-2) + 1 }
+
+// runKeyed runs one task of a keyed job and returns its result (a MapCommit or a ReduceCommit,
+// JSON). A panic in the job's code is an error (package jobs recovers it, with the stack).
+func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.ShardMsg, attempt int) ([]byte, error) {
+	kt, err := protocol.DecodeKeyedTask(m.Shard)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
+	}
+	ks, ok := w.store.(KeyedStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: this worker's store cannot stream (keyed jobs need blob storage)", jobs.ErrPermanent)
+	}
+	switch kt.Kind {
+	case protocol.TaskMap:
+		return w.mapTask(ctx, kj, ks, m, attempt, kt)
+	default:
+		return w.reduceTask(ctx, kj, ks, m, kt)
+	}
+}
+
+func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, attempt int, kt protocol.KeyedTask) ([]byte, error) {
+	name := protocol.MapRunBlob(m.Job, m.Index, execution())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pw := shuffle.PutWriter(ctx, ks.Streams(), name)
+	cs := shuffle.NewConcatSink(pw)
+	task := jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: kt.Shard}
+	cfg := shuffle.MapConfig{Partitions: kt.Partitions, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir}
+	stats, err := shuffle.Map(ctx, kj, w.env, task, cs.Sink(), cfg)
+	w.keyed.mapTasks.Add(1)
+	w.keyed.spilledBytes.Add(stats.SpilledBytes)
+	w.keyed.peak(stats.PeakMemory)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		return nil, err
+	}
+	if err := pw.Close(); err != nil {
+		return nil, fmt.Errorf("store map run %s: %w", name, err)
+	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
+	w.keyed.mapRunBytes.Add(stats.RunBytes)
+	if len(cs.Offsets) != kt.Partitions+1 {
+		return nil, fmt.Errorf("map run %s: %d partition offsets, want %d", name, len(cs.Offsets), kt.Partitions+1)
+	}
+	return json.Marshal(protocol.MapCommit{Blob: name, Offsets: cs.Offsets, Records: stats.Records})
+}
+
+func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, kt protocol.KeyedTask) ([]byte, error) {
+	data, _, err := ks.Get(ctx, protocol.MapManifestBlob(m.Job))
+	if err != nil {
+		return nil, fmt.Errorf("read the map manifest: %w", err)
+	}
+	man, err := protocol.DecodeMapManifest(m.Job, kt.MapShards, kt.Partitions, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
+	}
+	p := kt.Partition
+	runs := make([]shuffle.Opener, 0, len(man.Maps))
+	var input int64
+	for _, c := range man.Maps {
+		off, n := c.Offsets[p], c.Offsets[p+1]-c.Offsets[p]
+		if n == 0 {
+			return nil, fmt.Errorf("%w: map run %s has no run for partition %d", jobs.ErrPermanent, c.Blob, p)
+		}
+		input += n
+		runs = append(runs, func(ctx context.Context) (io.ReadCloser, error) { return ks.ReadRange(ctx, c.Blob, off, n) })
+	}
+	man = nil
+	name := protocol.OutputBlob(m.Job, p, execution())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pw := shuffle.PutWriter(ctx, ks.Streams(), name)
+	out, err := shuffle.NewOutputWriter(pw, shuffle.FormatJSONL)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		return nil, err
+	}
+	cfg := shuffle.ReduceConfig{Partition: p, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir}
+	stats, err := shuffle.Reduce(ctx, kj, runs, out, cfg)
+	w.keyed.reduceTasks.Add(1)
+	w.keyed.spilledBytes.Add(stats.SpilledBytes)
+	w.keyed.runsMerged.Add(int64(stats.RunsMerged))
+	w.keyed.reduceInputBytes.Add(input)
+	w.keyed.peak(stats.PeakMemory)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		return nil, err
+	}
+	if err := pw.Close(); err != nil {
+		return nil, fmt.Errorf("store output %s: %w", name, err)
+	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
+	w.keyed.outputBytes.Add(stats.OutputBytes)
+	w.keyed.outputRecords.Add(stats.OutputRecords)
+	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
+}
+
+// lateTask deletes the blob a task just stored if its job has succeeded meanwhile (a backup or
+// a redelivered attempt that outlived the job): the leader's clean-up listed the job's blobs
+// before this one existed.
+func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
+	ended, err := ks.Exists(ctx, protocol.ResultBlob(job))
+	if err != nil || !ended {
+		return nil
+	}
+	if err := ks.Delete(ctx, name); err != nil {
+		w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
+	}
+	return fmt.Errorf("%w: job %s ended while this task ran", jobs.ErrPermanent, job)
+}
