@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
@@ -75,8 +77,11 @@ func (r *runner) keyed(ctx context.Context) error {
 	}
 	defer r.rig.Stop(c)
 	k := &Keyed{Commands: map[string]string{
-		"keyed wordcount, Go baseline, status": "go run ./cmd/loadtest --scenarios keyed",
-		"dask":                                 "python3 " + daskScript + " --workers 2 CORPUS_DIR OUT_DIR (the corpus written locally by the scenario)",
+		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
+		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
+			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
+		"dask": strings.Join(rig.DaskCommand(daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
+			" (CORPUS_DIR: the 24 corpus blobs as local files, written by the scenario)",
 	}}
 	r.mu.Lock()
 	r.rep.Keyed = k
@@ -273,6 +278,20 @@ func keyedTargets(cfg *Config, rep *Report) []Target {
 	add("worker status with ten 100 MB-result jobs, median", "< 0.2 s", k.StatusMedianS, " s", k.StatusMedianS > 0 && k.StatusMedianS < 0.2,
 		speed && k.StatusMedianS > 0, "exec to exit, idle cluster")
 	return ts
+}
+
+// keyedNotes are the commands behind the keyed figures.
+func keyedNotes(rep *Report) []string {
+	k := rep.Keyed
+	if k == nil {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(k.Commands))
+	var out []string
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("Keyed scenario, %s: `%s`.", n, k.Commands[n]))
+	}
+	return out
 }
 
 // writeKeyedFigures adds the scenario's rows to the figures table.

@@ -217,7 +217,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 				strings.Join(ks, "; "), num(r.MakespanS), num(r.ReferenceS), r.Redone, r.Duplicates, res)
 		}
 	}
-	if notes := notes(rep); len(notes) > 0 {
+	if notes := append(notes(rep), keyedNotes(rep)...); len(notes) > 0 {
 		p("")
 		p("## Notes")
 		p("")
