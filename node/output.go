@@ -84,7 +84,7 @@ func (n *Node) newOutputFlags() *outputFlags {
 	f := &outputFlags{}
 	f.fs = n.newFlagSet("output")
 	f.common.register(f.fs)
-	f.fs.IntVar(&f.partition, "partition", -1, "write only this partition (0 to partitions-1); default all, in order")
+	f.fs.IntVar(&f.partition, "partition", -1, "write only this partition (0 to partitions-1); -1 writes all, in order")
 	f.fs.StringVar(&f.format, "format", client.FormatTSV, `record format: "tsv" (key<TAB>value; strings unquoted, \t \n \r \\ escaped) or "jsonl" ({"key":K,"value":V})`)
 	f.fs.StringVar(&f.out, "o", "", "write to this file (replaced only when the whole output is written) instead of stdout")
 	return f

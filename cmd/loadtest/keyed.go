@@ -36,8 +36,11 @@ type Keyed struct {
 	DaskMBPerS float64 `json:"dask_mb_per_s"`
 	DaskRatio  float64 `json:"dask_ratio"`
 	DaskError  string  `json:"dask_error,omitempty"`
-	// RSSRatio is the leader's peak RSS at the most keys ÷ at the fewest.
-	RSSRatio float64 `json:"leader_rss_ratio"`
+	// RSSRuns are the same jobs on workers with MEMORY_BUDGET=Budget; RSSRatio is their leader's
+	// peak RSS at the most keys ÷ at the fewest.
+	RSSRuns  []KeyedRun `json:"rss_runs"`
+	Budget   string     `json:"rss_memory_budget"`
+	RSSRatio float64    `json:"leader_rss_ratio"`
 	// StatusS is `worker status` wall times (exec to exit) with ten 100 MB-result jobs stored.
 	StatusS       []float64 `json:"status_s"`
 	StatusMedianS float64   `json:"status_median_s"`
@@ -48,6 +51,7 @@ type Keyed struct {
 // KeyedRun is one keyed wordcount.
 type KeyedRun struct {
 	Keys          int     `json:"keys"`
+	Budget        string  `json:"memory_budget"`
 	Bytes         int64   `json:"bytes"`
 	Blobs         int     `json:"blobs"`
 	Job           string  `json:"job"`
@@ -76,7 +80,7 @@ func (r *runner) keyed(ctx context.Context) error {
 		return err
 	}
 	defer r.rig.Stop(c)
-	k := &Keyed{Commands: map[string]string{
+	k := &Keyed{Budget: keyedRSSBudget, Commands: map[string]string{
 		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
 		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
 			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
@@ -87,18 +91,32 @@ func (r *runner) keyed(ctx context.Context) error {
 	r.rep.Keyed = k
 	r.mu.Unlock()
 	sizes := keyedSizes(cfg.Quick)
+	var corpora []*rig.WordCorpus
+	dir := filepath.Join(r.cfg.Dir, "keyed-corpus")
+	defer os.RemoveAll(dir)
 	for i, keys := range sizes {
-		biggest := i == len(sizes)-1
-		run, err := r.keyedRun(ctx, c, k, keys, biggest)
+		container := fmt.Sprintf("%s-kc%d", c.Options().Namespace, keys/1000)
+		local := ""
+		if i == len(sizes)-1 {
+			local = dir // the baselines' input
+		}
+		r.log.Logf("keyed: writing a corpus of %d distinct words", keys)
+		corpus, err := rig.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, local)
+		if err != nil {
+			return fmt.Errorf("corpus of %d words: %w", keys, err)
+		}
+		defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
+		corpora = append(corpora, corpus)
+	}
+	// At the worker's defaults: MB/s, and the baselines on the biggest corpus.
+	for i, corpus := range corpora {
+		run, err := r.keyedRun(ctx, c, k, corpus, i == len(corpora)-1)
 		k.Runs = append(k.Runs, run)
 		if err != nil {
 			return err
 		}
 	}
-	first, last := k.Runs[0], k.Runs[len(k.Runs)-1]
-	if first.LeaderPeakMiB > 0 {
-		k.RSSRatio = rig.Round3(last.LeaderPeakMiB / first.LeaderPeakMiB)
-	}
+	last := k.Runs[len(k.Runs)-1]
 	k.MBPerS = last.MBPerS
 	if last.GoS > 0 {
 		k.GoMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.GoS)
@@ -108,25 +126,37 @@ func (r *runner) keyed(ctx context.Context) error {
 		k.DaskMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.DaskS)
 		k.DaskRatio = rig.Round3(k.MBPerS / k.DaskMBPerS)
 	}
-	return r.keyedStatus(ctx, c, k)
+	r.rig.Stop(c)
+	// The leader's memory against the number of keys: the leader also runs tasks, whose memory
+	// grows up to the budget with the input; a budget both corpora fill leaves what grows with
+	// the keys.
+	cb, err := r.rig.Start(ctx, rig.Spec{Name: "keyed-rss", LeaseDuration: cfg.LeaseDuration, Env: []string{"MEMORY_BUDGET=" + keyedRSSBudget}})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(cb)
+	for _, corpus := range corpora {
+		run, err := r.keyedRun(ctx, cb, k, corpus, false)
+		run.Budget = keyedRSSBudget
+		k.RSSRuns = append(k.RSSRuns, run)
+		if err != nil {
+			return err
+		}
+	}
+	if first, last := k.RSSRuns[0], k.RSSRuns[len(k.RSSRuns)-1]; first.LeaderPeakMiB > 0 {
+		k.RSSRatio = rig.Round3(last.LeaderPeakMiB / first.LeaderPeakMiB)
+	}
+	return r.keyedStatus(ctx, cb, k)
 }
 
-// keyedRun writes a corpus of keys distinct words, counts it keyed on c while sampling RSS, and
-// checks every output record; on the biggest corpus it runs the baselines too.
-func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, keys int, baselines bool) (KeyedRun, error) {
-	run := KeyedRun{Keys: keys}
-	container := fmt.Sprintf("%s-kc%d", c.Options().Namespace, keys/1000)
-	dir := ""
-	if baselines {
-		dir = filepath.Join(r.cfg.Dir, "keyed-corpus")
-		defer os.RemoveAll(dir)
-	}
-	r.log.Logf("keyed: writing a corpus of %d distinct words", keys)
-	corpus, err := rig.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, dir)
-	if err != nil {
-		return run, fmt.Errorf("corpus of %d words: %w", keys, err)
-	}
-	defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
+// keyedRSSBudget is the workers' memory budget in the RSS runs.
+const keyedRSSBudget = "16MiB"
+
+// keyedRun counts corpus keyed on c while sampling RSS, and checks every output record; with
+// baselines it runs the Go and Dask counts of the same corpus too.
+func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, corpus *rig.WordCorpus, baselines bool) (KeyedRun, error) {
+	keys, container := corpus.Distinct, corpus.Container
+	run := KeyedRun{Keys: keys, Budget: "default"}
 	run.Bytes, run.Blobs = corpus.Bytes, corpus.Blobs
 	p, _ := json.Marshal(map[string]any{"container": container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
 	// The output is checked record by record below, not by Check: Check sees the manifest.
@@ -265,10 +295,11 @@ func keyedTargets(cfg *Config, rep *Report) []Target {
 	}
 	add("keyed wordcount MB/s ÷ single-process Go on 2 cores", "≥ 0.5", k.GoRatio, "×", k.GoRatio >= 0.5, speed && k.GoRatio > 0,
 		fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.GoMBPerS)))
-	if n := len(k.Runs); n > 1 {
-		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", k.Runs[n-1].Keys/1000, k.Runs[0].Keys/1000), "0.9–1.1", k.RSSRatio, "×",
+	if n := len(k.RSSRuns); n > 1 {
+		a, b := k.RSSRuns[0], k.RSSRuns[n-1]
+		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", b.Keys/1000, a.Keys/1000), "0.9–1.1", k.RSSRatio, "×",
 			k.RSSRatio >= 0.9 && k.RSSRatio <= 1.1, speed && k.RSSRatio > 0,
-			fmt.Sprintf("%s vs %s MiB", num(k.Runs[n-1].LeaderPeakMiB), num(k.Runs[0].LeaderPeakMiB)))
+			fmt.Sprintf("%s vs %s MiB; memory budget %s on every worker, the leader runs tasks too", num(b.LeaderPeakMiB), num(a.LeaderPeakMiB), k.Budget))
 	}
 	note := fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.DaskMBPerS))
 	if k.DaskError != "" {
@@ -300,11 +331,12 @@ func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
 	if k == nil {
 		return
 	}
-	for _, x := range k.Runs {
-		row(fmt.Sprintf("keyed wordcount, %dk keys, %.0f MB in %d blobs: MB/s", x.Keys/1000, float64(x.Bytes)/1e6, x.Blobs), single(x.MBPerS, x.MBPerS > 0))
-		row(fmt.Sprintf("keyed wordcount, %dk keys: leader peak RSS MiB", x.Keys/1000), single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
-		row(fmt.Sprintf("keyed wordcount, %dk keys: follower peak RSS MiB", x.Keys/1000), single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
-		row(fmt.Sprintf("keyed wordcount, %dk keys: every record read back (client.WriteOutput), s", x.Keys/1000), single(x.OutputS, x.OutputS > 0))
+	for _, x := range append(slices.Clone(k.Runs), k.RSSRuns...) {
+		at := fmt.Sprintf("keyed wordcount, %dk keys, budget %s", x.Keys/1000, x.Budget)
+		row(fmt.Sprintf("%s, %.0f MB in %d blobs: MB/s", at, float64(x.Bytes)/1e6, x.Blobs), single(x.MBPerS, x.MBPerS > 0))
+		row(at+": leader peak RSS MiB", single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
+		row(at+": follower peak RSS MiB", single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
+		row(at+": every record read back (client.WriteOutput), s", single(x.OutputS, x.OutputS > 0))
 	}
 	row("single-process Go word count, 2 goroutines: MB/s", single(k.GoMBPerS, k.GoMBPerS > 0))
 	row("Dask word count (dask.bag, 2 processes): MB/s", single(k.DaskMBPerS, k.DaskMBPerS > 0))

@@ -104,4 +104,14 @@ func TestEndToEnd(t *testing.T) {
 	if jl := cli(t, "output", id, "--partition", "0", "--format", "jsonl"); !strings.HasPrefix(jl, `{"key":"c`) {
 		t.Errorf("jsonl: %.80s", jl)
 	}
+	// A job whose input is this job's output (BlobInput's "job") reads its output blobs, found in
+	// the cluster's jobs container: here they are JSON lines, not customer,cents, so it fails
+	// naming the first one.
+	next, err := c.Client().Submit(ctx, "sales", json.RawMessage(fmt.Sprintf(`{"job": %q}`, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Wait(ctx, next); err != nil || st.State != jobs.StateFailed || !strings.Contains(st.Error, id+"/out/part-") {
+		t.Errorf("a job over the output of %s: %+v, %v", id, st, err)
+	}
 }
