@@ -648,7 +648,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	default:
 		_ = d.Ack()
 	}
-	if ka := j.keyedOf(); ka != nil && ka.nMaps == ka.S && !ka.manifest && !j.writing && j.cp.State == jobs.StateRunning {
+	if j.mapPhaseDone() && !j.writing && j.cp.State == jobs.StateRunning {
 		t.startWrite(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
 	}
 	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
@@ -810,7 +810,7 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 		t.retire(ctx, j)
 		return nil
 	}
-	if follow && j.dirty && (j.complete || j.cp.State.Terminal()) {
+	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
 		t.startWrite(ctx, j)
 	}
 	return nil

@@ -136,6 +136,13 @@ func (j *job) keyedOf() *keyedAgg {
 	return a
 }
 
+// mapPhaseDone: every map task of a keyed job is committed in memory and its manifest is not
+// written yet; the next checkpoint is due at once (the manifest follows it).
+func (j *job) mapPhaseDone() bool {
+	ka := j.keyedOf()
+	return ka != nil && ka.nMaps == ka.S && !ka.manifest
+}
+
 // runsKeyed asks the job's code (isolated) whether this job runs keyed.
 func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error) {
 	err = isolate(spec.Type, "runs keyed", func() error {

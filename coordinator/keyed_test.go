@@ -49,7 +49,7 @@ func (r *rig) keyedCorpus(blobs, lines int) (string, map[string]int64) {
 func (r *rig) keyedOutput(id string) (*protocol.OutputManifest, map[string]int64) {
 	r.t.Helper()
 	ctx := context.Background()
-	data, _, err := r.st.Get(ctx, protocol.ResultBlob(id))
+	data, err := r.cl.Result(ctx, id)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestKeyed_LeaderReplacedInBothPhases(t *testing.T) {
 	container, want := r.keyedCorpus(3, 2000)
 	l := r.lead(1)
 	for i := range 2 {
-		r.work(worker.Config{ID: fmt.Sprintf("w%d", i), Concurrency: 2, MapDelay: 40 * time.Millisecond, TempDir: t.TempDir()})
+		r.work(worker.Config{ID: fmt.Sprintf("w%d", i), Concurrency: 2, MapDelay: 150 * time.Millisecond, TempDir: t.TempDir()})
 	}
 	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":6,"shard_bytes":8000}`, container))
 	phase := func(want string, done int) func() bool {
@@ -182,7 +182,7 @@ func TestKeyed_LeaderReplacedInBothPhases(t *testing.T) {
 			return err == nil && rec.Phase == want && rec.PhaseDone >= done
 		}
 	}
-	eventually(t, 30*time.Second, "map phase under way", phase(protocol.PhaseMap, 2))
+	eventually(t, 30*time.Second, "map phase under way", phase(protocol.PhaseMap, 1))
 	if err := l.stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func (c Config) sleepJob() knownjobs.Job { return knownjobs.Sleep(c.Shards, c.Sh
 
 // mapDelay is the workers' map delay for j: ShardDelay for primes, none for sleep (it sleeps).
 func (c Config) mapDelay(j knownjobs.Job) time.Duration {
-	if j.Type == "primes" {
+	if j.Type == "primes" || j.Type == "wordcount" { // wordcount: the keyed faults' job (keyed.go)
 		return c.ShardDelay
 	}
 	return 0

@@ -35,7 +35,7 @@ func matrix() []fault {
 		}
 		return c.primesJob()
 	}
-	return []fault{
+	return append([]fault{
 		{name: "leader-kill", what: "the leader is killed (SIGKILL) mid-job and restarted", job: primesJob, inject: injectLeaderKill},
 		{name: "leader-stop", what: "the leader is stopped (SIGSTOP) past its lease, then continued (SIGCONT): it must find itself deposed", job: sleepJob, inject: injectLeaderStop},
 		{name: "nats-kill", what: "nats-server is killed (kill -9) mid-job and restarted on its port and store", job: sleepJob, inject: injectNATSKill},
@@ -58,7 +58,7 @@ func matrix() []fault {
 		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
 		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
-	}
+	}, keyedFaults()...) // keyed.go
 }
 
 func faultNames() []string {

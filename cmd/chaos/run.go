@@ -123,6 +123,10 @@ func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Durati
 	if err != nil {
 		return nil, err
 	}
+	if err := prepareKeyed(ctx, name, c); err != nil { // keyed.go
+		r.rig.Stop(c)
+		return nil, err
+	}
 	e := &env{r: r, name: name, c: c}
 	if e.q, err = queue.New(c.ConnStr, c.QueueName()); err != nil {
 		r.rig.Stop(c)

@@ -150,12 +150,11 @@ func TestKeyed5M_WordcountBlobOutput(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		c.Stop()
-		if t.Failed() {
-			for _, id := range []string{"w1", "w2", "w3"} {
-				if p := c.Proc(id); p != nil {
-					b, _ := os.ReadFile(p.LogPath)
-					t.Logf("--- %s (%s), last lines:\n%s", id, filepath.Base(p.LogPath), b[max(0, len(b)-3000):])
-				}
+		if t.Failed() || os.Getenv("MAPAGG_KEYED5M_LOGS") != "" {
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("--- %s, last lines:\n%s", filepath.Base(l), b[max(0, len(b)-6000):])
 			}
 		}
 	})
@@ -235,6 +234,8 @@ func TestKeyed5M_WordcountBlobOutput(t *testing.T) {
 
 	r := waitPhase(protocol.PhaseMap, 4)
 	kill(fmt.Sprintf("leader, map phase %d/%d", r.PhaseDone, r.PhaseTotal), leaderID())
+	r = waitPhase(protocol.PhaseReduce, 0)
+	t.Logf("%.1f s: reduce phase", time.Since(start).Seconds())
 	r = waitPhase(protocol.PhaseReduce, 1)
 	l := leaderID()
 	follower := "w1"
@@ -325,6 +326,11 @@ func TestKeyed5M_WordcountBlobOutput(t *testing.T) {
 		return true
 	}, "intermediates of %s left in storage", id)
 
+	for _, ev := range c.Events() {
+		if ev.Kind == cluster.Elected || ev.Kind == cluster.TermStarted || ev.Kind == cluster.JobFinished {
+			t.Logf("%.1f s: %s %s epoch %d %s", ev.Time.Sub(start).Seconds(), ev.Worker, ev.Kind, ev.Epoch, ev.Err)
+		}
+	}
 	var worst int64
 	for k, v := range rss.peak {
 		t.Logf("peak RSS %s: %.1f MiB", k, float64(v)/(1<<20))

@@ -1,0 +1,135 @@
+package rig
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs/jobstest"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Keyed jobs in tools: a generated corpus in a cluster's storage, the reference output of a
+// keyed wordcount over it (jobstest.CheckKeyed, in-process) and the cluster's output read back
+// from its output blobs.
+
+// KeyedCorpusContainer holds the generated corpus in a cluster's storage.
+const KeyedCorpusContainer = "keyed-corpus"
+
+// WriteKeyedCorpus stores blobs blobs of text (in/NN.txt) with about words distinct words, each
+// line a few words of a deterministic sequence, in c's storage.
+func WriteKeyedCorpus(ctx context.Context, c *cluster.Cluster, blobs, words int) error {
+	data := store.New(c.Blob(), KeyedCorpusContainer)
+	if err := data.Ensure(ctx); err != nil {
+		return err
+	}
+	for b := range blobs {
+		var buf bytes.Buffer
+		for i := range 3 * words / blobs {
+			k := (i*7919 + b*104729) % words
+			fmt.Fprintf(&buf, "k%d ünï%d", k, (i+b)%words)
+			if i%9 == 8 {
+				buf.WriteByte('\n')
+			} else {
+				buf.WriteByte(' ')
+			}
+		}
+		if _, err := data.Put(ctx, fmt.Sprintf("in/%02d.txt", b), buf.Bytes(), store.Cond{}); err != nil {
+			return fmt.Errorf("write the corpus: %w", err)
+		}
+	}
+	return nil
+}
+
+// KeyedWordcountParams are the parameters of a keyed wordcount over the corpus.
+func KeyedWordcountParams(partitions int, shardBytes int64) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":%d,"shard_bytes":%d}`,
+		KeyedCorpusContainer, partitions, shardBytes))
+}
+
+// KeyedReference is the output a keyed wordcount with params must give over c's corpus, from
+// jobstest.CheckKeyed (which also checks the job's contract), one line per record as the output
+// blobs hold them ({"key":K,"value":V}), partition after partition.
+func KeyedReference(c *cluster.Cluster, params json.RawMessage) ([]string, error) {
+	recs, err := jobstest.CheckKeyed(builtin.Wordcount{}.Keyed(), store.NewEnv(c.Blob()), string(params))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = fmt.Sprintf(`%d {"key":%s,"value":%s}`, r.Partition, r.Key, r.Value)
+	}
+	return out, nil
+}
+
+// KeyedOutput reads a keyed job's output as KeyedReference lists it, from its result (an
+// OutputManifest) and its output blobs in c's storage.
+func KeyedOutput(ctx context.Context, c *cluster.Cluster, result json.RawMessage) ([]string, error) {
+	var probe protocol.OutputManifest
+	if err := json.Unmarshal(result, &probe); err != nil || len(probe.Partitions) == 0 {
+		return nil, fmt.Errorf("result %s is not an output manifest", Clip(string(result), 200))
+	}
+	id, _, _ := strings.Cut(probe.Partitions[0].Blob, "/")
+	m, err := protocol.DecodeOutputManifest(id, result)
+	if err != nil {
+		return nil, err
+	}
+	jobsC := store.New(c.Blob(), c.JobsContainer())
+	var out []string
+	for _, p := range m.Partitions {
+		rc, err := jobsC.Streams().Get(ctx, p.Blob)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(rc)
+		for sc.Scan() {
+			out = append(out, fmt.Sprintf("%d %s", p.Partition, sc.Text()))
+		}
+		rc.Close()
+		if err := sc.Err(); err != nil {
+			return nil, fmt.Errorf("read %s: %w", p.Blob, err)
+		}
+	}
+	return out, nil
+}
+
+// SameOutput says how got differs from want, or nil.
+func SameOutput(got, want []string) error {
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			return fmt.Errorf("output record %d is %q, want %q", i, Clip(got[i], 120), Clip(want[i], 120))
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("%d output records, want %d", len(got), len(want))
+	}
+	return nil
+}
+
+// KeyedLeftovers lists what job id left in c's jobs container besides its metadata and the
+// outputs its manifest names (nil result: none are kept).
+func KeyedLeftovers(ctx context.Context, c *cluster.Cluster, id string, result json.RawMessage) ([]string, error) {
+	keep := map[string]bool{protocol.SpecBlob(id): true, protocol.CheckpointBlob(id): true, protocol.ResultBlob(id): true}
+	if m, err := protocol.DecodeOutputManifest(id, result); err == nil {
+		for _, p := range m.Partitions {
+			keep[p.Blob] = true
+		}
+	}
+	blobs, err := store.New(c.Blob(), c.JobsContainer()).List(ctx, id+"/")
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, b := range blobs {
+		if !keep[b.Name] {
+			left = append(left, b.Name)
+		}
+	}
+	return left, nil
+}

@@ -1,0 +1,102 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestKeyedTask_RoundTrip(t *testing.T) {
+	for _, kt := range []KeyedTask{
+		{Kind: TaskMap, Partitions: 8, Shard: []byte(`{"b":"x"}`)},
+		{Kind: TaskMap, Partitions: 1},
+		{Kind: TaskReduce, Partitions: 8, Partition: 7, MapShards: 24},
+	} {
+		b := EncodeKeyedTask(kt)
+		if !IsKeyedTask(b) {
+			t.Fatalf("%+v: not recognized", kt)
+		}
+		got, err := DecodeKeyedTask(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Kind != kt.Kind || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || !bytes.Equal(got.Shard, kt.Shard) {
+			t.Fatalf("%+v became %+v", kt, got)
+		}
+	}
+	for _, bad := range [][]byte{nil, []byte("{}"), {0xFF, 'K'}, {0xFF, 'K', 'X', 1}, {0xFF, 'K', 'R', 2, 2, 0}, {0xFF, 'K', 'M', 0}, {0xFF, 'K', 'R', 2, 1, 3, 9}} {
+		if _, err := DecodeKeyedTask(bad); err == nil {
+			t.Errorf("%q decoded", bad)
+		}
+	}
+}
+
+// Commits name only their own task's blobs, with sane offsets.
+func TestKeyedCommits_Checked(t *testing.T) {
+	id := "20260101-000000-abcdef01"
+	ok, _ := json.Marshal(MapCommit{Blob: MapRunBlob(id, 3, 77), Offsets: []int64{0, 33, 70}, Records: 2})
+	if _, err := DecodeMapCommit(id, 3, 2, ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []MapCommit{
+		{Blob: MapRunBlob(id, 4, 77), Offsets: []int64{0, 33, 70}},
+		{Blob: MapRunBlob("20260101-000000-abcdef02", 3, 77), Offsets: []int64{0, 33, 70}},
+		{Blob: id + "/map/3.x", Offsets: []int64{0, 33, 70}},
+		{Blob: MapRunBlob(id, 3, 77), Offsets: []int64{0, 70, 33}},
+		{Blob: MapRunBlob(id, 3, 77), Offsets: []int64{1, 33, 70}},
+		{Blob: MapRunBlob(id, 3, 77), Offsets: []int64{0, 70}},
+	} {
+		b, _ := json.Marshal(c)
+		if _, err := DecodeMapCommit(id, 3, 2, b); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	rc, _ := json.Marshal(ReduceCommit{Partition: 1, Blob: OutputBlob(id, 1, 5), Records: 3, Bytes: 40})
+	if _, err := DecodeReduceCommit(id, 1, rc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeReduceCommit(id, 2, rc); err == nil {
+		t.Error("a reduce commit of partition 1 accepted for partition 2")
+	}
+	if p, a, err := ParseOutputBlob(id, OutputBlob(id, 12, 345)); err != nil || p != 12 || a != 345 {
+		t.Errorf("ParseOutputBlob: %d %d %v", p, a, err)
+	}
+}
+
+func FuzzDecodeKeyedTask(f *testing.F) {
+	f.Add(EncodeKeyedTask(KeyedTask{Kind: TaskMap, Partitions: 8, Shard: []byte("x")}))
+	f.Add(EncodeKeyedTask(KeyedTask{Kind: TaskReduce, Partitions: 8, Partition: 3, MapShards: 10}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		kt, err := DecodeKeyedTask(data)
+		if err != nil {
+			return
+		}
+		again, err := DecodeKeyedTask(EncodeKeyedTask(kt))
+		if err != nil || again.Kind != kt.Kind || again.Partitions != kt.Partitions || again.Partition != kt.Partition ||
+			again.MapShards != kt.MapShards || !bytes.Equal(again.Shard, kt.Shard) {
+			t.Fatalf("%+v does not round-trip: %+v %v", kt, again, err)
+		}
+	})
+}
+
+func FuzzDecodeKeyedCommits(f *testing.F) {
+	id := "20260101-000000-abcdef01"
+	mc, _ := json.Marshal(MapCommit{Blob: MapRunBlob(id, 0, 1), Offsets: []int64{0, 5, 9}})
+	man, _ := json.Marshal(MapManifest{Job: id, Partitions: 2, Maps: []MapCommit{{Blob: MapRunBlob(id, 0, 1), Offsets: []int64{0, 5, 9}}}})
+	f.Add(mc)
+	f.Add(man)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if c, err := DecodeMapCommit(id, 0, 2, data); err == nil {
+			if !strings.HasPrefix(c.Blob, MapPrefix(id)) || len(c.Offsets) != 3 {
+				t.Fatalf("accepted %+v", c)
+			}
+		}
+		if m, err := DecodeMapManifest(id, 1, 2, data); err == nil && len(m.Maps) != 1 {
+			t.Fatalf("accepted %+v", m)
+		}
+		if c, err := DecodeReduceCommit(id, 0, data); err == nil && !strings.HasPrefix(c.Blob, OutputPrefix(id)) {
+			t.Fatalf("accepted %+v", c)
+		}
+	})
+}
