@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
-	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 const scKeyed = "keyed"
@@ -152,76 +146,33 @@ func (r *runner) keyed(ctx context.Context) error {
 // keyedRSSBudget is the workers' memory budget in the RSS runs.
 const keyedRSSBudget = "16MiB"
 
-// keyedRun counts corpus keyed on c while sampling RSS, and checks every output record; with
-// baselines it runs the Go and Dask counts of the same corpus too.
+// keyedRun counts corpus keyed on c, checking every record; with baselines it runs the Go and
+// Dask counts of the same corpus too.
 func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, corpus *rig.WordCorpus, baselines bool) (KeyedRun, error) {
-	keys, container := corpus.Distinct, corpus.Container
-	run := KeyedRun{Keys: keys, Budget: "default"}
-	run.Bytes, run.Blobs = corpus.Bytes, corpus.Blobs
-	p, _ := json.Marshal(map[string]any{"container": container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
-	// The output is checked record by record below, not by Check: Check sees the manifest.
-	job := knownjobs.Job{Type: "wordcount", Params: p, Check: func(res json.RawMessage) error {
-		var m client.OutputManifest
-		if !protocol.IsOutputManifest(res) || json.Unmarshal(res, &m) != nil {
-			return fmt.Errorf("result %.80s is not an output manifest", res)
-		}
-		if m.Records != int64(keys) {
-			return fmt.Errorf("manifest of %d records, want %d", m.Records, keys)
-		}
-		return nil
-	}}
-	rss := rig.SampleRSS(ctx, c, 100*time.Millisecond)
-	id, start, err := rig.Submit(ctx, c, job)
-	if err != nil {
-		rss.Stop()
-		return run, err
-	}
-	run.Job = id
-	o, err := rig.Await(ctx, c, job, id, start, 3*r.cfg.JobTimeout, nil)
-	run.LeaderPeakMiB, run.WorkerPeakMiB, _ = rss.Stop()
+	run := KeyedRun{Keys: corpus.Distinct, Budget: "default", Bytes: corpus.Bytes, Blobs: corpus.Blobs}
+	kw, err := rig.RunKeyedWordcount(ctx, c, corpus, 3*r.cfg.JobTimeout)
+	run.Job, run.LeaderPeakMiB, run.WorkerPeakMiB, run.OutputS = kw.ID, kw.LeaderPeakMiB, kw.FollowerPeakMiB, kw.OutputS
 	if err != nil {
 		return run, err
 	}
-	if o.Exact {
-		t0 := time.Now()
-		if err := corpus.CheckOutput(ctx, c.Client, id); err != nil {
-			o.Exact, o.Problem = false, fmt.Sprintf("job %s: output: %v", id, err)
-		}
-		run.OutputS = rig.Round3(time.Since(t0).Seconds())
-	}
-	r.account(o)
-	run.Exact = o.Exact
-	if o.Makespan > 0 {
-		run.MakespanS = rig.Round3(o.Makespan.Seconds())
-		run.MBPerS = rig.Round3(float64(run.Bytes) / 1e6 / o.Makespan.Seconds())
+	r.account(kw.Outcome)
+	run.Exact = kw.Exact
+	if kw.Makespan > 0 {
+		run.MakespanS = rig.Round3(kw.Makespan.Seconds())
+		run.MBPerS = rig.Round3(float64(run.Bytes) / 1e6 / kw.Makespan.Seconds())
 	}
 	r.log.Logf("keyed wordcount, %d keys, %.0f MB: %.2f s = %.1f MB/s, leader peak %.0f MiB, followers %.0f MiB, exact %v %s",
-		keys, float64(run.Bytes)/1e6, run.MakespanS, run.MBPerS, run.LeaderPeakMiB, run.WorkerPeakMiB, o.Exact, o.Problem)
+		run.Keys, float64(run.Bytes)/1e6, run.MakespanS, run.MBPerS, run.LeaderPeakMiB, run.WorkerPeakMiB, kw.Exact, kw.Problem)
 	if !baselines {
 		return run, nil
 	}
-	out := filepath.Join(r.cfg.Dir, "keyed-go.tsv")
-	f, err := os.Create(out)
-	if err != nil {
-		return run, err
-	}
-	d, err := rig.CountWordsGo(ctx, c.Blob(), corpus, 2, f)
-	f.Close()
-	if err == nil {
-		err = checkFile(corpus, out)
-	}
-	os.Remove(out)
+	d, err := corpus.GoBaseline(ctx, c.Blob(), 2, r.cfg.Dir)
 	if err != nil {
 		return run, fmt.Errorf("go baseline: %w", err)
 	}
 	run.GoS = rig.Round3(d.Seconds())
 	r.log.Logf("keyed: single-process Go, 2 goroutines: %.2f s = %.1f MB/s", run.GoS, float64(run.Bytes)/1e6/run.GoS)
-	daskOut := filepath.Join(r.cfg.Dir, "keyed-dask")
-	defer os.RemoveAll(daskOut)
-	dr, err := rig.RunDask(ctx, daskScript, corpus, daskOut, 2)
-	if err == nil {
-		err = checkDir(corpus, daskOut)
-	}
+	dr, err := corpus.DaskBaseline(ctx, daskScript, 2, r.cfg.Dir)
 	if err != nil {
 		k.DaskError = err.Error()
 		r.errorf("keyed: dask: %v", err)
@@ -230,33 +181,6 @@ func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, cor
 	run.DaskS = dr.Seconds
 	r.log.Logf("keyed: dask.bag, 2 processes: %.2f s = %.1f MB/s", run.DaskS, float64(run.Bytes)/1e6/run.DaskS)
 	return run, nil
-}
-
-func checkFile(corpus *rig.WordCorpus, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return corpus.CheckCounts(f)
-}
-
-// checkDir checks the part files under dir together.
-func checkDir(corpus *rig.WordCorpus, dir string) error {
-	names, err := filepath.Glob(filepath.Join(dir, "part-*"))
-	if err != nil || len(names) == 0 {
-		return fmt.Errorf("no part files in %s (%v)", dir, err)
-	}
-	var rs []io.Reader
-	for _, n := range names {
-		f, err := os.Open(n)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		rs = append(rs, f)
-	}
-	return corpus.CheckCounts(io.MultiReader(rs...))
 }
 
 // keyedStatus stores ten jobs with 100 MB results and times `worker status` (the list) on the

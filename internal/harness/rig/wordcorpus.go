@@ -21,6 +21,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -433,4 +434,94 @@ func TimeCommand(ctx context.Context, c *cluster.Cluster, runs int, args ...stri
 		out = append(out, Round3(time.Since(start).Seconds()))
 	}
 	return out, nil
+}
+
+// KeyedWordcount is how a keyed wordcount of a WordCorpus went.
+type KeyedWordcount struct {
+	Outcome
+	LeaderPeakMiB, FollowerPeakMiB float64
+	OutputS                        float64 // reading and checking every output record
+}
+
+// RunKeyedWordcount submits wordcount with "output":"blob" over wc on c, samples the workers'
+// RSS until it ends, and checks every output record: Exact means the manifest and each word's
+// count are right.
+func RunKeyedWordcount(ctx context.Context, c *cluster.Cluster, wc *WordCorpus, timeout time.Duration) (KeyedWordcount, error) {
+	p, _ := json.Marshal(map[string]any{"container": wc.Container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
+	job := knownjobs.Job{Type: "wordcount", Params: p, Check: func(res json.RawMessage) error {
+		var m protocol.OutputManifest
+		if !protocol.IsOutputManifest(res) || json.Unmarshal(res, &m) != nil {
+			return fmt.Errorf("result %.80s is not an output manifest", res)
+		}
+		if m.Records != int64(wc.Distinct) {
+			return fmt.Errorf("manifest of %d records, want %d", m.Records, wc.Distinct)
+		}
+		return nil
+	}}
+	var kw KeyedWordcount
+	rss := SampleRSS(ctx, c, 100*time.Millisecond)
+	id, start, err := Submit(ctx, c, job)
+	if err != nil {
+		rss.Stop()
+		return kw, err
+	}
+	kw.Outcome, err = Await(ctx, c, job, id, start, timeout, nil)
+	kw.LeaderPeakMiB, kw.FollowerPeakMiB, _ = rss.Stop()
+	if err != nil || !kw.Exact {
+		return kw, err
+	}
+	t0 := time.Now()
+	if err := wc.CheckOutput(ctx, c.Client, id); err != nil {
+		kw.Exact, kw.Problem = false, fmt.Sprintf("job %s: output: %v", id, err)
+	}
+	kw.OutputS = Round3(time.Since(t0).Seconds())
+	return kw, nil
+}
+
+// GoBaseline runs CountWordsGo with workers goroutines into a file under dir, checks every count
+// and removes the file.
+func (wc *WordCorpus) GoBaseline(ctx context.Context, bc *azblob.Client, workers int, dir string) (time.Duration, error) {
+	out := filepath.Join(dir, "wordcount-go.tsv")
+	f, err := os.Create(out)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(out)
+	d, err := CountWordsGo(ctx, bc, wc, workers, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = wc.CheckFiles(out)
+	}
+	return d, err
+}
+
+// DaskBaseline runs RunDask into a folder under dir, checks every count and removes the folder.
+func (wc *WordCorpus) DaskBaseline(ctx context.Context, script string, workers int, dir string) (*DaskResult, error) {
+	out := filepath.Join(dir, "wordcount-dask")
+	defer os.RemoveAll(out)
+	res, err := RunDask(ctx, script, wc, out, workers)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := filepath.Glob(filepath.Join(out, "part-*"))
+	if err != nil || len(parts) == 0 {
+		return nil, fmt.Errorf("dask wrote no part files in %s (%v)", out, err)
+	}
+	return res, wc.CheckFiles(parts...)
+}
+
+// CheckFiles checks word<TAB>count files together against the corpus.
+func (wc *WordCorpus) CheckFiles(paths ...string) error {
+	var rs []io.Reader
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rs = append(rs, f)
+	}
+	return wc.CheckCounts(io.MultiReader(rs...))
 }

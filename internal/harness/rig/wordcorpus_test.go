@@ -47,7 +47,13 @@ func TestWordCorpus_Baselines(t *testing.T) {
 			t.Errorf("%s: CheckCounts accepted it", name)
 		}
 	}
+	if d, err := wc.GoBaseline(ctx, bc, 2, dir); err != nil || d <= 0 {
+		t.Fatalf("GoBaseline: %v, %v", d, err)
+	}
 	script, _ := filepath.Abs("../../../scripts/dask_wordcount.py")
+	if r, err := wc.DaskBaseline(ctx, script, 2, dir); err != nil || r.Seconds <= 0 {
+		t.Fatalf("DaskBaseline: %+v, %v", r, err)
+	}
 	res, err := RunDask(ctx, script, wc, filepath.Join(dir, "dask"), 2)
 	if err != nil {
 		t.Fatal(err)
