@@ -436,6 +436,10 @@ func (c *Client) result(ctx context.Context, id string) (json.RawMessage, error)
 	if err != nil {
 		return nil, err
 	}
+	if cp.ResultStored { // the copy was stored meanwhile, and dropped from the checkpoint
+		data, _, err := c.Store.Get(ctx, protocol.ResultBlob(id))
+		return data, err
+	}
 	return cp.Result, nil
 }
 

@@ -34,8 +34,27 @@ func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cp.State != jobs.StateSucceeded || len(cp.Result) == 0 || len(cp.Aggregate) != 0 || cp.DoneCount != cp.Total {
+	if cp.State != jobs.StateSucceeded || len(cp.Result) == 0 && !cp.ResultStored || len(cp.Aggregate) != 0 || cp.DoneCount != cp.Total {
 		t.Fatalf("final checkpoint: state %s, %d result bytes, %d aggregate bytes, %d of %d done",
 			cp.State, len(cp.Result), len(cp.Aggregate), cp.DoneCount, cp.Total)
+	}
+	// Once the copy is stored, the result is dropped from the checkpoint: stored once (issue 19).
+	eventually(t, 10*time.Second, "result dropped from the checkpoint", func() bool {
+		data, _, err := r.st.Get(context.Background(), protocol.CheckpointBlob(id))
+		cp, derr := protocol.DecodeCheckpoint(data)
+		return err == nil && derr == nil && cp.ResultStored && len(cp.Result) == 0
+	})
+	res, _, err := r.st.Get(context.Background(), protocol.ResultBlob(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, res, st.Result)
+	if rec := r.record(id); rec.State != jobs.StateSucceeded || rec.Seq != cp.Seq {
+		t.Fatalf("status record after the rewrite: %+v", rec)
+	}
+	if got, err := r.cl.Result(context.Background(), id); err != nil {
+		t.Fatal(err)
+	} else {
+		sameJSON(t, got, st.Result)
 	}
 }

@@ -103,6 +103,7 @@ type term struct {
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
 	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
+	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -245,6 +246,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
 		writes: make(chan written, 64), stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
+		keyedLost: make(chan keyedLoss, 16),
 	}
 }
 
@@ -326,6 +328,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			}
 		case ev := <-t.dispatched:
 			t.onDispatched(ev)
+		case l := <-t.keyedLost:
+			t.onKeyedLoss(ctx, l) // keyed.go
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:

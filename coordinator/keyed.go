@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -214,8 +215,9 @@ func (t *term) keyedAdopt(ctx context.Context, j *job) {
 		j.gate.Store(int64(ka.S) + 1)
 		return
 	}
-	// The checkpoint just claimed commits every map task.
-	if !ka.manifest {
+	// The checkpoint just claimed commits every map task (a job with every task done needs no
+	// manifest: it finalizes).
+	if !ka.manifest && !j.complete {
 		j.gate.Store(int64(ka.S) + 1)
 		t.writeManifest(ctx, j, ka)
 	}
@@ -247,7 +249,17 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 	go func() {
 		defer t.cleanups.Done()
 		for {
-			_, err := t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
+			lost, err := t.lostRuns(ctx, m.Maps)
+			if err == nil && len(lost) > 0 {
+				select {
+				case t.keyedLost <- keyedLoss{job: j.id, blobs: lost}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			if err == nil {
+				_, err = t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
+			}
 			if err == nil {
 				break
 			}
@@ -262,6 +274,71 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 		j.gate.Store(0)
 		j.wake()
 	}()
+}
+
+// keyedLoss: committed map runs of a job that storage no longer has (or has cut short).
+type keyedLoss struct {
+	job   string
+	blobs map[int]string // shard → its committed blob
+}
+
+// lostRuns checks that every committed map run is stored whole (a HEAD each): a storage
+// rollback (Azurite's kill -9 loses its last seconds of writes) can lose a run whose commit
+// survived in a later checkpoint.
+func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int]string, error) {
+	lost := map[int]string{}
+	for i, c := range maps {
+		p, err := t.store.Props(ctx, c.Blob)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			lost[i] = c.Blob
+		case err != nil:
+			return nil, err
+		case p.Size != c.Offsets[len(c.Offsets)-1]:
+			lost[i] = c.Blob
+		}
+	}
+	return lost, nil
+}
+
+// onKeyedLoss takes back the commits of lost map runs and dispatches their tasks again; the
+// manifest is written once they are committed again.
+func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
+	j, ok := t.active[l.job]
+	if !ok || j.cp.State.Terminal() {
+		return
+	}
+	ka := j.keyedOf()
+	if ka == nil {
+		return
+	}
+	var idx []int
+	for s, blob := range l.blobs {
+		if c := ka.maps[s]; c != nil && c.Blob == blob {
+			ka.maps[s] = nil
+			ka.nMaps--
+			j.done.Remove(uint32(s))
+			j.merged.Add(-1)
+			idx = append(idx, s)
+		}
+	}
+	ka.manifest = false
+	j.dirty, j.complete = true, false
+	sort.Ints(idx)
+	t.log.Warn("committed map runs are gone from storage (a rollback?); running their tasks again", "job", j.id, "shards", idx)
+	if len(idx) == 0 {
+		return
+	}
+	src, err := t.source(j)
+	if err != nil {
+		t.fail(j, wrapOp("dispatch", err))
+		return
+	}
+	t.dispatchers.Add(1)
+	go func(id, typ string, epoch uint64, round, per int) {
+		defer t.dispatchers.Done()
+		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
+	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
 }
 
 // cleanupKeyed deletes an ended keyed job's intermediates, found by listing (so a leader after a

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +269,38 @@ func TestKeyed_ReducePanicFailsTheJobOnly(t *testing.T) {
 	if len(keys) == 0 || got["alpha"] == 0 {
 		t.Fatalf("next job's output: %v", keys)
 	}
+}
+
+// lossyStore reports the first committed map run it is asked about as gone: what a storage
+// rollback does to a run whose commit survived (Azurite cannot lose one on demand).
+type lossyStore struct {
+	Store
+	lost atomic.Int32
+}
+
+func (s *lossyStore) Props(ctx context.Context, name string) (store.Props, error) {
+	if strings.Contains(name, "/map/") && s.lost.CompareAndSwap(0, 1) {
+		return store.Props{}, fmt.Errorf("stat %s: %w", name, store.ErrNotFound)
+	}
+	return s.Store.Props(ctx, name)
+}
+
+// A committed map run found gone before the manifest is written is taken back and its task run
+// again: the output is exact.
+func TestKeyed_LostMapRunRunAgain(t *testing.T) {
+	r := newRig(t)
+	container, want := r.keyedCorpus(3, 1500)
+	ls := &lossyStore{Store: r.st}
+	r.leadOn(1, ls, func(*Config) {})
+	r.work(worker.Config{Concurrency: 2, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2,"shard_bytes":20000}`, container))
+	if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	if ls.lost.Load() != 1 {
+		t.Fatal("no map run was reported lost")
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	r.noLeftovers(id, m)
 }

@@ -403,13 +403,16 @@ func (t *term) conflict(ctx context.Context, id string) error {
 // rest to the next one (claim calls cleanup for terminal jobs still marked active).
 func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 	id := cp.Job
-	if cp.State == jobs.StateSucceeded {
+	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
 		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
 			t.log.Warn("write result copy", "job", id, "err", err)
 			return // keep the marker: the next pass retries
 		}
-	} else if err := t.bus.PurgeJob(ctx, id); err != nil {
-		t.log.Warn("purge shards", "job", id, "err", err)
+		t.dropResult(ctx, cp) // result.go
+	} else if cp.State != jobs.StateSucceeded {
+		if err := t.bus.PurgeJob(ctx, id); err != nil {
+			t.log.Warn("purge shards", "job", id, "err", err)
+		}
 	}
 	if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
 		for _, p := range parts {

@@ -2,8 +2,13 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/mapagg/mapagg/worker"
 )
 
 // registerKeyedFlags adds the keyed jobs' settings: the memory of keyed tasks and the default
@@ -61,4 +66,23 @@ func parseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size: use bytes, or a number with KiB, MiB or GiB (e.g. 256MiB), up to 1TiB", s)
 	}
 	return n * mult, nil
+}
+
+// memoryLimitHeadroom is what a worker needs beside its keyed tasks' budget: the runtime, NATS
+// and storage clients, shard and result buffers.
+const memoryLimitHeadroom = 128 << 20
+
+// setMemoryLimit sets the Go runtime's soft memory limit to the keyed budget plus headroom,
+// unless GOMEMLIMIT is set: without it the collector lets the heap grow to twice what keyed
+// tasks hold before it runs.
+func setMemoryLimit(budget int64, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if budget == 0 {
+		budget = worker.DefaultMemoryBudget
+	}
+	limit := budget + memoryLimitHeadroom
+	debug.SetMemoryLimit(limit)
+	log.Debug("memory limit", "bytes", limit)
 }

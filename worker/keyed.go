@@ -21,7 +21,7 @@ type KeyedStore interface {
 	Streams() store.Streams
 	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
 	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
-	Exists(ctx context.Context, name string) (bool, error)
+	Props(ctx context.Context, name string) (store.Props, error)
 	Delete(ctx context.Context, name string) error
 }
 
@@ -158,12 +158,15 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
 }
 
-// lateTask deletes the blob a task just stored if its job has succeeded meanwhile (a backup or
-// a redelivered attempt that outlived the job): the leader's clean-up listed the job's blobs
-// before this one existed.
+// lateTask deletes the blob a task just stored if its job has ended meanwhile (a backup or a
+// redelivered attempt that outlived the job, a cancelled job's task): the leader's clean-up may
+// have listed the job's blobs before this one existed. The job's status record says (a HEAD).
 func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
-	ended, err := ks.Exists(ctx, protocol.ResultBlob(job))
-	if err != nil || !ended {
+	p, err := ks.Props(ctx, protocol.CheckpointBlob(job))
+	if err != nil {
+		return nil
+	}
+	if rec, err := protocol.DecodeStatusRecord(p.Meta); err != nil || !rec.State.Terminal() {
 		return nil
 	}
 	if err := ks.Delete(ctx, name); err != nil {

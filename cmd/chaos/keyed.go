@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
@@ -114,34 +112,11 @@ func (k *keyedRun) check(params, res json.RawMessage) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("output exact, but left in storage: %s", clip(strings.Join(left, ", "), 300))
+	return fmt.Errorf("output exact, but left in storage: %s", rig.Clip(strings.Join(left, ", "), 300))
 }
 
-// keyedPhase waits for the job to be in phase with at least done of its tasks done.
 func keyedPhase(ctx context.Context, f *faultRun, phase string, done int, within time.Duration) (*protocol.StatusRecord, error) {
-	until := time.Now().Add(within)
-	for {
-		st := f.e.status(ctx, f.id)
-		if st != nil && st.State.Terminal() {
-			return nil, fmt.Errorf("job ended (%s) before phase %s", st.State, phase)
-		}
-		if r := keyedRecord(ctx, f); r != nil && r.Phase == phase && r.PhaseDone >= done {
-			return r, nil
-		}
-		if time.Now().After(until) || ctx.Err() != nil {
-			return nil, fmt.Errorf("job not in phase %s with %d done within %v", phase, done, within)
-		}
-		sleep(ctx, 20*time.Millisecond)
-	}
-}
-
-func keyedRecord(ctx context.Context, f *faultRun) *protocol.StatusRecord {
-	p, err := f.e.c.Client.Store.Props(ctx, protocol.CheckpointBlob(f.id))
-	if err != nil {
-		return nil
-	}
-	r, _ := protocol.DecodeStatusRecord(p.Meta)
-	return r
+	return rig.WaitPhase(ctx, f.c, f.id, phase, done, within)
 }
 
 func injectKeyedLeaderKillMap(ctx context.Context, f *faultRun) error {
@@ -169,26 +144,26 @@ func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 		if leader {
 			victims = append(victims, l)
 		}
-		for _, id := range f.e.c.Running() {
+		for _, id := range f.c.Running() {
 			if id != l {
 				victims = append(victims, id)
 				break
 			}
 		}
 		for _, id := range victims {
-			if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
+			if _, err := f.c.Signal(id, syscall.SIGKILL); err != nil {
 				return err
 			}
 		}
 		for _, id := range victims {
-			if _, err := f.e.c.StartWorker(id); err != nil {
+			if _, err := f.c.StartWorker(id); err != nil {
 				return err
 			}
 		}
 		f.healed = time.Now()
 		f.note("reduce phase %d/%d: killed %s (leader %s, epoch %d)", r.PhaseDone, r.PhaseTotal, strings.Join(victims, ", "), l, epoch)
 		if leader {
-			ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+			ev, err := rig.WaitElected(ctx, f.c, epoch, 3*f.r.cfg.LeaseDuration)
 			if err != nil {
 				return err
 			}
@@ -202,32 +177,13 @@ func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 // a reduce commit for partition 0, each naming a blob of a forged attempt. Unauthenticated, they
 // must be dead-lettered, never committed.
 func injectKeyedForged(ctx context.Context, f *faultRun) error {
-	r := keyedRecord(ctx, f)
-	st := f.e.status(ctx, f.id)
+	r, st := rig.KeyedRecord(ctx, f.c, f.id), rig.Status(ctx, f.c, f.id)
 	if r == nil || st == nil || st.PlanEpoch == 0 || r.Phase != protocol.PhaseMap {
 		return fmt.Errorf("cannot read the job's map phase and plan epoch")
 	}
-	maps := r.PhaseTotal
-	offsets := make([]int64, keyedPartitions+1)
-	mc, _ := json.Marshal(protocol.MapCommit{Blob: protocol.MapRunBlob(f.id, maps-1, 7), Offsets: offsets})
-	rc, _ := json.Marshal(protocol.ReduceCommit{Partition: 0, Blob: protocol.OutputBlob(f.id, 0, 7)})
-	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-forger"))
-	if err != nil {
+	if err := rig.PublishForgedCommits(f.c, f.id, st.PlanEpoch, r.PhaseTotal, keyedPartitions); err != nil {
 		return err
 	}
-	defer nc.Close()
-	for _, m := range []protocol.ResultMsg{
-		{Job: f.id, Index: maps - 1, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: mc},
-		{Job: f.id, Index: maps, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: rc},
-	} {
-		data, err := m.Encode()
-		if err != nil {
-			return err
-		}
-		if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
-			return err
-		}
-	}
-	f.note("published a forged map commit (task %d) and reduce commit (partition 0), plan epoch %d", maps-1, st.PlanEpoch)
-	return nc.Flush()
+	f.note("published a forged map commit (task %d) and reduce commit (partition 0), plan epoch %d", r.PhaseTotal-1, st.PlanEpoch)
+	return nil
 }

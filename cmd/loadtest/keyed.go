@@ -218,14 +218,14 @@ func keyedTargets(cfg *Config, rep *Report) []Target {
 		ts = append(ts, Target{Name: name, Want: want, Value: value, Unit: unit, Met: met, Judged: judged, Note: note})
 	}
 	add("keyed wordcount MB/s ÷ single-process Go on 2 cores", "≥ 0.5", k.GoRatio, "×", k.GoRatio >= 0.5, speed && k.GoRatio > 0,
-		fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.GoMBPerS)))
+		fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.GoMBPerS)))
 	if n := len(k.RSSRuns); n > 1 {
 		a, b := k.RSSRuns[0], k.RSSRuns[n-1]
 		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", b.Keys/1000, a.Keys/1000), "0.9–1.1", k.RSSRatio, "×",
 			k.RSSRatio >= 0.9 && k.RSSRatio <= 1.1, speed && k.RSSRatio > 0,
-			fmt.Sprintf("%s vs %s MiB; memory budget %s on every worker, the leader runs tasks too", num(b.LeaderPeakMiB), num(a.LeaderPeakMiB), k.Budget))
+			fmt.Sprintf("%s vs %s MiB; memory budget %s on every worker, the leader runs tasks too", rig.Num(b.LeaderPeakMiB), rig.Num(a.LeaderPeakMiB), k.Budget))
 	}
-	note := fmt.Sprintf("%s vs %s MB/s", num(k.MBPerS), num(k.DaskMBPerS))
+	note := fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.DaskMBPerS))
 	if k.DaskError != "" {
 		note = "dask did not run: " + rig.Clip(k.DaskError, 120)
 	}

@@ -54,7 +54,10 @@ type Checkpoint struct {
 	Duplicates int64           `json:"duplicates"`
 	Error      string          `json:"error,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
-	Seq        uint64          `json:"seq"`
+	// ResultStored: the result is in <job>/result.json only (dropped from the checkpoint once
+	// the copy was stored, so it is stored once).
+	ResultStored bool   `json:"result_stored,omitempty"`
+	Seq          uint64 `json:"seq"`
 	// Phase is a keyed job's stage ("map", "reduce"), with its progress; empty for other jobs.
 	Phase      string     `json:"phase,omitempty"`
 	PhaseDone  int        `json:"phase_done,omitempty"`

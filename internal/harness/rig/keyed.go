@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
@@ -132,4 +135,58 @@ func KeyedLeftovers(ctx context.Context, c *cluster.Cluster, id string, result j
 		}
 	}
 	return left, nil
+}
+
+// KeyedRecord reads job id's status record (a HEAD), nil while it cannot be read.
+func KeyedRecord(ctx context.Context, c *cluster.Cluster, id string) *protocol.StatusRecord {
+	p, err := c.Client.Store.Props(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return nil
+	}
+	r, _ := protocol.DecodeStatusRecord(p.Meta)
+	return r
+}
+
+// WaitPhase waits until keyed job id is in phase with at least done of its tasks done.
+func WaitPhase(ctx context.Context, c *cluster.Cluster, id, phase string, done int, within time.Duration) (*protocol.StatusRecord, error) {
+	until := time.Now().Add(within)
+	for {
+		r := KeyedRecord(ctx, c, id)
+		if r != nil && r.State.Terminal() {
+			return nil, fmt.Errorf("job ended (%s) before phase %s", r.State, phase)
+		}
+		if r != nil && r.Phase == phase && r.PhaseDone >= done {
+			return r, nil
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return nil, fmt.Errorf("job not in phase %s with %d done within %v", phase, done, within)
+		}
+		_ = Sleep(ctx, 20*time.Millisecond)
+	}
+}
+
+// PublishForgedCommits publishes from a plain NATS client (without the cluster key) a map
+// commit for map task maps-1 and a reduce commit for partition 0 of keyed job id, each naming a
+// blob of a forged attempt, with the job's plan epoch.
+func PublishForgedCommits(c *cluster.Cluster, id string, planEpoch uint64, maps, partitions int) error {
+	mc, _ := json.Marshal(protocol.MapCommit{Blob: protocol.MapRunBlob(id, maps-1, 7), Offsets: make([]int64, partitions+1)})
+	rc, _ := json.Marshal(protocol.ReduceCommit{Partition: 0, Blob: protocol.OutputBlob(id, 0, 7)})
+	nc, err := nats.Connect(c.NATSURL, nats.Name("forger"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	for _, m := range []protocol.ResultMsg{
+		{Job: id, Index: maps - 1, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: mc},
+		{Job: id, Index: maps, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: rc},
+	} {
+		data, err := m.Encode()
+		if err != nil {
+			return err
+		}
+		if err := nc.Publish(c.Names().ResultSubject(id), data); err != nil {
+			return err
+		}
+	}
+	return nc.Flush()
 }

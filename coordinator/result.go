@@ -1,0 +1,39 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
+)
+
+// dropResult stores a succeeded job's result once: after clean-up stored its copy
+// (<job>/result.json), the terminal checkpoint is written again without it, marked
+// ResultStored. The rewrite is If-Match on the checkpoint as read with its status record, and
+// only if that record is this checkpoint's (same seq and writer epoch): a checkpoint anyone
+// changed since is left as it is (its result then stays in both, as before). The status record
+// is kept as it was. A failure here costs only space.
+func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint) {
+	if len(cp.Result) == 0 {
+		return
+	}
+	name := protocol.CheckpointBlob(cp.Job)
+	p, err := t.store.Props(ctx, name)
+	if err != nil {
+		return
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	if err != nil || rec.Seq != cp.Seq || rec.Epoch != cp.WriterEpoch || rec.State != cp.State {
+		return
+	}
+	next := *cp
+	next.Result, next.ResultStored, next.Done, next.Aggregate = nil, true, nil, nil
+	data, err := next.Encode()
+	if err != nil {
+		return
+	}
+	if _, err := t.store.PutMeta(ctx, name, data, p.Meta, store.Cond{IfMatch: p.ETag}); err != nil && !errors.Is(err, store.ErrConflict) {
+		t.log.Warn("drop the result from the final checkpoint", "job", cp.Job, "err", err)
+	}
+}
