@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // BlobRange is a shard of blob input: Length bytes of blob Blob in Container, from Offset.
@@ -31,24 +33,47 @@ const DefaultShardBytes = 1 << 20
 // BlobInput is the parameters of a job whose input is blobs: use it as a TypedJob's parameters,
 // or embed it in yours (its fields then appear at the top level of the JSON, and your Validate
 // should call BlobInput.Validate). Split cuts the blobs into BlobRanges, one per shard.
+//
+// The blobs are either a container's (Container and Prefix) or a finished keyed job's output
+// (Job): then Lines reads its records, one JSON line each (SplitRecord splits one).
 type BlobInput struct {
-	// Container holds the input blobs. Required; a valid Azure container name.
-	Container string `json:"container" jobs:"required"`
+	// Container holds the input blobs. Required unless Job is set; a valid Azure container name.
+	Container string `json:"container,omitempty"`
 	// Prefix selects the blobs whose names start with it. Optional, default "" (all); at most
-	// 1,024 bytes.
+	// 1,024 bytes. Not with Job.
 	Prefix string `json:"prefix,omitempty"`
+	// Job is the id of a succeeded keyed job whose output blobs are the input, instead of
+	// Container and Prefix.
+	Job string `json:"job,omitempty"`
 	// ShardBytes is the size of a shard's range. Optional, default 1 MiB; at most 1 GiB.
 	ShardBytes int64 `json:"shard_bytes,omitempty"`
 }
 
 // Validate checks the fields without touching storage; errors are *ParamError.
 func (in BlobInput) Validate() error {
+	if in.Job != "" {
+		if in.Container != "" || in.Prefix != "" {
+			return BadParam("job", `"job" reads a job's output: give it without "container" and "prefix" (got container %q, prefix %q)`,
+				in.Container, in.Prefix)
+		}
+		if !jobIDPattern(in.Job) {
+			return BadParam("job", `"job" must be a job id such as 20261121-120000-0123abcd (got %q)`, in.Job)
+		}
+		return in.validateShardBytes()
+	}
+	if in.Container == "" {
+		return BadParam("container", `"container" is required (or "job", the id of a keyed job whose output to read)`)
+	}
 	if reason := ContainerNameProblem(in.Container); reason != "" {
 		return BadParam("container", `"container" %s (got %q)`, reason, in.Container)
 	}
 	if len(in.Prefix) > 1024 {
 		return BadParam("prefix", `"prefix" must be at most 1024 bytes (got %d)`, len(in.Prefix))
 	}
+	return in.validateShardBytes()
+}
+
+func (in BlobInput) validateShardBytes() error {
 	if in.ShardBytes < 0 || in.ShardBytes > MaxRangeBytes {
 		return BadParam("shard_bytes", `"shard_bytes" must be between 1 and %d (1 GiB), or 0 for the default (got %d)`,
 			MaxRangeBytes, in.ShardBytes)
@@ -61,6 +86,9 @@ func (in BlobInput) Split(ctx context.Context, env Env) ([]BlobRange, error) {
 	size := in.ShardBytes
 	if size == 0 {
 		size = DefaultShardBytes
+	}
+	if in.Job != "" {
+		return splitJobOutput(ctx, env, in.Job, size)
 	}
 	return SplitBlobs(ctx, env, in.Container, in.Prefix, size)
 }
@@ -197,4 +225,166 @@ func readLine(br *bufio.Reader, buf *[]byte, max int) ([]byte, int, error) {
 		}
 		return line, n, err
 	}
+}
+
+// A job's output, as BlobInput.Job reads it. These mirror internal/protocol's OutputManifest
+// (which imports this package), checked equal by a test.
+const (
+	// DefaultJobsContainer is where job results are when the Env does not say (JobsEnv).
+	DefaultJobsContainer = "jobs"
+	outputKind           = "keyed-output"
+	outputFormat         = "jsonl"
+	maxManifestBytes     = 64 << 20
+)
+
+// JobsEnv is the optional interface of an Env that knows the cluster's jobs container, where
+// BlobInput.Job finds a job's output manifest. The worker's Env has it.
+type JobsEnv interface {
+	Env
+	JobsContainer() string
+}
+
+// jobIDPattern reports whether id can be a job id (internal/protocol.CheckID's rule).
+func jobIDPattern(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// jobOutput is the part of a keyed job's OutputManifest that its readers use.
+type jobOutput struct {
+	Kind       string `json:"kind"`
+	Format     string `json:"format"`
+	Container  string `json:"container"`
+	Partitions []struct {
+		Partition int    `json:"partition"`
+		Blob      string `json:"blob"`
+		Bytes     int64  `json:"bytes"`
+	} `json:"partitions"`
+}
+
+// DecodeJobOutput decodes job id's stored result as an output manifest and returns its
+// container and its blobs in partition order, with their sizes. A result that is a value, not a
+// manifest, is an error that says so.
+func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobInfo, err error) {
+	var m jobOutput
+	if err := json.Unmarshal(result, &m); err != nil || m.Kind != outputKind {
+		return "", nil, fmt.Errorf("job %s has no output blobs: its result is a value (an aggregate job), not a keyed job's output", id)
+	}
+	if m.Format != outputFormat {
+		return "", nil, fmt.Errorf("output of job %s: format %q, want %q", id, m.Format, outputFormat)
+	}
+	if reason := ContainerNameProblem(m.Container); reason != "" {
+		return "", nil, fmt.Errorf("output of job %s: container %q: %s", id, m.Container, reason)
+	}
+	for i, p := range m.Partitions {
+		if p.Partition != i || !strings.HasPrefix(p.Blob, id+"/out/") || p.Bytes < 0 {
+			return "", nil, fmt.Errorf("output of job %s: bad entry %d (partition %d, blob %q, %d bytes)", id, i, p.Partition, p.Blob, p.Bytes)
+		}
+		blobs = append(blobs, BlobInfo{Name: p.Blob, Size: p.Bytes})
+	}
+	return m.Container, blobs, nil
+}
+
+// splitJobOutput cuts the output blobs of job id into ranges of size bytes.
+func splitJobOutput(ctx context.Context, env Env, id string, size int64) ([]BlobRange, error) {
+	jobsC := DefaultJobsContainer
+	if je, ok := env.(JobsEnv); ok {
+		jobsC = je.JobsContainer()
+	}
+	name := id + "/result.json"
+	rc, err := env.ReadRange(ctx, jobsC, name, 0, maxManifestBytes+1)
+	if err != nil {
+		return nil, fmt.Errorf("input job %s: read its result %s/%s (has it succeeded? is it a keyed job?): %w", id, jobsC, name, err)
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, fmt.Errorf("input job %s: read its result %s/%s: %w", id, jobsC, name, err)
+	}
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("input job %s: its result is over %d bytes: not an output manifest", id, maxManifestBytes)
+	}
+	container, blobs, err := DecodeJobOutput(id, data)
+	if err != nil {
+		return nil, fmt.Errorf("input job: %w", err)
+	}
+	var ranges []BlobRange
+	for _, b := range blobs {
+		for off := int64(0); off < b.Size; off += size {
+			if len(ranges) == MaxShards {
+				return nil, fmt.Errorf("input job %s: more than %d ranges of %d bytes: use a larger shard_bytes", id, MaxShards, size)
+			}
+			ranges = append(ranges, BlobRange{Container: container, Blob: b.Name, Offset: off, Length: min(size, b.Size-off)})
+		}
+	}
+	if len(ranges) == 0 {
+		return nil, fmt.Errorf("input job %s: its output has no records", id)
+	}
+	return ranges, nil
+}
+
+// SplitRecord splits an output record, a line {"key":K,"value":V} as a keyed job's output blobs
+// hold it, into the JSON texts of its key and value (sub-slices of line). It checks the shape, not
+// that K and V are valid JSON: AppendTSVField and json.Unmarshal do.
+func SplitRecord(line []byte) (key, value []byte, err error) {
+	const head, mid = `{"key":`, `,"value":`
+	if !bytes.HasPrefix(line, []byte(head)) || len(line) < len(head)+len(mid)+3 || line[len(line)-1] != '}' {
+		return nil, nil, fmt.Errorf("output record %.60q: want {\"key\":K,\"value\":V}", line)
+	}
+	rest := line[len(head) : len(line)-1]
+	n := jsonValueEnd(rest)
+	if n <= 0 || !bytes.HasPrefix(rest[n:], []byte(mid)) || len(rest) == n+len(mid) {
+		return nil, nil, fmt.Errorf("output record %.60q: want {\"key\":K,\"value\":V}", line)
+	}
+	return rest[:n], rest[n+len(mid):], nil
+}
+
+// jsonValueEnd returns the length of the compact JSON value at the start of b, or 0 if it has
+// none: a string to its closing quote, an object or array to its matching bracket, a literal or
+// number to the next ',', '}' or ']'.
+func jsonValueEnd(b []byte) int {
+	if len(b) == 0 {
+		return 0
+	}
+	depth, inStr := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inStr:
+			if c == '\\' {
+				i++
+			} else if c == '"' {
+				inStr = false
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		case c == '"':
+			inStr = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case c == ',' && depth == 0:
+			return i
+		}
+	}
+	if depth == 0 && !inStr {
+		return len(b)
+	}
+	return 0
 }

@@ -166,8 +166,7 @@ func TestBlobInput_Params(t *testing.T) {
 		t.Fatalf("DecodeParams = %+v, %v, %v", p, present, err)
 	}
 	for _, tt := range []struct{ params, field, msg string }{
-		{`{"width": 3}`, "container", `"container" is required`},
-		{`{"container": "data", "Prefix": "x"}`, "Prefix", `unknown field "Prefix"; allowed fields: container, prefix, shard_bytes, width`},
+		{`{"container": "data", "Prefix": "x"}`, "Prefix", `unknown field "Prefix"; allowed fields: container, job, prefix, shard_bytes, width`},
 		{`{"container": "data", "shard_bytes": "x"}`, "shard_bytes", `"shard_bytes" must be an integer (got string)`},
 	} {
 		_, err := jobs.DecodeParams("h", []byte(tt.params), &withInput{})
@@ -180,6 +179,11 @@ func TestBlobInput_Params(t *testing.T) {
 		in    jobs.BlobInput
 		field string
 	}{
+		{jobs.BlobInput{}, "container"},
+		{jobs.BlobInput{Container: "data", Job: "20261125-120000-0000beef"}, "job"},
+		{jobs.BlobInput{Prefix: "x/", Job: "20261125-120000-0000beef"}, "job"},
+		{jobs.BlobInput{Job: "Not/An-ID"}, "job"},
+		{jobs.BlobInput{Job: "20261125-120000-0000beef", ShardBytes: -1}, "shard_bytes"},
 		{jobs.BlobInput{Container: "Data"}, "container"},
 		{jobs.BlobInput{Container: "ab"}, "container"},
 		{jobs.BlobInput{Container: "a--b"}, "container"},

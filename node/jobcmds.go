@@ -33,7 +33,7 @@ func (f *jobFlags) parseJob(args []string, stderr io.Writer) (string, error) {
 }
 
 func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
-	f := n.newJobFlags("result")
+	f := n.newResultFlags()
 	defer func() { err = f.explain(ctx, err) }()
 	id, err := f.parseJob(args, stderr)
 	if err != nil {
@@ -50,8 +50,7 @@ func (n *Node) resultCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n", res)
-	return nil
+	return n.printResult(stdout, id, res, f.json)
 }
 
 func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {

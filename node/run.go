@@ -180,7 +180,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	defer releaseID()
 	_ = kc.check(ctx)
 
-	env := store.NewEnv(blobClient)
+	env := store.NewEnv(blobClient).WithJobsContainer(cfg.JobsContainer)
 	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
 	if err != nil {
 		return err

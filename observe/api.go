@@ -67,6 +67,7 @@ var apiRoutes = []route{
 	{"GET", APIPrefix + "/jobs", false, (*Server).apiList},
 	{"GET", APIPrefix + "/jobs/{id}", false, (*Server).apiJob},
 	{"GET", APIPrefix + "/jobs/{id}/result", false, (*Server).apiResult},
+	{"GET", APIPrefix + "/jobs/{id}/output", false, (*Server).apiOutput},
 	{"POST", APIPrefix + "/jobs/{id}/cancel", true, (*Server).apiCancel},
 	{"DELETE", APIPrefix + "/jobs/{id}", true, (*Server).apiDelete},
 	{"POST", APIPrefix + "/jobs/{id}/retry", true, (*Server).apiRetry},

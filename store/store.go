@@ -281,10 +281,26 @@ func translate(op string, err error) error {
 }
 
 // Env gives jobs read access to any container of the account (jobs.Env).
-type Env struct{ client *azblob.Client }
+type Env struct {
+	client *azblob.Client
+	jobs   string
+}
 
 // NewEnv returns a jobs.Env over client.
 func NewEnv(client *azblob.Client) *Env { return &Env{client: client} }
+
+// WithJobsContainer returns a copy of e that names the cluster's jobs container (jobs.JobsEnv),
+// where a jobs.BlobInput with a Job reads that job's output manifest.
+func (e *Env) WithJobsContainer(name string) *Env { c := *e; c.jobs = name; return &c }
+
+// JobsContainer implements jobs.JobsEnv: the container WithJobsContainer named, or
+// jobs.DefaultJobsContainer.
+func (e *Env) JobsContainer() string {
+	if e.jobs == "" {
+		return jobs.DefaultJobsContainer
+	}
+	return e.jobs
+}
 
 var _ jobs.Env = (*Env)(nil)
 

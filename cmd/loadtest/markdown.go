@@ -88,6 +88,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), rig.Summarize(xs))
 		}
 	}
+	writeKeyedFigures(row, rep)
 	if st := rep.Straggler; st != nil {
 		for _, x := range []*StragglerRun{&st.StragglerRun, st.Small} {
 			if x == nil {
@@ -177,7 +178,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 				killsText(r), rig.Num(r.MakespanS), rig.Num(r.ReferenceS), r.Redone, r.Duplicates, resultText(r))
 		}
 	}
-	if notes := notes(rep); len(notes) > 0 {
+	if notes := append(notes(rep), keyedNotes(rep)...); len(notes) > 0 {
 		m.Section("Notes")
 		for _, n := range notes {
 			p("- %s", n)

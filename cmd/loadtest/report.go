@@ -28,6 +28,7 @@ type Report struct {
 	Failover    Failover     `json:"failover"`
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
 	FailClasses []FailClass  `json:"failure_classes,omitempty"`
+	Keyed       *Keyed       `json:"keyed,omitempty"`
 
 	// RedoneShards counts shards run more than once in the failover runs: redelivered after a
 	// kill (attempt > 1), or completed again.

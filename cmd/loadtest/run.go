@@ -87,6 +87,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scNATSCluster, r.natsClusterRun},
 		{"failure classes", r.failClasses},
 		{scLoaded, r.loaded},
+		{scKeyed, r.keyed},
 	}
 	var runErr error
 	for _, s := range steps {

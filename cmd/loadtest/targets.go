@@ -75,6 +75,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		add("3-node NATS cluster (R3), a node killed mid-job: exact (1 = yes)", "1", b2f(n.Exact), "", n.Exact && n.DownS > 0, true, fmt.Sprintf("%.2f s lost", n.TimeLostS))
 	}
 	classTargets(cfg, rep, add)
+	ts = append(ts, keyedTargets(cfg, rep)...)
 	add("wrong results", "0", float64(rep.WrongResults), "", rep.WrongResults == 0, true, "")
 	add("lost jobs", "0", float64(rep.LostJobs), "", rep.LostJobs == 0, true, "")
 	if rep.Failover.Crash != nil || rep.Failover.Graceful != nil || rep.WorkerCrash != nil {

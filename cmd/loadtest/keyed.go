@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+)
+
+const scKeyed = "keyed"
+
+// daskScript is the Dask word count, run from the repository's root as `make bench` does.
+const daskScript = "scripts/dask_wordcount.py"
+
+// Keyed is the keyed scenario: wordcount with "output":"blob" over corpora of 1M and 5M
+// distinct words, against a single-process Go count and Dask on the 5M corpus, and `worker
+// status` with ten 100 MB-result jobs listed.
+type Keyed struct {
+	Runs []KeyedRun `json:"runs"`
+	// The figures of the biggest corpus, MB = 10^6 bytes.
+	MBPerS     float64 `json:"mb_per_s"`
+	GoMBPerS   float64 `json:"go_mb_per_s"`
+	GoRatio    float64 `json:"go_ratio"`
+	DaskMBPerS float64 `json:"dask_mb_per_s"`
+	DaskRatio  float64 `json:"dask_ratio"`
+	DaskError  string  `json:"dask_error,omitempty"`
+	// RSSRuns are the same jobs on workers with MEMORY_BUDGET=Budget; RSSRatio is their leader's
+	// peak RSS at the most keys ÷ at the fewest.
+	RSSRuns  []KeyedRun `json:"rss_runs"`
+	Budget   string     `json:"rss_memory_budget"`
+	RSSRatio float64    `json:"leader_rss_ratio"`
+	// StatusS is `worker status` wall times (exec to exit) with ten 100 MB-result jobs stored.
+	StatusS       []float64 `json:"status_s"`
+	StatusMedianS float64   `json:"status_median_s"`
+	// Commands reproduce each figure.
+	Commands map[string]string `json:"commands"`
+}
+
+// KeyedRun is one keyed wordcount.
+type KeyedRun struct {
+	Keys          int     `json:"keys"`
+	Budget        string  `json:"memory_budget"`
+	Bytes         int64   `json:"bytes"`
+	Blobs         int     `json:"blobs"`
+	Job           string  `json:"job"`
+	MakespanS     float64 `json:"makespan_s"`
+	MBPerS        float64 `json:"mb_per_s"`
+	LeaderPeakMiB float64 `json:"leader_peak_rss_mib"`
+	WorkerPeakMiB float64 `json:"follower_peak_rss_mib"`
+	OutputS       float64 `json:"output_read_s"` // client.WriteOutput of every record, checked
+	Exact         bool    `json:"exact"`
+	GoS           float64 `json:"go_s,omitempty"`
+	DaskS         float64 `json:"dask_s,omitempty"`
+}
+
+// keyedSizes are the corpora's distinct words.
+func keyedSizes(quick bool) []int {
+	if quick {
+		return []int{20_000, 100_000}
+	}
+	return []int{1_000_000, 5_000_000}
+}
+
+func (r *runner) keyed(ctx context.Context) error {
+	cfg := r.cfg
+	c, err := r.rig.Start(ctx, rig.Spec{Name: "keyed", LeaseDuration: cfg.LeaseDuration})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(c)
+	k := &Keyed{Budget: keyedRSSBudget, Commands: map[string]string{
+		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
+		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
+			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
+		"dask": strings.Join(rig.DaskCommand(daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
+			" (CORPUS_DIR: the 24 corpus blobs as local files, written by the scenario)",
+	}}
+	r.mu.Lock()
+	r.rep.Keyed = k
+	r.mu.Unlock()
+	sizes := keyedSizes(cfg.Quick)
+	var corpora []*rig.WordCorpus
+	dir := filepath.Join(r.cfg.Dir, "keyed-corpus")
+	defer os.RemoveAll(dir)
+	for i, keys := range sizes {
+		container := fmt.Sprintf("%s-kc%d", c.Options().Namespace, keys/1000)
+		local := ""
+		if i == len(sizes)-1 {
+			local = dir // the baselines' input
+		}
+		r.log.Logf("keyed: writing a corpus of %d distinct words", keys)
+		corpus, err := rig.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, local)
+		if err != nil {
+			return fmt.Errorf("corpus of %d words: %w", keys, err)
+		}
+		defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
+		corpora = append(corpora, corpus)
+	}
+	// At the worker's defaults: MB/s, and the baselines on the biggest corpus.
+	for i, corpus := range corpora {
+		run, err := r.keyedRun(ctx, c, k, corpus, i == len(corpora)-1)
+		k.Runs = append(k.Runs, run)
+		if err != nil {
+			return err
+		}
+	}
+	last := k.Runs[len(k.Runs)-1]
+	k.MBPerS = last.MBPerS
+	if last.GoS > 0 {
+		k.GoMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.GoS)
+		k.GoRatio = rig.Round3(k.MBPerS / k.GoMBPerS)
+	}
+	if last.DaskS > 0 {
+		k.DaskMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.DaskS)
+		k.DaskRatio = rig.Round3(k.MBPerS / k.DaskMBPerS)
+	}
+	r.rig.Stop(c)
+	// The leader's memory against the number of keys: the leader also runs tasks, whose memory
+	// grows up to the budget with the input; a budget both corpora fill leaves what grows with
+	// the keys.
+	cb, err := r.rig.Start(ctx, rig.Spec{Name: "keyed-rss", LeaseDuration: cfg.LeaseDuration, Env: []string{"MEMORY_BUDGET=" + keyedRSSBudget}})
+	if err != nil {
+		return err
+	}
+	defer r.rig.Stop(cb)
+	for _, corpus := range corpora {
+		run, err := r.keyedRun(ctx, cb, k, corpus, false)
+		run.Budget = keyedRSSBudget
+		k.RSSRuns = append(k.RSSRuns, run)
+		if err != nil {
+			return err
+		}
+	}
+	if first, last := k.RSSRuns[0], k.RSSRuns[len(k.RSSRuns)-1]; first.LeaderPeakMiB > 0 {
+		k.RSSRatio = rig.Round3(last.LeaderPeakMiB / first.LeaderPeakMiB)
+	}
+	return r.keyedStatus(ctx, cb, k)
+}
+
+// keyedRSSBudget is the workers' memory budget in the RSS runs.
+const keyedRSSBudget = "16MiB"
+
+// keyedRun counts corpus keyed on c, checking every record; with baselines it runs the Go and
+// Dask counts of the same corpus too.
+func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, corpus *rig.WordCorpus, baselines bool) (KeyedRun, error) {
+	run := KeyedRun{Keys: corpus.Distinct, Budget: "default", Bytes: corpus.Bytes, Blobs: corpus.Blobs}
+	kw, err := rig.RunKeyedWordcount(ctx, c, corpus, 3*r.cfg.JobTimeout)
+	run.Job, run.LeaderPeakMiB, run.WorkerPeakMiB, run.OutputS = kw.ID, kw.LeaderPeakMiB, kw.FollowerPeakMiB, kw.OutputS
+	if err != nil {
+		return run, err
+	}
+	r.account(kw.Outcome)
+	run.Exact = kw.Exact
+	if kw.Makespan > 0 {
+		run.MakespanS = rig.Round3(kw.Makespan.Seconds())
+		run.MBPerS = rig.Round3(float64(run.Bytes) / 1e6 / kw.Makespan.Seconds())
+	}
+	r.log.Logf("keyed wordcount, %d keys, %.0f MB: %.2f s = %.1f MB/s, leader peak %.0f MiB, followers %.0f MiB, exact %v %s",
+		run.Keys, float64(run.Bytes)/1e6, run.MakespanS, run.MBPerS, run.LeaderPeakMiB, run.WorkerPeakMiB, kw.Exact, kw.Problem)
+	if !baselines {
+		return run, nil
+	}
+	d, err := corpus.GoBaseline(ctx, c.Blob(), 2, r.cfg.Dir)
+	if err != nil {
+		return run, fmt.Errorf("go baseline: %w", err)
+	}
+	run.GoS = rig.Round3(d.Seconds())
+	r.log.Logf("keyed: single-process Go, 2 goroutines: %.2f s = %.1f MB/s", run.GoS, float64(run.Bytes)/1e6/run.GoS)
+	dr, err := corpus.DaskBaseline(ctx, daskScript, 2, r.cfg.Dir)
+	if err != nil {
+		k.DaskError = err.Error()
+		r.errorf("keyed: dask: %v", err)
+		return run, nil
+	}
+	run.DaskS = dr.Seconds
+	r.log.Logf("keyed: dask.bag, 2 processes: %.2f s = %.1f MB/s", run.DaskS, float64(run.Bytes)/1e6/run.DaskS)
+	return run, nil
+}
+
+// keyedStatus stores ten jobs with 100 MB results and times `worker status` (the list) on the
+// idle cluster.
+func (r *runner) keyedStatus(ctx context.Context, c *cluster.Cluster, k *Keyed) error {
+	size := 100 << 20
+	if r.cfg.Quick {
+		size = 1 << 20
+	}
+	r.log.Logf("keyed: storing ten jobs with %d MiB results", size>>20)
+	if _, err := rig.PutBigResultJobs(ctx, c, 10, size); err != nil {
+		return fmt.Errorf("big results: %w", err)
+	}
+	xs, err := rig.TimeCommand(ctx, c, 7, "status")
+	if err != nil {
+		return err
+	}
+	k.StatusS = xs
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	k.StatusMedianS = s[len(s)/2]
+	r.log.Logf("keyed: worker status with ten big-result jobs: median %.3f s (%v)", k.StatusMedianS, xs)
+	return nil
+}
+
+// keyedTargets judges issue 19's targets.
+func keyedTargets(cfg *Config, rep *Report) []Target {
+	k := rep.Keyed
+	if k == nil {
+		return nil
+	}
+	speed := !cfg.Quick
+	var ts []Target
+	add := func(name, want string, value float64, unit string, met, judged bool, note string) {
+		ts = append(ts, Target{Name: name, Want: want, Value: value, Unit: unit, Met: met, Judged: judged, Note: note})
+	}
+	add("keyed wordcount MB/s ÷ single-process Go on 2 cores", "≥ 0.5", k.GoRatio, "×", k.GoRatio >= 0.5, speed && k.GoRatio > 0,
+		fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.GoMBPerS)))
+	if n := len(k.RSSRuns); n > 1 {
+		a, b := k.RSSRuns[0], k.RSSRuns[n-1]
+		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", b.Keys/1000, a.Keys/1000), "0.9–1.1", k.RSSRatio, "×",
+			k.RSSRatio >= 0.9 && k.RSSRatio <= 1.1, speed && k.RSSRatio > 0,
+			fmt.Sprintf("%s vs %s MiB; memory budget %s on every worker, the leader runs tasks too", rig.Num(b.LeaderPeakMiB), rig.Num(a.LeaderPeakMiB), k.Budget))
+	}
+	note := fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.DaskMBPerS))
+	if k.DaskError != "" {
+		note = "dask did not run: " + rig.Clip(k.DaskError, 120)
+	}
+	add("keyed wordcount MB/s ÷ Dask (dask.bag, 2 processes)", "≥ 3", k.DaskRatio, "×", k.DaskRatio >= 3, speed && k.DaskRatio > 0, note)
+	add("worker status with ten 100 MB-result jobs, median", "< 0.2 s", k.StatusMedianS, " s", k.StatusMedianS > 0 && k.StatusMedianS < 0.2,
+		speed && k.StatusMedianS > 0, "exec to exit, idle cluster")
+	return ts
+}
+
+// keyedNotes are the commands behind the keyed figures.
+func keyedNotes(rep *Report) []string {
+	k := rep.Keyed
+	if k == nil {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(k.Commands))
+	var out []string
+	for _, n := range names {
+		out = append(out, fmt.Sprintf("Keyed scenario, %s: `%s`.", n, k.Commands[n]))
+	}
+	return out
+}
+
+// writeKeyedFigures adds the scenario's rows to the figures table.
+func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
+	k := rep.Keyed
+	if k == nil {
+		return
+	}
+	for _, x := range append(slices.Clone(k.Runs), k.RSSRuns...) {
+		at := fmt.Sprintf("keyed wordcount, %dk keys, budget %s", x.Keys/1000, x.Budget)
+		row(fmt.Sprintf("%s, %.0f MB in %d blobs: MB/s", at, float64(x.Bytes)/1e6, x.Blobs), single(x.MBPerS, x.MBPerS > 0))
+		row(at+": leader peak RSS MiB", single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
+		row(at+": follower peak RSS MiB", single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
+		row(at+": every record read back (client.WriteOutput), s", single(x.OutputS, x.OutputS > 0))
+	}
+	row("single-process Go word count, 2 goroutines: MB/s", single(k.GoMBPerS, k.GoMBPerS > 0))
+	row("Dask word count (dask.bag, 2 processes): MB/s", single(k.DaskMBPerS, k.DaskMBPerS > 0))
+	row("worker status, ten 100 MB-result jobs: s", rig.Summarize(k.StatusS))
+}
