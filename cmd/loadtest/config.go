@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded}
+	scMillion, scOutage, scNATSCluster, scLoaded, scScale}
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig.
@@ -110,6 +110,10 @@ type Config struct {
 	Parallel int
 	// JobTimeout bounds a single job; a job not finished by then is lost. Default 3m.
 	JobTimeout time.Duration
+	// ScaleWorkers are the cluster sizes of the scale scenario; ScaleJobs its burst of one-shard jobs.
+	// Default 3, 30, 60 and 500.
+	ScaleWorkers []int
+	ScaleJobs    int
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -128,6 +132,7 @@ func DefaultConfig() Config {
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
 		Parallel: 3, JobTimeout: 3 * time.Minute,
+		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500,
 	}
 }
 
@@ -144,6 +149,7 @@ func QuickConfig() Config {
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3
+	c.ScaleWorkers, c.ScaleJobs = []int{3, 6}, 50
 	return c
 }
 

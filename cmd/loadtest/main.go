@@ -177,6 +177,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.DurationVar(&cfg.ShardTimeout, "shard-timeout", cfg.ShardTimeout, "shard timeout (AckWait) of the failover clusters")
 		fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "clusters running failover runs side by side")
 		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
+		scaleWorkers := fs.String("scale-workers", join(cfg.ScaleWorkers), "cluster sizes of the scale scenario (idle cost, takeover)")
+		fs.IntVar(&cfg.ScaleJobs, "scale-jobs", cfg.ScaleJobs, "one-shard jobs the scale scenario submits from 8 submitters (0: none)")
 		if err := fs.Parse(args); err != nil {
 			return fs, err
 		}
@@ -192,6 +194,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
+		}
+		if cfg.ScaleWorkers, err = parseInts(*scaleWorkers); err != nil {
+			return fs, fmt.Errorf("--scale-workers: %w", err)
 		}
 		return fs, nil
 	}

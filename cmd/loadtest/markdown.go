@@ -224,6 +224,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			p("- %s", n)
 		}
 	}
+	writeScale(w, rep.Scale)
 	if rep.Plot != "" {
 		p("")
 		p("Timeline plot: %s", rep.Plot)

@@ -27,6 +27,7 @@ type Report struct {
 	NATSCluster *NATSCluster `json:"nats_cluster,omitempty"`
 	Failover    Failover     `json:"failover"`
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
+	Scale       *Scale       `json:"scale,omitempty"`
 
 	// RedoneShards counts shards run more than once across every failover run: shards
 	// redelivered after a kill (attempt > 1) plus extra completions of the same shard.

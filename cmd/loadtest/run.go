@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scOutage, r.outage},
 		{scNATSCluster, r.natsClusterRun},
 		{scLoaded, r.loaded},
+		{scScale, r.scale},
 	}
 	var runErr error
 	for _, s := range steps {
