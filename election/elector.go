@@ -87,6 +87,7 @@ func (e *Elector) IsLeader() bool { return e.leading.Load() }
 // retry. It never blocks; it is ignored while leading. Call it when the leader announces a
 // release.
 func (e *Elector) Poke() {
+	e.watch.poke(time.Now())
 	select {
 	case e.poke <- struct{}{}:
 	default:
@@ -182,6 +183,12 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 				continue
 			}
 			ensured = true
+		}
+		if e.cfg.Heartbeats != nil && e.watch.alive(time.Now(), e.cfg.SuspicionTimeout) {
+			// A live leader's beats are heard: the lease blob is left alone until they stop
+			// or a release is announced.
+			e.wait(ctx)
+			continue
 		}
 
 		term, sent, err := e.acquire(ctx, leaseID)
@@ -298,8 +305,8 @@ func (e *Elector) eligible() (err error) {
 func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
 
 // wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
-// until the leader has been silent for SuspicionTimeout (then it checks and maybe breaks the
-// silent term's lease before returning, so that the caller campaigns at once).
+// until the leader has been silent for SuspicionTimeout (then, in its turn, it checks and maybe
+// breaks the silent term's lease before returning, so that the caller campaigns at once).
 func (e *Elector) wait(ctx context.Context) {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
@@ -319,13 +326,20 @@ func (e *Elector) wait(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-e.poke:
+			if e.cfg.Heartbeats != nil {
+				e.waitTurn(ctx, e.watch.current()) // the released term's first successor acquires first
+			}
 			return
 		case <-t.C:
 			return
 		case now := <-tick:
 			healthy := e.cfg.Heartbeats.Healthy()
 			if s, ok := e.watch.poll(now, healthy, e.cfg.SuspicionTimeout); ok {
-				e.check(ctx, s)
+				if e.waitTurn(ctx, s) {
+					e.check(ctx, s)
+				} else {
+					e.watch.restart(time.Now(), 0, "")
+				}
 				return
 			}
 			if e.cfg.Prober == nil {

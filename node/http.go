@@ -147,6 +147,21 @@ func (o *observer) typeHolders(typ string) []string {
 	return out
 }
 
+// successors names the ready live workers by id, for the leader's beats (election.Config.Successors).
+func (o *observer) successors() []string {
+	w := o.members.Load()
+	if w == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range w.Peek() {
+		if m.ID != o.id && len(m.Problems) == 0 && len(out) < election.MaxSuccessors {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
 func newObserver(cfg Config, log *slog.Logger) *observer {
 	id := cfg.ID
 	o := &observer{cfg: cfg, id: id, log: log, started: time.Now().UTC(), events: observe.NewRecorder(id)}
@@ -209,6 +224,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 		case election.EventLost, election.EventSteppedDown:
 			o.epoch.Store(0)
 		}
+		if w := o.members.Load(); w != nil {
+			w.Hold(o.epoch.Load() != 0) // the leader listens to membership; followers on demand
+		}
 		o.metrics.ElectionEvent(ev)
 		o.events.Election(ev)
 	}
@@ -223,6 +241,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 	ccfg.Metrics = o.metrics
 	if ccfg.TypeHolders == nil {
 		ccfg.TypeHolders = o.typeHolders
+	}
+	if ecfg.Successors == nil {
+		ecfg.Successors = o.successors
 	}
 	wcfg.Metrics = o.metrics
 }
@@ -310,10 +331,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	o.bus.Store(c.bus)
 	names := protocol.NewNames(c.bus.Config().Prefix)
 	nc := c.bus.Conn()
-	watcher, err := membership.Watch(nc, names.Members(), 0, o.log)
-	if err != nil {
-		return fmt.Errorf("watch membership: %w", err)
-	}
+	// Workers announce to every listener; only the leader listens all the time, so membership
+	// traffic grows with the cluster, not with its square.
+	watcher := membership.WatchOnDemand(nc, names.Members(), 0, time.Minute, o.log)
+	watcher.Hold(o.epoch.Load() != 0)
 	o.members.Store(watcher)
 	addr := ""
 	if o.srv != nil {
@@ -322,7 +343,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
 			Validator: &client.ClusterValidator{Conn: nc, URL: c.natsURL, Prefix: names.Prefix, Local: c.registry.Types(),
 				Timeout: c.control.Timeout, Window: c.control.Window}}
-		err = o.srv.Attach(observe.Backend{
+		err := o.srv.Attach(observe.Backend{
 			Members: watcher.Live,
 			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
 			Jobs:    &observe.JobCache{Lister: cl},
