@@ -144,6 +144,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	var ambiguous bool  // the last acquire may have succeeded without our knowing
 	cut := false        // not campaigning: cut off from the heartbeat transport
 	ineligible := false // not campaigning: Config.Eligible refused
+	now := false        // campaign at once: a silent term was checked, or a release announced
 	for ctx.Err() == nil {
 		e.subscribe(&stopBeats)
 		if err := e.eligible(); err != nil {
@@ -184,12 +185,13 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			}
 			ensured = true
 		}
-		if e.cfg.Heartbeats != nil && e.watch.alive(time.Now(), e.cfg.SuspicionTimeout) {
+		if !now && e.cfg.Heartbeats != nil && e.watch.alive(time.Now(), e.cfg.SuspicionTimeout) {
 			// A live leader's beats are heard: the lease blob is left alone until they stop
 			// or a release is announced.
-			e.wait(ctx)
+			now = e.wait(ctx)
 			continue
 		}
+		now = false
 
 		term, sent, err := e.acquire(ctx, leaseID)
 		if err != nil {
@@ -204,7 +206,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			default:
 				e.log.Warn("acquire failed; retrying", "err", err)
 			}
-			e.wait(ctx)
+			now = e.wait(ctx)
 			continue
 		}
 		ambiguous = false
@@ -306,8 +308,9 @@ func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10
 
 // wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
 // until the leader has been silent for SuspicionTimeout (then, in its turn, it checks and maybe
-// breaks the silent term's lease before returning, so that the caller campaigns at once).
-func (e *Elector) wait(ctx context.Context) {
+// breaks the silent term's lease before returning, so that the caller campaigns at once). It
+// reports whether the caller should campaign now, though the watched term beat recently.
+func (e *Elector) wait(ctx context.Context) bool {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -324,29 +327,29 @@ func (e *Elector) wait(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-e.poke:
-			if e.cfg.Heartbeats != nil {
-				e.waitTurn(ctx, e.watch.current()) // the released term's first successor acquires first
+			if e.cfg.Heartbeats == nil {
+				return true
 			}
-			return
+			return e.waitTurn(ctx, e.watch.current()) // the released term's first successor acquires first
 		case <-t.C:
-			return
+			return false
 		case now := <-tick:
 			healthy := e.cfg.Heartbeats.Healthy()
 			if s, ok := e.watch.poll(now, healthy, e.cfg.SuspicionTimeout); ok {
-				if e.waitTurn(ctx, s) {
-					e.check(ctx, s)
-				} else {
+				if !e.waitTurn(ctx, s) {
 					e.watch.restart(time.Now(), 0, "")
+					return false
 				}
-				return
+				e.check(ctx, s)
+				return true
 			}
 			if e.cfg.Prober == nil {
 				continue
 			}
 			if s, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok && e.probe(ctx, s) {
-				return
+				return true
 			}
 		}
 	}
