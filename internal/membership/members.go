@@ -78,7 +78,7 @@ func Watch(nc *nats.Conn, subject string, expiry time.Duration, log *slog.Logger
 // held (Hold) and for idle after each Live, and not otherwise. Every worker watching all the
 // time would make membership traffic grow with the square of the cluster.
 func WatchOnDemand(nc *nats.Conn, subject string, expiry, idle time.Duration, log *slog.Logger) *Watcher {
-	return newWatcher(nc, subject, expiry, max(idle, time.Second), log)
+	return newWatcher(nc, subject, expiry, max(idle, 2*DefaultInterval), log)
 }
 
 func newWatcher(nc *nats.Conn, subject string, expiry, idle time.Duration, log *slog.Logger) *Watcher {
@@ -160,6 +160,9 @@ func (w *Watcher) Live() []Member {
 	w.mu.Unlock()
 	if started {
 		time.Sleep(DefaultInterval + 100*time.Millisecond)
+		w.mu.Lock()
+		w.lastRead = time.Now()
+		w.mu.Unlock()
 	}
 	return w.Peek()
 }
