@@ -149,7 +149,7 @@ func QuickConfig() Config {
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3
-	c.ScaleWorkers, c.ScaleJobs = []int{3, 6}, 50
+	c.ScaleWorkers, c.ScaleJobs = []int{3}, 30
 	return c
 }
 

@@ -35,16 +35,16 @@ func (r *runner) scale(ctx context.Context) error {
 		r.rep.Scale = sc
 		r.mu.Unlock()
 	}()
-	window := 10 * time.Second
+	window, settle := 10*time.Second, scaleSettle
 	if cfg.Quick {
-		window = 3 * time.Second
+		window, settle = 2*time.Second, time.Second
 	}
 	for i, n := range cfg.ScaleWorkers {
 		c, err := r.rig.Start(ctx, rig.Spec{Name: fmt.Sprintf("scale%d", n), Workers: n, LeaseDuration: cfg.LeaseDuration})
 		if err != nil {
 			return err
 		}
-		if err := rig.Sleep(ctx, scaleSettle); err != nil {
+		if err := rig.Sleep(ctx, settle); err != nil {
 			r.rig.Stop(c)
 			return err
 		}
