@@ -315,14 +315,16 @@ func (e *Elector) wait(ctx context.Context) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var tick <-chan time.Time
+	var chk *time.Timer
+	every := time.Duration(0) // the finest check period; the timer waits for the next deadline
 	if e.cfg.Heartbeats != nil {
-		every := max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
+		every = max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
 		if e.cfg.Prober != nil {
 			every = min(every, max(e.cfg.ProbeAfter/10, 5*time.Millisecond))
 		}
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		tick = tk.C
+		chk = time.NewTimer(e.nextCheck(time.Now(), every))
+		defer chk.Stop()
+		tick = chk.C
 	}
 	for {
 		select {
@@ -345,14 +347,32 @@ func (e *Elector) wait(ctx context.Context) bool {
 				e.check(ctx, s)
 				return true
 			}
+			if !healthy {
+				chk.Reset(every) // the silence clock is held at zero until the transport is back
+				continue
+			}
 			if e.cfg.Prober == nil {
+				chk.Reset(e.nextCheck(time.Now(), every))
 				continue
 			}
 			if s, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok && e.probe(ctx, s) {
 				return true
 			}
+			chk.Reset(e.nextCheck(time.Now(), every))
 		}
 	}
+}
+
+// nextCheck is when a follower should next look at the watched term: when it may turn silent
+// for SuspicionTimeout or ProbeAfter, at most a heartbeat interval away and no sooner than every
+// (an idle follower wakes about once a beat, not every few milliseconds).
+func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
+	probe := time.Duration(0)
+	if e.cfg.Prober != nil {
+		probe = e.cfg.ProbeAfter
+	}
+	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe)
+	return min(max(d, every), max(e.cfg.HeartbeatInterval, every))
 }
 
 // cooldown pauses RetryInterval after a term ended, so that a released lease goes to another

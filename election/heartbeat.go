@@ -75,6 +75,21 @@ func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 	return w.heard && w.beats > 0 && now.Sub(w.lastBeat) < timeout && w.lastBeat.After(w.poked)
 }
 
+// untilDue is how long until the watched term has been silent for timeout, or (probe > 0) for
+// probe since its last beat; negative when overdue, large when nothing is watched.
+func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.heard {
+		return time.Hour
+	}
+	d := w.last.Add(timeout).Sub(now)
+	if probe > 0 && w.beats > 0 && w.answers {
+		d = min(d, max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now)))
+	}
+	return d
+}
+
 // poke notes a release announcement; the term counts as alive again only when it beats after it
 // (an announcement is a hint: a live leader's next beat outweighs it).
 func (w *watch) poke(now time.Time) {
