@@ -8,8 +8,8 @@
 // Guarantees: Submit validates the type and parameters before writing anything (locally when
 // Registry has the type, otherwise through Validator), so a refused job leaves no trace; a job it
 // accepts has its spec stored before its id is queued, and if queueing fails the spec is deleted.
-// Status, List, Query, Result and Wait only read storage. Status, List and Query are metadata
-// only: they read each job's status record (its checkpoint blob's metadata) and, when needed, its
+// Status, List, Query, History, Result and Wait only read storage. Status, List, Query and
+// History are metadata only: they read each job's status record (its checkpoint blob's metadata) and, when needed, its
 // small spec, never a checkpoint or a result, so listing costs the same whatever the jobs' sizes;
 // a job that cannot be read is listed with the reason. Result and Wait (for a job that
 // succeeded) read the result.

@@ -17,9 +17,15 @@ import (
 // RetentionBatch a pass: everything under its id, its stream messages, its markers. It is
 // fenced as checkpoints are: a job whose checkpoint a newer term wrote ends the term.
 
-// runRetention deletes expired jobs every RetentionInterval until ctx ends. It returns
-// ErrDeposed when it finds a newer term's writes.
+// runRetention runs the ended-marker migration (retention_migrate.go), then deletes expired
+// jobs every RetentionInterval until ctx ends. It returns ErrDeposed when it finds a newer
+// term's writes.
 func (t *term) runRetention(ctx context.Context) error {
+	if err := t.migrateEnded(ctx); errors.Is(err, ErrDeposed) {
+		return err
+	} else if err != nil && ctx.Err() == nil {
+		t.log.Warn("ended-marker migration stopped; the next term resumes it", "err", err)
+	}
 	if t.cfg.RetainSucceeded <= 0 && t.cfg.RetainFailed <= 0 {
 		return nil // keep everything
 	}

@@ -297,8 +297,9 @@ func TestSchedule_TickMarkerOfNewerTermDeposes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The newer term claimed the next few ticks, and made no job yet.
-			for tick := def.Next(time.Now()); tick.Before(time.Now().Add(4 * time.Second)); tick = def.Next(tick) {
+			// The newer term claimed the first few ticks, and made no job yet. (From the
+			// schedule's creation, not from now: a second may have passed since.)
+			for tick := def.Next(def.CreatedAt); tick.Before(time.Now().Add(4 * time.Second)); tick = def.Next(tick) {
 				m := protocol.TickMarker{Schedule: "fenced", UID: def.UID, Tick: tick, Job: protocol.TickJobID("fenced", def.UID, tick), Epoch: c.epoch, Term: c.term}
 				b, _ := m.Encode()
 				if _, err := r.st.Put(ctx, protocol.TickBlob("fenced", def.UID, tick), b, store.Cond{IfNoneMatch: true}); err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
@@ -208,6 +210,38 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitText(10*time.Second, "#jobs tbody", "only the cancelled job", func(s string) bool { return strings.Contains(s, long) && !strings.Contains(s, id) })
+
+	// Retry the cancelled job (the detail follows the new one, whose attempts list the original),
+	// then delete the original.
+	click(fmt.Sprintf(`tr.job[data-id=%q] td`, long))
+	waitText(10*time.Second, "#detail-id", "the detail of "+long, func(s string) bool { return s == long })
+	click("#detail-retry")
+	waitText(5*time.Second, "#detail-retry", "the retry button asks to confirm", func(s string) bool { return strings.Contains(s, "click again") })
+	click("#detail-retry")
+	waitText(10*time.Second, "#detail-action", "the retry accepted", func(s string) bool { return strings.Contains(s, "retried "+long+" as ") })
+	waitText(10*time.Second, "#detail-attempts", "the retry's attempts name the original", func(s string) bool { return strings.Contains(s, long) && strings.Contains(s, "this one") })
+	click(fmt.Sprintf(`tr.job[data-id=%q] td`, long))
+	waitText(10*time.Second, "#detail-id", "the detail of "+long, func(s string) bool { return s == long })
+	waitText(5*time.Second, "#detail-checkpoint", "the checkpoint's writes", func(s string) bool { return strings.Contains(s, "written") })
+	click("#detail-delete")
+	click("#detail-delete")
+	waitText(10*time.Second, "#detail-action", "the delete done", func(s string) bool { return strings.Contains(s, "deleted "+long) })
+	if _, err := c.Client.Status(ctx, long); !errors.Is(err, client.ErrNoSuchJob) {
+		t.Fatalf("the deleted job: %v; want no such job", err)
+	}
+
+	// The schedules panel: a schedule with its next tick.
+	if _, err := c.Client.AddSchedule(ctx, "nightly", client.ScheduleOptions{Every: 24 * time.Hour, Type: "sleep", Params: json.RawMessage(`{"shards":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitText(10*time.Second, `#schedules tr[data-name="nightly"]`, "the schedule with its next tick", func(s string) bool {
+		return strings.Contains(s, "every 24h0m0s") && strings.Contains(s, "active")
+	})
+	click(`#schedules tr[data-name="nightly"] button.sched-pause`)
+	waitText(10*time.Second, `#schedules tr[data-name="nightly"]`, "the schedule paused from the page", func(s string) bool {
+		return strings.Contains(s, "paused") && strings.Contains(s, "resume")
+	})
+	screenshot(t, bctx, "dashboard-schedules.png")
 }
 
 // screenshot saves the page as a PNG in the test's artifact directory and, when ARTIFACTS_DIR is

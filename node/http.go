@@ -44,9 +44,9 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	bindEnv(fs, "http-addr", "HTTP_ADDR")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
 	bindEnv(fs, "pprof", "PPROF")
-	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel jobs without the API token (same-origin requests only)")
+	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel, retry and delete jobs without the API token (same-origin requests only)")
 	bindEnv(fs, "dashboard-cancel", "DASHBOARD_CANCEL")
-	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (POST /api/v1/jobs, cancel); without it writes are refused")
+	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (jobs: submit, cancel, retry, delete; schedules); without it writes are refused")
 	bindEnv(fs, "api-token-file", "API_TOKEN_FILE")
 	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
 		cfg.HTTPHosts = nil
@@ -85,10 +85,10 @@ type jobAPI struct{ cl *client.Client }
 var _ observe.JobService = jobAPI{}
 
 func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, error) {
-	if len(req.After) > 0 {
-		return "", fmt.Errorf(`%w: "after": job dependencies are not available on this cluster yet`, observe.ErrRefused)
-	}
 	var opts []client.SubmitOption
+	if len(req.After) > 0 {
+		opts = append(opts, client.WithAfter(req.After...))
+	}
 	if p := req.Priority; p != nil {
 		if *p < client.MinPriority || *p > client.MaxPriority {
 			return "", fmt.Errorf(`%w: "priority": %d is out of range; use %d to %d`, observe.ErrRefused, *p, client.MinPriority, client.MaxPriority)
@@ -111,7 +111,11 @@ func (a jobAPI) Result(ctx context.Context, id string) (json.RawMessage, error) 
 func (a jobAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Cancel(ctx, id)
 }
-func (a jobAPI) Delete(ctx context.Context, id string) error { return a.cl.Delete(ctx, id) }
+func (a jobAPI) Delete(ctx context.Context, id string) error          { return a.cl.Delete(ctx, id) }
+func (a jobAPI) Retry(ctx context.Context, id string) (string, error) { return a.cl.Retry(ctx, id) }
+func (a jobAPI) History(ctx context.Context, id string) (*client.History, error) {
+	return a.cl.History(ctx, id)
+}
 
 // observer holds a worker's metrics, events, membership and HTTP server.
 type observer struct {
@@ -352,6 +356,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 			},
 			Cancel:       func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
 			API:          jobAPI{api},
+			Schedules:    api,
 			ShardsQueued: c.bus.QueuedShards,
 			JobsQueued:   c.queue.Depth,
 		})

@@ -46,6 +46,10 @@ type JobService interface {
 	Cancel(ctx context.Context, id string) (*client.Status, error)
 	// Delete removes an ended job and everything it left (client.ErrRunning: not ended).
 	Delete(ctx context.Context, id string) error
+	// Retry submits a failed or cancelled job again under a new id.
+	Retry(ctx context.Context, id string) (string, error)
+	// History reads a job's attempts and checkpoint, metadata only.
+	History(ctx context.Context, id string) (*client.History, error)
 }
 
 // ErrRefused marks a request the JobService refuses as malformed (HTTP 400).
@@ -65,6 +69,14 @@ var apiRoutes = []route{
 	{"GET", APIPrefix + "/jobs/{id}/result", false, (*Server).apiResult},
 	{"POST", APIPrefix + "/jobs/{id}/cancel", true, (*Server).apiCancel},
 	{"DELETE", APIPrefix + "/jobs/{id}", true, (*Server).apiDelete},
+	{"POST", APIPrefix + "/jobs/{id}/retry", true, (*Server).apiRetry},
+	{"GET", APIPrefix + "/schedules", false, (*Server).apiSchedules},
+	{"POST", APIPrefix + "/schedules", true, (*Server).apiAddSchedule},
+	{"GET", APIPrefix + "/schedules/{name}", false, (*Server).apiSchedule},
+	{"DELETE", APIPrefix + "/schedules/{name}", true, (*Server).apiDeleteSchedule},
+	{"POST", APIPrefix + "/schedules/{name}/pause", true, (*Server).apiPauseSchedule},
+	{"POST", APIPrefix + "/schedules/{name}/resume", true, (*Server).apiResumeSchedule},
+	{"POST", APIPrefix + "/schedules/{name}/trigger", true, (*Server).apiTriggerSchedule},
 }
 
 //go:embed openapi.json
@@ -87,6 +99,12 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			}
 			if id := r.PathValue("id"); id != "" {
 				if err := protocol.CheckID(id); err != nil {
+					writeErr(w, http.StatusBadRequest, err.Error())
+					return
+				}
+			}
+			if name := r.PathValue("name"); name != "" {
+				if err := protocol.CheckScheduleName(name); err != nil {
 					writeErr(w, http.StatusBadRequest, err.Error())
 					return
 				}
@@ -149,12 +167,12 @@ func apiError(w http.ResponseWriter, err error) {
 	}
 	code := http.StatusServiceUnavailable
 	switch {
-	case errors.Is(err, client.ErrNoSuchJob):
+	case errors.Is(err, client.ErrNoSuchJob), errors.Is(err, client.ErrNoSuchSchedule):
 		code = http.StatusNotFound
 	case errors.Is(err, jobs.ErrUnknownType), errors.Is(err, jobs.ErrBadParams), errors.Is(err, protocol.ErrBadID),
-		errors.Is(err, protocol.ErrBadSpec), errors.Is(err, ErrRefused):
+		errors.Is(err, protocol.ErrBadSpec), errors.Is(err, protocol.ErrBadSchedule), errors.Is(err, ErrRefused):
 		code = http.StatusBadRequest
-	case errors.Is(err, client.ErrNotFinished), errors.Is(err, client.ErrRunning):
+	case errors.Is(err, client.ErrNotFinished), errors.Is(err, client.ErrRunning), errors.Is(err, client.ErrScheduleExists):
 		code = http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusGatewayTimeout
@@ -201,6 +219,8 @@ func decodeMessage(err error) string {
 	switch {
 	case errors.Is(err, io.EOF):
 		return "empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "not valid JSON (it ends early)"
 	case errors.As(err, &se):
 		return fmt.Sprintf("not valid JSON (at byte %d)", se.Offset)
 	case errors.As(err, &te):
@@ -217,6 +237,10 @@ type JobJSON struct {
 	Params json.RawMessage `json:"params,omitempty"`
 	// ResultURL is where the result is, once the job succeeded.
 	ResultURL string `json:"result_url,omitempty"`
+	// Attempts (the job and its retries, oldest first) and Checkpoint: GET /api/v1/jobs/{id}
+	// only, read as metadata.
+	Attempts   []client.Attempt       `json:"attempts,omitempty"`
+	Checkpoint *client.CheckpointInfo `json:"checkpoint,omitempty"`
 }
 
 func jobJSON(st client.Status) JobJSON {
@@ -307,6 +331,9 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request, api JobService) 
 	if spec, err := api.Spec(r.Context(), st.ID); err == nil {
 		j.Params = spec.Params
 	}
+	if h, err := api.History(r.Context(), st.ID); err == nil {
+		j.Attempts, j.Checkpoint = h.Attempts, h.Checkpoint
+	}
 	writeJSON(w, http.StatusOK, j)
 }
 
@@ -352,6 +379,27 @@ func (s *Server) apiCancel(w http.ResponseWriter, r *http.Request, api JobServic
 	}
 	s.cfg.Logger.Info("job cancel requested over the API", "job", id, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusAccepted, map[string]string{"id": id, "cancel": "requested"})
+}
+
+func (s *Server) apiRetry(w http.ResponseWriter, r *http.Request, api JobService) {
+	id := r.PathValue("id")
+	st, err := api.Status(r.Context(), id)
+	if err != nil {
+		apiError(w, err)
+		return
+	}
+	if st.State != jobs.StateFailed && st.State != jobs.StateCancelled {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": fmt.Sprintf("job %s is %s: only a failed or cancelled job can be retried", id, st.State), "state": st.State})
+		return
+	}
+	nid, err := api.Retry(r.Context(), id)
+	if err != nil {
+		apiError(w, err)
+		return
+	}
+	s.cfg.Logger.Info("job retried over the API", "job", id, "retry", nid, "remote", r.RemoteAddr)
+	w.Header().Set("Location", APIPrefix+"/jobs/"+nid)
+	writeJSON(w, http.StatusCreated, map[string]string{"id": nid, "retry_of": id})
 }
 
 func (s *Server) apiDelete(w http.ResponseWriter, r *http.Request, api JobService) {

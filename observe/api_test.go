@@ -53,7 +53,11 @@ func (a clientAPI) Result(ctx context.Context, id string) (json.RawMessage, erro
 func (a clientAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
 	return a.cl.Cancel(ctx, id)
 }
-func (a clientAPI) Delete(ctx context.Context, id string) error { return a.cl.Delete(ctx, id) }
+func (a clientAPI) Delete(ctx context.Context, id string) error          { return a.cl.Delete(ctx, id) }
+func (a clientAPI) Retry(ctx context.Context, id string) (string, error) { return a.cl.Retry(ctx, id) }
+func (a clientAPI) History(ctx context.Context, id string) (*client.History, error) {
+	return a.cl.History(ctx, id)
+}
 
 type apiEnv struct {
 	jobs  *store.Container
@@ -87,7 +91,7 @@ func newAPIEnv(t *testing.T, cfg Config) *apiEnv {
 	cfg.Metrics, cfg.Events = NewMetrics("test", Sources{}), NewRecorder("w1")
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	s := &Server{cfg: cfg}
-	if err := s.Attach(Backend{Ready: &Readiness{}, Jobs: &JobCache{Lister: cl}, API: clientAPI{cl},
+	if err := s.Attach(Backend{Ready: &Readiness{}, Jobs: &JobCache{Lister: cl}, API: clientAPI{cl}, Schedules: cl,
 		Members: func() []membership.Member { return nil },
 		Leader:  func(context.Context) (*election.LeaderInfo, error) { return nil, nil },
 		Cancel:  func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err }}); err != nil {
@@ -387,8 +391,9 @@ func TestAPI_OpenAPIMatchesRoutes(t *testing.T) {
 	for _, r := range served {
 		method, path, _ := strings.Cut(r, " ")
 		path = strings.ReplaceAll(path, "{id}", "20261121-000000-00000000")
+		path = strings.ReplaceAll(path, "{name}", "no-such-schedule")
 		code, body := e.do(t, method, path, testToken, "")
-		if code == 405 || (code == 404 && !strings.Contains(body, "no such job")) {
+		if code == 405 || (code == 404 && !strings.Contains(body, "no such")) {
 			t.Errorf("%s %s = %d %s: the router does not serve a documented route", method, path, code, body)
 		}
 	}

@@ -2,12 +2,13 @@
 //
 // Metrics live in a registry of their own (Metrics). /healthz and /readyz (cached, time-bounded
 // checks) serve probes. /api/events and /api/cluster carry the typed events, /api/jobs the job
-// view (read from storage at most once a second), /api/v1 the versioned job API described by
-// /api/v1/openapi.json, and / the dashboard embedded in the binary.
+// view (read from storage at most once a second), /api/schedules the schedules (every 2 s),
+// /api/v1 the versioned job and schedule API described by /api/v1/openapi.json, and / the
+// dashboard embedded in the binary.
 //
-// Guaranteed: every write (submit, cancel) needs the bearer token of Config.APIToken, compared in
-// constant time, or, for the dashboard's legacy cancel, --dashboard-cancel and a same-origin
-// request; without a token writes are refused. Requests naming a Host the worker does not serve
+// Guaranteed: every write (jobs, schedules) needs the bearer token of Config.APIToken, compared
+// in constant time, or, for the dashboard's cancel, retry and delete, --dashboard-cancel and a
+// same-origin request; without a token writes are refused. A job's detail is metadata only. Requests naming a Host the worker does not serve
 // are refused (DNS rebinding). No CORS headers are sent. Bodies and ids are bounded. /readyz
 // answers within the check timeout (2 s) even when storage or NATS hang. Errors shown over HTTP
 // have URL query strings and account keys removed.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 //go:embed dashboard
@@ -32,8 +33,8 @@ type Config struct {
 	Addr string
 	// Pprof serves /debug/pprof/ (off by default: it exposes internals and costs CPU when used).
 	Pprof bool
-	// DashboardCancel lets the dashboard's own page cancel jobs without the API token (POST
-	// /api/jobs/{id}/cancel with same-origin proof). Off by default.
+	// DashboardCancel lets the dashboard's own page cancel, retry and delete jobs without the API
+	// token (POST /api/jobs/{id}/cancel, /retry, /delete with same-origin proof). Off by default.
 	DashboardCancel bool
 	// APIToken authorizes writes (the API's and the dashboard's actions) sent with
 	// "Authorization: Bearer <token>". Empty: writes are refused.
@@ -62,6 +63,8 @@ type Backend struct {
 	Cancel func(ctx context.Context, id string) error
 	// API serves /api/v1/jobs; nil answers 503.
 	API JobService
+	// Schedules serves /api/v1/schedules and the dashboard's schedules; nil answers 503.
+	Schedules ScheduleService
 	// ShardsQueued is the shard stream's depth; JobsQueued the intake queue's. Optional.
 	ShardsQueued func(ctx context.Context) (uint64, error)
 	JobsQueued   func(ctx context.Context) (int, error)
@@ -88,6 +91,7 @@ type Server struct {
 	backend atomic.Pointer[Backend]
 	leader  cachedLeader
 	depth   cachedDepth
+	scheds  cachedSchedules
 }
 
 // Attach hands the server what it needs to answer readiness, cluster and job requests.
@@ -170,7 +174,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("GET /api/cluster", s.cluster)
 	mux.HandleFunc("GET /api/jobs", s.jobs)
+	mux.HandleFunc("GET /api/schedules", s.scheduleList)
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.cancel)
+	mux.HandleFunc("POST /api/jobs/{id}/retry", s.retry)
+	mux.HandleFunc("POST /api/jobs/{id}/delete", s.delete)
 	s.routeAPI(mux)
 	if s.cfg.Pprof {
 		// With methods, like "GET /" below: a method-less pattern would conflict with it.
@@ -287,20 +294,26 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, body)
 }
 
-// cancel is the dashboard's legacy cancel: it needs the API token, or --dashboard-cancel and a
-// request from the dashboard's own page (a page on another site cannot forge that).
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+// dashboardAllowed checks a dashboard action: it needs the API token, or --dashboard-cancel and
+// a request from the dashboard's own page (a page on another site cannot forge that).
+func (s *Server) dashboardAllowed(w http.ResponseWriter, r *http.Request, what string) bool {
 	_, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	switch {
 	case bearer:
-		if !s.authorized(w, r) {
-			return
-		}
+		return s.authorized(w, r)
 	case !s.cfg.DashboardCancel:
-		writeErr(w, http.StatusForbidden, "cancelling needs the API token (--api-token-file) or a worker started with --dashboard-cancel")
-		return
+		writeErr(w, http.StatusForbidden, what+" needs the API token (--api-token-file) or a worker started with --dashboard-cancel")
+		return false
 	case !sameOrigin(r):
-		writeErr(w, http.StatusForbidden, "cancel refused: the request does not come from this dashboard's own page (no same-origin Origin or Sec-Fetch-Site header); use the API token instead")
+		writeErr(w, http.StatusForbidden, what+" refused: the request does not come from this dashboard's own page (no same-origin Origin or Sec-Fetch-Site header); use the API token instead")
+		return false
+	}
+	return true
+}
+
+// cancel is the dashboard's cancel (dashboardAllowed).
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	if !s.dashboardAllowed(w, r, "cancelling") {
 		return
 	}
 	b := s.attached(w)
@@ -314,6 +327,36 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	s.cfg.Logger.Info("job cancelled from the dashboard", "job", id, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, map[string]string{"cancelled": id})
+}
+
+// retry and delete are the dashboard's retry and delete: the API's, under dashboardAllowed.
+func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
+	s.dashboardJob(w, r, "retrying", (*Server).apiRetry)
+}
+
+func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
+	s.dashboardJob(w, r, "deleting", (*Server).apiDelete)
+}
+
+func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request, what string, handle func(*Server, http.ResponseWriter, *http.Request, JobService)) {
+	if !s.dashboardAllowed(w, r, what) {
+		return
+	}
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	if b.API == nil {
+		writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
+		return
+	}
+	if err := protocol.CheckID(r.PathValue("id")); err != nil {
+		writeErr(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	handle(s, w, r.WithContext(ctx), b.API)
 }
 
 // cachedLeader reads the lease blob at most once a second.

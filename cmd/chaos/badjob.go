@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
-	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/harness/testworker/badjobs"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/store"
 )
 
 // Bad-job faults: a job whose code panics on the leader is submitted beside the fault's job. The
@@ -27,43 +25,15 @@ const badJobWithin = 20 * time.Second
 // verdictLeaderChanged: a bad job's code changed the leader (a term ended by its panic).
 const verdictLeaderChanged = "LEADER CHANGED"
 
-// badJobFaults are the faults that need the test worker.
-var badJobFaults = []string{"merge-panic", "split-panic"}
-
-// buildTestWorker builds the test worker into cfg.Dir when a bad-job fault is selected.
-func (r *runner) buildTestWorker(faults []fault) error {
-	if !slices.ContainsFunc(faults, func(f fault) bool { return slices.Contains(badJobFaults, f.name) }) {
-		return nil
-	}
-	root, err := devserver.RepoRoot()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	if r.testBin, err = cluster.BuildPackage(r.cfg.Dir, root, "./internal/harness/testworker", false); err != nil {
-		return err
-	}
-	r.logf("built the test worker in %v", time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// workerBin is the binary of the cluster named name: the test worker for a bad-job fault.
-func (r *runner) workerBin(name string) string {
-	if slices.Contains(badJobFaults, name) && r.testBin != "" {
-		return r.testBin
-	}
-	return "" // the rig's worker
-}
-
-// injectBadJob submits a job of type typ (a bad type) beside the fault's job; its error must
-// name the panic and frame (the user's function).
+// injectBadJob submits a job of the bad type typ beside the fault's job. Its error must name the
+// panic and frame, the user's function.
 func injectBadJob(typ, frame string) func(context.Context, *faultRun) error {
 	return func(ctx context.Context, f *faultRun) error {
 		leader, epoch, err := f.leader(ctx)
 		if err != nil {
 			return err
 		}
-		cl := *f.e.c.Client
+		cl := *f.c.Client
 		cl.Registry = badjobs.Registry()
 		id, err := cl.Submit(ctx, typ, json.RawMessage(`{"shards":8}`))
 		if err != nil {
@@ -71,16 +41,16 @@ func injectBadJob(typ, frame string) func(context.Context, *faultRun) error {
 		}
 		start := time.Now()
 		f.note("submitted %s job %s beside the job (leader %s, epoch %d)", typ, id, leader, epoch)
-		st, ended := f.e.waitEnd(ctx, id, start.Add(badJobWithin))
+		st, ended := rig.WaitEnd(ctx, f.c, id, start.Add(badJobWithin))
 		switch {
 		case st == nil || !ended:
-			f.fail(verdictStuck, fmt.Sprintf("%s job %s not ended %v after its submit (%s)", typ, id, badJobWithin, describe(st)))
+			f.fail(verdictStuck, fmt.Sprintf("%s job %s not ended %v after its submit (%s)", typ, id, badJobWithin, rig.Describe(st)))
 		case st.State == jobs.StateWaiting:
 			return fmt.Errorf("%s job %s waits: the workers lack its type (run the test worker, not --worker-bin)", typ, id)
 		case st.State != jobs.StateFailed || !strings.Contains(st.Error, "panic") || !strings.Contains(st.Error, frame):
-			f.fail(verdictWrong, fmt.Sprintf("%s job %s ended %s, want failed naming the panic and %s: %s", typ, id, st.State, frame, clip(st.Error, 300)))
+			f.fail(verdictWrong, fmt.Sprintf("%s job %s ended %s, want failed naming the panic and %s: %s", typ, id, st.State, frame, rig.Clip(st.Error, 300)))
 		default:
-			f.note("%s job failed %v after its submit: %s", typ, time.Since(start).Round(time.Millisecond), clip(st.Error, 300))
+			f.note("%s job failed %v after its submit: %s", typ, time.Since(start).Round(time.Millisecond), rig.Clip(st.Error, 300))
 		}
 		now, nowEpoch, err := f.leader(ctx)
 		if err != nil {
@@ -89,24 +59,15 @@ func injectBadJob(typ, frame string) func(context.Context, *faultRun) error {
 		if now != leader || nowEpoch != epoch {
 			f.fail(verdictLeaderChanged, fmt.Sprintf("leader %s (epoch %d) became %s (epoch %d) while the %s job ran", leader, epoch, now, nowEpoch, typ))
 		}
-		for _, ev := range f.e.c.Events() {
+		for _, ev := range f.c.Events() {
 			if ev.Kind == cluster.Elected && ev.Epoch > epoch {
 				f.fail(verdictLeaderChanged, fmt.Sprintf("%s elected with epoch %d while the %s job ran", ev.Worker, ev.Epoch, typ))
 				break
 			}
 		}
 		// Stored as failed and cleaned up: nothing is left for a next leader to resume.
-		jobsC := store.New(f.e.c.Blob(), f.e.c.JobsContainer())
-		for until := time.Now().Add(10 * time.Second); ; {
-			ok, err := jobsC.Exists(ctx, protocol.ActiveBlob(id))
-			if err == nil && !ok {
-				break
-			}
-			if time.Now().After(until) || ctx.Err() != nil {
-				f.fail(verdictLeft, fmt.Sprintf("active marker of the %s job %s (%v)", typ, id, err))
-				break
-			}
-			sleep(ctx, 250*time.Millisecond)
+		if err := rig.WaitGone(ctx, rig.JobStore(f.c), protocol.ActiveBlob(id), 10*time.Second); err != nil {
+			f.fail(verdictLeft, fmt.Sprintf("active marker of the %s job %s (%v)", typ, id, err))
 		}
 		f.healed = time.Now()
 		return nil

@@ -118,11 +118,11 @@ func TestConfig_Validate(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	if code := realMain([]string{"--faults", "bogus"}, &bytes.Buffer{}, &stderr); code != exitUsage || !strings.Contains(stderr.String(), `fault "bogus": unknown`) {
+	if code := realMain([]string{"--faults", "bogus"}, &bytes.Buffer{}, &stderr); code != rig.ExitUsage || !strings.Contains(stderr.String(), `fault "bogus": unknown`) {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := realMain([]string{"-h"}, &bytes.Buffer{}, &stderr); code != exitOK || !strings.Contains(stderr.String(), "forged-result") {
+	if code := realMain([]string{"-h"}, &bytes.Buffer{}, &stderr); code != rig.ExitOK || !strings.Contains(stderr.String(), "forged-result") {
 		t.Errorf("-h: exit %d, stderr %q", code, stderr.String())
 	}
 }

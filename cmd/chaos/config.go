@@ -10,36 +10,26 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 )
 
-// Config configures a run.
+// Config configures a run; DefaultConfig holds the defaults.
 type Config struct {
-	// Dir holds the servers' data and the worker logs. Required.
-	Dir string
-	// WorkerBin is a prebuilt worker binary; "" builds one into Dir.
-	WorkerBin string
-	// NATSBin is the nats-server binary; "" uses bin/nats-server, built when absent.
-	NATSBin string
-	// Faults to run, by name (see faultNames); empty runs them all.
-	Faults []string
-	// Quick runs a smaller job.
-	Quick bool
-	// Workers per cluster. Default 3.
-	Workers int
+	Dir       string   // the servers' data and the worker logs; required
+	WorkerBin string   // a prebuilt worker binary; "": built into Dir
+	NATSBin   string   // the nats-server binary; "": bin/nats-server, built when absent
+	Faults    []string // by name (see faultNames); empty runs them all
+	Quick     bool     // a smaller job
+	Workers   int      // per cluster
 	// Shards of ShardDelay make the sleep job; PrimesShards of primes below 10⁷ make the primes
 	// job, each slowed by ShardDelay. Without the delay it ends before a fault can hit it.
 	Shards       int
 	ShardDelay   time.Duration
 	PrimesShards int
-	// At is the fraction of shards merged at which a fault is injected. Default 0.3.
-	At float64
-	// Deadline: a job not ended this long after its fault is healed is stuck. Default 60s.
-	Deadline time.Duration
+	At           float64       // the fraction of shards merged at which a fault is injected
+	Deadline     time.Duration // a job not ended this long after its fault is healed is stuck
 	// CancelWithin: a job cancelled during a failover must end this long after the new leader's
-	// election at the latest (issue 10: cancel is checked at claim). Default 1s.
-	CancelWithin time.Duration
-	// LeaseDuration of the election. Default 15s (the Azure minimum).
-	LeaseDuration time.Duration
-	// ShardTimeout of the workers. Default 5s.
-	ShardTimeout time.Duration
+	// election at the latest (issue 10: cancel is checked at claim).
+	CancelWithin  time.Duration
+	LeaseDuration time.Duration // of the election (15s is the Azure minimum)
+	ShardTimeout  time.Duration // of the workers
 }
 
 // DefaultConfig is the full matrix.

@@ -6,11 +6,13 @@
 // time the fault cost against a no-fault reference run. It also lists what was left behind:
 // processes, queue messages, the job's stream messages, active markers.
 //
-// The faults (matrix.go): the leader killed (SIGKILL) or stopped past its lease (SIGSTOP, then
-// SIGCONT); nats-server killed and restarted; azurite-blob killed and restarted (a storage
-// rollback); azurite-queue down during a submit; every worker killed and restarted; forged and
-// garbage results; garbage on the job queue and the shards stream; a cancel during a failover; a job whose Merge or
-// Split panics, beside a normal job (badjob.go).
+// The faults are listed in matrix.go, one line each. Processes: the leader killed or stopped
+// past its lease, every worker killed. Servers: nats-server or azurite-blob killed, the queue
+// down during a submit. Messages: forged and garbage results, garbage on the job queue and the
+// shards stream, a replay. Jobs: a cancel during a failover, a job whose Merge or Split panics
+// (badjob.go). Trust (trust.go): silent partitions, forged heartbeats, a wrong cluster key.
+// Schedules (schedule.go): a schedule ticking every 2 s through a leader SIGKILL, a SIGSTOP and
+// a storage rollback, each tick making exactly one exact job.
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's. A job not ended Config.Deadline after the heal is reported stuck. The exit status

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
@@ -20,29 +22,25 @@ type fault struct {
 	job  func(Config) knownjobs.Job
 	// inject runs once the job has cfg.At of its shards merged. It injects the fault, heals it
 	// (restarts what it killed) and records when the fault was healed.
-	inject func(ctx context.Context, f *faultRun) error
-	// expectCancel: the job must end cancelled (cancel during a failover).
-	expectCancel bool
-	// minAge: the fault hits no sooner than this after the submit.
-	minAge time.Duration
-	// dead lists the dead letters the fault must leave, by source, (the injected messages).
-	dead map[string]int
+	inject       func(ctx context.Context, f *faultRun) error
+	testWorker   bool           // the cluster runs the test worker (the bad-job faults, badjob.go)
+	expectCancel bool           // the job must end cancelled (cancel during a failover)
+	minAge       time.Duration  // the fault hits no sooner than this after the submit
+	dead         map[string]int // the dead letters the fault must leave (the injected messages), by source
 }
 
-// faultRun is one fault being run.
+// faultRun is one fault being run on its cluster c.
 type faultRun struct {
-	e      *env
-	job    knownjobs.Job
-	id     string
-	start  time.Time
-	healed time.Time
-	notes  []string
-	// more are further jobs the fault submitted; each must end exact as well.
-	more []extraJob
-	// failures are what the injection itself found wrong (verdict, problem).
-	failures [][2]string
-	// elected is when the leader that took over was elected (cancel during a failover).
-	elected time.Time
+	r        *runner
+	c        *cluster.Cluster
+	job      knownjobs.Job
+	id       string
+	start    time.Time
+	healed   time.Time
+	notes    []string
+	more     []extraJob  // further jobs the fault submitted; each must end exact as well
+	failures [][2]string // what the injection itself found wrong (verdict, problem)
+	elected  time.Time   // when the leader that took over was elected (cancel during a failover)
 	// changesSeen is the leader changes a fault counted itself (from the lease's epoch, after its
 	// own set-up); nil: the elections announced from the injection on.
 	changesSeen *int
@@ -59,6 +57,44 @@ func (f *faultRun) fail(verdict, problem string) {
 
 func (f *faultRun) note(format string, args ...any) {
 	f.notes = append(f.notes, fmt.Sprintf(format, args...))
+}
+
+// leader returns the worker that holds the lease now.
+func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
+	l, err := rig.Leader(ctx, f.c)
+	if err != nil {
+		return "", 0, err
+	}
+	return l.ID, l.Epoch, nil
+}
+
+// failover kills the leader (SIGKILL) and restarts it, calls then (if any), marks the fault
+// healed and waits for the next election.
+func (f *faultRun) failover(ctx context.Context, then func() error) (cluster.Event, error) {
+	k, err := rig.KillLeader(ctx, f.c, syscall.SIGKILL, true, nil)
+	if err != nil {
+		return cluster.Event{}, err
+	}
+	if then != nil {
+		if err := then(); err != nil {
+			return cluster.Event{}, err
+		}
+	}
+	f.healed = time.Now()
+	ev, err := rig.WaitElected(ctx, f.c, k.Epoch, 3*f.r.cfg.LeaseDuration)
+	if err == nil {
+		f.note("killed leader %s (epoch %d); %s elected (epoch %d) %.2f s later", k.Worker, k.Epoch, ev.Worker, ev.Epoch, ev.Time.Sub(f.healed).Seconds())
+	}
+	return ev, err
+}
+
+// submitMore submits the fault's job once more. It must end exact as well.
+func (f *faultRun) submitMore(ctx context.Context) error {
+	id, start, err := rig.Submit(ctx, f.c, f.job)
+	if err == nil {
+		f.more = append(f.more, extraJob{id: id, start: start})
+	}
+	return err
 }
 
 // Verdicts.
@@ -90,35 +126,29 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		return res
 	}
 	r.logf("fault %s: %s", f.name, f.what)
-	e, err := r.startEnv(ctx, f.name, r.cfg.mapDelay(j))
+	c, err := r.startCluster(ctx, f.name, r.cfg.mapDelay(j), f.testWorker)
 	if err != nil {
 		return fail(verdictError, err.Error())
 	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			r.rig.Stop(e.c)
-		}
-	}
+	stop := sync.OnceFunc(func() { r.rig.Stop(c) })
 	defer stop()
 
-	fr := &faultRun{e: e, job: j}
-	if fr.id, fr.start, err = e.submit(ctx, j); err != nil {
+	fr := &faultRun{r: r, c: c, job: j}
+	if fr.id, fr.start, err = rig.Submit(ctx, c, j); err != nil {
 		return fail(verdictError, err.Error())
 	}
 	res.JobID = fr.id
 	limit := r.cfg.Deadline + 2*time.Duration(j.Shards)*r.cfg.ShardDelay
-	st, ok := rig.WaitProgress(ctx, e.c, fr.id, r.cfg.At, limit)
+	st, ok := rig.WaitProgress(ctx, c, fr.id, r.cfg.At, limit)
 	if !ok {
-		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, describe(st)))
+		return fail(verdictStuck, fmt.Sprintf("job did not reach %.0f%% without a fault within %v (%s)", 100*r.cfg.At, limit, rig.Describe(st)))
 	}
 	if st.State.Terminal() {
 		return fail(verdictError, fmt.Sprintf("job ended (%s) before the fault could be injected: make it longer (--shards, --shard-delay)", st.State))
 	}
 	if f.minAge > 0 {
 		sleep(ctx, time.Until(fr.start.Add(f.minAge)))
-		if st = e.status(ctx, fr.id); st == nil || st.State.Terminal() {
+		if st = rig.Status(ctx, c, fr.id); st == nil || st.State.Terminal() {
 			return fail(verdictError, fmt.Sprintf("job ended or unreadable %v after the submit, before the fault: make it longer (--shards, --shard-delay)", f.minAge))
 		}
 	}
@@ -128,7 +158,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		res.Notes = fr.notes
 		return fail(verdictError, "inject: "+err.Error())
 	}
-	r.rig.Track(e.c)
+	r.rig.Track(c)
 	if fr.healed.IsZero() {
 		fr.healed = time.Now()
 	}
@@ -136,7 +166,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	deadline := fr.healed.Add(r.cfg.Deadline)
 
 	// Judge the job.
-	fst, ended := e.waitEnd(ctx, fr.id, deadline)
+	fst, ended := rig.WaitEnd(ctx, c, fr.id, deadline)
 	if fst != nil {
 		res.State = string(fst.State)
 		res.Merged = fmt.Sprintf("%d/%d", fst.ShardsDone, fst.ShardsTotal)
@@ -145,7 +175,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	case fst == nil:
 		fail(verdictLost, fmt.Sprintf("job %s unreadable for %v after the fault was healed (its spec or checkpoint is gone)", fr.id, r.cfg.Deadline))
 	case !ended:
-		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, describe(fst)))
+		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, rig.Describe(fst)))
 	case f.expectCancel:
 		r.judgeCancel(fr, fst, &res, fail)
 	default:
@@ -166,19 +196,19 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	ids := []string{fr.id}
 	for _, x := range fr.more {
 		ids = append(ids, x.id)
-		xst, xended := e.waitEnd(ctx, x.id, deadline)
+		xst, xended := rig.WaitEnd(ctx, c, x.id, deadline)
 		switch {
 		case xst == nil:
 			fail(verdictLost, fmt.Sprintf("job %s (submitted during the fault) unreadable", x.id))
 		case !xended:
-			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, describe(xst)))
+			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, rig.Describe(xst)))
 		default:
 			var sub Result
 			r.judgeExact(j, x.start, xst, &sub, func(v, p string) Result { return fail(v, "job submitted during the fault: "+p) })
 		}
 	}
 	for src, want := range f.dead {
-		if n := rig.DeadLetters(ctx, e.c, src, uint64(want)); n < uint64(want) {
+		if n := rig.DeadLetters(ctx, c, src, uint64(want)); n < uint64(want) {
 			fail(verdictNotDead, fmt.Sprintf("%d dead letters from %s, want at least %d (the injected messages)", n, src, want))
 		} else {
 			fr.note("%d dead letters from %s", n, src)
@@ -187,14 +217,14 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	if fr.changesSeen != nil {
 		res.LeaderChanges = *fr.changesSeen
 	} else {
-		for _, ev := range e.c.Events() {
+		for _, ev := range c.Events() {
 			if ev.Kind == cluster.Elected && !ev.Time.Before(injected) {
 				res.LeaderChanges++
 			}
 		}
 	}
-	res.LeftBehind = rig.Leftovers(ctx, e.c, ids)
-	if exited := e.c.Exited(); len(exited) > 0 {
+	res.LeftBehind = rig.Leftovers(ctx, c, ids)
+	if exited := c.Exited(); len(exited) > 0 {
 		fr.note("exited: %s", strings.Join(exited, ", "))
 	}
 	res.Notes = fr.notes

@@ -2,73 +2,49 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailed      = 1 // a fault failed (wrong, stuck, lost, slow, left behind) or the run could not complete
-	exitUsage       = 2
-	exitInterrupted = 130
-)
-
 func realMain(args []string, stdout, stderr io.Writer) int {
 	cfg, jsonPath, mdPath, keep, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+		return rig.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return exitUsage
+		return rig.ExitUsage
 	}
 	if cfg.Dir == "" {
 		if cfg.Dir, err = os.MkdirTemp("", "chaos-"); err != nil {
 			fmt.Fprintf(stderr, "chaos: %v\n", err)
-			return exitFailed
+			return rig.ExitFailed
 		}
 		if !keep {
 			defer os.RemoveAll(cfg.Dir)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := rig.Interruptible()
 	defer stop()
-	// After the first Ctrl-C the run stops what it started; a second one ends the process at
-	// once (every child has a parent-death signal).
-	context.AfterFunc(ctx, stop)
-
 	rep, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return exitUsage
+		return rig.ExitUsage
 	}
-	code := exitOK
+	code := rig.ExitOK
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	_, _ = stdout.Write(md.Bytes())
-	if mdPath != "" {
-		if err := os.WriteFile(mdPath, md.Bytes(), 0o644); err != nil {
-			fmt.Fprintf(stderr, "chaos: markdown: %v\n", err)
-			code = exitFailed
-		}
-	}
-	if jsonPath != "" {
-		if err := rig.WriteJSON(jsonPath, rep); err != nil {
-			fmt.Fprintf(stderr, "chaos: json: %v\n", err)
-			code = exitFailed
-		}
+	if err := rig.WriteReport(stdout, md.Bytes(), mdPath, jsonPath, rep); err != nil {
+		fmt.Fprintf(stderr, "chaos: %v\n", err)
+		code = rig.ExitFailed
 	}
 	if keep {
 		fmt.Fprintf(stderr, "chaos: logs and data kept in %s\n", cfg.Dir)
@@ -76,13 +52,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintln(stderr, "chaos: interrupted; everything it started is stopped")
-		return exitInterrupted
+		return rig.ExitInterrupted
 	case runErr != nil:
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return exitFailed
+		return rig.ExitFailed
 	case !rep.ok():
 		fmt.Fprintf(stderr, "chaos: FAILED: %d of %d faults failed\n", rep.Failed, len(rep.Results))
-		return exitFailed
+		return rig.ExitFailed
 	}
 	return code
 }

@@ -20,9 +20,11 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/queue"
 )
 
-// quickFaults are the cheap faults `go test` runs (TestQuick); the others take longer (a longer job or an outage).
+// quickFaults are the cheap faults `go test` runs (TestQuick). The others take longer: a longer
+// job or an outage.
 var quickFaults = []string{"leader-kill", "forged-result", "malformed-result", "malformed-partial", "garbage", "cancel-failover"}
 
 // matrix is every fault, in the order the run takes them.
@@ -46,8 +48,8 @@ func matrix() []fault {
 		{name: "malformed-result", what: "garbage bytes are published on the job's results subject", job: sleepJob, inject: injectMalformed, dead: map[string]int{"results": 1}},
 		{name: "malformed-partial", what: "a well-formed result with the job's plan epoch whose partial is garbage is published", job: sleepJob, inject: injectMalformedPartial, dead: map[string]int{"results": 1}},
 		{name: "garbage", what: "an invalid job id and a 60 KB message on the job queue, garbage on the job's shards subject", job: sleepJob, inject: injectGarbage, dead: map[string]int{"queue": 2, "shards": 1}},
-		{name: "merge-panic", what: "a job whose Merge writes into a nil map runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-merge", "badjobs.mergeCounts")},
-		{name: "split-panic", what: "a job whose Split indexes past its slice runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-split", "badjobs.BadSplit.Split")},
+		{name: "merge-panic", what: "a job whose Merge writes into a nil map runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-merge", "badjobs.mergeCounts"), testWorker: true},
+		{name: "split-panic", what: "a job whose Split indexes past its slice runs beside the job: it must fail naming the panic; the leader must not change", job: sleepJob, inject: injectBadJob("bad-split", "badjobs.BadSplit.Split"), testWorker: true},
 		{name: "follower-cut", what: "a follower is silently cut from NATS (blackholing proxy: no FIN, packets held) for 20 s: 0 leader changes, not ready during the cut", job: sleepJob, inject: injectFollowerCut},
 		{name: "leader-cut", what: "the leader is silently cut from NATS for 20 s: exactly 1 leader change, and it does not take the lease back", job: sleepJob, inject: injectLeaderCut},
 		{name: "forged-heartbeat", what: "heartbeats of ever higher epochs are published by a plain NATS client without the cluster key: 0 leader changes", job: sleepJob, inject: injectForgedHeartbeat, dead: map[string]int{bus.SourceControl: forgedBeats}},
@@ -58,6 +60,9 @@ func matrix() []fault {
 		{name: "leader-queue-cut", what: "the leader is silently cut from the job queue for 40 s and a second job is submitted: it hands over once, both jobs end exact", job: sleepJob, inject: injectLeaderQueueCut},
 		{name: "burst-kill", what: "20 small jobs are submitted and the leader is killed (SIGKILL) at once: every job starts within 5 s of the next election and ends exact", job: sleepJob, inject: injectBurstKill},
 		{name: "cancel-failover", what: "the leader is killed and the job cancelled at once: it must end cancelled soon after the next election", job: longSleepJob, inject: injectCancelFailover, expectCancel: true},
+		{name: "schedule-leader-kill", what: "a schedule firing every 2 s ticks through a leader SIGKILL: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderKill)},
+		{name: "schedule-leader-stop", what: "a schedule firing every 2 s ticks through a leader SIGSTOPped past its lease: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderStop)},
+		{name: "schedule-blob-kill", what: "a schedule firing every 2 s ticks through azurite-blob kill -9 (a rollback of tick markers, specs, state): one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectBlobKill)},
 	}
 }
 
@@ -80,41 +85,9 @@ func selectFaults(names []string) []fault {
 	return out
 }
 
-// leader returns the worker that holds the lease now.
-func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
-	l, err := rig.Leader(ctx, f.e.c)
-	if err != nil {
-		return "", 0, err
-	}
-	return l.ID, l.Epoch, nil
-}
-
-// waitElected waits for an election with an epoch above epoch and returns when it happened.
-func (f *faultRun) waitElected(ctx context.Context, epoch uint64, within time.Duration) (cluster.Event, error) {
-	return rig.WaitElected(ctx, f.e.c, epoch, within)
-}
-
-// killLeader kills the leader with SIGKILL, restarts it and returns its id and epoch.
-func (f *faultRun) killLeader(ctx context.Context) (string, uint64, error) {
-	k, err := rig.KillLeader(ctx, f.e.c, syscall.SIGKILL, true, nil)
-	if err == nil {
-		f.note("killed leader %s (epoch %d)", k.Worker, k.Epoch)
-	}
-	return k.Worker, k.Epoch, err
-}
-
 func injectLeaderKill(ctx context.Context, f *faultRun) error {
-	_, epoch, err := f.killLeader(ctx)
-	if err != nil {
-		return err
-	}
-	f.healed = time.Now()
-	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
-	if err != nil {
-		return err
-	}
-	f.note("%s elected (epoch %d) %.2f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.healed).Seconds())
-	return nil
+	_, err := f.failover(ctx, nil)
+	return err
 }
 
 func injectLeaderStop(ctx context.Context, f *faultRun) error {
@@ -122,55 +95,46 @@ func injectLeaderStop(ctx context.Context, f *faultRun) error {
 	if err != nil {
 		return err
 	}
-	p := f.e.c.Proc(id)
+	p := f.c.Proc(id)
 	if err := p.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
 	stopped := time.Now()
 	cont := func() { _ = p.Signal(syscall.SIGCONT) }
-	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
+	ev, err := rig.WaitElected(ctx, f.c, epoch, 3*f.r.cfg.LeaseDuration)
 	if err != nil {
 		cont()
 		return err
 	}
 	f.note("stopped leader %s (epoch %d); %s elected (epoch %d) %.2f s later", id, epoch, ev.Worker, ev.Epoch, ev.Time.Sub(stopped).Seconds())
 	// Past the lease: the stopped leader's lease has expired for certain when it wakes.
-	sleep(ctx, time.Until(stopped.Add(f.e.r.cfg.LeaseDuration+2*time.Second)))
+	sleep(ctx, time.Until(stopped.Add(f.r.cfg.LeaseDuration+2*time.Second)))
 	cont()
 	f.healed = time.Now()
 	f.note("continued %s after %.1f s", id, time.Since(stopped).Seconds())
 	// It must find itself deposed (say so, or exit) and never take the lease back under its old
 	// term.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	dep, err := f.e.c.WaitEvent(wctx, func(e cluster.Event) bool {
+	dep, err := f.c.WaitEvent(wctx, func(e cluster.Event) bool {
 		return e.Worker == id && e.Epoch == epoch && (e.Kind == string(election.EventLost) || e.Kind == string(election.EventSteppedDown))
 	})
 	cancel()
 	switch {
 	case err == nil:
 		f.note("%s reported %q for epoch %d %.2f s after SIGCONT", id, dep.Kind, epoch, dep.Time.Sub(f.healed).Seconds())
-	case !running(p):
+	case !p.Running():
 		f.note("%s exited after SIGCONT", id)
 	default:
 		f.fail(verdictNotDeposed, fmt.Sprintf("%s neither reported losing epoch %d nor exited within 10 s of SIGCONT", id, epoch))
 	}
-	if l, err := f.e.c.Leader(ctx); err == nil && l != nil && l.Epoch < ev.Epoch {
+	if l, err := f.c.Leader(ctx); err == nil && l != nil && l.Epoch < ev.Epoch {
 		f.fail(verdictNotDeposed, fmt.Sprintf("after SIGCONT the lease is at epoch %d, below the new leader's %d", l.Epoch, ev.Epoch))
 	}
 	return nil
 }
 
-func running(p *cluster.Proc) bool {
-	select {
-	case <-p.Exited():
-		return false
-	default:
-		return true
-	}
-}
-
 func injectNATSKill(ctx context.Context, f *faultRun) error {
-	np := f.e.c.NATSProcess()
+	np := f.c.NATSProcess()
 	if err := np.Signal(syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -184,7 +148,7 @@ func injectNATSKill(ctx context.Context, f *faultRun) error {
 }
 
 func injectBlobKill(ctx context.Context, f *faultRun) error {
-	az := f.e.c.Azurite()
+	az := f.c.Azurite()
 	if err := az.Kill(devserver.Blob, syscall.SIGKILL); err != nil {
 		return err
 	}
@@ -198,7 +162,7 @@ func injectBlobKill(ctx context.Context, f *faultRun) error {
 }
 
 func injectQueueDown(ctx context.Context, f *faultRun) error {
-	az := f.e.c.Azurite()
+	az := f.c.Azurite()
 	// SIGTERM: Azurite's queue keeps its state in memory and saves it now and then. A kill -9
 	// can lose the queue itself, and nothing can be submitted until it is created again: that is
 	// a storage loss, not an outage.
@@ -207,13 +171,12 @@ func injectQueueDown(ctx context.Context, f *faultRun) error {
 	}
 	down := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, 6*time.Second)
-	id, start, err := f.e.submit(sctx, f.job)
+	err := f.submitMore(sctx)
 	cancel()
 	if err != nil {
-		f.note("submit during the outage refused: %s", clip(err.Error(), 200))
+		f.note("submit during the outage refused: %s", rig.Clip(err.Error(), 200))
 	} else {
-		f.note("submit during the outage accepted: %s", id)
-		f.more = append(f.more, extraJob{id: id, start: start})
+		f.note("submit during the outage accepted: %s", f.more[0].id)
 	}
 	sleep(ctx, time.Until(down.Add(8*time.Second)))
 	if err := az.Restart(devserver.Queue); err != nil {
@@ -221,26 +184,24 @@ func injectQueueDown(ctx context.Context, f *faultRun) error {
 	}
 	f.healed = time.Now()
 	if len(f.more) == 0 { // refused: it must run when submitted again
-		id, start, err := f.e.submit(ctx, f.job)
-		if err != nil {
+		if err := f.submitMore(ctx); err != nil {
 			return fmt.Errorf("submit after the outage: %w", err)
 		}
-		f.more = append(f.more, extraJob{id: id, start: start})
-		f.note("submitted again after the outage: %s", id)
+		f.note("submitted again after the outage: %s", f.more[0].id)
 	}
 	return nil
 }
 
 func injectWorkersKill(ctx context.Context, f *faultRun) error {
-	ids := f.e.c.Running()
+	ids := f.c.Running()
 	for _, id := range ids {
-		if _, err := f.e.c.Signal(id, syscall.SIGKILL); err != nil {
+		if _, err := f.c.Signal(id, syscall.SIGKILL); err != nil {
 			return err
 		}
 	}
 	sleep(ctx, time.Second)
 	for _, id := range ids {
-		if _, err := f.e.c.StartWorker(id); err != nil {
+		if _, err := f.c.StartWorker(id); err != nil {
 			return err
 		}
 	}
@@ -252,119 +213,90 @@ func injectWorkersKill(ctx context.Context, f *faultRun) error {
 // forgedCount is how many forged results the forged-result fault publishes.
 const forgedCount = 5
 
-// injectForged publishes, for the last forgedCount shards (not yet dispatched at this point of
-// the job), a well-formed result with the job's plan epoch whose partial is that of another shard:
-// merged, it makes the index sum wrong.
+// injectForged publishes well-formed results for the last forgedCount shards, not dispatched yet.
+// They carry the job's plan epoch and another shard's partial: merged, they make the index sum
+// wrong.
 func injectForged(ctx context.Context, f *faultRun) error {
-	st := f.e.status(ctx, f.id)
-	if st == nil || st.PlanEpoch == 0 {
-		return fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
-	}
 	sleepJob := builtin.Sleep{}
 	shards, err := sleepJob.Split(ctx, nil, f.job.Params)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-forger"))
+	partial, err := sleepJob.Map(ctx, nil, jobs.Task{JobID: f.id, Index: 0, Attempt: 1, Shard: shards[0]}) // the partial of shard 0: (1, 0)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
 	n := len(shards)
-	for k := 0; k < forgedCount; k++ {
-		idx := n - 1 - k
-		partial, err := sleepJob.Map(ctx, nil, jobs.Task{JobID: f.id, Index: 0, Attempt: 1, Shard: shards[0]}) // the partial of shard 0: (1, 0)
-		if err != nil {
-			return err
-		}
-		m := protocol.ResultMsg{Job: f.id, Index: idx, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: partial}
+	var idx []int
+	for k := range forgedCount {
+		idx = append(idx, n-1-k)
+	}
+	epoch, err := f.publishResults(ctx, "chaos-forger", partial, idx...)
+	if err == nil {
+		f.note("published %d forged results (shards %d–%d, plan epoch %d, partial of shard 0)", forgedCount, n-forgedCount, n-1, epoch)
+	}
+	return err
+}
+
+// publishResults publishes, from a plain NATS client, a well-formed result with the job's plan
+// epoch and partial for each shard of idx, and returns the epoch.
+func (f *faultRun) publishResults(ctx context.Context, client string, partial []byte, idx ...int) (uint64, error) {
+	st := rig.Status(ctx, f.c, f.id)
+	if st == nil || st.PlanEpoch == 0 {
+		return 0, fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
+	}
+	var msgs []*nats.Msg
+	for _, i := range idx {
+		m := protocol.ResultMsg{Job: f.id, Index: i, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: partial}
 		data, err := m.Encode()
 		if err != nil {
-			return err
+			return 0, err
 		}
-		if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
-			return err
-		}
+		msgs = append(msgs, &nats.Msg{Subject: f.c.Names().ResultSubject(f.id), Data: data})
 	}
-	if err := nc.Flush(); err != nil {
-		return err
-	}
-	f.note("published %d forged results (shards %d–%d, plan epoch %d, partial of shard 0)", forgedCount, n-forgedCount, n-1, st.PlanEpoch)
-	return nil
+	return st.PlanEpoch, rig.Publish(f.c, client, msgs...)
 }
 
 func injectMalformed(ctx context.Context, f *faultRun) error {
-	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), []byte("R\x01not a result \xff\xfe\x00garbage")); err != nil {
-		return err
-	}
-	f.note("published garbage on %s", f.e.c.Names().ResultSubject(f.id))
-	return nc.Flush()
+	subj := f.c.Names().ResultSubject(f.id)
+	f.note("published garbage on %s", subj)
+	return rig.Publish(f.c, "chaos-garbage", &nats.Msg{Subject: subj, Data: []byte("R\x01not a result \xff\xfe\x00garbage")})
 }
 
 // injectMalformedPartial publishes, for the job's last shard (not yet dispatched at this point),
 // a well-formed result with the right plan epoch whose partial does not decode.
 func injectMalformedPartial(ctx context.Context, f *faultRun) error {
-	st := f.e.status(ctx, f.id)
-	if st == nil || st.PlanEpoch == 0 {
-		return fmt.Errorf("cannot read the job's plan epoch from its checkpoint")
-	}
-	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	idx := f.job.Shards - 1
-	m := protocol.ResultMsg{Job: f.id, Index: idx, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: []byte("{not a partial\xff")}
-	data, err := m.Encode()
-	if err != nil {
-		return err
+	epoch, err := f.publishResults(ctx, "chaos-garbage", []byte("{not a partial\xff"), idx)
+	if err == nil {
+		f.note("published a result for shard %d (plan epoch %d) with a garbage partial", idx, epoch)
 	}
-	if err := nc.Publish(f.e.c.Names().ResultSubject(f.id), data); err != nil {
-		return err
-	}
-	f.note("published a result for shard %d (plan epoch %d) with a garbage partial", idx, st.PlanEpoch)
-	return nc.Flush()
+	return err
 }
 
 func injectGarbage(ctx context.Context, f *faultRun) error {
-	if err := f.e.q.Enqueue(ctx, "../not a job id!"); err != nil {
-		return fmt.Errorf("enqueue an invalid id: %w", err)
-	}
-	if err := f.e.q.Enqueue(ctx, string(bytes.Repeat([]byte("x"), 60<<10))); err != nil {
-		return fmt.Errorf("enqueue a 60 KB message: %w", err)
-	}
-	nc, err := nats.Connect(f.e.c.NATSURL, nats.Name("chaos-garbage"))
+	q, err := queue.New(f.c.ConnStr, f.c.QueueName())
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	subj := f.e.c.Names().ShardTypeSubject(f.job.Type, f.id)
-	if err := nc.Publish(subj, []byte("S\x01not a shard \xff\x00")); err != nil {
-		return err
+	if err := q.Enqueue(ctx, "../not a job id!"); err != nil {
+		return fmt.Errorf("enqueue an invalid id: %w", err)
 	}
+	if err := q.Enqueue(ctx, string(bytes.Repeat([]byte("x"), 60<<10))); err != nil {
+		return fmt.Errorf("enqueue a 60 KB message: %w", err)
+	}
+	subj := f.c.Names().ShardTypeSubject(f.job.Type, f.id)
 	f.note("enqueued an invalid id and a 60 KB message; published garbage on %s", subj)
-	return nc.Flush()
+	return rig.Publish(f.c, "chaos-garbage", &nats.Msg{Subject: subj, Data: []byte("S\x01not a shard \xff\x00")})
 }
 
 func injectCancelFailover(ctx context.Context, f *faultRun) error {
-	_, epoch, err := f.killLeader(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := f.e.c.Client.Cancel(ctx, f.id); err != nil {
-		return fmt.Errorf("cancel: %w", err)
-	}
-	f.healed = time.Now()
-	ev, err := f.waitElected(ctx, epoch, 3*f.e.r.cfg.LeaseDuration)
-	if err != nil {
-		return err
-	}
+	ev, err := f.failover(ctx, func() error {
+		if _, err := f.c.Client.Cancel(ctx, f.id); err != nil {
+			return fmt.Errorf("cancel: %w", err)
+		}
+		return nil
+	})
 	f.elected = ev.Time
-	f.note("cancelled right after the kill; %s elected (epoch %d)", ev.Worker, ev.Epoch)
-	return nil
+	return err
 }

@@ -11,14 +11,12 @@ import (
 // Report is the JSON report (--json). Durations are seconds.
 type Report struct {
 	rig.Header
-	Settings   Settings    `json:"settings"`
-	References []Reference `json:"references"`
-	Results    []Result    `json:"results"`
-	// LeftRunning lists processes the run started that still existed at its end.
-	LeftRunning []string `json:"left_running,omitempty"`
-	Incomplete  string   `json:"incomplete,omitempty"`
-	// Failed counts the faults whose verdict is not ok.
-	Failed int `json:"failed"`
+	Settings    Settings    `json:"settings"`
+	References  []Reference `json:"references"`
+	Results     []Result    `json:"results"`
+	LeftRunning []string    `json:"left_running,omitempty"` // processes the run started that outlived it
+	Incomplete  string      `json:"incomplete,omitempty"`
+	Failed      int         `json:"failed"` // faults whose verdict is not ok
 }
 
 // Settings are what shaped the run.
@@ -51,15 +49,13 @@ type Result struct {
 	JobID string `json:"job_id,omitempty"`
 	// Verdict is "ok" or what went wrong (WRONG, FAILED, STUCK, LOST, SLOW, NOT CANCELLED,
 	// NOT DEAD-LETTERED, NOT DEPOSED, LEFT BEHIND, HARNESS ERROR, INTERRUPTED); Problem says more.
-	Verdict string `json:"verdict"`
-	Problem string `json:"problem,omitempty"`
-	State   string `json:"state,omitempty"`
-	// Exact: the job ended with its exact answer (cancelled, for the cancel fault).
-	Exact      bool   `json:"exact"`
-	InjectedAt string `json:"injected_at,omitempty"` // shards merged when the fault hit
-	Merged     string `json:"merged,omitempty"`      // shards merged at the end
-	// HealedS is when the fault was healed, from the submit.
-	HealedS    float64  `json:"healed_s"`
+	Verdict    string   `json:"verdict"`
+	Problem    string   `json:"problem,omitempty"`
+	State      string   `json:"state,omitempty"`
+	Exact      bool     `json:"exact"`                 // the exact answer (cancelled, for the cancel fault)
+	InjectedAt string   `json:"injected_at,omitempty"` // shards merged when the fault hit
+	Merged     string   `json:"merged,omitempty"`      // shards merged at the end
+	HealedS    float64  `json:"healed_s"`              // when the fault was healed, from the submit
 	MakespanS  float64  `json:"makespan_s,omitempty"`
 	ReferenceS float64  `json:"reference_s,omitempty"`
 	TimeLostS  *float64 `json:"time_lost_s,omitempty"`
@@ -87,19 +83,17 @@ func (rep *Report) ok() bool {
 	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
 }
 
-// writeMarkdown writes the table: fault | verdict | result exact? | time lost | leader changes |
-// left behind,
-// then each fault's notes and problem.
+// writeMarkdown writes the table of faults, then each fault's notes and problem.
 func writeMarkdown(w io.Writer, rep *Report) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	m := rig.Markdown{W: w}
+	p := m.P
 	kind := "full matrix"
 	if rep.Quick {
 		kind = "quick"
 	}
 	s := rep.Settings
 	p("# Fault matrix (%s)", kind)
-	p("")
-	p("%s, %d CPUs, %s. %d workers, concurrency %d, lease %.0f s, shard timeout %.0f s; faults at %.0f%% of the shards; "+
+	m.Para("%s, %d CPUs, %s. %d workers, concurrency %d, lease %.0f s, shard timeout %.0f s; faults at %.0f%% of the shards; "+
 		"stuck = not ended %.0f s after the fault was healed. Took %.0f s.",
 		rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.Machine.CPUs, rep.Machine.Go, s.Workers, s.Concurrency, s.LeaseS,
 		s.ShardTimeoutS, 100*s.At, s.DeadlineS, rep.DurationS)
@@ -108,16 +102,13 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		for _, r := range rep.References {
 			refs = append(refs, fmt.Sprintf("%s %.2f s", r.Job, r.MakespanS))
 		}
-		p("")
-		p("No-fault reference makespans: %s.", strings.Join(refs, "; "))
+		m.Para("No-fault reference makespans: %s.", strings.Join(refs, "; "))
 	}
 	if rep.Incomplete != "" {
-		p("")
-		p("**Incomplete:** %s", rep.Incomplete)
+		m.Para("**Incomplete:** %s", rep.Incomplete)
 	}
 	p("")
-	p("| fault | verdict | result exact? | time lost | leader changes | anything left behind |")
-	p("|---|---|---|---|---|---|")
+	m.Table("fault", "verdict", "result exact?", "time lost", "leader changes", "anything left behind")
 	for _, r := range rep.Results {
 		exact := "yes"
 		if !r.Exact {
@@ -144,11 +135,9 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		p("| %s | %s | %s | %s | %d | %s |", r.Fault, verdict, exact, lost, r.LeaderChanges, left)
 	}
 	if len(rep.LeftRunning) > 0 {
-		p("")
-		p("**Still running at the end:** %s", strings.Join(rep.LeftRunning, "; "))
+		m.Para("**Still running at the end:** %s", strings.Join(rep.LeftRunning, "; "))
 	}
-	p("")
-	p("%d of %d faults failed.", rep.Failed, len(rep.Results))
+	m.Para("%d of %d faults failed.", rep.Failed, len(rep.Results))
 	p("")
 	for _, r := range rep.Results {
 		p("- **%s** (%s; job %s, fault at %s merged, healed at %.1f s)", r.Fault, r.What, r.JobID, r.InjectedAt, r.HealedS)
@@ -162,4 +151,4 @@ func writeMarkdown(w io.Writer, rep *Report) {
 }
 
 // cell makes s safe in a Markdown table cell.
-func cell(s string) string { return strings.ReplaceAll(clip(s, 400), "|", "\\|") }
+func cell(s string) string { return strings.ReplaceAll(rig.Clip(s, 400), "|", "\\|") }

@@ -7,19 +7,16 @@ import (
 	"io"
 	"time"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/queue"
 )
 
 // runner owns what a run starts (the rig, which knows every pid it ever started).
 type runner struct {
-	cfg     Config
-	rig     *rig.Rig
-	out     io.Writer
-	testBin string // the test worker, for the bad-job faults (badjob.go)
+	cfg Config
+	rig *rig.Rig
+	out io.Writer
 }
 
 func (r *runner) logf(format string, args ...any) {
@@ -41,9 +38,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	defer r.rig.Close()
 	faults := selectFaults(cfg.Faults)
-	if err := r.buildTestWorker(faults); err != nil {
-		return nil, err
-	}
 
 	// The reference: each job the faults use, once, without a fault.
 	refs := map[string]float64{}
@@ -93,12 +87,12 @@ func referenceJobs(cfg Config, faults []fault) []knownjobs.Job {
 
 // reference runs j once on a fresh cluster and returns its makespan in seconds.
 func (r *runner) reference(ctx context.Context, j knownjobs.Job) (float64, error) {
-	e, err := r.startEnv(ctx, fmt.Sprintf("reference-%s-%d", j.Type, j.Shards), r.cfg.mapDelay(j))
+	c, err := r.startCluster(ctx, fmt.Sprintf("reference-%s-%d", j.Type, j.Shards), r.cfg.mapDelay(j), false)
 	if err != nil {
 		return 0, err
 	}
-	defer r.rig.Stop(e.c)
-	o, err := rig.Reference(ctx, e.c, j, r.cfg.Deadline+time.Duration(j.Shards)*r.cfg.ShardDelay, nil)
+	defer r.rig.Stop(c)
+	o, err := rig.Reference(ctx, c, j, r.cfg.Deadline+time.Duration(j.Shards)*r.cfg.ShardDelay, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -106,44 +100,16 @@ func (r *runner) reference(ctx context.Context, j knownjobs.Job) (float64, error
 	return rig.Round3(o.Makespan.Seconds()), nil
 }
 
-// env is one fault's cluster and the clients the run inspects it with.
-type env struct {
-	r    *runner
-	name string
-	c    *cluster.Cluster
-	q    *queue.Queue
-}
-
-// startEnv starts a cluster with servers of its own for name; mapDelay slows every map step
-// (see Config.mapDelay).
-func (r *runner) startEnv(ctx context.Context, name string, mapDelay time.Duration) (*env, error) {
+// startCluster starts a cluster with servers of its own for name. mapDelay slows every map step
+// (see Config.mapDelay); testWorker runs the test worker, which knows the bad job types.
+func (r *runner) startCluster(ctx context.Context, name string, mapDelay time.Duration, testWorker bool) (*cluster.Cluster, error) {
 	start := time.Now()
-	c, err := r.rig.Start(ctx, rig.Spec{Name: name, WorkerBin: r.workerBin(name), Workers: r.cfg.Workers, LeaseDuration: r.cfg.LeaseDuration,
+	c, err := r.rig.Start(ctx, rig.Spec{Name: name, TestWorker: testWorker, Workers: r.cfg.Workers, LeaseDuration: r.cfg.LeaseDuration,
 		ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2, MapDelay: mapDelay})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		r.logf("%s: cluster up in %v (logs in %s)", name, time.Since(start).Round(time.Millisecond), c.Options().Dir)
 	}
-	e := &env{r: r, name: name, c: c}
-	if e.q, err = queue.New(c.ConnStr, c.QueueName()); err != nil {
-		r.rig.Stop(c)
-		return nil, err
-	}
-	r.logf("%s: cluster up in %v (logs in %s)", name, time.Since(start).Round(time.Millisecond), c.Options().Dir)
-	return e, nil
-}
-
-func (e *env) submit(ctx context.Context, j knownjobs.Job) (string, time.Time, error) {
-	return rig.Submit(ctx, e.c, j)
-}
-
-// status reads a job's status, nil while it cannot be read (storage down, not yet written).
-func (e *env) status(ctx context.Context, id string) *client.Status { return rig.Status(ctx, e.c, id) }
-
-// waitEnd polls id until it ends; false, with the last status read, when deadline passed first.
-func (e *env) waitEnd(ctx context.Context, id string, deadline time.Time) (*client.Status, bool) {
-	return rig.WaitEnd(ctx, e.c, id, deadline)
+	return c, err
 }
 
 func sleep(ctx context.Context, d time.Duration) { _ = rig.Sleep(ctx, d) }
-func clip(s string, n int) string                { return rig.Clip(s, n) }
-func describe(st *client.Status) string          { return rig.Describe(st) }

@@ -2,13 +2,13 @@
 //
 // It runs a real cluster on this machine (Azurite, an in-process NATS server, three `worker run`
 // processes) and submits a primes job. Half-way it kills the leader with SIGKILL and shows the
-// fast takeover: a follower misses a heartbeat, finds the leader's term has no responders (its
-// process is gone), breaks the lease fenced on its epoch and is elected, well under a second
-// without a leader instead of the 15 s lease. It checks the result is exact.
+// fast takeover. A follower misses a heartbeat and finds the leader's term has no responders
+// (its process is gone). It breaks the lease fenced on its epoch and is elected, well under a
+// second without a leader instead of the 15 s lease. The demo checks the result is exact.
 //
-// It stops every process it started and closes every port it opened: on success, on failure and
-// on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under .demo/
-// in the repository; the logs of the last run stay there for reading.
+// It stops every process it started, by pid, and checks that none is left: on success, on failure
+// and on Ctrl-C. Its files (worker binary, server data, one log per worker process) are under
+// .demo/run in the repository; the logs of the last run stay there for reading.
 package main
 
 import (
@@ -18,8 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -32,6 +30,7 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -42,7 +41,7 @@ const (
 	wantCount = 1270607
 )
 
-// errInterrupted is Ctrl-C or SIGTERM; errLeftBehind is a process or port that outlived the stop.
+// The ends of a run that main tells apart: Ctrl-C or SIGTERM, and a process that outlived the stop.
 var (
 	errInterrupted = errors.New("interrupted")
 	errLeftBehind  = errors.New("left behind")
@@ -57,10 +56,10 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 	case errors.Is(err, errInterrupted):
 		fmt.Fprintln(os.Stderr, "demo: interrupted; everything it started is stopped")
-		os.Exit(130)
+		os.Exit(rig.ExitInterrupted)
 	default:
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
-		os.Exit(1)
+		os.Exit(rig.ExitFailed)
 	}
 }
 
@@ -103,6 +102,8 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		}
 		o.dir = filepath.Join(root, ".demo")
 	}
+	// A fresh cluster every run: old data would hold old jobs and an old lease.
+	runDir := filepath.Join(o.dir, "run")
 	// Whatever went wrong, say it was Ctrl-C when it was (main's ctx ends only on a signal).
 	interrupted := ctx
 	defer func() {
@@ -111,95 +112,91 @@ func run(ctx context.Context, args []string, out io.Writer) (err error) {
 		case interrupted.Err() != nil && !errors.Is(err, errLeftBehind):
 			err = errInterrupted
 		case errors.Is(err, context.DeadlineExceeded):
-			err = fmt.Errorf("gave up after %v (-timeout); the worker logs are in %s: %w", o.timeout, rel(filepath.Join(o.dir, "run")), err)
+			err = fmt.Errorf("gave up after %v (-timeout); the worker logs are in %s: %w", o.timeout, rel(runDir), err)
 		}
 	}()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 
-	d := newDisplay(out)
-	d.line("mapagg demo: %d workers count the primes below 20,000,000; the leader dies half-way.", o.workers)
-
-	start := time.Now()
-	d.step("building the worker")
-	bin, err := cluster.Build(filepath.Join(o.dir, "bin"), false)
-	if err != nil {
-		return err
-	}
-	d.done(time.Since(start))
-
-	// A fresh cluster every run: old data would hold old jobs and an old lease.
-	runDir := filepath.Join(o.dir, "run")
+	log := rig.NewProgress(out)
+	log.Logf("mapagg demo: %d workers count the primes below 20,000,000; the leader dies half-way.", o.workers)
 	if err := os.RemoveAll(runDir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(runDir, "azurite"), 0o755); err != nil {
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return err
 	}
-	start = time.Now()
-	d.step("starting Azurite, NATS with JetStream and %d workers", o.workers)
-	c, err := cluster.Start(ctx, cluster.Options{
-		Dir: runDir, WorkerBin: bin, Workers: o.workers, MapDelay: o.mapDelay,
-		// The worker's own shard timeout (5 s) and heartbeat settings: the demo shows the defaults.
-		ShardTimeout: -1,
-	})
+	rg, err := rig.New(ctx, rig.Options{Dir: runDir, Shared: true, Logf: log.Logf})
 	if err != nil {
-		return fmt.Errorf("start cluster (logs in %s): %w", runDir, err)
+		return err
 	}
 	defer func() {
-		if serr := stopAll(c, d); serr != nil {
-			err = errors.Join(serr, err)
+		rg.Close()
+		if left := rg.LeftRunning(); len(left) > 0 {
+			err = errors.Join(fmt.Errorf("%w: %s", errLeftBehind, strings.Join(left, "; ")), err)
+		} else {
+			log.Logf("stopped the workers, NATS and Azurite; nothing left running")
 		}
 	}()
-	d.done(time.Since(start))
-	d.line("  storage %s, NATS %s, logs in %s", storageHosts(c.ConnStr), strings.TrimPrefix(c.NATSURL, "nats://"), rel(runDir))
-
-	first, err := c.Leader(ctx)
+	// The worker's own shard timeout (5 s) and heartbeat settings: the demo shows the defaults.
+	c, err := rg.Start(ctx, rig.Spec{Name: "demo", Workers: o.workers, MapDelay: o.mapDelay, Concurrency: 2})
+	if err != nil {
+		return fmt.Errorf("%w (logs in %s)", err, rel(runDir))
+	}
+	first, err := rig.Leader(ctx, c)
 	if err != nil {
 		return err
 	}
-	if first == nil {
-		return errors.New("the cluster started but nobody holds the lease")
-	}
-	d.line("▸ %s is leader (epoch %d)", first.ID, first.Epoch)
+	log.Logf("▸ %d workers up (logs in %s); %s is leader (epoch %d)", o.workers, rel(c.Options().Dir), first.ID, first.Epoch)
 	if addr, by := dashboard(ctx, c, first.ID); addr != "" {
-		d.line("▸ dashboard: http://%s/ (served by %s, which outlives the kill; every worker serves one)", addr, by)
+		log.Logf("▸ dashboard: http://%s/ (served by %s, which outlives the kill; every worker serves one)", addr, by)
 	}
 
 	id, err := c.Client.Submit(ctx, "primes", json.RawMessage(jobParams))
 	if err != nil {
 		return fmt.Errorf("submit: %w", err)
 	}
-	d.line("▸ submitted %s: primes in [0, 20000000), 200 shards, each slowed by %v (-map-delay)", id, o.mapDelay)
+	log.Logf("▸ submitted %s: primes in [0, 20000000), 200 shards, each slowed by %v (-map-delay)", id, o.mapDelay)
 
-	f, err := follow(ctx, c, d, id)
+	f, err := follow(ctx, c, log, id, first)
 	if err != nil {
 		return err
 	}
-	return report(d, f, o)
+	return report(log, f, o)
 }
 
 // failover is what happened to one job.
 type failover struct {
 	status    *client.Status
 	took      time.Duration
-	killed    *election.LeaderInfo // the leader killed; nil if the job ended first
-	killedAt  time.Time
+	killed    *rig.Kill      // the leader killed; nil if the job ended first
 	doneAt    int            // shards merged when it was killed
 	suspected *cluster.Event // the first follower to miss the killed leader's heartbeats
 	noResp    *cluster.Event // the fast path: its term had no responders (the process is gone)
 	broke     *cluster.Event // the fenced lease break that ended its term
 	elected   *cluster.Event
 	firstMrg  *cluster.Event
-	restarted bool
 }
 
 // follow polls the job until it ends, kills the leader half-way, waits for the next election
 // and restarts the killed worker.
-func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*failover, error) {
+func follow(ctx context.Context, c *cluster.Cluster, log *rig.Progress, id string, first *election.LeaderInfo) (*failover, error) {
 	f := &failover{}
 	start := time.Now()
-	leader := ""
+	log.Phase("shards merged", 200)
+	defer log.Done()
+	log.Describe(fmt.Sprintf("leader %s (epoch %d)", first.ID, first.Epoch))
+	// after is the first event of kind after the kill, once.
+	after := func(seen **cluster.Event, kind string) bool {
+		if f.killed == nil || *seen != nil {
+			return false
+		}
+		ev, ok := c.EventAfter(kind, f.killed.At)
+		if ok {
+			*seen = &ev
+		}
+		return ok
+	}
 	for {
 		st, err := c.Client.Status(ctx, id)
 		if err != nil && ctx.Err() != nil {
@@ -207,64 +204,44 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 		}
 		if err == nil {
 			f.status = st
-			desc := "leader " + leader
-			switch {
-			case f.killed != nil && f.elected == nil:
-				desc = "no leader"
-			case leader == "":
-				desc = "waiting for the leader"
-			}
-			d.progress(st.ShardsDone, st.ShardsTotal, desc)
+			log.Set(st.ShardsDone)
 			if st.State.Terminal() {
 				f.took = time.Since(start)
-				d.finish()
-				if st.State == jobs.StateSucceeded { // status is metadata only: read the result
-					if st.Result, err = c.Client.Result(ctx, id); err != nil {
-						return nil, err
-					}
-				}
-				return f, nil
+				st, err := rig.Final(ctx, c, id) // status is metadata only: read the result
+				f.status = st
+				return f, err
 			}
 			if f.killed == nil && st.ShardsTotal > 0 && 2*st.ShardsDone >= st.ShardsTotal {
-				if err := kill(ctx, c, d, f, st.ShardsDone); err != nil {
-					return nil, err
+				log.Logf("▸ %d of %d shards merged: killing the leader with SIGKILL", st.ShardsDone, st.ShardsTotal)
+				k, err := rig.KillLeader(ctx, c, syscall.SIGKILL, false, nil)
+				if err != nil {
+					return nil, fmt.Errorf("kill the leader: %w", err)
 				}
+				f.killed, f.doneAt = &k, st.ShardsDone
+				log.Describe("no leader")
+				log.Logf("  %s (epoch %d) is gone: its heartbeats stop and NATS drops its subscriptions. The followers probe its term and need not wait out the suspicion timeout (1.5 s), let alone the 15 s lease. The workers keep mapping.", k.Worker, k.Epoch)
 			}
 		}
-		if leader == "" || f.killed != nil && f.elected == nil {
-			if l, err := c.Leader(ctx); err == nil && l != nil && (f.killed == nil || l.ID != f.killed.ID) {
-				leader = fmt.Sprintf("%s (epoch %d)", l.ID, l.Epoch)
-			}
+		if f.suspected == nil && after(&f.noResp, string(election.EventNoResponders)) {
+			ev := f.noResp
+			f.suspected = ev
+			log.Logf("▸ %s missed a heartbeat and probed %s's term: no responders (the process is gone), %.2f s after the kill. No need to wait for the suspicion timeout.", ev.Worker, f.killed.Worker, ev.Time.Sub(f.killed.At).Seconds())
 		}
-		if f.killed != nil && f.noResp == nil && f.suspected == nil {
-			if ev, ok := c.EventAfter(string(election.EventNoResponders), f.killedAt); ok {
-				f.noResp, f.suspected = &ev, &ev
-				d.note("▸ %s missed a heartbeat and probed %s's term: no responders (the process is gone), %.2f s after the kill — no need to wait for the suspicion timeout", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
-			}
+		if after(&f.suspected, string(election.EventSuspected)) {
+			ev := f.suspected
+			log.Logf("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.Worker, ev.Time.Sub(f.killed.At).Seconds())
 		}
-		if f.killed != nil && f.suspected == nil {
-			if ev, ok := c.EventAfter(string(election.EventSuspected), f.killedAt); ok {
-				f.suspected = &ev
-				d.note("▸ %s suspects %s: no heartbeat for the suspicion timeout (%.1f s after the kill)", ev.Worker, f.killed.ID, ev.Time.Sub(f.killedAt).Seconds())
-			}
+		if after(&f.broke, string(election.EventBrokeLease)) {
+			log.Logf("▸ %s broke the lease of epoch %d (a conditional break on its ETag: only that term)", f.broke.Worker, f.killed.Epoch)
 		}
-		if f.killed != nil && f.broke == nil {
-			if ev, ok := c.EventAfter(string(election.EventBrokeLease), f.killedAt); ok {
-				f.broke = &ev
-				d.note("▸ %s broke the lease of epoch %d (a conditional break on its ETag: only that term)", ev.Worker, f.killed.Epoch)
-			}
-		}
-		if f.killed != nil && f.elected == nil {
-			if ev, ok := c.EventAfter(cluster.Elected, f.killedAt); ok {
-				f.elected = &ev
-				leader = fmt.Sprintf("%s (epoch %d)", ev.Worker, ev.Epoch)
-				d.note("▸ %s elected (epoch %d) %.1f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.killedAt).Seconds())
-				if _, err := c.StartWorker(f.killed.ID); err != nil {
-					d.note("  could not restart %s: %v", f.killed.ID, err)
-				} else {
-					f.restarted = true
-					d.note("▸ %s restarted; it joins as a follower", f.killed.ID)
-				}
+		if after(&f.elected, cluster.Elected) {
+			ev := f.elected
+			log.Describe(fmt.Sprintf("leader %s (epoch %d)", ev.Worker, ev.Epoch))
+			log.Logf("▸ %s elected (epoch %d) %.1f s after the kill", ev.Worker, ev.Epoch, ev.Time.Sub(f.killed.At).Seconds())
+			if _, err := c.StartWorker(f.killed.Worker); err != nil {
+				log.Logf("  could not restart %s: %v", f.killed.Worker, err)
+			} else {
+				log.Logf("▸ %s restarted; it joins as a follower", f.killed.Worker)
 			}
 		}
 		if f.elected != nil && f.firstMrg == nil {
@@ -275,33 +252,14 @@ func follow(ctx context.Context, c *cluster.Cluster, d *display, id string) (*fa
 				}
 			}
 		}
-		select {
-		case <-ctx.Done():
-			d.finish()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := rig.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// kill SIGKILLs the current leader: no checkpoint, no release, no more heartbeats.
-func kill(ctx context.Context, c *cluster.Cluster, d *display, f *failover, done int) error {
-	l, err := c.Leader(ctx)
-	if err != nil || l == nil {
-		return nil // between leaders; try again at the next poll
-	}
-	d.note("▸ %d of %d shards merged: killing the leader %s (epoch %d) with SIGKILL", done, f.status.ShardsTotal, l.ID, l.Epoch)
-	at, err := c.Signal(l.ID, syscall.SIGKILL)
-	if err != nil {
-		return fmt.Errorf("kill the leader: %w", err)
-	}
-	f.killed, f.killedAt, f.doneAt = l, at, done
-	d.note("  its heartbeats stop and NATS drops its subscriptions; the followers probe its term and need not wait out the suspicion timeout (1.5 s), let alone the 15 s lease; the workers keep mapping")
-	return nil
-}
-
 // report prints the outcome and says whether the result is exact.
-func report(d *display, f *failover, o options) error {
+func report(log *rig.Progress, f *failover, o options) error {
 	st := f.status
 	if st.State != jobs.StateSucceeded {
 		return fmt.Errorf("job %s %s: %s", st.ID, st.State, st.Error)
@@ -310,13 +268,13 @@ func report(d *display, f *failover, o options) error {
 	if err := json.Unmarshal(st.Result, &res); err != nil {
 		return fmt.Errorf("result %s: %w", st.Result, err)
 	}
-	d.line("")
-	d.line("  job               %s succeeded in %.1f s", st.ID, f.took.Seconds())
-	if f.killed != nil {
-		d.line("  old leader        %s, epoch %d: killed with SIGKILL at %d/%d shards", f.killed.ID, f.killed.Epoch, f.doneAt, st.ShardsTotal)
+	line := func(format string, a ...any) { log.Logf("  "+format, a...) }
+	line("job               %s succeeded in %.1f s", st.ID, f.took.Seconds())
+	if k := f.killed; k != nil {
+		line("old leader        %s, epoch %d: killed with SIGKILL at %d/%d shards", k.Worker, k.Epoch, f.doneAt, st.ShardsTotal)
 	}
 	if f.elected != nil {
-		d.line("  new leader        %s, epoch %d", f.elected.Worker, f.elected.Epoch)
+		line("new leader        %s, epoch %d", f.elected.Worker, f.elected.Epoch)
 		how := "heartbeats missed, then a fenced lease break"
 		if f.noResp != nil {
 			how = "a heartbeat missed, its term had no responders, then a fenced lease break"
@@ -324,63 +282,21 @@ func report(d *display, f *failover, o options) error {
 		if f.broke == nil {
 			how = "no lease break seen: the lease ran out"
 		}
-		d.line("  without a leader  %.1f s (kill → elected; %s; the lease is 15 s)", f.elected.Time.Sub(f.killedAt).Seconds(), how)
+		line("without a leader  %.1f s (kill → elected; %s; the lease is 15 s)", f.elected.Time.Sub(f.killed.At).Seconds(), how)
 		if f.firstMrg != nil {
-			d.line("  first merge       %s after the election (results waited on JetStream)", f.firstMrg.Time.Sub(f.elected.Time).Round(time.Millisecond))
+			line("first merge       %s after the election (results waited on JetStream)", f.firstMrg.Time.Sub(f.elected.Time).Round(time.Millisecond))
 		}
 	}
-	d.line("  duplicates        %d results dropped because their shard was already merged", st.Duplicates)
-	d.line("  result            %s", st.Result)
+	line("duplicates        %d results dropped because their shard was already merged", st.Duplicates)
+	line("result            %s", st.Result)
 	if res.Count != wantCount {
 		return fmt.Errorf("wrong result: %d primes below 20,000,000, want %d", res.Count, wantCount)
 	}
-	d.line("                    exact: π(2·10^7) = 1,270,607")
+	line("                  exact: π(2·10^7) = 1,270,607")
 	if f.killed == nil {
-		d.line("  (the job ended before half of it was seen; try a larger -map-delay than %v to see a takeover)", o.mapDelay)
+		line("(the job ended before half of it was seen; try a larger -map-delay than %v to see a takeover)", o.mapDelay)
 	}
 	return nil
-}
-
-// stopAll stops the workers and servers, then checks that nothing still listens on their ports.
-func stopAll(c *cluster.Cluster, d *display) error {
-	d.finish()
-	start := time.Now()
-	d.step("stopping the workers, NATS and Azurite")
-	addrs := append(hostsOf(c.ConnStr), strings.TrimPrefix(c.NATSURL, "nats://"))
-	c.Stop()
-	if r := c.Running(); len(r) > 0 {
-		return fmt.Errorf("%w: workers still running after stop: %v", errLeftBehind, r)
-	}
-	for _, a := range addrs {
-		if conn, err := net.DialTimeout("tcp", a, 300*time.Millisecond); err == nil {
-			conn.Close()
-			return fmt.Errorf("%w: %s still accepts connections after stop", errLeftBehind, a)
-		}
-	}
-	d.done(time.Since(start))
-	return nil
-}
-
-// hostsOf returns the host:port of the blob and queue endpoints of a connection string.
-func hostsOf(connStr string) []string {
-	var out []string
-	for _, part := range strings.Split(connStr, ";") {
-		k, v, _ := strings.Cut(part, "=")
-		if k == "BlobEndpoint" || k == "QueueEndpoint" {
-			if u, err := url.Parse(v); err == nil {
-				out = append(out, u.Host)
-			}
-		}
-	}
-	return out
-}
-
-func storageHosts(connStr string) string {
-	h := hostsOf(connStr)
-	if len(h) != 2 {
-		return "?"
-	}
-	return "blob " + h[0] + " queue " + h[1]
 }
 
 // rel shortens a path below the working directory.
@@ -395,8 +311,8 @@ func rel(p string) string {
 	return p
 }
 
-// dashboard returns the HTTP address of a worker other than the leader, as the workers announce
-// it on NATS within a few seconds of starting ("" if none did within 3 s).
+// dashboard returns the HTTP address a worker other than the leader announced ("" if none did
+// within 3 s). The workers announce it on NATS within a few seconds of starting.
 func dashboard(ctx context.Context, c *cluster.Cluster, leader string) (addr, worker string) {
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {

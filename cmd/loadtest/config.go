@@ -28,92 +28,56 @@ var allScenarios = []string{scThroughput, scEfficiency, scSmallJob, scWordcount,
 	scMillion, scOutage, scNATSCluster, scLoaded, scScale}
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
-// QuickConfig.
+// QuickConfig, which hold the defaults; the flags say more.
 type Config struct {
-	// Dir holds worker logs and server data. Default: a fresh temporary directory, removed at the
-	// end unless Keep is set or the run failed.
-	Dir string
-	// Keep keeps Dir after a successful run.
-	Keep bool
-	// WorkerBin is the worker binary. Default: built from ./cmd/worker into Dir.
-	WorkerBin string
-	// ConnStr and NATSURL attach to running servers; empty starts Azurite and NATS on 127.0.0.1.
-	ConnStr, NATSURL string
-	// Scenarios to run, a subset of allScenarios.
-	Scenarios []string
-	// Seed makes kill points and the choice of victims reproducible.
-	Seed uint64
-	// Quick marks the small correctness run (targets are reported, not judged).
-	Quick bool
+	Dir              string   // worker logs and server data; "": a temporary folder, removed unless Keep or the run failed
+	Keep             bool     // keep Dir after a successful run
+	WorkerBin        string   // "": built from ./cmd/worker into Dir
+	ConnStr, NATSURL string   // attach to running servers; "": start Azurite and NATS on 127.0.0.1
+	Scenarios        []string // a subset of allScenarios
+	Seed             uint64   // makes kill points and the choice of victims reproducible
+	Quick            bool     // the small correctness run: targets are reported, not judged
 
-	// Workers is the number of worker processes in every cluster. Default 3.
-	Workers int
-	// Concurrency is shards run at once per worker (WORKER_CONCURRENCY). Default 2.
-	Concurrency int
+	Workers     int // worker processes in every cluster
+	Concurrency int // shards run at once per worker (WORKER_CONCURRENCY)
 
-	// ThroughputShards is the size of each zero-duration sleep job. Default 100,000.
-	ThroughputShards int
-	// ThroughputRuns: rounds of (job, every baseline); the best of each counts. Default 3.
-	ThroughputRuns int
-	// ThroughputConcurrency of the throughput cluster; 0 is the worker's default. Default 0.
-	ThroughputConcurrency int
-	// BaselinePrefetch lists the per-worker prefetch depths the baseline tries; the best counts.
-	BaselinePrefetch []int
+	ThroughputShards      int   // shards of each zero-duration sleep job
+	ThroughputRuns        int   // rounds of (job, every baseline); the best of each counts
+	ThroughputConcurrency int   // of the throughput cluster; 0 is the worker's default
+	BaselinePrefetch      []int // per-worker prefetch depths the baseline tries; the best counts
 
 	// EfficiencyDurations are the efficiency jobs' shard durations; each job lasts
-	// EfficiencyIdeal over Workers × Concurrency slots. Default 2ms and 5ms, 5 s each.
+	// EfficiencyIdeal over Workers × Concurrency slots.
 	EfficiencyDurations []time.Duration
 	EfficiencyIdeal     time.Duration
 
-	// SmallJobRuns counts the small jobs (the median counts). Default 11.
-	SmallJobRuns int
+	SmallJobRuns int // small jobs; the median counts
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
-	// split in shards of WordcountShardBytes. Default 16 MiB in 32 KiB shards (512 shards).
-	WordcountBytes, WordcountShardBytes int
-	// WordcountRuns is how many times each wordcount job runs (interleaved; the best counts).
-	WordcountRuns int
-	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler job; one worker
-	// takes ten times StragglerDelay. One slow worker is then a small share of the capacity.
-	// Default 10 workers, 4000 × 20ms (4 s over 20 slots).
-	StragglerWorkers int
-	StragglerShards  int
-	StragglerDelay   time.Duration
-	// StragglerSmallShards: the same on Workers workers, reported, not judged. 0 skips it.
-	// Default 600.
-	StragglerSmallShards int
-	// StragglerRuns: rounds of (without, with the straggler); the best of each counts. Default 3.
-	StragglerRuns int
-	// MillionShards is the size of the big job (its leader is killed at 50 %). Default 1,000,000.
-	MillionShards int
-	// LoadedDuration is the length of the loaded no-fault run. Default 10m.
-	LoadedDuration time.Duration
-	// OutageDuration is how long the NATS server process stays dead in the outage run. Default 30s.
-	OutageDuration time.Duration
-	// NodeDownDuration is how long one node of the 3-node NATS cluster stays down. Default 10s.
-	NodeDownDuration time.Duration
+	// in shards of WordcountShardBytes; each runs WordcountRuns times, interleaved.
+	WordcountBytes, WordcountShardBytes, WordcountRuns int
+	// StragglerWorkers, StragglerShards and StragglerDelay size the straggler job; one worker takes
+	// ten times StragglerDelay. StragglerRuns rounds of (without, with the straggler); the best of
+	// each counts. StragglerSmallShards: the same on Workers workers, reported (0 skips it).
+	StragglerWorkers, StragglerShards, StragglerRuns, StragglerSmallShards int
+	StragglerDelay                                                         time.Duration
 
-	// CrashRuns, GracefulRuns and WorkerCrashRuns count the failover runs. Default 20, 10, 3.
-	CrashRuns, GracefulRuns, WorkerCrashRuns int
-	// DoubleKillEvery: every n-th crash run also kills the leader that took over. Default 5.
-	DoubleKillEvery int
-	// PrimesEvery: every n-th leader failover run uses a primes job instead of sleep. Default 5.
-	PrimesEvery int
-	// FailoverShards is the size of the failover jobs. Default 300.
-	FailoverShards int
-	// MapDelay slows the failover clusters' map steps, to kill mid-job. Default 40ms.
-	MapDelay time.Duration
-	// LeaseDuration of the failover clusters. Default 15s (the Azure minimum).
-	LeaseDuration time.Duration
-	// ShardTimeout (AckWait) of the failover clusters. Default 5s.
-	ShardTimeout time.Duration
-	// Parallel is how many clusters run failover runs side by side. Default 3.
-	Parallel int
-	// JobTimeout bounds a single job; a job not finished by then is lost. Default 3m.
-	JobTimeout time.Duration
-	// ScaleWorkers are the cluster sizes of the scale scenario; ScaleJobs its burst of one-shard jobs.
-	// Default 3, 30, 60 and 500.
-	ScaleWorkers []int
-	ScaleJobs    int
+	MillionShards    int           // the big job (its leader is killed at 50 %)
+	LoadedDuration   time.Duration // the loaded no-fault run
+	OutageDuration   time.Duration // how long the NATS server process stays dead
+	NodeDownDuration time.Duration // how long one node of the 3-node NATS cluster stays down
+
+	CrashRuns, GracefulRuns, WorkerCrashRuns int           // failover runs
+	DoubleKillEvery                          int           // every n-th crash run also kills the leader that took over
+	PrimesEvery                              int           // every n-th leader failover run uses a primes job
+	FailoverShards                           int           // shards of the failover jobs
+	MapDelay                                 time.Duration // slows the failover clusters' map steps, to kill mid-job
+	LeaseDuration                            time.Duration // of every cluster (15s is the Azure minimum)
+	ShardTimeout                             time.Duration // AckWait of the failover clusters
+	Parallel                                 int           // clusters running failover runs side by side
+	JobTimeout                               time.Duration // a job not finished within it is lost
+
+	ScaleWorkers []int // cluster sizes of the scale scenario (idle cost, takeover)
+	ScaleJobs    int   // one-shard jobs the scale scenario submits from 8 submitters
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.

@@ -167,7 +167,7 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 	if s, ok := fc.refs[j.Type]; ok {
 		return s, nil
 	}
-	if _, err := fc.ready(ctx); err != nil {
+	if _, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second); err != nil {
 		return 0, err
 	}
 	o, err := rig.Reference(ctx, fc.c, j, fc.r.cfg.JobTimeout, nil)
@@ -182,29 +182,6 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 	return fc.refs[j.Type], nil
 }
 
-// ready waits until every worker runs and the lease holder has resumed as coordinator, and
-// returns the leader.
-func (fc *fcluster) ready(ctx context.Context) (*election.LeaderInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*fc.r.cfg.LeaseDuration+10*time.Second)
-	defer cancel()
-	for {
-		running := fc.c.Running()
-		l, err := fc.c.Leader(ctx)
-		if err == nil && l != nil && len(running) == fc.r.cfg.Workers && slices.Contains(running, l.ID) {
-			for _, e := range fc.c.Events() {
-				if e.Kind == cluster.TermStarted && e.Epoch == l.Epoch && e.Worker == l.ID {
-					return l, nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster %s not ready (running %v, leader %+v, err %v): %w", fc.name, running, l, err, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
 // run does one task: submit, kill at a random point of progress, restart the victim, follow the
 // failover, wait for the job and check its result.
 func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
@@ -216,7 +193,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		return run, err
 	}
 	run.ReferenceS = rig.Round3(ref)
-	leader, err := fc.ready(ctx)
+	leader, err := rig.Ready(ctx, fc.c, fc.r.cfg.Workers, 3*fc.r.cfg.LeaseDuration+10*time.Second)
 	if err != nil {
 		return run, err
 	}
@@ -271,7 +248,9 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 			cur, _, _ := smp.Last()
 			l2 := &election.LeaderInfo{ID: k.NewLeader, Epoch: k.NewEpoch}
 			k2, v2, err := fc.killLeader(jctx, syscall.SIGKILL, start, cur.Done, l2)
-			k.MergeSeen, k.ToMergeS = fc.firstMerge(k)
+			now, cancel := context.WithCancel(ctx)
+			cancel() // look once
+			k.MergeSeen, k.ToMergeS = fc.awaitFirstMerge(now, smp, k)
 			run.Kills = append(run.Kills, k)
 			if err != nil {
 				return run, err
@@ -285,7 +264,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		run.Kills = append(run.Kills, k)
 	}
 
-	o, err := fc.r.awaitEnd(ctx, jctx, fc.c, t.job, smp, t.kind, id, start)
+	o, err := fc.r.awaitEnd(ctx, jctx, t.job, smp, t.kind, start)
 	if err != nil {
 		return run, err
 	}
@@ -315,37 +294,11 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	return run, nil
 }
 
-// awaitFirstMerge waits for the first result merged by the leader elected after kill k. The new
-// leader may have nothing to merge (a stopping leader can finish the job itself), so the wait
-// also ends when the job does.
+// awaitFirstMerge waits for the first result merged by the leader elected after kill k, and
+// says how long after k it came.
 func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *rig.Sampler, k Kill) (bool, float64) {
-	var ended time.Time
-	for {
-		if ok, s := fc.firstMerge(k); ok {
-			return ok, s
-		}
-		if x, have, _ := smp.Last(); have && x.State.Terminal() && ended.IsZero() {
-			ended = time.Now()
-		}
-		// The event of a merge that came before the end may still be on its way.
-		if !ended.IsZero() && time.Since(ended) > 500*time.Millisecond {
-			return false, 0
-		}
-		select {
-		case <-ctx.Done():
-			return false, 0
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// firstMerge reports whether the leader that took over after kill k merged a result already,
-// and how long after k.
-func (fc *fcluster) firstMerge(k Kill) (bool, float64) {
-	for _, e := range fc.c.Events() {
-		if e.Kind == cluster.FirstMerge && e.Epoch == k.NewEpoch {
-			return true, rig.Round3(e.Time.Sub(k.at).Seconds())
-		}
+	if e, ok := rig.WaitFirstMerge(ctx, fc.c, k.NewEpoch, smp.Done()); ok {
+		return true, rig.Round3(e.Time.Sub(k.at).Seconds())
 	}
 	return false, 0
 }
@@ -376,31 +329,6 @@ func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, rig.Kill
 
 // describe is the one-line account of a run for the progress display.
 func describe(r FailoverRun) string {
-	s := fmt.Sprintf("%s run %d [%s, %s]:", r.Kind, r.N, r.Cluster, r.JobType)
-	if r.Skipped != "" {
-		s += " no kill: " + r.Skipped + ";"
-	}
-	for _, k := range r.Kills {
-		s += fmt.Sprintf(" %s %s at %d/%d", k.Signal, k.Worker, k.Done, r.Shards)
-		if k.Leader {
-			s += fmt.Sprintf(" → %s leads after %.2fs", k.NewLeader, k.ToLeaderS)
-			if k.MergeSeen {
-				s += fmt.Sprintf(", merges after %.2fs", k.ToMergeS)
-			}
-		}
-		s += ";"
-	}
-	switch {
-	case r.Lost:
-		s += " LOST"
-	case r.Exact:
-		s += " exact"
-	default:
-		s += " WRONG: " + r.Error
-	}
-	s += fmt.Sprintf(" in %.2fs (ref %.2fs); redone %d, duplicates %d", r.MakespanS, r.ReferenceS, r.Redone, r.Duplicates)
-	if r.CompletedRerun > 0 {
-		s += fmt.Sprintf(", %d COMPLETED SHARDS RE-RUN", r.CompletedRerun)
-	}
-	return s
+	return fmt.Sprintf("%s run %d [%s, %s]: %s; %s in %.2fs (ref %.2fs); redone %d, duplicates %d", r.Kind, r.N, r.Cluster, r.JobType,
+		killsText(r), resultText(r), r.MakespanS, r.ReferenceS, r.Redone, r.Duplicates)
 }

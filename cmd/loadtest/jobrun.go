@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
@@ -27,23 +26,11 @@ func (r *runner) runJob(ctx context.Context, c *cluster.Cluster, job knownjobs.J
 	return o, nil
 }
 
-// awaitEnd waits, within jctx, for job id to end, judges it (lost when it did not end in time;
-// what names the run in that problem) and accounts for it.
-func (r *runner) awaitEnd(ctx, jctx context.Context, c *cluster.Cluster, job knownjobs.Job, smp *rig.Sampler, what, id string, start time.Time) (rig.Outcome, error) {
-	last, ended, err := smp.WaitFor(jctx, func(s rig.Sample) bool { return s.State.Terminal() })
-	if err != nil && ctx.Err() != nil {
-		return rig.Outcome{}, ctx.Err()
+// awaitEnd judges the sampled job (rig.Sampler.Await) and accounts for it.
+func (r *runner) awaitEnd(ctx, jctx context.Context, job knownjobs.Job, smp *rig.Sampler, what string, start time.Time) (rig.Outcome, error) {
+	o, err := smp.Await(ctx, jctx, job, start, what)
+	if err == nil {
+		r.account(o)
 	}
-	o := rig.Outcome{ID: id, Start: start}
-	if !ended {
-		o.Lost, o.Problem = true, fmt.Sprintf("%s job %s not finished (%s, %d of %d merged)", what, id, last.State, last.Done, last.Total)
-	} else {
-		st, err := rig.Final(ctx, c, id)
-		if err != nil {
-			return rig.Outcome{}, err
-		}
-		o = rig.Judge(o, job, st)
-	}
-	r.account(o)
-	return o, nil
+	return o, err
 }

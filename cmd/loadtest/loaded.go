@@ -2,23 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"time"
 
-	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
-
-// piJob is a CPU-bound pi job whose exact answer is learned from its first run (the same
-// parameters always give the same points): check is set by the caller once it knows it.
-func piJob(samples int64, shards int) knownjobs.Job {
-	p, _ := json.Marshal(builtin.PiParams{Samples: samples, Shards: shards, Seed: 42})
-	return knownjobs.Job{Type: "pi", Params: p, Shards: shards}
-}
 
 // loaded is issue 11's no-fault run under load: CPU-bound jobs back to back on a cluster at
 // default settings for LoadedDuration, with nothing killed. Every new term, every lease break is
@@ -31,32 +22,14 @@ func (r *runner) loaded(ctx context.Context) error {
 	}
 	defer r.rig.Stop(c)
 	ld := &Loaded{}
-	r.mu.Lock()
 	r.rep.Loaded = ld
-	r.mu.Unlock()
 	// About 10 s of CPU per job on two cores (a tenth of it in short runs, so the last job does
 	// not outlast the run by much).
 	samples := int64(2_000_000_000)
 	if cfg.LoadedDuration < time.Minute {
 		samples /= 10
 	}
-	job := piJob(samples, 400)
-	var want *builtin.PiResult
-	job.Check = func(res json.RawMessage) error {
-		var got builtin.PiResult
-		if err := json.Unmarshal(res, &got); err != nil {
-			return fmt.Errorf("pi result %s: %v", res, err)
-		}
-		if got.Samples != uint64(samples) {
-			return fmt.Errorf("pi result %s: want %d samples", res, samples)
-		}
-		if want == nil {
-			want = &got
-		} else if got != *want {
-			return fmt.Errorf("pi result %s: the first run of the same job gave %+v", res, *want)
-		}
-		return nil
-	}
+	job := knownjobs.MonteCarloPi(samples, 400)
 	start := time.Now()
 	lw := rig.WatchLease(ctx, c)
 	cpu0 := rig.ClusterCPU(c)

@@ -15,12 +15,6 @@ import (
 // and worker processes, with leaders and workers killed mid-job. It asserts correctness only:
 // every job ends with its exact result and none is lost. Speed is a benchmark (make bench),
 // not a test.
-// TestMain lets the test binary serve as the NATS server process of the outage scenario (it
-// re-executes itself, as the loadtest binary does).
-func TestMain(m *testing.M) {
-	os.Exit(m.Run())
-}
-
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Azurite, NATS and worker processes; about a minute")

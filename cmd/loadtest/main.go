@@ -2,32 +2,19 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// Exit codes.
-const (
-	exitOK          = 0
-	exitFailed      = 1 // a wrong result, a lost job, a run that could not complete, or (--strict) a missed target
-	exitUsage       = 2
-	exitInterrupted = 130
-)
+func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
 type outputs struct {
 	json, markdown, plot string
@@ -37,48 +24,44 @@ type outputs struct {
 func realMain(args []string, stdout, stderr io.Writer) int {
 	cfg, out, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+		return rig.ExitOK
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		return exitUsage
+		return rig.ExitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := rig.Interruptible()
 	defer stop()
-	// After the first Ctrl-C the run stops what it started; a second one ends the process at
-	// once (its children get a parent-death signal).
-	context.AfterFunc(ctx, stop)
-
 	rep, tls, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		return exitUsage
+		return rig.ExitUsage
 	}
-	code := exitOK
+	code := rig.ExitOK
 	if err := writeOutputs(rep, tls, out, stdout); err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	switch {
 	case ctx.Err() != nil:
 		fmt.Fprintln(stderr, "loadtest: interrupted; everything it started is stopped")
-		return exitInterrupted
+		return rig.ExitInterrupted
 	case runErr != nil:
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	if !rep.correct() {
 		fmt.Fprintf(stderr, "loadtest: FAILED: %d wrong results, %d lost jobs\n", rep.WrongResults, rep.LostJobs)
-		code = exitFailed
+		code = rig.ExitFailed
 	}
 	if m := rep.missed(); len(m) > 0 {
 		var names []string
 		for _, t := range m {
-			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, num(t.Value), t.Unit))
+			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, rig.Num(t.Value), t.Unit))
 		}
 		fmt.Fprintf(stderr, "loadtest: targets missed: %s\n", strings.Join(names, "; "))
 		if out.strict {
-			code = exitFailed
+			code = rig.ExitFailed
 		}
 	}
 	return code
@@ -101,20 +84,9 @@ func writeOutputs(rep *Report, tls []*rig.Timeline, out outputs, stdout io.Write
 			rep.Plot = out.plot
 		}
 	}
-	if out.json != "" {
-		if err := rig.WriteJSON(out.json, rep); err != nil {
-			errs = append(errs, fmt.Errorf("json report: %w", err))
-		}
-	}
 	var md bytes.Buffer
 	writeMarkdown(&md, rep)
-	if out.markdown != "" {
-		if err := os.WriteFile(out.markdown, md.Bytes(), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("markdown: %w", err))
-		}
-	}
-	_, _ = stdout.Write(md.Bytes())
-	return errors.Join(errs...)
+	return errors.Join(append(errs, rig.WriteReport(stdout, md.Bytes(), out.markdown, out.json, rep))...)
 }
 
 // parseFlags reads the command line. --quick switches the defaults to QuickConfig; flags given
@@ -192,10 +164,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
 			return fs, fmt.Errorf("--efficiency-durations: %w", err)
 		}
-		if cfg.BaselinePrefetch, err = parseInts(*prefetch); err != nil {
+		if cfg.BaselinePrefetch, err = parseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
 		}
-		if cfg.ScaleWorkers, err = parseInts(*scaleWorkers); err != nil {
+		if cfg.ScaleWorkers, err = parseList(*scaleWorkers, "a number of workers from 1 to 200", strconv.Atoi, func(n int) bool { return n >= 1 && n <= 200 }); err != nil {
 			return fs, fmt.Errorf("--scale-workers: %w", err)
 		}
 		return fs, nil
@@ -225,14 +197,14 @@ func join[T any](xs []T) string {
 	return strings.Join(s, ",")
 }
 
-// parseList reads a comma-separated list; parse says what a bad element is.
-func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+// parseList reads a comma-separated list of elements that parse and ok accept, what names them.
+func parseList[T any](s, what string, parse func(string) (T, error), ok func(T) bool) ([]T, error) {
 	var out []T
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			x, err := parse(f)
-			if err != nil {
-				return nil, err
+			if err != nil || !ok(x) {
+				return nil, fmt.Errorf("%q is not %s", f, what)
 			}
 			out = append(out, x)
 		}
@@ -241,21 +213,5 @@ func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 }
 
 func parseDurations(s string) ([]time.Duration, error) {
-	return parseList(s, func(f string) (time.Duration, error) {
-		d, err := time.ParseDuration(f)
-		if err != nil || d <= 0 {
-			return 0, fmt.Errorf("%q is not a positive duration (e.g. 2ms)", f)
-		}
-		return d, nil
-	})
-}
-
-func parseInts(s string) ([]int, error) {
-	return parseList(s, func(f string) (int, error) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return 0, fmt.Errorf("%q is not a number", f)
-		}
-		return n, nil
-	})
+	return parseList(s, "a positive duration (e.g. 2ms)", time.ParseDuration, func(d time.Duration) bool { return d > 0 })
 }

@@ -11,27 +11,23 @@ import (
 // writeMarkdown writes the human summary of rep: targets, correctness, p50/p90/max of every
 // figure, then the individual runs.
 func writeMarkdown(w io.Writer, rep *Report) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	m := rig.Markdown{W: w}
+	p := m.P
 	s := rep.Settings
 	kind := "benchmark"
 	if rep.Quick {
 		kind = "quick run (correctness only)"
 	}
 	p("# Load test: %s", kind)
-	p("")
-	p("%s, %d CPUs, %s. %d workers per cluster; concurrency %d (throughput: %d); lease %.0f s; shard timeout %.0f s; "+
+	m.Para("%s, %d CPUs, %s. %d workers per cluster; concurrency %d (throughput: %d); lease %.0f s; shard timeout %.0f s; "+
 		"failover jobs of %d shards with %.0f ms map delay on %d clusters side by side. Seed %d; took %.0f s.",
 		rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.Machine.CPUs, rep.Machine.Go, s.Workers, s.Concurrency,
 		s.ThroughputConcurrency, s.LeaseS, s.ShardTimeoutS, s.FailoverShards, 1000*s.MapDelayS, s.Parallel, rep.Seed, rep.DurationS)
 	if rep.Incomplete != "" {
-		p("")
-		p("**Incomplete:** %s", rep.Incomplete)
+		m.Para("**Incomplete:** %s", rep.Incomplete)
 	}
-	p("")
-	p("## Targets")
-	p("")
-	p("| target | want | measured | verdict |")
-	p("|---|---|---|---|")
+	m.Section("Targets")
+	m.Table("target", "want", "measured", "verdict")
 	for _, t := range rep.Targets {
 		verdict := "met"
 		switch {
@@ -44,23 +40,19 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		if t.Note != "" {
 			note = " (" + t.Note + ")"
 		}
-		p("| %s%s | %s | %s | %s |", t.Name, note, t.Want, num(t.Value)+t.Unit, verdict)
+		p("| %s%s | %s | %s | %s |", t.Name, note, t.Want, rig.Num(t.Value)+t.Unit, verdict)
 	}
-	p("")
-	p("Jobs submitted: %d. Wrong results: %d. Lost jobs: %d. Shards run more than once (all failover runs): %d; "+
+	m.Para("Jobs submitted: %d. Wrong results: %d. Lost jobs: %d. Shards run more than once (all failover runs): %d; "+
 		"of them completed by a surviving process and re-run: %d.", rep.Jobs, rep.WrongResults, rep.LostJobs, rep.RedoneShards, rep.CompletedRerun)
 
-	p("")
-	p("## Figures")
-	p("")
-	p("| figure | n | p50 | p90 | max |")
-	p("|---|---|---|---|---|")
+	m.Section("Figures")
+	m.Table("figure", "n", "p50", "p90", "max")
 	row := func(name string, d rig.Dist) {
 		if d.N == 0 {
 			p("| %s | 0 | – | – | – |", name)
 			return
 		}
-		p("| %s | %d | %s | %s | %s |", name, d.N, num(d.P50), num(d.P90), num(d.Max))
+		p("| %s | %d | %s | %s | %s |", name, d.N, rig.Num(d.P50), rig.Num(d.P90), rig.Num(d.Max))
 	}
 	if tp := rep.Throughput; tp != nil {
 		row(fmt.Sprintf("throughput, shards/s end to end (%d shards)", tp.Shards), tp.PerS)
@@ -74,7 +66,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	}
 	for _, e := range rep.Efficiency {
 		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), single(e.Ratio, e.MakespanS > 0))
-		row(fmt.Sprintf("efficiency %.0f ms, makespan s (ideal %s s)", 1000*e.ShardS, num(e.IdealS)), single(e.MakespanS, e.MakespanS > 0))
+		row(fmt.Sprintf("efficiency %.0f ms, makespan s (ideal %s s)", 1000*e.ShardS, rig.Num(e.IdealS)), single(e.MakespanS, e.MakespanS > 0))
 		row(fmt.Sprintf("efficiency %.0f ms: slots' time in map steps ÷ (slots × makespan)", 1000*e.ShardS), single(e.SlotUse, e.SlotUse > 0))
 		row(fmt.Sprintf("efficiency %.0f ms: mean map time measured by the workers, ms", 1000*e.ShardS), single(e.MapMeanMs, e.MapMeanMs > 0))
 		row(fmt.Sprintf("efficiency %.0f ms: a bare loop of %d goroutines, ideal ÷ makespan, time.Timer sleep", 1000*e.ShardS, e.Slots), single(e.TimerRef, e.TimerRef > 0))
@@ -156,16 +148,13 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	}
 
 	if tp := rep.Throughput; tp != nil {
-		p("")
-		p("## Throughput")
-		p("")
-		p("| run | shards/s | seconds | planned after s | duplicates |")
-		p("|---|---|---|---|---|")
+		m.Section("Throughput")
+		m.Table("run", "shards/s", "seconds", "planned after s", "duplicates")
 		for i, r := range tp.Runs {
-			p("| system %d (%s) | %s | %s | %s | %d |", i+1, r.Job, num(r.PerS), num(r.SecondsE2E), num(r.PlannedS), r.Duplicates)
+			p("| system %d (%s) | %s | %s | %s | %d |", i+1, r.Job, rig.Num(r.PerS), rig.Num(r.SecondsE2E), rig.Num(r.PlannedS), r.Duplicates)
 		}
 		for _, b := range tp.Baseline {
-			p("| baseline, %d workers × prefetch %d | %s | %s | – | – |", b.Workers, b.Prefetch, num(b.PerS), num(b.Seconds))
+			p("| baseline, %d workers × prefetch %d | %s | %s | – | – |", b.Workers, b.Prefetch, rig.Num(b.PerS), rig.Num(b.Seconds))
 		}
 	}
 
@@ -180,63 +169,66 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		runs = append(runs, wc.Runs...)
 	}
 	if len(runs) > 0 {
-		p("")
-		p("## Failover runs")
-		p("")
-		p("| run | job | kill at | kills (signal worker @ merged → new leader: s to leader / s to first merge) | makespan s (ref) | redone | dups | result |")
-		p("|---|---|---|---|---|---|---|---|")
+		m.Section("Failover runs")
+		m.Table("run", "job", "kill at", "kills (signal worker @ merged → new leader: s to leader / s to first merge)", "makespan s (ref)", "redone", "dups", "result")
 		for _, r := range runs {
-			var ks []string
-			for _, k := range r.Kills {
-				x := fmt.Sprintf("%s %s @%d", k.Signal, k.Worker, k.Done)
-				if k.Leader {
-					x += fmt.Sprintf(" → %s: %s", k.NewLeader, num(k.ToLeaderS))
-					if k.MergeSeen {
-						x += " / " + num(k.ToMergeS)
-					} else {
-						x += " / –"
-					}
-				}
-				ks = append(ks, x)
-			}
-			if r.Skipped != "" {
-				ks = append(ks, "none: "+r.Skipped)
-			}
-			res := "exact"
-			switch {
-			case r.Lost:
-				res = "**LOST**"
-			case !r.Exact:
-				res = "**WRONG**: " + r.Error
-			}
-			if r.CompletedRerun > 0 {
-				res += fmt.Sprintf(", **%d completed shards re-run**", r.CompletedRerun)
-			}
 			p("| %s %d (%s) | %s | %.0f%% | %s | %s (%s) | %d | %d | %s |", r.Kind, r.N, r.Cluster, r.JobType, 100*r.KillAt,
-				strings.Join(ks, "; "), num(r.MakespanS), num(r.ReferenceS), r.Redone, r.Duplicates, res)
+				killsText(r), rig.Num(r.MakespanS), rig.Num(r.ReferenceS), r.Redone, r.Duplicates, resultText(r))
 		}
 	}
 	if notes := notes(rep); len(notes) > 0 {
-		p("")
-		p("## Notes")
-		p("")
+		m.Section("Notes")
 		for _, n := range notes {
 			p("- %s", n)
 		}
 	}
 	writeScale(w, rep.Scale)
 	if rep.Plot != "" {
-		p("")
-		p("Timeline plot: %s", rep.Plot)
+		m.Para("Timeline plot: %s", rep.Plot)
 	}
 	if len(rep.Errors) > 0 {
-		p("")
-		p("## Errors")
-		p("")
+		m.Section("Errors")
 		for _, e := range rep.Errors {
 			p("- %s", e)
 		}
 	}
+}
+
+// killsText lists a run's kills: signal worker @merged → new leader: s to leader / s to first
+// merge.
+func killsText(r FailoverRun) string {
+	var ks []string
+	for _, k := range r.Kills {
+		x := fmt.Sprintf("%s %s @%d", k.Signal, k.Worker, k.Done)
+		if k.Leader {
+			x += fmt.Sprintf(" → %s: %s / ", k.NewLeader, rig.Num(k.ToLeaderS))
+			if k.MergeSeen {
+				x += rig.Num(k.ToMergeS)
+			} else {
+				x += "–"
+			}
+		}
+		ks = append(ks, x)
+	}
+	if r.Skipped != "" {
+		ks = append(ks, "none: "+r.Skipped)
+	}
+	return strings.Join(ks, "; ")
+}
+
+// resultText is a run's outcome: exact, lost or wrong, and completed shards re-run.
+func resultText(r FailoverRun) string {
+	res := "exact"
+	switch {
+	case r.Lost:
+		res = "**LOST**"
+	case !r.Exact:
+		res = "**WRONG**: " + r.Error
+	}
+	if r.CompletedRerun > 0 {
+		res += fmt.Sprintf(", **%d completed shards re-run**", r.CompletedRerun)
+	}
+	return res
 }
 
 // notes explains the figures from the settings that shape them.
@@ -248,7 +240,7 @@ func notes(rep *Report) []string {
 			"timeout one breaks the %.0f s lease with a fenced conditional break and is elected, without waiting for the lease "+
 			"to expire. Measured kill → elected: %s–%s s. Meanwhile the workers go on with the queued shards, so the new "+
 			"leader merges a backlog at once (first merge p50 %s s after the kill).",
-			s.LeaseS, num(c.ToLeader.Min), num(c.ToLeader.Max), num(c.ToFirstMerge.P50)))
+			s.LeaseS, rig.Num(c.ToLeader.Min), rig.Num(c.ToLeader.Max), rig.Num(c.ToFirstMerge.P50)))
 	}
 	if g := rep.Failover.Graceful; g != nil && g.TimeLost.N > 0 && g.TimeLost.P50 >= 0.5*s.ShardTimeoutS {
 		early, late := 0, 0
@@ -265,11 +257,11 @@ func notes(rep *Report) []string {
 			"the stop (p50), about one shard timeout (%.0f s). Of the shards re-run after a SIGTERM, %d came back at once (handed "+
 			"back by the stopping worker) and %d only after the shard timeout: shards the stopping worker had prefetched are not "+
 			"handed back and wait out their AckWait. With the default shard timeout (30 s) a rolling restart stalls jobs 30 s.",
-			num(g.ToLeader.P50), num(g.TimeLost.P50), s.ShardTimeoutS, early, late))
+			rig.Num(g.ToLeader.P50), rig.Num(g.TimeLost.P50), s.ShardTimeoutS, early, late))
 	}
 	if w := rep.WorkerCrash; w != nil && w.TimeLost.N > 0 {
 		out = append(out, fmt.Sprintf("A SIGKILLed worker's shards are run again by the others (at the latest after the shard "+
-			"timeout, %.0f s): time lost p50 %s s, p90 %s s.", s.ShardTimeoutS, num(w.TimeLost.P50), num(w.TimeLost.P90)))
+			"timeout, %.0f s): time lost p50 %s s, p90 %s s.", s.ShardTimeoutS, rig.Num(w.TimeLost.P50), rig.Num(w.TimeLost.P90)))
 	}
 	if tp := rep.Throughput; tp != nil && tp.BaselinePerS > 0 {
 		out = append(out, fmt.Sprintf("Throughput runs every process (%d workers, NATS, Azurite, the baseline) on the same %d CPUs; "+
@@ -280,27 +272,12 @@ func notes(rep *Report) []string {
 	return out
 }
 
+// single is one figure as a distribution of one (none unless ok).
 func single(x float64, ok bool) rig.Dist {
 	if !ok {
 		return rig.Dist{}
 	}
 	return rig.Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
-}
-
-// num formats a figure with as many decimals as its size deserves.
-func num(x float64) string {
-	switch a := max(x, -x); {
-	case a == 0:
-		return "0"
-	case a >= 1000:
-		return fmt.Sprintf("%.0f", x)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", x)
-	case a >= 1:
-		return fmt.Sprintf("%.2f", x)
-	default:
-		return fmt.Sprintf("%.3f", x)
-	}
 }
 
 func concurrencyText(n int) string {

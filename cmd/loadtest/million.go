@@ -10,13 +10,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/coordinator"
-	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// million runs one job of MillionShards zero-duration shards at default settings, sampling the
+// million runs one job of MillionShards zero-duration shards at default settings. It samples the
 // leader's resident memory and the shard stream's backlog throughout, and SIGKILLs the leader at
 // 50 % (restarting it). The result must be exact.
 func (r *runner) million(ctx context.Context) error {
@@ -32,93 +31,62 @@ func (r *runner) million(ctx context.Context) error {
 	}
 	stream := protocol.NewNames(strings.ReplaceAll(c.Options().Namespace, "-", "")).ShardStream()
 	m := &Million{Shards: cfg.MillionShards, Window: coordinator.DefaultConfig().DispatchWindow}
-	r.mu.Lock()
-	r.rep.Million = m
-	r.mu.Unlock()
+	r.rep.Million = m // the scenarios run one after another
 	job := knownjobs.Sleep(cfg.MillionShards, "")
 	r.log.Phase(fmt.Sprintf("big job (%d shards)", cfg.MillionShards), cfg.MillionShards)
 	defer r.log.Done()
-	id, start, err := rig.Submit(ctx, c, job)
-	if err != nil {
-		return err
-	}
-	m.Job = id
-	smp := rig.StartSampler(ctx, c, id, 100*time.Millisecond)
-	defer smp.Close()
 	jctx, cancel := context.WithTimeout(ctx, 2*cfg.JobTimeout)
 	defer cancel()
-
-	// The memory and backlog sampler.
-	samplerDone := make(chan struct{})
-	sctx, stopSampling := context.WithCancel(jctx)
-	go func() {
-		defer close(samplerDone)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			x := MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
-			if l, err := c.Leader(sctx); err == nil && l != nil {
-				x.Leader = l.ID
-				if p := c.Proc(l.ID); p != nil {
-					if rss, err := rig.ProcRSS(p.PID); err == nil {
-						x.RSSMiB = rig.Round3(float64(rss) / (1 << 20))
-					}
-				}
-			}
-			if info, err := js.Stream(sctx, stream); err == nil {
-				st := info.CachedInfo().State
-				x.Backlog = st.Msgs
-				m.MaxBacklogBytes = max(m.MaxBacklogBytes, st.Bytes)
-			}
-			if s, ok, _ := smp.Last(); ok {
-				x.Done = s.Done
-				r.log.Set(s.Done)
-			}
-			r.mu.Lock()
-			m.Samples = append(m.Samples, x)
-			m.MaxLeaderRSSMiB = max(m.MaxLeaderRSSMiB, x.RSSMiB)
-			m.MaxBacklog = max(m.MaxBacklog, x.Backlog)
-			if x.RSSMiB > 0 {
-				m.RSSSamples++
-			}
-			r.mu.Unlock()
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	defer func() {
-		stopSampling()
-		<-samplerDone
-	}()
-
-	// Kill at 50 % of the results on the wire (a checkpoint sample comes too late at this rate).
-	rw, err := rig.WatchResults(c, (cfg.MillionShards+1)/2)
+	s, err := rig.Strike(jctx, c, job, 0.5) // the leader is killed at 50 % of the results on the wire
 	if err != nil {
 		return err
 	}
-	defer rw.Stop()
-	select {
-	case <-rw.Reached():
-	case <-smp.Done():
-	case <-jctx.Done():
-	}
+	defer s.Close()
+	id, smp, start := s.ID, s.Sampler, s.Start
+	m.Job = id
+	stopSampling := rig.Every(jctx, 100*time.Millisecond, func(ctx context.Context) { // the leader's memory and the backlog
+		x := MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
+		if l, err := c.Leader(ctx); err == nil && l != nil {
+			x.Leader = l.ID
+			if p := c.Proc(l.ID); p != nil {
+				if rss, err := rig.ProcRSS(p.PID); err == nil {
+					x.RSSMiB = rig.Round3(float64(rss) / (1 << 20))
+				}
+			}
+		}
+		if info, err := js.Stream(ctx, stream); err == nil {
+			st := info.CachedInfo().State
+			x.Backlog = st.Msgs
+			m.MaxBacklogBytes = max(m.MaxBacklogBytes, st.Bytes)
+		}
+		if s, ok, _ := smp.Last(); ok {
+			x.Done = s.Done
+			r.log.Set(s.Done)
+		}
+		m.Samples = append(m.Samples, x)
+		m.MaxLeaderRSSMiB = max(m.MaxLeaderRSSMiB, x.RSSMiB)
+		m.MaxBacklog = max(m.MaxBacklog, x.Backlog)
+		if x.RSSMiB > 0 {
+			m.RSSSamples++
+		}
+	})
+	defer stopSampling()
+	s.Wait(jctx)
 	var marks []Kill
-	if at, _, _ := smp.Last(); !at.State.Terminal() && jctx.Err() == nil {
+	if s.Reached {
 		k, err := rig.KillLeader(jctx, c, syscall.SIGKILL, true, nil)
 		if err != nil {
 			return fmt.Errorf("big job: kill the leader: %w", err)
 		}
-		m.Killed, m.KilledAt = true, rw.Seen()
+		m.Killed, m.KilledAt = true, s.Seen
 		marks = append(marks, Kill{AtS: rig.Round3(k.At.Sub(start).Seconds()), Worker: k.Worker, Signal: "SIGKILL", Leader: true, Epoch: k.Epoch, at: k.At})
-		if ev, err := c.WaitEvent(jctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > k.Epoch }); err == nil {
+		if ev, err := rig.WaitElected(jctx, c, k.Epoch, 2*cfg.JobTimeout); err == nil {
 			m.ToLeaderS = rig.Round3(ev.Time.Sub(k.At).Seconds())
 		}
 		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", k.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
-	o, err := r.awaitEnd(ctx, jctx, c, job, smp, "big", id, start)
+	o, err := r.awaitEnd(ctx, jctx, job, smp, "big", start)
+	stopSampling()
 	if err != nil {
 		return err
 	}
@@ -127,9 +95,6 @@ func (r *runner) million(ctx context.Context) error {
 		m.MakespanS = rig.Round3(o.Makespan.Seconds())
 	}
 	m.timeline = newTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, elections(c, start, time.Now()), m.MakespanS)
-	if o.Makespan > 0 {
-		m.MakespanS = rig.Round3(o.Makespan.Seconds())
-	}
 	// Keep the report readable: every sample of a short job, about one a second of a long one.
 	if len(m.Samples) > 600 {
 		var thin []MemSample

@@ -57,10 +57,8 @@ func newTimeline(title string, start time.Time, total int, samples []rig.Sample,
 // elections lists c's elections between start and end.
 func elections(c *cluster.Cluster, start, end time.Time) []Elect {
 	var out []Elect
-	for _, e := range c.Events() {
-		if e.Kind == cluster.Elected && e.Time.After(start) && e.Time.Before(end) {
-			out = append(out, Elect{AtS: rig.Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
-		}
+	for _, e := range rig.Elections(c, start, end) {
+		out = append(out, Elect{AtS: rig.Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
 	}
 	return out
 }

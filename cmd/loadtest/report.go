@@ -29,22 +29,18 @@ type Report struct {
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
 	Scale       *Scale       `json:"scale,omitempty"`
 
-	// RedoneShards counts shards run more than once across every failover run: shards
-	// redelivered after a kill (attempt > 1) plus extra completions of the same shard.
+	// RedoneShards counts shards run more than once in the failover runs: redelivered after a
+	// kill (attempt > 1), or completed again.
 	RedoneShards int `json:"redone_shards"`
-	// CompletedRerun counts shards that a surviving process had completed and that were run
-	// again after a kill: the target is zero (only shards in flight on the killed process may run
-	// twice).
+	// CompletedRerun counts shards a surviving process had completed that ran again after a kill.
+	// The target is zero: only shards in flight on the killed process may run twice.
 	CompletedRerun int `json:"completed_shards_rerun"`
-	// RedoneOverBound counts SIGKILL runs after which more shards were redelivered than the
-	// killed processes could hold in flight (see Settings.InFlightBound).
+	// RedoneOverBound counts SIGKILL runs that redelivered more shards than the killed processes
+	// could hold (Settings.InFlightBound).
 	RedoneOverBound int `json:"redone_over_bound"`
-	// WrongResults counts jobs that ended with a result other than the exact one (or failed).
-	WrongResults int `json:"wrong_results"`
-	// LostJobs counts jobs that did not end within the job timeout.
-	LostJobs int `json:"lost_jobs"`
-	// Jobs is how many jobs were submitted.
-	Jobs int `json:"jobs"`
+	WrongResults    int `json:"wrong_results"` // jobs that failed or ended with another result
+	LostJobs        int `json:"lost_jobs"`     // jobs not ended within the job timeout
+	Jobs            int `json:"jobs"`          // jobs submitted
 
 	Targets []Target `json:"targets"`
 	Errors  []string `json:"errors,omitempty"`
@@ -104,22 +100,18 @@ type BaselineRun struct {
 
 // Efficiency is scenario 2.
 type Efficiency struct {
-	Shards    int     `json:"shards"`
-	ShardS    float64 `json:"shard_s"`
-	Slots     int     `json:"slots"`
-	IdealS    float64 `json:"ideal_s"`    // shards × shard duration ÷ slots
-	MakespanS float64 `json:"makespan_s"` // submit to finished
-	// Ratio is ideal ÷ makespan (1 is perfect; target ≥ 0.95).
-	Ratio float64 `json:"ratio"`
-	// MakespanOverIdeal is the inverse (1 is perfect).
-	MakespanOverIdeal float64 `json:"makespan_over_ideal"`
-	PlannedS          float64 `json:"planned_s"` // submit to the job_planned event
+	Shards            int     `json:"shards"`
+	ShardS            float64 `json:"shard_s"`
+	Slots             int     `json:"slots"`
+	IdealS            float64 `json:"ideal_s"`             // shards × shard duration ÷ slots
+	MakespanS         float64 `json:"makespan_s"`          // submit to finished
+	Ratio             float64 `json:"ratio"`               // ideal ÷ makespan (1 is perfect)
+	MakespanOverIdeal float64 `json:"makespan_over_ideal"` // the inverse
+	PlannedS          float64 `json:"planned_s"`           // submit to the job_planned event
 	// SlotUse is the slots' time spent in map steps ÷ (slots × makespan), from the map times the
 	// results carry: what the coordination costs, whatever the shards' sleep overshoots.
-	SlotUse float64 `json:"slot_use"`
-	// MapMeanMs is the mean map time the workers measured for a shard (its nominal length plus
-	// the sleep's overshoot).
-	MapMeanMs float64 `json:"map_mean_ms"`
+	SlotUse   float64 `json:"slot_use"`
+	MapMeanMs float64 `json:"map_mean_ms"` // the workers' mean map time: the shard's length and the sleep's overshoot
 	// TimerRef and PreciseRef are ideal ÷ makespan of a bare loop in this process: slots
 	// goroutines sleeping shard_s in turn, with a time.Timer and with the sleep job's precise
 	// sleep. They are the best the system could reach with either sleep.
@@ -139,21 +131,16 @@ type Failover struct {
 // sample; a run that also kills the next leader gives two.
 type LeaderFailover struct {
 	// P50S, P90S, MaxS: seconds from the signal to another worker's elected event.
-	P50S float64 `json:"p50_s"`
-	P90S float64 `json:"p90_s"`
-	MaxS float64 `json:"max_s"`
-	// ToLeader repeats those, with n and min.
-	ToLeader rig.Dist `json:"to_leader_s"`
-	// ToFirstMerge: seconds from the signal to the first result merged by the new leader.
-	ToFirstMerge rig.Dist `json:"to_first_merge_s"`
-	// Redone: shards run more than once per run; Duplicates: results dropped as duplicates.
-	Redone     rig.Dist `json:"redone"`
-	Duplicates rig.Dist `json:"duplicates"`
-	// TimeLost: makespan minus the cluster's reference makespan (same job, no kill).
-	TimeLost rig.Dist `json:"time_lost_s"`
-	// Exit: seconds from the signal to the process's exit (a graceful stop's own duration).
-	Exit rig.Dist      `json:"exit_s"`
-	Runs []FailoverRun `json:"runs"`
+	P50S         float64       `json:"p50_s"`
+	P90S         float64       `json:"p90_s"`
+	MaxS         float64       `json:"max_s"`
+	ToLeader     rig.Dist      `json:"to_leader_s"`      // those again, with n and min
+	ToFirstMerge rig.Dist      `json:"to_first_merge_s"` // to the first result the new leader merged
+	Redone       rig.Dist      `json:"redone"`           // shards run more than once per run
+	Duplicates   rig.Dist      `json:"duplicates"`       // results dropped as duplicates per run
+	TimeLost     rig.Dist      `json:"time_lost_s"`      // makespan − the cluster's no-kill makespan of the job
+	Exit         rig.Dist      `json:"exit_s"`           // from the signal to the process's exit
+	Runs         []FailoverRun `json:"runs"`
 }
 
 // WorkerCrash is scenario 5.
@@ -270,7 +257,7 @@ type Straggler struct {
 }
 
 // StragglerRun compares a job on a cluster with one worker 10× slower against the same job on a
-// cluster of the same size without it, over Runs rounds; the best makespan of each counts.
+// cluster of the same size without it. Over Runs rounds, the best makespan of each counts.
 type StragglerRun struct {
 	Workers    int     `json:"workers"`
 	Shards     int     `json:"shards"`
@@ -332,8 +319,8 @@ type MemSample struct {
 	Done    int     `json:"done"`
 }
 
-// Loaded is the loaded no-fault run: jobs keep both cores busy; nothing is killed; every new term
-// or lease break is a takeover of a live leader.
+// Loaded is the loaded no-fault run: jobs keep both cores busy and nothing is killed. Every new
+// term or lease break is a takeover of a live leader.
 type Loaded struct {
 	DurationS   float64 `json:"duration_s"`
 	Jobs        int     `json:"jobs"`

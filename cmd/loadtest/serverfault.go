@@ -39,9 +39,7 @@ func (r *runner) outage(ctx context.Context) error {
 	np := c.NATSProcess()
 	r.log.Logf("nats-outage: nats-server process on %s", np.URL())
 	out := &Outage{}
-	r.mu.Lock()
 	r.rep.Outage = out
-	r.mu.Unlock()
 	kill := func(context.Context) (string, string, error) {
 		return "nats-server", "SIGKILL", np.Signal(syscall.SIGKILL)
 	}
@@ -78,9 +76,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	}
 	defer r.rig.Stop(c)
 	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
-	r.mu.Lock()
 	r.rep.NATSCluster = res
-	r.mu.Unlock()
 	stop := func(ctx context.Context) (string, string, error) {
 		res.KilledNode = 0
 		if l, err := c.Leader(ctx); err == nil && l != nil {
@@ -105,29 +101,47 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 }
 
 // serverFault runs the failover job on c with a server down for down from 30 % of its results.
-// stop takes the server down and names it and how; restart brings it back. With lessDown the
-// time lost leaves out the time down. It fills f and returns when the faulted job ran.
+// A warm-up job and a reference run come first; the warm-up creates the consumers, so the
+// reference measures what the faulted job does. stop takes the server down and names it and how;
+// restart brings it back. With lessDown the time lost leaves out the time down. It fills f and
+// returns when the faulted job ran.
 func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name string, down time.Duration, lessDown bool, f *ServerFault,
 	stop func(context.Context) (string, string, error), restart func() error, title func() string) (start, end time.Time, err error) {
 	job := knownjobs.Sleep(r.cfg.FailoverShards, "")
-	s, err := r.strike(ctx, c, name, job, down)
+	if _, err := r.runJob(ctx, c, knownjobs.Sleep(20, ""), name+": warm-up", 20); err != nil {
+		return start, end, err
+	}
+	ref, err := r.runJob(ctx, c, job, name+": reference", job.Shards)
 	if err != nil {
 		return start, end, err
 	}
-	defer s.close(r)
-	if s.ref.Exact {
-		f.ReferenceS = rig.Round3(s.ref.Makespan.Seconds())
+	if ref.Exact {
+		f.ReferenceS = rig.Round3(ref.Makespan.Seconds())
 	}
-	f.Job = s.id
+	r.log.Phase(name+": job with the fault", job.Shards)
+	defer r.log.Done()
+	lw := rig.WatchLease(ctx, c)
+	defer lw.Stop()
+	jctx, cancel := context.WithTimeout(ctx, r.cfg.JobTimeout+down)
+	defer cancel()
+	s, err := rig.Strike(jctx, c, job, 0.3)
+	if err != nil {
+		return start, end, err
+	}
+	defer s.Close()
+	if s.Wait(jctx); ctx.Err() != nil {
+		return start, end, ctx.Err()
+	}
+	f.Job = s.ID
 	var marks []Kill
-	if s.reached {
+	if s.Reached {
 		killed := time.Now()
-		what, how, err := stop(s.jctx)
+		what, how, err := stop(jctx)
 		if err != nil {
 			return start, end, err
 		}
-		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(s.start).Seconds()), Worker: what, Signal: how, Done: s.at.Done, at: killed})
-		r.log.Logf("%s: %s (%s) with %d of %d results on the wire (%d merged); down for %v", name, what, how, s.seen, job.Shards, s.at.Done, down)
+		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(s.Start).Seconds()), Worker: what, Signal: how, Done: s.At.Done, at: killed})
+		r.log.Logf("%s: %s (%s) with %d of %d results on the wire (%d merged); down for %v", name, what, how, s.Seen, job.Shards, s.At.Done, down)
 		if err := rig.Sleep(ctx, down); err != nil {
 			return start, end, err
 		}
@@ -135,15 +149,15 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 			return start, end, fmt.Errorf("restart %s: %w", what, err)
 		}
 		f.DownS = rig.Round3(time.Since(killed).Seconds())
-		marks = append(marks, Kill{AtS: rig.Round3(time.Since(s.start).Seconds()), Worker: what, Signal: "restart"})
+		marks = append(marks, Kill{AtS: rig.Round3(time.Since(s.Start).Seconds()), Worker: what, Signal: "restart"})
 		r.log.Logf("%s: %s back after %.1fs", name, what, f.DownS)
 	}
-	o, err := r.awaitEnd(ctx, s.jctx, c, job, s.smp, name, s.id, s.start)
+	o, err := r.awaitEnd(ctx, jctx, job, s.Sampler, name, s.Start)
 	if err != nil {
 		return start, end, err
 	}
 	end = time.Now()
-	terms := s.lw.Stop()
+	terms := lw.Stop()
 	f.Exact = o.Exact
 	if o.Makespan > 0 {
 		f.MakespanS = rig.Round3(o.Makespan.Seconds())
@@ -156,71 +170,7 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
-	f.LeaderChanges = rig.Changes(c, terms, s.start, end)
-	f.timeline = newTimeline(title(), s.start, job.Shards, s.smp.Close(), nil, marks, elections(c, s.start, end), f.MakespanS)
-	return s.start, end, nil
-}
-
-// struck is a job submitted to be hit by a fault outside the workers, at the moment to strike.
-type struck struct {
-	ref     rig.Outcome // the same job without the fault, after a warm-up
-	id      string      // the faulted job
-	start   time.Time   // just before its submit
-	lw      *rig.LeaseWatch
-	smp     *rig.Sampler
-	jctx    context.Context // the faulted job's deadline: the job timeout plus extra
-	at      rig.Sample      // its last checkpoint sample when 30 % of its results were on the wire
-	seen    int64           // results on the wire then
-	reached bool            // false: it ended or its deadline passed first
-	cancel  context.CancelFunc
-}
-
-// strike runs a warm-up job and the reference run of job on c, then submits job again. The
-// warm-up creates the consumers, so the reference measures what the faulted job does. It waits
-// until 30 % of the results are on the wire (checkpoints may come too late), the job ends, or the
-// job timeout plus extra passes. The caller judges the job with awaitEnd, stops lw, and calls close.
-func (r *runner) strike(ctx context.Context, c *cluster.Cluster, name string, job knownjobs.Job, extra time.Duration) (*struck, error) {
-	if _, err := r.runJob(ctx, c, knownjobs.Sleep(20, ""), name+": warm-up", 20); err != nil {
-		return nil, err
-	}
-	ref, err := r.runJob(ctx, c, job, name+": reference", job.Shards)
-	if err != nil {
-		return nil, err
-	}
-	r.log.Phase(name+": job with the fault", job.Shards)
-	s := &struck{ref: ref, lw: rig.WatchLease(ctx, c)}
-	if s.id, s.start, err = rig.Submit(ctx, c, job); err != nil {
-		s.lw.Stop()
-		r.log.Done()
-		return nil, err
-	}
-	s.smp = rig.StartSampler(ctx, c, s.id, 100*time.Millisecond)
-	s.jctx, s.cancel = context.WithTimeout(ctx, r.cfg.JobTimeout+extra)
-	rw, err := rig.WatchResults(c, 3*job.Shards/10)
-	if err != nil {
-		s.close(r)
-		s.lw.Stop()
-		return nil, err
-	}
-	select {
-	case <-rw.Reached():
-	case <-s.smp.Done():
-	case <-s.jctx.Done():
-	}
-	rw.Stop()
-	if ctx.Err() != nil {
-		s.close(r)
-		s.lw.Stop()
-		return nil, ctx.Err()
-	}
-	s.at, _, _ = s.smp.Last()
-	s.seen = int64(rw.Seen())
-	s.reached = s.jctx.Err() == nil && !s.at.State.Terminal()
-	return s, nil
-}
-
-func (s *struck) close(r *runner) {
-	s.smp.Close()
-	s.cancel()
-	r.log.Done()
+	f.LeaderChanges = rig.Changes(c, terms, s.Start, end)
+	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, elections(c, s.Start, end), f.MakespanS)
+	return s.Start, end, nil
 }

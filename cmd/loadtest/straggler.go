@@ -36,9 +36,7 @@ func (r *runner) straggler(ctx context.Context) error {
 		}
 		st.Small = &small
 	}
-	r.mu.Lock()
 	r.rep.Straggler = st
-	r.mu.Unlock()
 	return nil
 }
 
@@ -131,9 +129,9 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 	return st, nil
 }
 
-// lastPercent is how long the last 1 % of a job's shards took: from the result that left 1 % of
-// the shards without one to the last shard's first result (0 if not every shard was seen). Bulk
-// throughput hardly weighs on it; a straggler's tail does.
+// lastPercent is how long the last 1 % of a job's shards took. It runs from the result that left
+// 1 % of the shards without one to the last shard's first result (0 if not every shard was seen).
+// Bulk throughput hardly weighs on it; a straggler's tail does.
 func lastPercent(results []rig.ResultObs, shards int) time.Duration {
 	rs := slices.Clone(results)
 	slices.SortFunc(rs, func(a, b rig.ResultObs) int { return a.T.Compare(b.T) })

@@ -3,19 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/internal/precise"
 )
 
-// throughput is scenario 1: zero-duration sleep jobs end to end (submit to the finished
-// checkpoint), and the uncoordinated JetStream baseline on the same NATS server with the same
-// shard count and as many consuming connections as there are workers. Rounds interleave a system
-// job with every baseline variant, so load from outside the test (other processes on the
-// machine) weighs on both alike; the best of each counts.
+// throughput is scenario 1: zero-duration sleep jobs end to end, against the uncoordinated
+// JetStream baseline. The baseline runs on the same NATS server with the same shard count and one
+// consuming connection per worker. Rounds interleave a system job with every baseline variant, so
+// load from outside the test weighs on both alike. The best of each counts.
 func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
 	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
@@ -76,9 +73,8 @@ func (r *runner) throughput(ctx context.Context) error {
 	return nil
 }
 
-// efficiency is scenario 2: for each shard duration, shards of that duration over Workers ×
-// Concurrency slots; the makespan (submit to the finished checkpoint) against the ideal, total
-// work ÷ slots.
+// efficiency is scenario 2: the makespan of shards of each duration over Workers × Concurrency
+// slots, against the ideal (total work ÷ slots).
 func (r *runner) efficiency(ctx context.Context) error {
 	cfg := r.cfg
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "eff", Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration})
@@ -116,39 +112,11 @@ func (r *runner) efficiency(ctx context.Context) error {
 				e.SlotUse = rig.Round3(busy.Seconds() / (float64(cfg.slots()) * o.Makespan.Seconds()))
 				e.MapMeanMs = rig.Round3(1000 * busy.Seconds() / float64(len(results)))
 			}
-			e.TimerRef, e.PreciseRef = timerRefs(ctx, d, cfg.slots(), shards)
+			e.TimerRef, e.PreciseRef = rig.SleepRefs(ctx, d, cfg.slots(), shards)
 			r.log.Logf("efficiency: %d × %v over %d slots: makespan %.2fs, ideal %.2fs, ratio %.3f (slots %.1f%% in map steps, mean map %.3f ms; a bare loop: %.3f with a time.Timer, %.3f with the precise sleep)",
 				shards, d, cfg.slots(), e.MakespanS, e.IdealS, e.Ratio, 100*e.SlotUse, e.MapMeanMs, e.TimerRef, e.PreciseRef)
 		}
-		r.mu.Lock()
 		r.rep.Efficiency = append(r.rep.Efficiency, e)
-		r.mu.Unlock()
 	}
 	return nil
-}
-
-// timerRefs runs the bare loop that shards of d are compared with: slots goroutines sleeping d
-// in turn, at most a second's worth. It runs once with a time.Timer, once with precise.Sleep,
-// and returns ideal ÷ makespan of each.
-func timerRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
-	per := max(1, min(shards/slots, int(time.Second/d)))
-	run := func(sleep func(context.Context, time.Duration) error) float64 {
-		start := time.Now()
-		var wg sync.WaitGroup
-		for range slots {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range per {
-					if sleep(ctx, d) != nil {
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return rig.Round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
-	}
-	timer = run(precise.TimerSleep)
-	return timer, run(precise.Sleep)
 }

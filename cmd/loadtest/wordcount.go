@@ -1,25 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"slices"
-	"strconv"
-	"strings"
 
-	"github.com/mapagg/mapagg/builtin"
-	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/store"
 )
 
-// wordcount runs a wordcount over a corpus of a 1k-word vocabulary and one of a 200k-word
-// vocabulary (same size, same shards) and compares their shards/s: a big aggregate must not
-// stall merging.
+// wordcount compares the shards/s of wordcounts over a 1k-word and a 200k-word vocabulary, same
+// size and shards. A big aggregate must not stall merging.
 func (r *runner) wordcount(ctx context.Context) error {
 	cfg := r.cfg
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "wc", LeaseDuration: cfg.LeaseDuration})
@@ -32,7 +22,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 	jobs := map[int]knownjobs.Job{}
 	for _, vocab := range vocabs {
 		container := fmt.Sprintf("%s-corpus%d", c.Options().Namespace, vocab/1000)
-		job, err := uploadCorpus(ctx, c, container, vocab, cfg.WordcountBytes, cfg.WordcountShardBytes)
+		job, err := knownjobs.Wordcount(ctx, c.Blob(), container, vocab, cfg.WordcountBytes, cfg.WordcountShardBytes)
 		if err != nil {
 			return fmt.Errorf("corpus of %d words: %w", vocab, err)
 		}
@@ -62,78 +52,6 @@ func (r *runner) wordcount(ctx context.Context) error {
 	if best[vocabs[0]] > 0 {
 		wc.Ratio = rig.Round3(best[vocabs[1]] / best[vocabs[0]])
 	}
-	r.mu.Lock()
 	r.rep.Wordcount = wc
-	r.mu.Unlock()
 	return nil
-}
-
-// uploadCorpus writes size bytes of words drawn from a vocabulary of vocab words into one blob of
-// container and returns the wordcount job over it, with its exact answer computed here.
-func uploadCorpus(ctx context.Context, c *cluster.Cluster, container string, vocab, size, shardBytes int) (knownjobs.Job, error) {
-	words := make([]string, vocab)
-	for i := range words {
-		words[i] = "w" + strconv.FormatInt(int64(i), 36)
-	}
-	rng := rand.New(rand.NewPCG(uint64(vocab), 7))
-	var b bytes.Buffer
-	b.Grow(size + 16)
-	counts := make([]uint64, vocab)
-	var total uint64
-	for b.Len() < size-16 {
-		// Every word of the vocabulary appears (the first pass), then a skewed draw.
-		i := int(total)
-		if i >= vocab {
-			i = int(float64(vocab) * rng.Float64() * rng.Float64())
-		}
-		b.WriteString(words[i])
-		counts[i]++
-		total++
-		if total%12 == 0 {
-			b.WriteByte('\n')
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	if total < uint64(vocab) {
-		return knownjobs.Job{}, fmt.Errorf("%d bytes hold only %d of the %d words", size, total, vocab)
-	}
-	sc := store.New(c.Blob(), container)
-	if err := sc.Ensure(ctx); err != nil {
-		return knownjobs.Job{}, err
-	}
-	if _, err := c.Blob().UploadBuffer(ctx, container, "corpus.txt", b.Bytes(), nil); err != nil {
-		return knownjobs.Job{}, fmt.Errorf("upload corpus: %w", err)
-	}
-	const top = 10
-	idx := make([]int, vocab)
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		if counts[a] != counts[b] {
-			if counts[a] > counts[b] {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(words[a], words[b])
-	})
-	want := builtin.WordcountResult{Total: total}
-	for _, i := range idx[:top] {
-		want.Top = append(want.Top, builtin.WordFreq{Word: words[i], Count: counts[i]})
-	}
-	wantJSON, _ := json.Marshal(want)
-	shards := (b.Len() + shardBytes - 1) / shardBytes
-	p, _ := json.Marshal(builtin.WordcountParams{Container: container, Top: top, ShardBytes: int64(shardBytes)})
-	return knownjobs.Job{Type: "wordcount", Params: p, Shards: shards, Check: func(res json.RawMessage) error {
-		var got builtin.WordcountResult
-		if err := json.Unmarshal(res, &got); err != nil {
-			return fmt.Errorf("wordcount result: %v", err)
-		}
-		if g, _ := json.Marshal(got); !bytes.Equal(g, wantJSON) {
-			return fmt.Errorf("wordcount result %s: want %s", g, wantJSON)
-		}
-		return nil
-	}}, nil
 }

@@ -1,6 +1,7 @@
-// The mapagg dashboard: polls /api/cluster and /api/jobs once a second (the worker caches both,
-// so many open pages cost storage nothing more) and renders them. Filters and older pages come
-// from /api/v1/jobs; the selected job's detail from /api/v1/jobs/{id}. No dependencies.
+// The mapagg dashboard: polls /api/cluster and /api/jobs once a second and /api/schedules every
+// 2 s (the worker caches them, so many open pages cost storage nothing more) and renders them.
+// Filters and older pages come from /api/v1/jobs; the selected job's detail from
+// /api/v1/jobs/{id}. No dependencies.
 "use strict";
 
 const $ = (s) => document.querySelector(s);
@@ -13,7 +14,11 @@ let detail = null;     // last /api/v1/jobs/{selected}
 let cancelEnabled = false;
 let pages = [""];      // cursors of the pages seen (before=), the first being the newest
 let nextCursor = "";
-let armed = null;      // the job whose cancel button was pressed once
+let armed = null;      // "action id": the button pressed once, waiting for the confirming click
+let schedules = [];    // last /api/schedules
+let schedulesErr = "";
+let schedulesAt = 0;
+const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
@@ -36,6 +41,11 @@ function ago(t) {
   return (s / 3600).toFixed(1) + " h";
 }
 function clock(t) { return new Date(t).toLocaleTimeString(); }
+// day is clock with the date when t is not today (a schedule's ticks may be days apart).
+function day(t) {
+  const d = new Date(t);
+  return d.toDateString() === new Date().toDateString() ? d.toLocaleTimeString() : d.toLocaleString();
+}
 function secs(x) {
   if (x == null) return "–";
   if (x < 90) return x.toFixed(0) + " s";
@@ -64,16 +74,27 @@ function listURL() {
 async function tick() {
   try {
     const [c, j] = await Promise.all([getJSON("api/cluster"), getJSON("api/jobs")]);
+    if (Date.now() - schedulesAt >= 2000) {
+      schedulesAt = Date.now();
+      try {
+        const s = await getJSON("api/schedules");
+        schedules = s.schedules || [];
+        schedulesErr = s.error || "";
+      } catch (e) {
+        schedulesErr = "Reading schedules failed: " + e.message;
+      }
+    }
     cluster = c;
     cancelEnabled = !!c.cancel_enabled;
-    sampled = new Map((j.jobs || []).map((x) => [x.id, x]));
+    j.jobs = (j.jobs || []).filter((x) => !deleted.has(x.id));
+    sampled = new Map(j.jobs.map((x) => [x.id, x]));
     let warn = j.error ? "Some jobs could not be read just now (showing the last list): " + j.error : "";
     if (filtered() && (listURL() !== listedURL || Date.now() - listedAt > 5000)) {
       try {
         listedURL = listURL(); listedAt = Date.now();
         const page = await getJSON(listedURL);
         if (page.error) throw new Error(page.error);
-        jobs = (page.jobs || []).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
+        jobs = (page.jobs || []).filter((x) => !deleted.has(x.id)).map((x) => Object.assign({}, x, sampled.get(x.id) || {}, { state: x.state }));
         nextCursor = page.next ? new URL(page.next, location.href).searchParams.get("before") : "";
       } catch (e) {
         warn = "Listing jobs failed: " + e.message;
@@ -90,7 +111,11 @@ async function tick() {
     if (selected) {
       // An ended job's detail does not change: read it once.
       if (!detail || detail.id !== selected || !terminal(detail.state)) {
-        try { detail = await getJSON("api/v1/jobs/" + encodeURIComponent(selected)); } catch (e) { detail = { id: selected, error_reading: e.message }; }
+        try {
+          const r = await fetch("api/v1/jobs/" + encodeURIComponent(selected), { cache: "no-store" });
+          detail = r.status === 404 ? { id: selected, error_reading: "no such job (deleted?)" } : await r.json();
+          if (!r.ok && r.status !== 404) detail = { id: selected, error_reading: detail.error || String(r.status) };
+        } catch (e) { detail = { id: selected, error_reading: e.message }; }
       }
     } else {
       detail = null;
@@ -108,7 +133,7 @@ function canAct() { return token !== "" || cancelEnabled; }
 function render(warn) {
   const c = cluster;
   $("#served-by").textContent = c.worker;
-  $("#mode").textContent = token ? "actions with the API token" : (cancelEnabled ? "cancelling enabled (--dashboard-cancel)" : "read-only (enter the API token for actions)");
+  $("#mode").textContent = token ? "actions with the API token" : (cancelEnabled ? "cancel, retry and delete enabled (--dashboard-cancel)" : "read-only (enter the API token for actions)");
   $("#shards-queued").textContent = c.shards_queued == null ? "?" : c.shards_queued;
   $("#jobs-queued").textContent = c.jobs_queued == null ? "?" : c.jobs_queued;
   const l = c.leader;
@@ -150,6 +175,7 @@ function render(warn) {
   $("#page-older").disabled = !nextCursor;
   $("#page-info").textContent = "page " + pages.length;
   renderDetail();
+  renderSchedules();
   drawTimeline();
 
   // Dead letters.
@@ -204,22 +230,85 @@ function renderDetail() {
   $("#detail-events").replaceChildren(...(evs.length ? evs.slice(-30).map((e) => el("li", { class: e.kind === "dead_lettered" ? "error-full" : "" },
     clock(e.at) + " " + e.kind.replace("_", " ") + " by " + e.worker + (e.epoch ? " (epoch " + e.epoch + ")" : "") +
     (e.shard ? ", shard " + e.shard : "") + (e.err ? ": " + e.err : ""))) : [el("li", { class: "muted" }, "none heard by this worker")]));
-  const btn = $("#detail-cancel");
-  btn.hidden = !(canAct() && (d.state === "queued" || d.state === "running"));
-  btn.textContent = armed === d.id ? "click again to cancel " + d.id : "cancel job";
+  // The job and its retries (retry_of links, metadata only), oldest first.
+  const atts = d.attempts || [];
+  $("#detail-attempts").replaceChildren(...(atts.length > 1 ? atts.map((a) => el("li", { class: a.id === d.id ? "" : "muted" },
+    el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = a.id; pinned = true; detail = null; armed = null; tick(); } }, a.id),
+    " " + a.state + (a.finished_at ? " at " + clock(a.finished_at) : "") + (a.error ? ": " + (a.error.length > 80 ? a.error.slice(0, 79) + "…" : a.error) : "") +
+    (a.id === d.id ? " (this one)" : ""))) : [el("li", { class: "muted" }, "only this one" + (d.retry_of ? " (retries " + d.retry_of + ")" : ""))]));
+  const cp = d.checkpoint;
+  $("#detail-checkpoint").textContent = cp ? cp.writes + " written; the last " + size(cp.bytes) + " by epoch " + cp.epoch +
+    (cp.updated_at ? " at " + clock(cp.updated_at) : "") + (cp.plan_epoch ? ", planned in epoch " + cp.plan_epoch : "") : "none yet";
+  for (const [act, show, label] of [
+    ["cancel", d.state === "queued" || d.state === "running" || d.state === "waiting", "cancel job"],
+    ["retry", d.state === "failed" || d.state === "cancelled", "retry job"],
+    ["delete", terminal(d.state), "delete job"],
+  ]) {
+    const btn = $("#detail-" + act);
+    btn.hidden = !(canAct() && show);
+    btn.textContent = armed === act + " " + d.id ? "click again to " + act + " " + d.id : label;
+  }
 }
 
-async function cancelSelected() {
+function size(n) {
+  if (n == null) return "?";
+  if (n < 1024) return n + " B";
+  if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+  return (n / (1 << 20)).toFixed(1) + " MiB";
+}
+
+// act runs an action on the selected job after a confirming second click: with the token through
+// /api/v1, otherwise through the dashboard's same-origin routes (--dashboard-cancel).
+async function act(action) {
   const id = selected;
-  if (armed !== id) { armed = id; renderDetail(); return; } // a second click confirms
+  if (armed !== action + " " + id) { armed = action + " " + id; renderDetail(); return; }
   armed = null;
+  const enc = encodeURIComponent(id);
   const opts = { method: "POST", headers: {} };
-  let url = "api/jobs/" + encodeURIComponent(id) + "/cancel"; // --dashboard-cancel, same origin
-  if (token) { url = "api/v1/jobs/" + encodeURIComponent(id) + "/cancel"; opts.headers.Authorization = "Bearer " + token; }
+  let url = "api/jobs/" + enc + "/" + action;
+  if (token) {
+    opts.headers.Authorization = "Bearer " + token;
+    url = "api/v1/jobs/" + enc + (action === "delete" ? "" : "/" + action);
+    if (action === "delete") opts.method = "DELETE";
+  }
   const r = await fetch(url, opts);
   let body = {};
   try { body = await r.json(); } catch (e) { /* not JSON */ }
-  $("#detail-action").textContent = r.ok ? "cancel requested for " + id : "cancel refused: " + (body.error || r.status);
+  let msg = action + " refused: " + (body.error || r.status);
+  if (r.ok) {
+    msg = { cancel: "cancel requested for " + id, retry: "retried " + id + " as " + body.id, delete: "deleted " + id }[action];
+    if (action === "retry" && body.id) { selected = body.id; pinned = true; detail = null; }
+    if (action === "delete") { deleted.add(id); jobs = jobs.filter((x) => x.id !== id); selected = null; pinned = false; detail = null; listedAt = 0; }
+  }
+  $("#detail-action").textContent = msg;
+  tick();
+}
+
+function renderSchedules() {
+  $("#schedules-warning").hidden = !schedulesErr;
+  $("#schedules-warning").textContent = schedulesErr;
+  $("#schedules-empty").style.display = schedules.length ? "none" : "";
+  $("#schedules tbody").replaceChildren(...schedules.map((s) => el("tr", { "data-name": s.name },
+    el("td", {}, s.name),
+    el("td", {}, s.every ? "every " + s.every : s.cron + (s.time_zone ? " (" + s.time_zone + ")" : "")),
+    el("td", { class: "muted", title: JSON.stringify(s.params) }, s.type),
+    el("td", { class: s.paused ? "state-cancelled" : "state-running" }, s.paused ? "paused" : "active · overlap " + s.overlap),
+    el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
+    el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
+    el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
+    el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed),
+    el("td", {}, ...(token ? [
+      el("button", { type: "button", class: "sched-" + (s.paused ? "resume" : "pause"), onclick: () => scheduleAct(s.name, s.paused ? "resume" : "pause") }, s.paused ? "resume" : "pause"),
+      " ", el("button", { type: "button", class: "sched-trigger", onclick: () => scheduleAct(s.name, "trigger") }, "run now")] : [])))));
+}
+
+// scheduleAct pauses, resumes or triggers a schedule: with the API token only.
+async function scheduleAct(name, action) {
+  const r = await fetch("api/v1/schedules/" + encodeURIComponent(name) + "/" + action, { method: "POST", headers: { Authorization: "Bearer " + token } });
+  let body = {};
+  try { body = await r.json(); } catch (e) { /* not JSON */ }
+  $("#schedules-action").textContent = r.ok ? (action === "trigger" ? name + " made job " + body.id : name + " " + action + "d") : action + " refused: " + (body.error || r.status);
+  schedulesAt = 0; // read the list again at the next tick
   tick();
 }
 
@@ -264,7 +353,7 @@ function drawTimeline() {
   box.replaceChildren(svg);
 }
 
-$("#detail-cancel").addEventListener("click", cancelSelected);
+for (const a of ["cancel", "retry", "delete"]) $("#detail-" + a).addEventListener("click", () => act(a));
 $("#api-token").value = token;
 $("#token-save").addEventListener("click", () => {
   token = $("#api-token").value.trim();

@@ -116,8 +116,42 @@ func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(si
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
 
+// Running reports whether the process has not exited yet.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
 // Err is the process's exit error (after Exited).
 func (p *Proc) Err() error { <-p.done; return p.err }
+
+// Stop ends the process: SIGTERM, SIGKILL after 15 s.
+func (p *Proc) Stop() { _ = p.end(syscall.SIGTERM, 15*time.Second) }
+
+// end sends sig and waits for the exit. After within it kills the process and says so.
+func (p *Proc) end(sig syscall.Signal, within time.Duration) error {
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal %s: %w", p.ID, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(within):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("worker %s did not exit within %v of %v", p.ID, within, sig)
+	}
+}
+
+// Log is what the process wrote so far.
+func (p *Proc) Log() string {
+	b, _ := os.ReadFile(p.LogPath)
+	return string(b)
+}
 
 // Cluster is a running local cluster.
 type Cluster struct {
@@ -306,8 +340,20 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 			return nil, fmt.Errorf("worker %s is running", id)
 		}
 	}
+	c.mu.Unlock()
+	return c.start(id, "", true)
+}
+
+// StartExtra starts worker id outside the cluster's set, with env after the cluster's (so env
+// wins): behind a fault proxy, or misconfigured. Running and Proc do not list it; Stop stops it.
+func (c *Cluster) StartExtra(id string, env ...string) (*Proc, error) {
+	return c.start(id, ".extra", false, env...)
+}
+
+func (c *Cluster) start(id, suffix string, member bool, env ...string) (*Proc, error) {
+	c.mu.Lock()
 	c.seq++
-	logPath := filepath.Join(c.opts.Dir, fmt.Sprintf("%s.%d.log", id, c.seq))
+	logPath := filepath.Join(c.opts.Dir, fmt.Sprintf("%s.%d%s.log", id, c.seq, suffix))
 	c.mu.Unlock()
 
 	logf, err := os.Create(logPath)
@@ -315,7 +361,7 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(c.opts.WorkerBin, "run")
-	cmd.Env = c.WorkerEnv(id)
+	cmd.Env = append(c.WorkerEnv(id), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -329,7 +375,9 @@ func (c *Cluster) StartWorker(id string) (*Proc, error) {
 		close(p.done)
 	}()
 	c.mu.Lock()
-	c.procs[id] = p
+	if member {
+		c.procs[id] = p
+	}
 	c.all = append(c.all, p)
 	c.mu.Unlock()
 	return p, nil
@@ -400,17 +448,7 @@ func (c *Cluster) Signal(id string, sig syscall.Signal) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("no worker %s", id)
 	}
 	at := time.Now()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return at, fmt.Errorf("signal %s: %w", id, err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return at, fmt.Errorf("worker %s did not exit within 30s of %v", id, sig)
-	}
-	return at, nil
+	return at, p.end(sig, 30*time.Second)
 }
 
 // Leader reads who holds the lease (nil when nobody does).

@@ -1,13 +1,15 @@
 // Package knownjobs holds built-in jobs whose exact answers are known in advance.
 //
 // The load test and the fault matrix check a cluster's results with them. A sleep job's index
-// sum is n·(n−1)/2; the numbers of primes below 10⁷ and 2·10⁷ are public facts. Check says
-// whether a result is exactly right; it never accepts an approximate one.
+// sum is n·(n−1)/2; the numbers of primes below 10⁷ and 2·10⁷ are public facts. A wordcount's
+// answer is counted as its corpus is written. Check says whether a result is exactly right; it
+// never accepts an approximate one.
 package knownjobs
 
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/mapagg/mapagg/builtin"
 )
@@ -58,6 +60,32 @@ func Primes(to uint64, shards int) Job {
 		}
 		if r.Count != want {
 			return fmt.Errorf("primes result %s: want count %d (π(%d))", res, want, to)
+		}
+		return nil
+	}}
+}
+
+// MonteCarloPi is a CPU-bound pi job of samples points in shards shards. Its answer is not known in
+// advance, but the same parameters always give the same points. So Check takes the first result
+// it sees as the answer and holds every later one to it.
+func MonteCarloPi(samples int64, shards int) Job {
+	p, _ := json.Marshal(builtin.PiParams{Samples: samples, Shards: shards, Seed: 42})
+	var mu sync.Mutex
+	var want *builtin.PiResult
+	return Job{Type: "pi", Params: p, Shards: shards, Check: func(res json.RawMessage) error {
+		var got builtin.PiResult
+		if err := json.Unmarshal(res, &got); err != nil {
+			return fmt.Errorf("pi result %s: %v", res, err)
+		}
+		if got.Samples != uint64(samples) {
+			return fmt.Errorf("pi result %s: want %d samples", res, samples)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want == nil {
+			want = &got
+		} else if got != *want {
+			return fmt.Errorf("pi result %s: the first run of the same job gave %+v", res, *want)
 		}
 		return nil
 	}}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
@@ -251,4 +252,30 @@ func upper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// SleepRefs runs the bare loop that shards of d are compared with: slots goroutines sleeping d
+// in turn, at most a second's worth. It runs once with a time.Timer, once with precise.Sleep,
+// and returns ideal ÷ makespan of each.
+func SleepRefs(ctx context.Context, d time.Duration, slots, shards int) (timer, exact float64) {
+	per := max(1, min(shards/slots, int(time.Second/d)))
+	run := func(sleep func(context.Context, time.Duration) error) float64 {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range slots {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range per {
+					if sleep(ctx, d) != nil {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return Round3(float64(per) * d.Seconds() / time.Since(start).Seconds())
+	}
+	timer = run(precise.TimerSleep)
+	return timer, run(precise.Sleep)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
-// Leader reads who holds c's lease now; an error when nobody does.
+// Leader reads who holds c's lease now, and fails when nobody does.
 func Leader(ctx context.Context, c *cluster.Cluster) (*election.LeaderInfo, error) {
 	l, err := c.Leader(ctx)
 	if err != nil {
@@ -84,4 +84,35 @@ func SigName(s syscall.Signal) string {
 		return "SIGSTOP"
 	}
 	return s.String()
+}
+
+// HandTo makes worker id c's leader: the other workers pause (SIGSTOP) and the leader stops
+// gracefully, so its release pokes id. Then the others continue and the old leader restarts.
+func HandTo(ctx context.Context, c *cluster.Cluster, id string) error {
+	old, err := Leader(ctx, c)
+	if err != nil {
+		return err
+	}
+	var paused []string
+	for _, w := range c.Running() {
+		if w != old.ID {
+			if p := c.Proc(w); p != nil && p.Signal(syscall.SIGSTOP) == nil {
+				paused = append(paused, w)
+			}
+		}
+	}
+	_, err = c.Signal(old.ID, syscall.SIGTERM)
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, werr := c.WaitLeader(lctx, func(l *election.LeaderInfo) bool { return l.ID == id && l.Epoch > old.Epoch })
+	cancel()
+	for _, w := range paused {
+		_ = c.Proc(w).Signal(syscall.SIGCONT)
+	}
+	if _, serr := c.StartWorker(old.ID); serr != nil {
+		return serr
+	}
+	if err != nil || werr != nil {
+		return fmt.Errorf("hand the lease to %s: %v %v", id, err, werr)
+	}
+	return Sleep(ctx, 3*time.Second) // everyone hears the new leader's beats
 }

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/jobs"
@@ -91,7 +95,7 @@ func Reference(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, timeout
 	return o, err
 }
 
-// Status reads a job's status; nil while it cannot be read (storage down, not yet written).
+// Status reads a job's status, nil while it cannot be read (storage down, not yet written).
 func Status(ctx context.Context, c *cluster.Cluster, id string) *client.Status {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -102,7 +106,7 @@ func Status(ctx context.Context, c *cluster.Cluster, id string) *client.Status {
 	return st
 }
 
-// WaitProgress waits until at least frac of id's shards are merged (or it ended); false when
+// WaitProgress waits until at least frac of id's shards are merged or it ended. It is false when
 // limit passed first.
 func WaitProgress(ctx context.Context, c *cluster.Cluster, id string, frac float64, limit time.Duration) (*client.Status, bool) {
 	until := time.Now().Add(limit)
@@ -133,7 +137,8 @@ func Final(ctx context.Context, c *cluster.Cluster, id string) (*client.Status, 
 	return st, nil
 }
 
-// WaitEnd polls id until it ends; false, with the last status read, when deadline passed first.
+// WaitEnd polls id until it ends. It is false, with the last status read, when deadline passed
+// first.
 // An ended job's status carries its result.
 func WaitEnd(ctx context.Context, c *cluster.Cluster, id string, deadline time.Time) (*client.Status, bool) {
 	var last *client.Status
@@ -173,4 +178,73 @@ func PlannedAt(c *cluster.Cluster, id string) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// Struck is a job submitted to be hit by a fault.
+type Struck struct {
+	ID      string
+	Start   time.Time // just before the submit
+	Sampler *Sampler  // its checkpoint every 100 ms, until the job ends or ctx does
+	At      Sample    // after Wait: the last checkpoint sample when frac of the results were on the wire
+	Seen    int       // after Wait: results on the wire then
+	Reached bool      // after Wait: false when the job ended, or ctx did, first
+	rw      *ResultWatch
+}
+
+// Strike submits j on c to be hit by a fault when frac of its results are on the wire. At a high
+// rate a checkpoint comes too late to strike by. Close it when done.
+func Strike(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, frac float64) (*Struck, error) {
+	rw, err := WatchResults(c, int(math.Ceil(frac*float64(j.Shards))))
+	if err != nil {
+		return nil, err
+	}
+	s := &Struck{rw: rw}
+	if s.ID, s.Start, err = Submit(ctx, c, j); err != nil {
+		rw.Stop()
+		return nil, err
+	}
+	s.Sampler = StartSampler(ctx, c, s.ID, 100*time.Millisecond)
+	return s, nil
+}
+
+// Wait waits until frac of the job's results are on the wire, the job ends, or ctx ends.
+func (s *Struck) Wait(ctx context.Context) {
+	select {
+	case <-s.rw.Reached():
+	case <-s.Sampler.Done():
+	case <-ctx.Done():
+	}
+	s.rw.Stop()
+	s.At, _, _ = s.Sampler.Last()
+	s.Seen = s.rw.Seen()
+	s.Reached = ctx.Err() == nil && !s.At.State.Terminal()
+}
+
+// Close stops watching the job and returns every checkpoint sample.
+func (s *Struck) Close() []Sample {
+	s.rw.Stop()
+	return s.Sampler.Close()
+}
+
+// Ready waits until c runs workers workers and the lease holder has resumed as coordinator (its
+// term started), and returns the leader.
+func Ready(ctx context.Context, c *cluster.Cluster, workers int, within time.Duration) (*election.LeaderInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for {
+		running := c.Running()
+		l, err := c.Leader(ctx)
+		if err == nil && l != nil && len(running) == workers && slices.Contains(running, l.ID) {
+			for _, e := range c.Events() {
+				if e.Kind == cluster.TermStarted && e.Epoch == l.Epoch && e.Worker == l.ID {
+					return l, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cluster %s not ready (running %v, leader %+v, err %v): %w", filepath.Base(c.Options().Dir), running, l, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

@@ -89,3 +89,21 @@ func DeadLetters(ctx context.Context, c *cluster.Cluster, source string, want ui
 		_ = Sleep(ctx, 500*time.Millisecond)
 	}
 }
+
+// WaitGone waits up to within for blob name of sc to be deleted.
+func WaitGone(ctx context.Context, sc *store.Container, name string, within time.Duration) error {
+	until := time.Now().Add(within)
+	for {
+		ok, err := sc.Exists(ctx, name)
+		switch {
+		case err == nil && !ok:
+			return nil
+		case err == nil:
+			err = fmt.Errorf("%s still there after %v", name, within)
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return err
+		}
+		_ = Sleep(ctx, 250*time.Millisecond)
+	}
+}

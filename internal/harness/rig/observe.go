@@ -13,6 +13,7 @@ import (
 
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -30,6 +31,8 @@ type Sample struct {
 // Sampler polls a job's status until stopped, keeping every reading: the progress line of the
 // timeline and the trigger for kills.
 type Sampler struct {
+	c       *cluster.Cluster
+	job     string
 	mu      sync.Mutex
 	samples []Sample
 	changed chan struct{} // closed and replaced on every new Sample
@@ -39,7 +42,7 @@ type Sampler struct {
 
 func StartSampler(ctx context.Context, c *cluster.Cluster, job string, every time.Duration) *Sampler {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Sampler{changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+	s := &Sampler{c: c, job: job, changed: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	jobsC := store.New(c.Blob(), c.JobsContainer())
 	go func() {
 		defer close(s.done)
@@ -100,6 +103,25 @@ func (s *Sampler) WaitFor(ctx context.Context, ok func(Sample) bool) (Sample, bo
 			return x, false, ctx.Err()
 		}
 	}
+}
+
+// Await waits, within jctx, for the job to end and judges it as j. It is lost when it did not
+// end in time; what names the run in that problem. ctx ending is an error.
+func (s *Sampler) Await(ctx, jctx context.Context, j knownjobs.Job, start time.Time, what string) (Outcome, error) {
+	last, ended, err := s.WaitFor(jctx, func(x Sample) bool { return x.State.Terminal() })
+	if err != nil && ctx.Err() != nil {
+		return Outcome{}, ctx.Err()
+	}
+	o := Outcome{ID: s.job, Start: start}
+	if !ended {
+		o.Lost, o.Problem = true, fmt.Sprintf("%s job %s not finished (%s, %d of %d merged)", what, s.job, last.State, last.Done, last.Total)
+		return o, nil
+	}
+	st, err := Final(ctx, s.c, s.job)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Judge(o, j, st), nil
 }
 
 // Done is closed when the sampler stops (the job ended, or Close).
@@ -314,3 +336,58 @@ func Changes(c *cluster.Cluster, terms []election.LeaderInfo, from, to time.Time
 
 // Sleep waits d or until ctx ends, and returns ctx's error if it ended.
 func Sleep(ctx context.Context, d time.Duration) error { return precise.TimerSleep(ctx, d) }
+
+// Every calls fn now and then every d until ctx ends or stop is called. stop waits for fn's
+// last call to return.
+func Every(ctx context.Context, d time.Duration, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			fn(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Elections lists c's elections between from and to.
+func Elections(c *cluster.Cluster, from, to time.Time) []cluster.Event {
+	var out []cluster.Event
+	for _, e := range c.Events() {
+		if e.Kind == cluster.Elected && e.Time.After(from) && e.Time.Before(to) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// WaitFirstMerge waits for the first merge of the term epoch. The new leader may have nothing to
+// merge, so the wait also ends half a second after ended closes (its event may still be on its
+// way). An ended ctx looks once.
+func WaitFirstMerge(ctx context.Context, c *cluster.Cluster, epoch uint64, ended <-chan struct{}) (cluster.Event, bool) {
+	var giveUp <-chan time.Time
+	for {
+		for _, e := range c.Events() {
+			if e.Kind == cluster.FirstMerge && e.Epoch == epoch {
+				return e, true
+			}
+		}
+		select {
+		case <-ended:
+			ended, giveUp = nil, time.After(500*time.Millisecond)
+		case <-giveUp:
+			return cluster.Event{}, false
+		case <-ctx.Done():
+			return cluster.Event{}, false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -20,12 +20,13 @@ type Progress struct {
 	start time.Time
 	bar   *progressbar.ProgressBar
 	name  string
+	desc  string
 	total int
 	n     int
 	last  time.Time // last plain progress line
 }
 
-// NewProgress writes to w; a bar is drawn only when w is a terminal.
+// NewProgress writes to w, with a bar only when w is a terminal.
 func NewProgress(w io.Writer) *Progress {
 	p := &Progress{w: w, start: time.Now()}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
@@ -42,7 +43,7 @@ func (p *Progress) Phase(name string, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.finishLocked()
-	p.name, p.total, p.n = name, total, 0
+	p.name, p.desc, p.total, p.n = name, "", total, 0
 	if p.tty {
 		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetDescription(fmt.Sprintf("%-22s", name)), progressbar.OptionShowCount(),
@@ -69,7 +70,20 @@ func (p *Progress) Set(n int) {
 	}
 	if !p.tty && p.name != "" && time.Since(p.last) >= 2*time.Second {
 		p.last = time.Now()
-		fmt.Fprintf(p.w, "[%6.1fs] %s: %d/%d\n", time.Since(p.start).Seconds(), p.name, n, p.total)
+		fmt.Fprintf(p.w, "[%6.1fs] %s: %d/%d%s\n", time.Since(p.start).Seconds(), p.name, n, p.total, p.desc)
+	}
+}
+
+// Describe says what happens now, beside the current phase's count.
+func (p *Progress) Describe(desc string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.desc = ", " + desc
+	if p.bar != nil {
+		p.bar.Describe(fmt.Sprintf("%-22s", p.name+p.desc))
 	}
 }
 

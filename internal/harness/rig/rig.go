@@ -1,8 +1,3 @@
-// Package rig is what the chaos matrix and the load test share: clusters on servers it owns,
-// every process tracked by pid, faults, reference runs, observers and the report header.
-//
-// A Rig either shares one Azurite and one NATS server between namespaced clusters (the load
-// test), or gives every cluster servers of its own that a fault may kill (the chaos matrix).
 package rig
 
 import (
@@ -62,6 +57,7 @@ type Rig struct {
 
 	mu       sync.Mutex
 	natsBin  string
+	testBin  string
 	clusters []*cluster.Cluster
 	spaces   []string       // namespaces used, for clean-up on attached servers
 	pids     map[int]string // every process ever started, by pid → what it was
@@ -121,10 +117,13 @@ func (r *Rig) RunID() string { return r.runID }
 
 // Spec is what a scenario or a fault asks of its cluster.
 type Spec struct {
-	Name          string // short, [a-z0-9-]
-	WorkerBin     string // another worker binary (a test worker); "" for the rig's
-	Workers       int    // default 3
-	Concurrency   int    // 0: the worker's default
+	Name      string // short, [a-z0-9-]
+	WorkerBin string // another worker binary; "" for the rig's
+	// TestWorker runs the test worker (internal/harness/testworker: the stock worker plus the bad
+	// job types), built on first use.
+	TestWorker    bool
+	Workers       int // default 3
+	Concurrency   int // 0: the worker's default
 	ShardTimeout  time.Duration
 	MapDelay      time.Duration
 	LeaseDuration time.Duration
@@ -140,6 +139,13 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	dir := filepath.Join(r.opts.Dir, s.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
+	}
+	if s.TestWorker {
+		bin, err := r.testWorker()
+		if err != nil {
+			return nil, err
+		}
+		s.WorkerBin = bin
 	}
 	o := cluster.Options{Dir: dir, WorkerBin: cmp.Or(s.WorkerBin, r.bin), Workers: s.Workers, LeaseDuration: s.LeaseDuration,
 		Concurrency: s.Concurrency, ShardTimeout: s.ShardTimeout, MapDelay: s.MapDelay, Env: s.Env, WorkerEnv: s.WorkerEnv}
@@ -199,6 +205,24 @@ func (r *Rig) natsServer() (string, error) {
 		r.natsBin = bin
 	}
 	return r.natsBin, nil
+}
+
+// testWorker returns the test worker, building it on first use.
+func (r *Rig) testWorker() (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.testBin == "" {
+		root, err := devserver.RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		start := time.Now()
+		if r.testBin, err = cluster.BuildPackage(r.opts.Dir, root, "./internal/harness/testworker", false); err != nil {
+			return "", err
+		}
+		r.opts.Logf("built the test worker in %v", time.Since(start).Round(time.Millisecond))
+	}
+	return r.testBin, nil
 }
 
 // Stop stops one cluster now (its namespace is cleaned up by Close).

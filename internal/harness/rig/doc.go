@@ -1,0 +1,30 @@
+// Package rig is what the chaos matrix, the load test and the demo share.
+//
+// It owns the servers and clusters of a run and tracks every process by pid. It holds the
+// faults, the observers and the report's plumbing.
+//
+// A Rig either shares one Azurite and one NATS server between namespaced clusters (the load
+// test, the demo), or gives every cluster servers of its own that a fault may kill (the chaos
+// matrix). A new chaos fault or load-test scenario should need nothing else. By file:
+//
+//   - rig.go: New, Start (a cluster for a Spec; Spec.TestWorker runs the test worker), Stop,
+//     Close, Track and TrackPID, LeftRunning.
+//   - extra.go: Extra (a worker outside the cluster's set, e.g. misconfigured), Proxied (one
+//     behind a fault proxy on its NATS or job-queue Link), WaitMember.
+//   - faults.go: Leader, Signal, KillLeader, WaitElected, HandTo (make a given worker leader).
+//   - jobs.go: Submit, Await, Judge, Reference (the no-fault run), Status, WaitProgress,
+//     WaitEnd, Final, Strike (a job to hit when a fraction of its results is on the wire), Ready.
+//   - observe.go: Sampler (checkpoint readings, Await), Sniffer (every shard and result message),
+//     WatchResults, WatchLease, Changes, CountEvents, Elections, WaitFirstMerge, Every.
+//   - streams.go: JetStream, JobStore, UpdateStream (change a stream, restore it), Publish (from
+//     a plain client without the cluster key), Record (copy a job's messages to replay them).
+//   - leftovers.go: Leftovers (markers, stream and queue messages a job left), DeadLetters,
+//     StreamCount, WaitGone.
+//   - probe.go: Readyz, WaitReady, SumMetric (a counter over the workers' /metrics).
+//   - proc.go: ProcCPU, ProcRSS, ClusterCPU. redo.go: Classify (shards run twice after kills).
+//   - report.go: Header, Markdown, WriteJSON, WriteReport, Interruptible, the exit statuses, Num,
+//     Round3, Clip.
+//   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise).
+//   - baseline.go: Baseline (the JetStream round trip without coordination), SleepRefs (a bare
+//     sleep loop). dist.go: Summarize. timeline.go: WriteSVG.
+package rig
