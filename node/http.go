@@ -143,7 +143,7 @@ func (o *observer) typeHolders(typ string) []string {
 		return nil
 	}
 	var out []string
-	for _, m := range w.Live() {
+	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
 		if slices.Contains(m.JobTypes, typ) {
 			out = append(out, m.ID)
 		}
@@ -338,8 +338,8 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	// Workers announce to every listener; only the leader listens all the time, so membership
 	// traffic grows with the cluster, not with its square.
 	watcher := membership.WatchOnDemand(nc, names.Members(), 0, time.Minute, o.log)
+	o.members.Store(watcher) // before Hold: an election meanwhile finds it and holds it too
 	watcher.Hold(o.epoch.Load() != 0)
-	o.members.Store(watcher)
 	addr := ""
 	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
@@ -374,6 +374,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		defer watcher.Stop()
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
+			watcher.Hold(ep != 0) // settles a Hold raced by an election event
 			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
 				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid(),
 				Problems: o.problems(ctx, c)}

@@ -55,6 +55,7 @@ type Watcher struct {
 
 	mu       sync.Mutex
 	sub      *nats.Subscription // nil while not listening
+	since    time.Time          // when sub began
 	held     bool
 	lastRead time.Time
 	stopped  bool
@@ -99,7 +100,7 @@ func (w *Watcher) listenLocked() error {
 	if err != nil {
 		return err
 	}
-	w.sub = sub
+	w.sub, w.since = sub, time.Now()
 	return nil
 }
 
@@ -148,18 +149,21 @@ func (w *Watcher) add(data []byte) {
 }
 
 // Live returns the workers heard from within the expiry, sorted by id. An on-demand watcher
-// that was not listening starts now and waits one announce interval to hear everyone.
+// that was not listening starts now; within an announce interval of starting (here or by Hold)
+// it waits to the end of that interval, to hear everyone.
 func (w *Watcher) Live() []Member {
 	w.mu.Lock()
 	w.lastRead = time.Now()
-	started := w.sub == nil && !w.stopped
 	if err := w.listenLocked(); err != nil {
 		w.log.Warn("watch membership", "err", err)
-		started = false
+	}
+	warm := time.Duration(0)
+	if w.sub != nil && w.idle > 0 {
+		warm = time.Until(w.since.Add(DefaultInterval + 100*time.Millisecond))
 	}
 	w.mu.Unlock()
-	if started {
-		time.Sleep(DefaultInterval + 100*time.Millisecond)
+	if warm > 0 {
+		time.Sleep(warm)
 		w.mu.Lock()
 		w.lastRead = time.Now()
 		w.mu.Unlock()
