@@ -133,16 +133,19 @@ type beatWire struct {
 	Sent   int64  `json:"sent_unix_nano"`
 	// Answers: the term answers probes on <prefix>.ctl.term.<epoch> (absent from older versions).
 	Answers bool `json:"answers,omitempty"`
+	// Next: the followers that take over first (election.Beat.Successors; absent from older
+	// versions).
+	Next []string `json:"next,omitempty"`
 }
 
-const maxBeatSize = 1024
+const maxBeatSize = 2048
 
 // EncodeBeat is the wire form of b.
 func EncodeBeat(b election.Beat) ([]byte, error) {
-	if err := checkBeat(b.Epoch, b.Identity); err != nil {
+	if err := checkBeat(b.Epoch, b.Identity, b.Successors); err != nil {
 		return nil, fmt.Errorf("encode heartbeat: %w", err)
 	}
-	return json.Marshal(beatWire{Epoch: b.Epoch, Leader: b.Identity, Seq: b.Seq, Sent: b.Sent.UnixNano(), Answers: b.Answers})
+	return json.Marshal(beatWire{Epoch: b.Epoch, Leader: b.Identity, Seq: b.Seq, Sent: b.Sent.UnixNano(), Answers: b.Answers, Next: b.Successors})
 }
 
 // DecodeBeat parses a beat and refuses anything a leader could not have sent.
@@ -154,22 +157,37 @@ func DecodeBeat(data []byte) (election.Beat, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return election.Beat{}, fmt.Errorf("decode heartbeat: %w", err)
 	}
-	if err := checkBeat(w.Epoch, w.Leader); err != nil {
+	if err := checkBeat(w.Epoch, w.Leader, w.Next); err != nil {
 		return election.Beat{}, fmt.Errorf("decode heartbeat: %w", err)
 	}
-	return election.Beat{Epoch: w.Epoch, Identity: w.Leader, Seq: w.Seq, Sent: time.Unix(0, w.Sent), Answers: w.Answers}, nil
+	return election.Beat{Epoch: w.Epoch, Identity: w.Leader, Seq: w.Seq, Sent: time.Unix(0, w.Sent), Answers: w.Answers, Successors: w.Next}, nil
 }
 
-func checkBeat(epoch uint64, leader string) error {
-	switch {
-	case epoch == 0:
+func checkBeat(epoch uint64, leader string, next []string) error {
+	if epoch == 0 {
 		return errors.New("epoch 0 (terms start at 1)")
-	case leader == "" || len(leader) > 256:
-		return fmt.Errorf("leader identity of %d characters, want 1 to 256", len(leader))
 	}
-	for i := 0; i < len(leader); i++ {
-		if leader[i] < 0x20 || leader[i] > 0x7e {
-			return errors.New("leader identity is not printable ASCII")
+	if err := checkIdentity("leader", leader); err != nil {
+		return err
+	}
+	if len(next) > election.MaxSuccessors {
+		return fmt.Errorf("%d successors, at most %d", len(next), election.MaxSuccessors)
+	}
+	for _, id := range next {
+		if err := checkIdentity("successor", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkIdentity(what, id string) error {
+	if id == "" || len(id) > 256 {
+		return fmt.Errorf("%s identity of %d characters, want 1 to 256", what, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return fmt.Errorf("%s identity is not printable ASCII", what)
 		}
 	}
 	return nil

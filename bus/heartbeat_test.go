@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestHeartbeats_OverNATS(t *testing.T) {
 	}
 	testenv.Eventually(t, 5*time.Second, time.Millisecond, func() bool { return lh.Healthy() && fh.Healthy() },
 		"connected transports report unhealthy")
-	sent := election.Beat{Epoch: 7, Identity: "host-1", Seq: 3, Sent: time.Now(), Answers: true}
+	sent := election.Beat{Epoch: 7, Identity: "host-1", Seq: 3, Sent: time.Now(), Answers: true, Successors: []string{"host-2", "host-3"}}
 	if err := leader.Conn().Publish("mapagg."+bus.CtlHeartbeat, []byte(`{"epoch":0}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestHeartbeats_OverNATS(t *testing.T) {
 	}
 	select {
 	case b := <-got:
-		if b.Epoch != 7 || b.Identity != "host-1" || b.Seq != 3 || !b.Answers || !b.Sent.Equal(sent.Sent.Round(0)) {
+		if b.Epoch != 7 || b.Identity != "host-1" || b.Seq != 3 || !b.Answers || !b.Sent.Equal(sent.Sent.Round(0)) || !slices.Equal(b.Successors, sent.Successors) {
 			t.Errorf("received %+v, want %+v", b, sent)
 		}
 	case <-time.After(5 * time.Second):
@@ -66,7 +67,8 @@ func TestHeartbeats_OverNATS(t *testing.T) {
 
 func TestDecodeBeat_RefusesMalformed(t *testing.T) {
 	for _, in := range []string{``, `{}`, `{"epoch":1}`, `{"epoch":0,"leader":"a"}`, `{"epoch":1,"leader":"a\n"}`,
-		`{"epoch":-1,"leader":"a"}`, `[1]`, `{"epoch":1,"leader":"` + string(bytes.Repeat([]byte("a"), 300)) + `"}`} {
+		`{"epoch":-1,"leader":"a"}`, `[1]`, `{"epoch":1,"leader":"` + string(bytes.Repeat([]byte("a"), 300)) + `"}`,
+		`{"epoch":1,"leader":"a","next":[""]}`, `{"epoch":1,"leader":"a","next":["b\n"]}`, `{"epoch":1,"leader":"a","next":["b","c","d","e"]}`} {
 		if b, err := bus.DecodeBeat([]byte(in)); err == nil {
 			t.Errorf("DecodeBeat(%q) = %+v, want an error", in, b)
 		}
@@ -76,6 +78,8 @@ func TestDecodeBeat_RefusesMalformed(t *testing.T) {
 func FuzzDecodeBeat(f *testing.F) {
 	good, _ := bus.EncodeBeat(election.Beat{Epoch: 3, Identity: "host-9", Seq: 1, Sent: time.Unix(1, 2)})
 	f.Add(good)
+	next, _ := bus.EncodeBeat(election.Beat{Epoch: 3, Identity: "host-9", Seq: 1, Successors: []string{"a", "b"}})
+	f.Add(next)
 	f.Add([]byte(`{"epoch":1,"leader":"a","seq":18446744073709551615,"sent_unix_nano":-1}`))
 	f.Add([]byte(`{"epoch":1e30}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -88,7 +92,7 @@ func FuzzDecodeBeat(f *testing.F) {
 			t.Fatalf("decoded beat %+v does not encode: %v", b, err)
 		}
 		b2, err := bus.DecodeBeat(again)
-		if err != nil || b2.Epoch != b.Epoch || b2.Identity != b.Identity || b2.Seq != b.Seq || b2.Answers != b.Answers || !b2.Sent.Equal(b.Sent) {
+		if err != nil || b2.Epoch != b.Epoch || b2.Identity != b.Identity || b2.Seq != b.Seq || b2.Answers != b.Answers || !b2.Sent.Equal(b.Sent) || !slices.Equal(b2.Successors, b.Successors) {
 			t.Fatalf("round trip %+v → %+v, %v", b, b2, err)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -24,15 +25,20 @@ import (
 // reads at once, beside the queue receive that hands it the message, so their storage round
 // trips overlap (see lookahead). The queue stays the only source of jobs: reads started for an
 // announced id are used only for a queue message of that id, and nothing is written for one.
+//
+// The messages of one receive are taken in side by side (intakeBatch); a receive asks for no
+// more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
 func (t *term) intake(ctx context.Context) {
 	ahead := map[string]*lookahead{}
+	var handed activeFloor
 	for ctx.Err() == nil {
-		if int(t.nActive.Load()) >= t.cfg.MaxActiveJobs {
+		free := t.cfg.MaxActiveJobs - handed.active(int(t.nActive.Load()))
+		if free <= 0 {
 			t.idle(ctx, ahead)
 			continue
 		}
 		t.Coordinator.qhealth.begin()
-		msgs, err := t.queue.Receive(ctx, min(16, t.cfg.MaxActiveJobs), t.cfg.QueueVisibility)
+		msgs, err := t.queue.Receive(ctx, min(16, free), t.cfg.QueueVisibility)
 		if err != nil {
 			t.Coordinator.qhealth.failed(err)
 			if ctx.Err() == nil {
@@ -46,16 +52,78 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
+		before := int(t.nActive.Load())
 		stop := t.keepHidden(ctx, msgs)
-		for _, m := range msgs {
-			id := strings.TrimSpace(m.Text)
-			la := ahead[id]
-			delete(ahead, id)
-			t.intakeOne(ctx, m, la)
-		}
+		n := t.intakeBatch(ctx, msgs, ahead)
 		stop()
+		handed.set(before + n)
 	}
 }
+
+// activeFloor is how many jobs are active at least, counting those intake handed to the main loop
+// that it may not have adopted yet (nActive is stored when it adopts them).
+type activeFloor struct {
+	n  int
+	at time.Time
+}
+
+// adoptWithin bounds the main loop's adoption of a job it received: the floor is forgotten after it.
+const adoptWithin = 250 * time.Millisecond
+
+func (f *activeFloor) set(n int) { f.n, f.at = n, time.Now() }
+
+func (f *activeFloor) active(nActive int) int {
+	if time.Since(f.at) > adoptWithin {
+		return nActive
+	}
+	return max(nActive, f.n)
+}
+
+// intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
+// goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
+// the queue's order. It returns how many jobs it handed over.
+func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) int {
+	var wg sync.WaitGroup
+	var handed atomic.Int32
+	prev := make(chan struct{})
+	close(prev)
+	for _, m := range msgs {
+		id := strings.TrimSpace(m.Text)
+		la := ahead[id]
+		delete(ahead, id)
+		tn := &turn{prev: prev, mine: make(chan struct{})}
+		prev = tn.mine
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer tn.done()
+			if t.intakeOne(ctx, m, la, tn) {
+				handed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(handed.Load())
+}
+
+// turn orders the hand-over of a batch's jobs to the main loop: each waits for the one before.
+type turn struct {
+	prev <-chan struct{}
+	mine chan struct{}
+	once sync.Once
+}
+
+// wait blocks until the message before has handed over its job or given up; false when ctx ended.
+func (tn *turn) wait(ctx context.Context) bool {
+	select {
+	case <-tn.prev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (tn *turn) done() { tn.once.Do(func() { close(tn.mine) }) }
 
 // idle waits for a submission, the queue poll interval or ctx. An announced id gets its reads
 // started (at most lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
@@ -110,42 +178,61 @@ func (t *term) readAhead(ctx context.Context, id string) *lookahead {
 	return la
 }
 
-// intakeOne plans the job of queue message m (la: its reads, if started ahead, else nil).
-func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
+// intakeOne takes in queue message m (la: its reads, if started ahead, else nil) in four
+// stages: read, admit, plan, commit. It reports whether it handed a job to the main loop.
+func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead, tn *turn) bool {
+	id, spec, ok := t.read(ctx, m, la)
+	if !ok {
+		return false
+	}
+	impl, ok := t.admit(ctx, m, id, spec)
+	if !ok {
+		return false
+	}
+	start := time.Now()
+	j, ok := t.planOne(ctx, m, id, spec, impl)
+	if !ok {
+		return false
+	}
+	return t.commitPlanned(ctx, m, j, start, tn)
+}
+
+// read checks message m and reads its job's spec and cancel marker. Malformed messages, messages
+// tried too often and jobs without a spec are dead-lettered; a spec that does not parse is refused.
+func (t *term) read(ctx context.Context, m queue.Message, la *lookahead) (string, *protocol.Spec, bool) {
 	id := strings.TrimSpace(m.Text)
 	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
 		t.deadQueue(ctx, m, err.Error())
-		return
+		return "", nil, false
 	}
 	if m.DequeueCount > t.cfg.MaxQueueDequeues {
 		reason := fmt.Sprintf("job %s could not be planned in %d tries", id, m.DequeueCount-1)
 		log.Error("giving up on a job message; dead-lettered", "dequeues", m.DequeueCount)
 		t.writeFirst(ctx, id, "", jobs.StateFailed, reason, nil)
 		t.deadQueue(ctx, m, reason)
-		return
+		return "", nil, false
 	}
 	if la == nil {
 		la = t.readAhead(ctx, id)
 	}
 	la.done.Wait()
-	cancelled, data, cancelErr, specErr := la.cancelled, la.data, la.cancelErr, la.specErr
-	if errors.Is(specErr, store.ErrNotFound) {
+	if errors.Is(la.specErr, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
 		t.deadQueue(ctx, m, "no spec blob for job "+id)
-		return
+		return "", nil, false
 	}
-	if specErr != nil {
-		log.Warn("read spec", "err", specErr)
-		return
+	if la.specErr != nil {
+		log.Warn("read spec", "err", la.specErr)
+		return "", nil, false
 	}
-	spec, err := protocol.ParseSpec(data)
+	spec, err := protocol.ParseSpec(la.data)
 	if err != nil {
 		t.refuse(ctx, m, id, "", err)
-		return
+		return "", nil, false
 	}
-	if cancelErr == nil && cancelled {
+	if la.cancelErr == nil && la.cancelled {
 		_, err := t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
 		switch {
 		case errors.Is(err, store.ErrExists):
@@ -153,47 +240,63 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		case err == nil:
 			t.deleteMsg(ctx, m)
 		}
-		return
+		return "", nil, false
 	}
+	return id, spec, true
+}
+
+// admit decides whether the job runs now: not while it waits for other jobs (after.go) or for a
+// leader with its type (waiting.go).
+func (t *term) admit(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) (jobs.Job, bool) {
 	if len(spec.After) > 0 && t.after(ctx, m, id, spec) {
-		return // waits for other jobs (after.go)
+		return nil, false
 	}
 	impl, err := t.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
 		t.wait(ctx, m, id, spec.Type)
-		return
+		return nil, false
 	}
-	start := time.Now()
-	// An indexed job stores nothing: its shards are made from the parameters as they are
-	// dispatched. Any other is split now and its plan stored in pages, before the first
-	// checkpoint (which says where the plan is) — unless the job was planned already, whose pages
-	// must not be rewritten under it.
+	return impl, true
+}
+
+// planOne splits the job. An indexed job stores nothing: its shards are made from the parameters
+// as they are dispatched. Any other is split now and its plan stored in pages, before the first
+// checkpoint (which says where the plan is), unless the job was planned already, whose pages
+// must not be rewritten under it.
+func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *protocol.Spec, impl jobs.Job) (*job, bool) {
 	if _, ok := impl.(jobs.Indexed); !ok {
 		switch ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); {
 		case err != nil:
-			log.Warn("check for a checkpoint", "err", err)
-			return
+			t.log.Warn("check for a checkpoint", "job", id, "err", err)
+			return nil, false
 		case ok:
 			t.planned(ctx, m, id)
-			return
+			return nil, false
 		}
 	}
 	j, err := t.plan(ctx, id, spec, impl)
 	switch {
 	case errors.Is(err, errPlanStorage):
-		log.Warn("planning a job", "err", err)
-		return
+		t.log.Warn("planning a job", "job", id, "err", err)
+		return nil, false
 	case err != nil:
 		if ctx.Err() == nil {
 			t.refuse(ctx, m, id, spec.Type, err)
 		}
-		return
+		return nil, false
 	}
-	// The active marker (how the next leader finds the job) is written once the first checkpoint
-	// is stored (not beside it: one storage operation fewer ahead of the job on a storage that
-	// serves one at a time, as the emulator does), and the job starts without waiting for it: the
-	// queue message goes only once both are stored, so a leader that dies in between leaves a
-	// message whose next intake finds the checkpoint, stores the marker and claims the job.
+	return j, true
+}
+
+// commitPlanned stores the job's first checkpoint and hands the job to the main loop in its turn.
+//
+// The active marker (how the next leader finds the job) is written once the first checkpoint
+// is stored (not beside it: one storage operation fewer ahead of the job on a storage that
+// serves one at a time, as the emulator does), and the job starts without waiting for it: the
+// queue message goes only once both are stored, so a leader that dies in between leaves a
+// message whose next intake finds the checkpoint, stores the marker and claims the job.
+func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
+	id, spec := j.id, j.spec
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
 		var ue *UserCodeError
@@ -203,7 +306,7 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 		case errors.As(err, &ue):
 			t.refuse(ctx, m, id, spec.Type, err)
 		}
-		return
+		return false
 	}
 	// Both finish even if the term ends meanwhile (a graceful handover): the next leader finds
 	// the job by its marker at once, instead of by its message after the visibility timeout.
@@ -213,17 +316,23 @@ func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead) {
 	defer func() {
 		defer cancel()
 		if err := g.Wait(); err != nil {
-			log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "err", err)
+			t.log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "job", id, "err", err)
 			return
 		}
 		t.deleteMsg(mctx, m)
 	}()
 	j.etag = etag
-	log.Info("job planned", "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
+	t.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
+	if !tn.wait(ctx) {
+		return false
+	}
+	defer tn.done()
 	select {
 	case t.newJobs <- j:
+		return true
 	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -88,6 +88,13 @@ type Config struct {
 	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
 
+	// Successors, when set with Heartbeats, names the followers that should take over first,
+	// best first (e.g. the live members by id). The leader's beats carry the first
+	// MaxSuccessors; after a crash or a release the first of them acts at once and each other
+	// follower TurnStep later per place, so one request, not one per follower, reaches the lease
+	// blob. It is called on every beat and must be quick.
+	Successors func() []string
+
 	// Healthy, when set, is called before every renewal. A non-nil error stops renewing, cancels
 	// the leader context and releases the lease: use it to depose a coordinator whose main loop
 	// is stuck. It runs on the renew goroutine; if it blocks, renewing stops and the safety
@@ -274,8 +281,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for k, v := range c.Stamp {
-		if !stampKey(k) || k == MetaEpoch || k == MetaLeader || k == MetaSince {
-			add("Stamp key %q: use lower-case letters, digits and '_' (not %s, %s or %s)", k, MetaEpoch, MetaLeader, MetaSince)
+		if !stampKey(k) || k == MetaEpoch || k == MetaLeader || k == MetaSince || k == MetaReleased {
+			add("Stamp key %q: use lower-case letters, digits and '_' (not %s, %s, %s or %s)", k, MetaEpoch, MetaLeader, MetaSince, MetaReleased)
 		} else if !printableASCII(v) || len(v) > 256 {
 			add("Stamp %s: the value must be printable ASCII, at most 256 characters", k)
 		}

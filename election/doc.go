@@ -52,8 +52,17 @@
 // rewrites the metadata, which changes the ETag, and lease operations (acquire, renew, break) do
 // not, so the break can only end the lease of term N, or of a successor that acquired but had not
 // yet stamped (whose stamp then fails and who never leads). A break that finds a newer stamp fails
-// with ErrConditionNotMet (412); a follower that finds a newer epoch watches it instead. Several
-// suspicious followers may all break; only one acquire wins. A follower never suspects while
+// with ErrConditionNotMet (412); a follower that finds a newer epoch watches it instead.
+//
+// One breaker. The leader's beats name its successors (Config.Successors). After a silence or
+// a release the first acts at once; each other follower waits TurnStep per place and stands
+// down when it hears the new term. Should two still break, only one acquire wins. A graceful
+// stop stamps the term released (MetaReleased) before releasing, so a late follower never
+// breaks a successor that has not stamped yet.
+//
+// Quiet followers. A follower that hears the current term's beats sends the lease blob
+// nothing; it reads the blob only when the term falls silent, a release is announced (Poke),
+// or it has heard no leader. A follower never suspects while
 // its transport reports unhealthy (and the silence clock restarts when it comes back), nor before
 // it has heard any other process's beat since Run started, nor while it leads. A crashed leader is
 // thus replaced in about SuspicionTimeout + five storage round trips instead of LeaseDuration.

@@ -87,6 +87,7 @@ func (e *Elector) IsLeader() bool { return e.leading.Load() }
 // retry. It never blocks; it is ignored while leading. Call it when the leader announces a
 // release.
 func (e *Elector) Poke() {
+	e.watch.poke(time.Now())
 	select {
 	case e.poke <- struct{}{}:
 	default:
@@ -143,6 +144,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	var ambiguous bool  // the last acquire may have succeeded without our knowing
 	cut := false        // not campaigning: cut off from the heartbeat transport
 	ineligible := false // not campaigning: Config.Eligible refused
+	now := false        // campaign at once: a silent term was checked, or a release announced
 	for ctx.Err() == nil {
 		e.subscribe(&stopBeats)
 		if err := e.eligible(); err != nil {
@@ -183,6 +185,13 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			}
 			ensured = true
 		}
+		if !now && e.cfg.Heartbeats != nil && e.watch.alive(time.Now(), e.cfg.SuspicionTimeout) {
+			// A live leader's beats are heard: the lease blob is left alone until they stop
+			// or a release is announced.
+			now = e.wait(ctx)
+			continue
+		}
+		now = false
 
 		term, sent, err := e.acquire(ctx, leaseID)
 		if err != nil {
@@ -197,7 +206,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			default:
 				e.log.Warn("acquire failed; retrying", "err", err)
 			}
-			e.wait(ctx)
+			now = e.wait(ctx)
 			continue
 		}
 		ambiguous = false
@@ -298,44 +307,72 @@ func (e *Elector) eligible() (err error) {
 func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
 
 // wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
-// until the leader has been silent for SuspicionTimeout (then it checks and maybe breaks the
-// silent term's lease before returning, so that the caller campaigns at once).
-func (e *Elector) wait(ctx context.Context) {
+// until the leader has been silent for SuspicionTimeout (then, in its turn, it checks and maybe
+// breaks the silent term's lease before returning, so that the caller campaigns at once). It
+// reports whether the caller should campaign now, though the watched term beat recently.
+func (e *Elector) wait(ctx context.Context) bool {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var tick <-chan time.Time
+	var chk *time.Timer
+	every := time.Duration(0) // the finest check period; the timer waits for the next deadline
 	if e.cfg.Heartbeats != nil {
-		every := max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
+		every = max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
 		if e.cfg.Prober != nil {
 			every = min(every, max(e.cfg.ProbeAfter/10, 5*time.Millisecond))
 		}
-		tk := time.NewTicker(every)
-		defer tk.Stop()
-		tick = tk.C
+		chk = time.NewTimer(e.nextCheck(time.Now(), every))
+		defer chk.Stop()
+		tick = chk.C
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-e.poke:
-			return
+			if e.cfg.Heartbeats == nil {
+				return true
+			}
+			return e.waitTurn(ctx, e.watch.current()) // the released term's first successor acquires first
 		case <-t.C:
-			return
+			return false
 		case now := <-tick:
 			healthy := e.cfg.Heartbeats.Healthy()
 			if s, ok := e.watch.poll(now, healthy, e.cfg.SuspicionTimeout); ok {
+				if !e.waitTurn(ctx, s) {
+					e.watch.restart(time.Now(), 0, "")
+					return false
+				}
 				e.check(ctx, s)
-				return
+				return true
+			}
+			if !healthy {
+				chk.Reset(every) // the silence clock is held at zero until the transport is back
+				continue
 			}
 			if e.cfg.Prober == nil {
+				chk.Reset(e.nextCheck(time.Now(), every))
 				continue
 			}
 			if s, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok && e.probe(ctx, s) {
-				return
+				return true
 			}
+			chk.Reset(e.nextCheck(time.Now(), every))
 		}
 	}
+}
+
+// nextCheck is when a follower should next look at the watched term: when it may turn silent
+// for SuspicionTimeout or ProbeAfter, at most a heartbeat interval away and no sooner than every
+// (an idle follower wakes about once a beat, not every few milliseconds).
+func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
+	probe := time.Duration(0)
+	if e.cfg.Prober != nil {
+		probe = e.cfg.ProbeAfter
+	}
+	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe)
+	return min(max(d, every), max(e.cfg.HeartbeatInterval, every))
 }
 
 // cooldown pauses RetryInterval after a term ended, so that a released lease goes to another

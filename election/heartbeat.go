@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -18,7 +20,18 @@ type Beat struct {
 	// Answers says the term answers probes (Config.Prober): only then may a follower take "no
 	// responders" for the process gone (a leader of an older version never answers).
 	Answers bool
+	// Successors are the followers, in order, that act first when the term falls silent or is
+	// released (Config.Successors, at most MaxSuccessors). The others wait their turn.
+	Successors []string
 }
+
+// MaxSuccessors bounds Beat.Successors.
+const MaxSuccessors = 3
+
+// TurnStep is how long each follower waits after the one named before it before it breaks a
+// silent term's lease or acquires a released one. It covers a break, an acquire, a stamp and the
+// new term's first beat, so that one follower, not all, reaches the lease blob.
+const TurnStep = 250 * time.Millisecond
 
 // Heartbeats is the transport of leader heartbeats (package bus implements it over core NATS).
 // Delivery is best effort: a lost or late beat can only make a follower suspect a live leader,
@@ -50,6 +63,61 @@ type watch struct {
 	session  uint64    // Prober.Session when that beat arrived
 	probed   time.Time // when the probe path last ran
 	answers  bool      // the last beat said the term answers probes
+	next     []string  // the last beat's successors
+	poked    time.Time // when a release was announced (monotonic)
+}
+
+// alive reports whether the watched term beat within timeout and since the last release
+// announcement: a follower then leaves the lease blob alone.
+func (w *watch) alive(now time.Time, timeout time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.heard && w.beats > 0 && now.Sub(w.lastBeat) < timeout && w.lastBeat.After(w.poked)
+}
+
+// untilDue is how long until the watched term has been silent for timeout, or (probe > 0) for
+// probe since its last beat; negative when overdue, large when nothing is watched.
+func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.heard {
+		return time.Hour
+	}
+	d := w.last.Add(timeout).Sub(now)
+	if probe > 0 && w.beats > 0 && w.answers {
+		d = min(d, max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now)))
+	}
+	return d
+}
+
+// poke notes a release announcement; the term counts as alive again only when it beats after it
+// (an announcement is a hint: a live leader's next beat outweighs it).
+func (w *watch) poke(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.poked = now
+}
+
+// current is the watched term as a suspicion, to tell later whether anything was heard since.
+func (w *watch) current() suspicion {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return suspicion{epoch: w.epoch, leader: w.leader, beats: w.beats}
+}
+
+// turn is how long this follower waits before acting on a silent or released term: its place
+// among the term's successors times step, or after all of them (jittered) when not named. Every
+// follower acts at once when the term named none (a leader of an older version).
+func (w *watch) turn(step time.Duration) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.next) == 0 {
+		return 0
+	}
+	if i := slices.Index(w.next, w.self); i >= 0 {
+		return time.Duration(i) * step
+	}
+	return time.Duration(len(w.next))*step + rand.N(step)
 }
 
 // lastBeatAt is when the last beat of the watched term arrived.
@@ -85,7 +153,7 @@ func (w *watch) observe(b Beat, now time.Time, session uint64) {
 		return
 	}
 	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
-	w.lastBeat, w.session, w.answers = now, session, b.Answers
+	w.lastBeat, w.session, w.answers, w.next = now, session, b.Answers, b.Successors
 	w.seq = max(w.seq, b.Seq)
 	w.beats++
 }
@@ -210,7 +278,7 @@ func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Lo
 		var err error
 		if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
-			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil})
+			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successors()})
 			cancel()
 		} else {
 			err = errors.New("cannot answer probes of the term yet; not beating")
@@ -230,6 +298,51 @@ func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Lo
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// successors is Config.Successors, without this process, clipped to MaxSuccessors; nil when it
+// is unset or panics.
+func (e *Elector) successors() (out []string) {
+	if e.cfg.Successors == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			out = nil
+		}
+	}()
+	for _, id := range e.cfg.Successors() {
+		if id != e.cfg.Identity && id != "" && len(out) < MaxSuccessors {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// waitTurn waits this follower's turn (watch.turn) to act on the term of s. It reports false when
+// a beat of that term or a newer one arrives meanwhile (someone else took over, or the term
+// lives), or ctx ends.
+func (e *Elector) waitTurn(ctx context.Context, s suspicion) bool {
+	d := e.watch.turn(TurnStep)
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tk := time.NewTicker(10 * time.Millisecond)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return e.watch.unchanged(s)
+		case <-tk.C:
+			if !e.watch.unchanged(s) {
+				return false
+			}
 		}
 	}
 }
@@ -269,6 +382,12 @@ func (e *Elector) check(ctx context.Context, s suspicion) {
 		// the beat was not a real term's. Watch the blob's term: its leader's beats count again.
 		log.Info("the lease blob's epoch is older than the silent term; not breaking, watching the blob's term", "blob_epoch", epoch)
 		e.watch.adopt(time.Now(), epoch, p.Metadata[MetaLeader])
+		return
+	}
+	if p.Metadata[MetaReleased] != "" {
+		// The term was released and its successor holds the lease without having stamped it
+		// yet: breaking now would only end that successor's term before it began.
+		log.Info("the silent term released its lease; its successor is starting; not breaking")
 		return
 	}
 	if !e.watch.unchanged(s) {

@@ -16,6 +16,8 @@ const (
 	MetaEpoch  = "epoch"  // decimal uint64, +1 per acquisition
 	MetaLeader = "leader" // Config.Identity of the leader
 	MetaSince  = "since"  // RFC 3339 (nanoseconds, UTC) time the term began
+	// MetaReleased marks a term that released its lease gracefully; the next stamp removes it.
+	MetaReleased = "released"
 )
 
 // Term describes one tenure of leadership. The leader context carries it (TermFromContext).
@@ -83,7 +85,7 @@ func readLeader(ctx context.Context, api BlobAPI, container, blob string) (*Lead
 		info.Since, _ = time.Parse(time.RFC3339Nano, s)
 	}
 	for k, v := range p.Metadata {
-		if k != MetaEpoch && k != MetaLeader && k != MetaSince {
+		if k != MetaEpoch && k != MetaLeader && k != MetaSince && k != MetaReleased {
 			if info.Stamp == nil {
 				info.Stamp = map[string]string{}
 			}

@@ -92,7 +92,7 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 // lease is checked and broken as for a suspicion (check), fenced on the stamp's ETag. It reports
 // whether the caller should campaign now.
 func (e *Elector) probe(ctx context.Context, s suspicion) bool {
-	if !e.confirmGone(ctx, s) {
+	if !e.confirmGone(ctx, s) || !e.waitTurn(ctx, s) {
 		return false
 	}
 	e.probeConfirmed.Add(1)

@@ -186,6 +186,9 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	if lost != nil && IsDefinitive(lost) {
 		return // the service said the lease is not ours: nothing to release
 	}
+	if lost == nil {
+		e.markReleased(ctx, t, log)
+	}
 	e.release(ctx, t, log)
 }
 
@@ -287,6 +290,22 @@ func (e *Elector) release(ctx context.Context, t Term, log *slog.Logger) {
 		}
 	}()
 	e.cfg.OnRelease(t)
+}
+
+// markReleased stamps the term released before its lease is: a follower that finds a held lease
+// under a released stamp knows the holder is a successor that has not stamped yet, and does not
+// break it. Best effort; the next term's stamp removes the mark.
+func (e *Elector) markReleased(ctx context.Context, t Term, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opTimeout())
+	defer cancel()
+	md := termMetadata(t)
+	for k, v := range e.cfg.Stamp {
+		md[k] = v
+	}
+	md[MetaReleased] = "true"
+	if err := e.api.SetMetadata(rctx, e.cfg.Container, e.cfg.Blob, t.LeaseID, md); err != nil {
+		log.Warn("cannot mark the term released; a late follower may break its successor's lease (fenced)", "err", err)
+	}
 }
 
 // releaseQuietly releases leaseID when it may hold the lease; refusals are expected.

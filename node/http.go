@@ -143,8 +143,23 @@ func (o *observer) typeHolders(typ string) []string {
 		return nil
 	}
 	var out []string
-	for _, m := range w.Live() {
+	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
 		if slices.Contains(m.JobTypes, typ) {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
+
+// successors names the ready live workers by id, for the leader's beats (election.Config.Successors).
+func (o *observer) successors() []string {
+	w := o.members.Load()
+	if w == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range w.Peek() {
+		if m.ID != o.id && len(m.Problems) == 0 && len(out) < election.MaxSuccessors {
 			out = append(out, m.ID)
 		}
 	}
@@ -214,6 +229,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 		case election.EventLost, election.EventSteppedDown:
 			o.epoch.Store(0)
 		}
+		if w := o.members.Load(); w != nil {
+			w.Hold(o.epoch.Load() != 0) // the leader listens to membership; followers on demand
+		}
 		o.metrics.ElectionEvent(ev)
 		o.events.Election(ev)
 	}
@@ -228,6 +246,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 	ccfg.Metrics = o.metrics
 	if ccfg.TypeHolders == nil {
 		ccfg.TypeHolders = o.typeHolders
+	}
+	if ecfg.Successors == nil {
+		ecfg.Successors = o.successors
 	}
 	wcfg.Metrics = o.metrics
 }
@@ -315,11 +336,11 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	o.bus.Store(c.bus)
 	names := protocol.NewNames(c.bus.Config().Prefix)
 	nc := c.bus.Conn()
-	watcher, err := membership.Watch(nc, names.Members(), 0, o.log)
-	if err != nil {
-		return fmt.Errorf("watch membership: %w", err)
-	}
-	o.members.Store(watcher)
+	// Workers announce to every listener; only the leader listens all the time, so membership
+	// traffic grows with the cluster, not with its square.
+	watcher := membership.WatchOnDemand(nc, names.Members(), 0, time.Minute, o.log)
+	o.members.Store(watcher) // before Hold: an election meanwhile finds it and holds it too
+	watcher.Hold(o.epoch.Load() != 0)
 	addr := ""
 	if o.srv != nil {
 		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
@@ -327,7 +348,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
 			Validator: &client.ClusterValidator{Conn: nc, URL: c.natsURL, Prefix: names.Prefix, Local: c.registry.Types(),
 				Timeout: c.control.Timeout, Window: c.control.Window}}
-		err = o.srv.Attach(observe.Backend{
+		err := o.srv.Attach(observe.Backend{
 			Members: watcher.Live,
 			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
 			Jobs:    &observe.JobCache{Lister: cl},
@@ -354,6 +375,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		defer watcher.Stop()
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
+			watcher.Hold(ep != 0) // settles a Hold raced by an election event
 			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
 				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid(),
 				Problems: o.problems(ctx, c)}

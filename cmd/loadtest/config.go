@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed}, failClasses...)
+	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scScale}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.
@@ -77,6 +77,9 @@ type Config struct {
 	JobTimeout                               time.Duration // a job not finished within it is lost
 	FailClassRuns                            int           // jobs per failure class (failclass.go)
 	FailClassEnv                             []string      // extra worker environment (KEY=VALUE) of the failure classes' clusters
+
+	ScaleWorkers []int // cluster sizes of the scale scenario (idle cost, takeover)
+	ScaleJobs    int   // one-shard jobs the scale scenario submits from 8 submitters
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -95,6 +98,7 @@ func DefaultConfig() Config {
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
 		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
+		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500,
 	}
 }
 
@@ -114,6 +118,7 @@ func QuickConfig() Config {
 	c.FailClassRuns = 1
 	// The slow classes (a storage cut waits out the lease) are left to the full run.
 	c.Scenarios = slices.DeleteFunc(c.Scenarios, func(s string) bool { return s == scClassStorageCut || s == scClassNATSNode })
+	c.ScaleWorkers, c.ScaleJobs = []int{3}, 30
 	return c
 }
 

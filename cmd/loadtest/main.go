@@ -152,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
 		fs.IntVar(&cfg.FailClassRuns, "failclass-runs", cfg.FailClassRuns, "jobs per failure class (the class-* scenarios)")
 		fcEnv := fs.String("failclass-env", join(cfg.FailClassEnv), "comma-separated KEY=VALUE worker environment of the failure classes' clusters (e.g. HEARTBEAT_INTERVAL=100ms,PROBE_AFTER=120ms)")
+		scaleWorkers := fs.String("scale-workers", join(cfg.ScaleWorkers), "cluster sizes of the scale scenario (idle cost, takeover)")
+		fs.IntVar(&cfg.ScaleJobs, "scale-jobs", cfg.ScaleJobs, "one-shard jobs the scale scenario submits from 8 submitters (0: none)")
 		if err := fs.Parse(args); err != nil {
 			return fs, err
 		}
@@ -170,6 +172,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 		if cfg.BaselinePrefetch, err = parseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
+		}
+		if cfg.ScaleWorkers, err = parseList(*scaleWorkers, "a number of workers from 1 to 200", strconv.Atoi, func(n int) bool { return n >= 1 && n <= 200 }); err != nil {
+			return fs, fmt.Errorf("--scale-workers: %w", err)
 		}
 		return fs, nil
 	}

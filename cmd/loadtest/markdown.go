@@ -184,6 +184,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			p("- %s", n)
 		}
 	}
+	writeScale(w, rep.Scale)
 	if rep.Plot != "" {
 		m.Para("Timeline plot: %s", rep.Plot)
 	}

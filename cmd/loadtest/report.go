@@ -29,6 +29,7 @@ type Report struct {
 	WorkerCrash *WorkerCrash `json:"worker_crash,omitempty"`
 	FailClasses []FailClass  `json:"failure_classes,omitempty"`
 	Keyed       *Keyed       `json:"keyed,omitempty"`
+	Scale       *Scale       `json:"scale,omitempty"`
 
 	// RedoneShards counts shards run more than once in the failover runs: redelivered after a
 	// kill (attempt > 1), or completed again.

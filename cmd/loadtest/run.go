@@ -88,6 +88,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{"failure classes", r.failClasses},
 		{scLoaded, r.loaded},
 		{scKeyed, r.keyed},
+		{scScale, r.scale},
 	}
 	var runErr error
 	for _, s := range steps {

@@ -1,6 +1,7 @@
 // Package membership carries who is in the cluster and what happened to it over core NATS:
 // every worker announces itself (Announcement) about once a second on Names.Members(), a Watcher
-// keeps the set of workers heard from recently, and workers publish their election and
+// keeps the set of workers heard from recently (the leader's all the time, a follower's on
+// demand, so traffic grows with N, not N²), and workers publish their election and
 // coordinator events (Event) on Names.Events() for tools and tests.
 //
 // Guaranteed: a worker that stops announcing leaves the live set within the expiry given to

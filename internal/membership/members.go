@@ -47,31 +47,90 @@ type Member struct {
 
 // Watcher keeps the set of workers heard from within Expiry.
 type Watcher struct {
-	expiry time.Duration
-	sub    *nats.Subscription
-	log    *slog.Logger
+	nc      *nats.Conn
+	subject string
+	expiry  time.Duration
+	idle    time.Duration // on demand: unsubscribe after this long unread and not held; 0: always
+	log     *slog.Logger
 
-	mu      sync.Mutex
-	members map[string]Member
-	bad     int
+	mu       sync.Mutex
+	sub      *nats.Subscription // nil while not listening
+	since    time.Time          // when sub began
+	held     bool
+	lastRead time.Time
+	stopped  bool
+	members  map[string]Member
+	bad      int
 }
 
 // Watch subscribes to subject and keeps the live set; a worker not heard from within expiry
 // (default 3 × DefaultInterval) leaves it. Stop ends the subscription.
 func Watch(nc *nats.Conn, subject string, expiry time.Duration, log *slog.Logger) (*Watcher, error) {
+	w := newWatcher(nc, subject, expiry, 0, log)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.listenLocked(); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// WatchOnDemand is Watch for a member that needs the set only now and then: it listens while
+// held (Hold) and for idle after each Live, and not otherwise. Every worker watching all the
+// time would make membership traffic grow with the square of the cluster.
+func WatchOnDemand(nc *nats.Conn, subject string, expiry, idle time.Duration, log *slog.Logger) *Watcher {
+	return newWatcher(nc, subject, expiry, max(idle, 2*DefaultInterval), log)
+}
+
+func newWatcher(nc *nats.Conn, subject string, expiry, idle time.Duration, log *slog.Logger) *Watcher {
 	if expiry <= 0 {
 		expiry = 3 * DefaultInterval
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Watcher{expiry: expiry, members: map[string]Member{}, log: log}
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { w.add(m.Data) })
-	if err != nil {
-		return nil, err
+	return &Watcher{nc: nc, subject: subject, expiry: expiry, idle: idle, log: log, members: map[string]Member{}}
+}
+
+func (w *Watcher) listenLocked() error {
+	if w.sub != nil || w.stopped {
+		return nil
 	}
-	w.sub = sub
-	return w, nil
+	sub, err := w.nc.Subscribe(w.subject, func(m *nats.Msg) { w.add(m.Data) })
+	if err != nil {
+		return err
+	}
+	w.sub, w.since = sub, time.Now()
+	return nil
+}
+
+func (w *Watcher) unlistenLocked() {
+	if w.sub != nil {
+		_ = w.sub.Unsubscribe()
+		w.sub = nil
+		clear(w.members)
+	}
+}
+
+// Hold keeps an on-demand watcher listening (on) or lets it stop when unread (off). A leader
+// holds it: it names type holders and successors from it.
+func (w *Watcher) Hold(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held = on
+	if on {
+		if err := w.listenLocked(); err != nil {
+			w.log.Warn("watch membership", "err", err)
+		}
+	}
+	w.expireLocked(time.Now())
+}
+
+// expireLocked stops an on-demand watcher that is neither held nor read within idle.
+func (w *Watcher) expireLocked(now time.Time) {
+	if w.idle > 0 && !w.held && now.Sub(w.lastRead) > w.idle {
+		w.unlistenLocked()
+	}
 }
 
 func (w *Watcher) add(data []byte) {
@@ -84,11 +143,37 @@ func (w *Watcher) add(data []byte) {
 		}
 		return
 	}
-	w.members[a.ID] = Member{Announcement: *a, LastSeen: time.Now()}
+	now := time.Now()
+	w.members[a.ID] = Member{Announcement: *a, LastSeen: now}
+	w.expireLocked(now)
 }
 
-// Live returns the workers heard from within the expiry, sorted by id.
+// Live returns the workers heard from within the expiry, sorted by id. An on-demand watcher
+// that was not listening starts now; within an announce interval of starting (here or by Hold)
+// it waits to the end of that interval, to hear everyone.
 func (w *Watcher) Live() []Member {
+	w.mu.Lock()
+	w.lastRead = time.Now()
+	if err := w.listenLocked(); err != nil {
+		w.log.Warn("watch membership", "err", err)
+	}
+	warm := time.Duration(0)
+	if w.sub != nil && w.idle > 0 {
+		warm = time.Until(w.since.Add(DefaultInterval + 100*time.Millisecond))
+	}
+	w.mu.Unlock()
+	if warm > 0 {
+		time.Sleep(warm)
+		w.mu.Lock()
+		w.lastRead = time.Now()
+		w.mu.Unlock()
+	}
+	return w.Peek()
+}
+
+// Peek returns the live set as heard so far, without waiting and without starting an on-demand
+// watcher: empty while it does not listen.
+func (w *Watcher) Peek() []Member {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -117,5 +202,10 @@ func Leader(ms []Member) (Member, bool) {
 	return best, ok
 }
 
-// Stop ends the subscription.
-func (w *Watcher) Stop() { _ = w.sub.Unsubscribe() }
+// Stop ends the subscription for good.
+func (w *Watcher) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unlistenLocked()
+	w.stopped = true
+}

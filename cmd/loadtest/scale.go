@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/rig"
+)
+
+// scScale is issue 24's scenario: idle cost against cluster size, takeover against cluster
+// size, and a burst of tiny jobs.
+const scScale = "scale"
+
+// Scale is the scale scenario's report.
+type Scale struct {
+	Idle     []rig.Idle     `json:"idle"`
+	Takeover []rig.Takeover `json:"takeover"`
+	Intake   *rig.Intake    `json:"intake,omitempty"`
+}
+
+// scaleSettle lets a fresh cluster's start-up traffic (consumers, first checkpoints) pass.
+const scaleSettle = 5 * time.Second
+
+// scale starts a cluster of each size in cfg.ScaleWorkers, one at a time: it measures it idle,
+// SIGKILLs its leader twice and times each takeover; the smallest cluster then takes in
+// cfg.ScaleJobs one-shard jobs from 8 submitters.
+func (r *runner) scale(ctx context.Context) error {
+	cfg := r.cfg
+	sc := &Scale{}
+	defer func() {
+		r.mu.Lock()
+		r.rep.Scale = sc
+		r.mu.Unlock()
+	}()
+	window, settle := 10*time.Second, scaleSettle
+	if cfg.Quick {
+		window, settle = 2*time.Second, time.Second
+	}
+	for i, n := range cfg.ScaleWorkers {
+		c, err := r.rig.Start(ctx, rig.Spec{Name: fmt.Sprintf("scale%d", n), Workers: n, LeaseDuration: cfg.LeaseDuration})
+		if err != nil {
+			return err
+		}
+		if err := rig.Sleep(ctx, settle); err != nil {
+			r.rig.Stop(c)
+			return err
+		}
+		idle, err := r.rig.MeasureIdle(ctx, c, window, runtime.NumCPU())
+		if err != nil {
+			r.rig.Stop(c)
+			return err
+		}
+		sc.Idle = append(sc.Idle, idle)
+		r.log.Logf("scale: %d idle workers: %.1f %% of the machine (workers %.1f, azurite %.1f, nats+observers %.1f), %.0f NATS msgs/s (%.1f per worker)",
+			n, idle.MachinePct, idle.WorkersPct, idle.AzuritePct, idle.SelfPct, idle.NATSMsgsPerS, idle.NATSMsgsPerWorkerPerS)
+		if i == 0 && cfg.ScaleJobs > 0 {
+			in, err := rig.BurstIntake(ctx, c, cfg.ScaleJobs, 8, cfg.JobTimeout)
+			if err != nil {
+				r.rig.Stop(c)
+				return err
+			}
+			sc.Intake = &in
+			r.mu.Lock()
+			r.rep.Jobs += in.Jobs
+			r.rep.WrongResults += in.Jobs - in.Exact
+			r.rep.Errors = append(r.rep.Errors, in.Problems...)
+			r.mu.Unlock()
+			r.log.Logf("scale: %d one-shard jobs from 8 submitters on %d workers: submitted in %.2fs, last finished %.2fs after the last submit, %.1f jobs/s, latency p50 %.2fs (%d exact)",
+				in.Jobs, n, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Exact)
+		}
+		for k := 1; k <= 2; k++ {
+			to, err := rig.KillAndTime(ctx, c, 30*time.Second)
+			if err != nil {
+				r.rig.Stop(c)
+				return err
+			}
+			to.Workers = n
+			sc.Takeover = append(sc.Takeover, to)
+			r.log.Logf("scale: %d workers, SIGKILL %d of the leader: new leader in %.3fs (%d lease breaks)", n, k, to.S, to.Breaks)
+			_ = rig.Sleep(ctx, 2*time.Second)
+		}
+		r.rig.Stop(c)
+	}
+	return nil
+}
+
+// writeScale is the scale section of the Markdown summary.
+func writeScale(w io.Writer, sc *Scale) {
+	if sc == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n### Scale\n\n| workers | idle CPU, %% of machine | workers %% | azurite %% | NATS+observers %% | NATS msgs/s | per worker/s |\n|---|---|---|---|---|---|---|\n")
+	for _, x := range sc.Idle {
+		fmt.Fprintf(w, "| %d | %.1f | %.1f | %.1f | %.1f | %.0f | %.1f |\n", x.Workers, x.MachinePct, x.WorkersPct, x.AzuritePct, x.SelfPct, x.NATSMsgsPerS, x.NATSMsgsPerWorkerPerS)
+	}
+	fmt.Fprintf(w, "\n| workers | SIGKILL → new leader s | lease breaks |\n|---|---|---|\n")
+	for _, t := range sc.Takeover {
+		fmt.Fprintf(w, "| %d | %.3f | %d |\n", t.Workers, t.S, t.Breaks)
+	}
+	if in := sc.Intake; in != nil {
+		fmt.Fprintf(w, "\n%d one-shard jobs from %d submitters: submitted in %.2f s; the last finished %.2f s after the last submit; %.1f jobs/s; latency p50 %.2f s, p90 %.2f s; %d exact.\n",
+			in.Jobs, in.Submitters, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Latency.P90, in.Exact)
+	}
+}

@@ -1,0 +1,185 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/mapagg/mapagg/election"
+
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+)
+
+// Idle is what a cluster costs while it has no job.
+type Idle struct {
+	Workers int `json:"workers"`
+	// MachinePct is the CPU of the workers, NATS (in this process) and Azurite, as a share of
+	// the whole machine (every core).
+	MachinePct float64 `json:"machine_pct"`
+	WorkersPct float64 `json:"workers_pct"` // the worker processes alone
+	AzuritePct float64 `json:"azurite_pct"` // the Azurite blob and queue processes
+	SelfPct    float64 `json:"self_pct"`    // this process: NATS in-process and the observers
+	// NATSMsgsPerS counts messages into and out of the NATS server a second; per worker below.
+	NATSMsgsPerS          float64 `json:"nats_msgs_per_s"`
+	NATSMsgsPerWorkerPerS float64 `json:"nats_msgs_per_worker_per_s"`
+	WindowS               float64 `json:"window_s"`
+}
+
+// natsMsgs is the shared NATS server's messages in plus out (0 when it runs elsewhere).
+func (r *Rig) natsMsgs() int64 {
+	r.mu.Lock()
+	ns := r.ns
+	r.mu.Unlock()
+	if ns == nil {
+		return 0
+	}
+	v, err := ns.Varz(&server.VarzOptions{})
+	if err != nil {
+		return 0
+	}
+	return v.InMsgs + v.OutMsgs
+}
+
+// azuriteCPU is the CPU time of the Azurite processes the rig started.
+func (r *Rig) azuriteCPU() time.Duration {
+	r.mu.Lock()
+	az := r.az
+	r.mu.Unlock()
+	if az == nil {
+		return 0
+	}
+	var total time.Duration
+	for _, s := range []devserver.Service{devserver.Blob, devserver.Queue} {
+		if pid := az.PID(s); pid != 0 {
+			if d, err := ProcCPU(pid); err == nil {
+				total += d
+			}
+		}
+	}
+	return total
+}
+
+// MeasureIdle measures c, which runs no job, over window: CPU shares and NATS messages.
+// Other clusters of the rig must be stopped, or their cost is counted too.
+func (r *Rig) MeasureIdle(ctx context.Context, c *cluster.Cluster, window time.Duration, cores int) (Idle, error) {
+	workers := func() time.Duration { return ClusterCPU(c) - SelfCPU() }
+	w0, s0, a0, m0, t0 := workers(), SelfCPU(), r.azuriteCPU(), r.natsMsgs(), time.Now()
+	if err := Sleep(ctx, window); err != nil {
+		return Idle{}, err
+	}
+	w1, s1, a1, m1, t1 := workers(), SelfCPU(), r.azuriteCPU(), r.natsMsgs(), time.Now()
+	wall := t1.Sub(t0).Seconds() * float64(max(cores, 1))
+	pct := func(d time.Duration) float64 { return Round3(100 * d.Seconds() / wall) }
+	n := len(c.Running())
+	in := Idle{Workers: n, WorkersPct: pct(w1 - w0), AzuritePct: pct(a1 - a0), SelfPct: pct(s1 - s0), WindowS: Round3(t1.Sub(t0).Seconds())}
+	in.MachinePct = Round3(in.WorkersPct + in.AzuritePct + in.SelfPct)
+	in.NATSMsgsPerS = Round3(float64(m1-m0) / t1.Sub(t0).Seconds())
+	if n > 0 {
+		in.NATSMsgsPerWorkerPerS = Round3(in.NATSMsgsPerS / float64(n))
+	}
+	return in, nil
+}
+
+// Takeover is one SIGKILL of the leader and the election that followed.
+type Takeover struct {
+	Workers int     `json:"workers"`
+	S       float64 `json:"s"` // kill to the next election
+	Breaks  int     `json:"breaks"`
+}
+
+// KillAndTime SIGKILLs c's leader, restarts it (the cluster keeps its size) and times the next election. It
+// also counts the lease breaks the followers reported meanwhile.
+func KillAndTime(ctx context.Context, c *cluster.Cluster, within time.Duration) (Takeover, error) {
+	k, err := KillLeader(ctx, c, 9, true, nil)
+	if err != nil {
+		return Takeover{}, err
+	}
+	ev, err := WaitElected(ctx, c, k.Epoch, within)
+	if err != nil {
+		return Takeover{}, err
+	}
+	_ = Sleep(ctx, 300*time.Millisecond) // late breaks, if any, are counted
+	return Takeover{Workers: len(c.Running()), S: Round3(ev.Time.Sub(k.At).Seconds()), Breaks: CountEvents(c, string(election.EventBrokeLease), k.At, time.Now(), 0)}, nil
+}
+
+// Intake is a burst of tiny jobs from parallel submitters.
+type Intake struct {
+	Jobs       int      `json:"jobs"`
+	Submitters int      `json:"submitters"`
+	Exact      int      `json:"exact"`
+	SubmitS    float64  `json:"submit_s"`     // first submit to the last submit's return
+	LastAfterS float64  `json:"last_after_s"` // the last submit's return to the last job's end
+	JobsPerS   float64  `json:"jobs_per_s"`   // jobs over first submit to last end
+	Latency    Dist     `json:"latency_s"`    // submit to finished, per job
+	Problems   []string `json:"problems,omitempty"`
+}
+
+// BurstIntake submits n one-shard sleep jobs from p submitters at once and waits for all.
+func BurstIntake(ctx context.Context, c *cluster.Cluster, n, p int, timeout time.Duration) (Intake, error) {
+	job := knownjobs.Sleep(1, "")
+	type sub struct {
+		id    string
+		start time.Time
+	}
+	subs := make([]sub, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	first := time.Now()
+	next := make(chan int)
+	for range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				id, at, err := Submit(ctx, c, job)
+				subs[i], errs[i] = sub{id, at}, err
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	lastSubmit := time.Now()
+	for _, err := range errs {
+		if err != nil {
+			return Intake{}, err
+		}
+	}
+	in := Intake{Jobs: n, Submitters: p, SubmitS: Round3(lastSubmit.Sub(first).Seconds())}
+	var lat []float64
+	var lastEnd time.Time
+	deadline := time.Now().Add(timeout)
+	for _, s := range subs {
+		st, ok := WaitEnd(ctx, c, s.id, deadline)
+		o := Outcome{ID: s.id, Start: s.start}
+		if !ok {
+			in.Problems = append(in.Problems, fmt.Sprintf("job %s not finished within %v", s.id, timeout))
+			continue
+		}
+		o = Judge(o, job, st)
+		if !o.Exact {
+			in.Problems = append(in.Problems, o.Problem)
+			continue
+		}
+		in.Exact++
+		lat = append(lat, Round3(o.Makespan.Seconds()))
+		if st.FinishedAt.After(lastEnd) {
+			lastEnd = *st.FinishedAt
+		}
+	}
+	sort.Float64s(lat)
+	in.Latency = Summarize(lat)
+	if !lastEnd.IsZero() {
+		in.LastAfterS = Round3(lastEnd.Sub(lastSubmit).Seconds())
+		in.JobsPerS = Round3(float64(in.Exact) / lastEnd.Sub(first).Seconds())
+	}
+	return in, nil
+}
