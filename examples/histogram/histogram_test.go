@@ -59,7 +59,7 @@ func TestHistogram_Errors(t *testing.T) {
 	for params, want := range map[string]string{
 		`{}`:                                `"container" is required`,
 		`{"container": "Data"}`:             `"container" must be 3 to 63 characters`,
-		`{"container": "data", "width": 1}`: `unknown field "width"; allowed fields: container, prefix, shard_bytes`,
+		`{"container": "data", "width": 1}`: `unknown field "width"; allowed fields: container, job, prefix, shard_bytes`,
 	} {
 		if err := histogram.Validate([]byte(params)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", params, err, want)
