@@ -30,12 +30,13 @@ func (r *rig) record(id string) *protocol.StatusRecord {
 
 // Every checkpoint write carries the job's status record: a finished job's says so, with its
 // counts, its priority and its times; a resumed job's names the new leader's epoch.
+// The shards are slow (60 × 150 ms over 2 slots) so the job is still running when its leader stops.
 func TestStatusRecord_WrittenWithTheCheckpoint(t *testing.T) {
 	r := newRig(t)
 	first := r.lead(1)
 	r.work(worker.Config{Concurrency: 2})
 	ctx := context.Background()
-	id, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":60,"duration":"20ms"}`), client.WithPriority(3))
+	id, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":60,"duration":"150ms"}`), client.WithPriority(3))
 	if err != nil {
 		t.Fatal(err)
 	}
