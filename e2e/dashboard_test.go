@@ -99,7 +99,8 @@ func TestDashboardInBrowser(t *testing.T) {
 			last, status = text(sel), text("#status")
 			_ = chromedp.Run(bctx, chromedp.Evaluate(`location.href + " " + document.readyState + " " + (document.body ? document.body.innerHTML.length : -1)`, &page))
 			return ok(last)
-		}, "the dashboard shows %s (%s reads %q; the page's status: %q; page %s)", what, sel, last, status, page)
+		}, "the dashboard shows %s (%s reads %q; the page's status: %q; page %s)", what, sel, lazy(func() string { return last }),
+			lazy(func() string { return status }), lazy(func() string { return page }))
 		return last
 	}
 	waitText(20*time.Second, "#leader-id", "the leader "+old.ID, func(s string) bool { return s == old.ID })
@@ -267,3 +268,9 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 		t.Logf("screenshot: %s", p)
 	}
 }
+
+// lazy formats as what its function returns when printed: a failure message shows the last values
+// read, not those when the message's arguments were evaluated.
+type lazy func() string
+
+func (l lazy) String() string { return l() }

@@ -16,6 +16,7 @@ let pages = [""];      // cursors of the pages seen (before=), the first being t
 let nextCursor = "";
 let armed = null;      // "action id": the button pressed once, waiting for the confirming click
 let schedules = [];    // last /api/schedules
+const leadersSeen = new Map(); // epoch → the leader this page showed: a term whose election it did not hear
 let schedulesErr = "";
 let schedulesAt = 0;
 const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
@@ -153,13 +154,15 @@ function render(warn) {
     el("td", { class: (m.problems || []).length ? "state-failed problems" : "muted" },
       (m.problems || []).length ? "not ready: " + m.problems.join("; ") : "–"))));
 
-  // Epoch history: elections heard since this worker started, plus the current lease.
+  // Epoch history: elections heard since this worker started, plus the leases this page has shown.
   const terms = new Map();
   for (const e of c.events) {
     if (e.kind === "elected") terms.set(e.epoch, { epoch: e.epoch, worker: e.worker, at: e.at });
     if ((e.kind === "lost" || e.kind === "stepped_down") && terms.has(e.epoch)) terms.get(e.epoch).ended = e.kind + " " + clock(e.at);
   }
-  if (l && !terms.has(l.Epoch)) terms.set(l.Epoch, { epoch: l.Epoch, worker: l.ID, at: l.Since });
+  // A worker that started after an election did not hear it: the leaders this page has shown fill in.
+  if (l) leadersSeen.set(l.Epoch, { epoch: l.Epoch, worker: l.ID, at: l.Since });
+  for (const [epoch, t] of leadersSeen) if (!terms.has(epoch)) terms.set(epoch, { ...t });
   const eb = $("#epochs tbody");
   eb.replaceChildren(...[...terms.values()].sort((a, b) => b.epoch - a.epoch).slice(0, 12).map((t) => el("tr", {},
     el("td", {}, t.epoch), el("td", {}, t.worker), el("td", {}, clock(t.at)),
