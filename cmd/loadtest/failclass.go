@@ -365,21 +365,8 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 	}
 	run.NewLeader, run.NewEpoch = ev.Worker, ev.Epoch
 	run.ToLeaderS = rig.Round3(ev.Time.Sub(struck).Seconds())
-	for _, e := range c.Events() {
-		if e.Epoch != l.Epoch || e.Time.Before(struck) {
-			continue
-		}
-		switch e.Kind {
-		case string(election.EventNoResponders), string(election.EventSuspected):
-			if run.Path == "" {
-				run.Path, run.DetectS = e.Kind, rig.Round3(e.Time.Sub(struck).Seconds())
-			}
-		case string(election.EventBrokeLease):
-			if run.BreakS == 0 {
-				run.BreakS = rig.Round3(e.Time.Sub(struck).Seconds())
-			}
-		}
-	}
+	d := rig.Detected(c, l.Epoch, struck)
+	run.Path, run.DetectS, run.BreakS = d.Path, rig.Round3(d.Detect.Seconds()), rig.Round3(d.Break.Seconds())
 	if ok, s := cr.fc.awaitFirstMerge(ctx, smp, Kill{at: struck, NewEpoch: ev.Epoch}); ok {
 		run.ToFirstMergeS = s
 	}
@@ -498,20 +485,13 @@ func writeFailClasses(w io.Writer, rep *Report) {
 	if len(rep.FailClasses) == 0 {
 		return
 	}
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	d := func(x rig.Dist) string {
-		if x.N == 0 {
-			return "–"
-		}
-		return rig.Num(x.P50) + " / " + rig.Num(x.P90)
-	}
-	p("")
-	p("## Takeover by failure class")
-	p("")
+	m := rig.Markdown{W: w}
+	p, d := m.P, rig.P50P90
+	m.Section("Takeover by failure class")
 	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
 	p("")
-	p("| class | what | runs | exact | leader changes | → detected | → lease broken | → new leader | → first merge | JetStream election | probe path | old leader's writes after the break |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	m.Table("class", "what", "runs", "exact", "leader changes", "→ detected", "→ lease broken", "→ new leader", "→ first merge",
+		"JetStream election", "probe path", "old leader's writes after the break")
 	for _, fc := range rep.FailClasses {
 		what := fc.What
 		if fc.Env != "" {

@@ -116,3 +116,31 @@ func HandTo(ctx context.Context, c *cluster.Cluster, id string) error {
 	}
 	return Sleep(ctx, 3*time.Second) // everyone hears the new leader's beats
 }
+
+// Detection is how the followers learned that a term ended, timed from the fault.
+type Detection struct {
+	Path   string        // the first no_responders or suspected event's kind; "" when none
+	Detect time.Duration // fault → that event
+	Break  time.Duration // fault → the first broke_lease; 0 when none
+}
+
+// Detected reads c's events of epoch at or after struck.
+func Detected(c *cluster.Cluster, epoch uint64, struck time.Time) Detection {
+	var d Detection
+	for _, e := range c.Events() {
+		if e.Epoch != epoch || e.Time.Before(struck) {
+			continue
+		}
+		switch e.Kind {
+		case string(election.EventNoResponders), string(election.EventSuspected):
+			if d.Path == "" {
+				d.Path, d.Detect = e.Kind, e.Time.Sub(struck)
+			}
+		case string(election.EventBrokeLease):
+			if d.Break == 0 {
+				d.Break = e.Time.Sub(struck)
+			}
+		}
+	}
+	return d
+}

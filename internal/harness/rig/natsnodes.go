@@ -1,6 +1,7 @@
 package rig
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -179,7 +180,7 @@ func SpreadNATS(workers int, url func(i int) string) map[string][]string {
 func (nn *NATSNodes) Place(spec *Spec) {
 	spec.NATSURL = nn.URLs()
 	spec.Env = append(spec.Env, "STREAM_REPLICAS=3")
-	spec.WorkerEnv = SpreadNATS(spec.Workers, nn.URL)
+	spec.WorkerEnv = SpreadNATS(cmp.Or(spec.Workers, 3), nn.URL)
 }
 
 // JetStream connects a harness client, named name, to every node; it reconnects for ever.
