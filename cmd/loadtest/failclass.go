@@ -343,19 +343,8 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 			healed = time.Now()
 		}()
 	case scClassNATSRestart:
-		np := c.NATSProcess()
-		struck = time.Now()
-		if err := np.Signal(syscall.SIGKILL); err != nil {
-			return struck, struck, err
-		}
-		if err := rig.Sleep(ctx, time.Second); err != nil {
-			return struck, struck, err
-		}
-		if err := np.Restart(); err != nil {
-			return struck, time.Now(), err
-		}
-		cr.r.rig.Track(c)
-		return struck, time.Now(), nil
+		struck, err := cr.r.rig.RestartNATS(ctx, c, time.Second)
+		return struck, time.Now(), err
 	case scClassNATSNode:
 		return cr.killStreamLeader(ctx, run)
 	}

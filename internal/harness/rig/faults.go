@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -143,4 +144,25 @@ func Detected(c *cluster.Cluster, epoch uint64, struck time.Time) Detection {
 		}
 	}
 	return d
+}
+
+// RestartNATS SIGKILLs c's nats-server process and, down later, starts it again on the same
+// port and store; the rig tracks its new pid. It returns when the kill landed.
+func (r *Rig) RestartNATS(ctx context.Context, c *cluster.Cluster, down time.Duration) (time.Time, error) {
+	np := c.NATSProcess()
+	killed := time.Now()
+	if np == nil {
+		return killed, errors.New("the cluster has no nats-server process")
+	}
+	if err := np.Signal(syscall.SIGKILL); err != nil {
+		return killed, err
+	}
+	if err := Sleep(ctx, down); err != nil {
+		return killed, err
+	}
+	if err := np.Restart(); err != nil {
+		return killed, err
+	}
+	r.Track(c)
+	return killed, nil
 }
