@@ -167,6 +167,6 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
 	f.LeaderChanges = rig.Changes(c, terms, s.Start, end)
-	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, elections(c, s.Start, end), f.MakespanS)
+	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, rig.Elects(c, s.Start, end), f.MakespanS)
 	return s.Start, end, nil
 }

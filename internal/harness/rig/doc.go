@@ -30,5 +30,6 @@
 //     statuses, Num, P50P90, Round3, Clip, Cell.
 //   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise).
 //   - baseline.go: Baseline (the JetStream round trip without coordination), SleepRefs (a bare
-//     sleep loop). dist.go: Summarize, Single. timeline.go: WriteSVG.
+//     sleep loop). dist.go: Summarize, Single. timeline.go: WriteSVG, Elect, Elects,
+//     ElectionMarks. parallel.go: Parallel (n workers over one task queue).
 package rig
