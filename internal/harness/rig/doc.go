@@ -27,6 +27,7 @@
 //   - probe.go: Readyz, WaitReady, SumMetric (a counter over the workers' /metrics).
 //   - proc.go: ProcCPU, ProcRSS, ClusterCPU. redo.go: Classify (shards run twice after kills).
 //     lastpercent.go: LastPercent (how long a job's last 1 % of shards took).
+//   - flags.go: ParseList, JoinList (comma-separated flag values).
 //   - report.go: Header, Markdown (Figure, List), WriteJSON, WriteReport, Interruptible, the exit
 //     statuses, Num, P50P90, Round3, Clip, Cell.
 //   - progress.go: Progress (a bar on a terminal, timestamped lines otherwise).
