@@ -14,50 +14,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
-	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // tailWindow is how long the cluster runs between the store's copy and the kill: the tail lost.
 const tailWindow = 1500 * time.Millisecond
-
-// streamSeqs are the last sequences of a cluster's shards and results streams.
-type streamSeqs struct{ shards, results uint64 }
-
-func lastSeqs(ctx context.Context, js jetstream.JetStream, names protocol.Names) (streamSeqs, error) {
-	var out streamSeqs
-	for _, x := range []struct {
-		name string
-		seq  *uint64
-	}{{names.ShardStream(), &out.shards}, {names.ResultStream(), &out.results}} {
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := js.Stream(sctx, x.name)
-		cancel()
-		if err != nil {
-			return out, fmt.Errorf("stream %s: %w", x.name, err)
-		}
-		*x.seq = s.CachedInfo().State.LastSeq
-	}
-	return out, nil
-}
-
-// waitSeqs reads the last sequences, retrying while the server comes back.
-func waitSeqs(ctx context.Context, js jetstream.JetStream, names protocol.Names, within time.Duration) (streamSeqs, error) {
-	until := time.Now().Add(within)
-	for {
-		s, err := lastSeqs(ctx, js, names)
-		if err == nil || time.Now().After(until) || ctx.Err() != nil {
-			return s, err
-		}
-		sleep(ctx, 100*time.Millisecond)
-	}
-}
 
 // rollback is one store rolled back under a running cluster: the copy, a job submitted after
 // it, the tail window, the kill, the restore and the restart.
@@ -74,7 +40,7 @@ type rollback struct {
 // run rolls the store back and returns the second job (submitted inside the lost window).
 func (rb *rollback) run(ctx context.Context, what string) (extraJob, error) {
 	f, names := rb.f, rb.c.Names()
-	before, err := lastSeqs(ctx, rb.js, names)
+	before, err := rig.LastSeqs(ctx, rb.js, names)
 	if err != nil {
 		return extraJob{}, err
 	}
@@ -93,7 +59,7 @@ func (rb *rollback) run(ctx context.Context, what string) (extraJob, error) {
 	}
 	sleep(ctx, tailWindow)
 	rw.Stop()
-	acked, err := lastSeqs(ctx, rb.js, names)
+	acked, err := rig.LastSeqs(ctx, rb.js, names)
 	if err != nil {
 		return extraJob{}, err
 	}
@@ -108,20 +74,20 @@ func (rb *rollback) run(ctx context.Context, what string) (extraJob, error) {
 		return extraJob{}, err
 	}
 	f.healed = time.Now()
-	after, err := waitSeqs(ctx, rb.js, names, 30*time.Second)
+	after, err := rig.WaitSeqs(ctx, rb.js, names, 30*time.Second)
 	if err != nil {
 		return extraJob{}, fmt.Errorf("after the rollback: %w", err)
 	}
 	f.note("%s: store copied at results seq %d, shards seq %d; job %s submitted; %d results published and acknowledged in the next %v (results seq %d, shards seq %d); kill -9, store rolled back, restarted: results seq %d, shards seq %d",
-		what, before.results, before.shards, id, rw.Seen(), tailWindow, acked.results, acked.shards, after.results, after.shards)
-	lost := after.results < acked.results || after.shards < acked.shards
+		what, before.Results, before.Shards, id, rw.Seen(), tailWindow, acked.Results, acked.Shards, after.Results, after.Shards)
+	lost := after.Results < acked.Results || after.Shards < acked.Shards
 	switch {
 	case lost:
-		f.note("%s: %d acknowledged result and %d shard messages lost with the tail", what, acked.results-min(after.results, acked.results), acked.shards-min(after.shards, acked.shards))
+		f.note("%s: %d acknowledged result and %d shard messages lost with the tail", what, acked.Results-min(after.Results, acked.Results), acked.Shards-min(after.Shards, acked.Shards))
 	case rb.replicated:
 		f.note("%s: the other two replicas kept every acknowledged message; the node caught up from them", what)
 	default:
-		f.fail(verdictError, fmt.Sprintf("%s: the rollback lost no acknowledged message (results seq %d → %d, shards %d → %d): the fault did not bite", what, acked.results, after.results, acked.shards, after.shards))
+		f.fail(verdictError, fmt.Sprintf("%s: the rollback lost no acknowledged message (results seq %d → %d, shards %d → %d): the fault did not bite", what, acked.Results, after.Results, acked.Shards, after.Shards))
 	}
 	return extraJob{id: id, start: at}, nil
 }
@@ -193,25 +159,18 @@ func injectJetStreamR3(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	defer nodes.Stop()
-	we := map[string][]string{}
-	for i := 1; i <= r.cfg.Workers; i++ {
-		we[fmt.Sprintf("w%d", i)] = []string{"NATS_URL=" + nodes.URL((i-1)%3)}
-	}
-	c, err := r.rig.Start(ctx, rig.Spec{Name: "jetstream-r3", Workers: r.cfg.Workers, LeaseDuration: r.cfg.LeaseDuration,
-		ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2, NATSURL: nodes.URLs(), Env: []string{"STREAM_REPLICAS=3"}, WorkerEnv: we})
+	spec := rig.Spec{Name: "jetstream-r3", Workers: r.cfg.Workers, LeaseDuration: r.cfg.LeaseDuration, ShardTimeout: r.cfg.ShardTimeout, Concurrency: 2}
+	nodes.Place(&spec)
+	c, err := r.rig.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer r.rig.Stop(c)
-	nc, err := nats.Connect(nodes.URLs(), nats.Name("chaos-r3"), nats.MaxReconnects(-1))
+	js, err := nodes.JetStream("chaos-r3")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
+	defer js.Conn().Close()
 	j := f.job
 	id, start, err := rig.Submit(ctx, c, j)
 	if err != nil {
@@ -220,13 +179,9 @@ func injectJetStreamR3(ctx context.Context, f *faultRun) error {
 	if st, ok := rig.WaitProgress(ctx, c, id, r.cfg.At, r.cfg.Deadline); !ok || st.State.Terminal() {
 		return fmt.Errorf("R3 job %s did not reach %.0f%% running (%s)", id, 100*r.cfg.At, rig.Describe(st))
 	}
-	leader, err := rig.StreamLeader(ctx, js, c.Names().ResultStream())
+	leader, i, err := nodes.LeaderNode(ctx, js, c.Names().ResultStream())
 	if err != nil {
 		return err
-	}
-	i := rig.NodeIndex(leader)
-	if i < 0 || i >= len(nodes.Nodes) {
-		return fmt.Errorf("results stream led by %q, not a node", leader)
 	}
 	rb := &rollback{f: f, c: c, js: js, np: nodes.Nodes[i], restart: func() error { return nodes.Restart(r.rig, i) }, replicated: true}
 	x, err := rb.run(ctx, "R3 node "+leader+" (results stream leader)")

@@ -134,12 +134,7 @@ func injectLeaderStop(ctx context.Context, f *faultRun) error {
 }
 
 func injectNATSKill(ctx context.Context, f *faultRun) error {
-	np := f.c.NATSProcess()
-	if err := np.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	sleep(ctx, 2*time.Second)
-	if err := np.Restart(); err != nil {
+	if _, err := f.r.rig.RestartNATS(ctx, f.c, 2*time.Second); err != nil {
 		return err
 	}
 	f.healed = time.Now()

@@ -126,7 +126,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		}
 		left := "nothing"
 		if len(r.LeftBehind) > 0 {
-			left = cell(strings.Join(r.LeftBehind, "; "))
+			left = rig.Cell(strings.Join(r.LeftBehind, "; "))
 		}
 		verdict := r.Verdict
 		if verdict != verdictOK {
@@ -142,13 +142,10 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	for _, r := range rep.Results {
 		p("- **%s** (%s; job %s, fault at %s merged, healed at %.1f s)", r.Fault, r.What, r.JobID, r.InjectedAt, r.HealedS)
 		for _, n := range r.Notes {
-			p("  - %s", cell(n))
+			p("  - %s", rig.Cell(n))
 		}
 		if r.Problem != "" {
-			p("  - problem: %s", cell(r.Problem))
+			p("  - problem: %s", rig.Cell(r.Problem))
 		}
 	}
 }
-
-// cell makes s safe in a Markdown table cell.
-func cell(s string) string { return strings.ReplaceAll(rig.Clip(s, 400), "|", "\\|") }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -319,11 +318,7 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 		return fmt.Errorf("read the result: %w", err)
 	}
 	executed := rig.SumMetric(f.c, "mapagg_shards_executed_total")
-	np := f.c.NATSProcess()
-	if err := np.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	if err := np.Restart(); err != nil {
+	if _, err := f.r.rig.RestartNATS(ctx, f.c, 0); err != nil {
 		return err
 	}
 	sleep(ctx, 3*time.Second) // the workers reconnect

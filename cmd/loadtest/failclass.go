@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/election"
@@ -180,13 +179,9 @@ func (r *runner) startClass(ctx context.Context, class string) (*classRig, error
 	cr := &classRig{r: r, class: class}
 	spec := rig.Spec{Name: strings.TrimPrefix(class, "class-"), Workers: cfg.Workers, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
 		LeaseDuration: cfg.LeaseDuration, ShardTimeout: cfg.ShardTimeout, Env: slices.Clone(cfg.FailClassEnv)}
-	var ids []string
-	for i := 1; i <= cfg.Workers; i++ {
-		ids = append(ids, fmt.Sprintf("w%d", i))
-	}
 	switch class {
 	case scClassNATSCut, scClassStorageCut:
-		links, env, err := rig.ProxyLinks(ids, r.rig.NATSURL(), r.rig.ConnStr())
+		links, env, err := rig.ProxyLinks(rig.WorkerIDs(cfg.Workers), r.rig.NATSURL(), r.rig.ConnStr())
 		if err != nil {
 			return nil, err
 		}
@@ -199,11 +194,7 @@ func (r *runner) startClass(ctx context.Context, class string) (*classRig, error
 			return nil, err
 		}
 		cr.nodes = nodes
-		spec.NATSURL, spec.Env = nodes.URLs(), append(spec.Env, "STREAM_REPLICAS=3")
-		spec.WorkerEnv = map[string][]string{}
-		for i, id := range ids {
-			spec.WorkerEnv[id] = []string{"NATS_URL=" + nodes.URL(i%3)}
-		}
+		nodes.Place(&spec)
 	}
 	c, err := r.rig.Start(ctx, spec)
 	if err != nil {
@@ -213,13 +204,7 @@ func (r *runner) startClass(ctx context.Context, class string) (*classRig, error
 	cr.c = c
 	cr.fc = &fcluster{r: r, name: spec.Name, c: c, refs: map[string]float64{}}
 	if cr.nodes != nil {
-		nc, err := nats.Connect(cr.nodes.URLs(), nats.Name("loadtest-streams"), nats.MaxReconnects(-1))
-		if err != nil {
-			cr.stop()
-			return nil, err
-		}
-		if cr.js, err = jetstream.New(nc); err != nil {
-			nc.Close()
+		if cr.js, err = cr.nodes.JetStream("loadtest-streams"); err != nil {
 			cr.stop()
 			return nil, err
 		}
@@ -358,19 +343,8 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 			healed = time.Now()
 		}()
 	case scClassNATSRestart:
-		np := c.NATSProcess()
-		struck = time.Now()
-		if err := np.Signal(syscall.SIGKILL); err != nil {
-			return struck, struck, err
-		}
-		if err := rig.Sleep(ctx, time.Second); err != nil {
-			return struck, struck, err
-		}
-		if err := np.Restart(); err != nil {
-			return struck, time.Now(), err
-		}
-		cr.r.rig.Track(c)
-		return struck, time.Now(), nil
+		struck, err := cr.r.rig.RestartNATS(ctx, c, time.Second)
+		return struck, time.Now(), err
 	case scClassNATSNode:
 		return cr.killStreamLeader(ctx, run)
 	}
@@ -380,21 +354,8 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 	}
 	run.NewLeader, run.NewEpoch = ev.Worker, ev.Epoch
 	run.ToLeaderS = rig.Round3(ev.Time.Sub(struck).Seconds())
-	for _, e := range c.Events() {
-		if e.Epoch != l.Epoch || e.Time.Before(struck) {
-			continue
-		}
-		switch e.Kind {
-		case string(election.EventNoResponders), string(election.EventSuspected):
-			if run.Path == "" {
-				run.Path, run.DetectS = e.Kind, rig.Round3(e.Time.Sub(struck).Seconds())
-			}
-		case string(election.EventBrokeLease):
-			if run.BreakS == 0 {
-				run.BreakS = rig.Round3(e.Time.Sub(struck).Seconds())
-			}
-		}
-	}
+	d := rig.Detected(c, l.Epoch, struck)
+	run.Path, run.DetectS, run.BreakS = d.Path, rig.Round3(d.Detect.Seconds()), rig.Round3(d.Break.Seconds())
 	if ok, s := cr.fc.awaitFirstMerge(ctx, smp, Kill{at: struck, NewEpoch: ev.Epoch}); ok {
 		run.ToFirstMergeS = s
 	}
@@ -405,13 +366,9 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 // Raft leader, and restarts the node NodeDownDuration after the kill.
 func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck, healed time.Time, err error) {
 	stream := cr.c.Names().ResultStream()
-	name, err := rig.StreamLeader(ctx, cr.js, stream)
+	name, i, err := cr.nodes.LeaderNode(ctx, cr.js, stream)
 	if err != nil {
-		return time.Now(), time.Now(), fmt.Errorf("find the leader of %s: %w", stream, err)
-	}
-	i := rig.NodeIndex(name)
-	if i < 0 || i >= len(cr.nodes.Nodes) {
-		return time.Now(), time.Now(), fmt.Errorf("%s is led by %q, not a node of this cluster", stream, name)
+		return time.Now(), time.Now(), err
 	}
 	run.Victim = "nats " + name
 	struck = time.Now()
@@ -419,16 +376,8 @@ func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck
 		return struck, struck, err
 	}
 	down := cr.r.cfg.NodeDownDuration
-	var lastErr error
-	for time.Since(struck) < down && ctx.Err() == nil {
-		l, err := rig.StreamLeader(ctx, cr.js, stream)
-		if err == nil && l != "" && l != name {
-			run.StreamLeaderS = rig.Round3(time.Since(struck).Seconds())
-			break
-		}
-		lastErr = err
-		_ = rig.Sleep(ctx, 20*time.Millisecond)
-	}
+	took, lastErr := rig.WaitNewLeader(ctx, cr.js, stream, name, struck, down)
+	run.StreamLeaderS = rig.Round3(took.Seconds())
 	if run.StreamLeaderS == 0 {
 		cr.r.log.Logf("%s: no new leader of %s while %s was down (last: %v)", cr.class, stream, name, lastErr)
 	}
@@ -525,20 +474,13 @@ func writeFailClasses(w io.Writer, rep *Report) {
 	if len(rep.FailClasses) == 0 {
 		return
 	}
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	d := func(x rig.Dist) string {
-		if x.N == 0 {
-			return "–"
-		}
-		return rig.Num(x.P50) + " / " + rig.Num(x.P90)
-	}
-	p("")
-	p("## Takeover by failure class")
-	p("")
+	m := rig.Markdown{W: w}
+	p, d := m.P, rig.P50P90
+	m.Section("Takeover by failure class")
 	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
 	p("")
-	p("| class | what | runs | exact | leader changes | → detected | → lease broken | → new leader | → first merge | JetStream election | probe path | old leader's writes after the break |")
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	m.Table("class", "what", "runs", "exact", "leader changes", "→ detected", "→ lease broken", "→ new leader", "→ first merge",
+		"JetStream election", "probe path", "old leader's writes after the break")
 	for _, fc := range rep.FailClasses {
 		what := fc.What
 		if fc.Env != "" {

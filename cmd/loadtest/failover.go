@@ -88,30 +88,17 @@ func (r *runner) failover(ctx context.Context) error {
 	}
 	r.log.Phase("failover runs", len(ts))
 	defer r.log.Done()
-	queue := make(chan task, len(ts))
-	for _, t := range ts {
-		queue <- t
-	}
-	close(queue)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var runs []FailoverRun
-	n := min(r.cfg.Parallel, len(ts))
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = r.failoverCluster(ctx, fmt.Sprintf("f%d", i+1), queue, func(run FailoverRun) {
-				mu.Lock()
-				runs = append(runs, run)
-				mu.Unlock()
-				r.log.Add(1)
-				r.log.Logf("%s", describe(run))
-			})
-		}()
-	}
-	wg.Wait()
+	err := rig.Parallel(min(r.cfg.Parallel, len(ts)), ts, func(i int, queue <-chan task) error {
+		return r.failoverCluster(ctx, fmt.Sprintf("f%d", i+1), queue, func(run FailoverRun) {
+			mu.Lock()
+			runs = append(runs, run)
+			mu.Unlock()
+			r.log.Add(1)
+			r.log.Logf("%s", describe(run))
+		})
+	})
 	slices.SortFunc(runs, func(a, b FailoverRun) int {
 		if a.Kind != b.Kind {
 			return slices.Index(allScenarios, a.Kind) - slices.Index(allScenarios, b.Kind)
@@ -122,7 +109,7 @@ func (r *runner) failover(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // failoverCluster starts a cluster and runs tasks from queue on it until the queue is empty.
@@ -288,7 +275,7 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 			}
 		}
 	}
-	run.Elections = elections(fc.c, start, time.Now())
+	run.Elections = rig.Elects(fc.c, start, time.Now())
 	run.timeline = newTimeline(fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start, t.job.Shards, samples,
 		rig.FirstCompletions(results), run.Kills, run.Elections, run.MakespanS)
 	return run, nil

@@ -257,12 +257,12 @@ func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
 	}
 	for _, x := range append(slices.Clone(k.Runs), k.RSSRuns...) {
 		at := fmt.Sprintf("keyed wordcount, %dk keys, budget %s", x.Keys/1000, x.Budget)
-		row(fmt.Sprintf("%s, %.0f MB in %d blobs: MB/s", at, float64(x.Bytes)/1e6, x.Blobs), single(x.MBPerS, x.MBPerS > 0))
-		row(at+": leader peak RSS MiB", single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
-		row(at+": follower peak RSS MiB", single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
-		row(at+": every record read back (client.WriteOutput), s", single(x.OutputS, x.OutputS > 0))
+		row(fmt.Sprintf("%s, %.0f MB in %d blobs: MB/s", at, float64(x.Bytes)/1e6, x.Blobs), rig.Single(x.MBPerS, x.MBPerS > 0))
+		row(at+": leader peak RSS MiB", rig.Single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))
+		row(at+": follower peak RSS MiB", rig.Single(x.WorkerPeakMiB, x.WorkerPeakMiB > 0))
+		row(at+": every record read back (client.WriteOutput), s", rig.Single(x.OutputS, x.OutputS > 0))
 	}
-	row("single-process Go word count, 2 goroutines: MB/s", single(k.GoMBPerS, k.GoMBPerS > 0))
-	row("Dask word count (dask.bag, 2 processes): MB/s", single(k.DaskMBPerS, k.DaskMBPerS > 0))
+	row("single-process Go word count, 2 goroutines: MB/s", rig.Single(k.GoMBPerS, k.GoMBPerS > 0))
+	row("Dask word count (dask.bag, 2 processes): MB/s", rig.Single(k.DaskMBPerS, k.DaskMBPerS > 0))
 	row("worker status, ten 100 MB-result jobs: s", rig.Summarize(k.StatusS))
 }

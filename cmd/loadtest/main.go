@@ -123,8 +123,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.ThroughputShards, "throughput-shards", cfg.ThroughputShards, "shards per throughput job")
 		fs.IntVar(&cfg.ThroughputRuns, "throughput-runs", cfg.ThroughputRuns, "throughput jobs (the best counts)")
 		fs.IntVar(&cfg.ThroughputConcurrency, "throughput-concurrency", cfg.ThroughputConcurrency, "worker concurrency of the throughput cluster")
-		prefetch := fs.String("baseline-prefetch", join(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
-		effDur := fs.String("efficiency-durations", join(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
+		prefetch := fs.String("baseline-prefetch", rig.JoinList(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
+		effDur := fs.String("efficiency-durations", rig.JoinList(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
 		fs.DurationVar(&cfg.EfficiencyIdeal, "efficiency-ideal", cfg.EfficiencyIdeal, "ideal makespan of each efficiency job (sets its shard count)")
 		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster (the median counts)")
 		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
@@ -151,8 +151,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "clusters running failover runs side by side")
 		fs.DurationVar(&cfg.JobTimeout, "job-timeout", cfg.JobTimeout, "a job not finished within this is lost")
 		fs.IntVar(&cfg.FailClassRuns, "failclass-runs", cfg.FailClassRuns, "jobs per failure class (the class-* scenarios)")
-		fcEnv := fs.String("failclass-env", join(cfg.FailClassEnv), "comma-separated KEY=VALUE worker environment of the failure classes' clusters (e.g. HEARTBEAT_INTERVAL=100ms,PROBE_AFTER=120ms)")
-		scaleWorkers := fs.String("scale-workers", join(cfg.ScaleWorkers), "cluster sizes of the scale scenario (idle cost, takeover)")
+		fcEnv := fs.String("failclass-env", rig.JoinList(cfg.FailClassEnv), "comma-separated KEY=VALUE worker environment of the failure classes' clusters (e.g. HEARTBEAT_INTERVAL=100ms,PROBE_AFTER=120ms)")
+		scaleWorkers := fs.String("scale-workers", rig.JoinList(cfg.ScaleWorkers), "cluster sizes of the scale scenario (idle cost, takeover)")
 		fs.IntVar(&cfg.ScaleJobs, "scale-jobs", cfg.ScaleJobs, "one-shard jobs the scale scenario submits from 8 submitters (0: none)")
 		if err := fs.Parse(args); err != nil {
 			return fs, err
@@ -167,13 +167,13 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		if cfg.EfficiencyDurations, err = parseDurations(*effDur); err != nil {
 			return fs, fmt.Errorf("--efficiency-durations: %w", err)
 		}
-		if cfg.FailClassEnv, err = parseList(*fcEnv, "KEY=VALUE", func(f string) (string, error) { return f, nil }, func(f string) bool { return strings.Contains(f, "=") }); err != nil {
+		if cfg.FailClassEnv, err = rig.ParseList(*fcEnv, "KEY=VALUE", func(f string) (string, error) { return f, nil }, func(f string) bool { return strings.Contains(f, "=") }); err != nil {
 			return fs, fmt.Errorf("--failclass-env: %w", err)
 		}
-		if cfg.BaselinePrefetch, err = parseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
+		if cfg.BaselinePrefetch, err = rig.ParseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
 		}
-		if cfg.ScaleWorkers, err = parseList(*scaleWorkers, "a number of workers from 1 to 200", strconv.Atoi, func(n int) bool { return n >= 1 && n <= 200 }); err != nil {
+		if cfg.ScaleWorkers, err = rig.ParseList(*scaleWorkers, "a number of workers from 1 to 200", strconv.Atoi, func(n int) bool { return n >= 1 && n <= 200 }); err != nil {
 			return fs, fmt.Errorf("--scale-workers: %w", err)
 		}
 		return fs, nil
@@ -194,30 +194,6 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 	return cfg, out, cfg.Validate()
 }
 
-// join writes xs as a comma-separated list.
-func join[T any](xs []T) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ",")
-}
-
-// parseList reads a comma-separated list of elements that parse and ok accept, what names them.
-func parseList[T any](s, what string, parse func(string) (T, error), ok func(T) bool) ([]T, error) {
-	var out []T
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			x, err := parse(f)
-			if err != nil || !ok(x) {
-				return nil, fmt.Errorf("%q is not %s", f, what)
-			}
-			out = append(out, x)
-		}
-	}
-	return out, nil
-}
-
 func parseDurations(s string) ([]time.Duration, error) {
-	return parseList(s, "a positive duration (e.g. 2ms)", time.ParseDuration, func(d time.Duration) bool { return d > 0 })
+	return rig.ParseList(s, "a positive duration (e.g. 2ms)", time.ParseDuration, func(d time.Duration) bool { return d > 0 })
 }

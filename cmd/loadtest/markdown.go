@@ -48,13 +48,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 
 	m.Section("Figures")
 	m.Table("figure", "n", "p50", "p90", "max")
-	row := func(name string, d rig.Dist) {
-		if d.N == 0 {
-			p("| %s | 0 | – | – | – |", name)
-			return
-		}
-		p("| %s | %d | %s | %s | %s |", name, d.N, rig.Num(d.P50), rig.Num(d.P90), rig.Num(d.Max))
-	}
+	row := m.Figure
 	if tp := rep.Throughput; tp != nil {
 		row(fmt.Sprintf("throughput, shards/s end to end (%d shards)", tp.Shards), tp.PerS)
 		var b []float64
@@ -62,16 +56,16 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			b = append(b, x.PerS)
 		}
 		row("baseline JetStream round trip, shards/s", rig.Summarize(b))
-		row("throughput ratio (best ÷ best)", single(tp.Ratio, tp.BaselinePerS > 0))
-		row("CPU µs per shard, all processes but Azurite (best run)", single(tp.CPUMicrosPerShard, tp.CPUMicrosPerShard > 0))
+		row("throughput ratio (best ÷ best)", rig.Single(tp.Ratio, tp.BaselinePerS > 0))
+		row("CPU µs per shard, all processes but Azurite (best run)", rig.Single(tp.CPUMicrosPerShard, tp.CPUMicrosPerShard > 0))
 	}
 	for _, e := range rep.Efficiency {
-		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), single(e.Ratio, e.MakespanS > 0))
-		row(fmt.Sprintf("efficiency %.0f ms, makespan s (ideal %s s)", 1000*e.ShardS, rig.Num(e.IdealS)), single(e.MakespanS, e.MakespanS > 0))
-		row(fmt.Sprintf("efficiency %.0f ms: slots' time in map steps ÷ (slots × makespan)", 1000*e.ShardS), single(e.SlotUse, e.SlotUse > 0))
-		row(fmt.Sprintf("efficiency %.0f ms: mean map time measured by the workers, ms", 1000*e.ShardS), single(e.MapMeanMs, e.MapMeanMs > 0))
-		row(fmt.Sprintf("efficiency %.0f ms: a bare loop of %d goroutines, ideal ÷ makespan, time.Timer sleep", 1000*e.ShardS, e.Slots), single(e.TimerRef, e.TimerRef > 0))
-		row(fmt.Sprintf("efficiency %.0f ms: the same loop with the precise sleep the sleep job uses", 1000*e.ShardS), single(e.PreciseRef, e.PreciseRef > 0))
+		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), rig.Single(e.Ratio, e.MakespanS > 0))
+		row(fmt.Sprintf("efficiency %.0f ms, makespan s (ideal %s s)", 1000*e.ShardS, rig.Num(e.IdealS)), rig.Single(e.MakespanS, e.MakespanS > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: slots' time in map steps ÷ (slots × makespan)", 1000*e.ShardS), rig.Single(e.SlotUse, e.SlotUse > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: mean map time measured by the workers, ms", 1000*e.ShardS), rig.Single(e.MapMeanMs, e.MapMeanMs > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: a bare loop of %d goroutines, ideal ÷ makespan, time.Timer sleep", 1000*e.ShardS, e.Slots), rig.Single(e.TimerRef, e.TimerRef > 0))
+		row(fmt.Sprintf("efficiency %.0f ms: the same loop with the precise sleep the sleep job uses", 1000*e.ShardS), rig.Single(e.PreciseRef, e.PreciseRef > 0))
 	}
 	if sj := rep.SmallJob; sj != nil {
 		row("small job (primes < 2·10^7, 200 shards): submit→finished s", sj.Makespan)
@@ -97,9 +91,9 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			pre := fmt.Sprintf("straggler, %d workers", x.Workers)
 			row(fmt.Sprintf("%s (%d shards, %.0f ms map delay, one worker %.0f ms): makespan s", pre, x.Shards, 1000*x.DelayS, 1000*x.StragglerS), x.Makespan)
 			row(pre+": no-straggler makespan s", x.Reference)
-			row(pre+": makespan ÷ no-straggler makespan (best ÷ best)", single(x.Ratio, x.Ratio > 0))
-			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), single(x.Bound, x.Ratio > 0))
-			row(pre+": s beyond the bound (best − best no-straggler × bound)", single(x.TailS, x.Ratio > 0))
+			row(pre+": makespan ÷ no-straggler makespan (best ÷ best)", rig.Single(x.Ratio, x.Ratio > 0))
+			row(fmt.Sprintf("%s: capacity bound of that ratio, %d ÷ (%d − 0.9)", pre, x.Workers, x.Workers), rig.Single(x.Bound, x.Ratio > 0))
+			row(pre+": s beyond the bound (best − best no-straggler × bound)", rig.Single(x.TailS, x.Ratio > 0))
 			row(pre+": s the last 1 % of shards took", x.LastPercent)
 			row(pre+": s the last 1 % of shards took without the straggler", x.ReferenceLastPercent)
 			row(pre+": shards backed up per job", x.Backups)
@@ -108,25 +102,25 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		}
 	}
 	if m := rep.Million; m != nil {
-		row(fmt.Sprintf("big job (%d shards, leader killed at 50 %%): makespan s", m.Shards), single(m.MakespanS, m.MakespanS > 0))
-		row("big job: leader RSS MiB (max of every sample)", single(m.MaxLeaderRSSMiB, m.RSSSamples > 0))
-		row("big job: shard stream backlog, messages (max)", single(float64(m.MaxBacklog), len(m.Samples) > 0))
-		row("big job: s from the leader's kill to a new leader", single(m.ToLeaderS, m.Killed))
+		row(fmt.Sprintf("big job (%d shards, leader killed at 50 %%): makespan s", m.Shards), rig.Single(m.MakespanS, m.MakespanS > 0))
+		row("big job: leader RSS MiB (max of every sample)", rig.Single(m.MaxLeaderRSSMiB, m.RSSSamples > 0))
+		row("big job: shard stream backlog, messages (max)", rig.Single(float64(m.MaxBacklog), len(m.Samples) > 0))
+		row("big job: s from the leader's kill to a new leader", rig.Single(m.ToLeaderS, m.Killed))
 	}
 	if o := rep.Outage; o != nil {
-		row("NATS outage: s the NATS server process was down", single(o.DownS, o.DownS > 0))
-		row("NATS outage: leader changes", single(float64(o.LeaderChanges), o.DownS > 0))
-		row("NATS outage: s lost beyond the outage (makespan − reference − down)", single(o.TimeLostS, o.MakespanS > 0 && o.ReferenceS > 0))
+		row("NATS outage: s the NATS server process was down", rig.Single(o.DownS, o.DownS > 0))
+		row("NATS outage: leader changes", rig.Single(float64(o.LeaderChanges), o.DownS > 0))
+		row("NATS outage: s lost beyond the outage (makespan − reference − down)", rig.Single(o.TimeLostS, o.MakespanS > 0 && o.ReferenceS > 0))
 	}
 	if n := rep.NATSCluster; n != nil {
-		row("3-node NATS cluster: s a node was down", single(n.DownS, n.DownS > 0))
-		row("3-node NATS cluster: s lost (makespan − reference)", single(n.TimeLostS, n.MakespanS > 0 && n.ReferenceS > 0))
-		row("3-node NATS cluster: leader changes", single(float64(n.LeaderChanges), n.DownS > 0))
+		row("3-node NATS cluster: s a node was down", rig.Single(n.DownS, n.DownS > 0))
+		row("3-node NATS cluster: s lost (makespan − reference)", rig.Single(n.TimeLostS, n.MakespanS > 0 && n.ReferenceS > 0))
+		row("3-node NATS cluster: leader changes", rig.Single(float64(n.LeaderChanges), n.DownS > 0))
 	}
 	if l := rep.Loaded; l != nil {
-		row(fmt.Sprintf("loaded no-fault run (%d pi jobs, CPU %.0f%% busy): leader changes", l.Jobs, 100*l.CPUBusy), single(float64(l.Elections), true))
-		row("loaded no-fault run: lease breaks", single(float64(l.BrokeLeases), true))
-		row("loaded no-fault run: suspicions (missed heartbeats, no break)", single(float64(l.Suspected), true))
+		row(fmt.Sprintf("loaded no-fault run (%d pi jobs, CPU %.0f%% busy): leader changes", l.Jobs, 100*l.CPUBusy), rig.Single(float64(l.Elections), true))
+		row("loaded no-fault run: lease breaks", rig.Single(float64(l.BrokeLeases), true))
+		row("loaded no-fault run: suspicions (missed heartbeats, no break)", rig.Single(float64(l.Suspected), true))
 	}
 	for _, lf := range []struct {
 		name string
@@ -178,22 +172,12 @@ func writeMarkdown(w io.Writer, rep *Report) {
 				killsText(r), rig.Num(r.MakespanS), rig.Num(r.ReferenceS), r.Redone, r.Duplicates, resultText(r))
 		}
 	}
-	if notes := append(notes(rep), keyedNotes(rep)...); len(notes) > 0 {
-		m.Section("Notes")
-		for _, n := range notes {
-			p("- %s", n)
-		}
-	}
+	m.List("Notes", append(notes(rep), keyedNotes(rep)...))
 	writeScale(w, rep.Scale)
 	if rep.Plot != "" {
 		m.Para("Timeline plot: %s", rep.Plot)
 	}
-	if len(rep.Errors) > 0 {
-		m.Section("Errors")
-		for _, e := range rep.Errors {
-			p("- %s", e)
-		}
-	}
+	m.List("Errors", rep.Errors)
 }
 
 // killsText lists a run's kills: signal worker @merged → new leader: s to leader / s to first
@@ -272,14 +256,6 @@ func notes(rep *Report) []string {
 			s.Workers, rep.Machine.CPUs, len(tp.Runs), len(tp.Baseline), concurrencyText(tp.Concurrency)))
 	}
 	return out
-}
-
-// single is one figure as a distribution of one (none unless ok).
-func single(x float64, ok bool) rig.Dist {
-	if !ok {
-		return rig.Dist{}
-	}
-	return rig.Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
 }
 
 func concurrencyText(n int) string {

@@ -94,7 +94,7 @@ func (r *runner) million(ctx context.Context) error {
 	if o.Makespan > 0 {
 		m.MakespanS = rig.Round3(o.Makespan.Seconds())
 	}
-	m.timeline = newTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, elections(c, start, time.Now()), m.MakespanS)
+	m.timeline = newTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, rig.Elects(c, start, time.Now()), m.MakespanS)
 	// Keep the report readable: every sample of a short job, about one a second of a long one.
 	if len(m.Samples) > 600 {
 		var thin []MemSample

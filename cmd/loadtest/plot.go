@@ -1,10 +1,8 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -43,22 +41,11 @@ func plotted(rep *Report) []*rig.Timeline {
 }
 
 // newTimeline is the plot of one run, its kills and elections marked.
-func newTimeline(title string, start time.Time, total int, samples []rig.Sample, completed []time.Time, kills []Kill, elects []Elect, finished float64) *rig.Timeline {
+func newTimeline(title string, start time.Time, total int, samples []rig.Sample, completed []time.Time, kills []Kill, elects []rig.Elect, finished float64) *rig.Timeline {
 	tl := &rig.Timeline{Title: title, Start: start, Total: total, Samples: samples, Completed: completed, Finished: finished}
 	for _, k := range kills {
 		tl.Kills = append(tl.Kills, rig.Mark{AtS: k.AtS, Label: k.Signal + " " + k.Worker})
 	}
-	for _, e := range elects {
-		tl.Elections = append(tl.Elections, rig.Mark{AtS: e.AtS, Label: fmt.Sprintf("%s e%d", e.Worker, e.Epoch)})
-	}
+	tl.Elections = rig.ElectionMarks(elects)
 	return tl
-}
-
-// elections lists c's elections between start and end.
-func elections(c *cluster.Cluster, start, end time.Time) []Elect {
-	var out []Elect
-	for _, e := range rig.Elections(c, start, end) {
-		out = append(out, Elect{AtS: rig.Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
-	}
-	return out
 }

@@ -162,7 +162,7 @@ type FailoverRun struct {
 	Shards     int             `json:"shards"`
 	KillAt     float64         `json:"kill_at"` // target progress of the first kill
 	Kills      []Kill          `json:"kills"`
-	Elections  []Elect         `json:"elections,omitempty"`
+	Elections  []rig.Elect     `json:"elections,omitempty"`
 	MakespanS  float64         `json:"makespan_s"`
 	ReferenceS float64         `json:"reference_s"` // the cluster's no-kill makespan of the same job
 	TimeLostS  float64         `json:"time_lost_s"`
@@ -204,13 +204,6 @@ type Kill struct {
 	MergeSeen bool    `json:"first_merge_seen"`
 
 	at time.Time // when the signal was sent
-}
-
-// Elect is an election seen during a run.
-type Elect struct {
-	AtS    float64 `json:"at_s"`
-	Worker string  `json:"worker"`
-	Epoch  uint64  `json:"epoch"`
 }
 
 // Target is one of the issue's targets with the measured value.

@@ -65,12 +65,8 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 	}
 	defer nc.Stop()
 	r.log.Logf("nats-cluster: 3 nodes on %s", nc.URLs())
-	we := map[string][]string{}
-	for i := 1; i <= cfg.Workers; i++ {
-		we[fmt.Sprintf("w%d", i)] = []string{"NATS_URL=" + nc.URL((i-1)%3)}
-	}
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "n3", LeaseDuration: cfg.LeaseDuration, NATSURL: nc.URLs(),
-		MapDelay: cfg.MapDelay, Env: []string{"STREAM_REPLICAS=3"}, WorkerEnv: we})
+		MapDelay: cfg.MapDelay, Env: []string{"STREAM_REPLICAS=3"}, WorkerEnv: rig.SpreadNATS(cfg.Workers, nc.URL)})
 	if err != nil {
 		return err
 	}
@@ -171,6 +167,6 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
 	f.LeaderChanges = rig.Changes(c, terms, s.Start, end)
-	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, elections(c, s.Start, end), f.MakespanS)
+	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, rig.Elects(c, s.Start, end), f.MakespanS)
 	return s.Start, end, nil
 }

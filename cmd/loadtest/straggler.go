@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
-	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
@@ -105,7 +103,7 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 					dups++
 				}
 			}
-			if d := lastPercent(results, shards); d > 0 {
+			if d := rig.LastPercent(results, shards); d > 0 {
 				x.lasts = append(x.lasts, rig.Round3(d.Seconds()))
 			}
 			x.spans = append(x.spans, rig.Round3(o.Makespan.Seconds()))
@@ -127,28 +125,4 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 		n, st.Shards, st.MakespanS, st.ReferenceS, st.Ratio, st.Bound, st.TailS, st.LastPercent.P50, st.ReferenceLastPercent.P50,
 		st.StragglerDone.P50, st.Backups.P50, st.ReferenceBackups.P50, st.Duplicates.P50, st.Makespan.N)
 	return st, nil
-}
-
-// lastPercent is how long the last 1 % of a job's shards took. It runs from the result that left
-// 1 % of the shards without one to the last shard's first result (0 if not every shard was seen).
-// Bulk throughput hardly weighs on it; a straggler's tail does.
-func lastPercent(results []rig.ResultObs, shards int) time.Duration {
-	rs := slices.Clone(results)
-	slices.SortFunc(rs, func(a, b rig.ResultObs) int { return a.T.Compare(b.T) })
-	seen := make(map[int]bool, shards)
-	at99 := shards - max(1, shards/100)
-	var t99 time.Time
-	for _, x := range rs {
-		if seen[x.Index] {
-			continue
-		}
-		seen[x.Index] = true
-		if len(seen) == at99 {
-			t99 = x.T
-		}
-		if len(seen) == shards {
-			return x.T.Sub(t99)
-		}
-	}
-	return 0
 }

@@ -27,3 +27,11 @@ func Summarize(xs []float64) Dist {
 	}
 	return Dist{N: len(s), P50: rank(0.5), P90: rank(0.9), Max: s[len(s)-1], Min: s[0]}
 }
+
+// Single is one figure as a distribution of one (none unless ok).
+func Single(x float64, ok bool) Dist {
+	if !ok {
+		return Dist{}
+	}
+	return Dist{N: 1, P50: x, P90: x, Max: x, Min: x}
+}

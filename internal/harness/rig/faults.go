@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -115,4 +116,53 @@ func HandTo(ctx context.Context, c *cluster.Cluster, id string) error {
 		return fmt.Errorf("hand the lease to %s: %v %v", id, err, werr)
 	}
 	return Sleep(ctx, 3*time.Second) // everyone hears the new leader's beats
+}
+
+// Detection is how the followers learned that a term ended, timed from the fault.
+type Detection struct {
+	Path   string        // the first no_responders or suspected event's kind; "" when none
+	Detect time.Duration // fault → that event
+	Break  time.Duration // fault → the first broke_lease; 0 when none
+}
+
+// Detected reads c's events of epoch at or after struck.
+func Detected(c *cluster.Cluster, epoch uint64, struck time.Time) Detection {
+	var d Detection
+	for _, e := range c.Events() {
+		if e.Epoch != epoch || e.Time.Before(struck) {
+			continue
+		}
+		switch e.Kind {
+		case string(election.EventNoResponders), string(election.EventSuspected):
+			if d.Path == "" {
+				d.Path, d.Detect = e.Kind, e.Time.Sub(struck)
+			}
+		case string(election.EventBrokeLease):
+			if d.Break == 0 {
+				d.Break = e.Time.Sub(struck)
+			}
+		}
+	}
+	return d
+}
+
+// RestartNATS SIGKILLs c's nats-server process and, down later, starts it again on the same
+// port and store; the rig tracks its new pid. It returns when the kill landed.
+func (r *Rig) RestartNATS(ctx context.Context, c *cluster.Cluster, down time.Duration) (time.Time, error) {
+	np := c.NATSProcess()
+	killed := time.Now()
+	if np == nil {
+		return killed, errors.New("the cluster has no nats-server process")
+	}
+	if err := np.Signal(syscall.SIGKILL); err != nil {
+		return killed, err
+	}
+	if err := Sleep(ctx, down); err != nil {
+		return killed, err
+	}
+	if err := np.Restart(); err != nil {
+		return killed, err
+	}
+	r.Track(c)
+	return killed, nil
 }

@@ -1,6 +1,7 @@
 package rig
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,4 +156,71 @@ func NodeIndex(name string) int {
 		return -1
 	}
 	return i
+}
+
+// WorkerIDs are the ids of a cluster's n workers: w1…wn.
+func WorkerIDs(n int) []string {
+	ids := make([]string, 0, n)
+	for i := 1; i <= n; i++ {
+		ids = append(ids, fmt.Sprintf("w%d", i))
+	}
+	return ids
+}
+
+// SpreadNATS points worker wN at url((N−1) mod 3), as Spec.WorkerEnv.
+func SpreadNATS(workers int, url func(i int) string) map[string][]string {
+	env := map[string][]string{}
+	for i, id := range WorkerIDs(workers) {
+		env[id] = []string{"NATS_URL=" + url(i%3)}
+	}
+	return env
+}
+
+// Place points spec at the nodes: R3 streams, workers spread over the nodes.
+func (nn *NATSNodes) Place(spec *Spec) {
+	spec.NATSURL = nn.URLs()
+	spec.Env = append(spec.Env, "STREAM_REPLICAS=3")
+	spec.WorkerEnv = SpreadNATS(cmp.Or(spec.Workers, 3), nn.URL)
+}
+
+// JetStream connects a harness client, named name, to every node; it reconnects for ever.
+func (nn *NATSNodes) JetStream(name string) (jetstream.JetStream, error) {
+	nc, err := nats.Connect(nn.URLs(), nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return js, nil
+}
+
+// LeaderNode names the node that leads stream and gives its index.
+func (nn *NATSNodes) LeaderNode(ctx context.Context, js jetstream.JetStream, stream string) (string, int, error) {
+	name, err := StreamLeader(ctx, js, stream)
+	if err != nil {
+		return "", -1, fmt.Errorf("find the leader of %s: %w", stream, err)
+	}
+	i := NodeIndex(name)
+	if i < 0 || i >= len(nn.Nodes) {
+		return name, -1, fmt.Errorf("%s is led by %q, not a node of this cluster", stream, name)
+	}
+	return name, i, nil
+}
+
+// WaitNewLeader polls until stream is led by a node other than old, for at most within. It
+// returns the time from since, or 0 and the last error when none was seen.
+func WaitNewLeader(ctx context.Context, js jetstream.JetStream, stream, old string, since time.Time, within time.Duration) (time.Duration, error) {
+	var lastErr error
+	for time.Since(since) < within && ctx.Err() == nil {
+		l, err := StreamLeader(ctx, js, stream)
+		if err == nil && l != "" && l != old {
+			return time.Since(since), nil
+		}
+		lastErr = err
+		_ = Sleep(ctx, 20*time.Millisecond)
+	}
+	return 0, lastErr
 }

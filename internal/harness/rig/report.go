@@ -127,3 +127,34 @@ func Num(x float64) string {
 		return fmt.Sprintf("%.3f", x)
 	}
 }
+
+// Figure writes a figures table's row: name, n, p50, p90, max; dashes when d is empty.
+func (m Markdown) Figure(name string, d Dist) {
+	if d.N == 0 {
+		m.P("| %s | 0 | – | – | – |", name)
+		return
+	}
+	m.P("| %s | %d | %s | %s | %s |", name, d.N, Num(d.P50), Num(d.P90), Num(d.Max))
+}
+
+// List writes a section of bullets, nothing when there are none.
+func (m Markdown) List(title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	m.Section(title)
+	for _, s := range items {
+		m.P("- %s", s)
+	}
+}
+
+// P50P90 is "p50 / p90" of d, a dash when it is empty.
+func P50P90(d Dist) string {
+	if d.N == 0 {
+		return "–"
+	}
+	return Num(d.P50) + " / " + Num(d.P90)
+}
+
+// Cell makes s safe in a Markdown table cell.
+func Cell(s string) string { return strings.ReplaceAll(Clip(s, 400), "|", "\\|") }

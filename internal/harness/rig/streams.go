@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -103,4 +105,37 @@ func (r *Recording) Stop() []*nats.Msg {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.msgs
+}
+
+// Seqs are the last sequences of a cluster's shards and results streams.
+type Seqs struct{ Shards, Results uint64 }
+
+// LastSeqs reads the last sequences of the streams names gives.
+func LastSeqs(ctx context.Context, js jetstream.JetStream, names protocol.Names) (Seqs, error) {
+	var out Seqs
+	for _, x := range []struct {
+		name string
+		seq  *uint64
+	}{{names.ShardStream(), &out.Shards}, {names.ResultStream(), &out.Results}} {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := js.Stream(sctx, x.name)
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("stream %s: %w", x.name, err)
+		}
+		*x.seq = s.CachedInfo().State.LastSeq
+	}
+	return out, nil
+}
+
+// WaitSeqs reads the last sequences, retrying while the server comes back.
+func WaitSeqs(ctx context.Context, js jetstream.JetStream, names protocol.Names, within time.Duration) (Seqs, error) {
+	until := time.Now().Add(within)
+	for {
+		s, err := LastSeqs(ctx, js, names)
+		if err == nil || time.Now().After(until) || ctx.Err() != nil {
+			return s, err
+		}
+		_ = Sleep(ctx, 100*time.Millisecond)
+	}
 }

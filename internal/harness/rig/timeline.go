@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/cluster"
 )
 
 // Timeline is what the plot draws of one run.
@@ -171,4 +173,29 @@ func trimFloat(x float64) string {
 	s := fmt.Sprintf("%.2f", x)
 	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
 	return s
+}
+
+// Elect is an election seen during a run.
+type Elect struct {
+	AtS    float64 `json:"at_s"`
+	Worker string  `json:"worker"`
+	Epoch  uint64  `json:"epoch"`
+}
+
+// Elects lists c's elections between start and end, timed from start.
+func Elects(c *cluster.Cluster, start, end time.Time) []Elect {
+	var out []Elect
+	for _, e := range Elections(c, start, end) {
+		out = append(out, Elect{AtS: Round3(e.Time.Sub(start).Seconds()), Worker: e.Worker, Epoch: e.Epoch})
+	}
+	return out
+}
+
+// ElectionMarks marks elects on a timeline: "worker eN".
+func ElectionMarks(elects []Elect) []Mark {
+	var out []Mark
+	for _, e := range elects {
+		out = append(out, Mark{AtS: e.AtS, Label: fmt.Sprintf("%s e%d", e.Worker, e.Epoch)})
+	}
+	return out
 }
