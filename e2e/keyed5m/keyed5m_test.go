@@ -141,7 +141,9 @@ func TestKeyed5M_WordcountBlobOutput(t *testing.T) {
 	}
 	ctx := context.Background()
 	opts := cluster.Options{Dir: dir, WorkerBin: bin, ConnStr: testenv.Azurite(t), Namespace: testenv.Name(t, "k5m"),
-		Workers: 3, Concurrency: 2, LeaseDuration: 15 * time.Second, Env: append([]string{"PARTITIONS=12"}, strings.Fields(os.Getenv("MAPAGG_KEYED5M_ENV"))...)}
+		// The product's shard timeout, as chaos uses: the harness default (30s) is how long the
+		// killed leader's map tasks would wait, since backups wait for the reduce tasks' dispatch.
+		Workers: 3, Concurrency: 2, LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second, Env: append([]string{"PARTITIONS=12"}, strings.Fields(os.Getenv("MAPAGG_KEYED5M_ENV"))...)}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	c, err := cluster.Start(sctx, opts)
 	cancel()
