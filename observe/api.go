@@ -90,12 +90,8 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 			if rt.write && !s.authorized(w, r) {
 				return
 			}
-			b := s.attached(w)
-			if b == nil {
-				return
-			}
-			if b.API == nil {
-				writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
+			api := s.jobAPI(w)
+			if api == nil {
 				return
 			}
 			if id := r.PathValue("id"); id != "" {
@@ -110,7 +106,7 @@ func (s *Server) routeAPI(mux *http.ServeMux) {
 					return
 				}
 			}
-			s.handleAPI(rt, w, r, b.API)
+			s.handleAPI(rt, w, r, api)
 		})
 	}
 	mux.HandleFunc("GET "+APIPrefix+"/openapi.json", func(w http.ResponseWriter, r *http.Request) {

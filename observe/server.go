@@ -342,12 +342,8 @@ func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request, what strin
 	if !s.dashboardAllowed(w, r, what) {
 		return
 	}
-	b := s.attached(w)
-	if b == nil {
-		return
-	}
-	if b.API == nil {
-		writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
+	api := s.jobAPI(w)
+	if api == nil {
 		return
 	}
 	if err := protocol.CheckID(r.PathValue("id")); err != nil {
@@ -356,7 +352,20 @@ func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request, what strin
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	handle(s, w, r.WithContext(ctx), b.API)
+	handle(s, w, r.WithContext(ctx), api)
+}
+
+// jobAPI returns the attached job API, or nil after answering 503 (not attached yet, or no API).
+func (s *Server) jobAPI(w http.ResponseWriter) JobService {
+	b := s.attached(w)
+	if b == nil {
+		return nil
+	}
+	if b.API == nil {
+		writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
+		return nil
+	}
+	return b.API
 }
 
 // cachedLeader reads the lease blob at most once a second.
