@@ -11,6 +11,7 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -71,21 +72,20 @@ func (f *faultRun) leader(ctx context.Context) (string, uint64, error) {
 // failover kills the leader (SIGKILL) and restarts it, calls then (if any), marks the fault
 // healed and waits for the next election.
 func (f *faultRun) failover(ctx context.Context, then func() error) (cluster.Event, error) {
-	k, err := rig.KillLeader(ctx, f.c, syscall.SIGKILL, true, nil)
-	if err != nil {
-		return cluster.Event{}, err
-	}
-	if then != nil {
-		if err := then(); err != nil {
-			return cluster.Event{}, err
-		}
-	}
-	f.healed = time.Now()
-	ev, err := rig.WaitElected(ctx, f.c, k.Epoch, 3*f.r.cfg.LeaseDuration)
+	fo, err := rig.FailLeader(ctx, f.c, rig.LeaderFault{Signal: syscall.SIGKILL, Restart: true, Within: 3 * f.r.cfg.LeaseDuration,
+		Then: func() error {
+			if then != nil {
+				if err := then(); err != nil {
+					return err
+				}
+			}
+			f.healed = time.Now()
+			return nil
+		}})
 	if err == nil {
-		f.note("killed leader %s (epoch %d); %s elected (epoch %d) %.2f s later", k.Worker, k.Epoch, ev.Worker, ev.Epoch, ev.Time.Sub(f.healed).Seconds())
+		f.note("killed leader %s (epoch %d); %s elected (epoch %d) %.2f s later", fo.Worker, fo.Epoch, fo.Elected.Worker, fo.Elected.Epoch, fo.Elected.Time.Sub(f.healed).Seconds())
 	}
-	return ev, err
+	return fo.Elected, err
 }
 
 // submitMore submits the fault's job once more. It must end exact as well.
@@ -99,7 +99,7 @@ func (f *faultRun) submitMore(ctx context.Context) error {
 
 // Verdicts.
 const (
-	verdictOK          = "ok"
+	verdictOK          = report.VerdictOK
 	verdictWrong       = "WRONG"
 	verdictFailed      = "FAILED"
 	verdictStuck       = "STUCK"
@@ -114,10 +114,10 @@ const (
 )
 
 // runFault runs f on a cluster of its own and judges it.
-func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64) Result {
+func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64) report.FaultResult {
 	j := f.job(r.cfg)
-	res := Result{Fault: f.name, What: f.what, Job: j.String()}
-	fail := func(verdict, problem string) Result {
+	res := report.FaultResult{Fault: f.name, What: f.what, Job: j.String()}
+	fail := func(verdict, problem string) report.FaultResult {
 		if res.Verdict == "" || res.Verdict == verdictOK {
 			res.Verdict, res.Problem = verdict, problem
 		} else {
@@ -203,8 +203,8 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		case !xended:
 			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, rig.Describe(xst)))
 		default:
-			var sub Result
-			r.judgeExact(j, x.start, xst, &sub, func(v, p string) Result { return fail(v, "job submitted during the fault: "+p) })
+			var sub report.FaultResult
+			r.judgeExact(j, x.start, xst, &sub, func(v, p string) report.FaultResult { return fail(v, "job submitted during the fault: "+p) })
 		}
 	}
 	for src, want := range f.dead {
@@ -244,7 +244,7 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 }
 
 // judgeExact checks that the job succeeded with its exact answer.
-func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *Result, fail func(string, string) Result) {
+func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *report.FaultResult, fail func(string, string) report.FaultResult) {
 	o := rig.Judge(rig.Outcome{ID: st.ID, Start: start}, j, st)
 	switch {
 	case o.Exact:
@@ -258,7 +258,7 @@ func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status,
 
 // judgeCancel checks that the job ended cancelled within CancelWithin of the new leader's
 // election.
-func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *Result, fail func(string, string) Result) {
+func (r *runner) judgeCancel(fr *faultRun, st *client.Status, res *report.FaultResult, fail func(string, string) report.FaultResult) {
 	if st.State != jobs.StateCancelled {
 		fail(verdictNotCancel, fmt.Sprintf("job %s ended %s, not cancelled", st.ID, st.State))
 		return

@@ -41,7 +41,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	code := rig.ExitOK
 	var md bytes.Buffer
-	writeMarkdown(&md, rep)
+	rep.WriteMarkdown(&md)
 	if err := rig.WriteReport(stdout, md.Bytes(), mdPath, jsonPath, rep); err != nil {
 		fmt.Fprintf(stderr, "chaos: %v\n", err)
 		code = rig.ExitFailed
@@ -56,7 +56,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case runErr != nil:
 		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
 		return rig.ExitFailed
-	case !rep.ok():
+	case !rep.OK():
 		fmt.Fprintf(stderr, "chaos: FAILED: %d of %d faults failed\n", rep.Failed, len(rep.Results))
 		return rig.ExitFailed
 	}

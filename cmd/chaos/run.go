@@ -9,6 +9,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -25,12 +26,14 @@ func (r *runner) logf(format string, args ...any) {
 
 // Run runs the reference jobs and every fault of cfg, and returns the report. It stops everything
 // it started before it returns, whatever happens (ctx ending included).
-func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
+func Run(ctx context.Context, cfg Config, out io.Writer) (*report.Matrix, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	r := &runner{cfg: cfg, out: out}
-	rep := &Report{Header: rig.NewHeader(cfg.Quick), Settings: settingsOf(cfg)}
+	rep := &report.Matrix{Header: rig.NewHeader(cfg.Quick), Settings: report.MatrixSettings{Workers: cfg.Workers, Concurrency: 2,
+		LeaseS: cfg.LeaseDuration.Seconds(), ShardTimeoutS: cfg.ShardTimeout.Seconds(), At: cfg.At, DeadlineS: cfg.Deadline.Seconds(),
+		CancelWithinS: cfg.CancelWithin.Seconds()}}
 	defer rep.End()
 	var err error
 	if r.rig, err = rig.New(ctx, rig.Options{Dir: cfg.Dir, WorkerBin: cfg.WorkerBin, NATSBin: cfg.NATSBin, Logf: r.logf}); err != nil {
@@ -51,7 +54,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			return rep, errors.New(rep.Incomplete)
 		}
 		refs[j.String()] = ms
-		rep.References = append(rep.References, Reference{Job: j.String(), MakespanS: ms})
+		rep.References = append(rep.References, report.Reference{Job: j.String(), MakespanS: ms})
 	}
 	for _, f := range faults {
 		if ctx.Err() != nil {
@@ -64,7 +67,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	}
 	r.rig.Close()
 	rep.LeftRunning = r.rig.LeftRunning()
-	rep.tally()
+	rep.Tally()
 	return rep, ctx.Err()
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -89,17 +90,17 @@ func (r *runner) failover(ctx context.Context) error {
 	r.log.Phase("failover runs", len(ts))
 	defer r.log.Done()
 	var mu sync.Mutex
-	var runs []FailoverRun
+	var runs []report.FailoverRun
 	err := rig.Parallel(min(r.cfg.Parallel, len(ts)), ts, func(i int, queue <-chan task) error {
-		return r.failoverCluster(ctx, fmt.Sprintf("f%d", i+1), queue, func(run FailoverRun) {
+		return r.failoverCluster(ctx, fmt.Sprintf("f%d", i+1), queue, func(run report.FailoverRun) {
 			mu.Lock()
 			runs = append(runs, run)
 			mu.Unlock()
 			r.log.Add(1)
-			r.log.Logf("%s", describe(run))
+			r.log.Logf("%s", run.Summary())
 		})
 	})
-	slices.SortFunc(runs, func(a, b FailoverRun) int {
+	slices.SortFunc(runs, func(a, b report.FailoverRun) int {
 		if a.Kind != b.Kind {
 			return slices.Index(allScenarios, a.Kind) - slices.Index(allScenarios, b.Kind)
 		}
@@ -113,7 +114,7 @@ func (r *runner) failover(ctx context.Context) error {
 }
 
 // failoverCluster starts a cluster and runs tasks from queue on it until the queue is empty.
-func (r *runner) failoverCluster(ctx context.Context, name string, queue <-chan task, report func(FailoverRun)) error {
+func (r *runner) failoverCluster(ctx context.Context, name string, queue <-chan task, report func(report.FailoverRun)) error {
 	cfg := r.cfg
 	c, err := r.rig.Start(ctx, rig.Spec{Name: name, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
 		LeaseDuration: cfg.LeaseDuration, ShardTimeout: cfg.ShardTimeout})
@@ -171,10 +172,10 @@ func (fc *fcluster) reference(ctx context.Context, j knownjobs.Job) (float64, er
 
 // run does one task: submit, kill at a random point of progress, restart the victim, follow the
 // failover, wait for the job and check its result.
-func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
+func (fc *fcluster) run(ctx context.Context, t task) (report.FailoverRun, error) {
 	cfg := fc.r.cfg
 	rng := rand.New(rand.NewPCG(t.seed, 0x5eed))
-	run := FailoverRun{Kind: t.kind, N: t.n, Cluster: fc.name, JobType: t.job.Type, Shards: t.job.Shards}
+	run := report.FailoverRun{Kind: t.kind, N: t.n, Cluster: fc.name, JobType: t.job.Type, Shards: t.job.Shards}
 	ref, err := fc.reference(ctx, t.job)
 	if err != nil {
 		return run, err
@@ -217,37 +218,34 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 		if err != nil {
 			return run, err
 		}
-		k, v := fc.kill(rk, start, at.Done)
-		run.Kills = append(run.Kills, k)
-		victims = append(victims, v)
+		run.Kills = append(run.Kills, report.NewKill(rk, start, at.Done))
+		victims = append(victims, rk)
 	default:
 		sig := syscall.SIGKILL
 		if t.kind == scGraceful {
 			sig = syscall.SIGTERM
 		}
-		k, v, err := fc.killLeader(jctx, sig, start, at.Done, leader)
+		fo, err := fc.killLeader(jctx, sig, leader)
+		victims = append(victims, fo.Kill)
 		if err != nil {
 			return run, err
 		}
-		victims = append(victims, v)
-		if t.double && k.NewLeader != "" {
+		k := leaderKill(fo, start, at.Done)
+		if t.double {
 			// Kill the leader that just took over, as soon as it is seen elected.
 			cur, _, _ := smp.Last()
-			l2 := &election.LeaderInfo{ID: k.NewLeader, Epoch: k.NewEpoch}
-			k2, v2, err := fc.killLeader(jctx, syscall.SIGKILL, start, cur.Done, l2)
+			fo2, err := fc.killLeader(jctx, syscall.SIGKILL, &election.LeaderInfo{ID: k.NewLeader, Epoch: k.NewEpoch})
 			now, cancel := context.WithCancel(ctx)
 			cancel() // look once
-			k.MergeSeen, k.ToMergeS = fc.awaitFirstMerge(now, smp, k)
+			fc.firstMerge(now, smp, fo, &k)
 			run.Kills = append(run.Kills, k)
+			victims = append(victims, fo2.Kill)
 			if err != nil {
 				return run, err
 			}
-			k = k2
-			victims = append(victims, v2)
+			fo, k = fo2, leaderKill(fo2, start, cur.Done)
 		}
-		if k.NewEpoch != 0 {
-			k.MergeSeen, k.ToMergeS = fc.awaitFirstMerge(jctx, smp, k)
-		}
+		fc.firstMerge(jctx, smp, fo, &k)
 		run.Kills = append(run.Kills, k)
 	}
 
@@ -271,12 +269,12 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 	if len(run.Kills) > 0 {
 		for _, o := range results {
 			if o.Attempt > 1 {
-				run.RerunAfterS = append(run.RerunAfterS, rig.Round3(o.T.Sub(run.Kills[0].at).Seconds()))
+				run.RerunAfterS = append(run.RerunAfterS, rig.Round3(o.T.Sub(run.Kills[0].Sent).Seconds()))
 			}
 		}
 	}
 	run.Elections = rig.Elects(fc.c, start, time.Now())
-	run.timeline = newTimeline(fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start, t.job.Shards, samples,
+	run.Timeline = report.NewTimeline(fmt.Sprintf("%s run %d (%s, %s)", t.kind, t.n, t.job.Type, fc.name), start, t.job.Shards, samples,
 		rig.FirstCompletions(results), run.Kills, run.Elections, run.MakespanS)
 	return run, nil
 }
@@ -284,38 +282,26 @@ func (fc *fcluster) run(ctx context.Context, t task) (FailoverRun, error) {
 // awaitFirstMerge waits for the first result merged by the leader elected after kill k, and
 // says how long after k it came.
 func (fc *fcluster) awaitFirstMerge(ctx context.Context, smp *rig.Sampler, k Kill) (bool, float64) {
-	if e, ok := rig.WaitFirstMerge(ctx, fc.c, k.NewEpoch, smp.Done()); ok {
-		return true, rig.Round3(e.Time.Sub(k.at).Seconds())
-	}
-	return false, 0
+	d, ok := rig.FirstMergeAfter(ctx, fc.c, k.NewEpoch, k.at, smp.Done())
+	return ok, rig.Round3(d.Seconds())
+}
+
+// firstMerge records in k when the leader elected in fo merged its first result.
+func (fc *fcluster) firstMerge(ctx context.Context, smp *rig.Sampler, fo rig.Failover, k *report.Kill) {
+	d, ok := fo.FirstMerge(ctx, fc.c, smp.Done())
+	k.MergeSeen, k.ToMergeS = ok, rig.Round3(d.Seconds())
 }
 
 // killLeader signals the leader l, restarts it at once (the cluster keeps its size) and waits
 // for another election.
-func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, start time.Time, done int, l *election.LeaderInfo) (Kill, rig.Kill, error) {
-	rk, err := rig.KillLeader(ctx, fc.c, sig, true, l)
-	k, v := fc.kill(rk, start, done)
-	if err != nil {
-		return k, v, err
-	}
-	k.Leader, k.Epoch = true, l.Epoch
-	ev, err := rig.WaitElected(ctx, fc.c, l.Epoch, 3*fc.r.cfg.LeaseDuration+10*time.Second)
-	if err != nil {
-		return k, v, fmt.Errorf("after %v of %s: %w", rig.SigName(sig), l.ID, err)
-	}
-	k.NewLeader, k.NewEpoch = ev.Worker, ev.Epoch
-	k.ToLeaderS = rig.Round3(ev.Time.Sub(k.at).Seconds())
-	return k, v, nil
+func (fc *fcluster) killLeader(ctx context.Context, sig syscall.Signal, l *election.LeaderInfo) (rig.Failover, error) {
+	return rig.FailLeader(ctx, fc.c, rig.LeaderFault{Signal: sig, Restart: true, Expect: l, Within: 3*fc.r.cfg.LeaseDuration + 10*time.Second})
 }
 
-// kill is the report's account of the signal rk sent.
-func (fc *fcluster) kill(rk rig.Kill, start time.Time, done int) (Kill, rig.Kill) {
-	return Kill{at: rk.At, AtS: rig.Round3(rk.At.Sub(start).Seconds()), Worker: rk.Worker, Signal: rig.SigName(rk.Signal), Done: done,
-		ExitS: rig.Round3(rk.Exited.Sub(rk.At).Seconds())}, rk
-}
-
-// describe is the one-line account of a run for the progress display.
-func describe(r FailoverRun) string {
-	return fmt.Sprintf("%s run %d [%s, %s]: %s; %s in %.2fs (ref %.2fs); redone %d, duplicates %d", r.Kind, r.N, r.Cluster, r.JobType,
-		killsText(r), resultText(r), r.MakespanS, r.ReferenceS, r.Redone, r.Duplicates)
+// leaderKill is the report's account of the leader's failover fo.
+func leaderKill(fo rig.Failover, start time.Time, done int) report.Kill {
+	k := report.NewKill(fo.Kill, start, done)
+	k.Leader, k.Epoch = true, fo.Epoch
+	k.NewLeader, k.NewEpoch, k.ToLeaderS = fo.Elected.Worker, fo.Elected.Epoch, rig.Round3(fo.ToLeader.Seconds())
+	return k
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -21,7 +22,7 @@ func (r *runner) loaded(ctx context.Context) error {
 		return err
 	}
 	defer r.rig.Stop(c)
-	ld := &Loaded{}
+	ld := &report.Loaded{}
 	r.rep.Loaded = ld
 	// About 10 s of CPU per job on two cores (a tenth of it in short runs, so the last job does
 	// not outlast the run by much).

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/report"
 )
 
 // TestQuick is `loadtest --quick` in CI: every scenario at small size against real Azurite, NATS
@@ -82,7 +84,7 @@ func TestQuick(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name string
-		runs []FailoverRun
+		runs []report.FailoverRun
 		want int
 	}{
 		{"crash", leaderRuns(rep.Failover.Crash), cfg.CrashRuns},
@@ -134,14 +136,14 @@ func TestQuick(t *testing.T) {
 	}
 }
 
-func leaderRuns(f *LeaderFailover) []FailoverRun {
+func leaderRuns(f *report.LeaderFailover) []report.FailoverRun {
 	if f == nil {
 		return nil
 	}
 	return f.Runs
 }
 
-func workerRuns(w *WorkerCrash) []FailoverRun {
+func workerRuns(w *report.WorkerCrash) []report.FailoverRun {
 	if w == nil {
 		return nil
 	}

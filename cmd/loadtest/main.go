@@ -50,11 +50,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
 		code = rig.ExitFailed
 	}
-	if !rep.correct() {
+	if !rep.Correct() {
 		fmt.Fprintf(stderr, "loadtest: FAILED: %d wrong results, %d lost jobs\n", rep.WrongResults, rep.LostJobs)
 		code = rig.ExitFailed
 	}
-	if m := rep.missed(); len(m) > 0 {
+	if m := rep.Missed(); len(m) > 0 {
 		var names []string
 		for _, t := range m {
 			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, rig.Num(t.Value), t.Unit))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
@@ -30,7 +31,7 @@ func (r *runner) million(ctx context.Context) error {
 		return err
 	}
 	stream := protocol.NewNames(strings.ReplaceAll(c.Options().Namespace, "-", "")).ShardStream()
-	m := &Million{Shards: cfg.MillionShards, Window: coordinator.DefaultConfig().DispatchWindow}
+	m := &report.Million{Shards: cfg.MillionShards, Window: coordinator.DefaultConfig().DispatchWindow}
 	r.rep.Million = m // the scenarios run one after another
 	job := knownjobs.Sleep(cfg.MillionShards, "")
 	r.log.Phase(fmt.Sprintf("big job (%d shards)", cfg.MillionShards), cfg.MillionShards)
@@ -45,7 +46,7 @@ func (r *runner) million(ctx context.Context) error {
 	id, smp, start := s.ID, s.Sampler, s.Start
 	m.Job = id
 	stopSampling := rig.Every(jctx, 100*time.Millisecond, func(ctx context.Context) { // the leader's memory and the backlog
-		x := MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
+		x := report.MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
 		if l, err := c.Leader(ctx); err == nil && l != nil {
 			x.Leader = l.ID
 			if p := c.Proc(l.ID); p != nil {
@@ -72,14 +73,16 @@ func (r *runner) million(ctx context.Context) error {
 	})
 	defer stopSampling()
 	s.Wait(jctx)
-	var marks []Kill
+	var marks []report.Kill
 	if s.Reached {
 		k, err := rig.KillLeader(jctx, c, syscall.SIGKILL, true, nil)
 		if err != nil {
 			return fmt.Errorf("big job: kill the leader: %w", err)
 		}
 		m.Killed, m.KilledAt = true, s.Seen
-		marks = append(marks, Kill{AtS: rig.Round3(k.At.Sub(start).Seconds()), Worker: k.Worker, Signal: "SIGKILL", Leader: true, Epoch: k.Epoch, at: k.At})
+		mark := report.NewKill(k, start, s.At.Done)
+		mark.Leader, mark.Epoch = true, k.Epoch
+		marks = append(marks, mark)
 		if ev, err := rig.WaitElected(jctx, c, k.Epoch, 2*cfg.JobTimeout); err == nil {
 			m.ToLeaderS = rig.Round3(ev.Time.Sub(k.At).Seconds())
 		}
@@ -94,10 +97,10 @@ func (r *runner) million(ctx context.Context) error {
 	if o.Makespan > 0 {
 		m.MakespanS = rig.Round3(o.Makespan.Seconds())
 	}
-	m.timeline = newTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, rig.Elects(c, start, time.Now()), m.MakespanS)
+	m.Timeline = report.NewTimeline(fmt.Sprintf("%d-shard job, leader killed at 50 %%", m.Shards), start, m.Shards, smp.Close(), nil, marks, rig.Elects(c, start, time.Now()), m.MakespanS)
 	// Keep the report readable: every sample of a short job, about one a second of a long one.
 	if len(m.Samples) > 600 {
-		var thin []MemSample
+		var thin []report.MemSample
 		for i, s := range m.Samples {
 			if i%10 == 0 {
 				thin = append(thin, s)

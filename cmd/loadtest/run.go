@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -51,11 +52,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	rep := &Report{Header: rig.NewHeader(cfg.Quick), Seed: cfg.Seed, Scenarios: cfg.Scenarios,
-		Settings: Settings{Workers: cfg.Workers, Concurrency: cfg.Concurrency, ThroughputConcurrency: cfg.ThroughputConcurrency,
+	rep := &Report{Load: report.Load{Header: rig.NewHeader(cfg.Quick), Seed: cfg.Seed, Scenarios: cfg.Scenarios,
+		Settings: report.LoadSettings{Workers: cfg.Workers, Concurrency: cfg.Concurrency, ThroughputConcurrency: cfg.ThroughputConcurrency,
 			LeaseS: cfg.LeaseDuration.Seconds(), ShardTimeoutS: cfg.ShardTimeout.Seconds(), MapDelayS: cfg.MapDelay.Seconds(),
 			FailoverShards: cfg.FailoverShards, Parallel: cfg.Parallel, InFlightBound: 2*cfg.Concurrency + 1,
-			Attached: cfg.ConnStr != "" || cfg.NATSURL != "", WorkerBin: cfg.WorkerBin}}
+			Attached: cfg.ConnStr != "" || cfg.NATSURL != "", WorkerBin: cfg.WorkerBin}}}
 	defer rep.End()
 	log := rig.NewProgress(out)
 	if cfg.Dir == "" {
@@ -110,78 +111,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		r.errorf("left running: %s", p)
 	}
 	rep.Targets = targets(&cfg, rep)
-	if runErr == nil && rep.correct() && !cfg.Keep {
+	if runErr == nil && rep.Correct() && !cfg.Keep {
 		_ = os.RemoveAll(cfg.Dir)
 	} else {
 		log.Logf("logs kept in %s", cfg.Dir)
 	}
-	return rep, plotted(rep), runErr
+	return rep, rep.Timelines(), runErr
 }
 
 // summarizeFailover fills the failover sections of the report from the runs.
-func (r *runner) summarizeFailover(runs []FailoverRun) {
+func (r *runner) summarizeFailover(runs []report.FailoverRun) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	bound := r.rep.Settings.InFlightBound
-	byKind := map[string][]FailoverRun{}
-	for _, run := range runs {
-		byKind[run.Kind] = append(byKind[run.Kind], run)
-		r.rep.RedoneShards += run.Redone
-		r.rep.CompletedRerun += run.CompletedRerun
-		// The bound holds for SIGKILL: a killed process holds at most that many shards. A process
-		// stopped with SIGTERM goes on taking shards (and handing them back) until it is done.
-		if killedOnly(run) && run.Redelivered > bound*len(run.Kills) {
-			r.rep.RedoneOverBound++
-		}
-	}
-	leader := func(runs []FailoverRun) *LeaderFailover {
-		if len(runs) == 0 {
-			return nil
-		}
-		var toLeader, toMerge, redone, dups, lost, exit []float64
-		for _, run := range runs {
-			for _, k := range run.Kills {
-				exit = append(exit, k.ExitS)
-				if k.Leader && k.NewLeader != "" {
-					toLeader = append(toLeader, k.ToLeaderS)
-				}
-				if k.MergeSeen {
-					toMerge = append(toMerge, k.ToMergeS)
-				}
-			}
-			if run.Error == "" || run.Exact {
-				redone = append(redone, float64(run.Redone))
-				dups = append(dups, float64(run.Duplicates))
-				if run.MakespanS > 0 {
-					lost = append(lost, run.TimeLostS)
-				}
-			}
-		}
-		lf := &LeaderFailover{ToLeader: rig.Summarize(toLeader), ToFirstMerge: rig.Summarize(toMerge), Redone: rig.Summarize(redone),
-			Duplicates: rig.Summarize(dups), TimeLost: rig.Summarize(lost), Exit: rig.Summarize(exit), Runs: runs}
-		lf.P50S, lf.P90S, lf.MaxS = lf.ToLeader.P50, lf.ToLeader.P90, lf.ToLeader.Max
-		return lf
-	}
-	r.rep.Failover.Crash = leader(byKind[scCrash])
-	r.rep.Failover.Graceful = leader(byKind[scGraceful])
-	if wr := byKind[scWorkerCrash]; len(wr) > 0 {
-		var lost, redone []float64
-		for _, run := range wr {
-			if run.MakespanS > 0 {
-				lost = append(lost, run.TimeLostS)
-			}
-			redone = append(redone, float64(run.Redone))
-		}
-		r.rep.WorkerCrash = &WorkerCrash{TimeLost: rig.Summarize(lost), Redone: rig.Summarize(redone), Runs: wr}
-	}
-}
-
-// killedOnly reports whether every signal of run was SIGKILL (and there was one).
-func killedOnly(run FailoverRun) bool {
-	for _, k := range run.Kills {
-		if k.Signal != "SIGKILL" {
-			return false
-		}
-	}
-	return len(run.Kills) > 0
+	r.rep.SummarizeFailover(runs)
 }

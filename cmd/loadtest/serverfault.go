@@ -11,21 +11,9 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
-
-// ServerFault is a run with a server down mid-job: the job, its reference and what was lost.
-type ServerFault struct {
-	DownS         float64 `json:"down_s"`
-	Job           string  `json:"job"`
-	Exact         bool    `json:"exact"`
-	LeaderChanges int     `json:"leader_changes"` // new terms during the job after the first
-	MakespanS     float64 `json:"makespan_s"`
-	ReferenceS    float64 `json:"reference_makespan_s"`
-	TimeLostS     float64 `json:"time_lost_s"`
-
-	timeline *rig.Timeline
-}
 
 // outage is issue 11's NATS-outage run: a cluster on a nats-server process of its own,
 // SIGKILLed mid-job for OutageDuration and started again on the same port and store. The job
@@ -38,7 +26,7 @@ func (r *runner) outage(ctx context.Context) error {
 	defer r.rig.Stop(c)
 	np := c.NATSProcess()
 	r.log.Logf("nats-outage: nats-server process on %s", np.URL())
-	out := &Outage{}
+	out := &report.Outage{}
 	r.rep.Outage = out
 	kill := func(context.Context) (string, string, error) {
 		return "nats-server", "SIGKILL", np.Signal(syscall.SIGKILL)
@@ -71,7 +59,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 		return err
 	}
 	defer r.rig.Stop(c)
-	res := &NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
+	res := &report.NATSCluster{Nodes: 3, Replicas: 3, KilledNode: -1}
 	r.rep.NATSCluster = res
 	stop := func(ctx context.Context) (string, string, error) {
 		res.KilledNode = 0
@@ -101,7 +89,7 @@ func (r *runner) natsClusterRun(ctx context.Context) error {
 // reference measures what the faulted job does. stop takes the server down and names it and how;
 // restart brings it back. With lessDown the time lost leaves out the time down. It fills f and
 // returns when the faulted job ran.
-func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name string, down time.Duration, lessDown bool, f *ServerFault,
+func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name string, down time.Duration, lessDown bool, f *report.ServerFault,
 	stop func(context.Context) (string, string, error), restart func() error, title func() string) (start, end time.Time, err error) {
 	job := knownjobs.Sleep(r.cfg.FailoverShards, "")
 	if _, err := r.runJob(ctx, c, knownjobs.Sleep(20, ""), name+": warm-up", 20); err != nil {
@@ -129,14 +117,14 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 		return start, end, ctx.Err()
 	}
 	f.Job = s.ID
-	var marks []Kill
+	var marks []report.Kill
 	if s.Reached {
 		killed := time.Now()
 		what, how, err := stop(jctx)
 		if err != nil {
 			return start, end, err
 		}
-		marks = append(marks, Kill{AtS: rig.Round3(killed.Sub(s.Start).Seconds()), Worker: what, Signal: how, Done: s.At.Done, at: killed})
+		marks = append(marks, report.Kill{AtS: rig.Round3(killed.Sub(s.Start).Seconds()), Worker: what, Signal: how, Done: s.At.Done, Sent: killed})
 		r.log.Logf("%s: %s (%s) with %d of %d results on the wire (%d merged); down for %v", name, what, how, s.Seen, job.Shards, s.At.Done, down)
 		if err := rig.Sleep(ctx, down); err != nil {
 			return start, end, err
@@ -145,7 +133,7 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 			return start, end, fmt.Errorf("restart %s: %w", what, err)
 		}
 		f.DownS = rig.Round3(time.Since(killed).Seconds())
-		marks = append(marks, Kill{AtS: rig.Round3(time.Since(s.Start).Seconds()), Worker: what, Signal: "restart"})
+		marks = append(marks, report.Kill{AtS: rig.Round3(time.Since(s.Start).Seconds()), Worker: what, Signal: "restart"})
 		r.log.Logf("%s: %s back after %.1fs", name, what, f.DownS)
 	}
 	o, err := r.awaitEnd(ctx, jctx, job, s.Sampler, name, s.Start)
@@ -167,6 +155,6 @@ func (r *runner) serverFault(ctx context.Context, c *cluster.Cluster, name strin
 	}
 	time.Sleep(500 * time.Millisecond) // events buffered during the fault arrive
 	f.LeaderChanges = rig.Changes(c, terms, s.Start, end)
-	f.timeline = newTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, rig.Elects(c, s.Start, end), f.MakespanS)
+	f.Timeline = report.NewTimeline(title(), s.Start, job.Shards, s.Close(), nil, marks, rig.Elects(c, s.Start, end), f.MakespanS)
 	return s.Start, end, nil
 }

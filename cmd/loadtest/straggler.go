@@ -6,6 +6,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -21,7 +22,7 @@ const stragglerSlowdown = 10
 // The same on Workers workers (3), where the bound alone is 1.43×, is reported, not judged.
 func (r *runner) straggler(ctx context.Context) error {
 	cfg := r.cfg
-	st := &Straggler{}
+	st := &report.Straggler{}
 	run, err := r.stragglerRun(ctx, "strag", cfg.StragglerWorkers, cfg.StragglerShards)
 	if err != nil {
 		return err
@@ -41,10 +42,10 @@ func (r *runner) straggler(ctx context.Context) error {
 // stragglerRun runs the comparison on two clusters of n workers, idle in turn. StragglerRuns
 // rounds of (without the straggler, with it) let outside load weigh on both alike. The best
 // makespan of each counts.
-func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (StragglerRun, error) {
+func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (report.StragglerRun, error) {
 	cfg := r.cfg
 	job := knownjobs.Sleep(shards, "")
-	st := StragglerRun{Workers: n, Shards: shards, Runs: cfg.StragglerRuns, DelayS: cfg.StragglerDelay.Seconds(),
+	st := report.StragglerRun{Workers: n, Shards: shards, Runs: cfg.StragglerRuns, DelayS: cfg.StragglerDelay.Seconds(),
 		StragglerS: stragglerSlowdown * cfg.StragglerDelay.Seconds(), Bound: rig.Round3(float64(n) / (float64(n) - 1 + 1.0/stragglerSlowdown)), Exact: true}
 	type side struct {
 		c                                *cluster.Cluster

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -15,7 +16,7 @@ import (
 // load from outside the test weighs on both alike. The best of each counts.
 func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
-	tp := &Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
+	tp := &report.Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
 	r.rep.Throughput = tp
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "tp", Concurrency: cfg.ThroughputConcurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
@@ -32,7 +33,7 @@ func (r *runner) throughput(ctx context.Context) error {
 		}
 		cpu := rig.ClusterCPU(c) - cpu0
 		if !o.Lost && o.Exact {
-			run := ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
+			run := report.ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
 				CPUMicros: rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
 			run.PerS = rig.Round3(float64(cfg.ThroughputShards) / o.Makespan.Seconds())
 			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
@@ -58,7 +59,7 @@ func (r *runner) throughput(ctx context.Context) error {
 				r.errorf("baseline (prefetch %d): %v", pf, err)
 				continue
 			}
-			b := BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
+			b := report.BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
 			tp.Baseline = append(tp.Baseline, b)
 			tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
 			r.log.Add(1)
@@ -96,7 +97,7 @@ func (r *runner) efficiency(ctx context.Context) error {
 		}
 		results, _ := sn.Take(o.ID)
 		ideal := d.Seconds() * float64(shards) / float64(cfg.slots())
-		e := Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: rig.Round3(ideal), Job: o.ID, Exact: o.Exact}
+		e := report.Efficiency{Shards: shards, ShardS: d.Seconds(), Slots: cfg.slots(), IdealS: rig.Round3(ideal), Job: o.ID, Exact: o.Exact}
 		if !o.Lost && o.Makespan > 0 {
 			e.MakespanS = rig.Round3(o.Makespan.Seconds())
 			e.Ratio = rig.Round3(ideal / o.Makespan.Seconds())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -17,7 +18,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 		return err
 	}
 	defer r.rig.Stop(c)
-	wc := &Wordcount{Bytes: cfg.WordcountBytes}
+	wc := &report.Wordcount{Bytes: cfg.WordcountBytes}
 	vocabs := []int{1_000, 200_000}
 	jobs := map[int]knownjobs.Job{}
 	for _, vocab := range vocabs {
@@ -39,7 +40,7 @@ func (r *runner) wordcount(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			run := WordcountRun{Vocabulary: vocab, Job: o.ID, Exact: o.Exact}
+			run := report.WordcountRun{Vocabulary: vocab, Job: o.ID, Exact: o.Exact}
 			if o.Exact && o.Makespan > 0 {
 				run.MakespanS = rig.Round3(o.Makespan.Seconds())
 				run.PerS = rig.Round3(float64(job.Shards) / o.Makespan.Seconds())

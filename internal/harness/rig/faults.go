@@ -74,6 +74,54 @@ func WaitElected(ctx context.Context, c *cluster.Cluster, epoch uint64, within t
 	return ev, nil
 }
 
+// LeaderFault says how FailLeader strikes the leader.
+type LeaderFault struct {
+	Signal  syscall.Signal
+	Restart bool                 // start the victim again under its id (the cluster keeps its size)
+	Expect  *election.LeaderInfo // the term the lease must still name; nil: whoever leads
+	Within  time.Duration        // how long the next election may take
+	Then    func() error         // runs right after the signal, before the wait (e.g. a cancel)
+}
+
+// Failover is a leader struck and the election that followed.
+type Failover struct {
+	Kill                   // the signal sent to the leader
+	Elected  cluster.Event // the next term's election
+	ToLeader time.Duration // signal → elected
+}
+
+// FailLeader signals c's leader as f says and waits for another worker's election.
+func FailLeader(ctx context.Context, c *cluster.Cluster, f LeaderFault) (Failover, error) {
+	k, err := KillLeader(ctx, c, f.Signal, f.Restart, f.Expect)
+	fo := Failover{Kill: k}
+	if err == nil && f.Then != nil {
+		err = f.Then()
+	}
+	if err != nil {
+		return fo, err
+	}
+	ev, err := WaitElected(ctx, c, k.Epoch, f.Within)
+	if err != nil {
+		return fo, fmt.Errorf("after %v of %s: %w", SigName(f.Signal), k.Worker, err)
+	}
+	fo.Elected, fo.ToLeader = ev, ev.Time.Sub(k.At)
+	return fo, nil
+}
+
+// FirstMerge waits for the new term's first merge (WaitFirstMerge) and times it from the signal.
+func (f Failover) FirstMerge(ctx context.Context, c *cluster.Cluster, ended <-chan struct{}) (time.Duration, bool) {
+	return FirstMergeAfter(ctx, c, f.Elected.Epoch, f.At, ended)
+}
+
+// FirstMergeAfter waits for the first merge of the term epoch (WaitFirstMerge) and times it from
+// struck.
+func FirstMergeAfter(ctx context.Context, c *cluster.Cluster, epoch uint64, struck time.Time, ended <-chan struct{}) (time.Duration, bool) {
+	if e, ok := WaitFirstMerge(ctx, c, epoch, ended); ok {
+		return e.Time.Sub(struck), true
+	}
+	return 0, false
+}
+
 // SigName is a signal's conventional name ("SIGKILL").
 func SigName(s syscall.Signal) string {
 	switch s {

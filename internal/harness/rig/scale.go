@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -96,16 +97,12 @@ type Takeover struct {
 // KillAndTime SIGKILLs c's leader, restarts it (the cluster keeps its size) and times the next election. It
 // also counts the lease breaks the followers reported meanwhile.
 func KillAndTime(ctx context.Context, c *cluster.Cluster, within time.Duration) (Takeover, error) {
-	k, err := KillLeader(ctx, c, 9, true, nil)
-	if err != nil {
-		return Takeover{}, err
-	}
-	ev, err := WaitElected(ctx, c, k.Epoch, within)
+	f, err := FailLeader(ctx, c, LeaderFault{Signal: syscall.SIGKILL, Restart: true, Within: within})
 	if err != nil {
 		return Takeover{}, err
 	}
 	_ = Sleep(ctx, 300*time.Millisecond) // late breaks, if any, are counted
-	return Takeover{Workers: len(c.Running()), S: Round3(ev.Time.Sub(k.At).Seconds()), Breaks: CountEvents(c, string(election.EventBrokeLease), k.At, time.Now(), 0)}, nil
+	return Takeover{Workers: len(c.Running()), S: Round3(f.ToLeader.Seconds()), Breaks: CountEvents(c, string(election.EventBrokeLease), f.At, time.Now(), 0)}, nil
 }
 
 // Intake is a burst of tiny jobs from parallel submitters.

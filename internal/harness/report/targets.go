@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -6,14 +6,32 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// targets judges the targets of issues 11 (failover), 12 (throughput, memory, stragglers) and 13
-// (a NATS cluster). In a quick run only correctness is judged.
-func targets(cfg *Config, rep *Report) []Target {
-	var ts []Target
-	speed := !cfg.Quick
-	add := func(name, want string, value float64, unit string, met, judged bool, note string) {
-		ts = append(ts, Target{Name: name, Want: want, Value: value, Unit: unit, Met: met, Judged: judged, Note: note})
-	}
+// Target is one of the issue's targets with the measured value.
+type Target struct {
+	Name   string  `json:"name"`
+	Want   string  `json:"want"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Met    bool    `json:"met"`
+	Judged bool    `json:"judged"` // false in --quick runs (correctness only) or when not measured
+	Note   string  `json:"note,omitempty"`
+}
+
+// Targets collects judged targets.
+type Targets []Target
+
+// Add appends a target.
+func (ts *Targets) Add(name, want string, value float64, unit string, met, judged bool, note string) {
+	*ts = append(*ts, Target{Name: name, Want: want, Value: value, Unit: unit, Met: met, Judged: judged, Note: note})
+}
+
+// Judge judges the targets of issues 11 (failover), 12 (throughput, memory, stragglers) and 13
+// (a NATS cluster); more adds the command's own before the correctness totals. A quick run
+// judges only correctness.
+func (rep *Load) Judge(quick bool, more func(*Targets)) []Target {
+	var ts Targets
+	speed := !quick
+	add := ts.Add
 	if tp := rep.Throughput; tp != nil {
 		add("throughput at default settings ÷ bare JetStream round trip", "≥ 1.0", tp.Ratio, "×", tp.Ratio >= 1.0, speed && tp.BaselinePerS > 0, "")
 		add("CPU per no-op shard, all processes but Azurite", "≤ 80 µs", tp.CPUMicrosPerShard, " µs", tp.CPUMicrosPerShard > 0 && tp.CPUMicrosPerShard <= 80,
@@ -74,8 +92,9 @@ func targets(cfg *Config, rep *Report) []Target {
 	if n := rep.NATSCluster; n != nil {
 		add("3-node NATS cluster (R3), a node killed mid-job: exact (1 = yes)", "1", b2f(n.Exact), "", n.Exact && n.DownS > 0, true, fmt.Sprintf("%.2f s lost", n.TimeLostS))
 	}
-	classTargets(cfg, rep, add)
-	ts = append(ts, keyedTargets(cfg, rep)...)
+	if more != nil {
+		more(&ts)
+	}
 	add("wrong results", "0", float64(rep.WrongResults), "", rep.WrongResults == 0, true, "")
 	add("lost jobs", "0", float64(rep.LostJobs), "", rep.LostJobs == 0, true, "")
 	if rep.Failover.Crash != nil || rep.Failover.Graceful != nil || rep.WorkerCrash != nil {
@@ -94,11 +113,11 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// correct reports whether the run produced only exact results and lost no job.
-func (rep *Report) correct() bool { return rep.WrongResults == 0 && rep.LostJobs == 0 }
+// Correct reports whether the run produced only exact results and lost no job.
+func (rep *Load) Correct() bool { return rep.WrongResults == 0 && rep.LostJobs == 0 }
 
-// missed lists the judged targets that were not met.
-func (rep *Report) missed() []Target {
+// Missed lists the judged targets that were not met.
+func (rep *Load) Missed() []Target {
 	var out []Target
 	for _, t := range rep.Targets {
 		if t.Judged && !t.Met {

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -8,9 +8,17 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// writeMarkdown writes the human summary of rep: targets, correctness, p50/p90/max of every
-// figure, then the individual runs.
-func writeMarkdown(w io.Writer, rep *Report) {
+// Sections are the parts of the load test's summary that its command writes itself.
+type Sections struct {
+	AfterTotals func(io.Writer)                  // after the targets and correctness totals
+	Figures     func(row func(string, rig.Dist)) // rows of the figures table, after wordcount
+	Notes       []string                         // after the notes on failover and throughput
+	AfterNotes  func(io.Writer)                  // after the notes
+}
+
+// WriteMarkdown writes the human summary of rep: targets, correctness, p50/p90/max of every
+// figure, then the individual runs. x adds the command's own sections.
+func (rep *Load) WriteMarkdown(w io.Writer, x Sections) {
 	m := rig.Markdown{W: w}
 	p := m.P
 	s := rep.Settings
@@ -44,7 +52,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 	}
 	m.Para("Jobs submitted: %d. Wrong results: %d. Lost jobs: %d. Shards run more than once (all failover runs): %d; "+
 		"of them completed by a surviving process and re-run: %d.", rep.Jobs, rep.WrongResults, rep.LostJobs, rep.RedoneShards, rep.CompletedRerun)
-	writeFailClasses(w, rep)
+	call(x.AfterTotals, w)
 
 	m.Section("Figures")
 	m.Table("figure", "n", "p50", "p90", "max")
@@ -82,7 +90,9 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			row(fmt.Sprintf("wordcount, %d-word vocabulary (%d shards): shards/s (the best counts)", vocab, wc.Shards), rig.Summarize(xs))
 		}
 	}
-	writeKeyedFigures(row, rep)
+	if x.Figures != nil {
+		x.Figures(row)
+	}
 	if st := rep.Straggler; st != nil {
 		for _, x := range []*StragglerRun{&st.StragglerRun, st.Small} {
 			if x == nil {
@@ -172,8 +182,8 @@ func writeMarkdown(w io.Writer, rep *Report) {
 				killsText(r), rig.Num(r.MakespanS), rig.Num(r.ReferenceS), r.Redone, r.Duplicates, resultText(r))
 		}
 	}
-	m.List("Notes", append(notes(rep), keyedNotes(rep)...))
-	writeScale(w, rep.Scale)
+	m.List("Notes", append(notes(rep), x.Notes...))
+	call(x.AfterNotes, w)
 	if rep.Plot != "" {
 		m.Para("Timeline plot: %s", rep.Plot)
 	}
@@ -218,7 +228,7 @@ func resultText(r FailoverRun) string {
 }
 
 // notes explains the figures from the settings that shape them.
-func notes(rep *Report) []string {
+func notes(rep *Load) []string {
 	s := rep.Settings
 	var out []string
 	if c := rep.Failover.Crash; c != nil && c.ToLeader.N > 0 {
@@ -263,4 +273,10 @@ func concurrencyText(n int) string {
 		return "at the worker default"
 	}
 	return fmt.Sprint(n)
+}
+
+func call(f func(io.Writer), w io.Writer) {
+	if f != nil {
+		f(w)
+	}
 }

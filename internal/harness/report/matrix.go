@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"fmt"
@@ -8,19 +8,22 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
-// Report is the JSON report (--json). Durations are seconds.
-type Report struct {
+// VerdictOK is a fault's verdict when nothing went wrong.
+const VerdictOK = "ok"
+
+// Matrix is the fault matrix's JSON report. Durations are seconds.
+type Matrix struct {
 	rig.Header
-	Settings    Settings    `json:"settings"`
-	References  []Reference `json:"references"`
-	Results     []Result    `json:"results"`
-	LeftRunning []string    `json:"left_running,omitempty"` // processes the run started that outlived it
-	Incomplete  string      `json:"incomplete,omitempty"`
-	Failed      int         `json:"failed"` // faults whose verdict is not ok
+	Settings    MatrixSettings `json:"settings"`
+	References  []Reference    `json:"references"`
+	Results     []FaultResult  `json:"results"`
+	LeftRunning []string       `json:"left_running,omitempty"` // processes the run started that outlived it
+	Incomplete  string         `json:"incomplete,omitempty"`
+	Failed      int            `json:"failed"` // faults whose verdict is not ok
 }
 
-// Settings are what shaped the run.
-type Settings struct {
+// MatrixSettings are what shaped the fault matrix.
+type MatrixSettings struct {
 	Workers       int     `json:"workers"`
 	Concurrency   int     `json:"concurrency"`
 	LeaseS        float64 `json:"lease_s"`
@@ -30,19 +33,14 @@ type Settings struct {
 	CancelWithinS float64 `json:"cancel_within_s"`
 }
 
-func settingsOf(c Config) Settings {
-	return Settings{Workers: c.Workers, Concurrency: 2, LeaseS: c.LeaseDuration.Seconds(), ShardTimeoutS: c.ShardTimeout.Seconds(),
-		At: c.At, DeadlineS: c.Deadline.Seconds(), CancelWithinS: c.CancelWithin.Seconds()}
-}
-
 // Reference is a job's makespan without a fault.
 type Reference struct {
 	Job       string  `json:"job"`
 	MakespanS float64 `json:"makespan_s"`
 }
 
-// Result is one fault's row.
-type Result struct {
+// FaultResult is one fault's row.
+type FaultResult struct {
 	Fault string `json:"fault"`
 	What  string `json:"what"`
 	Job   string `json:"job"`
@@ -69,22 +67,23 @@ type Result struct {
 	Notes         []string `json:"notes,omitempty"`
 }
 
-func (rep *Report) tally() {
+// Tally counts the failed faults.
+func (rep *Matrix) Tally() {
 	rep.Failed = 0
 	for _, r := range rep.Results {
-		if r.Verdict != verdictOK {
+		if r.Verdict != VerdictOK {
 			rep.Failed++
 		}
 	}
 }
 
-// ok reports whether every fault passed and nothing is left running.
-func (rep *Report) ok() bool {
+// OK reports whether every fault passed and nothing is left running.
+func (rep *Matrix) OK() bool {
 	return rep.Incomplete == "" && rep.Failed == 0 && len(rep.LeftRunning) == 0
 }
 
-// writeMarkdown writes the table of faults, then each fault's notes and problem.
-func writeMarkdown(w io.Writer, rep *Report) {
+// WriteMarkdown writes the table of faults, then each fault's notes and problem.
+func (rep *Matrix) WriteMarkdown(w io.Writer) {
 	m := rig.Markdown{W: w}
 	p := m.P
 	kind := "full matrix"
@@ -129,7 +128,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			left = rig.Cell(strings.Join(r.LeftBehind, "; "))
 		}
 		verdict := r.Verdict
-		if verdict != verdictOK {
+		if verdict != VerdictOK {
 			verdict = "**" + verdict + "**"
 		}
 		p("| %s | %s | %s | %s | %d | %s |", r.Fault, verdict, exact, lost, r.LeaderChanges, left)

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDurations(t *testing.T) {
+	got, err := parseDurations(" 2ms, 5ms,")
+	if err != nil || len(got) != 2 || got[0] != 2*time.Millisecond || got[1] != 5*time.Millisecond {
+		t.Fatalf("parseDurations = %v, %v", got, err)
+	}
+	for _, bad := range []string{"2", "x", "-1ms", "0s"} {
+		if _, err := parseDurations(bad); err == nil || !strings.Contains(err.Error(), "positive duration") {
+			t.Errorf("parseDurations(%q) = %v, want a clear error", bad, err)
+		}
+	}
+}
+
+func TestValidate_NewScenarioSettings(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"no efficiency duration", func(c *Config) { c.EfficiencyDurations = nil }, "efficiency"},
+		{"outage too long", func(c *Config) { c.OutageDuration = time.Hour }, "outage duration"},
+		{"loaded too short", func(c *Config) { c.LoadedDuration = time.Millisecond }, "loaded duration"},
+		{"million too big", func(c *Config) { c.MillionShards = 2_000_000 }, "million"},
+		{"wordcount tiny shards", func(c *Config) { c.WordcountShardBytes = 10 }, "wordcount"},
+		{"straggler without delay", func(c *Config) { c.StragglerDelay = 0 }, "straggler"},
+		{"straggler on one worker", func(c *Config) { c.StragglerWorkers = 1 }, "straggler workers"},
+		{"straggler small job tiny", func(c *Config) { c.StragglerSmallShards = 5 }, "straggler small shards"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			c.mod(&cfg)
+			if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate = %v, want an error about %q", err, c.want)
+			}
+		})
+	}
+	if cfg := DefaultConfig(); cfg.Validate() != nil {
+		t.Fatalf("default config invalid: %v", cfg.Validate())
+	}
+}
