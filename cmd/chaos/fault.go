@@ -190,22 +190,13 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 			}
 		}
 	}
-	for _, x := range fr.failures {
-		fail(x[0], x[1])
-	}
 	ids := []string{fr.id}
 	for _, x := range fr.more {
 		ids = append(ids, x.id)
-		xst, xended := rig.WaitEnd(ctx, c, x.id, deadline)
-		switch {
-		case xst == nil:
-			fail(verdictLost, fmt.Sprintf("job %s (submitted during the fault) unreadable", x.id))
-		case !xended:
-			fail(verdictStuck, fmt.Sprintf("job %s (submitted during the fault) not ended %v after the heal (%s)", x.id, r.cfg.Deadline, rig.Describe(xst)))
-		default:
-			var sub report.FaultResult
-			r.judgeExact(j, x.start, xst, &sub, func(v, p string) report.FaultResult { return fail(v, "job submitted during the fault: "+p) })
-		}
+		fr.judgeJob(ctx, c, x, deadline, " (submitted during the fault)")
+	}
+	for _, x := range fr.failures {
+		fail(x[0], x[1])
 	}
 	for src, want := range f.dead {
 		if n := rig.DeadLetters(ctx, c, src, uint64(want)); n < uint64(want) {
@@ -214,14 +205,9 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 			fr.note("%d dead letters from %s", n, src)
 		}
 	}
+	res.LeaderChanges = rig.CountEvents(c, cluster.Elected, injected, time.Now(), 0)
 	if fr.changesSeen != nil {
 		res.LeaderChanges = *fr.changesSeen
-	} else {
-		for _, ev := range c.Events() {
-			if ev.Kind == cluster.Elected && !ev.Time.Before(injected) {
-				res.LeaderChanges++
-			}
-		}
 	}
 	res.LeftBehind = rig.Leftovers(ctx, c, ids)
 	if exited := c.Exited(); len(exited) > 0 {
@@ -254,6 +240,29 @@ func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status,
 	default:
 		fail(verdictWrong, o.Problem)
 	}
+}
+
+// judgeJob waits until deadline for job x of f's type on c to end exact; what follows the job's
+// id in a problem.
+func (f *faultRun) judgeJob(ctx context.Context, c *cluster.Cluster, x extraJob, deadline time.Time, what string) (rig.Outcome, bool) {
+	st, ended := rig.WaitEnd(ctx, c, x.id, deadline)
+	switch {
+	case st == nil:
+		f.fail(verdictLost, fmt.Sprintf("job %s%s unreadable", x.id, what))
+	case !ended:
+		f.fail(verdictStuck, fmt.Sprintf("job %s%s not ended %v after the heal (%s)", x.id, what, f.r.cfg.Deadline, rig.Describe(st)))
+	default:
+		o := rig.Judge(rig.Outcome{ID: x.id, Start: x.start}, f.job, st)
+		switch {
+		case o.Exact:
+			return o, true
+		case st.State != jobs.StateSucceeded:
+			f.fail(verdictFailed, fmt.Sprintf("job %s%s: %s", x.id, what, o.Problem))
+		default:
+			f.fail(verdictWrong, fmt.Sprintf("job %s%s: %s", x.id, what, o.Problem))
+		}
+	}
+	return rig.Outcome{}, false
 }
 
 // judgeCancel checks that the job ended cancelled within CancelWithin of the new leader's

@@ -171,8 +171,7 @@ func injectJetStreamR3(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	defer js.Conn().Close()
-	j := f.job
-	id, start, err := rig.Submit(ctx, c, j)
+	id, start, err := rig.Submit(ctx, c, f.job)
 	if err != nil {
 		return err
 	}
@@ -189,19 +188,8 @@ func injectJetStreamR3(ctx context.Context, f *faultRun) error {
 		return err
 	}
 	for _, y := range []extraJob{{id: id, start: start}, x} {
-		st, ended := rig.WaitEnd(ctx, c, y.id, time.Now().Add(r.cfg.Deadline))
-		switch {
-		case st == nil:
-			f.fail(verdictLost, fmt.Sprintf("R3 job %s unreadable", y.id))
-		case !ended:
-			f.fail(verdictStuck, fmt.Sprintf("R3 job %s not ended %v after the restart (%s)", y.id, r.cfg.Deadline, rig.Describe(st)))
-		default:
-			o := rig.Judge(rig.Outcome{ID: y.id, Start: y.start}, j, st)
-			if !o.Exact {
-				f.fail(verdictWrong, "R3: "+o.Problem)
-			} else {
-				f.note("R3 job %s exact in %.2f s", y.id, o.Makespan.Seconds())
-			}
+		if o, ok := f.judgeJob(ctx, c, y, time.Now().Add(r.cfg.Deadline), " (R3)"); ok {
+			f.note("R3 job %s exact in %.2f s", y.id, o.Makespan.Seconds())
 		}
 	}
 	drain(ctx, f, c, []string{id, x.id})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,18 +16,17 @@ import (
 func main() { os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
+	say := rig.Sayer(stderr, "chaos")
 	cfg, jsonPath, mdPath, keep, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return rig.ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		return rig.ExitUsage
+		return say(rig.ExitUsage, "%v", err)
 	}
 	if cfg.Dir == "" {
 		if cfg.Dir, err = os.MkdirTemp("", "chaos-"); err != nil {
-			fmt.Fprintf(stderr, "chaos: %v\n", err)
-			return rig.ExitFailed
+			return say(rig.ExitFailed, "%v", err)
 		}
 		if !keep {
 			defer os.RemoveAll(cfg.Dir)
@@ -36,29 +36,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	rep, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
-		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return rig.ExitUsage
+		return say(rig.ExitUsage, "%v", runErr)
 	}
 	code := rig.ExitOK
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)
 	if err := rig.WriteReport(stdout, md.Bytes(), mdPath, jsonPath, rep); err != nil {
-		fmt.Fprintf(stderr, "chaos: %v\n", err)
-		code = rig.ExitFailed
+		code = say(rig.ExitFailed, "%v", err)
 	}
 	if keep {
-		fmt.Fprintf(stderr, "chaos: logs and data kept in %s\n", cfg.Dir)
+		say(0, "logs and data kept in %s", cfg.Dir)
 	}
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "chaos: interrupted; everything it started is stopped")
-		return rig.ExitInterrupted
+		return say(rig.ExitInterrupted, "interrupted; everything it started is stopped")
 	case runErr != nil:
-		fmt.Fprintf(stderr, "chaos: %v\n", runErr)
-		return rig.ExitFailed
+		return say(rig.ExitFailed, "%v", runErr)
 	case !rep.OK():
-		fmt.Fprintf(stderr, "chaos: FAILED: %d of %d faults failed\n", rep.Failed, len(rep.Results))
-		return rig.ExitFailed
+		return say(rig.ExitFailed, "FAILED: %d of %d faults failed", rep.Failed, len(rep.Results))
 	}
 	return code
 }
@@ -109,12 +104,7 @@ Flags:
 	if *faults != "" {
 		cfg.Faults = strings.Split(*faults, ",")
 	}
-	if *shards != 0 {
-		cfg.Shards = *shards
-	}
-	if *delay != 0 {
-		cfg.ShardDelay = *delay
-	}
+	cfg.Shards, cfg.ShardDelay = cmp.Or(*shards, cfg.Shards), cmp.Or(*delay, cfg.ShardDelay)
 	cfg.Dir, cfg.WorkerBin, cfg.NATSBin = *dir, *workerBin, *natsBin
 	cfg.Deadline, cfg.CancelWithin = *deadline, *cancelWithin
 	probe := cfg

@@ -189,16 +189,8 @@ func injectQueueDown(ctx context.Context, f *faultRun) error {
 
 func injectWorkersKill(ctx context.Context, f *faultRun) error {
 	ids := f.c.Running()
-	for _, id := range ids {
-		if _, err := f.c.Signal(id, syscall.SIGKILL); err != nil {
-			return err
-		}
-	}
-	sleep(ctx, time.Second)
-	for _, id := range ids {
-		if _, err := f.c.StartWorker(id); err != nil {
-			return err
-		}
+	if err := rig.KillAll(ctx, f.c, ids, time.Second); err != nil {
+		return err
 	}
 	f.healed = time.Now()
 	f.note("killed %s", strings.Join(ids, ", "))

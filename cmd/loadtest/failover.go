@@ -116,17 +116,12 @@ func (r *runner) failover(ctx context.Context) error {
 // failoverCluster starts a cluster and runs tasks from queue on it until the queue is empty.
 func (r *runner) failoverCluster(ctx context.Context, name string, queue <-chan task, report func(report.FailoverRun)) error {
 	cfg := r.cfg
-	c, err := r.rig.Start(ctx, rig.Spec{Name: name, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
+	c, sn, stop, err := r.rig.StartSniffed(ctx, rig.Spec{Name: name, Concurrency: cfg.Concurrency, MapDelay: cfg.MapDelay,
 		LeaseDuration: cfg.LeaseDuration, ShardTimeout: cfg.ShardTimeout})
 	if err != nil {
 		return err
 	}
-	defer r.rig.Stop(c)
-	sn, err := rig.StartSniffer(c)
-	if err != nil {
-		return err
-	}
-	defer sn.Close()
+	defer stop()
 	fc := &fcluster{r: r, name: name, c: c, sn: sn, refs: map[string]float64{}}
 	for t := range queue {
 		if ctx.Err() != nil {

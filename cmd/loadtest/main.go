@@ -22,44 +22,39 @@ type outputs struct {
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
+	say := rig.Sayer(stderr, "loadtest")
 	cfg, out, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return rig.ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		return rig.ExitUsage
+		return say(rig.ExitUsage, "%v", err)
 	}
 	ctx, stop := rig.Interruptible()
 	defer stop()
 	rep, tls, runErr := Run(ctx, cfg, stderr)
 	if rep == nil {
-		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		return rig.ExitUsage
+		return say(rig.ExitUsage, "%v", runErr)
 	}
 	code := rig.ExitOK
 	if err := writeOutputs(rep, tls, out, stdout); err != nil {
-		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		code = rig.ExitFailed
+		code = say(rig.ExitFailed, "%v", err)
 	}
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintln(stderr, "loadtest: interrupted; everything it started is stopped")
-		return rig.ExitInterrupted
+		return say(rig.ExitInterrupted, "interrupted; everything it started is stopped")
 	case runErr != nil:
-		fmt.Fprintf(stderr, "loadtest: %v\n", runErr)
-		code = rig.ExitFailed
+		code = say(rig.ExitFailed, "%v", runErr)
 	}
 	if !rep.Correct() {
-		fmt.Fprintf(stderr, "loadtest: FAILED: %d wrong results, %d lost jobs\n", rep.WrongResults, rep.LostJobs)
-		code = rig.ExitFailed
+		code = say(rig.ExitFailed, "FAILED: %d wrong results, %d lost jobs", rep.WrongResults, rep.LostJobs)
 	}
 	if m := rep.Missed(); len(m) > 0 {
 		var names []string
 		for _, t := range m {
 			names = append(names, fmt.Sprintf("%s (%s, measured %s%s)", t.Name, t.Want, rig.Num(t.Value), t.Unit))
 		}
-		fmt.Fprintf(stderr, "loadtest: targets missed: %s\n", strings.Join(names, "; "))
+		say(0, "targets missed: %s", strings.Join(names, "; "))
 		if out.strict {
 			code = rig.ExitFailed
 		}
@@ -71,14 +66,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 func writeOutputs(rep *Report, tls []*rig.Timeline, out outputs, stdout io.Writer) error {
 	var errs []error
 	if out.plot != "" {
-		f, err := os.Create(out.plot)
-		if err == nil {
-			err = rig.WriteSVG(f, tls)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
+		if err := rig.WriteSVGFile(out.plot, tls); err != nil {
 			errs = append(errs, fmt.Errorf("plot: %w", err))
 		} else {
 			rep.Plot = out.plot

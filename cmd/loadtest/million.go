@@ -47,14 +47,7 @@ func (r *runner) million(ctx context.Context) error {
 	m.Job = id
 	stopSampling := rig.Every(jctx, 100*time.Millisecond, func(ctx context.Context) { // the leader's memory and the backlog
 		x := report.MemSample{AtS: rig.Round3(time.Since(start).Seconds())}
-		if l, err := c.Leader(ctx); err == nil && l != nil {
-			x.Leader = l.ID
-			if p := c.Proc(l.ID); p != nil {
-				if rss, err := rig.ProcRSS(p.PID); err == nil {
-					x.RSSMiB = rig.Round3(float64(rss) / (1 << 20))
-				}
-			}
-		}
+		x.Leader, x.RSSMiB = rig.LeaderRSS(ctx, c)
 		if info, err := js.Stream(ctx, stream); err == nil {
 			st := info.CachedInfo().State
 			x.Backlog = st.Msgs

@@ -27,15 +27,7 @@ type runner struct {
 func (r *runner) account(o rig.Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rep.Jobs++
-	switch {
-	case o.Lost:
-		r.rep.LostJobs++
-		r.rep.Errors = append(r.rep.Errors, "lost: "+o.Problem)
-	case !o.Exact:
-		r.rep.WrongResults++
-		r.rep.Errors = append(r.rep.Errors, "wrong: "+o.Problem)
-	}
+	r.rep.Account(o)
 }
 
 func (r *runner) errorf(format string, args ...any) {

@@ -54,14 +54,6 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 		spans, backups, dups, w1s, lasts []float64
 	}
 	var sides [2]*side
-	defer func() {
-		for _, x := range sides {
-			if x != nil {
-				x.sn.Close()
-				r.rig.Stop(x.c)
-			}
-		}
-	}()
 	for i := range sides {
 		spec := rig.Spec{Name: name + "0", Workers: n, LeaseDuration: cfg.LeaseDuration, MapDelay: cfg.StragglerDelay}
 		what := fmt.Sprintf("straggler, %d workers: reference", n)
@@ -70,15 +62,11 @@ func (r *runner) stragglerRun(ctx context.Context, name string, n, shards int) (
 			spec.WorkerEnv = map[string][]string{"w1": {"MAP_DELAY=" + (stragglerSlowdown * cfg.StragglerDelay).String()}}
 			what = fmt.Sprintf("straggler, %d workers: w1 10× slower", n)
 		}
-		c, err := r.rig.Start(ctx, spec)
+		c, sn, stop, err := r.rig.StartSniffed(ctx, spec)
 		if err != nil {
 			return st, err
 		}
-		sn, err := rig.StartSniffer(c)
-		if err != nil {
-			r.rig.Stop(c)
-			return st, err
-		}
+		defer stop()
 		sides[i] = &side{c: c, sn: sn, what: what}
 	}
 	for k := range cfg.StragglerRuns {

@@ -36,9 +36,7 @@ func (r *runner) throughput(ctx context.Context) error {
 			run := report.ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
 				CPUMicros: rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
 			run.PerS = rig.Round3(float64(cfg.ThroughputShards) / o.Makespan.Seconds())
-			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
-				run.PlannedS = rig.Round3(p.Sub(o.Start).Seconds())
-			}
+			run.PlannedS = rig.PlannedAfter(c, o)
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
 			if run.PerS > tp.ShardsPerS {
@@ -78,16 +76,11 @@ func (r *runner) throughput(ctx context.Context) error {
 // slots, against the ideal (total work ÷ slots).
 func (r *runner) efficiency(ctx context.Context) error {
 	cfg := r.cfg
-	c, err := r.rig.Start(ctx, rig.Spec{Name: "eff", Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration})
+	c, sn, stop, err := r.rig.StartSniffed(ctx, rig.Spec{Name: "eff", Concurrency: cfg.Concurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
 		return err
 	}
-	defer r.rig.Stop(c)
-	sn, err := rig.StartSniffer(c)
-	if err != nil {
-		return err
-	}
-	defer sn.Close()
+	defer stop()
 	for _, d := range cfg.EfficiencyDurations {
 		shards := max(1, int(cfg.EfficiencyIdeal.Seconds()*float64(cfg.slots())/d.Seconds()))
 		job := knownjobs.Sleep(shards, d.String())
@@ -102,9 +95,7 @@ func (r *runner) efficiency(ctx context.Context) error {
 			e.MakespanS = rig.Round3(o.Makespan.Seconds())
 			e.Ratio = rig.Round3(ideal / o.Makespan.Seconds())
 			e.MakespanOverIdeal = rig.Round3(o.Makespan.Seconds() / ideal)
-			if p := rig.PlannedAt(c, o.ID); !p.IsZero() {
-				e.PlannedS = rig.Round3(p.Sub(o.Start).Seconds())
-			}
+			e.PlannedS = rig.PlannedAfter(c, o)
 			var busy time.Duration
 			for _, x := range results {
 				busy += time.Duration(x.Micros) * time.Microsecond

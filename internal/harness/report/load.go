@@ -46,6 +46,19 @@ type Load struct {
 	Plot    string   `json:"plot,omitempty"`
 }
 
+// Account adds one job's outcome to the correctness totals.
+func (rep *Load) Account(o rig.Outcome) {
+	rep.Jobs++
+	switch {
+	case o.Lost:
+		rep.LostJobs++
+		rep.Errors = append(rep.Errors, "lost: "+o.Problem)
+	case !o.Exact:
+		rep.WrongResults++
+		rep.Errors = append(rep.Errors, "wrong: "+o.Problem)
+	}
+}
+
 // LoadSettings are the cluster settings that shape the figures.
 type LoadSettings struct {
 	Workers               int     `json:"workers"`

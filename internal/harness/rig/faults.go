@@ -48,6 +48,24 @@ func Signal(c *cluster.Cluster, w string, sig syscall.Signal, restart bool) (Kil
 	return k, nil
 }
 
+// KillAll SIGKILLs the workers ids, waits down and starts them again under their ids.
+func KillAll(ctx context.Context, c *cluster.Cluster, ids []string, down time.Duration) error {
+	for _, id := range ids {
+		if _, err := c.Signal(id, syscall.SIGKILL); err != nil {
+			return err
+		}
+	}
+	if err := Sleep(ctx, down); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := c.StartWorker(id); err != nil {
+			return fmt.Errorf("restart %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
 // KillLeader sends sig to the leader and learns the victim and its epoch. With expect, the
 // lease must still name that term.
 func KillLeader(ctx context.Context, c *cluster.Cluster, sig syscall.Signal, restart bool, expect *election.LeaderInfo) (Kill, error) {

@@ -180,6 +180,14 @@ func PlannedAt(c *cluster.Cluster, id string) time.Time {
 	return time.Time{}
 }
 
+// PlannedAfter is seconds from o's submit to its job_planned event (0 if not seen).
+func PlannedAfter(c *cluster.Cluster, o Outcome) float64 {
+	if p := PlannedAt(c, o.ID); !p.IsZero() {
+		return Round3(p.Sub(o.Start).Seconds())
+	}
+	return 0
+}
+
 // Struck is a job submitted to be hit by a fault.
 type Struck struct {
 	ID      string

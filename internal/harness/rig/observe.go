@@ -160,6 +160,21 @@ type Sniffer struct {
 	nc         *nats.Conn
 }
 
+// StartSniffed starts a cluster for s with a Sniffer on it; stop closes both.
+func (r *Rig) StartSniffed(ctx context.Context, s Spec) (*cluster.Cluster, *Sniffer, func(), error) {
+	c, err := r.Start(ctx, s)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sn, err := StartSniffer(c)
+	if err != nil {
+		r.Stop(c)
+		return nil, nil, nil, err
+	}
+	return c, sn, func() { sn.Close(); r.Stop(c) }, nil
+}
+
+// StartSniffer subscribes to every shard and result message of c.
 func StartSniffer(c *cluster.Cluster) (*Sniffer, error) {
 	nc := c.Bus.Conn()
 	s := &Sniffer{results: map[string][]ResultObs{}, dispatches: map[string]map[int]int{}, backups: map[string]map[int]bool{}, nc: nc}
@@ -216,7 +231,7 @@ func StartSniffer(c *cluster.Cluster) (*Sniffer, error) {
 	return s, nc.Flush()
 }
 
-// take returns and forgets what was seen of job (after a flush, so nothing in flight is missed).
+// Take returns and forgets what was seen of job (after a flush, so nothing in flight is missed).
 func (s *Sniffer) Take(job string) ([]ResultObs, map[int]int) {
 	_ = s.nc.FlushTimeout(2 * time.Second)
 	time.Sleep(20 * time.Millisecond) // let the subscription handlers drain what the flush let in

@@ -1,6 +1,7 @@
 package rig
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -77,4 +78,18 @@ func ProcRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+}
+
+// LeaderRSS is c's leader and its resident set size in MiB, rounded (0 when unknown).
+func LeaderRSS(ctx context.Context, c *cluster.Cluster) (string, float64) {
+	l, err := c.Leader(ctx)
+	if err != nil || l == nil {
+		return "", 0
+	}
+	if p := c.Proc(l.ID); p != nil {
+		if rss, err := ProcRSS(p.PID); err == nil {
+			return l.ID, Round3(float64(rss) / (1 << 20))
+		}
+	}
+	return l.ID, 0
 }

@@ -68,6 +68,14 @@ func Interruptible() (context.Context, context.CancelFunc) {
 	return ctx, stop
 }
 
+// Sayer returns a command's printer: a line on w prefixed with name, then the status code back.
+func Sayer(w io.Writer, name string) func(code int, format string, args ...any) int {
+	return func(code int, format string, args ...any) int {
+		fmt.Fprintf(w, name+": "+format+"\n", args...)
+		return code
+	}
+}
+
 // WriteReport prints the Markdown md to stdout and writes it to mdPath, and v as JSON to jsonPath
 // (each when named).
 func WriteReport(stdout io.Writer, md []byte, mdPath, jsonPath string, v any) error {

@@ -5,6 +5,7 @@ import (
 	"html"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -52,6 +53,19 @@ const (
 	colKill, colElect, colGrid = "#d62728", "#2ca02c", "#e4e4e4"
 	fontAttrs                  = `font-family="sans-serif" font-size="11"`
 )
+
+// WriteSVGFile writes WriteSVG's drawing to the file at path.
+func WriteSVGFile(path string, tls []*Timeline) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = WriteSVG(f, tls)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // WriteSVG draws one panel per timeline: shards merged (last checkpoint, solid) and shards
 // completed by workers (first result seen, light) over seconds since submit, with a red line at
