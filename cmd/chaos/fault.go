@@ -179,7 +179,11 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	case f.expectCancel:
 		r.judgeCancel(fr, fst, &res, fail)
 	default:
-		r.judgeExact(j, fr.start, fst, &res, fail)
+		if o, verdict := judgeExact(j, fr.start, fst); verdict != "" {
+			fail(verdict, o.Problem)
+		} else {
+			res.Exact = true
+		}
 		if fst.FinishedAt != nil {
 			ms := fst.FinishedAt.Sub(fr.start).Seconds()
 			res.MakespanS = rig.Round3(ms)
@@ -229,17 +233,16 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 	return res
 }
 
-// judgeExact checks that the job succeeded with its exact answer.
-func (r *runner) judgeExact(j knownjobs.Job, start time.Time, st *client.Status, res *report.FaultResult, fail func(string, string) report.FaultResult) {
+// judgeExact judges st, job j's end: the verdict is "" for the exact answer.
+func judgeExact(j knownjobs.Job, start time.Time, st *client.Status) (rig.Outcome, string) {
 	o := rig.Judge(rig.Outcome{ID: st.ID, Start: start}, j, st)
 	switch {
 	case o.Exact:
-		res.Exact = true
+		return o, ""
 	case st.State != jobs.StateSucceeded:
-		fail(verdictFailed, o.Problem)
-	default:
-		fail(verdictWrong, o.Problem)
+		return o, verdictFailed
 	}
+	return o, verdictWrong
 }
 
 // judgeJob waits until deadline for job x of f's type on c to end exact; what follows the job's
@@ -252,15 +255,11 @@ func (f *faultRun) judgeJob(ctx context.Context, c *cluster.Cluster, x extraJob,
 	case !ended:
 		f.fail(verdictStuck, fmt.Sprintf("job %s%s not ended %v after the heal (%s)", x.id, what, f.r.cfg.Deadline, rig.Describe(st)))
 	default:
-		o := rig.Judge(rig.Outcome{ID: x.id, Start: x.start}, f.job, st)
-		switch {
-		case o.Exact:
+		o, verdict := judgeExact(f.job, x.start, st)
+		if verdict == "" {
 			return o, true
-		case st.State != jobs.StateSucceeded:
-			f.fail(verdictFailed, fmt.Sprintf("job %s%s: %s", x.id, what, o.Problem))
-		default:
-			f.fail(verdictWrong, fmt.Sprintf("job %s%s: %s", x.id, what, o.Problem))
 		}
+		f.fail(verdict, fmt.Sprintf("job %s%s: %s", x.id, what, o.Problem))
 	}
 	return rig.Outcome{}, false
 }
