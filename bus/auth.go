@@ -304,10 +304,10 @@ func (r *Keyring) Verify(subject, msgID string, body []byte, header string) erro
 	return nil
 }
 
-// TagMsgID returns msgID with a keyed tag appended ("<msgID>~<16 hex>"): the same for every
-// member that holds the current key (so JetStream still deduplicates a re-publish, by this member
-// or by a new leader), and unguessable without it, so a client without the key cannot publish
-// first under a genuine message's id and have JetStream drop the genuine one as a duplicate.
+// TagMsgID returns msgID with a keyed tag appended ("<msgID>~<16 hex>"). The tag is the same for
+// every member that holds the current key, so JetStream still deduplicates a re-publish by this
+// member or by a new leader. It is unguessable without the key: a client without it cannot
+// publish first under a genuine message's id and have JetStream drop the genuine one.
 func (r *Keyring) TagMsgID(msgID string) string {
 	st, _ := r.pool.Get().(*macState)
 	if st == nil {
@@ -349,9 +349,10 @@ func (b *Bus) verify(m jetstream.Msg) error {
 	return b.cfg.Keys.Verify(m.Subject(), h.Get(jetstream.MsgIDHeader), m.Data(), h.Get(MACHeader))
 }
 
-// refuse naks a shard signed with a key this member lacks, and dead-letters any other delivery that failed verification (subject, headers and body kept) and
-// terminates it; if the dead letter cannot be stored the delivery is handed back for a later
-// retry. It never reaches the feed's owner. refused counts it.
+// refuse naks a shard signed with a key this member lacks. It dead-letters any other delivery
+// that failed verification (subject, headers and body kept) and terminates it. If the dead
+// letter cannot be stored, the delivery is handed back for a later retry. It never reaches the
+// feed's owner. refused counts it.
 func (b *Bus) refuse(ctx context.Context, m jetstream.Msg, source string, why error) {
 	var unknown *UnknownKeyError
 	if source == SourceShards && errors.As(why, &unknown) && b.mayBeGenuine(unknown.KeyID) {

@@ -7,10 +7,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ConnEvents returns options that log the NATS connection's events through log: a disconnect
-// (with its reason), a reconnect (with the server's URL, credentials redacted), the connection
-// closing for good, and asynchronous errors — a slow consumer above all (a subscription that
-// fell behind and lost messages; nats.go would otherwise print it to stderr). Connect installs
+// ConnEvents returns options that log the NATS connection's events through log. They are a
+// disconnect (with its reason), a reconnect (with the server's URL, credentials redacted), the
+// connection closing for good, and asynchronous errors. A slow consumer is the main one: a
+// subscription that fell behind and lost messages (nats.go would otherwise print it to stderr). Connect installs
 // them with slog.Default(); pass ConnEvents(yourLogger) among its options to use another logger.
 func ConnEvents(log *slog.Logger) []nats.Option {
 	log = log.With("component", "nats")

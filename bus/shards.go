@@ -31,9 +31,9 @@ type ShardOptions struct {
 // shard it holds alive. Its owner reads C, settles every delivery (Ack, Nak or Term) and calls
 // Stop when done.
 //
-// Every shard the feed pulled is tracked from the moment it arrives until it is settled, and one
-// ticker marks them all in progress (+WPI) every KeepAlive: so a shard never times out while its
-// worker lives, however long it runs or waits in C, and the shard timeout can be short — it only
+// Every shard the feed pulled is tracked from the moment it arrives until it is settled. One
+// ticker marks them all in progress (+WPI) every KeepAlive, so a shard never times out while its
+// worker lives, however long it runs or waits in C. The shard timeout can be short: it only
 // measures how long a dead worker's shards wait. No goroutine or timer is created per shard.
 //
 // Pulls are explicit (a fetch of exactly the free credit), not a prefetching iterator, so no

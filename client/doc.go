@@ -5,14 +5,14 @@
 // the running workers to validate a type this program lacks. A Client can also be assembled by
 // hand from its fields.
 //
-// Guarantees: Submit validates the type and parameters before writing anything (locally when
-// Registry has the type, otherwise through Validator), so a refused job leaves no trace; a job it
-// accepts has its spec stored before its id is queued, and if queueing fails the spec is deleted.
-// Status, List, Query, History, Result and Wait only read storage. Status, List, Query and
-// History are metadata only: they read each job's status record (its checkpoint blob's metadata) and, when needed, its
-// small spec, never a checkpoint or a result, so listing costs the same whatever the jobs' sizes;
-// a job that cannot be read is listed with the reason. Result and Wait (for a job that
-// succeeded) read the result.
+// Guarantees: Submit validates the type and parameters before writing anything, so a refused
+// job leaves no trace. It validates locally when Registry has the type, otherwise through
+// Validator. A job it accepts has its spec stored before its id is queued; if queueing fails,
+// the spec is deleted. Status, List, Query, History, Result and Wait only read storage. Status,
+// List, Query and History are metadata only: they read each job's status record (its checkpoint
+// blob's metadata) and, when needed, its small spec. They never read a checkpoint or a result, so
+// listing costs the same whatever the jobs' sizes. A job that cannot be read is listed with the
+// reason. Result and Wait (for a job that succeeded) read the result.
 //
 // Not guaranteed: a job validated by the cluster can still fail at its leader if the workers that
 // validated it leave before it runs; Cancel is a request that the leader honours at its next

@@ -156,9 +156,9 @@ func SplitBlobs(ctx context.Context, env Env, container, prefix string, size int
 // blob together see each of its lines exactly once, as Hadoop's line reader does: Lines reads the
 // byte before r to learn whether a line starts at r.Offset, and past r to finish its last line.
 // fn must not keep line after it returns. Lines stops at fn's first error and returns it, wrapped
-// with the blob and the line's offset (so errors.Is and errors.As see it); it fails
-// if a line is longer than MaxLineBytes, or if the blob ends before r does (blobs must not change
-// while a job runs).
+// with the blob and the line's offset (errors.Is and errors.As see it). It fails if a line is
+// longer than MaxLineBytes, or if the blob ends before r does (blobs must not change while a job
+// runs).
 func Lines(ctx context.Context, env Env, r BlobRange, fn func(line []byte) error) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("read lines: %w", err)
@@ -348,8 +348,8 @@ func SplitRecord(line []byte) (key, value []byte, err error) {
 }
 
 // jsonValueEnd returns the length of the compact JSON value at the start of b, or 0 if it has
-// none: a string to its closing quote, an object or array to its matching bracket, a literal or
-// number to the next ',', '}' or ']'.
+// none. A string ends at its closing quote, an object or array at its matching bracket, a
+// literal or number at the next ',', '}' or ']'.
 func jsonValueEnd(b []byte) int {
 	if len(b) == 0 {
 		return 0

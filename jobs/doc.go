@@ -1,6 +1,8 @@
-// Package jobs is how you add a job type to mapagg: a map/aggregate computation that the cluster
-// splits into shards, maps on every worker, merges exactly once on the leader and checkpoints, so
-// that it survives the death of any process, the leader included.
+// Package jobs defines the job types a mapagg cluster runs.
+//
+// A job is a map/aggregate computation. The cluster splits it into shards, maps them on every
+// worker, merges each exactly once on the leader and checkpoints, so that it survives the death
+// of any process, the leader included.
 //
 // # Your first job
 //
@@ -71,7 +73,7 @@
 // that job only, with the panic and the frame of your code in its error; the cluster goes on.
 //
 // Optional methods refine the defaults (see TypedJob): a shard's Validate, an Identity other than
-// the zero value, a Result other than the merged partial, and a Check that refuses partials no run
+// the zero value, and a Result other than the merged partial. A Check refuses partials no run
 // could produce (a count larger than the range, say), so that a corrupt or foreign partial is
 // refused rather than merged.
 //
@@ -147,8 +149,8 @@
 //	partial 16-bucket hist   5.6 µs, 13 allocs     0.5 µs, 6 allocs     25 µs, 189 allocs
 //
 // A shard costs the cluster hundreds of microseconds of messaging (publish, deliver, acknowledge,
-// result) whatever its encoding, so JSON's few microseconds are a few percent at most, and buy
-// shards that read well when a shard is dead-lettered and types that need no code to encode. gob
+// result) whatever its encoding, so JSON's few microseconds are a few percent at most. They buy
+// shards that read well when a shard is dead-lettered, and types that need no code to encode. gob
 // sends its type description with every message, which makes it the slowest and the largest.
 // Where the encoding does matter (large partials), write MarshalBinary.
 //

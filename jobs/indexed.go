@@ -6,9 +6,9 @@ import (
 )
 
 // Indexed is the optional interface of a Job whose plan is a function of its parameters (a range
-// cut into equal parts, a number of samples): the coordinator then stores no plan, only the shard
-// count, and makes shard i when it dispatches it, so a job of a million shards costs the leader
-// the memory of its dispatch window, not of its plan. Split must still return the same shards
+// cut into equal parts, a number of samples). The coordinator then stores no plan, only the shard
+// count, and makes shard i when it dispatches it. A job of a million shards costs the leader the
+// memory of its dispatch window, not of its plan. Split must still return the same shards
 // (Plan(params).Shard(i) == Split(params)[i]): tests and tools call it.
 type Indexed interface {
 	Job

@@ -83,8 +83,8 @@ const (
 // Snapshotter is the optional interface of an Aggregate that is checkpointed without stopping
 // merges, for aggregates large enough that encoding them takes a while (a vocabulary of words).
 // Snapshot is called on the leader's merge loop and should be cheap (a copy of counters, not an
-// encoding); the function it returns encodes the aggregate as it was at the call — exactly what
-// MarshalBinary would have returned then — and runs in another goroutine while Merge goes on.
+// encoding). The function it returns encodes the aggregate as it was at the call, exactly what
+// MarshalBinary would have returned then. It runs in another goroutine while Merge goes on.
 // The coordinator runs at most one such function per aggregate at a time, and calls Snapshot
 // again only after the previous function returned.
 type Snapshotter interface {

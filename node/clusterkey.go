@@ -14,10 +14,10 @@ import (
 )
 
 // The cluster key authenticates every shard and result (bus.Keyring): a message no member
-// produced is never merged or run. By default the storage account, which every member already
-// trusts and a NATS-only client cannot reach, holds it: the first member to start creates a random
-// key in the blob ClusterKeyBlob of the lease container (If-None-Match, so members racing to create
-// it all end with the winner's), and every member reads it at start. A deployment that separates
+// produced is never merged or run. By default the storage account holds it: every member already
+// trusts it and a NATS-only client cannot reach it. The first member to start creates a random
+// key in the blob ClusterKeyBlob of the lease container (If-None-Match, so members racing to
+// create it all end with the winner's). Every member reads it at start. A deployment that separates
 // the two gives the key itself (--cluster-key-file or CLUSTER_KEY) to every member.
 
 // ClusterKeyBlob is the blob, in the lease container, that holds the cluster key by default.
@@ -149,8 +149,8 @@ func clusterKeys(ctx context.Context, log *slog.Logger, cfg Config, c keyBlob) (
 }
 
 // refusedLogger logs deliveries the bus refused as unauthenticated: at most one line a second,
-// with how many were refused since the last line, so a flood of forgeries cannot flood the log
-// and a member with the wrong key is never silent (the error names both key ids).
+// with how many were refused since the last line. A flood of forgeries cannot flood the log, and
+// a member with the wrong key is never silent (the error names both key ids).
 func refusedLogger(log *slog.Logger) func(source, subject string, err error) {
 	var mu sync.Mutex
 	var last time.Time

@@ -1,10 +1,10 @@
 // Package observe serves a worker's HTTP side: metrics, health, the job API and the dashboard.
 //
 // Metrics live in a registry of their own (Metrics). /healthz and /readyz (cached, time-bounded
-// checks) serve probes. /api/events and /api/cluster carry the typed events, /api/jobs the job
-// view (read from storage at most once a second), /api/schedules the schedules (every 2 s),
-// /api/v1 the versioned job and schedule API described by /api/v1/openapi.json, and / the
-// dashboard embedded in the binary.
+// checks) serve probes. /api/events and /api/cluster carry the typed events. /api/jobs is the
+// job view (read from storage at most once a second) and /api/schedules the schedules (every
+// 2 s). /api/v1 is the versioned job and schedule API described by /api/v1/openapi.json, and /
+// the dashboard embedded in the binary.
 //
 // Guaranteed: every write (jobs, schedules) needs the bearer token of Config.APIToken, compared
 // in constant time, or, for the dashboard's cancel, retry and delete, --dashboard-cancel and a

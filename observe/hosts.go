@@ -28,9 +28,9 @@ func (s *Server) checkHost(next http.Handler) http.Handler {
 	})
 }
 
-// hostAllowed reports whether host (a Host header) names this worker: an IP literal, localhost,
-// a name without a dot (a container or service name, which no outside site controls), the
-// machine's host name, or one of extra ("*" for any, ".example.com" for its subdomains).
+// hostAllowed reports whether host (a Host header) names this worker. It may be an IP literal,
+// localhost, a name without a dot (a container or service name, which no outside site controls),
+// the machine's host name, or one of extra ("*" for any, ".example.com" for its subdomains).
 func hostAllowed(host, self string, extra []string) bool {
 	h := host
 	if hh, _, err := net.SplitHostPort(host); err == nil {

@@ -1,6 +1,7 @@
 package membership
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sort"
@@ -45,7 +46,7 @@ type Member struct {
 	LastSeen time.Time `json:"last_seen"`
 }
 
-// Watcher keeps the set of workers heard from within Expiry.
+// Watcher keeps the set of workers heard from within the expiry given to Watch.
 type Watcher struct {
 	nc      *nats.Conn
 	subject string
@@ -83,13 +84,8 @@ func WatchOnDemand(nc *nats.Conn, subject string, expiry, idle time.Duration, lo
 }
 
 func newWatcher(nc *nats.Conn, subject string, expiry, idle time.Duration, log *slog.Logger) *Watcher {
-	if expiry <= 0 {
-		expiry = 3 * DefaultInterval
-	}
-	if log == nil {
-		log = slog.Default()
-	}
-	return &Watcher{nc: nc, subject: subject, expiry: expiry, idle: idle, log: log, members: map[string]Member{}}
+	return &Watcher{nc: nc, subject: subject, expiry: cmp.Or(max(expiry, 0), 3*DefaultInterval), idle: idle,
+		log: cmp.Or(log, slog.Default()), members: map[string]Member{}}
 }
 
 func (w *Watcher) listenLocked() error {

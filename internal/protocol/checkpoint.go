@@ -29,8 +29,8 @@ type Checkpoint struct {
 	WriterEpoch uint64 `json:"writer_epoch"`
 	// WriterTerm identifies the term (one leadership of one process: a random id) that wrote
 	// this checkpoint. Epochs come from the lease blob's metadata, which a storage rollback can
-	// take back in time, so two terms may hold the same epoch: a leader also steps down when it
-	// finds a checkpoint of its own epoch written by another term. Empty in checkpoints of
+	// take back in time, so two terms may hold the same epoch. A leader therefore also steps down
+	// when it finds a checkpoint of its own epoch written by another term. Empty in checkpoints of
 	// earlier builds (treated as another term's).
 	WriterTerm string `json:"writer_term,omitempty"`
 	Total      int    `json:"total"`

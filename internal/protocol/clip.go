@@ -6,8 +6,8 @@ import (
 )
 
 // Clip returns s whole when it is at most n bytes, else its first n bytes (cut at a rune
-// boundary) followed by "…(<len> bytes)": for echoing outside input (a queue message, a job id,
-// a subject) in logs, dead-letter reasons and errors without copying a huge or hostile string.
+// boundary) followed by "…(<len> bytes)". It is for echoing outside input (a queue message, a
+// job id, a subject) in logs, dead-letter reasons and errors without copying a hostile string.
 func Clip(s string, n int) string {
 	if n < 0 {
 		n = 0

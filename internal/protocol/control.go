@@ -12,7 +12,7 @@ import (
 // that has T, and "which types do you have" on TypesSubject(), answered by every worker.
 //
 // The decoders ignore unknown fields, so that a newer worker and an older client (or the other
-// way round) still understand each other during a rolling upgrade; they refuse anything out of
+// way round) still understand each other during a rolling upgrade. They refuse anything out of
 // range, since a reply comes from whoever can publish on the subject.
 
 // Limits of the control messages.

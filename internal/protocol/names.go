@@ -92,18 +92,17 @@ const (
 func ShardMsgID(job string, index int) string { return job + "/" + strconv.Itoa(index) }
 
 // BackupShardMsgID is the Nats-Msg-Id of a backup copy of shard index of job (a straggler run
-// again near the job's end) sent by the term with id term: distinct from ShardMsgID, so JetStream
-// does not drop it as a duplicate of the original, and from a later term's backup of the same
-// shard.
+// again near the job's end) sent by the term with id term. It differs from ShardMsgID, so
+// JetStream does not drop it as a duplicate of the original, and from a later term's backup.
 func BackupShardMsgID(job string, index int, term string) string {
 	return ShardMsgID(job, index) + "/backup/" + term
 }
 
-// RepairShardMsgID is the Nats-Msg-Id of a shard message re-dispatched by self-repair (the
-// coordinator found the shard neither merged, queued, in flight nor waiting as a result): first
-// is the message's first shard and round identifies the repair round (the coordinator uses a
-// clock stamp, unique across terms), so it is distinct from the original dispatch, from backups
-// and from every other round, and the same for a retried publish of one round.
+// RepairShardMsgID is the Nats-Msg-Id of a shard message re-dispatched by self-repair, which
+// found the shard neither merged, queued, in flight nor waiting as a result. first is the
+// message's first shard; round identifies the repair round (a clock stamp, unique across terms).
+// The id differs from the original dispatch's, from backups' and from every other round's. A
+// retried publish of one round gets the same id.
 func RepairShardMsgID(job string, first, round int) string {
 	return ShardMsgID(job, first) + "/repair/" + strconv.Itoa(round)
 }

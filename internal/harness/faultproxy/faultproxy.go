@@ -1,5 +1,7 @@
-// Package faultproxy is a TCP proxy for fault tests: it forwards connections to a target and,
-// on command, blackholes them (no FIN, nothing forwarded), resets them, or delays them.
+// Package faultproxy is a TCP proxy that fails its connections on command.
+//
+// It forwards connections to a target and, on command, blackholes them (no FIN, nothing
+// forwarded), resets them, or delays them.
 //
 // Put one proxy in front of each process whose link should fail: the process dials Addr, the
 // proxy dials Target. A blackhole holds the bytes in both directions, as a network that drops

@@ -12,8 +12,8 @@ import (
 )
 
 // StoreSnapshot is a copy of a nats-server process's JetStream store, taken while the process
-// was paused, to roll the store back to: what a crash loses when the file store had not synced
-// its tail to disk (JetStream fsyncs on an interval).
+// was paused, to roll the store back to. That is what a crash loses when the file store had not
+// synced its tail to disk (JetStream fsyncs on an interval).
 type StoreSnapshot struct {
 	np  *devserver.NATSProcess
 	dir string

@@ -1,5 +1,6 @@
-// Package testkeys gives tests one cluster key per test binary (a package of its own: testenv is
-// imported by packages that bus imports).
+// Package testkeys gives tests one cluster key per test binary.
+//
+// It is a package of its own because testenv is imported by packages that bus imports.
 package testkeys
 
 import (

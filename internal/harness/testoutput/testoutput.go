@@ -1,6 +1,8 @@
-// Package testoutput stores a finished keyed job's output as the cluster does (output blobs
-// written by shuffle's JSON-lines writer, the OutputManifest as result.json, a succeeded
-// checkpoint with its status record), for tests of the readers.
+// Package testoutput stores a finished keyed job's output as the cluster does, for tests of the
+// readers.
+//
+// It writes the output blobs with shuffle's JSON-lines writer, the OutputManifest as
+// result.json, and a succeeded checkpoint with its status record.
 package testoutput
 
 import (

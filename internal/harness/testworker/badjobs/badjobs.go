@@ -1,5 +1,6 @@
-// Package badjobs holds job types with the bugs a new job author makes, for tests of isolation:
-// each fails in one place of its code, on the leader or on the workers. The test worker binary
+// Package badjobs holds job types with the bugs a new job author makes, for tests of isolation.
+//
+// Each fails in one place of its code, on the leader or on the workers. The test worker binary
 // (internal/harness/testworker) registers them beside the built-ins.
 //
 //   - bad-merge: Merge writes into its nil map (the zero value of the partial).
