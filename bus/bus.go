@@ -67,27 +67,15 @@ func DefaultConfig() Config {
 		ProbeInterval: 250 * time.Millisecond, CutOffAfter: time.Second}
 }
 
-// withDefaults fills zero fields: the one place defaults are applied.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Prefix == "" {
-		c.Prefix = d.Prefix
-	}
-	if c.Replicas == 0 {
-		c.Replicas = d.Replicas
-	}
-	if c.ShardTimeout == 0 {
-		c.ShardTimeout = d.ShardTimeout
-	}
-	if c.ResultsAckWait == 0 {
-		c.ResultsAckWait = d.ResultsAckWait
-	}
-	if c.ResultsMaxAckPending == 0 {
-		c.ResultsMaxAckPending = d.ResultsMaxAckPending
-	}
-	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = d.DuplicateWindow
-	}
+	c.Prefix = cmp.Or(c.Prefix, d.Prefix)
+	c.Replicas = cmp.Or(c.Replicas, d.Replicas)
+	c.ShardTimeout = cmp.Or(c.ShardTimeout, d.ShardTimeout)
+	c.ResultsAckWait = cmp.Or(c.ResultsAckWait, d.ResultsAckWait)
+	c.ResultsMaxAckPending = cmp.Or(c.ResultsMaxAckPending, d.ResultsMaxAckPending)
+	c.DuplicateWindow = cmp.Or(c.DuplicateWindow, d.DuplicateWindow)
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, d.ProbeInterval)
 	c.CutOffAfter = cmp.Or(c.CutOffAfter, d.CutOffAfter)
 	return c

@@ -385,8 +385,8 @@ func TestClient_List_UnreadableJobShownWithItsError(t *testing.T) {
 func TestNew_ConfigAndNATS(t *testing.T) {
 	conn := testenv.Azurite(t)
 	ctx := context.Background()
-	if _, err := client.New(ctx, client.Config{}); !errors.Is(err, client.ErrBadConfig) {
-		t.Fatalf("New without storage = %v, want ErrBadConfig", err)
+	if _, err := client.New(ctx, client.Config{}); !errors.Is(err, client.ErrInvalidConfig) {
+		t.Fatalf("New without storage = %v, want ErrInvalidConfig", err)
 	}
 	base := client.Config{Storage: store.Account{ConnectionString: conn}, JobsContainer: testenv.Name(t, "jobs"), Queue: testenv.Name(t, "q"),
 		Registry: builtin.Registry(), TypesWindow: 200 * time.Millisecond}

@@ -53,7 +53,7 @@ func DefaultConfig() Config {
 		ValidateTimeout: 10 * time.Second, TypesWindow: 500 * time.Millisecond, Name: "mapagg-client"}
 }
 
-// withDefaults sets every zero field to its default.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	c.NATSURL = cmp.Or(c.NATSURL, d.NATSURL)
@@ -66,8 +66,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// ErrBadConfig is matched by every error Config.Validate returns.
-var ErrBadConfig = errors.New("bad client configuration")
+// ErrInvalidConfig is matched by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("client: invalid config")
+
+// ErrBadConfig is ErrInvalidConfig.
+//
+// Deprecated: use ErrInvalidConfig, the name every package's config uses.
+var ErrBadConfig = ErrInvalidConfig
 
 // Validate reports every problem with c and what to change. Zero fields are checked as their
 // defaults.
@@ -86,7 +91,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("ValidateTimeout %v, TypesWindow %v: use positive durations, the window at most 1m", c.ValidateTimeout, c.TypesWindow))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }

@@ -219,13 +219,13 @@ func TestCommands_EnvFallbacks(t *testing.T) {
 }
 
 func TestOptionsAndConfig_Validate(t *testing.T) {
-	if _, err := New(Options{}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "builtin.Registry()") {
+	if _, err := New(Options{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "builtin.Registry()") {
 		t.Fatalf("New without a registry = %v", err)
 	}
-	if _, err := New(Options{Registry: jobs.NewRegistry(), Name: "my worker"}); !errors.Is(err, ErrBadConfig) {
+	if _, err := New(Options{Registry: jobs.NewRegistry(), Name: "my worker"}); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("New with a spaced name = %v", err)
 	}
-	if _, err := New(Options{Registry: jobs.NewRegistry(), Control: ControlConfig{Window: time.Hour}}); !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "Window up to 1m") {
+	if _, err := New(Options{Registry: jobs.NewRegistry(), Control: ControlConfig{Window: time.Hour}}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Window up to 1m") {
 		t.Fatalf("New with an hour's window = %v", err)
 	}
 	d := DefaultConfig()
@@ -239,7 +239,7 @@ func TestOptionsAndConfig_Validate(t *testing.T) {
 	// Every problem is reported at once.
 	bad := Config{LeaseDuration: 5 * time.Second, StartupTimeout: -1, StreamPrefix: "a b"}
 	err := bad.Validate()
-	if !errors.Is(err, ErrBadConfig) {
+	if !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Validate = %v", err)
 	}
 	for _, want := range []string{"no storage account", "startup timeout", "5s"} {
@@ -248,7 +248,7 @@ func TestOptionsAndConfig_Validate(t *testing.T) {
 		}
 	}
 	n, _ := New(Options{Registry: jobs.NewRegistry()})
-	if err := n.Serve(context.Background(), bad); !errors.Is(err, ErrBadConfig) {
+	if err := n.Serve(context.Background(), bad); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("Serve with a bad config = %v", err)
 	}
 }
@@ -537,7 +537,7 @@ func TestConfig_ProbeSettings(t *testing.T) {
 	d.ProbeAfter, d.ProbeConfirm = 100*time.Millisecond, time.Millisecond
 	err := d.Validate()
 	for _, want := range []string{"ProbeAfter 100ms", "ProbeConfirm 1ms"} {
-		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v, want it to report %q", err, want)
 		}
 	}

@@ -35,7 +35,6 @@ type keyFlags struct {
 func (k *keyFlags) register(fs *flagSet) {
 	k.lookupEnv = fs.lookupEnv
 	fs.StringVar(&k.file, "cluster-key-file", "", "file holding the cluster key that authenticates shards and results (one base64 key of 32 bytes per line: the first signs, all are accepted); default: the blob "+ClusterKeyBlob+" in --lease-container, created at first start")
-	bindEnv(fs, "cluster-key-file", "CLUSTER_KEY_FILE")
 	envOnly(fs, envClusterKey, "the cluster key itself (secret; or --cluster-key-file; default: the blob "+ClusterKeyBlob+" in --lease-container)")
 }
 

@@ -138,46 +138,28 @@ func DefaultConfig() Config {
 	}
 }
 
-// fill sets every zero field to its default; the one place defaults are applied.
+// fill sets every zero field to its default: the one place defaults are applied.
 func (c *Config) fill() {
 	d := DefaultConfig()
-	def := func(v *string, dv string) {
-		if *v == "" {
-			*v = dv
-		}
-	}
-	dur := func(v *time.Duration, dv time.Duration) {
-		if *v == 0 {
-			*v = dv
-		}
-	}
-	def(&c.NATSURL, d.NATSURL)
-	def(&c.JobsContainer, d.JobsContainer)
-	def(&c.Queue, d.Queue)
-	def(&c.LeaseContainer, d.LeaseContainer)
-	def(&c.StreamPrefix, d.StreamPrefix)
-	def(&c.StreamStorage, d.StreamStorage)
-	def(&c.HTTPAddr, d.HTTPAddr)
-	if c.StreamReplicas == 0 {
-		c.StreamReplicas = d.StreamReplicas
-	}
-	def(&c.ID, d.ID)
-	dur(&c.LeaseDuration, d.LeaseDuration)
-	dur(&c.AcquireInterval, d.AcquireInterval)
-	dur(&c.HeartbeatInterval, d.HeartbeatInterval)
-	dur(&c.SuspicionTimeout, d.SuspicionTimeout)
-	dur(&c.ShardTimeout, d.ShardTimeout)
-	dur(&c.CheckpointInterval, d.CheckpointInterval)
-	dur(&c.StartupTimeout, d.StartupTimeout)
-	if c.Concurrency == 0 {
-		c.Concurrency = d.Concurrency
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = d.MaxAttempts
-	}
-	if c.Logger == nil {
-		c.Logger = d.Logger
-	}
+	c.NATSURL = cmp.Or(c.NATSURL, d.NATSURL)
+	c.JobsContainer = cmp.Or(c.JobsContainer, d.JobsContainer)
+	c.Queue = cmp.Or(c.Queue, d.Queue)
+	c.LeaseContainer = cmp.Or(c.LeaseContainer, d.LeaseContainer)
+	c.StreamPrefix = cmp.Or(c.StreamPrefix, d.StreamPrefix)
+	c.StreamStorage = cmp.Or(c.StreamStorage, d.StreamStorage)
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, d.HTTPAddr)
+	c.StreamReplicas = cmp.Or(c.StreamReplicas, d.StreamReplicas)
+	c.ID = cmp.Or(c.ID, d.ID)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, d.LeaseDuration)
+	c.AcquireInterval = cmp.Or(c.AcquireInterval, d.AcquireInterval)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, d.HeartbeatInterval)
+	c.SuspicionTimeout = cmp.Or(c.SuspicionTimeout, d.SuspicionTimeout)
+	c.ShardTimeout = cmp.Or(c.ShardTimeout, d.ShardTimeout)
+	c.CheckpointInterval = cmp.Or(c.CheckpointInterval, d.CheckpointInterval)
+	c.StartupTimeout = cmp.Or(c.StartupTimeout, d.StartupTimeout)
+	c.Concurrency = cmp.Or(c.Concurrency, d.Concurrency)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, d.MaxAttempts)
+	c.Logger = cmp.Or(c.Logger, d.Logger)
 }
 
 // parts are the configurations of the node's parts, derived from a Config.
@@ -189,11 +171,7 @@ type parts struct {
 }
 
 func (c Config) parts() parts {
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("worker", c.ID)
+	log := cmp.Or(c.Logger, slog.Default()).With("worker", c.ID)
 	p := parts{election: election.DefaultConfig(), coordinator: coordinator.DefaultConfig(), worker: worker.DefaultConfig()}
 	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
 	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
@@ -231,7 +209,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }

@@ -41,33 +41,20 @@ func (c *connectFlags) register(fs *flagSet) {
 	envOnly(fs, envSASToken, "SAS token for --storage-account-url (secret; or --storage-sas-file)")
 	envOnly(fs, envNATSPassword, "password of --nats-user (secret; or --nats-password-file)")
 	fs.StringVar(&c.account.ConnectionString, "azure-connection-string", "", "Azure Storage connection string (account key; Azurite). Or --storage-account-url")
-	bindEnv(fs, "azure-connection-string", "AZURE_STORAGE_CONNECTION_STRING")
 	fs.StringVar(&c.account.BlobURL, "storage-account-url", "", "blob endpoint https://<account>.blob.core.windows.net; authenticates with Entra ID (managed/workload identity, Azure CLI) unless a SAS is given")
-	bindEnv(fs, "storage-account-url", "STORAGE_ACCOUNT_URL")
 	fs.StringVar(&c.account.QueueURL, "storage-queue-url", "", "queue endpoint (default: --storage-account-url with .blob. replaced by .queue.)")
-	bindEnv(fs, "storage-queue-url", "STORAGE_QUEUE_URL")
 	fs.StringVar(&c.sasFile, "storage-sas-file", "", "file holding a SAS token for --storage-account-url (or env "+envSASToken+")")
-	bindEnv(fs, "storage-sas-file", "STORAGE_SAS_FILE")
 
 	fs.StringVar(&c.natsAuth.CredsFile, "nats-creds", "", "NATS credentials file (user JWT and nkey seed)")
-	bindEnv(fs, "nats-creds", "NATS_CREDS")
 	fs.StringVar(&c.natsAuth.NKeySeedFile, "nats-nkey-file", "", "file holding a NATS nkey user seed")
-	bindEnv(fs, "nats-nkey-file", "NATS_NKEY_FILE")
 	fs.StringVar(&c.natsAuth.User, "nats-user", "", "NATS user; the password comes from env "+envNATSPassword+" or --nats-password-file")
-	bindEnv(fs, "nats-user", "NATS_USER")
 	fs.StringVar(&c.natsPasswordFile, "nats-password-file", "", "file holding the password of --nats-user")
-	bindEnv(fs, "nats-password-file", "NATS_PASSWORD_FILE")
 	fs.StringVar(&c.natsAuth.TLSCAFile, "nats-tls-ca", "", "PEM CA bundle that verifies the NATS servers")
-	bindEnv(fs, "nats-tls-ca", "NATS_TLS_CA")
 	fs.StringVar(&c.natsAuth.TLSCertFile, "nats-tls-cert", "", "PEM client certificate for NATS mutual TLS (with --nats-tls-key)")
-	bindEnv(fs, "nats-tls-cert", "NATS_TLS_CERT")
 	fs.StringVar(&c.natsAuth.TLSKeyFile, "nats-tls-key", "", "PEM private key of --nats-tls-cert")
-	bindEnv(fs, "nats-tls-key", "NATS_TLS_KEY")
 
 	fs.IntVar(&c.streamReplicas, "stream-replicas", DefaultConfig().StreamReplicas, "JetStream stream replicas: 1, or 3 on a NATS cluster (checked against the server at start)")
-	bindEnv(fs, "stream-replicas", "STREAM_REPLICAS")
 	fs.StringVar(&c.streamStorage, "stream-storage", DefaultConfig().StreamStorage, "JetStream stream storage: file or memory (memory loses queued shards when a server restarts)")
-	bindEnv(fs, "stream-storage", "STREAM_STORAGE")
 }
 
 // resolve reads the secrets from their files or the environment and reports every problem with

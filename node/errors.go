@@ -13,8 +13,13 @@ import (
 // It is client.ErrNoWorkers.
 var ErrNoWorkers = client.ErrNoWorkers
 
-// ErrBadConfig is matched by every error Config.Validate and Options.Validate return.
-var ErrBadConfig = errors.New("bad node configuration")
+// ErrInvalidConfig is matched by every error Config.Validate and Options.Validate return.
+var ErrInvalidConfig = errors.New("node: invalid config")
+
+// ErrBadConfig is ErrInvalidConfig.
+//
+// Deprecated: use ErrInvalidConfig, the name every package's config uses.
+var ErrBadConfig = ErrInvalidConfig
 
 // errUsage marks a mistake in the command line or its input (exit status 2).
 var errUsage = errors.New("usage")

@@ -16,10 +16,12 @@ import (
 )
 
 // flagSet is one command's flags and the environment variables that back them. Every variable the
-// binary reads is bound through bindEnv, so `worker env` (and the compose test) can list them.
+// binary reads is in flagEnv or recorded by envOnly, so `worker env` (and the compose test) can
+// list them.
 type flagSet struct {
 	*flag.FlagSet
-	env       []envFlag
+	env       []envFlag // filled by envOnly and bindEnvs
+	bound     bool      // bindEnvs ran
 	lookupEnv func(string) (string, bool)
 	conn      map[string]bool // the connection flags every command shares, shown last in -h
 }
@@ -82,15 +84,71 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 	}
 }
 
-// bindEnv names the environment variable that sets flag name when it is not given on the
-// command line.
-func bindEnv(fs *flagSet, name, env string) {
-	f := fs.Lookup(name)
-	if f == nil {
-		panic("bindEnv: no flag " + name)
+// flagEnv names the environment variable behind every flag that has one, whichever command
+// defines the flag. The variable sets the flag when the command line does not.
+var flagEnv = map[string]string{
+	"azure-connection-string": "AZURE_STORAGE_CONNECTION_STRING",
+	"storage-account-url":     "STORAGE_ACCOUNT_URL",
+	"storage-queue-url":       "STORAGE_QUEUE_URL",
+	"storage-sas-file":        "STORAGE_SAS_FILE",
+	"nats-creds":              "NATS_CREDS",
+	"nats-nkey-file":          "NATS_NKEY_FILE",
+	"nats-user":               "NATS_USER",
+	"nats-password-file":      "NATS_PASSWORD_FILE",
+	"nats-tls-ca":             "NATS_TLS_CA",
+	"nats-tls-cert":           "NATS_TLS_CERT",
+	"nats-tls-key":            "NATS_TLS_KEY",
+	"stream-replicas":         "STREAM_REPLICAS",
+	"stream-storage":          "STREAM_STORAGE",
+	"nats-url":                "NATS_URL",
+	"jobs-container":          "JOBS_CONTAINER",
+	"queue":                   "JOBS_QUEUE",
+	"lease-container":         "LEASE_CONTAINER",
+	"stream-prefix":           "STREAM_PREFIX",
+	"log-level":               "LOG_LEVEL",
+	"cluster-key-file":        "CLUSTER_KEY_FILE",
+	"id":                      "WORKER_ID",
+	"lease-duration":          "LEASE_DURATION",
+	"acquire-interval":        "ACQUIRE_INTERVAL",
+	"concurrency":             "WORKER_CONCURRENCY",
+	"max-attempts":            "MAX_ATTEMPTS",
+	"shard-timeout":           "SHARD_TIMEOUT",
+	"checkpoint-interval":     "CHECKPOINT_INTERVAL",
+	"startup-timeout":         "STARTUP_TIMEOUT",
+	"map-delay":               "MAP_DELAY",
+	"heartbeat-interval":      "HEARTBEAT_INTERVAL",
+	"suspicion-timeout":       "SUSPICION_TIMEOUT",
+	"retention":               "RETENTION",
+	"probe-after":             "PROBE_AFTER",
+	"probe-confirm":           "PROBE_CONFIRM",
+	"http-addr":               "HTTP_ADDR",
+	"pprof":                   "PPROF",
+	"dashboard-cancel":        "DASHBOARD_CANCEL",
+	"api-token-file":          "API_TOKEN_FILE",
+	"http-hosts":              "HTTP_HOSTS",
+	"memory-budget":           "MEMORY_BUDGET",
+	"partitions":              "PARTITIONS",
+}
+
+// bindEnvs binds every flag of fs that flagEnv names to its variable, and says so in the flag's
+// usage. parse and envFlags call it once the flags are defined.
+func (fs *flagSet) bindEnvs() {
+	if fs.bound {
+		return
 	}
-	f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, env)
-	fs.env = append(fs.env, envFlag{Flag: name, Env: env, Usage: f.Usage})
+	fs.bound = true
+	fs.VisitAll(func(f *flag.Flag) {
+		if env, ok := flagEnv[f.Name]; ok {
+			f.Usage = fmt.Sprintf("%s (env %s)", f.Usage, env)
+			fs.env = append(fs.env, envFlag{Flag: f.Name, Env: env, Usage: f.Usage})
+		}
+	})
+}
+
+// envFlags lists the environment variables fs reads: its flags' and the env-only ones.
+func (fs *flagSet) envFlags() []envFlag {
+	fs.bindEnvs()
+	return fs.env
 }
 
 // envOnly records an environment variable that no flag backs (a secret: a flag's value shows in
@@ -102,6 +160,7 @@ func envOnly(fs *flagSet, env, usage string) {
 // parse parses args, then fills every flag not given on the command line from its environment
 // variable. A bad value in the environment is an error that names the variable.
 func (fs *flagSet) parse(args []string) error {
+	fs.bindEnvs()
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -137,17 +196,11 @@ func (c *common) register(fs *flagSet) {
 	d := DefaultConfig()
 	c.connectFlags.register(fs)
 	fs.StringVar(&c.natsURL, "nats-url", d.NATSURL, "NATS server URL(s), comma-separated")
-	bindEnv(fs, "nats-url", "NATS_URL")
 	fs.StringVar(&c.jobsContainer, "jobs-container", d.JobsContainer, "blob container for job specs, checkpoints and results")
-	bindEnv(fs, "jobs-container", "JOBS_CONTAINER")
 	fs.StringVar(&c.queueName, "queue", d.Queue, "Azure Storage queue that carries submitted job ids")
-	bindEnv(fs, "queue", "JOBS_QUEUE")
 	fs.StringVar(&c.leaseContainer, "lease-container", d.LeaseContainer, "blob container holding the leader lease blob")
-	bindEnv(fs, "lease-container", "LEASE_CONTAINER")
 	fs.StringVar(&c.streamPrefix, "stream-prefix", d.StreamPrefix, "prefix of the JetStream streams and NATS subjects")
-	bindEnv(fs, "stream-prefix", "STREAM_PREFIX")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	bindEnv(fs, "log-level", "LOG_LEVEL")
 }
 
 // markConnection records every flag registered so far as a connection flag.
@@ -219,7 +272,7 @@ func (c *common) ensure(ctx context.Context) error {
 func (n *Node) envVars() map[string]envFlag {
 	out := map[string]envFlag{}
 	for _, c := range n.commands() {
-		for _, fe := range c.flags().env {
+		for _, fe := range c.flags().envFlags() {
 			out[fe.Env] = fe
 		}
 	}

@@ -41,13 +41,9 @@ const DefaultHTTPAddr = ":8080"
 // registerHTTPFlags adds the `run` flags of the HTTP server, which set cfg's fields.
 func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", DefaultHTTPAddr, `address of the HTTP server (/metrics, /healthz, /readyz, dashboard at /); "off" disables it; 127.0.0.1:0 picks a free local port`)
-	bindEnv(fs, "http-addr", "HTTP_ADDR")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
-	bindEnv(fs, "pprof", "PPROF")
 	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel, retry and delete jobs without the API token (same-origin requests only)")
-	bindEnv(fs, "dashboard-cancel", "DASHBOARD_CANCEL")
 	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (jobs: submit, cancel, retry, delete; schedules); without it writes are refused")
-	bindEnv(fs, "api-token-file", "API_TOKEN_FILE")
 	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
 		cfg.HTTPHosts = nil
 		for _, h := range strings.Split(v, ",") {
@@ -57,7 +53,6 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 		}
 		return nil
 	})
-	bindEnv(fs, "http-hosts", "HTTP_HOSTS")
 }
 
 // minTokenLen is the shortest API token accepted: a guessable token is no token.
@@ -270,7 +265,7 @@ func (o *observer) listen() error {
 	}
 	token, err := readToken(o.cfg.APITokenFile)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	ocfg := observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
 		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}

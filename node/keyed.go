@@ -15,9 +15,7 @@ import (
 // partition count.
 func registerKeyedFlags(fs *flagSet, c *Config) {
 	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 128MiB)")
-	bindEnv(fs, "memory-budget", "MEMORY_BUDGET")
 	fs.IntVar(&c.Partitions, "partitions", 0, "reduce partitions (output blobs) of a keyed job that does not choose, 1 to 10000 (default 8; the leader's setting counts)")
-	bindEnv(fs, "partitions", "PARTITIONS")
 }
 
 // byteSize is a flag of bytes: a number, optionally with a unit (KiB, MiB, GiB, or KB, MB, GB

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -41,20 +42,15 @@ func DefaultOptions() Options {
 	return Options{Name: "worker", LookupEnv: os.LookupEnv, Control: DefaultControlConfig()}
 }
 
+// fill sets every zero field to its default: the one place defaults are applied.
 func (o *Options) fill() {
 	d := DefaultOptions()
-	if o.Name == "" {
-		o.Name = d.Name
-	}
-	if o.LookupEnv == nil {
+	o.Name = cmp.Or(o.Name, d.Name)
+	if o.LookupEnv == nil { // a func: cmp.Or cannot compare it
 		o.LookupEnv = d.LookupEnv
 	}
-	if o.Control.Timeout == 0 {
-		o.Control.Timeout = d.Control.Timeout
-	}
-	if o.Control.Window == 0 {
-		o.Control.Window = d.Control.Window
-	}
+	o.Control.Timeout = cmp.Or(o.Control.Timeout, d.Control.Timeout)
+	o.Control.Window = cmp.Or(o.Control.Window, d.Control.Window)
 }
 
 // Validate reports every problem with o and what to change.
@@ -70,7 +66,7 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Options.Control %+v: use a positive Timeout and a Window up to 1m (0 for the defaults)", o.Control))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrBadConfig, errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 	return nil
 }

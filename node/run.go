@@ -36,37 +36,23 @@ func (n *Node) newRunFlags() *runFlags {
 	f.common.register(fs)
 	f.keys.register(fs)
 	fs.StringVar(&f.cfg.ID, "id", d.ID, "this worker's id (default hostname-pid)")
-	bindEnv(fs, "id", "WORKER_ID")
 	fs.DurationVar(&f.cfg.LeaseDuration, "lease-duration", d.LeaseDuration, "leader lease duration, 15s to 60s")
-	bindEnv(fs, "lease-duration", "LEASE_DURATION")
 	fs.DurationVar(&f.cfg.AcquireInterval, "acquire-interval", d.AcquireInterval, "how often a follower tries to take the lease")
-	bindEnv(fs, "acquire-interval", "ACQUIRE_INTERVAL")
 	fs.IntVar(&f.cfg.Concurrency, "concurrency", d.Concurrency, "shards processed at once")
-	bindEnv(fs, "concurrency", "WORKER_CONCURRENCY")
 	fs.IntVar(&f.cfg.MaxAttempts, "max-attempts", d.MaxAttempts, "attempts per shard before its job fails")
-	bindEnv(fs, "max-attempts", "MAX_ATTEMPTS")
 	fs.DurationVar(&f.cfg.ShardTimeout, "shard-timeout", d.ShardTimeout, "a shard not finished or marked in progress within this is redelivered")
-	bindEnv(fs, "shard-timeout", "SHARD_TIMEOUT")
 	fs.DurationVar(&f.cfg.CheckpointInterval, "checkpoint-interval", d.CheckpointInterval, "how often the leader checkpoints running jobs")
-	bindEnv(fs, "checkpoint-interval", "CHECKPOINT_INTERVAL")
 	fs.DurationVar(&f.cfg.StartupTimeout, "startup-timeout", d.StartupTimeout, "how long to wait for storage and NATS at start")
-	bindEnv(fs, "startup-timeout", "STARTUP_TIMEOUT")
 	fs.DurationVar(&f.cfg.MapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
-	bindEnv(fs, "map-delay", "MAP_DELAY")
 	registerHTTPFlags(fs, &f.cfg)
 	registerKeyedFlags(fs, &f.cfg) // keyed.go
 	fs.DurationVar(&f.cfg.HeartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "how often the leader publishes a heartbeat on NATS")
-	bindEnv(fs, "heartbeat-interval", "HEARTBEAT_INTERVAL")
 	fs.DurationVar(&f.cfg.SuspicionTimeout, "suspicion-timeout", d.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")
-	bindEnv(fs, "suspicion-timeout", "SUSPICION_TIMEOUT")
 	f.cfg.Retention = &Retention{}
 	*f.cfg.Retention = DefaultRetention
 	fs.Var(f.cfg.Retention, "retention", "delete finished jobs this long after they end: DURATION, or SUCCEEDED,FAILED (failed and cancelled); days as 7d; 0 keeps them")
-	bindEnv(fs, "retention", "RETENTION")
 	fs.DurationVar(&f.cfg.ProbeAfter, "probe-after", 0, "a follower that hears no heartbeat for this long asks NATS whether the leader's process is still connected (0: 1.2 heartbeat intervals)")
-	bindEnv(fs, "probe-after", "PROBE_AFTER")
 	fs.DurationVar(&f.cfg.ProbeConfirm, "probe-confirm", 0, "how long every probe must find the leader's process gone before a follower breaks its lease; keep it above a reconnect (0: 100ms)")
-	bindEnv(fs, "probe-confirm", "PROBE_CONFIRM")
 	return f
 }
 
@@ -110,7 +96,7 @@ func (n *Node) runCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 // Serve runs a node until ctx ends: it processes shards of the registry's job types, coordinates
 // while it holds the leader lease, and answers the cluster's control requests (validate, types).
 // When ctx ends a leader releases its lease. Zero fields of cfg take their defaults; an invalid
-// cfg is an error matching ErrBadConfig, before anything is touched.
+// cfg is an error matching ErrInvalidConfig, before anything is touched.
 func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	cfg.fill()
 	if err := cfg.Validate(); err != nil {

@@ -113,7 +113,6 @@ type healthFlags struct {
 func (n *Node) newHealthFlags() *healthFlags {
 	f := &healthFlags{fs: n.newFlagSet("health")}
 	f.fs.StringVar(&f.httpAddr, "http-addr", DefaultHTTPAddr, "the worker's HTTP address (as given to worker run)")
-	bindEnv(f.fs, "http-addr", "HTTP_ADDR")
 	f.fs.DurationVar(&f.timeout, "timeout", 3*time.Second, "how long to wait for the answer")
 	return f
 }
