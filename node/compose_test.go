@@ -227,7 +227,7 @@ func checkEnv(add func(string, ...any), name string, s types.ServiceConfig) {
 		return
 	}
 	reads := map[string]string{} // variable → flag
-	for _, fe := range fs.env {
+	for _, fe := range fs.envFlags() {
 		reads[fe.Env] = fe.Flag
 	}
 	keys := make([]string, 0, len(s.Environment))
