@@ -36,49 +36,18 @@ func (r *runner) loaded(ctx context.Context) error {
 	cpu0 := rig.ClusterCPU(c)
 	r.log.Phase(fmt.Sprintf("loaded no-fault run (%v)", cfg.LoadedDuration), int(cfg.LoadedDuration.Seconds()))
 	// Three jobs in flight at once, so one's planning and finishing never leaves the cores idle.
-	const inFlight = 3
-	type res struct {
-		o   rig.Outcome
-		err error
-	}
-	results := make(chan res, inFlight)
-	inflight := 0
-	launch := func() {
-		inflight++
-		go func() {
-			id, st, err := rig.Submit(ctx, c, job)
-			if err != nil {
-				results <- res{err: err}
-				return
-			}
-			o, err := rig.Await(ctx, c, job, id, st, cfg.JobTimeout, nil)
-			results <- res{o, err}
-		}()
-	}
-	var firstErr error
-	for {
-		for inflight < inFlight && time.Since(start) < cfg.LoadedDuration && firstErr == nil {
-			launch()
-		}
-		if inflight == 0 {
-			break
-		}
-		x := <-results
-		inflight--
+	firstErr := rig.KeepRunning(ctx, c, job, 3, start.Add(cfg.LoadedDuration), cfg.JobTimeout, func(o rig.Outcome, err error) {
 		r.log.Set(int(time.Since(start).Seconds()))
-		if x.err != nil {
-			if firstErr == nil {
-				firstErr = x.err
-				r.log.Logf("loaded run: %v", x.err)
-			}
-			continue
+		if err != nil {
+			r.log.Logf("loaded run: %v", err)
+			return
 		}
-		r.account(x.o)
+		r.account(o)
 		ld.Jobs++
-		if x.o.Exact {
+		if o.Exact {
 			ld.Exact++
 		}
-	}
+	})
 	r.log.Done()
 	end := time.Now()
 	cpu := rig.ClusterCPU(c) - cpu0

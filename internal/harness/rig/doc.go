@@ -17,8 +17,8 @@
 //   - natsnodes.go: StartNATSNodes, NATSNodes.Place (a Spec on R3 nodes), JetStream,
 //     LeaderNode, WaitNewLeader; WorkerIDs, SpreadNATS.
 //   - jobs.go: Submit, Await, Judge, Reference (the no-fault run), Status, WaitProgress,
-//     WaitEnd, Final, PlannedAfter, Strike (a job to hit when a fraction of its results is on the
-//     wire), Ready.
+//     WaitEnd, Final, PlannedAfter, KeepRunning (n jobs in flight for a while), Strike (a job to
+//     hit when a fraction of its results is on the wire), Ready.
 //   - observe.go: Sampler (checkpoint readings, Await), Sniffer (every shard and result message;
 //     Rig.StartSniffed starts a cluster with one), WatchResults, WatchLease, Changes, CountEvents, Elections, WaitFirstMerge, Every.
 //   - streams.go: JetStream, JobStore, UpdateStream (change a stream, restore it), Publish (from

@@ -180,6 +180,45 @@ func PlannedAt(c *cluster.Cluster, id string) time.Time {
 	return time.Time{}
 }
 
+// KeepRunning runs j on c, n jobs at a time, starting new ones until until; then it waits for
+// the last. done gets, in the caller's goroutine, each ended job's outcome and the first error.
+// After that error it starts no more jobs, and it returns the error.
+func KeepRunning(ctx context.Context, c *cluster.Cluster, j knownjobs.Job, n int, until time.Time, timeout time.Duration, done func(Outcome, error)) error {
+	type result struct {
+		o   Outcome
+		err error
+	}
+	results := make(chan result, n)
+	running := 0
+	var firstErr error
+	for {
+		for running < n && time.Now().Before(until) && firstErr == nil {
+			running++
+			go func() {
+				id, start, err := Submit(ctx, c, j)
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				o, err := Await(ctx, c, j, id, start, timeout, nil)
+				results <- result{o, err}
+			}()
+		}
+		if running == 0 {
+			return firstErr
+		}
+		x := <-results
+		running--
+		switch {
+		case x.err == nil:
+			done(x.o, nil)
+		case firstErr == nil:
+			firstErr = x.err
+			done(x.o, x.err)
+		}
+	}
+}
+
 // PlannedAfter is seconds from o's submit to its job_planned event (0 if not seen).
 func PlannedAfter(c *cluster.Cluster, o Outcome) float64 {
 	if p := PlannedAt(c, o.ID); !p.IsZero() {
