@@ -126,6 +126,19 @@ func (s *Sampler) Await(ctx, jctx context.Context, j knownjobs.Job, start time.T
 	return Judge(o, j, st), nil
 }
 
+// Until lists the samples taken up to t, in order.
+func (s *Sampler) Until(t time.Time) []Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Sample
+	for _, x := range s.samples {
+		if !x.T.After(t) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 // Done is closed when the sampler stops (the job ended, or Close).
 func (s *Sampler) Done() <-chan struct{} { return s.done }
 
