@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -70,16 +71,22 @@ type Backend struct {
 	JobsQueued   func(ctx context.Context) (int, error)
 }
 
+// ErrInvalidConfig is matched by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("observe: invalid config")
+
 // Validate reports every missing piece.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Addr == "" {
-		errs = append(errs, errors.New("observe: no listen address: set --http-addr (e.g. :8080, or 127.0.0.1:0 for a random local port)"))
+		errs = append(errs, errors.New("no listen address: set --http-addr (e.g. :8080, or 127.0.0.1:0 for a random local port)"))
 	}
 	if c.Metrics == nil || c.Events == nil {
-		errs = append(errs, errors.New("observe: Metrics and Events are required"))
+		errs = append(errs, errors.New("Metrics and Events are required"))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	}
+	return nil
 }
 
 // Server is a worker's HTTP server. It serves /healthz, /metrics and /api/events from the start;
@@ -121,9 +128,7 @@ func Listen(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("observe: listen on %s: %w (choose another --http-addr)", cfg.Addr, err)
