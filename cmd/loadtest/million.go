@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -68,18 +69,18 @@ func (r *runner) million(ctx context.Context) error {
 	s.Wait(jctx)
 	var marks []report.Kill
 	if s.Reached {
-		k, err := rig.KillLeader(jctx, c, syscall.SIGKILL, true, nil)
-		if err != nil {
+		fo, err := rig.FailLeader(jctx, c, rig.LeaderFault{Signal: syscall.SIGKILL, Restart: true, Within: 2 * cfg.JobTimeout})
+		if err != nil && !errors.Is(err, rig.ErrNoElection) {
 			return fmt.Errorf("big job: kill the leader: %w", err)
 		}
 		m.Killed, m.KilledAt = true, s.Seen
-		mark := report.NewKill(k, start, s.At.Done)
-		mark.Leader, mark.Epoch = true, k.Epoch
+		mark := report.NewKill(fo.Kill, start, s.At.Done)
+		mark.Leader, mark.Epoch = true, fo.Epoch
 		marks = append(marks, mark)
-		if ev, err := rig.WaitElected(jctx, c, k.Epoch, 2*cfg.JobTimeout); err == nil {
-			m.ToLeaderS = rig.Round3(ev.Time.Sub(k.At).Seconds())
+		if err == nil {
+			m.ToLeaderS = rig.Round3(fo.ToLeader.Seconds())
 		}
-		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", k.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
+		r.log.Logf("big job: killed leader %s with %d of %d results on the wire; new leader after %.2fs", fo.Worker, m.KilledAt, cfg.MillionShards, m.ToLeaderS)
 	}
 	o, err := r.awaitEnd(ctx, jctx, job, smp, "big", start)
 	stopSampling()

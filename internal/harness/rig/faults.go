@@ -81,13 +81,16 @@ func KillLeader(ctx context.Context, c *cluster.Cluster, sig syscall.Signal, res
 	return k, err
 }
 
+// ErrNoElection is matched by WaitElected's and FailLeader's error when no leader was elected.
+var ErrNoElection = errors.New("no leader elected")
+
 // WaitElected waits up to within for an election of an epoch above epoch.
 func WaitElected(ctx context.Context, c *cluster.Cluster, epoch uint64, within time.Duration) (cluster.Event, error) {
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	ev, err := c.WaitEvent(wctx, func(e cluster.Event) bool { return e.Kind == cluster.Elected && e.Epoch > epoch })
 	if err != nil {
-		return ev, fmt.Errorf("no leader elected after epoch %d within %v: %w", epoch, within, err)
+		return ev, fmt.Errorf("%w after epoch %d within %v: %w", ErrNoElection, epoch, within, err)
 	}
 	return ev, nil
 }
