@@ -281,7 +281,7 @@ func TestSubmit_NATSUnreachable(t *testing.T) {
 	c := newCluster(t)
 	c.env["NATS_URL"] = "nats://127.0.0.1:1"
 	code, _, stderr := run(t, c.node(t, builtin.Registry()), "submit", "--type", "squares", "--params", `{"n":10,"shards":2}`)
-	if code != 1 || !strings.Contains(stderr, `this program does not have job type "squares" (it has: pi, primes, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
+	if code != 1 || !strings.Contains(stderr, `this program does not have job type "squares" (it has: pi, primes, regroup, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 	if got := c.jobCount(t); got != 0 {
