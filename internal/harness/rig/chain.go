@@ -209,3 +209,21 @@ func CheckChain(ctx context.Context, c *cluster.Cluster, ids []string, within ti
 	}
 	return total, nil
 }
+
+// ChainLeftovers is what the chain's jobs left: Leftovers, and blobs of a keyed job besides its
+// metadata and committed outputs (intermediates).
+func ChainLeftovers(ctx context.Context, c *cluster.Cluster, ids []string) []string {
+	left := Leftovers(ctx, c, ids)
+	for _, id := range ids {
+		res, err := c.Client.Result(ctx, id)
+		if err != nil {
+			return append(left, fmt.Sprintf("result of %s: %v", id, err))
+		}
+		more, err := KeyedLeftovers(ctx, c, id, res)
+		if err != nil {
+			return append(left, fmt.Sprintf("blobs of %s: %v", id, err))
+		}
+		left = append(left, more...)
+	}
+	return left
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/rig"
+)
+
+// Chain fault (issue 20): three built-in jobs submitted at once, each after the previous and
+// reading its output (wordcount → regroup by value → regroup into a total), with the leader
+// SIGKILLed while each runs. The count → words histogram and the total must equal the corpus
+// counted by the harness. The fault's own job is primes, so every map step is slowed.
+
+func chainFaults() []fault {
+	return []fault{{name: "chain-leader-kill", what: "a chain of three jobs (--after, each reading the previous one's output): the leader is killed (SIGKILL) during each; the total is exact",
+		job: func(c Config) knownjobs.Job { return c.primesJob() }, inject: injectChain}}
+}
+
+func injectChain(ctx context.Context, f *faultRun) error {
+	blobs, words := 8, 6000
+	if f.r.cfg.Quick {
+		blobs, words = 4, 1500
+	}
+	if err := rig.WriteKeyedCorpus(ctx, f.c, blobs, words); err != nil {
+		return err
+	}
+	r, err := rig.RunChain(ctx, f.c, rig.ChainSteps(4, 2<<10), rig.ClientSubmit(f.c), true, 3*f.r.cfg.LeaseDuration)
+	for _, n := range r.Notes {
+		f.note("%s", n)
+	}
+	if err != nil {
+		return err
+	}
+	f.healed = time.Now()
+	total, err := rig.CheckChain(ctx, f.c, r.IDs, f.r.cfg.Deadline)
+	if err != nil {
+		f.fail(verdictWrong, "chain: "+err.Error())
+		return nil
+	}
+	f.note("chain %v: %d words, exact", r.IDs, total)
+	if left := rig.ChainLeftovers(ctx, f.c, r.IDs); len(left) > 0 {
+		f.fail(verdictLeft, "chain: "+left[0])
+	}
+	return nil
+}
