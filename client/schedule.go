@@ -40,7 +40,26 @@ type ScheduleOptions struct {
 }
 
 // ChainStep is a later job of a schedule's chain: {"type": T, "params": {..."$prev"...}}.
-type ChainStep = protocol.ChainStep
+type ChainStep struct {
+	Type   string          `json:"type"`
+	Params json.RawMessage `json:"params"`
+}
+
+func toProtocolSteps(steps []ChainStep) []protocol.ChainStep {
+	var out []protocol.ChainStep
+	for _, s := range steps {
+		out = append(out, protocol.ChainStep{Type: s.Type, Params: s.Params})
+	}
+	return out
+}
+
+func fromProtocolSteps(steps []protocol.ChainStep) []ChainStep {
+	var out []ChainStep
+	for _, s := range steps {
+		out = append(out, ChainStep{Type: s.Type, Params: s.Params})
+	}
+	return out
+}
 
 // PrevJob is the placeholder a chain step's params use for the previous step's job id.
 const PrevJob = protocol.PrevJob
@@ -84,7 +103,7 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		return nil, err
 	}
 	s := &protocol.Schedule{Name: name, UID: protocol.NewScheduleUID(), Cron: o.Cron, TimeZone: o.TimeZone,
-		Type: o.Type, Params: o.Params, Overlap: o.Overlap, CreatedAt: c.now().UTC(), Then: o.Then}
+		Type: o.Type, Params: o.Params, Overlap: o.Overlap, CreatedAt: c.now().UTC(), Then: toProtocolSteps(o.Then)}
 	if o.Every != 0 {
 		s.Every = o.Every.String()
 	}
@@ -115,7 +134,7 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		return nil, fmt.Errorf("write schedule: %w", err)
 	}
 	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt, Then: s.Then}
+		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
 	if n := s.Next(s.CreatedAt); !n.IsZero() {
 		info.NextTick = &n
 	}
@@ -148,7 +167,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*ScheduleInfo, erro
 		return nil, err
 	}
 	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt, Then: s.Then}
+		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
 	since := s.CreatedAt
 	data, _, err := c.Store.Get(ctx, protocol.ScheduleStateBlob(name))
 	switch {
@@ -301,7 +320,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, erro
 const chainCheckID = "20000101-000000-00000000"
 
 // validateThen validates each chain step as Submit would, its "$prev" standing for a job id.
-func (c *Client) validateThen(ctx context.Context, then []ChainStep) error {
+func (c *Client) validateThen(ctx context.Context, then []protocol.ChainStep) error {
 	for i, step := range then {
 		params, err := step.ParamsAfter(chainCheckID)
 		if err != nil {

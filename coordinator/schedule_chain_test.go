@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -21,7 +20,7 @@ import (
 func TestSchedule_ChainPerTickOnce(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
-	step := client.ChainStep{Type: "sleep", Params: json.RawMessage(`{"shards":2,"duration":"20ms"}`)}
+	step := protocol.ChainStep{Type: "sleep", Params: json.RawMessage(`{"shards":2,"duration":"20ms"}`)}
 	s := &protocol.Schedule{Name: "chain", UID: "u1", Every: "1s", Type: "sleep", Params: json.RawMessage(`{"shards":2,"duration":"20ms"}`),
 		Overlap: protocol.OverlapAllow, CatchUp: "1m", CreatedAt: time.Now().Add(-2 * time.Second).Truncate(time.Second).UTC(), Then: []protocol.ChainStep{step, step}}
 	data, err := s.Encode()

@@ -219,6 +219,7 @@ func (n *Node) scheduleCmd(ctx context.Context, args []string, stdout, stderr io
 // scheduleOptions checks the flags of `schedule add` before anything is read or written.
 func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name string) (client.ScheduleOptions, error) {
 	o := client.ScheduleOptions{Every: f.every, Cron: f.cron, TimeZone: f.tz, Type: f.typ, Overlap: f.overlap, CatchUp: f.catchUp}
+	var steps []protocol.ChainStep // the chain's later steps
 	if f.chain != "" {
 		if f.typ != "" || f.params != "" || f.paramsFile != "" {
 			return o, usageErr("give --chain FILE or --type and --params, not both (the file's first step is the tick's job)")
@@ -227,11 +228,15 @@ func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name strin
 		if err != nil {
 			return o, usageErr("--chain: %v", err)
 		}
-		steps, err := protocol.ParseChain(data)
+		all, err := protocol.ParseChain(data)
 		if err != nil {
 			return o, usageErr("--chain %s: %v", f.chain, err)
 		}
-		f.typ, f.params, o.Type, o.Then = steps[0].Type, string(steps[0].Params), steps[0].Type, steps[1:]
+		steps = all[1:]
+		f.typ, f.params, o.Type = all[0].Type, string(all[0].Params), all[0].Type
+		for _, st := range steps {
+			o.Then = append(o.Then, client.ChainStep{Type: st.Type, Params: st.Params})
+		}
 	}
 	if f.typ == "" {
 		return o, usageErr("--type is required: a type this binary has (%s) or one the running workers have (`%s types` lists them)", joinOrNone(n.opts.Registry.Types()), n.opts.Name)
@@ -257,7 +262,7 @@ func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name strin
 		return o, usageErr("--time-zone applies to --cron only (--every ticks are the same in every zone)")
 	}
 	// The schedule's shape is checked here, with the messages the store would give.
-	s := protocol.Schedule{Name: name, UID: "check", Cron: o.Cron, TimeZone: o.TimeZone, Type: o.Type, Params: params, Overlap: o.Overlap, CatchUp: o.CatchUp.String(), Then: o.Then}
+	s := protocol.Schedule{Name: name, UID: "check", Cron: o.Cron, TimeZone: o.TimeZone, Type: o.Type, Params: params, Overlap: o.Overlap, CatchUp: o.CatchUp.String(), Then: steps}
 	if o.Every != 0 {
 		s.Every = o.Every.String()
 	}
