@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -90,8 +91,8 @@ func parseRegroupParams(raw json.RawMessage) (RegroupParams, error) {
 		}
 		return p, err
 	}
-	p.By = cmpOr(p.By, regroupByKey)
-	p.Agg = cmpOr(p.Agg, regroupCount)
+	p.By = cmp.Or(p.By, regroupByKey)
+	p.Agg = cmp.Or(p.Agg, regroupCount)
 	switch {
 	case p.By != regroupByKey && p.By != regroupByValue && p.By != regroupByAll:
 		return p, badParam(regroupType, "by", `"by" must be "key", "value" or "all" (got %q)`, p.By)
@@ -103,7 +104,7 @@ func parseRegroupParams(raw json.RawMessage) (RegroupParams, error) {
 		return p, badParam(regroupType, "partitions", `"partitions" must be between 1 and %d, or 0 for the default (got %d)`, jobs.MaxPartitions, p.Partitions)
 	}
 	if p.Agg != regroupCount {
-		p.Of = cmpOr(p.Of, regroupOfValue)
+		p.Of = cmp.Or(p.Of, regroupOfValue)
 		if p.Of != regroupOfValue && p.Of != regroupOfKey && p.Of != regroupOfProduct {
 			return p, badParam(regroupType, "of", `"of" must be "value", "key" or "key*value" (got %q)`, p.Of)
 		}
@@ -112,13 +113,6 @@ func parseRegroupParams(raw json.RawMessage) (RegroupParams, error) {
 		p.Partitions = 1
 	}
 	return p, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Type returns "regroup".
