@@ -46,16 +46,14 @@ func TestSchedule_ChainPerTickOnce(t *testing.T) {
 
 	r.work(worker.Config{})
 	var mu sync.Mutex
-	order := map[string]int{} // "planned <job>", "finished <job>" → its place in the events
+	planned := map[string]time.Time{} // when each job was first planned
 	fast := func(c *Config) {
 		c.ScheduleInterval = 50 * time.Millisecond
 		c.OnEvent = func(ev Event) {
 			mu.Lock()
 			defer mu.Unlock()
-			if k := string(ev.Kind) + " " + ev.Job; ev.Kind == EventJobPlanned || ev.Kind == EventJobFinished {
-				if _, seen := order[k]; !seen {
-					order[k] = len(order)
-				}
+			if _, seen := planned[ev.Job]; ev.Kind == EventJobPlanned && !seen {
+				planned[ev.Job] = time.Now()
 			}
 		}
 	}
@@ -81,6 +79,7 @@ func TestSchedule_ChainPerTickOnce(t *testing.T) {
 		if want := []string{f, protocol.ChainJobID(f, 2), protocol.ChainJobID(f, 3)}; !slices.Equal(ids, want) {
 			t.Fatalf("tick %v made %v, want %v", tk, ids, want)
 		}
+		var prevEnd time.Time
 		for i, id := range ids {
 			st := r.wait(id, 30*time.Second)
 			if st.State != jobs.StateSucceeded || st.Schedule != "chain" || st.Tick == nil || !st.Tick.Equal(tk) {
@@ -94,15 +93,16 @@ func TestSchedule_ChainPerTickOnce(t *testing.T) {
 			if i > 0 && !slices.Equal(spec.After, []string{ids[i-1]}) {
 				t.Fatalf("step %d %s runs after %v, want %s", i+1, id, spec.After, ids[i-1])
 			}
-			if i > 0 {
-				mu.Lock()
-				planned, ok1 := order[string(EventJobPlanned)+" "+id]
-				ended, ok2 := order[string(EventJobFinished)+" "+ids[i-1]]
-				mu.Unlock()
-				if ok1 && ok2 && planned < ended {
-					t.Fatalf("step %d %s was planned before step %d ended", i+1, id, i)
-				}
+			mu.Lock()
+			at, ok := planned[id]
+			mu.Unlock()
+			if i > 0 && ok && at.Before(prevEnd) {
+				t.Fatalf("step %d %s was planned at %v, before step %d ended at %v", i+1, id, at, i, prevEnd)
 			}
+			if st.FinishedAt == nil {
+				t.Fatalf("step %d %s has no finish time", i+1, id)
+			}
+			prevEnd = *st.FinishedAt
 		}
 	}
 	info, err := r.cl.Schedule(ctx, "chain")
