@@ -227,3 +227,101 @@ func ChainLeftovers(ctx context.Context, c *cluster.Cluster, ids []string) []str
 	}
 	return left
 }
+
+// A schedule that makes a chain per tick, watched through leader kills.
+
+// AddChainFunc adds schedule name, making steps (their params given "$prev") every every.
+type AddChainFunc func(ctx context.Context, name string, every time.Duration, steps []ChainStep) error
+
+// ClientAddChain adds the schedule through c's Go client (ScheduleOptions.Then).
+func ClientAddChain(c *cluster.Cluster) AddChainFunc {
+	return func(ctx context.Context, name string, every time.Duration, steps []ChainStep) error {
+		o := client.ScheduleOptions{Every: every, Type: steps[0].Type, Params: steps[0].Params(client.PrevJob),
+			Overlap: "allow", CatchUp: time.Minute}
+		for _, s := range steps[1:] {
+			o.Then = append(o.Then, client.ChainStep{Type: s.Type, Params: s.Params(client.PrevJob)})
+		}
+		_, err := c.Client.AddSchedule(ctx, name, o)
+		return err
+	}
+}
+
+// ScheduleChainRun is a chain schedule's run: its ticks, what the kills hit, each chain's total.
+type ScheduleChainRun struct {
+	Notes  []string
+	Ticks  int
+	Totals []int64
+}
+
+// RunScheduleChain adds schedule name (a chain of steps every every), SIGKILLs the leader while
+// a chain's step 2, then step 3 (and so on) runs, pauses it after ticks ticks and checks that
+// every tick made its steps once each (ids from the tick's), none missing between the first
+// and the last, and every chain is exact (CheckChain).
+func RunScheduleChain(ctx context.Context, c *cluster.Cluster, name string, steps []ChainStep, add AddChainFunc, every time.Duration, ticks int, within time.Duration) (ScheduleChainRun, error) {
+	var r ScheduleChainRun
+	if err := add(ctx, name, every, steps); err != nil {
+		return r, fmt.Errorf("add schedule %s: %w", name, err)
+	}
+	begin := time.Now()
+	for k := 2; k <= len(steps); k++ {
+		suffix := fmt.Sprintf("-%d", k)
+		var running string
+		for until := time.Now().Add(within); running == ""; {
+			if page, err := c.Client.Query(ctx, client.Filter{State: jobs.StateRunning, Limit: 50}); err == nil {
+				for _, st := range page.Jobs {
+					if st.Schedule == name && strings.HasSuffix(st.ID, suffix) {
+						running = st.ID
+					}
+				}
+			}
+			if running == "" && (time.Now().After(until) || ctx.Err() != nil) {
+				return r, fmt.Errorf("no chain step %d of schedule %s running within %v", k, name, within)
+			}
+			_ = Sleep(ctx, 20*time.Millisecond)
+		}
+		kl, err := KillLeader(ctx, c, syscall.SIGKILL, true, nil)
+		if err != nil {
+			return r, err
+		}
+		ev, err := WaitElected(ctx, c, kl.Epoch, within)
+		if err != nil {
+			return r, err
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("%s running: killed leader %s (epoch %d); %s elected (epoch %d) %.2f s later",
+			running, kl.Worker, kl.Epoch, ev.Worker, ev.Epoch, ev.Time.Sub(kl.At).Seconds()))
+	}
+	_ = Sleep(ctx, time.Until(begin.Add(time.Duration(ticks)*every)))
+	if _, err := Retry(ctx, 30*time.Second, func() error { return c.Client.PauseSchedule(ctx, name) }); err != nil {
+		return r, fmt.Errorf("pause schedule %s: %w", name, err)
+	}
+	_ = Sleep(ctx, 3*time.Second) // a tick fired as it was paused lands
+	byTick, err := TickJobs(ctx, c, name)
+	if err != nil {
+		return r, err
+	}
+	sorted := slices.SortedFunc(maps.Keys(byTick), time.Time.Compare)
+	r.Ticks = len(sorted)
+	if len(sorted) < ticks-2 {
+		return r, fmt.Errorf("%d ticks made jobs, want at least %d", len(sorted), ticks-2)
+	}
+	for i, tk := range sorted {
+		if i > 0 && tk.Sub(sorted[i-1]) != every {
+			return r, fmt.Errorf("ticks %s and %s are %v apart: a tick is missing", sorted[i-1].Format(time.TimeOnly), tk.Format(time.TimeOnly), tk.Sub(sorted[i-1]))
+		}
+		ids := byTick[tk]
+		slices.Sort(ids)
+		want := []string{ids[0]}
+		for k := 2; k <= len(steps); k++ {
+			want = append(want, fmt.Sprintf("%s-%d", ids[0], k))
+		}
+		if !slices.Equal(ids, want) {
+			return r, fmt.Errorf("tick %s made %v, want %v once each", tk.Format(time.TimeOnly), ids, want)
+		}
+		total, err := CheckChain(ctx, c, ids, within)
+		if err != nil {
+			return r, fmt.Errorf("tick %s: %w", tk.Format(time.TimeOnly), err)
+		}
+		r.Totals = append(r.Totals, total)
+	}
+	return r, nil
+}
