@@ -12,8 +12,8 @@ func TestAPI_ScheduleChain(t *testing.T) {
 	const head = `{"name":"c","every":"1h","type":"pi","params":{"samples":1000,"shards":2},"then":`
 	for body, want := range map[string]string{
 		head + `[{"type":"regroup","params":{"job":"$prev","by":"nope"}}]}`: `chain step 2: bad parameters for regroup: \"by\" must be`,
-		head + `[{"type":"","params":{}}]}`:                                   "chain step 2: no job type",
-		head + `[{"type":"sleep","parms":{}}]}`:                               "parms",
+		head + `[{"type":"","params":{}}]}`:                                 "chain step 2: no job type",
+		head + `[{"type":"sleep","parms":{}}]}`:                             "parms",
 	} {
 		code, got := e.do(t, "POST", "/api/v1/schedules", testToken, body)
 		if code != 400 || !strings.Contains(got, want) {
