@@ -1,4 +1,5 @@
-// Package builtin holds the job types every stock worker has: primes, pi, wordcount and sleep.
+// Package builtin holds the job types every stock worker has: primes, pi, wordcount, sleep and
+// regroup.
 //
 //   - primes {"from", "to", "shards"}: count the primes in [from, to) with a segmented sieve.
 //   - pi {"samples", "shards", "seed"}: Monte Carlo estimate of π; shard i draws from a PCG
@@ -6,6 +7,8 @@
 //   - wordcount {"container", "prefix", "top", "shard_bytes"}: words across blobs, top-K.
 //   - sleep {"shards", "duration", "fail_rate", "seed", "fail_always", "panic_always"}: synthetic
 //     shards with scripted failures, for load and failover tests.
+//   - regroup {"job" or "container"/"prefix", "by", "agg", "of", "partitions"}: another keyed
+//     job's output records grouped by key, value or all, counted or summed (regroup.go).
 //
 // Their parameter types (PrimesParams, ...) document each field's default and bounds; their result
 // types (PrimesResult, ...) are the JSON a job's result holds.
@@ -44,11 +47,11 @@ package builtin
 
 import "github.com/mapagg/mapagg/jobs"
 
-// Jobs returns a new instance of each built-in job: primes, pi, wordcount and sleep. Primes and
-// pi are written with the typed API (jobs.Typed); wordcount, whose partials stream, and sleep,
-// which counts attempts, implement the byte-level jobs.Job.
+// Jobs returns a new instance of each built-in job: primes, pi, wordcount, sleep and regroup.
+// Primes and pi are written with the typed API (jobs.Typed); wordcount, whose partials stream,
+// sleep, which counts attempts, and regroup, keyed only, implement the byte-level jobs.Job.
 func Jobs() []jobs.Job {
-	return []jobs.Job{jobs.Typed(primesType, Primes{}), jobs.Typed(piType, Pi{}), Wordcount{}, Sleep{}}
+	return []jobs.Job{jobs.Typed(primesType, Primes{}), jobs.Typed(piType, Pi{}), Wordcount{}, Sleep{}, Regroup{}}
 }
 
 // Register adds every built-in job to r.

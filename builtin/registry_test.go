@@ -23,7 +23,7 @@ func (t typedJob) Type() string { return t.name }
 func TestRegistry_HasBuiltins(t *testing.T) {
 	reg := Registry()
 	got := reg.Types()
-	want := []string{"pi", "primes", "sleep", "wordcount"}
+	want := []string{"pi", "primes", "regroup", "sleep", "wordcount"}
 	for _, w := range want {
 		if !slices.Contains(got, w) {
 			t.Errorf("Registry().Types() = %v, missing %q", got, w)
@@ -55,7 +55,7 @@ func TestRegistry_Lookup_Unknown(t *testing.T) {
 	if !errors.As(err, &ute) || ute.Type != "prime" {
 		t.Fatalf("Lookup(prime) error %#v is not an *jobs.UnknownTypeError for prime", err)
 	}
-	const want = `unknown job type "prime"; known: pi, primes, sleep, wordcount`
+	const want = `unknown job type "prime"; known: pi, primes, regroup, sleep, wordcount`
 	if err.Error() != want {
 		t.Errorf("message = %q, want %q", err.Error(), want)
 	}

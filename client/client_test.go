@@ -144,7 +144,7 @@ func TestClient_Submit_RefusedWritesNothing(t *testing.T) {
 	}{
 		{"local bad params", "primes", `{"from":10,"to":1,"shards":1}`, true, jobs.ErrBadParams, "bad parameters for primes"},
 		{"local invalid JSON", "primes", `{"from":`, true, jobs.ErrBadParams, "not valid JSON"},
-		{"unknown without validator", "squares", `{}`, false, jobs.ErrUnknownType, `unknown job type "squares"; known: pi, primes, sleep, wordcount`},
+		{"unknown without validator", "squares", `{}`, false, jobs.ErrUnknownType, `unknown job type "squares"; known: pi, primes, regroup, sleep, wordcount`},
 		{"unknown to the cluster", "nope", `{}`, true, jobs.ErrUnknownType, `known: squares`},
 		{"cluster refuses params", "squares", `{"n":0}`, true, jobs.ErrBadParams, paramErr.Error()},
 	} {

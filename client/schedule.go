@@ -34,7 +34,35 @@ type ScheduleOptions struct {
 	Params   json.RawMessage
 	Overlap  string        // skip (default), queue or allow
 	CatchUp  time.Duration // default 5m, at least 10s
+	// Then makes each tick a chain: after the job of Type and Params, each step's job, after
+	// the previous one; "$prev" in a step's params is the previous job's id.
+	Then []ChainStep
 }
+
+// ChainStep is a later job of a schedule's chain: {"type": T, "params": {..."$prev"...}}.
+type ChainStep struct {
+	Type   string          `json:"type"`
+	Params json.RawMessage `json:"params"`
+}
+
+func toProtocolSteps(steps []ChainStep) []protocol.ChainStep {
+	var out []protocol.ChainStep
+	for _, s := range steps {
+		out = append(out, protocol.ChainStep{Type: s.Type, Params: s.Params})
+	}
+	return out
+}
+
+func fromProtocolSteps(steps []protocol.ChainStep) []ChainStep {
+	var out []ChainStep
+	for _, s := range steps {
+		out = append(out, ChainStep{Type: s.Type, Params: s.Params})
+	}
+	return out
+}
+
+// PrevJob is the placeholder a chain step's params use for the previous step's job id.
+const PrevJob = protocol.PrevJob
 
 // ScheduleInfo is a schedule as `worker schedule list` shows it.
 type ScheduleInfo struct {
@@ -56,6 +84,8 @@ type ScheduleInfo struct {
 	Fired    int64      `json:"fired"`
 	Skipped  int64      `json:"skipped"`
 	Missed   int64      `json:"missed"`
+	// Then lists the chain's later steps (none for a schedule of one job).
+	Then []ChainStep `json:"then,omitempty"`
 }
 
 func (c *Client) lister() (Lister, error) {
@@ -73,7 +103,7 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		return nil, err
 	}
 	s := &protocol.Schedule{Name: name, UID: protocol.NewScheduleUID(), Cron: o.Cron, TimeZone: o.TimeZone,
-		Type: o.Type, Params: o.Params, Overlap: o.Overlap, CreatedAt: c.now().UTC()}
+		Type: o.Type, Params: o.Params, Overlap: o.Overlap, CreatedAt: c.now().UTC(), Then: toProtocolSteps(o.Then)}
 	if o.Every != 0 {
 		s.Every = o.Every.String()
 	}
@@ -94,6 +124,9 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 	if _, err := c.Validate(ctx, s.Type, s.Params); err != nil {
 		return nil, err
 	}
+	if err := c.validateThen(ctx, s.Then); err != nil {
+		return nil, err
+	}
 	if _, err := c.Store.Put(ctx, protocol.ScheduleBlob(name), data, store.Cond{IfNoneMatch: true}); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return nil, fmt.Errorf("%w: %s (delete it first, or choose another name)", ErrScheduleExists, name)
@@ -101,7 +134,7 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		return nil, fmt.Errorf("write schedule: %w", err)
 	}
 	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt}
+		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
 	if n := s.Next(s.CreatedAt); !n.IsZero() {
 		info.NextTick = &n
 	}
@@ -134,7 +167,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*ScheduleInfo, erro
 		return nil, err
 	}
 	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt}
+		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
 	since := s.CreatedAt
 	data, _, err := c.Store.Get(ctx, protocol.ScheduleStateBlob(name))
 	switch {
@@ -247,8 +280,9 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	return nil
 }
 
-// TriggerSchedule makes the schedule's job now, whatever its ticks and overlap policy, and
-// returns its id. The job shows the schedule and the time of the trigger as its tick.
+// TriggerSchedule makes the schedule's job (and chain) now, whatever its ticks and overlap
+// policy, and returns the first job's id. The jobs show the schedule and the time of the trigger
+// as their tick.
 func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, error) {
 	s, _, err := c.getSchedule(ctx, name)
 	if err != nil {
@@ -260,7 +294,43 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, erro
 	}
 	tick := c.now().UTC()
 	spec.ID, spec.Schedule, spec.Tick = protocol.TickJobID(s.Name, s.UID+"/trigger", tick), s.Name, &tick
-	return c.submitSpec(ctx, spec)
+	first, err := c.submitSpec(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	prev := first
+	for i, step := range s.Then {
+		params, err := step.ParamsAfter(prev)
+		if err != nil {
+			return first, err
+		}
+		next, err := c.validate(ctx, step.Type, params)
+		if err != nil {
+			return first, fmt.Errorf("chain step %d: %w", i+2, err)
+		}
+		next.ID, next.After, next.Schedule, next.Tick = protocol.ChainJobID(first, i+2), []string{prev}, s.Name, &tick
+		if prev, err = c.submitSpec(ctx, next); err != nil {
+			return first, fmt.Errorf("chain step %d: %w", i+2, err)
+		}
+	}
+	return first, nil
+}
+
+// chainCheckID stands for the previous job while a chain step's params are validated.
+const chainCheckID = "20000101-000000-00000000"
+
+// validateThen validates each chain step as Submit would, its "$prev" standing for a job id.
+func (c *Client) validateThen(ctx context.Context, then []protocol.ChainStep) error {
+	for i, step := range then {
+		params, err := step.ParamsAfter(chainCheckID)
+		if err != nil {
+			return err
+		}
+		if _, err := c.Validate(ctx, step.Type, params); err != nil {
+			return fmt.Errorf("chain step %d: %w", i+2, err)
+		}
+	}
+	return nil
 }
 
 // submitSpec writes a validated spec (If-None-Match), queues its id and announces it; if

@@ -632,7 +632,7 @@ func TestClient_SubmitRefusesBadJobsAndWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	big := `{"shards":1,"fail_always":[` + strings.Repeat("0,", 40000) + `0]}`
 	for _, c := range []struct{ typ, params, want string }{
-		{"prime", `{}`, `unknown job type "prime"; known: pi, primes, sleep, wordcount`},
+		{"prime", `{}`, `unknown job type "prime"; known: pi, primes, regroup, sleep, wordcount`},
 		{"primes", `{"from":10,"to":5,"shards":1}`, `"to" must be greater than "from"`},
 		{"primes", `{"from":0,"to":10,"shards":1,"extra":1}`, `extra`},
 		{"primes", `{"to":"ten"}`, `to`},

@@ -301,7 +301,7 @@ func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedS
 	if st.LastTick == nil || tick.After(*st.LastTick) {
 		st.LastTick = &tick
 	}
-	st.LastJob = job
+	st.LastJob = lastJob(def, job) // the tick's run ends with it (overlap)
 	st.Fired++
 	if created {
 		t.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
@@ -347,13 +347,47 @@ func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time
 	return old.Job, nil
 }
 
-// create writes job's spec (If-None-Match) and queues it. A spec already there is the tick's job,
-// made by this or an earlier term: it is queued again only if it has not started (a duplicate
-// message is harmless, intake plans a job once).
+// create writes the spec of job, and of each later step of def's chain, and queues them. It
+// reports whether job's spec was written here.
 func (s *scheduler) create(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (bool, error) {
-	t := s.t
 	tk := tick.UTC()
-	spec := protocol.Spec{ID: job, Type: def.Type, Params: def.Params, SubmittedAt: t.cfg.Now().UTC(), Schedule: def.Name, Tick: &tk}
+	now := s.t.cfg.Now().UTC()
+	created, err := s.createJob(ctx, &protocol.Spec{ID: job, Type: def.Type, Params: def.Params, SubmittedAt: now, Schedule: def.Name, Tick: &tk})
+	if err != nil {
+		return false, err
+	}
+	// A chain's steps, in order: each one's predecessor exists before it is queued. A tick fired
+	// again (an earlier term died on the way) writes the steps it did not.
+	prev := job
+	for i, step := range def.Then {
+		params, err := step.ParamsAfter(prev)
+		if err != nil {
+			return created, err
+		}
+		id := protocol.ChainJobID(job, i+2)
+		spec := &protocol.Spec{ID: id, Type: step.Type, Params: params, SubmittedAt: now, After: []string{prev}, Schedule: def.Name, Tick: &tk}
+		if _, err := s.createJob(ctx, spec); err != nil {
+			return created, err
+		}
+		prev = id
+	}
+	return created, nil
+}
+
+// lastJob is the last job of the tick whose first job is job: job, or its chain's last step.
+func lastJob(def *protocol.Schedule, job string) string {
+	if len(def.Then) == 0 {
+		return job
+	}
+	return protocol.ChainJobID(job, len(def.Then)+1)
+}
+
+// createJob writes spec (If-None-Match) and queues it. A spec already there is the tick's, made
+// by this or an earlier term: it is queued again only if it has not started (a duplicate message
+// is harmless, intake plans a job once).
+func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, error) {
+	t := s.t
+	job := spec.ID
 	data, err := spec.Encode()
 	if err != nil {
 		return false, err

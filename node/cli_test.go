@@ -133,7 +133,7 @@ func TestCommands_UsageErrors(t *testing.T) {
 	}{
 		{nil, 2, "usage: worker <command>"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"submit"}, 2, "--type is required: a type this binary has (pi, primes, sleep, squares, wordcount)"},
+		{[]string{"submit"}, 2, "--type is required: a type this binary has (pi, primes, regroup, sleep, squares, wordcount)"},
 		{[]string{"submit", "--type", "primes", "--params", "{bad"}, 2, "--params is not valid JSON"},
 		{[]string{"submit", "--type", "primes", "--params", "{}", "--params-file", "x"}, 2, "not both"},
 		{[]string{"submit", "--type", "primes", "--params-file", "/nonexistent/p.json"}, 2, "no such file"},
@@ -281,7 +281,7 @@ func TestSubmit_NATSUnreachable(t *testing.T) {
 	c := newCluster(t)
 	c.env["NATS_URL"] = "nats://127.0.0.1:1"
 	code, _, stderr := run(t, c.node(t, builtin.Registry()), "submit", "--type", "squares", "--params", `{"n":10,"shards":2}`)
-	if code != 1 || !strings.Contains(stderr, `this program does not have job type "squares" (it has: pi, primes, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
+	if code != 1 || !strings.Contains(stderr, `this program does not have job type "squares" (it has: pi, primes, regroup, sleep, wordcount), and NATS at nats://127.0.0.1:1`) {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
 	if got := c.jobCount(t); got != 0 {
@@ -341,14 +341,14 @@ func TestCommands_Cluster(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 {
 			t.Fatalf("types --json: exit %d, %v\n%s", code, err, out)
 		}
-		if len(got.Workers) != 2 || got.Workers[0].Worker != "w-cubes" || len(got.Types) != 6 || got.Types[0].Type != "cubes" {
+		if len(got.Workers) != 2 || got.Workers[0].Worker != "w-cubes" || len(got.Types) != 7 || got.Types[0].Type != "cubes" {
 			t.Fatalf("types --json = %+v", got)
 		}
 	})
 
 	t.Run("unknown type refused with the cluster's types", func(t *testing.T) {
 		code, stdout, stderr := run(t, stock, "submit", "--type", "nope", "--params", `{}`)
-		want := `unknown job type "nope"; known: cubes, pi, primes, sleep, squares, wordcount`
+		want := `unknown job type "nope"; known: cubes, pi, primes, regroup, sleep, squares, wordcount`
 		if code != 2 || !strings.Contains(stderr, want) || stdout != "" {
 			t.Fatalf("exit %d, stderr:\n%s\nwant exit 2 and %q", code, stderr, want)
 		}

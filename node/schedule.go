@@ -21,7 +21,7 @@ const scheduleSummary = "recurring jobs: add, list, pause, resume, delete, trigg
 
 // scheduleSubs are the subcommands of `schedule`, with their usage.
 var scheduleSubs = []struct{ name, usage, summary string }{
-	{"add", `add NAME (--every DURATION | --cron "m h dom mon dow") --type T --params JSON [--overlap skip|queue|allow] [--catch-up DURATION] [--time-zone TZ]`, "add a schedule: the leader makes its job at every tick"},
+	{"add", `add NAME (--every DURATION | --cron "m h dom mon dow") (--type T --params JSON | --chain FILE) [--overlap skip|queue|allow] [--catch-up DURATION] [--time-zone TZ]`, "add a schedule: the leader makes its job (or chain) at every tick"},
 	{"list", "list [--json]", "list the schedules with their last and next tick"},
 	{"pause", "pause NAME", "stop a schedule's ticks (not caught up on resume)"},
 	{"resume", "resume NAME", "start a paused schedule's ticks again"},
@@ -34,7 +34,7 @@ type scheduleFlags struct {
 	fs                                *flagSet
 	every, catchUp                    time.Duration
 	cron, tz, typ, params, paramsFile string
-	overlap                           string
+	overlap, chain                    string
 	json                              bool
 }
 
@@ -62,6 +62,9 @@ func (n *Node) newScheduleFlags(sub string) *scheduleFlags {
 		f.fs.StringVar(&f.typ, "type", "", "job type (see `types`)")
 		f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 		f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
+		f.fs.StringVar(&f.chain, "chain", "", `make a chain per tick, instead of --type and --params: FILE is a JSON list of steps `+
+			`[{"type": T, "params": {...}}, ...]; each step runs after the previous one, and "$prev" in its params is the previous job's id `+
+			`(e.g. {"job": "$prev"} reads its output)`)
 		f.fs.StringVar(&f.overlap, "overlap", protocol.OverlapSkip, "a tick while the previous job runs: skip (no job), queue (one waits for it) or allow")
 		f.fs.DurationVar(&f.catchUp, "catch-up", protocol.DefaultCatchUp, "ticks missed while there was no leader fire late within this window (at least 10s)")
 	case "list":
@@ -156,7 +159,11 @@ func (n *Node) scheduleCmd(ctx context.Context, args []string, stdout, stderr io
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "schedule %s added: %s, next tick %s\n", name, when(*info), fmtTime(info.NextTick))
+		what := ""
+		if len(info.Then) > 0 {
+			what = fmt.Sprintf(", a chain of %d jobs (%s)", len(info.Then)+1, chainTypes(*info))
+		}
+		fmt.Fprintf(stdout, "schedule %s added: %s%s, next tick %s\n", name, when(*info), what, fmtTime(info.NextTick))
 	case "list":
 		infos, err := cl.Schedules(ctx)
 		if err != nil {
@@ -181,7 +188,7 @@ func (n *Node) scheduleCmd(ctx context.Context, args []string, stdout, stderr io
 			if s.Paused {
 				state = "paused"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, when(s), s.Type, s.Overlap, state,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Name, when(s), chainTypes(s), s.Overlap, state,
 				fmtTime(s.LastTick), cmpOr(s.LastJob, "-"), fmtTime(s.NextTick), s.Fired, s.Skipped, s.Missed)
 		}
 		return tw.Flush()
@@ -212,6 +219,25 @@ func (n *Node) scheduleCmd(ctx context.Context, args []string, stdout, stderr io
 // scheduleOptions checks the flags of `schedule add` before anything is read or written.
 func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name string) (client.ScheduleOptions, error) {
 	o := client.ScheduleOptions{Every: f.every, Cron: f.cron, TimeZone: f.tz, Type: f.typ, Overlap: f.overlap, CatchUp: f.catchUp}
+	var steps []protocol.ChainStep // the chain's later steps
+	if f.chain != "" {
+		if f.typ != "" || f.params != "" || f.paramsFile != "" {
+			return o, usageErr("give --chain FILE or --type and --params, not both (the file's first step is the tick's job)")
+		}
+		data, err := os.ReadFile(f.chain)
+		if err != nil {
+			return o, usageErr("--chain: %v", err)
+		}
+		all, err := protocol.ParseChain(data)
+		if err != nil {
+			return o, usageErr("--chain %s: %v", f.chain, err)
+		}
+		steps = all[1:]
+		f.typ, f.params, o.Type = all[0].Type, string(all[0].Params), all[0].Type
+		for _, st := range steps {
+			o.Then = append(o.Then, client.ChainStep{Type: st.Type, Params: st.Params})
+		}
+	}
 	if f.typ == "" {
 		return o, usageErr("--type is required: a type this binary has (%s) or one the running workers have (`%s types` lists them)", joinOrNone(n.opts.Registry.Types()), n.opts.Name)
 	}
@@ -236,7 +262,7 @@ func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name strin
 		return o, usageErr("--time-zone applies to --cron only (--every ticks are the same in every zone)")
 	}
 	// The schedule's shape is checked here, with the messages the store would give.
-	s := protocol.Schedule{Name: name, UID: "check", Cron: o.Cron, TimeZone: o.TimeZone, Type: o.Type, Params: params, Overlap: o.Overlap, CatchUp: o.CatchUp.String()}
+	s := protocol.Schedule{Name: name, UID: "check", Cron: o.Cron, TimeZone: o.TimeZone, Type: o.Type, Params: params, Overlap: o.Overlap, CatchUp: o.CatchUp.String(), Then: steps}
 	if o.Every != 0 {
 		s.Every = o.Every.String()
 	}
@@ -248,7 +274,7 @@ func (n *Node) scheduleOptions(ctx context.Context, f *scheduleFlags, name strin
 			return o, usageErr("%v", err)
 		}
 	}
-	return o, nil
+	return o, nil // the chain's later steps are validated by AddSchedule
 }
 
 func when(s client.ScheduleInfo) string {
@@ -260,6 +286,15 @@ func when(s client.ScheduleInfo) string {
 		w += " " + s.TimeZone
 	}
 	return w
+}
+
+// chainTypes is the schedule's job type, or its chain's types in order.
+func chainTypes(s client.ScheduleInfo) string {
+	out := s.Type
+	for _, step := range s.Then {
+		out += "→" + step.Type
+	}
+	return out
 }
 
 func fmtTime(t *time.Time) string {

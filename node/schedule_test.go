@@ -1,12 +1,17 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
 )
 
 func TestSchedule_UsageErrors(t *testing.T) {
@@ -91,5 +96,72 @@ func TestSchedule_Commands(t *testing.T) {
 	}
 	if code, out, _ := run(t, n, "schedule", "list"); code != 0 || !strings.Contains(out, "no schedules") {
 		t.Fatalf("list after delete: %d %q", code, out)
+	}
+}
+
+// `schedule add --chain FILE`: the file's steps, refused with what is wrong; added, listed with
+// its types, and triggered as a whole chain (each step after the previous, "$prev" replaced).
+func TestSchedule_Chain(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good.json", `[{"type":"primes","params":{"from":0,"to":10,"shards":1}},{"type":"regroup","params":{"job":"$prev","by":"value"}},{"type":"sleep","params":{"shards":1}}]`)
+	n, err := New(Options{Registry: builtin.Registry(), LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[string]string{
+		"--chain " + good + " --type primes":                                                         "give --chain FILE or --type and --params, not both",
+		"--chain " + dir + "/none.json":                                                              "--chain: open",
+		"--chain " + file("bad.json", `{"type":"primes"}`):                                           "want [{",
+		"--chain " + file("prev.json", `[{"type":"regroup","params":{"job":"$prev"}}]`):              "the first step has none",
+		"--chain " + file("first.json", `[{"type":"primes","params":{"from":5,"to":1,"shards":1}}]`): "bad parameters for primes",
+	} {
+		code, _, stderr := run(t, n, append([]string{"schedule", "add", "c", "--every", "1m"}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d, stderr:\n%s\nwant exit 2 and %q", args, code, stderr, want)
+		}
+	}
+	if code, _, stderr := run(t, n, "schedule", "add", "-h"); code != 0 || !strings.Contains(stderr, "--chain") || !strings.Contains(stderr, "$prev") {
+		t.Errorf("schedule add -h does not explain --chain:\n%s", stderr)
+	}
+
+	c := newCluster(t)
+	n = c.node(t, builtin.Registry())
+	if code, _, stderr := run(t, n, "schedule", "add", "c", "--every", "1h", "--chain", file("step2.json",
+		`[{"type":"primes","params":{"from":0,"to":10,"shards":1}},{"type":"regroup","params":{"job":"$prev","by":"nope"}}]`)); code != 2 || !strings.Contains(stderr, `chain step 2: bad parameters for regroup: "by" must be`) {
+		t.Fatalf("a bad second step: exit %d\n%s", code, stderr)
+	}
+	if code, out, stderr := run(t, n, "schedule", "add", "c", "--every", "1h", "--chain", good); code != 0 || !strings.Contains(out, "a chain of 3 jobs (primes→regroup→sleep)") {
+		t.Fatalf("add: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, out, _ := run(t, n, "schedule", "list"); code != 0 || !strings.Contains(out, "primes→regroup→sleep") {
+		t.Fatalf("list: %d\n%s", code, out)
+	}
+	code, id, stderr := run(t, n, "schedule", "trigger", "c")
+	if code != 0 {
+		t.Fatalf("trigger: %d %s", code, stderr)
+	}
+	id = strings.TrimSpace(id)
+	code, out, _ := run(t, n, "status", id+"-2", "--json")
+	if code != 0 || !strings.Contains(out, `"schedule": "c"`) {
+		t.Fatalf("status of the chain's second step: %d\n%s", code, out)
+	}
+	bc, err := store.NewClient(c.env["AZURE_STORAGE_CONNECTION_STRING"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _, err := store.New(bc, c.env["JOBS_CONTAINER"]).Get(context.Background(), protocol.SpecBlob(id+"-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := protocol.ParseSpec(data)
+	if err != nil || len(spec.After) != 1 || spec.After[0] != id || !strings.Contains(string(spec.Params), `"job":"`+id+`"`) {
+		t.Fatalf("second step's spec: %+v %v", spec, err)
 	}
 }

@@ -35,6 +35,9 @@ type ScheduleRequest struct {
 	Params   json.RawMessage `json:"params,omitempty"`
 	Overlap  string          `json:"overlap,omitempty"`  // skip (default), queue or allow
 	CatchUp  string          `json:"catch_up,omitempty"` // a Go duration, default 5m
+	// Then makes each tick a chain: these jobs follow, each after the previous ("$prev" in its
+	// params is the previous job's id).
+	Then []client.ChainStep `json:"then,omitempty"`
 }
 
 // maxScheduleBody bounds POST /api/v1/schedules, as a job's body is bounded.
@@ -116,7 +119,7 @@ func (s *Server) apiAddSchedule(w http.ResponseWriter, r *http.Request, _ JobSer
 
 // options checks what the request must say and converts it; field names a bad field.
 func (req ScheduleRequest) options() (client.ScheduleOptions, string, error) {
-	o := client.ScheduleOptions{Cron: req.Cron, TimeZone: req.TimeZone, Type: req.Type, Params: req.Params, Overlap: req.Overlap}
+	o := client.ScheduleOptions{Cron: req.Cron, TimeZone: req.TimeZone, Type: req.Type, Params: req.Params, Overlap: req.Overlap, Then: req.Then}
 	switch {
 	case req.Name == "":
 		return o, "name", errors.New(`"name" is required: a-z, 0-9 and '-'`)

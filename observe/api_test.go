@@ -157,7 +157,7 @@ func TestAPI_Submit_AuthAndRefusalsWriteNothing(t *testing.T) {
 		{"no token", "", good, 401, "Authorization: Bearer"},
 		{"wrong token", "wrong-token-of-some-length", good, 401, "does not match"},
 		{"bad params", testToken, `{"type":"primes","params":{"from":10,"to":1,"shards":1}}`, 400, cliErr.Error()},
-		{"unknown type", testToken, `{"type":"prime","params":{}}`, 400, `unknown job type "prime"; known: pi, primes, sleep, wordcount`},
+		{"unknown type", testToken, `{"type":"prime","params":{}}`, 400, `unknown job type "prime"; known: pi, primes, regroup, sleep, wordcount`},
 		{"no type", testToken, `{"params":{}}`, 400, `"type" is required`},
 		{"unknown field", testToken, `{"type":"pi","parms":{}}`, 400, `unknown field "parms"`},
 		{"not JSON", testToken, `{"type":`, 400, "body:"},

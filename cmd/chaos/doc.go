@@ -14,7 +14,8 @@
 // Schedules (schedule.go): a schedule ticking every 2 s through a leader SIGKILL, a SIGSTOP and
 // a storage rollback, each tick making exactly one exact job.
 // JetStream (jetstream.go): the store rolled back past acknowledged messages, on one server
-// and on a node of an R3 cluster.
+// and on a node of an R3 cluster. Chains (chain.go): three jobs, each after and over the
+// previous one's output, the leader killed during each.
 //
 // Guaranteed: each fault runs on a cluster of its own, so one fault's damage never shows up as
 // another's. A job not ended Config.Deadline after the heal is reported stuck. The exit status

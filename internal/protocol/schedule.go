@@ -77,6 +77,9 @@ type Schedule struct {
 	CreatedAt time.Time       `json:"created_at"`
 	// ResumedAt: ticks up to it were paused, and are not caught up.
 	ResumedAt *time.Time `json:"resumed_at,omitempty"`
+	// Then makes each tick a chain: these jobs follow the tick's job, each after the previous
+	// (chain.go).
+	Then []ChainStep `json:"then,omitempty"`
 
 	sched cron.Schedule
 	every time.Duration
@@ -120,6 +123,9 @@ func (s *Schedule) Check() error {
 	}
 	if len(s.Params) == 0 || !json.Valid(s.Params) {
 		return fmt.Errorf("%w: params must be a JSON value", ErrBadSchedule)
+	}
+	if err := checkThen(s.Then); err != nil {
+		return err
 	}
 	s.loc = time.UTC
 	if s.TimeZone != "" {

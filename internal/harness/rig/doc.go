@@ -30,6 +30,8 @@
 //   - proc.go: ProcCPU, ProcRSS, LeaderRSS, ClusterCPU. redo.go: Classify (shards run twice after kills).
 //     lastpercent.go: LastPercent (how long a job's last 1 % of shards took).
 //   - flags.go: ParseList, JoinList (comma-separated flag values).
+//   - chain.go: ChainSteps (wordcount → regroup → regroup), RunChain (leader killed during each
+//     step), CheckChain (against CorpusWords), ChainLeftovers.
 //   - report.go: Header, Markdown (Figure, List), WriteJSON, WriteReport, Interruptible, Sayer,
 //     the exit statuses, Num, P50P90, Round3, Clip, Cell. The reports themselves are in package
 //     report.
