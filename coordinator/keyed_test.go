@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,4 +305,111 @@ func TestKeyed_LostMapRunRunAgain(t *testing.T) {
 	m, got := r.keyedOutput(id)
 	sameCounts(t, got, want)
 	r.noLeftovers(id, m)
+}
+
+// rollbackJob runs wordcount "output":"blob" on slow workers (each task starts 300ms after it is
+// pulled) and calls lose with the job's id while it runs; the output must be exact and nothing
+// left behind. It returns the events of the term.
+func rollbackJob(t *testing.T, lose func(r *rig, id string)) []Event {
+	r := newRig(t)
+	container, want := r.keyedCorpus(3, 1500)
+	var mu sync.Mutex
+	var events []Event
+	r.leadObserved(1, func(ev Event) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	})
+	r.work(worker.Config{Concurrency: 2, MapDelay: 300 * time.Millisecond, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":3,"shard_bytes":30000}`, container))
+	lose(r, id)
+	if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	r.noLeftovers(id, m)
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(events)
+}
+
+// firstBlob waits for the first blob under prefix and returns its name.
+func (r *rig) firstBlob(prefix string) string {
+	r.t.Helper()
+	var name string
+	testenv.Eventually(r.t, 30*time.Second, 5*time.Millisecond, func() bool {
+		blobs, err := r.st.List(context.Background(), prefix)
+		if err == nil && len(blobs) > 0 {
+			name = blobs[0].Name
+		}
+		return name != ""
+	}, "no blob under "+prefix)
+	return name
+}
+
+// repairedFrom reports whether events has a repair of job id that starts at task i.
+func repairedFrom(events []Event, id string, i int) bool {
+	for _, ev := range events {
+		if ev.Kind == EventRepaired && ev.Job == id && ev.Shard == i {
+			return true
+		}
+	}
+	return false
+}
+
+// A storage rollback after the map manifest (Azurite's kill -9 loses its last seconds of
+// writes): a committed map run, or the manifest itself, is gone when the reduce tasks read it.
+// They report it; the leader runs the lost map task again, rewrites the manifest, and runs the
+// reduce tasks again: the output is exact.
+func TestKeyed_InputLostAfterTheManifestRunAgain(t *testing.T) {
+	t.Run("map run", func(t *testing.T) {
+		var lost int
+		var jobID string
+		events := rollbackJob(t, func(r *rig, id string) {
+			jobID = id
+			r.firstBlob(protocol.MapManifestBlob(id))
+			data, _, err := r.st.Get(context.Background(), protocol.MapManifestBlob(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m protocol.MapManifest
+			if err := json.Unmarshal(data, &m); err != nil {
+				t.Fatal(err)
+			}
+			lost, _, _ = protocol.ParseMapRunBlob(id, m.Maps[len(m.Maps)-1].Blob)
+			if err := r.st.Delete(context.Background(), m.Maps[len(m.Maps)-1].Blob); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if !repairedFrom(events, jobID, lost) {
+			t.Errorf("map task %d was not run again: %+v", lost, events)
+		}
+	})
+	t.Run("map manifest", func(t *testing.T) {
+		rollbackJob(t, func(r *rig, id string) {
+			r.firstBlob(protocol.MapManifestBlob(id))
+			if err := r.st.Delete(context.Background(), protocol.MapManifestBlob(id)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// A committed output lost by a storage rollback before the output manifest is written is found
+// (every output is checked with its size first) and its reduce task runs again.
+func TestKeyed_OutputLostAfterItsCommitRunAgain(t *testing.T) {
+	var p int
+	var jobID string
+	events := rollbackJob(t, func(r *rig, id string) {
+		jobID = id
+		blob := r.firstBlob(protocol.OutputPrefix(id))
+		p, _, _ = protocol.ParseOutputBlob(id, blob)
+		if err := r.st.Delete(context.Background(), blob); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !slices.ContainsFunc(events, func(ev Event) bool { return ev.Kind == EventRepaired && ev.Job == jobID && ev.Count == 1 }) {
+		t.Errorf("the reduce task of partition %d was not run again: %+v", p, events)
+	}
 }
