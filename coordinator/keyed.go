@@ -211,6 +211,7 @@ func (t *term) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, e
 	}
 	j.agg = ka
 	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages
+	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = ka.phase() // the first status record's
 	j.gate.Store(int64(len(shards)) + 1)
 	return j, nil
 }

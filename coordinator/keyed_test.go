@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -411,5 +412,45 @@ func TestKeyed_OutputLostAfterItsCommitRunAgain(t *testing.T) {
 	})
 	if !slices.ContainsFunc(events, func(ev Event) bool { return ev.Kind == EventRepaired && ev.Job == jobID && ev.Count == 1 }) {
 		t.Errorf("the reduce task of partition %d was not run again: %+v", p, events)
+	}
+}
+
+// firstRecordStore keeps the status record of the first checkpoint stored.
+type firstRecordStore struct {
+	Store
+	mu    sync.Mutex
+	first map[string]string
+}
+
+func (s *firstRecordStore) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error) {
+	if strings.HasSuffix(name, "/checkpoint") && cond.IfNoneMatch {
+		s.mu.Lock()
+		if s.first == nil {
+			s.first = maps.Clone(meta)
+		}
+		s.mu.Unlock()
+	}
+	return s.Store.PutMeta(ctx, name, data, meta, cond)
+}
+
+// A keyed job's first status record (written at intake) already shows the map phase.
+func TestKeyed_FirstStatusRecordHasThePhase(t *testing.T) {
+	r := newRig(t)
+	fs := &firstRecordStore{Store: r.st}
+	r.leadOn(1, fs, func(*Config) {})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"output":"blob","partitions":2}`, r.wordcountInput()))
+	var meta map[string]string
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		meta = fs.first
+		return meta != nil
+	}, "no first checkpoint of %s", id)
+	rec, err := protocol.DecodeStatusRecord(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Phase != protocol.PhaseMap || rec.PhaseDone != 0 || rec.PhaseTotal < 1 || rec.PhaseTotal != rec.Total-2 {
+		t.Fatalf("first status record: phase %q %d/%d of %d tasks", rec.Phase, rec.PhaseDone, rec.PhaseTotal, rec.Total)
 	}
 }
