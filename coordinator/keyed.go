@@ -310,6 +310,9 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 			if err == nil {
 				_, err = t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
 			}
+			if err == nil && t.endedMeanwhile(ctx, j.id, protocol.MapManifestBlob(j.id)) {
+				return
+			}
 			if err == nil {
 				break
 			}
@@ -322,6 +325,25 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 		}
 		t.keyedNews(ctx, keyedLoss{job: j.id, check: check})
 	}()
+}
+
+// endedMeanwhile deletes blob, just stored for job id by a background writer, if the job's
+// status record says it ended: its clean-up may have run before the write (a cancel while the
+// manifest was being written). Clean-up deletes after the terminal checkpoint is stored, so one of
+// the two deletes comes after the write.
+func (t *term) endedMeanwhile(ctx context.Context, id, blob string) bool {
+	p, err := t.store.Props(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	if err != nil || !rec.State.Terminal() {
+		return false
+	}
+	if err := t.store.Delete(ctx, blob); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.log.Warn("delete a blob written after its job ended", "job", id, "blob", blob, "err", err)
+	}
+	return true
 }
 
 // keyedLoss is a storage check's news for the loop: the committed map runs (or, with outputs,
@@ -598,5 +620,12 @@ func (t *term) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
 	}
 	if err := t.store.Delete(ctx, protocol.MapManifestBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		t.log.Warn("delete the map manifest", "job", id, "err", err)
+	}
+	if cp.State != jobs.StateSucceeded {
+		// Only a succeeded job has an output manifest (result.json): a stale one must not read
+		// as this job's answer.
+		if err := t.store.Delete(ctx, protocol.ResultBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.log.Warn("delete the result of a job that did not succeed", "job", id, "err", err)
+		}
 	}
 }

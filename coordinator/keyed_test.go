@@ -454,3 +454,64 @@ func TestKeyed_FirstStatusRecordHasThePhase(t *testing.T) {
 		t.Fatalf("first status record: phase %q %d/%d of %d tasks", rec.Phase, rec.PhaseDone, rec.PhaseTotal, rec.Total)
 	}
 }
+
+// slowManifestStore holds the leader's write of the map manifest until release is closed.
+type slowManifestStore struct {
+	Store
+	writing chan struct{} // closed when the write starts
+	release chan struct{}
+	stored  chan struct{} // closed when it is stored
+	once    sync.Once
+}
+
+func (s *slowManifestStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if !strings.HasSuffix(name, "/map-manifest") {
+		return s.Store.Put(ctx, name, data, cond)
+	}
+	first := false
+	s.once.Do(func() { first = true; close(s.writing) })
+	<-s.release
+	etag, err := s.Store.Put(ctx, name, data, cond)
+	if first {
+		close(s.stored)
+	}
+	return etag, err
+}
+
+// A job cancelled while its map manifest is being written: the write lands after the job's
+// clean-up, and the writer deletes what it wrote; nothing is left but the job's metadata.
+func TestKeyed_CancelWhileTheManifestIsWrittenLeavesNothing(t *testing.T) {
+	r := newRig(t)
+	container, _ := r.keyedCorpus(2, 1000)
+	ss := &slowManifestStore{Store: r.st, writing: make(chan struct{}), release: make(chan struct{}), stored: make(chan struct{})}
+	r.leadOn(1, ss, func(*Config) {})
+	r.work(worker.Config{Concurrency: 2, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2,"shard_bytes":20000}`, container))
+	select {
+	case <-ss.writing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the map manifest was never written")
+	}
+	ctx := context.Background()
+	// An output manifest stored as the job is cancelled (it can only be stale): removed too.
+	if _, err := r.st.Put(ctx, protocol.ResultBlob(id), []byte(`{"kind":"output"}`), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.wait(id, 30*time.Second); st.State != jobs.StateCancelled {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		ok, err := r.st.Exists(ctx, protocol.ActiveBlob(id))
+		return err == nil && !ok
+	}, "the job's clean-up did not end")
+	close(ss.release)
+	<-ss.stored
+	left := &protocol.OutputManifest{Partitions: []protocol.OutputPartition{{Blob: protocol.CancelBlob(id)}}} // kept: metadata
+	r.noLeftovers(id, left)
+	if ok, err := r.st.Exists(ctx, protocol.ResultBlob(id)); err != nil || ok {
+		t.Fatalf("a cancelled job's result.json left behind (%v)", err)
+	}
+}
