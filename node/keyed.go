@@ -7,14 +7,12 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/mapagg/mapagg/worker"
 )
 
 // registerKeyedFlags adds the keyed jobs' settings: the memory of keyed tasks and the default
 // partition count.
 func registerKeyedFlags(fs *flagSet, c *Config) {
-	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 128MiB)")
+	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 8MiB × --concurrency)")
 	bindEnv(fs, "memory-budget", "MEMORY_BUDGET")
 	fs.IntVar(&c.Partitions, "partitions", 0, "reduce partitions (output blobs) of a keyed job that does not choose, 1 to 10000 (default 8; the leader's setting counts)")
 	bindEnv(fs, "partitions", "PARTITIONS")
@@ -78,9 +76,6 @@ const memoryLimitHeadroom = 128 << 20
 func setMemoryLimit(budget int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
-	}
-	if budget == 0 {
-		budget = worker.DefaultMemoryBudget
 	}
 	limit := budget + memoryLimitHeadroom
 	debug.SetMemoryLimit(limit)
