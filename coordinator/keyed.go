@@ -429,14 +429,14 @@ func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 // openGate opens j's gate once its map manifest is stored: the dispatcher goes on with the
 // reduce tasks, and those that reported a lost input run again.
 func (t *term) openGate(ctx context.Context, j *job, ka *keyedAgg) {
-	if ka.reported != "" {
-		// A reduce task said an input was gone, and the check found every run whole.
+	if ka.reported != "" && ka.reported != protocol.MapManifestBlob(j.id) {
+		// A reduce task said a run was gone, and the check found every run whole.
 		if ka.idle++; ka.idle >= keyedMaxIdleChecks {
 			t.fail(j, fmt.Errorf("reduce tasks report %s lost, but the leader finds it whole (%d checks)", ka.reported, ka.idle))
 			return
 		}
-		ka.reported = ""
 	}
+	ka.reported = ""
 	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "again", len(ka.redo))
 	ka.opened = true
 	j.gate.Store(0)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"iter"
 	"maps"
 	"slices"
@@ -513,5 +514,44 @@ func TestKeyed_CancelWhileTheManifestIsWrittenLeavesNothing(t *testing.T) {
 	r.noLeftovers(id, left)
 	if ok, err := r.st.Exists(ctx, protocol.ResultBlob(id)); err != nil || ok {
 		t.Fatalf("a cancelled job's result.json left behind (%v)", err)
+	}
+}
+
+// blindStore is a worker's storage that cannot see map runs, though they are there.
+type blindStore struct{ *store.Container }
+
+func (s blindStore) ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error) {
+	if strings.Contains(name, "/map/") {
+		return nil, fmt.Errorf("read %s: %w", name, store.ErrNotFound)
+	}
+	return s.Container.ReadRange(ctx, name, offset, count)
+}
+
+func (s blindStore) Props(ctx context.Context, name string) (store.Props, error) {
+	if strings.Contains(name, "/map/") {
+		return store.Props{}, fmt.Errorf("stat %s: %w", name, store.ErrNotFound)
+	}
+	return s.Container.Props(ctx, name)
+}
+
+// Reduce tasks that keep reporting a run lost which the leader finds whole: after a few checks
+// the job fails with a reason naming the blob, instead of running the map tasks forever.
+func TestKeyed_RunReportedLostButWholeFailsTheJob(t *testing.T) {
+	r := newRig(t)
+	container, _ := r.keyedCorpus(2, 500)
+	r.lead(1)
+	w, err := worker.New(worker.Config{ID: "blind", Concurrency: 2, Logger: quietLog(), Registry: builtin.Registry(), TempDir: t.TempDir()},
+		connect(t, r.url), blindStore{r.st}, store.NewEnv(r.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2}`, container))
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateFailed || !strings.Contains(st.Error, "but the leader finds it whole") || !strings.Contains(st.Error, id+"/map/") {
+		t.Fatalf("job %s: %s %q", id, st.State, st.Error)
 	}
 }
