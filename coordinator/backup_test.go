@@ -316,3 +316,29 @@ func TestBackups_KeyedStragglerMapTaskBackedUp(t *testing.T) {
 		t.Fatalf("backup events %+v, want the first for map task 0 of %s", backups, id)
 	}
 }
+
+// When a keyed job's gate opens, its backups start over from the reduce tasks' run times: the
+// map tasks' median says nothing of a reduce task (a merge of every map's run).
+func TestBackups_KeyedReducePhaseStartsWithoutMapTimes(t *testing.T) {
+	tm := &term{log: quietLog()}
+	j := &job{id: "20261126-000000-00000001", done: roaring.New()}
+	ka := newKeyedAgg(j.id, "c", 4, 2)
+	j.agg = ka
+	j.cp.Total = 6
+	j.gate.Store(5)
+	feed(&j.bk, j.done, time.Millisecond, time.Now(), 0, 1, 3) // map task 2 overtaken
+	if got := j.bk.stragglers(j.done, backupTotal(j), 1, 10, time.Now().Add(time.Second)); !slices.Equal(got, []int{2}) {
+		t.Fatalf("map phase: backed up %v, want [2]", got)
+	}
+	feed(&j.bk, j.done, time.Millisecond, time.Now(), 2)
+	tm.openGate(context.Background(), j, ka)
+	if j.gate.Load() != 0 || backupTotal(j) != 6 {
+		t.Fatalf("gate %d, backup total %d after opening", j.gate.Load(), backupTotal(j))
+	}
+	if j.bk.median() != 0 || j.bk.stragglers(j.done, 6, 1, 10, time.Now().Add(time.Hour)) != nil {
+		t.Fatal("the reduce phase starts with the map tasks' run times")
+	}
+	if !j.bk.backed.Contains(2) {
+		t.Fatal("the shards backed up this term are forgotten")
+	}
+}

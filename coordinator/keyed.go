@@ -439,6 +439,9 @@ func (t *term) openGate(ctx context.Context, j *job, ka *keyedAgg) {
 	ka.reported = ""
 	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "again", len(ka.redo))
 	ka.opened = true
+	// Reduce tasks are not map tasks: their backups wait on their own run times (each task is
+	// still backed up at most once a term).
+	j.bk = backupState{backed: j.bk.backed}
 	j.gate.Store(0)
 	j.wake()
 	var idx []int
