@@ -70,6 +70,9 @@ func parseByteSize(s string) (int64, error) {
 // and storage clients, shard and result buffers.
 const memoryLimitHeadroom = 128 << 20
 
+// memoryLimitFloor is the least budget the soft memory limit is computed from.
+const memoryLimitFloor = 128 << 20
+
 // setMemoryLimit sets the Go runtime's soft memory limit to the keyed budget plus headroom,
 // unless GOMEMLIMIT is set: without it the collector lets the heap grow to twice what keyed
 // tasks hold before it runs.
@@ -77,7 +80,9 @@ func setMemoryLimit(budget int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	limit := budget + memoryLimitHeadroom
+	// At least what the former 128 MiB default gave: a leader holding a big aggregate must not
+	// run its collector without pause because the keyed budget is small.
+	limit := max(budget, memoryLimitFloor) + memoryLimitHeadroom
 	debug.SetMemoryLimit(limit)
 	log.Debug("memory limit", "bytes", limit)
 }
