@@ -37,7 +37,8 @@ import (
 // backupDrainedMinWait. Each shard gets one backup per term, a job at most backupMaxShards. A
 // backup dispatched before the job's queue drains waits at the end of it, so it runs when workers
 // free up at the end, when it is needed, on whichever worker pulls it first; if the original was
-// merged meanwhile, the copy only costs a worker that one shard.
+// merged meanwhile, the copy only costs a worker that one shard. A keyed job's map phase is a job
+// of its own here: while its gate holds the reduce tasks back, its shards are the map tasks.
 const (
 	backupTailDivisor    = 4                      // the tail: at most a quarter of the shards left
 	backupMaxShards      = 1024                   // backed up at most, per job and term
@@ -167,7 +168,10 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 		b.backed = roaring.New()
 	}
 	// Every shard was pulled when none is missing above the highest merged one.
-	above := uint64(total-b.hi-1) - done.CardinalityInRange(uint64(b.hi+1), uint64(total))
+	var above uint64
+	if b.hi+1 < total {
+		above = uint64(total-b.hi-1) - done.CardinalityInRange(uint64(b.hi+1), uint64(total))
+	}
 	wait := b.wait(perMsg, above == 0)
 	b.lastWait = wait
 	b.compact(done)
@@ -176,7 +180,7 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 		if now.Sub(o.at) < wait || len(idx) == limit {
 			break // the rest were overtaken later still
 		}
-		if !b.backed.Contains(o.index) {
+		if int(o.index) < total && !b.backed.Contains(o.index) { // (a keyed job's reduce tasks wait)
 			idx = append(idx, int(o.index))
 		}
 	}
@@ -200,19 +204,20 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 func (t *term) backups(ctx context.Context) {
 	now := time.Now()
 	for _, j := range t.active {
-		if j.complete || j.cp.State.Terminal() || j.cp.Dispatched < j.cp.Total {
+		total := backupTotal(j)
+		if j.complete || j.cp.State.Terminal() || j.cp.Dispatched < total {
 			continue
 		}
 		b := &j.bk
-		left := j.cp.Total - int(j.done.GetCardinality())
-		if left <= 0 || left > max(1, j.cp.Total/backupTailDivisor) {
+		left := total - int(j.done.CardinalityInRange(0, uint64(total)))
+		if left <= 0 || left > max(1, total/backupTailDivisor) {
 			continue
 		}
 		limit := backupMaxShards
 		if b.backed != nil {
 			limit -= int(b.backed.GetCardinality())
 		}
-		idx := b.stragglers(j.done, j.cp.Total, j.cp.ShardsPerMsg, limit, now)
+		idx := b.stragglers(j.done, total, j.cp.ShardsPerMsg, limit, now)
 		if len(idx) == 0 {
 			continue
 		}
@@ -235,6 +240,15 @@ func (t *term) backups(ctx context.Context) {
 			t.dispatchBackups(ctx, id, typ, epoch, src, idx)
 		}(j.id, j.spec.Type, j.cp.PlanEpoch)
 	}
+}
+
+// backupTotal is the shards of j that can be dispatched now: a keyed job's map tasks while its
+// gate holds the reduce tasks back (its map phase has a tail too), else all of them.
+func backupTotal(j *job) int {
+	if g := int(j.gate.Load()) - 1; g >= 0 {
+		return min(g, j.cp.Total)
+	}
+	return j.cp.Total
 }
 
 func u32s(xs []int) []uint32 {

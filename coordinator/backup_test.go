@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -279,5 +280,65 @@ func TestBackups_OffTheJobWaitsForTheStraggler(t *testing.T) {
 	}
 	if st.State != jobs.StateRunning || st.ShardsDone != 39 {
 		t.Fatalf("state %s with %d of 40 merged: want running with 39, waiting for the straggler", st.State, st.ShardsDone)
+	}
+}
+
+// A keyed job's map task held by a straggler is backed up in the map phase (the gate holds the
+// reduce tasks back, so the job's shards are never all dispatched then): the job ends exact long
+// before the straggler would finish, and the task is committed once.
+func TestBackups_KeyedStragglerMapTaskBackedUp(t *testing.T) {
+	r := newRig(t)
+	container, want := r.keyedCorpus(4, 3000)
+	var mu sync.Mutex
+	var backups []Event
+	r.leadObserved(1, func(ev Event) {
+		if ev.Kind == EventBackup {
+			mu.Lock()
+			backups = append(backups, ev)
+			mu.Unlock()
+		}
+	})
+	slow := &mapStarts{}
+	r.work(worker.Config{ID: "straggler", Concurrency: 1, MapDelay: time.Minute, Metrics: slow, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2,"shard_bytes":10000}`, container))
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() bool { return slow.n.Load() == 1 }, "the straggler took no task")
+	r.work(worker.Config{ID: "fast", Concurrency: 2, TempDir: t.TempDir()})
+	st := r.wait(id, 30*time.Second) // the straggler's map task takes a minute
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	r.noLeftovers(id, m)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(backups) == 0 || backups[0].Job != id || backups[0].Shard != 0 {
+		t.Fatalf("backup events %+v, want the first for map task 0 of %s", backups, id)
+	}
+}
+
+// When a keyed job's gate opens, its backups start over from the reduce tasks' run times: the
+// map tasks' median says nothing of a reduce task (a merge of every map's run).
+func TestBackups_KeyedReducePhaseStartsWithoutMapTimes(t *testing.T) {
+	tm := &term{log: quietLog()}
+	j := &job{id: "20261126-000000-00000001", done: roaring.New()}
+	ka := newKeyedAgg(j.id, "c", 4, 2)
+	j.agg = ka
+	j.cp.Total = 6
+	j.gate.Store(5)
+	feed(&j.bk, j.done, time.Millisecond, time.Now(), 0, 1, 3) // map task 2 overtaken
+	if got := j.bk.stragglers(j.done, backupTotal(j), 1, 10, time.Now().Add(time.Second)); !slices.Equal(got, []int{2}) {
+		t.Fatalf("map phase: backed up %v, want [2]", got)
+	}
+	feed(&j.bk, j.done, time.Millisecond, time.Now(), 2)
+	tm.openGate(context.Background(), j, ka)
+	if j.gate.Load() != 0 || backupTotal(j) != 6 {
+		t.Fatalf("gate %d, backup total %d after opening", j.gate.Load(), backupTotal(j))
+	}
+	if j.bk.median() != 0 || j.bk.stragglers(j.done, 6, 1, 10, time.Now().Add(time.Hour)) != nil {
+		t.Fatal("the reduce phase starts with the map tasks' run times")
+	}
+	if !j.bk.backed.Contains(2) {
+		t.Fatal("the shards backed up this term are forgotten")
 	}
 }

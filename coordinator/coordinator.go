@@ -700,8 +700,8 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	}
 	if ka := j.keyedOf(); ka != nil {
 		// A keyed job's result is its task's commit (keyed.go).
-		if err := ka.commit(r, partial); err != nil {
-			return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s cannot be committed: %v", r.Index, r.Job, err))
+		if out, ok := t.keyedCommit(ctx, j, ka, r, partial); !ok {
+			return out
 		}
 	} else if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
 		var ue *UserCodeError
@@ -724,7 +724,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
 	}
-	if int(j.done.GetCardinality()) == j.cp.Total {
+	if int(j.done.GetCardinality()) == j.cp.Total && t.keyedVerified(ctx, j) { // keyed.go
 		j.complete = true
 	}
 	return mergeKept

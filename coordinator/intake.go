@@ -382,6 +382,7 @@ func (t *term) firstCheckpoint(id, typ string, state jobs.State, reason string, 
 	}
 	if j != nil {
 		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
+		cp.Phase, cp.PhaseDone, cp.PhaseTotal = j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal // a keyed job's (keyed.go)
 		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
 		if cp.ShardsPerMsg == 0 {
 			cp.ShardsPerMsg = shardsPerMsg(cp.Total)

@@ -33,10 +33,27 @@ type keyedAgg struct {
 	maps          []*protocol.MapCommit
 	outs          []*protocol.OutputPartition
 	nMaps, nOuts  int
-	// manifest: the map manifest is being written or stored (set by the loop; the writer opens
-	// the job's gate).
+	// manifest: the map manifest is being written or stored (set by the loop; the loop opens
+	// the job's gate once the writer says it is stored).
 	manifest bool
+	// checks numbers the map-run checks (manifest writes) and the output checks, so the loop
+	// takes only the latest one's news; checking, verifying: one is under way.
+	checks, outChecks   int
+	checking, verifying bool
+	// opened: the gate has opened in this term (reduce commits are taken from then on, even
+	// while lost map tasks run again). verified: every committed output was found whole.
+	opened, verified bool
+	// redo are the reduce tasks that reported a lost input, dispatched again when the gate
+	// opens next. reported is the last lost blob reported since a check found a loss, and
+	// idle how many checks in a row found nothing a report said was lost.
+	redo     map[int]bool
+	reported string
+	idle     int
 }
+
+// keyedMaxIdleChecks: reduce tasks that report an input lost which the leader finds whole this
+// many times in a row fail the job (the two disagree; running it again cannot help).
+const keyedMaxIdleChecks = 3
 
 // keyedState is keyedAgg's checkpointed form.
 type keyedState struct {
@@ -111,7 +128,7 @@ func (a *keyedAgg) commit(r *protocol.ResultMsg, partial []byte) error {
 		return nil
 	}
 	p := r.Index - a.S
-	if a.nMaps != a.S {
+	if a.nMaps != a.S && !a.opened {
 		return fmt.Errorf("a result of reduce task %d before the map phase ended", p)
 	}
 	c, err := protocol.DecodeReduceCommit(a.id, p, partial)
@@ -194,6 +211,7 @@ func (t *term) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, e
 	}
 	j.agg = ka
 	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages
+	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = ka.phase() // the first status record's
 	j.gate.Store(int64(len(shards)) + 1)
 	return j, nil
 }
@@ -205,7 +223,9 @@ func (t *term) loadKeyed(id string) *keyedAgg {
 }
 
 // keyedAdopt closes a resumed keyed job's gate until its map manifest is stored, and writes the
-// manifest when every map task is committed already.
+// manifest when every map task is committed already. Map tasks taken back after the gate had
+// opened (their runs lost) are dispatched again; a job with every task done checks its outputs
+// before it finalizes.
 func (t *term) keyedAdopt(ctx context.Context, j *job) {
 	ka := j.keyedOf()
 	if ka == nil {
@@ -213,14 +233,43 @@ func (t *term) keyedAdopt(ctx context.Context, j *job) {
 	}
 	if ka.nMaps < ka.S {
 		j.gate.Store(int64(ka.S) + 1)
+		if j.cp.Dispatched > ka.S && j.cp.State == jobs.StateRunning {
+			t.dispatchAgain(ctx, j, missingIn(j.done, 0, uint64(ka.S)).ToArray())
+		}
 		return
 	}
 	// The checkpoint just claimed commits every map task (a job with every task done needs no
 	// manifest: it finalizes).
 	if !ka.manifest && !j.complete {
-		j.gate.Store(int64(ka.S) + 1)
 		t.writeManifest(ctx, j, ka)
 	}
+	if j.complete && j.cp.State == jobs.StateRunning {
+		j.complete = false
+		t.checkOutputs(ctx, j, ka)
+	}
+}
+
+// dispatchAgain dispatches tasks idx of j once more (self-repair's message ids).
+func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
+	if len(idx) == 0 {
+		return
+	}
+	src, err := t.source(j)
+	if err != nil {
+		t.fail(j, wrapOp("dispatch", err))
+		return
+	}
+	ints := make([]int, len(idx))
+	for i, x := range idx {
+		ints[i] = int(x)
+	}
+	sort.Ints(ints)
+	t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Shard: ints[0], Count: len(ints)})
+	t.dispatchers.Add(1)
+	go func(id, typ string, epoch uint64, round, per int) {
+		defer t.dispatchers.Done()
+		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, ints)
+	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
 }
 
 // keyedStored runs after a checkpoint of j is stored: once one commits every map task, the map
@@ -231,11 +280,15 @@ func (t *term) keyedStored(ctx context.Context, j *job, s *snapshot) {
 	}
 }
 
-// writeManifest stores the map manifest in the background, retrying until the term ends, and
-// then opens j's gate: the reduce tasks are dispatched. Every committed attempt is stored, so
-// any leader writes the same manifest.
+// writeManifest closes j's gate, checks every committed map run and stores the map manifest in
+// the background, retrying until the term ends; then the loop opens the gate (onKeyedLoss): the
+// reduce tasks are dispatched. Every committed attempt is stored, so any leader writes the same
+// manifest.
 func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
-	ka.manifest = true
+	ka.manifest, ka.checking = true, true
+	ka.checks++
+	check := ka.checks
+	j.gate.Store(int64(ka.S) + 1)
 	m := protocol.MapManifest{Job: j.id, Partitions: ka.P, Maps: make([]protocol.MapCommit, ka.S)}
 	for i, c := range ka.maps {
 		m.Maps[i] = *c
@@ -251,14 +304,14 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 		for {
 			lost, err := t.lostRuns(ctx, m.Maps)
 			if err == nil && len(lost) > 0 {
-				select {
-				case t.keyedLost <- keyedLoss{job: j.id, blobs: lost}:
-				case <-ctx.Done():
-				}
+				t.keyedNews(ctx, keyedLoss{job: j.id, check: check, blobs: lost})
 				return
 			}
 			if err == nil {
 				_, err = t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
+			}
+			if err == nil && t.endedMeanwhile(ctx, j.id, protocol.MapManifestBlob(j.id)) {
+				return
 			}
 			if err == nil {
 				break
@@ -270,16 +323,44 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
-		t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P)
-		j.gate.Store(0)
-		j.wake()
+		t.keyedNews(ctx, keyedLoss{job: j.id, check: check})
 	}()
 }
 
-// keyedLoss: committed map runs of a job that storage no longer has (or has cut short).
+// endedMeanwhile deletes blob, just stored for job id by a background writer, if the job's
+// status record says it ended: its clean-up may have run before the write (a cancel while the
+// manifest was being written). Clean-up deletes after the terminal checkpoint is stored, so one of
+// the two deletes comes after the write.
+func (t *term) endedMeanwhile(ctx context.Context, id, blob string) bool {
+	p, err := t.store.Props(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	if err != nil || !rec.State.Terminal() {
+		return false
+	}
+	if err := t.store.Delete(ctx, blob); err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.log.Warn("delete a blob written after its job ended", "job", id, "blob", blob, "err", err)
+	}
+	return true
+}
+
+// keyedLoss is a storage check's news for the loop: the committed map runs (or, with outputs,
+// output blobs) of a job that storage no longer has whole. None: the check found every one (the
+// map manifest is stored).
 type keyedLoss struct {
-	job   string
-	blobs map[int]string // shard → its committed blob
+	job     string
+	check   int            // keyedAgg.checks (outChecks) when the check started
+	outputs bool           // a check of outputs (blobs by partition), not of map runs
+	blobs   map[int]string // task → its committed blob
+}
+
+func (t *term) keyedNews(ctx context.Context, l keyedLoss) {
+	select {
+	case t.keyedLost <- l:
+	case <-ctx.Done():
+	}
 }
 
 // lostRuns checks that every committed map run is stored whole (a HEAD each): a storage
@@ -301,8 +382,9 @@ func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int
 	return lost, nil
 }
 
-// onKeyedLoss takes back the commits of lost map runs and dispatches their tasks again; the
-// manifest is written once they are committed again.
+// onKeyedLoss takes a storage check's news: it opens the gate (every run found), or takes back
+// the commits of lost map runs and dispatches their tasks again (the manifest is written once
+// they are committed again), or does the same for lost outputs (outputsChecked).
 func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 	j, ok := t.active[l.job]
 	if !ok || j.cp.State.Terminal() {
@@ -312,6 +394,21 @@ func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 	if ka == nil {
 		return
 	}
+	if l.outputs {
+		if l.check == ka.outChecks {
+			t.outputsChecked(ctx, j, ka, l.blobs)
+		}
+		return
+	}
+	if l.check != ka.checks {
+		return
+	}
+	ka.checking = false
+	if len(l.blobs) == 0 {
+		t.openGate(ctx, j, ka)
+		return
+	}
+	ka.reported, ka.idle = "", 0
 	var idx []int
 	for s, blob := range l.blobs {
 		if c := ka.maps[s]; c != nil && c.Blob == blob {
@@ -326,19 +423,160 @@ func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 	j.dirty, j.complete = true, false
 	sort.Ints(idx)
 	t.log.Warn("committed map runs are gone from storage (a rollback?); running their tasks again", "job", j.id, "shards", idx)
-	if len(idx) == 0 {
+	t.dispatchAgain(ctx, j, u32s(idx))
+}
+
+// openGate opens j's gate once its map manifest is stored: the dispatcher goes on with the
+// reduce tasks, and those that reported a lost input run again.
+func (t *term) openGate(ctx context.Context, j *job, ka *keyedAgg) {
+	if ka.reported != "" && ka.reported != protocol.MapManifestBlob(j.id) {
+		// A reduce task said a run was gone, and the check found every run whole.
+		if ka.idle++; ka.idle >= keyedMaxIdleChecks {
+			t.fail(j, fmt.Errorf("reduce tasks report %s lost, but the leader finds it whole (%d checks)", ka.reported, ka.idle))
+			return
+		}
+	}
+	ka.reported = ""
+	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "again", len(ka.redo))
+	ka.opened = true
+	// Reduce tasks are not map tasks: their backups wait on their own run times (each task is
+	// still backed up at most once a term).
+	j.bk = backupState{backed: j.bk.backed}
+	j.gate.Store(0)
+	j.wake()
+	var idx []int
+	for p := range ka.redo {
+		if !j.done.Contains(uint32(ka.S + p)) {
+			idx = append(idx, ka.S+p)
+		}
+	}
+	ka.redo = nil
+	t.dispatchAgain(ctx, j, u32s(idx))
+}
+
+// keyedCommit commits r, a result of keyed job j's task; ok false: it is not a commit (refused,
+// or a reduce task's report of a lost input), and out says what became of it.
+func (t *term) keyedCommit(ctx context.Context, j *job, ka *keyedAgg, r *protocol.ResultMsg, partial []byte) (out mergeOutcome, ok bool) {
+	if r.Index >= ka.S {
+		l, isLoss, err := protocol.DecodeRunLost(j.id, r.Index-ka.S, partial)
+		if err != nil {
+			return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s: %v", r.Index, r.Job, err)), false
+		}
+		if isLoss {
+			t.onRunLost(ctx, j, ka, l)
+			return mergeDropped, false
+		}
+	}
+	if err := ka.commit(r, partial); err != nil {
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s cannot be committed: %v", r.Index, r.Job, err)), false
+	}
+	return mergeKept, true
+}
+
+// onRunLost takes a reduce task's report that an input is gone (a storage rollback after the
+// manifest): the task runs again once the gate reopens, after the leader has checked every
+// committed run (running lost map tasks again) and rewritten the manifest.
+func (t *term) onRunLost(ctx context.Context, j *job, ka *keyedAgg, l *protocol.RunLost) {
+	t.log.Warn("a reduce task reports an input gone from storage (a rollback?); checking the map runs", "job", j.id, "partition", l.Partition, "blob", l.Lost)
+	if ka.redo == nil {
+		ka.redo = map[int]bool{}
+	}
+	ka.redo[l.Partition] = true
+	ka.reported = l.Lost
+	if ka.checking || ka.nMaps < ka.S {
+		return // a check, or the map tasks it found lost, are under way: the gate opens after
+	}
+	t.writeManifest(ctx, j, ka)
+}
+
+// keyedVerified reports whether j may finalize: an aggregate job, or a keyed job whose outputs
+// were all found whole. Otherwise it starts that check (the loop completes j when it is done).
+func (t *term) keyedVerified(ctx context.Context, j *job) bool {
+	ka := j.keyedOf()
+	if ka == nil || ka.verified {
+		return true
+	}
+	if !ka.verifying {
+		t.checkOutputs(ctx, j, ka)
+	}
+	return false
+}
+
+// checkOutputs checks in the background that every committed output blob is stored whole (a
+// HEAD each), before the output manifest names it: a storage rollback can lose an output whose
+// commit survived.
+func (t *term) checkOutputs(ctx context.Context, j *job, ka *keyedAgg) {
+	ka.verifying = true
+	ka.outChecks++
+	check := ka.outChecks
+	outs := make([]protocol.OutputPartition, len(ka.outs))
+	for p, o := range ka.outs {
+		outs[p] = *o
+	}
+	t.cleanups.Add(1)
+	go func() {
+		defer t.cleanups.Done()
+		for {
+			lost, err := t.lostOutputs(ctx, outs)
+			if err == nil {
+				t.keyedNews(ctx, keyedLoss{job: j.id, check: check, outputs: true, blobs: lost})
+				return
+			}
+			t.log.Warn("check the outputs; retrying", "job", j.id, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// lostOutputs returns the outputs that storage does not have with their committed size.
+func (t *term) lostOutputs(ctx context.Context, outs []protocol.OutputPartition) (map[int]string, error) {
+	lost := map[int]string{}
+	for _, o := range outs {
+		p, err := t.store.Props(ctx, o.Blob)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			lost[o.Partition] = o.Blob
+		case err != nil:
+			return nil, err
+		case p.Size != o.Bytes:
+			lost[o.Partition] = o.Blob
+		}
+	}
+	return lost, nil
+}
+
+// outputsChecked completes j when every output was found whole; otherwise it takes back the
+// commits of the lost ones and runs their reduce tasks again.
+func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedAgg, lost map[int]string) {
+	ka.verifying = false
+	if len(lost) == 0 {
+		ka.verified = true
+		if int(j.done.GetCardinality()) == j.cp.Total {
+			j.complete, j.dirty = true, true
+			if !j.writing {
+				t.startWrite(ctx, j)
+			}
+		}
 		return
 	}
-	src, err := t.source(j)
-	if err != nil {
-		t.fail(j, wrapOp("dispatch", err))
-		return
+	var idx []int
+	for p, blob := range lost {
+		if o := ka.outs[p]; o != nil && o.Blob == blob {
+			ka.outs[p] = nil
+			ka.nOuts--
+			j.done.Remove(uint32(ka.S + p))
+			j.merged.Add(-1)
+			idx = append(idx, ka.S+p)
+		}
 	}
-	t.dispatchers.Add(1)
-	go func(id, typ string, epoch uint64, round, per int) {
-		defer t.dispatchers.Done()
-		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
-	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
+	j.dirty = true
+	sort.Ints(idx)
+	t.log.Warn("committed outputs are gone from storage (a rollback?); running their reduce tasks again", "job", j.id, "tasks", idx)
+	t.dispatchAgain(ctx, j, u32s(idx))
 }
 
 // cleanupKeyed deletes an ended keyed job's intermediates, found by listing (so a leader after a
@@ -385,5 +623,12 @@ func (t *term) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
 	}
 	if err := t.store.Delete(ctx, protocol.MapManifestBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		t.log.Warn("delete the map manifest", "job", id, "err", err)
+	}
+	if cp.State != jobs.StateSucceeded {
+		// Only a succeeded job has an output manifest (result.json): a stale one must not read
+		// as this job's answer.
+		if err := t.store.Delete(ctx, protocol.ResultBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.log.Warn("delete the result of a job that did not succeed", "job", id, "err", err)
+		}
 	}
 }

@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"iter"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,4 +307,251 @@ func TestKeyed_LostMapRunRunAgain(t *testing.T) {
 	m, got := r.keyedOutput(id)
 	sameCounts(t, got, want)
 	r.noLeftovers(id, m)
+}
+
+// rollbackJob runs wordcount "output":"blob" on slow workers (each task starts 300ms after it is
+// pulled) and calls lose with the job's id while it runs; the output must be exact and nothing
+// left behind. It returns the events of the term.
+func rollbackJob(t *testing.T, lose func(r *rig, id string)) []Event {
+	r := newRig(t)
+	container, want := r.keyedCorpus(3, 1500)
+	var mu sync.Mutex
+	var events []Event
+	r.leadObserved(1, func(ev Event) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	})
+	r.work(worker.Config{Concurrency: 2, MapDelay: 300 * time.Millisecond, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":3,"shard_bytes":30000}`, container))
+	lose(r, id)
+	if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	m, got := r.keyedOutput(id)
+	sameCounts(t, got, want)
+	r.noLeftovers(id, m)
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(events)
+}
+
+// firstBlob waits for the first blob under prefix and returns its name.
+func (r *rig) firstBlob(prefix string) string {
+	r.t.Helper()
+	var name string
+	testenv.Eventually(r.t, 30*time.Second, 5*time.Millisecond, func() bool {
+		blobs, err := r.st.List(context.Background(), prefix)
+		if err == nil && len(blobs) > 0 {
+			name = blobs[0].Name
+		}
+		return name != ""
+	}, "no blob under "+prefix)
+	return name
+}
+
+// repairedFrom reports whether events has a repair of job id that starts at task i.
+func repairedFrom(events []Event, id string, i int) bool {
+	for _, ev := range events {
+		if ev.Kind == EventRepaired && ev.Job == id && ev.Shard == i {
+			return true
+		}
+	}
+	return false
+}
+
+// A storage rollback after the map manifest (Azurite's kill -9 loses its last seconds of
+// writes): a committed map run, or the manifest itself, is gone when the reduce tasks read it.
+// They report it; the leader runs the lost map task again, rewrites the manifest, and runs the
+// reduce tasks again: the output is exact.
+func TestKeyed_InputLostAfterTheManifestRunAgain(t *testing.T) {
+	t.Run("map run", func(t *testing.T) {
+		var lost int
+		var jobID string
+		events := rollbackJob(t, func(r *rig, id string) {
+			jobID = id
+			r.firstBlob(protocol.MapManifestBlob(id))
+			data, _, err := r.st.Get(context.Background(), protocol.MapManifestBlob(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m protocol.MapManifest
+			if err := json.Unmarshal(data, &m); err != nil {
+				t.Fatal(err)
+			}
+			lost, _, _ = protocol.ParseMapRunBlob(id, m.Maps[len(m.Maps)-1].Blob)
+			if err := r.st.Delete(context.Background(), m.Maps[len(m.Maps)-1].Blob); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if !repairedFrom(events, jobID, lost) {
+			t.Errorf("map task %d was not run again: %+v", lost, events)
+		}
+	})
+	t.Run("map manifest", func(t *testing.T) {
+		rollbackJob(t, func(r *rig, id string) {
+			r.firstBlob(protocol.MapManifestBlob(id))
+			if err := r.st.Delete(context.Background(), protocol.MapManifestBlob(id)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
+
+// A committed output lost by a storage rollback before the output manifest is written is found
+// (every output is checked with its size first) and its reduce task runs again.
+func TestKeyed_OutputLostAfterItsCommitRunAgain(t *testing.T) {
+	var p int
+	var jobID string
+	events := rollbackJob(t, func(r *rig, id string) {
+		jobID = id
+		blob := r.firstBlob(protocol.OutputPrefix(id))
+		p, _, _ = protocol.ParseOutputBlob(id, blob)
+		if err := r.st.Delete(context.Background(), blob); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !slices.ContainsFunc(events, func(ev Event) bool { return ev.Kind == EventRepaired && ev.Job == jobID && ev.Count == 1 }) {
+		t.Errorf("the reduce task of partition %d was not run again: %+v", p, events)
+	}
+}
+
+// firstRecordStore keeps the status record of the first checkpoint stored.
+type firstRecordStore struct {
+	Store
+	mu    sync.Mutex
+	first map[string]string
+}
+
+func (s *firstRecordStore) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error) {
+	if strings.HasSuffix(name, "/checkpoint") && cond.IfNoneMatch {
+		s.mu.Lock()
+		if s.first == nil {
+			s.first = maps.Clone(meta)
+		}
+		s.mu.Unlock()
+	}
+	return s.Store.PutMeta(ctx, name, data, meta, cond)
+}
+
+// A keyed job's first status record (written at intake) already shows the map phase.
+func TestKeyed_FirstStatusRecordHasThePhase(t *testing.T) {
+	r := newRig(t)
+	fs := &firstRecordStore{Store: r.st}
+	r.leadOn(1, fs, func(*Config) {})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"output":"blob","partitions":2}`, r.wordcountInput()))
+	var meta map[string]string
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		meta = fs.first
+		return meta != nil
+	}, "no first checkpoint of %s", id)
+	rec, err := protocol.DecodeStatusRecord(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Phase != protocol.PhaseMap || rec.PhaseDone != 0 || rec.PhaseTotal < 1 || rec.PhaseTotal != rec.Total-2 {
+		t.Fatalf("first status record: phase %q %d/%d of %d tasks", rec.Phase, rec.PhaseDone, rec.PhaseTotal, rec.Total)
+	}
+}
+
+// slowManifestStore holds the leader's write of the map manifest until release is closed.
+type slowManifestStore struct {
+	Store
+	writing chan struct{} // closed when the write starts
+	release chan struct{}
+	stored  chan struct{} // closed when it is stored
+	once    sync.Once
+}
+
+func (s *slowManifestStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if !strings.HasSuffix(name, "/map-manifest") {
+		return s.Store.Put(ctx, name, data, cond)
+	}
+	first := false
+	s.once.Do(func() { first = true; close(s.writing) })
+	<-s.release
+	etag, err := s.Store.Put(ctx, name, data, cond)
+	if first {
+		close(s.stored)
+	}
+	return etag, err
+}
+
+// A job cancelled while its map manifest is being written: the write lands after the job's
+// clean-up, and the writer deletes what it wrote; nothing is left but the job's metadata.
+func TestKeyed_CancelWhileTheManifestIsWrittenLeavesNothing(t *testing.T) {
+	r := newRig(t)
+	container, _ := r.keyedCorpus(2, 1000)
+	ss := &slowManifestStore{Store: r.st, writing: make(chan struct{}), release: make(chan struct{}), stored: make(chan struct{})}
+	r.leadOn(1, ss, func(*Config) {})
+	r.work(worker.Config{Concurrency: 2, TempDir: t.TempDir()})
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2,"shard_bytes":20000}`, container))
+	select {
+	case <-ss.writing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the map manifest was never written")
+	}
+	ctx := context.Background()
+	// An output manifest stored as the job is cancelled (it can only be stale): removed too.
+	if _, err := r.st.Put(ctx, protocol.ResultBlob(id), []byte(`{"kind":"output"}`), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.wait(id, 30*time.Second); st.State != jobs.StateCancelled {
+		t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+	}
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool {
+		ok, err := r.st.Exists(ctx, protocol.ActiveBlob(id))
+		return err == nil && !ok
+	}, "the job's clean-up did not end")
+	close(ss.release)
+	<-ss.stored
+	left := &protocol.OutputManifest{Partitions: []protocol.OutputPartition{{Blob: protocol.CancelBlob(id)}}} // kept: metadata
+	r.noLeftovers(id, left)
+	if ok, err := r.st.Exists(ctx, protocol.ResultBlob(id)); err != nil || ok {
+		t.Fatalf("a cancelled job's result.json left behind (%v)", err)
+	}
+}
+
+// blindStore is a worker's storage that cannot see map runs, though they are there.
+type blindStore struct{ *store.Container }
+
+func (s blindStore) ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error) {
+	if strings.Contains(name, "/map/") {
+		return nil, fmt.Errorf("read %s: %w", name, store.ErrNotFound)
+	}
+	return s.Container.ReadRange(ctx, name, offset, count)
+}
+
+func (s blindStore) Props(ctx context.Context, name string) (store.Props, error) {
+	if strings.Contains(name, "/map/") {
+		return store.Props{}, fmt.Errorf("stat %s: %w", name, store.ErrNotFound)
+	}
+	return s.Container.Props(ctx, name)
+}
+
+// Reduce tasks that keep reporting a run lost which the leader finds whole: after a few checks
+// the job fails with a reason naming the blob, instead of running the map tasks forever.
+func TestKeyed_RunReportedLostButWholeFailsTheJob(t *testing.T) {
+	r := newRig(t)
+	container, _ := r.keyedCorpus(2, 500)
+	r.lead(1)
+	w, err := worker.New(worker.Config{ID: "blind", Concurrency: 2, Logger: quietLog(), Registry: builtin.Registry(), TempDir: t.TempDir()},
+		connect(t, r.url), blindStore{r.st}, store.NewEnv(r.blob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2}`, container))
+	st := r.wait(id, 60*time.Second)
+	if st.State != jobs.StateFailed || !strings.Contains(st.Error, "but the leader finds it whole") || !strings.Contains(st.Error, id+"/map/") {
+		t.Fatalf("job %s: %s %q", id, st.State, st.Error)
+	}
 }

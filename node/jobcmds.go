@@ -76,8 +76,8 @@ func (n *Node) cancelCmd(ctx context.Context, args []string, stdout, stderr io.W
 
 type waitFlags struct {
 	jobFlags
-	quiet bool
-	poll  time.Duration
+	quiet, json bool
+	poll        time.Duration
 }
 
 func (n *Node) newWaitFlags() *waitFlags {
@@ -86,6 +86,7 @@ func (n *Node) newWaitFlags() *waitFlags {
 	f.common.register(f.fs)
 	f.fs.BoolVar(&f.quiet, "quiet", false, "no progress and no result: only the exit status says how the job ended")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "how often to read the job's progress")
+	f.fs.BoolVar(&f.json, "json", false, "a keyed job's output manifest as JSON, not a summary (an aggregate's result is JSON already)")
 	return f
 }
 
@@ -105,5 +106,5 @@ func (n *Node) waitCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 		return err
 	}
 	defer done()
-	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr, n.resultPrinter(f.json))
 }

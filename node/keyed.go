@@ -7,14 +7,12 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"github.com/mapagg/mapagg/worker"
 )
 
 // registerKeyedFlags adds the keyed jobs' settings: the memory of keyed tasks and the default
 // partition count.
 func registerKeyedFlags(fs *flagSet, c *Config) {
-	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 128MiB)")
+	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 8MiB × --concurrency)")
 	fs.IntVar(&c.Partitions, "partitions", 0, "reduce partitions (output blobs) of a keyed job that does not choose, 1 to 10000 (default 8; the leader's setting counts)")
 }
 
@@ -70,6 +68,9 @@ func parseByteSize(s string) (int64, error) {
 // and storage clients, shard and result buffers.
 const memoryLimitHeadroom = 128 << 20
 
+// memoryLimitFloor is the least budget the soft memory limit is computed from.
+const memoryLimitFloor = 128 << 20
+
 // setMemoryLimit sets the Go runtime's soft memory limit to the keyed budget plus headroom,
 // unless GOMEMLIMIT is set: without it the collector lets the heap grow to twice what keyed
 // tasks hold before it runs.
@@ -77,10 +78,9 @@ func setMemoryLimit(budget int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	if budget == 0 {
-		budget = worker.DefaultMemoryBudget
-	}
-	limit := budget + memoryLimitHeadroom
+	// At least what the former 128 MiB default gave: a leader holding a big aggregate must not
+	// run its collector without pause because the keyed budget is small.
+	limit := max(budget, memoryLimitFloor) + memoryLimitHeadroom
 	debug.SetMemoryLimit(limit)
 	log.Debug("memory limit", "bytes", limit)
 }

@@ -47,6 +47,13 @@ func (n *Node) printResult(w io.Writer, id string, res json.RawMessage, asJSON b
 	return err
 }
 
+// resultPrinter prints a job's result for wait and submit --wait: as result does.
+type resultPrinter func(w io.Writer, id string, res json.RawMessage) error
+
+func (n *Node) resultPrinter(asJSON bool) resultPrinter {
+	return func(w io.Writer, id string, res json.RawMessage) error { return n.printResult(w, id, res, asJSON) }
+}
+
 func humanBytes(b int64) string {
 	const unit = 1024
 	if b < unit {

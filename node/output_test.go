@@ -54,6 +54,16 @@ func TestOutputCommands(t *testing.T) {
 	if code, out, _ := cmd("result", aggID); code != 0 || out != "{\"count\":3}\n" {
 		t.Errorf("result of an aggregate job: exit %d %q", code, out)
 	}
+	// wait prints what result prints.
+	if code, out, stderr := cmd("wait", id); code != 0 || !strings.Contains(out, "output of 3 records") || strings.Contains(out, `"kind"`) {
+		t.Errorf("wait for a keyed job: exit %d\n%s%s", code, out, stderr)
+	}
+	if code, out, _ := cmd("wait", id, "--json"); code != 0 || !strings.Contains(out, `"kind": "keyed-output"`) {
+		t.Errorf("wait --json: exit %d\n%s", code, out)
+	}
+	if code, out, _ := cmd("wait", aggID); code != 0 || out != "{\"count\":3}\n" {
+		t.Errorf("wait for an aggregate job: exit %d %q", code, out)
+	}
 	if code, out, stderr := cmd("output", id); code != 0 || out != "apple\t3\nb\\tc\t{\"n\":1}\nzebra\t9\n" {
 		t.Errorf("output: exit %d %q %s", code, out, stderr)
 	}

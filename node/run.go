@@ -175,7 +175,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	setMemoryLimit(p.worker.MemoryBudget, log) // keyed.go
+	setMemoryLimit(w.MemoryBudget(), log) // keyed.go
 	p.election.Healthy = coord.Healthy
 	hb := b.Heartbeats()
 	p.election.Heartbeats = hb

@@ -20,7 +20,7 @@ import (
 type submitFlags struct {
 	common
 	typ, params, paramsFile string
-	wait, quiet             bool
+	wait, quiet, json       bool
 	priority                int
 	poll                    time.Duration
 	fs                      *flagSet
@@ -38,6 +38,7 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
 	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
+	f.fs.BoolVar(&f.json, "json", false, "with --wait: a keyed job's output manifest as JSON, not a summary (an aggregate's result is JSON already)")
 	f.registerAfter()
 	return f
 }
@@ -131,7 +132,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if !f.wait {
 		return nil
 	}
-	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr)
+	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr, n.resultPrinter(f.json))
 }
 
 // jobEndedError is a job that ended other than succeeded; its state sets the exit status.
@@ -152,9 +153,9 @@ func (e *jobEndedError) exitCode() int {
 }
 
 // waitAndPrint follows a job to its end: a live progress bar on a terminal, plain lines
-// otherwise (none when quiet); then the result on stdout (not when quiet). A job that did not
-// succeed is a *jobEndedError.
-func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, quiet bool, stdout, stderr io.Writer) error {
+// otherwise (none when quiet); then the result on stdout with print (not when quiet). A job that
+// did not succeed is a *jobEndedError.
+func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.Duration, quiet bool, stdout, stderr io.Writer, print resultPrinter) error {
 	var bar *progressbar.ProgressBar
 	tty := false
 	if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
@@ -203,6 +204,5 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s\n", res)
-	return nil
+	return print(stdout, id, res)
 }

@@ -89,3 +89,43 @@ func BenchmarkReduce_Merge24(b *testing.B) {
 	}
 	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkMapBuffer_Budget: one map task of the keyed bench's 5M-word corpus (a 7 MB blob:
+// 700k words, nearly all distinct) with a task's share of a worker's budget. A bigger buffer
+// spills less but hashes and sorts over more memory.
+func BenchmarkMapBuffer_Budget(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	v, _ := jobs.EncodeValue(int64(1))
+	var ks [][]byte
+	var size int64
+	for range 700_000 {
+		k := fmt.Appendf(nil, "w%d", rng.IntN(5_000_000))
+		ks = append(ks, k)
+		size += int64(len(k) + len(v))
+	}
+	combine := jobs.Keyed("randsum", randCombine{}).Combiner()
+	for _, mib := range []int64{4, 8, 16, 64} {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			b.SetBytes(size)
+			var stats MapStats
+			for b.Loop() {
+				buf, err := NewMapBuffer(MapConfig{Partitions: 8, MemoryBytes: mib << 20, TempDir: b.TempDir()}, combine)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range ks {
+					if err := buf.Add(k, v); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := buf.Finish(context.Background(), func(int) (io.WriteCloser, error) { return discardCloser{}, nil }); err != nil {
+					b.Fatal(err)
+				}
+				stats = buf.Stats()
+				buf.Close()
+			}
+			b.ReportMetric(float64(stats.Spills), "spills")
+			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -106,7 +107,29 @@ func NewMapBuffer(cfg MapConfig, combine func(dst, a, b []byte) ([]byte, error))
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &MapBuffer{cfg: cfg, combine: combine, temp: tempFiles{dir: cfg.TempDir}}, nil
+	b := &MapBuffer{cfg: cfg, combine: combine, temp: tempFiles{dir: cfg.TempDir}}
+	if m, _ := bufferPool.Get().(*bufferMem); m != nil {
+		if combine == nil {
+			m.table = nil
+		}
+		if int64(cap(m.arena))+int64(cap(m.entries))*entryBytes+int64(len(m.table))*4 <= cfg.MemoryBytes-b.spillReserve() {
+			b.arena, b.entries, b.table = m.arena[:0], m.entries[:0], m.table
+			clear(b.table)
+		}
+	}
+	return b, nil
+}
+
+// bufferPool keeps the memory of closed map buffers for the next task. A worker runs task after
+// task; growing each buffer anew made garbage at the rate tasks ended, so many short tasks made a
+// worker's heap peak higher than a few long ones. sync.Pool drops what two collections find idle.
+var bufferPool sync.Pool // of *bufferMem
+
+// bufferMem is a closed buffer's memory: empty, the index's slots not yet cleared.
+type bufferMem struct {
+	arena   []byte
+	entries []entry
+	table   []uint32
 }
 
 // keyHash is jobs.PartitionOf's hash (FNV-1a, 64 bits), computed once per pair for both the
@@ -506,9 +529,14 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 // Stats returns the counters so far.
 func (b *MapBuffer) Stats() MapStats { return b.stats }
 
-// Close removes the spill files. It is safe to call more than once.
+// Close removes the spill files and leaves the buffer's memory to the next one. It is safe to call
+// more than once; the buffer is not used after it.
 func (b *MapBuffer) Close() error {
 	b.temp.remove(nil)
 	b.spills = nil
+	if cap(b.arena) > 0 || cap(b.entries) > 0 {
+		bufferPool.Put(&bufferMem{arena: b.arena[:0], entries: b.entries[:0], table: b.table})
+	}
+	b.arena, b.entries, b.table = nil, nil, nil
 	return nil
 }

@@ -588,3 +588,38 @@ func TestReduce_StopsEarly(t *testing.T) {
 		}
 	}
 }
+
+// A closed buffer's memory goes to the next buffer (cleared: the next task's pairs are exact),
+// unless it is bigger than the next one's budget.
+func TestMapBuffer_NextBufferReusesTheMemory(t *testing.T) {
+	combine := jobs.Keyed("randsum", randCombine{}).Combiner()
+	v, _ := jobs.EncodeValue(int64(1))
+	cfg := MapConfig{Partitions: 2, MemoryBytes: 4 << 20, TempDir: t.TempDir()}
+	reused := false
+	for round := range 20 { // sync.Pool drops some under the race detector
+		b, err := NewMapBuffer(cfg, combine)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused = reused || cap(b.entries) > 0
+		for i := range 5000 {
+			if err := b.Add(fmt.Appendf(nil, "r%d-k%d", round, i%1000), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(b.entries) != 1000 || b.Stats().Spills != 0 {
+			t.Fatalf("round %d: %d keys buffered, %d spills; want 1000 and none", round, len(b.entries), b.Stats().Spills)
+		}
+		b.Close()
+	}
+	if !reused {
+		t.Fatal("no buffer reused a closed one's memory")
+	}
+	small, err := NewMapBuffer(MapConfig{Partitions: 2, MemoryBytes: MinMemoryBytes, TempDir: t.TempDir()}, combine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if small.memory() > MinMemoryBytes {
+		t.Fatalf("a %d-byte buffer took %d bytes of memory", MinMemoryBytes, small.memory())
+	}
+}

@@ -44,7 +44,7 @@ type Config struct {
 	MapDelay time.Duration
 	// MemoryBudget is the memory of keyed tasks (map buffers, reduce merges), shared by the
 	// slots: each running task gets MemoryBudget / Concurrency, and spills to TempDir beyond it.
-	// Default DefaultMemoryBudget (128 MiB).
+	// Default DefaultTaskMemory × Concurrency (8 MiB a slot).
 	MemoryBudget int64
 	// TempDir holds keyed tasks' spill files. Default os.TempDir().
 	TempDir string
@@ -86,7 +86,7 @@ func (c Config) withDefaults(b bus.Config) Config {
 		c.ProgressInterval = max(b.ShardTimeout/3, 100*time.Millisecond)
 	}
 	if c.MemoryBudget == 0 {
-		c.MemoryBudget = DefaultMemoryBudget
+		c.MemoryBudget = DefaultTaskMemory * int64(c.Concurrency)
 	}
 	if c.Registry == nil {
 		c.Registry = jobs.Default()
@@ -125,7 +125,7 @@ func (c Config) Validate() error {
 		add("MapDelay %v: use 0 to 1h (default 0)", c.MapDelay)
 	}
 	if c.MemoryBudget < int64(c.Concurrency)*shuffle.MinMemoryBytes || c.MemoryBudget > 1<<40 {
-		add("MemoryBudget %d: use at least %d bytes a slot (512 KiB × Concurrency), at most 1 TiB (default 128 MiB)", c.MemoryBudget, shuffle.MinMemoryBytes)
+		add("MemoryBudget %d: use at least %d bytes a slot (512 KiB × Concurrency), at most 1 TiB (default 8 MiB a slot)", c.MemoryBudget, shuffle.MinMemoryBytes)
 	}
 	if c.RetryBackoff < 0 {
 		add("RetryBackoff %v: must not be negative (default 250ms)", c.RetryBackoff)

@@ -28,9 +28,15 @@ type KeyedStore interface {
 
 var _ KeyedStore = (*store.Container)(nil)
 
-// DefaultMemoryBudget is a worker's memory for keyed tasks (map buffers, reduce merges), shared
-// by its slots: each running task gets the budget divided by Concurrency.
-const DefaultMemoryBudget = 128 << 20
+// DefaultTaskMemory is a keyed task's share of the memory budget when none is set: the
+// default budget is DefaultTaskMemory × Concurrency, shared by the slots. A bigger buffer
+// spills less but hashes and sorts over more memory: a map task of the keyed bench's 5M-word
+// corpus runs as fast with 8 MiB as with 64 (BenchmarkMapBuffer_Budget), and a worker's memory
+// then hardly depends on the number of keys.
+const DefaultTaskMemory = 8 << 20
+
+// MemoryBudget is the worker's memory for keyed tasks (Config.MemoryBudget, or its default).
+func (w *Worker) MemoryBudget() int64 { return w.cfg.MemoryBudget }
 
 // keyedStats count what keyed tasks did (metrics: keyed_metrics.go).
 type keyedStats struct {
@@ -128,7 +134,11 @@ func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m
 }
 
 func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, kt protocol.KeyedTask) ([]byte, error) {
+	p := kt.Partition
 	data, _, err := ks.Get(ctx, protocol.MapManifestBlob(m.Job))
+	if errors.Is(err, store.ErrNotFound) && !w.jobEnded(ctx, ks, m.Job) {
+		return w.runLost(m.Job, p, protocol.MapManifestBlob(m.Job))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read the map manifest: %w", err)
 	}
@@ -136,8 +146,8 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
 	}
-	p := kt.Partition
 	runs := make([]shuffle.Opener, 0, len(man.Maps))
+	inputs := make([]storedRun, 0, len(man.Maps))
 	var input int64
 	for _, c := range man.Maps {
 		off, n := c.Offsets[p], c.Offsets[p+1]-c.Offsets[p]
@@ -146,6 +156,7 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 		}
 		input += n
 		runs = append(runs, func(ctx context.Context) (io.ReadCloser, error) { return ks.ReadRange(ctx, c.Blob, off, n) })
+		inputs = append(inputs, storedRun{c.Blob, c.Offsets[len(c.Offsets)-1]})
 	}
 	man = nil
 	name := protocol.OutputBlob(m.Job, p, execution())
@@ -166,6 +177,9 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	w.keyed.peak(stats.PeakMemory)
 	if err != nil {
 		_ = pw.CloseWithError(err)
+		if blob := lostInput(ctx, ks, inputs); blob != "" && !w.jobEnded(ctx, ks, m.Job) {
+			return w.runLost(m.Job, p, blob)
+		}
 		return nil, err
 	}
 	if err := pw.Close(); err != nil {
@@ -177,6 +191,34 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	w.keyed.outputBytes.Add(stats.OutputBytes)
 	w.keyed.outputRecords.Add(stats.OutputRecords)
 	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
+}
+
+// storedRun is a committed map run: its blob and size.
+type storedRun struct {
+	blob string
+	size int64
+}
+
+// lostInput returns the first run of a failed reduce that storage no longer has whole (a HEAD
+// each), or "" when every one is there (or storage cannot say).
+func lostInput(ctx context.Context, ks KeyedStore, runs []storedRun) string {
+	if ctx.Err() != nil {
+		return ""
+	}
+	for _, r := range runs {
+		p, err := ks.Props(ctx, r.blob)
+		if errors.Is(err, store.ErrNotFound) || err == nil && p.Size < r.size {
+			return r.blob
+		}
+	}
+	return ""
+}
+
+// runLost is a reduce task's result when an input is gone (a storage rollback): not a commit,
+// but a report that the leader answers by running the lost map task again, then this task.
+func (w *Worker) runLost(job string, partition int, blob string) ([]byte, error) {
+	w.log.Warn("an input of a reduce task is gone from storage (a rollback?); reported to the leader", "job", job, "partition", partition, "blob", blob)
+	return json.Marshal(protocol.RunLost{Partition: partition, Lost: blob})
 }
 
 // lateTask deletes the blob a task just stored if its job has ended meanwhile (a backup or a

@@ -45,6 +45,7 @@ func keyedFaults() []fault {
 		{name: "keyed-worker-kill-reduce", what: "keyed job: a follower is killed (SIGKILL) mid-reduce and restarted", job: long, inject: injectKeyedKillReduce(false)},
 		{name: "keyed-nats-kill", what: "keyed job: nats-server is killed (kill -9) and restarted on its port and store", job: short, inject: injectNATSKill},
 		{name: "keyed-blob-kill", what: "keyed job: azurite-blob is killed (kill -9) at least 6 s after the submit and restarted (a storage rollback)", job: long, inject: injectBlobKill, minAge: 6 * time.Second},
+		{name: "keyed-blob-kill-reduce", what: "keyed job: azurite-blob is killed (kill -9) as the reduce phase starts (the map manifest and the last runs may be lost) and restarted", job: long, inject: injectKeyedBlobKillReduce},
 		{name: "keyed-forged-result", what: "keyed job: well-formed map and reduce commits naming forged blobs are published by a plain NATS client", job: short, inject: injectKeyedForged, dead: map[string]int{"results": 2}},
 	}
 }
@@ -126,6 +127,17 @@ func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 		}
 		return nil
 	}
+}
+
+// injectKeyedBlobKillReduce kills azurite-blob once the reduce phase has started: the map
+// manifest and the last map runs are within the writes a kill -9 loses.
+func injectKeyedBlobKillReduce(ctx context.Context, f *faultRun) error {
+	r, err := keyedPhase(ctx, f, protocol.PhaseReduce, 0, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	f.note("reduce phase %d/%d", r.PhaseDone, r.PhaseTotal)
+	return injectBlobKill(ctx, f)
 }
 
 // injectKeyedForged publishes, without the cluster key, a map commit for the last map task and

@@ -30,11 +30,9 @@ type Keyed struct {
 	DaskMBPerS float64 `json:"dask_mb_per_s"`
 	DaskRatio  float64 `json:"dask_ratio"`
 	DaskError  string  `json:"dask_error,omitempty"`
-	// RSSRuns are the same jobs on workers with MEMORY_BUDGET=Budget; RSSRatio is their leader's
-	// peak RSS at the most keys ÷ at the fewest.
-	RSSRuns  []KeyedRun `json:"rss_runs"`
-	Budget   string     `json:"rss_memory_budget"`
-	RSSRatio float64    `json:"leader_rss_ratio"`
+	// RSSRatio is the leader's peak RSS at the most keys ÷ at the fewest (Runs: the worker's
+	// default memory budget).
+	RSSRatio float64 `json:"leader_rss_ratio"`
 	// StatusS is `worker status` wall times (exec to exit) with ten 100 MB-result jobs stored.
 	StatusS       []float64 `json:"status_s"`
 	StatusMedianS float64   `json:"status_median_s"`
@@ -74,7 +72,7 @@ func (r *runner) keyed(ctx context.Context) error {
 		return err
 	}
 	defer r.rig.Stop(c)
-	k := &Keyed{Budget: keyedRSSBudget, Commands: map[string]string{
+	k := &Keyed{Commands: map[string]string{
 		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
 		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
 			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
@@ -120,31 +118,13 @@ func (r *runner) keyed(ctx context.Context) error {
 		k.DaskMBPerS = rig.Round3(float64(last.Bytes) / 1e6 / last.DaskS)
 		k.DaskRatio = rig.Round3(k.MBPerS / k.DaskMBPerS)
 	}
-	r.rig.Stop(c)
-	// The leader's memory against the number of keys: the leader also runs tasks, whose memory
-	// grows up to the budget with the input; a budget both corpora fill leaves what grows with
-	// the keys.
-	cb, err := r.rig.Start(ctx, rig.Spec{Name: "keyed-rss", LeaseDuration: cfg.LeaseDuration, Env: []string{"MEMORY_BUDGET=" + keyedRSSBudget}})
-	if err != nil {
-		return err
-	}
-	defer r.rig.Stop(cb)
-	for _, corpus := range corpora {
-		run, err := r.keyedRun(ctx, cb, k, corpus, false)
-		run.Budget = keyedRSSBudget
-		k.RSSRuns = append(k.RSSRuns, run)
-		if err != nil {
-			return err
-		}
-	}
-	if first, last := k.RSSRuns[0], k.RSSRuns[len(k.RSSRuns)-1]; first.LeaderPeakMiB > 0 {
+	// The leader's memory against the number of keys, at the default budget: the leader runs
+	// tasks too, each within its share of the budget.
+	if first := k.Runs[0]; first.LeaderPeakMiB > 0 {
 		k.RSSRatio = rig.Round3(last.LeaderPeakMiB / first.LeaderPeakMiB)
 	}
-	return r.keyedStatus(ctx, cb, k)
+	return r.keyedStatus(ctx, c, k)
 }
-
-// keyedRSSBudget is the workers' memory budget in the RSS runs.
-const keyedRSSBudget = "16MiB"
 
 // keyedRun counts corpus keyed on c, checking every record; with baselines it runs the Go and
 // Dask counts of the same corpus too.
@@ -219,11 +199,11 @@ func keyedTargets(cfg *Config, rep *Report) []Target {
 	}
 	add("keyed wordcount MB/s ÷ single-process Go on 2 cores", "≥ 0.5", k.GoRatio, "×", k.GoRatio >= 0.5, speed && k.GoRatio > 0,
 		fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.GoMBPerS)))
-	if n := len(k.RSSRuns); n > 1 {
-		a, b := k.RSSRuns[0], k.RSSRuns[n-1]
+	if n := len(k.Runs); n > 1 {
+		a, b := k.Runs[0], k.Runs[n-1]
 		add(fmt.Sprintf("keyed leader peak RSS, %dk ÷ %dk keys", b.Keys/1000, a.Keys/1000), "0.9–1.1", k.RSSRatio, "×",
 			k.RSSRatio >= 0.9 && k.RSSRatio <= 1.1, speed && k.RSSRatio > 0,
-			fmt.Sprintf("%s vs %s MiB; memory budget %s on every worker, the leader runs tasks too", rig.Num(b.LeaderPeakMiB), rig.Num(a.LeaderPeakMiB), k.Budget))
+			fmt.Sprintf("%s vs %s MiB; the default memory budget, the leader runs tasks too", rig.Num(b.LeaderPeakMiB), rig.Num(a.LeaderPeakMiB)))
 	}
 	note := fmt.Sprintf("%s vs %s MB/s", rig.Num(k.MBPerS), rig.Num(k.DaskMBPerS))
 	if k.DaskError != "" {
@@ -255,7 +235,7 @@ func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
 	if k == nil {
 		return
 	}
-	for _, x := range append(slices.Clone(k.Runs), k.RSSRuns...) {
+	for _, x := range k.Runs {
 		at := fmt.Sprintf("keyed wordcount, %dk keys, budget %s", x.Keys/1000, x.Budget)
 		row(fmt.Sprintf("%s, %.0f MB in %d blobs: MB/s", at, float64(x.Bytes)/1e6, x.Blobs), rig.Single(x.MBPerS, x.MBPerS > 0))
 		row(at+": leader peak RSS MiB", rig.Single(x.LeaderPeakMiB, x.LeaderPeakMiB > 0))

@@ -151,6 +151,29 @@ func DecodeReduceCommit(id string, partition int, data []byte) (*ReduceCommit, e
 	return &c, nil
 }
 
+// RunLost is a reduce task's result when an input its map manifest names (a map run, or the
+// manifest itself) is gone or shorter than committed: a storage rollback. It is not a commit;
+// the leader checks the runs, runs lost map tasks again, and then the reduce task.
+type RunLost struct {
+	Partition int    `json:"partition"`
+	Lost      string `json:"lost"`
+}
+
+// DecodeRunLost parses a result of reduce task partition of job id as a RunLost; ok is false
+// when data is not one (a commit, say). One that names a blob outside the job's inputs is an
+// error.
+func DecodeRunLost(id string, partition int, data []byte) (l *RunLost, ok bool, err error) {
+	var c RunLost
+	if json.Unmarshal(data, &c) != nil || c.Lost == "" {
+		return nil, false, nil
+	}
+	_, _, runErr := ParseMapRunBlob(id, c.Lost)
+	if c.Partition != partition || runErr != nil && c.Lost != MapManifestBlob(id) {
+		return nil, true, fmt.Errorf("%w: reduce task %d reports blob %q (partition %d) lost: not one of its inputs", ErrBadMessage, partition, Clip(c.Lost, 128), c.Partition)
+	}
+	return &c, true, nil
+}
+
 // ParseMapRunBlob returns the shard and attempt of a name made by MapRunBlob.
 func ParseMapRunBlob(id, name string) (shard, attempt int, err error) {
 	rest, ok := strings.CutPrefix(name, MapPrefix(id))

@@ -62,6 +62,21 @@ func TestKeyedCommits_Checked(t *testing.T) {
 	if p, a, err := ParseOutputBlob(id, OutputBlob(id, 12, 345)); err != nil || p != 12 || a != 345 {
 		t.Errorf("ParseOutputBlob: %d %d %v", p, a, err)
 	}
+	if _, ok, err := DecodeRunLost(id, 1, rc); ok || err != nil {
+		t.Errorf("a reduce commit read as a lost run: %v", err)
+	}
+	for _, blob := range []string{MapRunBlob(id, 3, 77), MapManifestBlob(id)} {
+		b, _ := json.Marshal(RunLost{Partition: 1, Lost: blob})
+		if l, ok, err := DecodeRunLost(id, 1, b); !ok || err != nil || l.Lost != blob {
+			t.Errorf("lost %s: %+v %v %v", blob, l, ok, err)
+		}
+	}
+	for _, c := range []RunLost{{Partition: 1, Lost: OutputBlob(id, 1, 5)}, {Partition: 2, Lost: MapRunBlob(id, 3, 77)}, {Partition: 1, Lost: "other/map-manifest"}} {
+		b, _ := json.Marshal(c)
+		if _, ok, err := DecodeRunLost(id, 1, b); !ok || err == nil {
+			t.Errorf("%+v accepted (%v)", c, ok)
+		}
+	}
 }
 
 func FuzzDecodeKeyedTask(f *testing.F) {
@@ -84,8 +99,10 @@ func FuzzDecodeKeyedCommits(f *testing.F) {
 	id := "20260101-000000-abcdef01"
 	mc, _ := json.Marshal(MapCommit{Blob: MapRunBlob(id, 0, 1), Offsets: []int64{0, 5, 9}})
 	man, _ := json.Marshal(MapManifest{Job: id, Partitions: 2, Maps: []MapCommit{{Blob: MapRunBlob(id, 0, 1), Offsets: []int64{0, 5, 9}}}})
+	lost, _ := json.Marshal(RunLost{Partition: 0, Lost: MapRunBlob(id, 3, 7)})
 	f.Add(mc)
 	f.Add(man)
+	f.Add(lost)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if c, err := DecodeMapCommit(id, 0, 2, data); err == nil {
 			if !strings.HasPrefix(c.Blob, MapPrefix(id)) || len(c.Offsets) != 3 {
@@ -97,6 +114,9 @@ func FuzzDecodeKeyedCommits(f *testing.F) {
 		}
 		if c, err := DecodeReduceCommit(id, 0, data); err == nil && !strings.HasPrefix(c.Blob, OutputPrefix(id)) {
 			t.Fatalf("accepted %+v", c)
+		}
+		if l, ok, err := DecodeRunLost(id, 0, data); err == nil && ok && l.Lost != MapManifestBlob(id) && !strings.HasPrefix(l.Lost, MapPrefix(id)) {
+			t.Fatalf("accepted %+v", l)
 		}
 	})
 }
