@@ -23,6 +23,9 @@ const (
 	// EventBrokeLease: this follower broke the lease of the silent term Event.Term (the epoch
 	// broken and its leader) and campaigns at once.
 	EventBrokeLease EventKind = "broke_lease"
+	// EventProbing: this follower heard no beat of the term Event.Term for Config.ProbeAfter and
+	// sent the first probe of this silence (the fast path's first step; Debug-level, for timing).
+	EventProbing EventKind = "probing"
 	// EventNoResponders: this follower's probes of the silent term Event.Term found no
 	// responders over Config.ProbeConfirm (its process is gone); it checks and breaks the lease
 	// now, without waiting for SuspicionTimeout. The takeover came from the fast path.

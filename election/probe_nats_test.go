@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/faultproxy"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
@@ -82,6 +84,7 @@ func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
 
 type probeNode struct {
 	id    string
+	link  *faultproxy.Proxy // its link to NATS (probeOpts.proxied)
 	bus   *bus.Bus
 	api   *deadAPI
 	beats *mutedBeats
@@ -99,9 +102,20 @@ type probeCluster struct {
 	ids    []string // identity of each event's elector
 }
 
+// probeOpts vary a probe cluster.
+type probeOpts struct {
+	proxied      bool          // each node reaches NATS through a fault proxy of its own
+	probeTimeout time.Duration // bounds one probe instead of the default
+}
+
 // newProbeCluster runs n electors with real heartbeats and probes over NATS at url and real
 // leases on Azurite, with the default timings.
 func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
+	t.Helper()
+	return newProbeClusterWith(t, url, n, probeOpts{})
+}
+
+func newProbeClusterWith(t *testing.T, url string, n int, o probeOpts) *probeCluster {
 	t.Helper()
 	client, err := azblob.NewClientFromConnectionString(testenv.Azurite(t), nil)
 	if err != nil {
@@ -120,11 +134,23 @@ func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
 	})
 	for i := range n {
 		id := string(rune('a'+i)) + "-node"
-		b, err := bus.Connect(url, id, bus.Config{Keys: testkeys.Keys()}, bus.ConnEvents(quiet)...)
+		nodeURL, link := url, (*faultproxy.Proxy)(nil)
+		if o.proxied {
+			u, err := neturl.Parse(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if link, err = faultproxy.New(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = link.Close() })
+			nodeURL = "nats://" + link.Addr()
+		}
+		b, err := bus.Connect(nodeURL, id, bus.Config{Keys: testkeys.Keys()}, bus.ConnEvents(quiet)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pn := &probeNode{id: id, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(client)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
+		pn := &probeNode{id: id, link: link, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(client)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
 		cfg := election.Config{
 			Identity: id, Container: container, Heartbeats: pn.beats, Prober: b.TermProber(), Logger: quiet,
 			OnEvent: func(ev election.Event) {
@@ -136,6 +162,9 @@ func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
 		pn.el, err = election.New(pn.api, cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.probeTimeout > 0 {
+			election.SetProbeTimeout(pn.el, o.probeTimeout)
 		}
 		c.nodes = append(c.nodes, pn)
 		nctx, stop := context.WithCancel(ctx)
@@ -374,4 +403,38 @@ func TestProbe_GracefulStopNotBrokenWhileCheckpointing(t *testing.T) {
 			t.Errorf("the term had no responders at %v, before its release at %v", ev.At, rel[0].At)
 		}
 	}
+}
+
+// A leader cut off from NATS without a FIN (its host gone, a silent partition) keeps its
+// subscription on the server: probes of its term neither get answers nor "no responders", they
+// time out. The probes run beside the follower's wait loop, so even a probe that hangs for a
+// minute does not hold up the heartbeat timeout: the follower suspects on time.
+func TestProbe_HangingProbesDoNotDelaySuspicion(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 2, probeOpts{proxied: true, probeTimeout: time.Minute})
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second) // the follower hears the term
+
+	cut := time.Now()
+	old.link.Blackhole()
+	_, second := c.elected(2, 20*time.Second)
+	took := second.At.Sub(cut)
+	if second.Term.Epoch != first.Term.Epoch+1 || second.Term.Identity == old.id {
+		t.Fatalf("second term %+v after %+v", second.Term, first.Term)
+	}
+	probing, _ := c.of(election.EventProbing)
+	suspected, _ := c.of(election.EventSuspected)
+	if len(probing) == 0 || len(suspected) == 0 || !probing[0].At.Before(suspected[0].At) {
+		t.Fatalf("probing %v, suspected %v: want a probe out before the suspicion", probing, suspected)
+	}
+	if evs, _ := c.of(election.EventNoResponders); len(evs) != 0 {
+		t.Errorf("a cut-off leader whose subscription stays was confirmed gone: %v", evs)
+	}
+	// The bound is the behaviour: the suspicion timeout after the last beat (at most one beat
+	// interval before the cut), plus the break and acquire, never the probe's minute.
+	d := election.DefaultConfig()
+	if limit := d.SuspicionTimeout + time.Second; took > limit {
+		t.Errorf("cut -> new leader %v, want within %v (a hanging probe delayed the suspicion)", took.Round(time.Millisecond), limit)
+	}
+	t.Logf("cut -> first probe %v, suspected %v, new leader %v", probing[0].At.Sub(cut).Round(time.Millisecond),
+		suspected[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
 }
