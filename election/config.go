@@ -88,6 +88,13 @@ type Config struct {
 	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
 
+	// WatchEvery is how often the term's first successor (the watcher, named in the beats)
+	// probes the live term, with a Prober, without waiting for a missed beat: a crash is then
+	// seen within WatchEvery instead of ProbeAfter, and confirmed as for a silence. One
+	// follower probes, so the cost is constant in the cluster size (a request and its answer
+	// per WatchEvery). Default (0) 100ms; negative turns watching off.
+	WatchEvery time.Duration
+
 	// Successors, when set with Heartbeats, names the followers that should take over first,
 	// best first (e.g. the live members by id). The leader's beats carry the first
 	// MaxSuccessors; after a crash or a release the first of them acts at once and each other
@@ -136,7 +143,7 @@ func DefaultConfig() Config {
 		SafetyMargin:  2 * time.Second,
 
 		HeartbeatInterval: 250 * time.Millisecond,
-		SuspicionTimeout:  1500 * time.Millisecond,
+		SuspicionTimeout:  1400 * time.Millisecond,
 	}
 }
 
@@ -181,6 +188,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeAfter == 0 {
 		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
+	}
+	if c.WatchEvery == 0 {
+		c.WatchEvery = 100 * time.Millisecond
 	}
 	if c.ProbeConfirm == 0 {
 		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
@@ -274,6 +284,9 @@ func (c Config) Validate() error {
 		case c.ProbeAfter >= c.SuspicionTimeout:
 			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.SuspicionTimeout)
 		}
+	}
+	if c.WatchEvery > 0 && c.WatchEvery < 10*time.Millisecond {
+		add("WatchEvery %v is too short: use at least 10ms, or a negative value to turn watching off (default 100ms)", c.WatchEvery)
 	}
 	if c.Prober != nil || c.ProbeConfirm != 0 {
 		if c.ProbeConfirm < 10*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout/2 {

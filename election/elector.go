@@ -369,7 +369,7 @@ func (e *Elector) wait(ctx context.Context) bool {
 				continue
 			}
 			if e.cfg.Prober != nil && !e.prb.running() {
-				if s, first, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok {
+				if s, first, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter, e.cfg.WatchEvery); ok {
 					e.startProbe(ctx, s, first)
 				}
 			}
@@ -379,16 +379,19 @@ func (e *Elector) wait(ctx context.Context) bool {
 }
 
 // nextCheck is when a follower should next look at the watched term: when it may turn silent
-// for SuspicionTimeout or (no probe in flight) ProbeAfter, at most a heartbeat interval away
-// and no sooner than every (an idle follower wakes about once a beat, not every few
-// milliseconds).
+// for SuspicionTimeout or (no probe in flight) ProbeAfter, at most a heartbeat interval away.
+// It wakes right at a deadline ahead (a check every period would add up to a period to every
+// takeover), and after every when one is already past but could not be acted on.
 func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
 	probe := time.Duration(0)
 	if e.cfg.Prober != nil && !e.prb.running() {
 		probe = e.cfg.ProbeAfter
 	}
-	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe)
-	return min(max(d, every), max(e.cfg.HeartbeatInterval, every))
+	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe, e.cfg.WatchEvery)
+	if d <= 0 {
+		d = every
+	}
+	return min(d+time.Millisecond, max(e.cfg.HeartbeatInterval, every))
 }
 
 // cooldown pauses RetryInterval after a term ended, so that a released lease goes to another

@@ -76,8 +76,9 @@ func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 }
 
 // untilDue is how long until the watched term has been silent for timeout, or (probe > 0) for
-// probe since its last beat; negative when overdue, large when nothing is watched.
-func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Duration {
+// probe since its last beat, or (watchEvery > 0, this follower the watcher) the next watch
+// probe; negative when overdue, large when nothing is watched.
+func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.heard {
@@ -85,7 +86,11 @@ func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Durat
 	}
 	d := w.last.Add(timeout).Sub(now)
 	if probe > 0 && w.beats > 0 && w.answers {
-		d = min(d, max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now)))
+		next := max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now))
+		if watchEvery > 0 && w.watcherLocked() {
+			next = w.probed.Add(min(probe, watchEvery)).Sub(now)
+		}
+		d = min(d, next)
 	}
 	return d
 }
@@ -133,6 +138,8 @@ type suspicion struct {
 	leader string
 	silent time.Duration
 	beats  uint64
+	// watching: a probe of the watcher (the first successor) before any silence (probeDue).
+	watching bool
 }
 
 // observe takes a beat from another process. Beats of an older epoch (a deposed leader that has

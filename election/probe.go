@@ -43,24 +43,33 @@ const (
 
 // probeDue reports a suspicion when the current term, whose beats say it answers probes, has
 // been silent for after, the follower is healthy, its transport session has not changed since
-// the term's last beat, and no probe of this silence ran within after. It marks the probe as
+// the term's last beat, and no probe of this silence ran within after. The term's first
+// successor (the watcher) probes it every watchEvery (> 0) without waiting for a silence, so
+// that a crash is seen within a probe period, not after a missed beat. It marks the probe as
 // run; first says it is the first of this silence.
-func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after time.Duration) (s suspicion, first, ok bool) {
+func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, watchEvery time.Duration) (s suspicion, first, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.heard || !healthy || w.beats == 0 || !w.answers || session != w.session {
 		return suspicion{}, false, false
 	}
 	silent := now.Sub(w.lastBeat)
-	if silent < after || now.Sub(w.probed) < after {
+	need, every := after, after
+	if w.watcherLocked() && watchEvery > 0 {
+		need, every = 0, min(after, watchEvery)
+	}
+	if silent < need || now.Sub(w.probed) < every {
 		return suspicion{}, false, false
 	}
 	first = !w.probed.After(w.lastBeat)
 	w.probed = now
-	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats}, first, true
+	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats, watching: silent < after}, first, true
 }
 
-// confirmGone probes the silent term of s until probeCount answers in a row, spread over at
+// watcherLocked reports whether this follower is the term's first successor.
+func (w *watch) watcherLocked() bool { return len(w.next) > 0 && w.next[0] == w.self }
+
+// confirmGone probes the term of s until probeCount answers in a row, spread over at
 // least window, were all "no responders", while the follower stayed healthy on the same session
 // and no beat of the term came. Any answer, error or change ends it unconfirmed.
 func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
@@ -73,10 +82,14 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 		cancel()
 		e.probes.Add(1)
 		if !errors.Is(err, ErrNoResponders) || !hb.Healthy() || p.Session() != session || !e.watch.unchanged(s) {
-			if err == nil {
+			if err == nil && !s.watching {
 				e.probeAnswers.Add(1)
 			}
 			return false
+		}
+		if n == 1 && s.watching {
+			e.log.Debug("the watched term has no responders; confirming", "suspected_epoch", s.epoch, "silent_for", time.Since(e.watch.lastBeatAt()).Round(time.Millisecond))
+			e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
 		}
 		if n >= probeCount && time.Since(first) >= e.cfg.ProbeConfirm {
 			return true
@@ -110,7 +123,7 @@ func (p *prober) running() bool {
 // confirmed term is sent on e.prb.verdict. It does nothing while a confirmation is in flight.
 func (e *Elector) startProbe(ctx context.Context, s suspicion, first bool) {
 	p := &e.prb
-	if first && !p.running() {
+	if first && !s.watching && !p.running() {
 		e.log.Debug("no heartbeat from the leader; probing its term", "suspected_epoch", s.epoch, "silent_for", s.silent.Round(time.Millisecond))
 		e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
 	}
