@@ -30,6 +30,7 @@ type Elector struct {
 	suspicions, breaks, beatFailures                 atomic.Uint64
 	unconfirmed, cutOff                              atomic.Uint64
 	probes, probeAnswers, probeConfirmed             atomic.Uint64
+	beatPauses                                       atomic.Uint64
 
 	prb          prober        // the fast path's confirmation, off the wait loop
 	probeTimeout time.Duration // bounds one probe (tests lengthen it)
@@ -47,9 +48,10 @@ type Stats struct {
 	BeatFailures  uint64 // heartbeats this leader could not publish
 	Unconfirmed   uint64 // beats of a newer epoch that the lease blob did not confirm (ignored)
 	CutOff        uint64 // times this follower stopped campaigning because its transport was unhealthy
-	Probes        uint64 // probes of a silent term sent (Config.Prober)
+	Probes        uint64 // probes sent (Config.Prober): the watcher's, and those of a silent term
 	ProbeAnswers  uint64 // probes a silent term answered (a late beat, not a crash)
 	NoResponders  uint64 // silent terms confirmed gone by no responders (fast-path takeovers)
+	BeatPauses    uint64 // times this leader paused its beats because renewals stalled (RenewStall)
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -116,6 +118,7 @@ func (e *Elector) Stats() Stats {
 		Probes:        e.probes.Load(),
 		ProbeAnswers:  e.probeAnswers.Load(),
 		NoResponders:  e.probeConfirmed.Load(),
+		BeatPauses:    e.beatPauses.Load(),
 	}
 }
 

@@ -276,14 +276,31 @@ func (e *Elector) session() uint64 {
 // beat publishes this leader's heartbeats until its leader context ends. With a Prober the term
 // answers probes first: a beat is published only once the answer is in place, so a follower
 // that heard the term can count "no responders" as the process gone.
-func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Logger) {
+//
+// While no renewal has succeeded for RenewStall (the leader may be cut off from storage), beats
+// pause: a follower that reaches storage then breaks the lease after SuspicionTimeout, fenced,
+// instead of waiting for this term's safety deadline. They resume when a renewal succeeds.
+func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	failing := false
+	failing, paused := false, false
 	for seq := uint64(1); ; seq++ {
 		var err error
-		if ans.ensure(e.cfg.Prober, t) {
+		stall, stalled := g.stalled(time.Now())
+		switch {
+		case stalled && !paused:
+			paused = true
+			e.beatPauses.Add(1)
+			log.Warn("cannot renew the lease; heartbeats paused, so a follower that reaches storage takes over", "renewing_for", stall.Round(time.Millisecond))
+			e.emit(EventBeatsPaused, t, nil)
+		case !stalled && paused:
+			paused = false
+			log.Info("renewed again; heartbeats resume")
+		}
+		if paused {
+			err = nil // silent on purpose
+		} else if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
 			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successors()})
 			cancel()

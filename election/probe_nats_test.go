@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -85,6 +86,7 @@ func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
 type probeNode struct {
 	id    string
 	link  *faultproxy.Proxy // its link to NATS (probeOpts.proxied)
+	blob  *faultproxy.Proxy // its link to blob storage (probeOpts.storageProxied)
 	bus   *bus.Bus
 	api   *deadAPI
 	beats *mutedBeats
@@ -104,8 +106,9 @@ type probeCluster struct {
 
 // probeOpts vary a probe cluster.
 type probeOpts struct {
-	proxied      bool          // each node reaches NATS through a fault proxy of its own
-	probeTimeout time.Duration // bounds one probe instead of the default
+	proxied        bool          // each node reaches NATS through a fault proxy of its own
+	storageProxied bool          // each node reaches blob storage through a fault proxy of its own
+	probeTimeout   time.Duration // bounds one probe instead of the default
 }
 
 // newProbeCluster runs n electors with real heartbeats and probes over NATS at url and real
@@ -151,7 +154,11 @@ func newProbeClusterWith(t *testing.T, url string, n int, o probeOpts) *probeClu
 		if err != nil {
 			t.Fatal(err)
 		}
-		pn := &probeNode{id: id, link: link, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(client)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
+		nodeClient, blob := client, (*faultproxy.Proxy)(nil)
+		if o.storageProxied {
+			nodeClient, blob = proxiedBlob(t, testenv.Azurite(t))
+		}
+		pn := &probeNode{id: id, link: link, blob: blob, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(nodeClient)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
 		cfg := election.Config{
 			Identity: id, Container: container, Heartbeats: pn.beats, Prober: b.TermProber(), Logger: quiet,
 			Successors: func() []string { return ids[:n] }, // as node names them: every member, by id
@@ -448,4 +455,85 @@ func TestProbe_HangingProbesDoNotDelaySuspicion(t *testing.T) {
 		t.Errorf("cut -> new leader %v, want within %v (a hanging probe delayed the suspicion)", took.Round(time.Millisecond), limit)
 	}
 	t.Logf("cut -> suspected %v, new leader %v", suspected[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}
+
+// proxiedBlob is a blob client whose requests to the Azurite of connStr go through a fault proxy.
+func proxiedBlob(t *testing.T, connStr string) (*azblob.Client, *faultproxy.Proxy) {
+	t.Helper()
+	var fields []string
+	var proxy *faultproxy.Proxy
+	for _, f := range strings.Split(connStr, ";") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(f), "BlobEndpoint="); ok {
+			u, err := neturl.Parse(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proxy, err = faultproxy.New(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			u.Host = proxy.Addr()
+			f = "BlobEndpoint=" + u.String()
+		}
+		fields = append(fields, f)
+	}
+	if proxy == nil {
+		t.Fatal("the Azurite connection string has no BlobEndpoint")
+	}
+	client, err := azblob.NewClientFromConnectionString(strings.Join(fields, ";"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, proxy
+}
+
+// A leader cut off from storage (its renewals hang) while NATS works pauses its beats once a
+// renewal has stalled for RenewStall; a follower that reaches storage breaks its lease after the
+// suspicion timeout, fenced, instead of waiting for the leader's safety deadline (13s).
+func TestProbe_StorageCutLeaderPausesBeats(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 3, probeOpts{storageProxied: true})
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+
+	cut := time.Now()
+	old.blob.Blackhole()
+	defer old.blob.Heal()
+	_, second := c.elected(2, 20*time.Second)
+	took := second.At.Sub(cut)
+	if second.Term.Epoch != first.Term.Epoch+1 || second.Term.Identity == old.id {
+		t.Fatalf("second term %+v after %+v", second.Term, first.Term)
+	}
+	paused, ids := c.of(election.EventBeatsPaused)
+	if len(paused) == 0 || ids[0] != old.id {
+		t.Fatalf("beats paused by %v, want the cut leader %s", ids, old.id)
+	}
+	if broke, _ := c.of(election.EventBrokeLease); len(broke) != 1 {
+		t.Errorf("%d lease breaks, want 1", len(broke))
+	}
+	// The bound is the behaviour: a renewal (every second) stalls, then the suspicion timeout.
+	d := election.DefaultConfig()
+	if limit := d.RenewInterval + election.RenewStall + d.SuspicionTimeout + time.Second; took > limit {
+		t.Errorf("storage cut -> new leader %v, want within %v", took.Round(time.Millisecond), limit)
+	}
+	t.Logf("storage cut -> beats paused %v, new leader %v", paused[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}
+
+// Storage blips of 1.2s (each below RenewStall + SuspicionTimeout, longer than a renew period,
+// so a renewal stalls in most) may pause a leader's beats but depose nobody.
+func TestProbe_StorageBlipsDeposeNobody(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 3, probeOpts{storageProxied: true})
+	old, _ := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	for range 5 {
+		old.blob.Blackhole()
+		time.Sleep(1200 * time.Millisecond)
+		old.blob.Heal()
+		time.Sleep(1500 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across 5 storage blips of the leader, want 1 (stats %+v)", len(evs), c.stats())
+	}
+	paused, _ := c.of(election.EventBeatsPaused)
+	t.Logf("beats paused %d times in 5 blips", len(paused))
 }

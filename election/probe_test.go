@@ -99,7 +99,7 @@ func TestConfig_ProbeSettings(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.ProbeAfter != c.HeartbeatInterval*6/5 || c.ProbeConfirm != 100*time.Millisecond || c.WatchEvery != 100*time.Millisecond {
+	if c.ProbeAfter != c.HeartbeatInterval*6/5 || c.ProbeConfirm != 100*time.Millisecond || c.WatchEvery != 50*time.Millisecond {
 		t.Errorf("defaults ProbeAfter %v, ProbeConfirm %v, WatchEvery %v", c.ProbeAfter, c.ProbeConfirm, c.WatchEvery)
 	}
 	for _, tc := range []struct {

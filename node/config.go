@@ -196,7 +196,7 @@ func (c Config) parts() parts {
 	log = log.With("worker", c.ID)
 	p := parts{election: election.DefaultConfig(), coordinator: coordinator.DefaultConfig(), worker: worker.DefaultConfig()}
 	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
-	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
+	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, min(time.Second, c.LeaseDuration/3) // renewals check storage (election.RenewStall)
 	p.election.HeartbeatInterval, p.election.SuspicionTimeout = c.HeartbeatInterval, c.SuspicionTimeout
 	p.election.ProbeAfter, p.election.ProbeConfirm = c.ProbeAfter, c.ProbeConfirm
 	p.election.Logger = log
