@@ -70,7 +70,7 @@ func New(api BlobAPI, cfg Config) (*Elector, error) {
 		log:   cfg.Logger.With("component", "election", "identity", cfg.Identity),
 		poke:  make(chan struct{}, 1),
 		watch: &watch{self: cfg.Identity},
-		prb:   prober{verdict: make(chan suspicion, 1)},
+		prb:   prober{verdict: make(chan suspicion, 1), ended: make(chan struct{}, 1)},
 
 		probeTimeout: defaultProbeTimeout,
 	}, nil
@@ -354,6 +354,19 @@ func (e *Elector) wait(ctx context.Context) bool {
 		case s := <-e.prb.verdict:
 			if e.confirmed(ctx, s) {
 				return true
+			}
+			chk.Reset(e.nextCheck(time.Now(), every))
+		case <-e.prb.ended:
+			if chk == nil {
+				continue
+			}
+			// The next probe is planned from now: the check planned while this one was out
+			// left probes aside.
+			if !chk.Stop() {
+				select {
+				case <-chk.C:
+				default:
+				}
 			}
 			chk.Reset(e.nextCheck(time.Now(), every))
 		case now := <-tick:

@@ -110,6 +110,7 @@ type prober struct {
 	cancel  context.CancelFunc // of the confirmation in flight; nil when none
 	done    chan struct{}      // closed when it ends
 	verdict chan suspicion     // buffered(1): a silent term confirmed gone
+	ended   chan struct{}      // buffered(1): a confirmation ended; the wait loop plans its next check
 }
 
 // running reports whether a confirmation is in flight.
@@ -150,6 +151,10 @@ func (e *Elector) startProbe(ctx context.Context, s suspicion, first bool) {
 			p.cancel, p.done = nil, nil
 		}
 		cancel()
+		select {
+		case p.ended <- struct{}{}:
+		default:
+		}
 	}()
 }
 
