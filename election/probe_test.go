@@ -183,3 +183,28 @@ func TestProber_VerdictAndStop(t *testing.T) {
 
 // nilAPI is a BlobAPI for tests that never reach storage.
 type nilAPI struct{ BlobAPI }
+
+// A renewal in flight or failing for RenewStall stalls the term; a success ends the stall.
+func TestGuard_Stalled(t *testing.T) {
+	g := &guard{e: &Elector{}, window: time.Minute, cancel: func(error) {}, lostCh: make(chan struct{})}
+	t0 := time.Now()
+	g.start(t0)
+	defer g.finish()
+	if _, ok := g.stalled(t0.Add(time.Hour)); ok {
+		t.Fatal("stalled before any renewal was sent")
+	}
+	g.renewing(t0)
+	if _, ok := g.stalled(t0.Add(RenewStall - time.Millisecond)); ok {
+		t.Error("stalled before RenewStall")
+	}
+	g.renewing(t0.Add(RenewStall)) // a retry does not restart the stall
+	if d, ok := g.stalled(t0.Add(RenewStall)); !ok || d != RenewStall {
+		t.Errorf("stalled = %v, %v after RenewStall; want true, %v", d, ok, RenewStall)
+	}
+	if !g.extend(t0.Add(RenewStall)) {
+		t.Fatal("extend refused")
+	}
+	if _, ok := g.stalled(t0.Add(time.Hour)); ok {
+		t.Error("still stalled after a successful renewal")
+	}
+}

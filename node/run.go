@@ -67,6 +67,8 @@ func (n *Node) newRunFlags() *runFlags {
 	bindEnv(fs, "probe-after", "PROBE_AFTER")
 	fs.DurationVar(&f.cfg.ProbeConfirm, "probe-confirm", 0, "how long every probe must find the leader's process gone before a follower breaks its lease; keep it above a reconnect (0: 100ms)")
 	bindEnv(fs, "probe-confirm", "PROBE_CONFIRM")
+	fs.DurationVar(&f.cfg.WatchEvery, "watch-every", 0, "how often the leader's first successor probes its term, so a crash is seen within it (0: 50ms; negative: off)")
+	bindEnv(fs, "watch-every", "WATCH_EVERY")
 	return f
 }
 
