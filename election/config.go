@@ -71,8 +71,8 @@ type Config struct {
 	SuspicionTimeout time.Duration
 
 	// Prober, when set with Heartbeats, turns on the fast path for process crashes: the leader's
-	// term answers probes, and a follower that hears no beat of the term for ProbeAfter probes
-	// it; "no responders" on every probe over ProbeConfirm (at least 3 probes) means the
+	// term answers probes, the first successor probes it every WatchEvery, and any follower that
+	// hears no beat of the term for ProbeAfter probes it; "no responders" on every probe over ProbeConfirm (at least 3 probes) means the
 	// leader's connection is gone, and the follower breaks the lease as for a suspicion. Only
 	// "no responders" counts, and only while this follower's own session is the one it last
 	// heard the leader on (after its own reconnect the leader may be reconnecting too).
@@ -80,8 +80,9 @@ type Config struct {
 
 	// ProbeAfter is the silence of the current term after which a follower probes it. It must
 	// be longer than HeartbeatInterval and below SuspicionTimeout. Default (0) 1.2 ×
-	// HeartbeatInterval: 300ms with the default beats, so a takeover follows a crash by
-	// 50–300ms of silence plus ProbeConfirm plus the break and acquire.
+	// HeartbeatInterval: 300ms with the default beats. A follower that is not the watcher
+	// (WatchEvery) then takes over a crash after 50–300ms of silence plus ProbeConfirm plus the
+	// break and acquire.
 	ProbeAfter time.Duration
 
 	// ProbeConfirm is how long every probe must find no responders before a follower breaks
