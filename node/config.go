@@ -60,7 +60,7 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// SuspicionTimeout: a follower that hears no heartbeat from the leader for this long breaks
 	// its lease (fenced by the ETag of the leader's epoch stamp) and takes over. At least 4
-	// heartbeat intervals, below the lease. Default 1.5s. --suspicion-timeout.
+	// heartbeat intervals, below the lease. Default 1.4s. --suspicion-timeout.
 	SuspicionTimeout time.Duration
 	// ProbeAfter: a follower that hears no heartbeat for this long probes the leader's term on
 	// NATS. 0: 1.2 heartbeat intervals. --probe-after.
