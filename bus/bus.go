@@ -171,7 +171,7 @@ func Connect(url, name string, cfg Config, opts ...nats.Option) (*Bus, error) {
 		nc.Close()
 		return nil, err
 	}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(30*time.Second))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096), jetstream.WithPublishAsyncTimeout(PublishAckTimeout))
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -275,6 +275,12 @@ func (b *Bus) ShardTypeSubject(typ, job string) string { return b.names.ShardTyp
 
 // ResultSubject is the subject of job's results.
 func (b *Bus) ResultSubject(job string) string { return b.names.ResultSubject(job) }
+
+// PublishAckTimeout bounds the wait for JetStream's acknowledgement of a publish. A stream
+// leader that dies with its node never acknowledges; the publisher then publishes again (the
+// same Nats-Msg-Id, so nothing is stored twice) and is answered once the stream has a new
+// leader (JetStream's own election, about 6s in a 3-node cluster), not after 30s.
+const PublishAckTimeout = 5 * time.Second
 
 // ErrPublish wraps a failure to store a message in JetStream.
 var ErrPublish = errors.New("publish not acknowledged")

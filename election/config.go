@@ -32,8 +32,10 @@ type Config struct {
 	// Default 15s. After a crash, a new leader is elected within LeaseDuration + RetryInterval.
 	LeaseDuration time.Duration
 
-	// RenewInterval is the period between renewals. Default LeaseDuration/3. It must leave room
-	// for at least one retry: RenewInterval*2 <= LeaseDuration - SafetyMargin.
+	// RenewInterval is the period between renewals. Default 1s (LeaseDuration/3 if shorter): a
+	// renewal is also the leader's check that it reaches storage, and a leader whose renewal has
+	// not succeeded for RenewStall pauses its heartbeats (see the package documentation). It
+	// must leave room for at least one retry: RenewInterval*2 <= LeaseDuration - SafetyMargin.
 	RenewInterval time.Duration
 
 	// RetryInterval is the acquire period while following. Default 1s. Each wait is
@@ -63,14 +65,14 @@ type Config struct {
 	// time, must hear no heartbeat of the current term before it reads the lease blob and breaks
 	// the lease of that term. It must be at least 4 heartbeat intervals (late beats under load
 	// must not depose a live leader) and below LeaseDuration − SafetyMargin (otherwise the lease
-	// expires first). Default 1.5s: with every core of a 2-core machine saturated, the latest
-	// heartbeat measured was 1.03s late, p99 0.58s (see the package documentation); a crashed
-	// leader is then replaced in about 1.5s.
+	// expires first). Default 1.4s: with every core of a 2-core machine saturated, the latest
+	// heartbeat measured was 1.03s late, p99 0.58s (see the package documentation), so the
+	// longest gap was 1.28s; a paused or cut-off leader is then replaced within 1.5s.
 	SuspicionTimeout time.Duration
 
 	// Prober, when set with Heartbeats, turns on the fast path for process crashes: the leader's
-	// term answers probes, and a follower that hears no beat of the term for ProbeAfter probes
-	// it; "no responders" on every probe over ProbeConfirm (at least 3 probes) means the
+	// term answers probes, the first successor probes it every WatchEvery, and any follower that
+	// hears no beat of the term for ProbeAfter probes it; "no responders" on every probe over ProbeConfirm (at least 3 probes) means the
 	// leader's connection is gone, and the follower breaks the lease as for a suspicion. Only
 	// "no responders" counts, and only while this follower's own session is the one it last
 	// heard the leader on (after its own reconnect the leader may be reconnecting too).
@@ -78,8 +80,9 @@ type Config struct {
 
 	// ProbeAfter is the silence of the current term after which a follower probes it. It must
 	// be longer than HeartbeatInterval and below SuspicionTimeout. Default (0) 1.2 ×
-	// HeartbeatInterval: 300ms with the default beats, so a takeover follows a crash by
-	// 50–300ms of silence plus ProbeConfirm plus the break and acquire.
+	// HeartbeatInterval: 300ms with the default beats. A follower that is not the watcher
+	// (WatchEvery) then takes over a crash after 50–300ms of silence plus ProbeConfirm plus the
+	// break and acquire.
 	ProbeAfter time.Duration
 
 	// ProbeConfirm is how long every probe must find no responders before a follower breaks
@@ -87,6 +90,13 @@ type Config struct {
 	// after the transport's reconnect wait: a ProbeConfirm below that deposes it (once, fenced).
 	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
+
+	// WatchEvery is how often the term's first successor (the watcher, named in the beats)
+	// probes the live term, with a Prober, without waiting for a missed beat: a crash is then
+	// seen within WatchEvery instead of ProbeAfter, and confirmed as for a silence. One
+	// follower probes, so the cost is constant in the cluster size (a request and its answer
+	// per WatchEvery). Default (0) 50ms; negative turns watching off.
+	WatchEvery time.Duration
 
 	// Successors, when set with Heartbeats, names the followers that should take over first,
 	// best first (e.g. the live members by id). The leader's beats carry the first
@@ -130,13 +140,13 @@ func DefaultConfig() Config {
 		Container:     "leader",
 		Blob:          "lease",
 		LeaseDuration: 15 * time.Second,
-		RenewInterval: 5 * time.Second,
+		RenewInterval: time.Second,
 		RetryInterval: time.Second,
 		Jitter:        0.25,
 		SafetyMargin:  2 * time.Second,
 
 		HeartbeatInterval: 250 * time.Millisecond,
-		SuspicionTimeout:  1500 * time.Millisecond,
+		SuspicionTimeout:  1400 * time.Millisecond,
 	}
 }
 
@@ -162,7 +172,7 @@ func (c Config) withDefaults() Config {
 		c.LeaseDuration = d.LeaseDuration
 	}
 	if c.RenewInterval == 0 {
-		c.RenewInterval = c.LeaseDuration / 3
+		c.RenewInterval = min(d.RenewInterval, c.LeaseDuration/3)
 	}
 	if c.RetryInterval == 0 {
 		c.RetryInterval = d.RetryInterval
@@ -181,6 +191,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ProbeAfter == 0 {
 		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
+	}
+	if c.WatchEvery == 0 {
+		c.WatchEvery = 50 * time.Millisecond
 	}
 	if c.ProbeConfirm == 0 {
 		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
@@ -234,7 +247,7 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.RenewInterval <= 0:
-		add("RenewInterval %v must be positive (default LeaseDuration/3)", c.RenewInterval)
+		add("RenewInterval %v must be positive (default 1s)", c.RenewInterval)
 	case leaseOK && marginOK && c.RenewInterval*2 > c.LeaseDuration-c.SafetyMargin:
 		add("RenewInterval %v is not well inside the lease: need RenewInterval*2 <= LeaseDuration-SafetyMargin (%v); set RenewInterval to at most %v",
 			c.RenewInterval, c.LeaseDuration-c.SafetyMargin, (c.LeaseDuration-c.SafetyMargin)/2)
@@ -259,10 +272,10 @@ func (c Config) Validate() error {
 		}
 		switch {
 		case intervalOK && c.SuspicionTimeout < 4*c.HeartbeatInterval:
-			add("SuspicionTimeout %v is shorter than 4 heartbeat intervals (%v): a few late heartbeats would depose a live leader; set it to at least %v (default 1.5s)",
+			add("SuspicionTimeout %v is shorter than 4 heartbeat intervals (%v): a few late heartbeats would depose a live leader; set it to at least %v (default 1.4s)",
 				c.SuspicionTimeout, 4*c.HeartbeatInterval, 4*c.HeartbeatInterval)
 		case leaseOK && marginOK && c.SuspicionTimeout >= c.LeaseDuration-c.SafetyMargin:
-			add("SuspicionTimeout %v is not below LeaseDuration-SafetyMargin (%v): the lease would expire before a follower suspects its holder; set it lower (default 1.5s)",
+			add("SuspicionTimeout %v is not below LeaseDuration-SafetyMargin (%v): the lease would expire before a follower suspects its holder; set it lower (default 1.4s)",
 				c.SuspicionTimeout, c.LeaseDuration-c.SafetyMargin)
 		}
 	}
@@ -274,6 +287,9 @@ func (c Config) Validate() error {
 		case c.ProbeAfter >= c.SuspicionTimeout:
 			add("ProbeAfter %v must be below SuspicionTimeout %v, or the probe path never runs first (default 1.2 × HeartbeatInterval)", c.ProbeAfter, c.SuspicionTimeout)
 		}
+	}
+	if c.WatchEvery > 0 && c.WatchEvery < 10*time.Millisecond {
+		add("WatchEvery %v is too short: use at least 10ms, or a negative value to turn watching off (default 50ms)", c.WatchEvery)
 	}
 	if c.Prober != nil || c.ProbeConfirm != 0 {
 		if c.ProbeConfirm < 10*time.Millisecond || c.ProbeConfirm > c.SuspicionTimeout/2 {

@@ -98,9 +98,9 @@ func TestNew_AppliesDefaultsToZeroFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := e.Config()
-	if c.Container != "leader" || c.Blob != "lease" || c.RenewInterval != 10*time.Second ||
+	if c.Container != "leader" || c.Blob != "lease" || c.RenewInterval != time.Second ||
 		c.RetryInterval != time.Second || c.Jitter != 0.25 || c.SafetyMargin != 2*time.Second || c.Logger == nil ||
-		c.HeartbeatInterval != 250*time.Millisecond || c.SuspicionTimeout != 1500*time.Millisecond {
+		c.HeartbeatInterval != 250*time.Millisecond || c.SuspicionTimeout != 1400*time.Millisecond {
 		t.Errorf("defaults not applied: %+v", c)
 	}
 	if _, err := New(&AzureAPI{}, Config{}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Identity") {

@@ -54,6 +54,21 @@
 // yet stamped (whose stamp then fails and who never leads). A break that finds a newer stamp fails
 // with ErrConditionNotMet (412); a follower that finds a newer epoch watches it instead.
 //
+// Fast path (Config.Prober set). The term answers probes on a per-term address. The first
+// successor named in the beats (the watcher) probes the live term every WatchEvery (50ms); every
+// other follower probes only after ProbeAfter of silence. "No responders" on every probe over
+// ProbeConfirm (at least 3) means the leader's connection is gone: the follower checks and
+// breaks the lease as for a suspicion. Probes run in a goroutine of their own, so a probe that
+// times out (a paused or cut-off leader keeps its subscription) never delays the suspicion.
+// One follower watches, so the cost is constant in the cluster size.
+//
+// Storage stall. Renewals (every RenewInterval, 1s) double as the leader's check that it reaches
+// storage. While no renewal has succeeded for RenewStall (500ms) the leader pauses its beats
+// (it still answers probes, and leads on, fenced): a follower that reaches storage then breaks
+// its lease after SuspicionTimeout, instead of waiting for the safety deadline. A blip shorter
+// than RenewStall + SuspicionTimeout deposes nobody; during an outage of storage itself no
+// follower can read the blob, so none breaks.
+//
 // One breaker. The leader's beats name its successors (Config.Successors). After a silence or
 // a release the first acts at once; each other follower waits TurnStep per place and stands
 // down when it hears the new term. Should two still break, only one acquire wins. A graceful
@@ -74,11 +89,12 @@
 // blob, and its epoch is below the new one, so every conditional, epoch-stamped write it still
 // attempts is refused. What heartbeats add is a new way to lose the lease: a live leader whose
 // beats do not reach the followers for SuspicionTimeout (its process starved of CPU for that
-// long, or its own link to NATS cut while the followers' work) is deposed. With the defaults
-// (250ms, 1.5s) and every core saturated on a shared 2-core machine (load average ~13), the
-// gap between two beats exceeded the interval by 0.58s at p99 and 1.03s at most in 3 minutes,
-// with no suspicion (TestElector_NoFalseTakeoversUnderCPULoad, ELECTION_LOAD=3m). The margin is
-// finite: a process starved of CPU for more than SuspicionTimeout is deposed, safely (fenced)
+// long, or its own link to NATS cut while the followers' work) is deposed. With beats every
+// 250ms and every core saturated on a shared 2-core machine (load average ~13), the gap between
+// two beats exceeded the interval by 0.58s at p99 and 1.03s at most in 3 minutes, so the longest
+// gap was 1.28s, below the 1.4s default (TestElector_NoFalseTakeoversUnderCPULoad,
+// ELECTION_LOAD=3m); with the prober and watcher on, 90s at load average 9–16: p99 0.56s, max
+// 0.77s, no suspicion. The margin is finite: a process starved of CPU for more than SuspicionTimeout is deposed, safely (fenced)
 // but needlessly; raise SuspicionTimeout where that matters more than takeover time. During an outage of the transport itself the followers
 // are unhealthy and break nothing; when it comes back the leader's beats resume within a
 // reconnect, well inside SuspicionTimeout, so the leader changes at most once, and only if its

@@ -30,6 +30,10 @@ type Elector struct {
 	suspicions, breaks, beatFailures                 atomic.Uint64
 	unconfirmed, cutOff                              atomic.Uint64
 	probes, probeAnswers, probeConfirmed             atomic.Uint64
+	beatPauses                                       atomic.Uint64
+
+	prb          prober        // the fast path's confirmation, off the wait loop
+	probeTimeout time.Duration // bounds one probe (tests lengthen it)
 }
 
 // Stats are counters since the Elector was created.
@@ -44,9 +48,10 @@ type Stats struct {
 	BeatFailures  uint64 // heartbeats this leader could not publish
 	Unconfirmed   uint64 // beats of a newer epoch that the lease blob did not confirm (ignored)
 	CutOff        uint64 // times this follower stopped campaigning because its transport was unhealthy
-	Probes        uint64 // probes of a silent term sent (Config.Prober)
+	Probes        uint64 // probes sent (Config.Prober): the watcher's, and those of a silent term
 	ProbeAnswers  uint64 // probes a silent term answered (a late beat, not a crash)
 	NoResponders  uint64 // silent terms confirmed gone by no responders (fast-path takeovers)
+	BeatPauses    uint64 // times this leader paused its beats because renewals stalled (RenewStall)
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -65,6 +70,9 @@ func New(api BlobAPI, cfg Config) (*Elector, error) {
 		log:   cfg.Logger.With("component", "election", "identity", cfg.Identity),
 		poke:  make(chan struct{}, 1),
 		watch: &watch{self: cfg.Identity},
+		prb:   prober{verdict: make(chan suspicion, 1), ended: make(chan struct{}, 1)},
+
+		probeTimeout: defaultProbeTimeout,
 	}, nil
 }
 
@@ -110,6 +118,7 @@ func (e *Elector) Stats() Stats {
 		Probes:        e.probes.Load(),
 		ProbeAnswers:  e.probeAnswers.Load(),
 		NoResponders:  e.probeConfirmed.Load(),
+		BeatPauses:    e.beatPauses.Load(),
 	}
 }
 
@@ -135,6 +144,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 		"lease", e.cfg.LeaseDuration, "renew", e.cfg.RenewInterval, "retry", e.cfg.RetryInterval)
 	var stopBeats func()
 	defer func() {
+		e.stopProbe()
 		if stopBeats != nil {
 			stopBeats()
 		}
@@ -211,6 +221,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 		}
 		ambiguous = false
 
+		e.stopProbe() // a confirmation of the previous term is moot
 		e.runTerm(ctx, term, sent, lead)
 		leaseID = newLeaseID()
 		e.cooldown(ctx)
@@ -307,9 +318,11 @@ func (e *Elector) eligible() (err error) {
 func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
 
 // wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
-// until the leader has been silent for SuspicionTimeout (then, in its turn, it checks and maybe
-// breaks the silent term's lease before returning, so that the caller campaigns at once). It
-// reports whether the caller should campaign now, though the watched term beat recently.
+// until the leader has been silent for SuspicionTimeout or its term is confirmed gone by probes
+// (then, in its turn, it checks and maybe breaks the silent term's lease before returning, so
+// that the caller campaigns at once). The probes run in a goroutine of their own (startProbe),
+// so the suspicion timeout is checked on time while they are out. It reports whether the caller
+// should campaign now, though the watched term beat recently.
 func (e *Elector) wait(ctx context.Context) bool {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
@@ -334,12 +347,32 @@ func (e *Elector) wait(ctx context.Context) bool {
 			if e.cfg.Heartbeats == nil {
 				return true
 			}
+			e.stopProbe()                             // the term was released: its answer is gone on purpose
 			return e.waitTurn(ctx, e.watch.current()) // the released term's first successor acquires first
 		case <-t.C:
 			return false
+		case s := <-e.prb.verdict:
+			if e.confirmed(ctx, s) {
+				return true
+			}
+			chk.Reset(e.nextCheck(time.Now(), every))
+		case <-e.prb.ended:
+			if chk == nil {
+				continue
+			}
+			// The next probe is planned from now: the check planned while this one was out
+			// left probes aside.
+			if !chk.Stop() {
+				select {
+				case <-chk.C:
+				default:
+				}
+			}
+			chk.Reset(e.nextCheck(time.Now(), every))
 		case now := <-tick:
 			healthy := e.cfg.Heartbeats.Healthy()
 			if s, ok := e.watch.poll(now, healthy, e.cfg.SuspicionTimeout); ok {
+				e.stopProbe() // the suspicion checks the lease now; a confirmation would only repeat it
 				if !e.waitTurn(ctx, s) {
 					e.watch.restart(time.Now(), 0, "")
 					return false
@@ -351,12 +384,10 @@ func (e *Elector) wait(ctx context.Context) bool {
 				chk.Reset(every) // the silence clock is held at zero until the transport is back
 				continue
 			}
-			if e.cfg.Prober == nil {
-				chk.Reset(e.nextCheck(time.Now(), every))
-				continue
-			}
-			if s, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter); ok && e.probe(ctx, s) {
-				return true
+			if e.cfg.Prober != nil && !e.prb.running() {
+				if s, first, ok := e.watch.probeDue(now, healthy, e.cfg.Prober.Session(), e.cfg.ProbeAfter, e.cfg.WatchEvery); ok {
+					e.startProbe(ctx, s, first)
+				}
 			}
 			chk.Reset(e.nextCheck(time.Now(), every))
 		}
@@ -364,15 +395,19 @@ func (e *Elector) wait(ctx context.Context) bool {
 }
 
 // nextCheck is when a follower should next look at the watched term: when it may turn silent
-// for SuspicionTimeout or ProbeAfter, at most a heartbeat interval away and no sooner than every
-// (an idle follower wakes about once a beat, not every few milliseconds).
+// for SuspicionTimeout or (no probe in flight) ProbeAfter, at most a heartbeat interval away.
+// It wakes right at a deadline ahead (a check every period would add up to a period to every
+// takeover), and after every when one is already past but could not be acted on.
 func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
 	probe := time.Duration(0)
-	if e.cfg.Prober != nil {
+	if e.cfg.Prober != nil && !e.prb.running() {
 		probe = e.cfg.ProbeAfter
 	}
-	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe)
-	return min(max(d, every), max(e.cfg.HeartbeatInterval, every))
+	d := e.watch.untilDue(now, e.cfg.SuspicionTimeout, probe, e.cfg.WatchEvery)
+	if d <= 0 {
+		d = every
+	}
+	return min(d+time.Millisecond, max(e.cfg.HeartbeatInterval, every))
 }
 
 // cooldown pauses RetryInterval after a term ended, so that a released lease goes to another

@@ -23,6 +23,12 @@ const (
 	// EventBrokeLease: this follower broke the lease of the silent term Event.Term (the epoch
 	// broken and its leader) and campaigns at once.
 	EventBrokeLease EventKind = "broke_lease"
+	// EventBeatsPaused: this leader's renewal has not succeeded for RenewStall (it may be cut off
+	// from storage), so it stopped beating; a follower that reaches storage breaks its lease.
+	EventBeatsPaused EventKind = "beats_paused"
+	// EventProbing: this follower heard no beat of the term Event.Term for Config.ProbeAfter and
+	// sent the first probe of this silence (the fast path's first step; Debug-level, for timing).
+	EventProbing EventKind = "probing"
 	// EventNoResponders: this follower's probes of the silent term Event.Term found no
 	// responders over Config.ProbeConfirm (its process is gone); it checks and breaks the lease
 	// now, without waiting for SuspicionTimeout. The takeover came from the fast path.

@@ -76,8 +76,9 @@ func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 }
 
 // untilDue is how long until the watched term has been silent for timeout, or (probe > 0) for
-// probe since its last beat; negative when overdue, large when nothing is watched.
-func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Duration {
+// probe since its last beat, or (watchEvery > 0, this follower the watcher) the next watch
+// probe; negative when overdue, large when nothing is watched.
+func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.heard {
@@ -85,7 +86,11 @@ func (w *watch) untilDue(now time.Time, timeout, probe time.Duration) time.Durat
 	}
 	d := w.last.Add(timeout).Sub(now)
 	if probe > 0 && w.beats > 0 && w.answers {
-		d = min(d, max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now)))
+		next := max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now))
+		if watchEvery > 0 && w.watcherLocked() {
+			next = w.probed.Add(min(probe, watchEvery)).Sub(now)
+		}
+		d = min(d, next)
 	}
 	return d
 }
@@ -133,6 +138,8 @@ type suspicion struct {
 	leader string
 	silent time.Duration
 	beats  uint64
+	// watching: a probe of the watcher (the first successor) before any silence (probeDue).
+	watching bool
 }
 
 // observe takes a beat from another process. Beats of an older epoch (a deposed leader that has
@@ -269,14 +276,31 @@ func (e *Elector) session() uint64 {
 // beat publishes this leader's heartbeats until its leader context ends. With a Prober the term
 // answers probes first: a beat is published only once the answer is in place, so a follower
 // that heard the term can count "no responders" as the process gone.
-func (e *Elector) beat(ctx context.Context, t Term, ans *answering, log *slog.Logger) {
+//
+// While no renewal has succeeded for RenewStall (the leader may be cut off from storage), beats
+// pause: a follower that reaches storage then breaks the lease after SuspicionTimeout, fenced,
+// instead of waiting for this term's safety deadline. They resume when a renewal succeeds.
+func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
-	failing := false
+	failing, paused := false, false
 	for seq := uint64(1); ; seq++ {
 		var err error
-		if ans.ensure(e.cfg.Prober, t) {
+		stall, stalled := g.stalled(time.Now())
+		switch {
+		case stalled && !paused:
+			paused = true
+			e.beatPauses.Add(1)
+			log.Warn("cannot renew the lease; heartbeats paused, so a follower that reaches storage takes over", "renewing_for", stall.Round(time.Millisecond))
+			e.emit(EventBeatsPaused, t, nil)
+		case !stalled && paused:
+			paused = false
+			log.Info("renewed again; heartbeats resume")
+		}
+		if paused {
+			err = nil // silent on purpose
+		} else if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
 			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successors()})
 			cancel()

@@ -44,7 +44,7 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 	container := testenv.Name(t, "load")
 	def := election.DefaultConfig()
 
-	var elected, suspected, broke atomic.Int64
+	var elected, suspected, broke, gone atomic.Int64
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -57,6 +57,8 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 		defer b.Close()
 		cfg := def
 		cfg.Identity, cfg.Container, cfg.Heartbeats = fmt.Sprintf("load-%d", i), container, b.Heartbeats()
+		cfg.Prober = b.TermProber() // as a worker runs: the fast path and its watcher on
+		cfg.Successors = func() []string { return []string{"load-0", "load-1", "load-2"} }
 		cfg.Logger = slog.New(slog.DiscardHandler)
 		cfg.OnEvent = func(ev election.Event) {
 			switch ev.Kind {
@@ -66,6 +68,8 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 				suspected.Add(1)
 			case election.EventBrokeLease:
 				broke.Add(1)
+			case election.EventNoResponders:
+				gone.Add(1)
 			}
 		}
 		e, err := election.NewAzure(client, cfg)
@@ -137,8 +141,8 @@ func TestElector_NoFalseTakeoversUnderCPULoad(t *testing.T) {
 	}
 	t.Logf("%v loaded, %d cores busy ×2: %d beats; lateness (gap−interval) p50 %v p99 %v max %v; one-way delay p50 %v p99 %v max %v",
 		d, runtime.NumCPU(), len(delays), p(gaps, .5), p(gaps, .99), p(gaps, 1), p(delays, .5), p(delays, .99), p(delays, 1))
-	t.Logf("terms %d, suspicions %d, breaks %d (interval %v, suspicion timeout %v)",
-		elected.Load(), suspected.Load(), broke.Load(), def.HeartbeatInterval, def.SuspicionTimeout)
+	t.Logf("terms %d, suspicions %d, no responders %d, breaks %d (interval %v, suspicion timeout %v)",
+		elected.Load(), suspected.Load(), gone.Load(), broke.Load(), def.HeartbeatInterval, def.SuspicionTimeout)
 	if n := elected.Load(); n != 1 || broke.Load() != 0 {
 		t.Errorf("%d terms and %d breaks in a fault-free run: a live leader was deposed", n, broke.Load())
 	}

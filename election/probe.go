@@ -35,31 +35,41 @@ type Prober interface {
 const (
 	// probeEvery spaces the probes of one confirmation.
 	probeEvery = 25 * time.Millisecond
-	// probeTimeout bounds one probe; a live leader's transport answers in a round trip.
-	probeTimeout = 250 * time.Millisecond
+	// defaultProbeTimeout bounds one probe; a live leader's transport answers in a round trip.
+	defaultProbeTimeout = 250 * time.Millisecond
 	// probeCount is the least number of probes, all "no responders", that confirm a death.
 	probeCount = 3
 )
 
 // probeDue reports a suspicion when the current term, whose beats say it answers probes, has
-// been silent for after, the follower
-// is healthy, its transport session has not changed since the term's last beat, and no probe
-// of this silence ran within after. It marks the probe as run.
-func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after time.Duration) (suspicion, bool) {
+// been silent for after, the follower is healthy, its transport session has not changed since
+// the term's last beat, and no probe of this silence ran within after. The term's first
+// successor (the watcher) probes it every watchEvery (> 0) without waiting for a silence, so
+// that a crash is seen within a probe period, not after a missed beat. It marks the probe as
+// run; first says it is the first of this silence.
+func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, watchEvery time.Duration) (s suspicion, first, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.heard || !healthy || w.beats == 0 || !w.answers || session != w.session {
-		return suspicion{}, false
+		return suspicion{}, false, false
 	}
 	silent := now.Sub(w.lastBeat)
-	if silent < after || now.Sub(w.probed) < after {
-		return suspicion{}, false
+	need, every := after, after
+	if w.watcherLocked() && watchEvery > 0 {
+		need, every = 0, min(after, watchEvery)
 	}
+	if silent < need || now.Sub(w.probed) < every {
+		return suspicion{}, false, false
+	}
+	first = !w.probed.After(w.lastBeat)
 	w.probed = now
-	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats}, true
+	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats, watching: silent < after}, first, true
 }
 
-// confirmGone probes the silent term of s until probeCount answers in a row, spread over at
+// watcherLocked reports whether this follower is the term's first successor.
+func (w *watch) watcherLocked() bool { return len(w.next) > 0 && w.next[0] == w.self }
+
+// confirmGone probes the term of s until probeCount answers in a row, spread over at
 // least window, were all "no responders", while the follower stayed healthy on the same session
 // and no beat of the term came. Any answer, error or change ends it unconfirmed.
 func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
@@ -67,15 +77,19 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 	session := p.Session()
 	first := time.Now()
 	for n := 1; ; n++ {
-		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		pctx, cancel := context.WithTimeout(ctx, e.probeTimeout)
 		err := p.Probe(pctx, s.epoch)
 		cancel()
 		e.probes.Add(1)
 		if !errors.Is(err, ErrNoResponders) || !hb.Healthy() || p.Session() != session || !e.watch.unchanged(s) {
-			if err == nil {
+			if err == nil && !s.watching {
 				e.probeAnswers.Add(1)
 			}
 			return false
+		}
+		if n == 1 && s.watching {
+			e.log.Debug("the watched term has no responders; confirming", "suspected_epoch", s.epoch, "silent_for", time.Since(e.watch.lastBeatAt()).Round(time.Millisecond))
+			e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
 		}
 		if n >= probeCount && time.Since(first) >= e.cfg.ProbeConfirm {
 			return true
@@ -88,11 +102,85 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 	}
 }
 
-// probe runs the fast path once a term has been silent for ProbeAfter: confirmed gone, the
-// lease is checked and broken as for a suspicion (check), fenced on the stamp's ETag. It reports
-// whether the caller should campaign now.
-func (e *Elector) probe(ctx context.Context, s suspicion) bool {
-	if !e.confirmGone(ctx, s) || !e.waitTurn(ctx, s) {
+// prober runs the fast path's confirmation off the follower's wait loop, so that a probe that
+// times out (a paused or cut-off leader keeps its subscription) never holds up the heartbeat
+// timeout. At most one confirmation runs at a time.
+type prober struct {
+	mu      sync.Mutex
+	cancel  context.CancelFunc // of the confirmation in flight; nil when none
+	done    chan struct{}      // closed when it ends
+	verdict chan suspicion     // buffered(1): a silent term confirmed gone
+	ended   chan struct{}      // buffered(1): a confirmation ended; the wait loop plans its next check
+}
+
+// running reports whether a confirmation is in flight.
+func (p *prober) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cancel != nil
+}
+
+// startProbe confirms in a goroutine of its own whether the silent term of s is gone; a
+// confirmed term is sent on e.prb.verdict. It does nothing while a confirmation is in flight.
+func (e *Elector) startProbe(ctx context.Context, s suspicion, first bool) {
+	p := &e.prb
+	if first && !s.watching && !p.running() {
+		e.log.Debug("no heartbeat from the leader; probing its term", "suspected_epoch", s.epoch, "silent_for", s.silent.Round(time.Millisecond))
+		e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cancel != nil {
+		return
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p.cancel, p.done = cancel, done
+	go func() {
+		defer close(done)
+		gone := e.confirmGone(pctx, s)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if gone && pctx.Err() == nil { // not stopped meanwhile
+			select {
+			case p.verdict <- s:
+			default:
+			}
+		}
+		if p.done == done {
+			p.cancel, p.done = nil, nil
+		}
+		cancel()
+		select {
+		case p.ended <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// stopProbe ends the confirmation in flight, waits for it, and drops a verdict not yet acted on
+// (the caller has checked the lease, or is about to lead).
+func (e *Elector) stopProbe() {
+	p := &e.prb
+	p.mu.Lock()
+	cancel, done := p.cancel, p.done
+	p.cancel, p.done = nil, nil
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	select {
+	case <-p.verdict:
+	default:
+	}
+}
+
+// confirmed acts on a term the probes found gone: in this follower's turn, the lease is
+// checked and broken as for a suspicion (check), fenced on the stamp's ETag. It reports whether
+// the caller should campaign now.
+func (e *Elector) confirmed(ctx context.Context, s suspicion) bool {
+	if !e.watch.unchanged(s) || !e.waitTurn(ctx, s) {
 		return false
 	}
 	e.probeConfirmed.Add(1)

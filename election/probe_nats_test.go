@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	neturl "net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/faultproxy"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
@@ -82,6 +85,8 @@ func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
 
 type probeNode struct {
 	id    string
+	link  *faultproxy.Proxy // its link to NATS (probeOpts.proxied)
+	blob  *faultproxy.Proxy // its link to blob storage (probeOpts.storageProxied)
 	bus   *bus.Bus
 	api   *deadAPI
 	beats *mutedBeats
@@ -99,9 +104,21 @@ type probeCluster struct {
 	ids    []string // identity of each event's elector
 }
 
+// probeOpts vary a probe cluster.
+type probeOpts struct {
+	proxied        bool          // each node reaches NATS through a fault proxy of its own
+	storageProxied bool          // each node reaches blob storage through a fault proxy of its own
+	probeTimeout   time.Duration // bounds one probe instead of the default
+}
+
 // newProbeCluster runs n electors with real heartbeats and probes over NATS at url and real
 // leases on Azurite, with the default timings.
 func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
+	t.Helper()
+	return newProbeClusterWith(t, url, n, probeOpts{})
+}
+
+func newProbeClusterWith(t *testing.T, url string, n int, o probeOpts) *probeCluster {
 	t.Helper()
 	client, err := azblob.NewClientFromConnectionString(testenv.Azurite(t), nil)
 	if err != nil {
@@ -118,15 +135,33 @@ func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
 			n.bus.Close()
 		}
 	})
+	ids := []string{"a-node", "b-node", "c-node", "d-node"}
 	for i := range n {
-		id := string(rune('a'+i)) + "-node"
-		b, err := bus.Connect(url, id, bus.Config{Keys: testkeys.Keys()}, bus.ConnEvents(quiet)...)
+		id := ids[i]
+		nodeURL, link := url, (*faultproxy.Proxy)(nil)
+		if o.proxied {
+			u, err := neturl.Parse(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if link, err = faultproxy.New(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = link.Close() })
+			nodeURL = "nats://" + link.Addr()
+		}
+		b, err := bus.Connect(nodeURL, id, bus.Config{Keys: testkeys.Keys()}, bus.ConnEvents(quiet)...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pn := &probeNode{id: id, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(client)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
+		nodeClient, blob := client, (*faultproxy.Proxy)(nil)
+		if o.storageProxied {
+			nodeClient, blob = proxiedBlob(t, testenv.Azurite(t))
+		}
+		pn := &probeNode{id: id, link: link, blob: blob, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(nodeClient)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
 		cfg := election.Config{
 			Identity: id, Container: container, Heartbeats: pn.beats, Prober: b.TermProber(), Logger: quiet,
+			Successors: func() []string { return ids[:n] }, // as node names them: every member, by id
 			OnEvent: func(ev election.Event) {
 				c.mu.Lock()
 				defer c.mu.Unlock()
@@ -136,6 +171,9 @@ func newProbeCluster(t *testing.T, url string, n int) *probeCluster {
 		pn.el, err = election.New(pn.api, cfg)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if o.probeTimeout > 0 {
+			election.SetProbeTimeout(pn.el, o.probeTimeout)
 		}
 		c.nodes = append(c.nodes, pn)
 		nctx, stop := context.WithCancel(ctx)
@@ -214,6 +252,13 @@ func TestProbe_CrashedLeaderReplacedByNoResponders(t *testing.T) {
 	evs, _ := c.of(election.EventNoResponders)
 	if len(evs) == 0 || evs[0].Term.Epoch != first.Term.Epoch {
 		t.Fatalf("no no-responders confirmation of epoch %d (events %v); the takeover came from the heartbeat timeout", first.Term.Epoch, evs)
+	}
+	// The first successor watches the live term: its probe, not a missed beat, saw the crash.
+	watcher := map[string]string{"a-node": "b-node", "b-node": "a-node", "c-node": "a-node"}[old.id]
+	if seen, ids := c.of(election.EventProbing); len(seen) == 0 || ids[0] != watcher {
+		t.Errorf("confirmation started by %v, want the watcher %s", ids, watcher)
+	} else {
+		t.Logf("kill -> the watcher's probe found no responders %v", seen[0].At.Sub(killed).Round(time.Millisecond))
 	}
 	if s := c.stats(); s.NoResponders == 0 || s.Breaks == 0 {
 		t.Errorf("stats %+v: want a break confirmed by no responders", s)
@@ -374,4 +419,121 @@ func TestProbe_GracefulStopNotBrokenWhileCheckpointing(t *testing.T) {
 			t.Errorf("the term had no responders at %v, before its release at %v", ev.At, rel[0].At)
 		}
 	}
+}
+
+// A leader cut off from NATS without a FIN (its host gone, a silent partition) keeps its
+// subscription on the server: probes of its term neither get answers nor "no responders", they
+// time out. The probes (the watcher's, then the silence's) run beside the follower's wait loop,
+// so even a probe that hangs for a minute does not hold up the heartbeat timeout: the follower
+// suspects on time.
+func TestProbe_HangingProbesDoNotDelaySuspicion(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 2, probeOpts{proxied: true, probeTimeout: time.Minute})
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second) // the follower hears the term
+
+	cut := time.Now()
+	old.link.Blackhole()
+	_, second := c.elected(2, 20*time.Second)
+	took := second.At.Sub(cut)
+	if second.Term.Epoch != first.Term.Epoch+1 || second.Term.Identity == old.id {
+		t.Fatalf("second term %+v after %+v", second.Term, first.Term)
+	}
+	suspected, _ := c.of(election.EventSuspected)
+	if len(suspected) == 0 {
+		t.Fatalf("no suspicion (stats %+v)", c.stats())
+	}
+	if st := c.stats(); st.Probes == 0 {
+		t.Fatalf("stats %+v: no probe was out", st)
+	}
+	if evs, _ := c.of(election.EventNoResponders); len(evs) != 0 {
+		t.Errorf("a cut-off leader whose subscription stays was confirmed gone: %v", evs)
+	}
+	// The bound is the behaviour: the suspicion timeout after the last beat (at most one beat
+	// interval before the cut), plus the break and acquire, never the probe's minute.
+	d := election.DefaultConfig()
+	if limit := d.SuspicionTimeout + time.Second; took > limit {
+		t.Errorf("cut -> new leader %v, want within %v (a hanging probe delayed the suspicion)", took.Round(time.Millisecond), limit)
+	}
+	t.Logf("cut -> suspected %v, new leader %v", suspected[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}
+
+// proxiedBlob is a blob client whose requests to the Azurite of connStr go through a fault proxy.
+func proxiedBlob(t *testing.T, connStr string) (*azblob.Client, *faultproxy.Proxy) {
+	t.Helper()
+	var fields []string
+	var proxy *faultproxy.Proxy
+	for _, f := range strings.Split(connStr, ";") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(f), "BlobEndpoint="); ok {
+			u, err := neturl.Parse(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if proxy, err = faultproxy.New(u.Host); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			u.Host = proxy.Addr()
+			f = "BlobEndpoint=" + u.String()
+		}
+		fields = append(fields, f)
+	}
+	if proxy == nil {
+		t.Fatal("the Azurite connection string has no BlobEndpoint")
+	}
+	client, err := azblob.NewClientFromConnectionString(strings.Join(fields, ";"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, proxy
+}
+
+// A leader cut off from storage (its renewals hang) while NATS works pauses its beats once a
+// renewal has stalled for RenewStall; a follower that reaches storage breaks its lease after the
+// suspicion timeout, fenced, instead of waiting for the leader's safety deadline (13s).
+func TestProbe_StorageCutLeaderPausesBeats(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 3, probeOpts{storageProxied: true})
+	old, first := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+
+	cut := time.Now()
+	old.blob.Blackhole()
+	defer old.blob.Heal()
+	_, second := c.elected(2, 20*time.Second)
+	took := second.At.Sub(cut)
+	if second.Term.Epoch != first.Term.Epoch+1 || second.Term.Identity == old.id {
+		t.Fatalf("second term %+v after %+v", second.Term, first.Term)
+	}
+	paused, ids := c.of(election.EventBeatsPaused)
+	if len(paused) == 0 || ids[0] != old.id {
+		t.Fatalf("beats paused by %v, want the cut leader %s", ids, old.id)
+	}
+	if broke, _ := c.of(election.EventBrokeLease); len(broke) != 1 {
+		t.Errorf("%d lease breaks, want 1", len(broke))
+	}
+	// The bound is the behaviour: a renewal (every second) stalls, then the suspicion timeout.
+	d := election.DefaultConfig()
+	if limit := d.RenewInterval + election.RenewStall + d.SuspicionTimeout + time.Second; took > limit {
+		t.Errorf("storage cut -> new leader %v, want within %v", took.Round(time.Millisecond), limit)
+	}
+	t.Logf("storage cut -> beats paused %v, new leader %v", paused[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}
+
+// Storage blips of 1.2s (each below RenewStall + SuspicionTimeout, longer than a renew period,
+// so a renewal stalls in most) may pause a leader's beats but depose nobody.
+func TestProbe_StorageBlipsDeposeNobody(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 3, probeOpts{storageProxied: true})
+	old, _ := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	for range 5 {
+		old.blob.Blackhole()
+		time.Sleep(1200 * time.Millisecond)
+		old.blob.Heal()
+		time.Sleep(1500 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across 5 storage blips of the leader, want 1 (stats %+v)", len(evs), c.stats())
+	}
+	paused, _ := c.of(election.EventBeatsPaused)
+	t.Logf("beats paused %d times in 5 blips", len(paused))
 }

@@ -13,43 +13,82 @@ func TestWatch_ProbeDue(t *testing.T) {
 	const after = 300 * time.Millisecond
 	w := &watch{self: "me"}
 	t0 := time.Now()
-	if _, ok := w.probeDue(t0.Add(time.Hour), true, 0, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(time.Hour), true, 0, after, 0); ok {
 		t.Fatal("probed before any beat was heard")
 	}
 	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true}, t0, 7)
-	if _, ok := w.probeDue(t0.Add(after-time.Millisecond), true, 7, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(after-time.Millisecond), true, 7, after, 0); ok {
 		t.Error("probed before ProbeAfter of silence")
 	}
-	if _, ok := w.probeDue(t0.Add(after), false, 7, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(after), false, 7, after, 0); ok {
 		t.Error("probed while unhealthy")
 	}
-	if _, ok := w.probeDue(t0.Add(after), true, 8, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(after), true, 8, after, 0); ok {
 		t.Error("probed on a new session (this process reconnected since the beat)")
 	}
-	s, ok := w.probeDue(t0.Add(after), true, 7, after)
-	if !ok || s.epoch != 3 || s.leader != "l" || s.beats != 1 {
+	s, first, ok := w.probeDue(t0.Add(after), true, 7, after, 0)
+	if !ok || !first || s.epoch != 3 || s.leader != "l" || s.beats != 1 {
 		t.Fatalf("probeDue = %+v, %v; want epoch 3 of l", s, ok)
 	}
-	if _, ok := w.probeDue(t0.Add(after+after/2), true, 7, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(after+after/2), true, 7, after, 0); ok {
 		t.Error("probed again within ProbeAfter")
 	}
-	if _, ok := w.probeDue(t0.Add(2*after), true, 7, after); !ok {
-		t.Error("not probed again after ProbeAfter")
+	if _, first, ok := w.probeDue(t0.Add(2*after), true, 7, after, 0); !ok || first {
+		t.Errorf("probeDue again after ProbeAfter = first %v, %v; want a repeat of the same silence", first, ok)
 	}
 	// A beat on the new session makes the probe path count again.
 	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 2, Answers: true}, t0.Add(3*after), 8)
-	if _, ok := w.probeDue(t0.Add(4*after), true, 8, after); !ok {
-		t.Error("not probed on the session of the last beat")
+	if _, first, ok := w.probeDue(t0.Add(4*after), true, 8, after, 0); !ok || !first {
+		t.Errorf("probeDue on the session of the last beat = first %v, %v; want the first probe of a new silence", first, ok)
 	}
 	// A term whose beats do not say it answers (an older version's) is not probed.
 	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 3}, t0.Add(4*after), 8)
-	if _, ok := w.probeDue(t0.Add(6*after), true, 8, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(6*after), true, 8, after, 0); ok {
 		t.Error("probed a term that does not answer probes")
 	}
 	// A term adopted from the blob, never heard, is not probed: no beat says it answers.
 	w.adopt(t0.Add(5*after), 9, "m")
-	if _, ok := w.probeDue(t0.Add(7*after), true, 8, after); ok {
+	if _, _, ok := w.probeDue(t0.Add(7*after), true, 8, after, 0); ok {
 		t.Error("probed a term never heard")
+	}
+}
+
+// The term's first successor (the watcher) probes the live term every watchEvery, without a
+// silence; the others wait for ProbeAfter of silence.
+func TestWatch_WatcherProbesWithoutSilence(t *testing.T) {
+	const after, every = 300 * time.Millisecond, 100 * time.Millisecond
+	t0 := time.Now()
+	w := &watch{self: "me"}
+	w.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true, Successors: []string{"me", "other"}}, t0, 7)
+	s, _, ok := w.probeDue(t0, true, 7, after, every)
+	if !ok || !s.watching {
+		t.Fatalf("watcher: probeDue right after a beat = %+v, %v; want a watch probe", s, ok)
+	}
+	if _, _, ok := w.probeDue(t0.Add(every/2), true, 7, after, every); ok {
+		t.Error("watcher probed again within watchEvery")
+	}
+	if d := w.untilDue(t0.Add(every/2), time.Hour, after, every); d != every/2 {
+		t.Errorf("watcher: next check in %v, want %v", d, every/2)
+	}
+	if s, _, ok := w.probeDue(t0.Add(every), true, 7, after, every); !ok || !s.watching {
+		t.Errorf("watcher: no watch probe after watchEvery (%+v, %v)", s, ok)
+	}
+	if s, _, ok := w.probeDue(t0.Add(after), true, 7, after, every); !ok || s.watching {
+		t.Errorf("watcher after ProbeAfter of silence: %+v, %v; want a silence probe", s, ok)
+	}
+	off := &watch{self: "me"}
+	off.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true, Successors: []string{"me"}}, t0, 7)
+	if _, _, ok := off.probeDue(t0.Add(every), true, 7, after, -1); ok {
+		t.Error("watcher probed within ProbeAfter of silence with watching off")
+	}
+	if _, _, ok := w.probeDue(t0.Add(20*after), true, 8, after, every); ok {
+		t.Error("watcher probed on a new session (it reconnected since the beat)")
+	}
+
+	o := &watch{self: "other"} // second successor: probes only after a silence
+	o.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true, Successors: []string{"me", "other"}}, t0, 7)
+	if _, _, ok := o.probeDue(t0.Add(every), true, 7, after, every); ok {
+		t.Error("a follower that is not the first successor probed before ProbeAfter of silence")
 	}
 }
 
@@ -60,8 +99,8 @@ func TestConfig_ProbeSettings(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.ProbeAfter != c.HeartbeatInterval*6/5 || c.ProbeConfirm != 100*time.Millisecond {
-		t.Errorf("defaults ProbeAfter %v, ProbeConfirm %v", c.ProbeAfter, c.ProbeConfirm)
+	if c.ProbeAfter != c.HeartbeatInterval*6/5 || c.ProbeConfirm != 100*time.Millisecond || c.WatchEvery != 50*time.Millisecond {
+		t.Errorf("defaults ProbeAfter %v, ProbeConfirm %v, WatchEvery %v", c.ProbeAfter, c.ProbeConfirm, c.WatchEvery)
 	}
 	for _, tc := range []struct {
 		edit func(*Config)
@@ -71,6 +110,7 @@ func TestConfig_ProbeSettings(t *testing.T) {
 		{func(c *Config) { c.ProbeAfter = c.SuspicionTimeout }, "ProbeAfter"},
 		{func(c *Config) { c.ProbeConfirm = 5 * time.Millisecond }, "ProbeConfirm"},
 		{func(c *Config) { c.ProbeConfirm = c.SuspicionTimeout }, "ProbeConfirm"},
+		{func(c *Config) { c.WatchEvery = time.Millisecond }, "WatchEvery"},
 	} {
 		c := base.withDefaults()
 		tc.edit(&c)
@@ -86,3 +126,85 @@ type nilProber struct{}
 func (nilProber) Answer(Term) (func(), error)         { return func() {}, nil }
 func (nilProber) Probe(context.Context, uint64) error { return ErrNoResponders }
 func (nilProber) Session() uint64                     { return 0 }
+
+// gatedProber finds no responders on every probe, each after gate is closed.
+type gatedProber struct {
+	nilProber
+	gate chan struct{}
+}
+
+func (g gatedProber) Probe(ctx context.Context, _ uint64) error {
+	select {
+	case <-g.gate:
+		return ErrNoResponders
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The confirmation runs on a goroutine of its own: one at a time, its verdict sent on a
+// channel, and a stopped one (the suspicion got there first) leaves no verdict behind.
+func TestProber_VerdictAndStop(t *testing.T) {
+	gate := make(chan struct{})
+	cfg := testConfig("prober", "me")
+	cfg.Heartbeats, cfg.Prober, cfg.ProbeConfirm = (&hub{}).port(), gatedProber{gate: gate}, 10*time.Millisecond
+	e, err := New(nilAPI{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.watch.observe(Beat{Epoch: 4, Identity: "l", Seq: 1, Answers: true}, time.Now(), 0)
+	s := e.watch.current()
+	ctx := context.Background()
+
+	e.startProbe(ctx, s, true)
+	if !e.prb.running() {
+		t.Fatal("no confirmation in flight after startProbe")
+	}
+	e.startProbe(ctx, s, false) // a second start while one runs does nothing
+	e.stopProbe()
+	if e.prb.running() || len(e.prb.verdict) != 0 {
+		t.Fatalf("after stopProbe: running %v, %d verdicts; want neither", e.prb.running(), len(e.prb.verdict))
+	}
+
+	close(gate)
+	e.startProbe(ctx, s, false)
+	select {
+	case v := <-e.prb.verdict:
+		if v.epoch != 4 || v.leader != "l" {
+			t.Fatalf("verdict %+v, want epoch 4 of l", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no verdict from a confirmation that found no responders")
+	}
+	if got := e.Stats().Probes; got < probeCount {
+		t.Errorf("%d probes, want at least %d", got, probeCount)
+	}
+}
+
+// nilAPI is a BlobAPI for tests that never reach storage.
+type nilAPI struct{ BlobAPI }
+
+// A renewal in flight or failing for RenewStall stalls the term; a success ends the stall.
+func TestGuard_Stalled(t *testing.T) {
+	g := &guard{e: &Elector{}, window: time.Minute, cancel: func(error) {}, lostCh: make(chan struct{})}
+	t0 := time.Now()
+	g.start(t0)
+	defer g.finish()
+	if _, ok := g.stalled(t0.Add(time.Hour)); ok {
+		t.Fatal("stalled before any renewal was sent")
+	}
+	g.renewing(t0)
+	if _, ok := g.stalled(t0.Add(RenewStall - time.Millisecond)); ok {
+		t.Error("stalled before RenewStall")
+	}
+	g.renewing(t0.Add(RenewStall)) // a retry does not restart the stall
+	if d, ok := g.stalled(t0.Add(RenewStall)); !ok || d != RenewStall {
+		t.Errorf("stalled = %v, %v after RenewStall; want true, %v", d, ok, RenewStall)
+	}
+	if !g.extend(t0.Add(RenewStall)) {
+		t.Fatal("extend refused")
+	}
+	if _, ok := g.stalled(t0.Add(time.Hour)); ok {
+		t.Error("still stalled after a successful renewal")
+	}
+}

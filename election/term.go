@@ -15,6 +15,13 @@ import (
 // call that ignores its context.
 const releaseTimeout = 5 * time.Second
 
+// RenewStall is how long a renewal may be in flight or failing before the leader pauses its
+// heartbeats. A leader cut off from storage then falls silent, and a follower that reaches
+// storage breaks its lease after SuspicionTimeout (fenced), instead of waiting for the safety
+// deadline. A storage blip shorter than RenewStall + SuspicionTimeout deposes nobody, and
+// during an outage of storage itself no follower can break anything.
+const RenewStall = 500 * time.Millisecond
+
 // guard owns the leader context of one term and the safety deadline. The deadline timer is
 // independent of the renew goroutine: a renew call that hangs cannot keep the term alive.
 type guard struct {
@@ -30,9 +37,10 @@ type guard struct {
 	mu       sync.Mutex
 	deadline time.Time // monotonic
 	timer    *time.Timer
-	ended    bool  // the leader context was cancelled
-	reason   error // why it was cancelled
-	lost     error // why the lease is lost or unsafe to hold; nil while renewing may go on
+	trouble  time.Time // when the renewal in flight or failing now was first sent; zero after a success
+	ended    bool      // the leader context was cancelled
+	reason   error     // why it was cancelled
+	lost     error     // why the lease is lost or unsafe to hold; nil while renewing may go on
 }
 
 // start marks the process leader and arms the deadline at sent+window.
@@ -54,7 +62,26 @@ func (g *guard) extend(sent time.Time) bool {
 	}
 	g.deadline = sent.Add(g.window)
 	g.timer.Reset(time.Until(g.deadline))
+	g.trouble = time.Time{}
 	return true
+}
+
+// renewing notes a renewal sent at sent; the first of a run without success starts the stall.
+func (g *guard) renewing(sent time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.trouble.IsZero() {
+		g.trouble = sent
+	}
+}
+
+// stalled reports whether no renewal has succeeded for RenewStall since one was sent: the
+// leader may be cut off from storage.
+func (g *guard) stalled(now time.Time) (time.Duration, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	d := now.Sub(g.trouble)
+	return d, !g.trouble.IsZero() && d >= RenewStall
 }
 
 func (g *guard) remaining() time.Duration {
@@ -137,7 +164,7 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	go func() {
 		defer close(beatsDone)
 		if e.cfg.Heartbeats != nil {
-			e.beat(leaderCtx, t, ans, log)
+			e.beat(leaderCtx, t, g, ans, log)
 		}
 	}()
 
@@ -241,6 +268,7 @@ func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, l
 			return // the deadline timer ends the term
 		}
 		sent := time.Now()
+		g.renewing(sent)
 		cctx, cancel := context.WithTimeout(ctx, min(e.opTimeout(), left))
 		err := e.api.RenewLease(cctx, e.cfg.Container, e.cfg.Blob, g.leaseID)
 		cancel()

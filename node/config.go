@@ -60,7 +60,7 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// SuspicionTimeout: a follower that hears no heartbeat from the leader for this long breaks
 	// its lease (fenced by the ETag of the leader's epoch stamp) and takes over. At least 4
-	// heartbeat intervals, below the lease. Default 1.5s. --suspicion-timeout.
+	// heartbeat intervals, below the lease. Default 1.4s. --suspicion-timeout.
 	SuspicionTimeout time.Duration
 	// ProbeAfter: a follower that hears no heartbeat for this long probes the leader's term on
 	// NATS. 0: 1.2 heartbeat intervals. --probe-after.
@@ -68,6 +68,9 @@ type Config struct {
 	// ProbeConfirm: how long every probe must find no responders (the leader's process is gone)
 	// before a follower breaks its lease. 0: 100ms. --probe-confirm.
 	ProbeConfirm time.Duration
+	// WatchEvery: how often the leader's first successor probes its term while it beats, so a
+	// crash is seen within it. 0: 50ms; negative: off. --watch-every.
+	WatchEvery time.Duration
 	// AcquireInterval is how often a follower tries to take the lease. Default 1s. --acquire-interval.
 	AcquireInterval time.Duration
 	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
@@ -174,9 +177,9 @@ func (c Config) parts() parts {
 	log := cmp.Or(c.Logger, slog.Default()).With("worker", c.ID)
 	p := parts{election: election.DefaultConfig(), coordinator: coordinator.DefaultConfig(), worker: worker.DefaultConfig()}
 	p.election.Identity, p.election.Container = c.ID, c.LeaseContainer
-	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, c.LeaseDuration/3
+	p.election.LeaseDuration, p.election.RetryInterval, p.election.RenewInterval = c.LeaseDuration, c.AcquireInterval, min(time.Second, c.LeaseDuration/3) // renewals check storage (election.RenewStall)
 	p.election.HeartbeatInterval, p.election.SuspicionTimeout = c.HeartbeatInterval, c.SuspicionTimeout
-	p.election.ProbeAfter, p.election.ProbeConfirm = c.ProbeAfter, c.ProbeConfirm
+	p.election.ProbeAfter, p.election.ProbeConfirm, p.election.WatchEvery = c.ProbeAfter, c.ProbeConfirm, c.WatchEvery
 	p.election.Logger = log
 	p.coordinator.CheckpointInterval, p.coordinator.Logger = c.CheckpointInterval, log
 	ret := cmp.Or(c.Retention, &DefaultRetention)

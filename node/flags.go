@@ -120,6 +120,7 @@ var flagEnv = map[string]string{
 	"suspicion-timeout":       "SUSPICION_TIMEOUT",
 	"retention":               "RETENTION",
 	"probe-after":             "PROBE_AFTER",
+	"watch-every":             "WATCH_EVERY",
 	"probe-confirm":           "PROBE_CONFIRM",
 	"http-addr":               "HTTP_ADDR",
 	"pprof":                   "PPROF",

@@ -53,6 +53,7 @@ func (n *Node) newRunFlags() *runFlags {
 	fs.Var(f.cfg.Retention, "retention", "delete finished jobs this long after they end: DURATION, or SUCCEEDED,FAILED (failed and cancelled); days as 7d; 0 keeps them")
 	fs.DurationVar(&f.cfg.ProbeAfter, "probe-after", 0, "a follower that hears no heartbeat for this long asks NATS whether the leader's process is still connected (0: 1.2 heartbeat intervals)")
 	fs.DurationVar(&f.cfg.ProbeConfirm, "probe-confirm", 0, "how long every probe must find the leader's process gone before a follower breaks its lease; keep it above a reconnect (0: 100ms)")
+	fs.DurationVar(&f.cfg.WatchEvery, "watch-every", 0, "how often the leader's first successor probes its term, so a crash is seen within it (0: 50ms; negative: off)")
 	return f
 }
 

@@ -28,8 +28,8 @@
 //     cluster of its own: class-sigkill, class-sigstop, class-nats-cut and class-storage-cut
 //     (the leader's link through a blackholing proxy), class-nats-restart, class-nats-node (the
 //     node leading the results stream of a 3-node nats-server cluster). Each reports fault →
-//     detected, → lease broken, → new leader, → first merge. --failclass-env passes worker
-//     settings (HEARTBEAT_INTERVAL, PROBE_AFTER, PROBE_CONFIRM) to compare them.
+//     first probe, → detected, → lease broken, → new leader, → first merge. --failclass-env
+//     passes worker settings (HEARTBEAT_INTERVAL, WATCH_EVERY, PROBE_CONFIRM) to compare them.
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

@@ -69,6 +69,8 @@ type FailClass struct {
 	// Detect: fault → a follower's no_responders or suspected event; Break: → its broke_lease.
 	Detect rig.Dist `json:"detect_s"`
 	Break  rig.Dist `json:"break_s"`
+	// Probe: fault → a follower's first probe of the silent term (its probing event).
+	Probe rig.Dist `json:"probe_s"`
 	// StreamLeader (class-nats-node): node kill → the results stream has a new Raft leader.
 	StreamLeader rig.Dist   `json:"stream_leader_s"`
 	ByProbe      int        `json:"by_probe"` // takeovers confirmed by no responders
@@ -85,6 +87,7 @@ type ClassRun struct {
 	NewLeader     string  `json:"new_leader,omitempty"`
 	NewEpoch      uint64  `json:"new_epoch,omitempty"`
 	Path          string  `json:"path,omitempty"` // no_responders, suspected
+	ProbeS        float64 `json:"probe_s,omitempty"`
 	DetectS       float64 `json:"detect_s,omitempty"`
 	BreakS        float64 `json:"break_s,omitempty"`
 	ToLeaderS     float64 `json:"to_leader_s,omitempty"`
@@ -356,6 +359,7 @@ func (cr *classRig) strike(ctx context.Context, run *ClassRun, l *election.Leade
 	run.ToLeaderS = rig.Round3(ev.Time.Sub(struck).Seconds())
 	d := rig.Detected(c, l.Epoch, struck)
 	run.Path, run.DetectS, run.BreakS = d.Path, rig.Round3(d.Detect.Seconds()), rig.Round3(d.Break.Seconds())
+	run.ProbeS = firstProbe(c, l.Epoch, struck)
 	if ok, s := cr.fc.awaitFirstMerge(ctx, smp, Kill{at: struck, NewEpoch: ev.Epoch}); ok {
 		run.ToFirstMergeS = s
 	}
@@ -392,7 +396,7 @@ func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck
 
 // summarize fills the distributions from the runs.
 func (fc *FailClass) summarize() {
-	var toLeader, toMerge, detect, brk, stream []float64
+	var toLeader, toMerge, detect, brk, stream, probe []float64
 	for _, r := range fc.Results {
 		fc.Runs++
 		if r.Exact {
@@ -415,12 +419,15 @@ func (fc *FailClass) summarize() {
 		if r.BreakS > 0 {
 			brk = append(brk, r.BreakS)
 		}
+		if r.ProbeS > 0 {
+			probe = append(probe, r.ProbeS)
+		}
 		if r.StreamLeaderS > 0 {
 			stream = append(stream, r.StreamLeaderS)
 		}
 	}
 	fc.ToLeader, fc.ToFirstMerge, fc.Detect = rig.Summarize(toLeader), rig.Summarize(toMerge), rig.Summarize(detect)
-	fc.Break, fc.StreamLeader = rig.Summarize(brk), rig.Summarize(stream)
+	fc.Break, fc.StreamLeader, fc.Probe = rig.Summarize(brk), rig.Summarize(stream), rig.Summarize(probe)
 }
 
 // describeClassRun is the one-line account of a run for the progress display.
@@ -430,7 +437,7 @@ func describeClassRun(class string, r ClassRun) string {
 		s += fmt.Sprintf("; stream leader after %.3fs", r.StreamLeaderS)
 	}
 	if r.NewEpoch != 0 {
-		s += fmt.Sprintf(" → %s leads after %.3fs (%s at %.3fs, break at %.3fs)", r.NewLeader, r.ToLeaderS, r.Path, r.DetectS, r.BreakS)
+		s += fmt.Sprintf(" → %s leads after %.3fs (probe at %.3fs, %s at %.3fs, break at %.3fs)", r.NewLeader, r.ToLeaderS, r.ProbeS, r.Path, r.DetectS, r.BreakS)
 	}
 	if r.ToFirstMergeS > 0 {
 		s += fmt.Sprintf(", merges after %.3fs", r.ToFirstMergeS)
@@ -479,14 +486,25 @@ func writeFailClasses(w io.Writer, rep *Report) {
 	m.Section("Takeover by failure class")
 	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
 	p("")
-	m.Table("class", "what", "runs", "exact", "leader changes", "→ detected", "→ lease broken", "→ new leader", "→ first merge",
+	m.Table("class", "what", "runs", "exact", "leader changes", "→ first probe", "→ detected", "→ lease broken", "→ new leader", "→ first merge",
 		"JetStream election", "probe path", "old leader's writes after the break")
 	for _, fc := range rep.FailClasses {
 		what := fc.What
 		if fc.Env != "" {
 			what += " (" + fc.Env + ")"
 		}
-		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %d | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
-			d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe, fc.OldWrites)
+		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
+			d(fc.Probe), d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe, fc.OldWrites)
 	}
+}
+
+// firstProbe is fault → the first probing event of epoch at or after struck, in seconds; 0 when
+// none.
+func firstProbe(c *cluster.Cluster, epoch uint64, struck time.Time) float64 {
+	for _, e := range c.Events() {
+		if e.Epoch == epoch && e.Kind == string(election.EventProbing) && !e.Time.Before(struck) {
+			return rig.Round3(e.Time.Sub(struck).Seconds())
+		}
+	}
+	return 0
 }
