@@ -4,14 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
-	"golang.org/x/sync/errgroup"
 )
+
+// checkpointer writes a term's checkpoints. It owns what is being written (at most one write
+// per job, so each is If-Match on the last one's ETag) and the results waiting for a write.
+// Merging calls it through merged; the loop through tick and stored; claiming through now.
+type checkpointer struct {
+	t        *term
+	writes   chan written // outcomes of background writes, to the loop
+	writers  sync.WaitGroup
+	inflight int
+	pending  int // merged results held for a checkpoint, all jobs
+}
+
+// jobWrites is one job's part of the checkpointer's state, kept on the job.
+type jobWrites struct {
+	// acks are merged results waiting for the checkpoint that includes them.
+	acks []*bus.Delivery
+	// writing: a checkpoint of the job is being stored in the background.
+	writing bool
+	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
+	nextDue time.Time
+}
 
 // written is the outcome of a background checkpoint write.
 type written struct {
@@ -20,62 +43,88 @@ type written struct {
 	err  error
 }
 
-// checkpointAll writes every dirty job at once (in parallel), then acknowledges the results each
-// write covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
-func (t *term) checkpointAll(ctx context.Context) error {
-	var dirty []*job
-	for _, j := range t.active {
-		if j.dirty || j.complete && !j.cp.State.Terminal() {
-			dirty = append(dirty, j)
-		}
-	}
-	return t.checkpoint(ctx, dirty)
+func newCheckpointer(t *term) *checkpointer {
+	return &checkpointer{t: t, writes: make(chan written, 64)}
 }
 
-// checkpointDirty starts background writes of the dirty jobs that have none in flight: all of
-// them, or only those whose checkpoint is due (see nextDue) and those that ended or completed.
-// The loop merges on meanwhile; each write's outcome comes back to commit.
-func (t *term) checkpointDirty(ctx context.Context, all bool) {
+// merged is merging's one call, after a message's results: held (nil if none) is acknowledged
+// once a checkpoint covering it is stored. A job that completed or finished its map phase is
+// written at once; every dirty job is when CheckpointEvery results are held.
+func (c *checkpointer) merged(ctx context.Context, j *job, held *bus.Delivery) {
+	if held != nil {
+		j.w.acks = append(j.w.acks, held)
+		c.pending++
+	}
+	if j.mapPhaseDone() && !j.w.writing && j.cp.State == jobs.StateRunning {
+		c.start(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
+	}
+	if j.complete && j.cp.State == jobs.StateRunning && !j.w.writing {
+		// The last result: finish now, not at the next tick (the final checkpoint carries the
+		// result; it is as fenced as any other). A write in flight does it when it is stored.
+		c.start(ctx, j)
+	}
+	if c.pending >= c.t.cfg.CheckpointEvery {
+		c.dirty(ctx, true)
+	}
+}
+
+// tick starts the writes that are due: of jobs whose interval passed (see nextDue), and of jobs
+// that ended or completed.
+func (c *checkpointer) tick(ctx context.Context) { c.dirty(ctx, false) }
+
+// dirty starts background writes of the dirty jobs that have none in flight: all of them, or
+// only those whose checkpoint is due and those that ended or completed. The loop merges on
+// meanwhile; each write's outcome comes back to stored.
+func (c *checkpointer) dirty(ctx context.Context, all bool) {
 	now := time.Now()
-	for _, j := range t.active {
-		if j.writing {
+	for _, j := range c.t.active {
+		if j.w.writing {
 			continue
 		}
 		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
-		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
-			t.startWrite(ctx, j)
+		if ending || j.dirty && (all || !now.Before(j.w.nextDue)) {
+			c.start(ctx, j)
 		}
 	}
 }
 
-// startWrite encodes j's checkpoint now and stores it in the background. The results merged so
-// far go with it, to be acknowledged once it is stored.
-func (t *term) startWrite(ctx context.Context, j *job) {
-	s, err := t.prepare(j)
+// adopted starts j's interval: its checkpoint was just stored (at intake, or by the claim), so
+// a job shorter than the interval is written once more, at its last result, with no tick's write
+// in flight to wait for.
+func (c *checkpointer) adopted(j *job) {
+	j.w.nextDue = time.Now().Add(c.t.cfg.CheckpointInterval)
+}
+
+// start encodes j's checkpoint now and stores it in the background. The results merged so far
+// go with it, to be acknowledged once it is stored.
+func (c *checkpointer) start(ctx context.Context, j *job) {
+	s, err := c.prepare(j)
 	if err != nil {
-		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+		c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 		return
 	}
-	s.acks, j.acks = j.acks, nil
-	j.dirty, j.writing = false, true
-	t.inflight++
-	t.writers.Add(1)
+	s.acks, j.w.acks = j.w.acks, nil
+	j.dirty, j.w.writing = false, true
+	c.inflight++
+	c.writers.Add(1)
 	go func() {
-		defer t.writers.Done()
-		etag, err := t.put(ctx, s)
-		t.writes <- written{s: s, etag: etag, err: err}
+		defer c.writers.Done()
+		etag, err := c.put(ctx, s)
+		c.writes <- written{s: s, etag: etag, err: err}
 	}()
 }
 
-// commit takes a background write's outcome: on success the job's checkpoint is the snapshot,
+// stored takes a background write's outcome: on success the job's checkpoint is the snapshot,
 // the results it covers are acknowledged, and an ended job retires; on failure the results wait
 // for the next write (a deposed leader stops). follow starts the next write of a job that
 // completed or ended while this one was in flight.
-func (t *term) commit(ctx context.Context, w written, follow bool) error {
+func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error {
+	t := c.t
+	c.inflight--
 	j := w.s.j
-	j.writing = false
+	j.w.writing = false
 	if w.err != nil {
-		j.acks = append(w.s.acks, j.acks...)
+		j.w.acks = append(w.s.acks, j.w.acks...)
 		j.dirty = true
 		var ue *UserCodeError
 		if errors.As(w.err, &ue) {
@@ -83,7 +132,7 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 			// checkpoint holds no aggregate.
 			t.fail(j, w.err)
 			if follow {
-				t.startWrite(ctx, j)
+				c.start(ctx, j)
 			}
 			return nil
 		}
@@ -93,21 +142,51 @@ func (t *term) commit(ctx context.Context, w written, follow bool) error {
 		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
 		return nil
 	}
-	t.apply(w.s, w.etag)
+	c.apply(w.s, w.etag)
 	t.keyedStored(ctx, j, w.s) // keyed.go
-	j.nextDue = t.due(time.Since(w.s.start))
-	for _, d := range w.s.acks {
-		_ = d.Ack()
-	}
-	t.pending -= len(w.s.acks)
+	j.w.nextDue = c.due(time.Since(w.s.start))
+	c.ack(w.s.acks)
 	if j.cp.State.Terminal() && !j.dirty {
 		t.retire(ctx, j)
 		return nil
 	}
 	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
-		t.startWrite(ctx, j)
+		c.start(ctx, j)
 	}
 	return nil
+}
+
+func (c *checkpointer) ack(ds []*bus.Delivery) {
+	for _, d := range ds {
+		_ = d.Ack()
+	}
+	c.pending -= len(ds)
+}
+
+// stepDown finishes the term's writing: the writes in flight finish (or fail) first, as each
+// job's next write is If-Match on their ETag; then, unless the term was deposed, every dirty job
+// is written at once, so the next leader starts from here. The writes are fenced: if a newer
+// leader already claimed a job, the write fails and its results stay unacknowledged for it.
+func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
+	for c.inflight > 0 {
+		w := <-c.writes
+		if deposed {
+			c.inflight--
+			continue
+		}
+		if err := c.stored(context.WithoutCancel(ctx), w, false); err != nil {
+			c.t.log.Warn("checkpoint", "err", err)
+		}
+	}
+	c.writers.Wait()
+	if deposed {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if err := c.all(fctx); err != nil {
+		c.t.log.Warn("final checkpoint", "err", err)
+	}
 }
 
 // Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took
@@ -119,14 +198,21 @@ const (
 	maxIntervalFactor = 50
 )
 
-func (t *term) due(cost time.Duration) time.Time {
-	iv := min(max(t.cfg.CheckpointInterval, costFactor*cost), maxIntervalFactor*t.cfg.CheckpointInterval)
+func (c *checkpointer) due(cost time.Duration) time.Time {
+	iv := c.t.cfg.CheckpointInterval
+	iv = min(max(iv, costFactor*cost), maxIntervalFactor*iv)
 	return time.Now().Add(iv)
 }
 
-// checkpoint writes the given jobs (in parallel), then acknowledges the results each write
-// covers, and hands jobs that ended to clean-up.
-func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
+// all writes every dirty job at once (in parallel), then acknowledges the results each write
+// covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
+func (c *checkpointer) all(ctx context.Context) error {
+	var dirty []*job
+	for _, j := range c.t.active {
+		if j.dirty || j.complete && !j.cp.State.Terminal() {
+			dirty = append(dirty, j)
+		}
+	}
 	if len(dirty) == 0 {
 		return nil
 	}
@@ -137,7 +223,7 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 	for i, j := range dirty {
 		g.Go(func() error {
 			start := time.Now()
-			errs[i] = t.write(ctx, j)
+			errs[i] = c.now(ctx, j)
 			costs[i] = time.Since(start)
 			return nil
 		})
@@ -148,24 +234,21 @@ func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
 			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
 				return fmt.Errorf("%w: %v", ErrDeposed, err)
 			}
-			t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+			c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 			continue
 		}
-		j.nextDue = t.due(costs[i])
-		for _, d := range j.acks {
-			_ = d.Ack()
-		}
-		t.pending -= len(j.acks)
-		j.acks = nil
+		j.w.nextDue = c.due(costs[i])
+		c.ack(j.w.acks)
+		j.w.acks = nil
 		if j.cp.State.Terminal() {
-			t.retire(ctx, j)
+			c.t.retire(ctx, j)
 		}
 	}
 	return nil
 }
 
 // snapshot is a job's checkpoint taken in the loop, to be encoded and stored (in the background,
-// or at once by write). The Done bitmap is encoded and the aggregate snapshotted together, at one
+// or at once by now). The Done bitmap is encoded and the aggregate snapshotted together, at one
 // moment of the loop, so the stored checkpoint is consistent however long the write takes. An
 // aggregate that is a jobs.Snapshotter is encoded by the writer, off the loop, as is the
 // checkpoint itself; any other is encoded in the loop.
@@ -184,17 +267,19 @@ type snapshot struct {
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
 // carries the result and state succeeded. If the job's code fails on the way (encoding the
 // aggregate), the job fails, and its checkpoint is the terminal one.
-func (t *term) prepare(j *job) (*snapshot, error) {
-	s, err := t.prepareOnce(j)
+func (c *checkpointer) prepare(j *job) (*snapshot, error) {
+	t := c.t
+	s, err := c.prepareOnce(j)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
 		t.fail(j, err)
-		return t.prepareOnce(j) // terminal: none of the job's code is called
+		return c.prepareOnce(j) // terminal: none of the job's code is called
 	}
 	return s, err
 }
 
-func (t *term) prepareOnce(j *job) (*snapshot, error) {
+func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
+	t := c.t
 	start := time.Now()
 	cp := j.cp
 	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
@@ -266,7 +351,8 @@ func (t *term) prepareOnce(j *job) (*snapshot, error) {
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
 // It touches no loop state, so it may run in the background.
-func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	t := c.t
 	agg, err := s.encode()
 	if err != nil {
 		return "", err
@@ -288,7 +374,7 @@ func (t *term) put(ctx context.Context, s *snapshot) (store.ETag, error) {
 
 // apply records a stored snapshot as its job's last checkpoint. What the loop changed since the
 // snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
-func (t *term) apply(s *snapshot, etag store.ETag) {
+func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
 	j := s.j
 	j.etag = etag
 	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
@@ -298,47 +384,27 @@ func (t *term) apply(s *snapshot, etag store.ETag) {
 	}
 }
 
-// write checkpoints j at once (claiming a job, stepping down). If the job's code fails encoding
+// now checkpoints j at once (claiming a job, stepping down). If the job's code fails encoding
 // its aggregate, the job fails, and its terminal checkpoint is written instead.
-func (t *term) write(ctx context.Context, j *job) error {
-	s, err := t.prepare(j)
+func (c *checkpointer) now(ctx context.Context, j *job) error {
+	t := c.t
+	s, err := c.prepare(j)
 	if err != nil {
 		return err
 	}
-	etag, err := t.put(ctx, s)
+	etag, err := c.put(ctx, s)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
 		t.fail(j, err)
-		if s, err = t.prepare(j); err != nil {
+		if s, err = c.prepare(j); err != nil {
 			return err
 		}
-		etag, err = t.put(ctx, s)
+		etag, err = c.put(ctx, s)
 	}
 	if err != nil {
 		return err
 	}
-	t.apply(s, etag)
+	c.apply(s, etag)
 	j.dirty = false
 	return nil
-}
-
-// conflict explains a failed conditional write: a higher epoch means this leader is deposed; a
-// lower one (possible only while claiming) means a deposed leader wrote late: re-read.
-func (t *term) conflict(ctx context.Context, id string) error {
-	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
-	if err != nil {
-		return fmt.Errorf("%w: checkpoint of %s changed and cannot be re-read: %v", ErrDeposed, id, err)
-	}
-	cp, err := protocol.DecodeCheckpoint(data)
-	if err != nil {
-		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
-	}
-	if cp.WriterEpoch < t.epoch {
-		t.sawEpoch(cp.WriterEpoch)
-		return errRetryClaim
-	}
-	if err := t.fenced(cp); err != nil {
-		return err
-	}
-	return fmt.Errorf("%w: the checkpoint of %s changed under a write of this term (%s)", ErrDeposed, id, t.name())
 }

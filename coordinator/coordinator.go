@@ -89,7 +89,6 @@ type term struct {
 	waiting  map[string]bool
 	finished map[string]jobs.State  // jobs this term saw end (bounded)
 	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
-	pending  int                    // merged results awaiting a checkpoint, all jobs
 	merged   int64                  // results merged this term
 	nActive  atomic.Int32           // len(active), for intake
 
@@ -107,11 +106,7 @@ type term struct {
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
 
-	// Checkpoint writes in the background, at most one per job: their outcomes come back on
-	// writes, to the loop.
-	writes   chan written
-	writers  sync.WaitGroup
-	inflight int
+	ck *checkpointer // checkpoint writing (checkpoint.go)
 
 	fair fairState // fair dispatch between the running jobs of a type (fair.go)
 }
@@ -195,24 +190,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		}
 	}
 	t.dispatchers.Wait()
-	// Writes in flight finish (or fail) first: each job's next write is If-Match on their ETag.
-	for t.inflight > 0 {
-		w := <-t.writes
-		t.inflight--
-		if !errors.Is(err, ErrDeposed) {
-			if cerr := t.commit(context.WithoutCancel(ctx), w, false); cerr != nil {
-				t.log.Warn("checkpoint", "err", cerr)
-			}
-		}
-	}
-	t.writers.Wait()
-	if !errors.Is(err, ErrDeposed) {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		if cerr := t.checkpointAll(fctx); cerr != nil {
-			t.log.Warn("final checkpoint", "err", cerr)
-		}
-		cancel()
-	}
+	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
 	t.cleanups.Wait()
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
@@ -224,16 +202,18 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 
 func (c *Coordinator) newTerm(epoch uint64) *term {
 	id := newTermID()
-	return &term{
+	t := &term{
 		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
 		log:    c.log.With("epoch", epoch, "term", id),
 		active: map[string]*job{}, waiting: map[string]bool{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
-		writes: make(chan written, 64), stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
+		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 		keyedLost: make(chan keyedLoss, 16),
 	}
+	t.ck = newCheckpointer(t)
+	return t
 }
 
 // onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
@@ -292,12 +272,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if err := t.onResult(ctx, d); err != nil {
 				return err
 			}
-			if t.pending >= t.cfg.CheckpointEvery {
-				t.checkpointDirty(ctx, true)
-			}
-		case w := <-t.writes:
-			t.inflight--
-			if err := t.commit(ctx, w, true); err != nil {
+		case w := <-t.ck.writes:
+			if err := t.ck.stored(ctx, w, true); err != nil {
 				return err
 			}
 		case err := <-t.stageErr:
@@ -319,7 +295,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
-			t.checkpointDirty(ctx, false)
+			t.ck.tick(ctx)
 		case now := <-fair.C:
 			t.rebalance(now)
 		case <-backup.C: // stopped with NoBackupTasks
@@ -342,10 +318,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
-	// The job's checkpoint was just stored (the first one at intake, or the claim's): the next
-	// is due an interval from now, so a job shorter than that is written once more, when its
-	// last result is merged, with no tick's write in flight to wait for.
-	j.nextDue = time.Now().Add(t.cfg.CheckpointInterval)
+	t.ck.adopted(j)
 	if j.cancelled && !j.complete {
 		t.log.Info("job claimed with a cancel marker", "job", j.id)
 		t.end(j, jobs.StateCancelled, "cancelled by user")

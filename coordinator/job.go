@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -21,19 +19,14 @@ type job struct {
 	spec *protocol.Spec
 	impl jobs.Job
 	// cp is the last checkpoint written (Done and Aggregate left nil: they live in done and agg).
-	cp   protocol.Checkpoint
-	etag store.ETag
-	agg  jobs.Aggregate
-	done *roaring.Bitmap
-	// acks are merged results waiting for the checkpoint that includes them.
-	acks     []*bus.Delivery
+	cp       protocol.Checkpoint
+	etag     store.ETag
+	agg      jobs.Aggregate
+	done     *roaring.Bitmap
 	dirty    bool
 	complete bool // every shard merged: the next checkpoint finalizes
-	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
-	nextDue time.Time
-	// writing: a checkpoint of the job is being stored in the background (one at a time, so
-	// each write is If-Match on the previous one's ETag).
-	writing bool
+	// w is the job's part of the checkpointer's state (checkpoint.go).
+	w jobWrites
 	// bk is the job's backup-task bookkeeping (backup.go).
 	bk backupState
 	// cancelled: claim found the job's cancel marker; adopt ends it.
@@ -134,7 +127,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			return nil, fmt.Errorf("resume %s: %w", id, err)
 		}
 		j.etag = etag
-		switch err := t.write(ctx, j); {
+		switch err := t.ck.now(ctx, j); {
 		case err == nil && j.cp.State.Terminal():
 			// Its code failed while it was checkpointed: stored as failed, it is not resumed.
 			t.cleanup(ctx, &j.cp)

@@ -56,23 +56,16 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 			retry = true
 		}
 	}
+	var held *bus.Delivery
 	switch {
 	case retry:
 		_ = d.Nak(time.Second)
 	case hold:
-		j.acks = append(j.acks, d)
-		t.pending++
+		held = d
 	default:
 		_ = d.Ack()
 	}
-	if j.mapPhaseDone() && !j.writing && j.cp.State == jobs.StateRunning {
-		t.startWrite(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
-	}
-	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
-		// The last result: finish now, not at the next tick (the final checkpoint carries the
-		// result; it is as fenced as any other). A write in flight does it when it is stored.
-		t.startWrite(ctx, j)
-	}
+	t.ck.merged(ctx, j, held)
 	return nil
 }
 
