@@ -34,6 +34,8 @@ type jobWrites struct {
 	writing bool
 	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
 	nextDue time.Time
+	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
+	meta map[string]string
 }
 
 // written is the outcome of a background checkpoint write.
@@ -260,6 +262,7 @@ type snapshot struct {
 	ifMatch store.ETag
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
+	meta    map[string]string // the status record stored with it (set by put)
 	// keyedMaps is how many map tasks of a keyed job the checkpoint commits (keyed.go).
 	keyedMaps int
 }
@@ -364,7 +367,8 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 		return "", err
 	}
 	began := time.Now()
-	etag, err := t.putCheckpoint(ctx, data, &cp, s.j.spec, store.Cond{IfMatch: s.ifMatch})
+	s.meta = t.statusMeta(&cp, s.j.spec)
+	etag, err := t.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
 	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
 		return "", t.conflict(ctx, s.j.id)
@@ -376,7 +380,7 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 // snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
 func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
 	j := s.j
-	j.etag = etag
+	j.etag, j.w.meta = etag, s.meta
 	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
 	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = s.cp.Phase, s.cp.PhaseDone, s.cp.PhaseTotal
 	if s.cp.State.Terminal() {

@@ -67,34 +67,51 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
+	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs}
 	t.cleaning.Store(cp.Job, true)
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
 		defer t.cleaning.Delete(cp.Job)
-		t.cleanup(context.WithoutCancel(ctx), &cp)
+		t.clean(context.WithoutCancel(ctx), &cp, here)
 	}()
+}
+
+// endedHere is what the term that ended a job knows of it, which spares its clean-up reads.
+type endedHere struct {
+	etag store.ETag        // the final checkpoint's ETag ("": not known)
+	meta map[string]string // the status record stored with it
+	// partials: large partials of the job may exist (their folder is listed). A job this term
+	// planned, and of which no result named one, has none.
+	partials bool
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
 // partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
 // rest to the next one (claim calls cleanup for terminal jobs still marked active).
 func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
+	t.clean(ctx, cp, endedHere{partials: true})
+}
+
+// clean is cleanup with what the term that ended the job knows.
+func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
 	id := cp.Job
 	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
 		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
 			t.log.Warn("write result copy", "job", id, "err", err)
 			return // keep the marker: the next pass retries
 		}
-		t.dropResult(ctx, cp) // result.go
+		t.dropResult(ctx, cp, here) // result.go
 	} else if cp.State != jobs.StateSucceeded {
 		if err := t.bus.PurgeJob(ctx, id); err != nil {
 			t.log.Warn("purge shards", "job", id, "err", err)
 		}
 	}
-	if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
-		for _, p := range parts {
-			_ = t.store.Delete(ctx, p.Name)
+	if here.partials {
+		if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
+			for _, p := range parts {
+				_ = t.store.Delete(ctx, p.Name)
+			}
 		}
 	}
 	t.deletePlan(ctx, cp)

@@ -321,7 +321,7 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 		}
 		t.deleteMsg(mctx, m)
 	}()
-	j.etag = etag
+	j.etag, j.fresh = etag, true
 	t.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
 	if !tn.wait(ctx) {

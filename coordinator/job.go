@@ -25,6 +25,9 @@ type job struct {
 	done     *roaring.Bitmap
 	dirty    bool
 	complete bool // every shard merged: the next checkpoint finalizes
+	// fresh: this term planned the job (intake), not claimed it; refs: a result of it named a
+	// large partial. A fresh job without refs has no partials to clean up.
+	fresh, refs bool
 	// w is the job's part of the checkpointer's state (checkpoint.go).
 	w jobWrites
 	// bk is the job's backup-task bookkeeping (backup.go).

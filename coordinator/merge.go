@@ -79,6 +79,9 @@ const (
 
 // mergeOne merges one result into j, or says why not.
 func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) mergeOutcome {
+	if r.Ref != "" {
+		j.refs = true // clean-up lists the partials (finish.go)
+	}
 	switch {
 	case r.Epoch != j.cp.PlanEpoch:
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
