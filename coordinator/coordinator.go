@@ -102,6 +102,8 @@ type term struct {
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
 	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
+	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
+	looking    bool               // a self-repair pass runs
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
@@ -210,7 +212,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
 		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
-		keyedLost: make(chan keyedLoss, 16),
+		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
 	t.ck = newCheckpointer(t)
 	return t
@@ -302,6 +304,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.backups(ctx)
 		case <-repair.C:
 			t.repair(ctx)
+		case looks := <-t.looked:
+			t.onLooked(ctx, looks)
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
 				return err
