@@ -87,10 +87,10 @@ type term struct {
 	// in parallel, hence the lock.
 	waitMu   sync.Mutex
 	waiting  map[string]bool
-	finished map[string]jobs.State  // jobs this term saw end (bounded)
-	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
-	merged   int64                  // results merged this term
-	nActive  atomic.Int32           // len(active), for intake
+	finished map[string]jobs.State // jobs this term saw end (bounded)
+	hiding   sync.Map              // message id → the received batch intake keeps it hidden in (visibility.go)
+	merged   int64                 // results merged this term
+	nActive  atomic.Int32          // len(active), for intake
 
 	newJobs    chan *job          // from intake
 	claimReq   chan string        // from intake: a planned job to make sure of

@@ -28,10 +28,22 @@ import (
 //
 // The messages of one receive are taken in side by side (intakeBatch); a receive asks for no
 // more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
+// The next receive starts once a batch's jobs are handed over: the batch's tails (active
+// markers, message deletes) run on beside it, at most tailsMax batches of them.
 func (t *term) intake(ctx context.Context) {
 	ahead := map[string]*lookahead{}
 	var handed activeFloor
+	var tails sync.WaitGroup
+	defer tails.Wait()
+	slots := make(chan struct{}, tailsMax)
 	for ctx.Err() == nil {
+		// Wait for a free slot; it is taken below, once a receive has messages.
+		select {
+		case slots <- struct{}{}:
+			<-slots
+		case <-ctx.Done():
+			return
+		}
 		free := t.cfg.MaxActiveJobs - handed.active(int(t.nActive.Load()))
 		if free <= 0 {
 			t.idle(ctx, ahead)
@@ -54,11 +66,21 @@ func (t *term) intake(ctx context.Context) {
 		}
 		before := int(t.nActive.Load())
 		stop := t.keepHidden(ctx, msgs)
-		n := t.intakeBatch(ctx, msgs, ahead)
-		stop()
+		slots <- struct{}{}
+		n, rest := t.intakeBatch(ctx, msgs, ahead)
 		handed.set(before + n)
+		tails.Add(1)
+		go func() {
+			defer tails.Done()
+			rest()
+			stop()
+			<-slots
+		}()
 	}
 }
+
+// tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
+const tailsMax = 2
 
 // activeFloor is how many jobs are active at least, counting those intake handed to the main loop
 // that it may not have adopted yet (nActive is stored when it adopts them).
@@ -81,36 +103,40 @@ func (f *activeFloor) active(nActive int) int {
 
 // intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
 // goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
-// the queue's order. It returns how many jobs it handed over.
-func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) int {
+// the queue's order. It returns once every message has handed over its job or given up, with how
+// many jobs it handed over; rest waits for what the messages still do (markers, deletes).
+func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (int, func()) {
 	var wg sync.WaitGroup
-	var handed atomic.Int32
+	handed := new(atomic.Int32)
 	prev := make(chan struct{})
 	close(prev)
+	turns := make([]chan struct{}, 0, len(msgs))
 	for _, m := range msgs {
 		id := strings.TrimSpace(m.Text)
 		la := ahead[id]
 		delete(ahead, id)
-		tn := &turn{prev: prev, mine: make(chan struct{})}
+		tn := &turn{prev: prev, mine: make(chan struct{}), handed: handed}
 		prev = tn.mine
+		turns = append(turns, tn.mine)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer tn.done()
-			if t.intakeOne(ctx, m, la, tn) {
-				handed.Add(1)
-			}
+			t.intakeOne(ctx, m, la, tn)
 		}()
 	}
-	wg.Wait()
-	return int(handed.Load())
+	for _, c := range turns {
+		<-c // past its hand-over (or given up)
+	}
+	return int(handed.Load()), wg.Wait
 }
 
 // turn orders the hand-over of a batch's jobs to the main loop: each waits for the one before.
 type turn struct {
-	prev <-chan struct{}
-	mine chan struct{}
-	once sync.Once
+	prev   <-chan struct{}
+	mine   chan struct{}
+	once   sync.Once
+	handed *atomic.Int32 // the batch's jobs handed over
 }
 
 // wait blocks until the message before has handed over its job or given up; false when ctx ended.
@@ -330,6 +356,7 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 	defer tn.done()
 	select {
 	case t.newJobs <- j:
+		tn.handed.Add(1)
 		return true
 	case <-ctx.Done():
 		return false
