@@ -91,6 +91,7 @@ type term struct {
 	hiding   sync.Map              // message id → the received batch intake keeps it hidden in (visibility.go)
 	merged   int64                 // results merged this term
 	nActive  atomic.Int32          // len(active), for intake
+	handing  atomic.Int32          // jobs intake hands to the loop, not adopted yet (intake.go)
 
 	newJobs    chan *job          // from intake
 	claimReq   chan string        // from intake: a planned job to make sure of
@@ -318,10 +319,16 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 // adopt makes j active and starts dispatching what of it is not yet dispatched.
 func (t *term) adopt(ctx context.Context, j *job) {
 	if _, ok := t.active[j.id]; ok {
+		if j.fresh {
+			t.handing.Add(-1) // claimed meanwhile (a rescan found its marker)
+		}
 		return
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
+	if j.fresh {
+		t.handing.Add(-1) // counted in nActive now
+	}
 	t.ck.adopted(j)
 	if j.cancelled && !j.complete {
 		t.log.Info("job claimed with a cancel marker", "job", j.id)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -32,7 +31,6 @@ import (
 // markers, message deletes) run on beside it, at most tailsMax batches of them.
 func (t *term) intake(ctx context.Context) {
 	ahead := map[string]*lookahead{}
-	var handed activeFloor
 	var tails sync.WaitGroup
 	defer tails.Wait()
 	slots := make(chan struct{}, tailsMax)
@@ -44,7 +42,7 @@ func (t *term) intake(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		free := t.cfg.MaxActiveJobs - handed.active(int(t.nActive.Load()))
+		free := t.cfg.MaxActiveJobs - t.activeJobs()
 		if free <= 0 {
 			t.idle(ctx, ahead)
 			continue
@@ -64,11 +62,9 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
-		before := int(t.nActive.Load())
 		stop := t.keepHidden(ctx, msgs)
 		slots <- struct{}{}
-		n, rest := t.intakeBatch(ctx, msgs, ahead)
-		handed.set(before + n)
+		rest := t.intakeBatch(ctx, msgs, ahead)
 		tails.Add(1)
 		go func() {
 			defer tails.Done()
@@ -82,32 +78,17 @@ func (t *term) intake(ctx context.Context) {
 // tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
 const tailsMax = 2
 
-// activeFloor is how many jobs are active at least, counting those intake handed to the main loop
-// that it may not have adopted yet (nActive is stored when it adopts them).
-type activeFloor struct {
-	n  int
-	at time.Time
-}
-
-// adoptWithin bounds the main loop's adoption of a job it received: the floor is forgotten after it.
-const adoptWithin = 250 * time.Millisecond
-
-func (f *activeFloor) set(n int) { f.n, f.at = n, time.Now() }
-
-func (f *activeFloor) active(nActive int) int {
-	if time.Since(f.at) > adoptWithin {
-		return nActive
-	}
-	return max(nActive, f.n)
-}
+// activeJobs is how many jobs are active, counting those intake is handing to the main loop
+// (t.handing: counted before the hand-over, uncounted when the loop adopts them). A job in
+// between may count twice for a moment, never zero times.
+func (t *term) activeJobs() int { return int(t.nActive.Load() + t.handing.Load()) }
 
 // intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
 // goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
-// the queue's order. It returns once every message has handed over its job or given up, with how
-// many jobs it handed over; rest waits for what the messages still do (markers, deletes).
-func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (int, func()) {
+// the queue's order. It returns once every message has handed over its job or given up; rest
+// waits for what the messages still do (markers, deletes).
+func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (rest func()) {
 	var wg sync.WaitGroup
-	handed := new(atomic.Int32)
 	prev := make(chan struct{})
 	close(prev)
 	turns := make([]chan struct{}, 0, len(msgs))
@@ -115,7 +96,7 @@ func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[
 		id := strings.TrimSpace(m.Text)
 		la := ahead[id]
 		delete(ahead, id)
-		tn := &turn{prev: prev, mine: make(chan struct{}), handed: handed}
+		tn := &turn{prev: prev, mine: make(chan struct{})}
 		prev = tn.mine
 		turns = append(turns, tn.mine)
 		wg.Add(1)
@@ -128,15 +109,14 @@ func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[
 	for _, c := range turns {
 		<-c // past its hand-over (or given up)
 	}
-	return int(handed.Load()), wg.Wait
+	return wg.Wait
 }
 
 // turn orders the hand-over of a batch's jobs to the main loop: each waits for the one before.
 type turn struct {
-	prev   <-chan struct{}
-	mine   chan struct{}
-	once   sync.Once
-	handed *atomic.Int32 // the batch's jobs handed over
+	prev <-chan struct{}
+	mine chan struct{}
+	once sync.Once
 }
 
 // wait blocks until the message before has handed over its job or given up; false when ctx ended.
@@ -354,11 +334,12 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 		return false
 	}
 	defer tn.done()
+	t.handing.Add(1) // uncounted by adopt
 	select {
 	case t.newJobs <- j:
-		tn.handed.Add(1)
 		return true
 	case <-ctx.Done():
+		t.handing.Add(-1)
 		return false
 	}
 }
