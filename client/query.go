@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -23,6 +24,8 @@ const (
 	maxQueryScan = 2000
 	// perJobTimeout bounds the reads of one job: a hung one is listed as unreadable.
 	perJobTimeout = 3 * time.Second
+	// queryParallel bounds the statuses Query reads at once.
+	queryParallel = 16
 )
 
 // Filter selects jobs for Query. Zero fields select everything.
@@ -112,8 +115,8 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 		since = f.Since.UTC().Format("20060102-150405")
 	}
 	page := &Page{Jobs: []Status{}}
-	scanned := 0
-	for i := len(ids) - 1; i >= 0; i-- {
+	var cand []string // newest first: the jobs this page may read
+	for i := len(ids) - 1; i >= 0 && len(cand) <= maxQueryScan; i-- {
 		id := ids[i]
 		if f.Before != "" && id >= f.Before {
 			continue
@@ -121,39 +124,61 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 		if since != "" && id < since {
 			break // ids sort by submission time
 		}
-		if len(page.Jobs) == limit || scanned == maxQueryScan {
-			page.Next = ids[i+1] // the oldest id read; the next page starts below it
-			break
-		}
-		if ctx.Err() != nil {
-			// Out of time: what was read is a page, and the rest is the next one. One slow
-			// job never fails the list.
-			if len(page.Jobs) == 0 {
-				return nil, ctx.Err()
+		cand = append(cand, id)
+	}
+	more := len(cand) > maxQueryScan // one more than a call reads: the next page has jobs
+	cand = cand[:min(len(cand), maxQueryScan)]
+	// Statuses are read queryParallel at a time (metadata only), and taken in order.
+	for k := 0; k < len(cand); k += queryParallel {
+		chunk := cand[k:min(k+queryParallel, len(cand))]
+		sts, errs := c.statuses(ctx, chunk)
+		for i, id := range chunk {
+			if len(page.Jobs) == limit {
+				page.Next = cand[k+i-1] // the oldest id read; the next page starts below it
+				return page, nil
 			}
-			page.Next = ids[i+1]
-			break
-		}
-		scanned++
-		jctx, cancel := context.WithTimeout(ctx, perJobTimeout)
-		st, err := c.Status(jctx, id)
-		cancel()
-		if errors.Is(err, ErrNoSuchJob) {
-			continue // a folder without a spec (input data)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				if len(page.Jobs) == 0 {
-					return nil, fmt.Errorf("status of %s: %w", id, err)
+			st, err := sts[i], errs[i]
+			if errors.Is(err, ErrNoSuchJob) {
+				continue // a folder without a spec (input data)
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					// Out of time: what was read is a page, and the rest is the next one. One
+					// slow job never fails the list.
+					if len(page.Jobs) == 0 {
+						return nil, fmt.Errorf("status of %s: %w", id, err)
+					}
+					if k+i > 0 {
+						page.Next = cand[k+i-1] // the next page starts with this job
+					}
+					return page, nil
 				}
-				page.Next = ids[i+1] // the next page starts with this job
-				break
+				st = &Status{ID: id, State: StateUnreadable, Unreadable: err.Error()}
 			}
-			st = &Status{ID: id, State: StateUnreadable, Unreadable: err.Error()}
-		}
-		if (f.State == "" || st.State == f.State) && (f.Type == "" || st.Type == f.Type) {
-			page.Jobs = append(page.Jobs, *st)
+			if (f.State == "" || st.State == f.State) && (f.Type == "" || st.Type == f.Type) {
+				page.Jobs = append(page.Jobs, *st)
+			}
 		}
 	}
+	if more && len(cand) > 0 {
+		page.Next = cand[len(cand)-1] // scanned maxQueryScan jobs: the rest is the next page
+	}
 	return page, nil
+}
+
+// statuses reads the status of each of ids at once, each within perJobTimeout.
+func (c *Client) statuses(ctx context.Context, ids []string) ([]*Status, []error) {
+	sts, errs := make([]*Status, len(ids)), make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			jctx, cancel := context.WithTimeout(ctx, perJobTimeout)
+			defer cancel()
+			sts[i], errs[i] = c.Status(jctx, id)
+		}()
+	}
+	wg.Wait()
+	return sts, errs
 }

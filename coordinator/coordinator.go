@@ -15,7 +15,6 @@ import (
 	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/store"
 )
 
 // Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
@@ -88,11 +87,11 @@ type term struct {
 	// in parallel, hence the lock.
 	waitMu   sync.Mutex
 	waiting  map[string]bool
-	finished map[string]jobs.State  // jobs this term saw end (bounded)
-	hiding   atomic.Pointer[hidden] // the received batch intake keeps hidden (visibility.go)
-	pending  int                    // merged results awaiting a checkpoint, all jobs
-	merged   int64                  // results merged this term
-	nActive  atomic.Int32           // len(active), for intake
+	finished map[string]jobs.State // jobs this term saw end (bounded)
+	hiding   sync.Map              // message id → the received batch intake keeps it hidden in (visibility.go)
+	merged   int64                 // results merged this term
+	nActive  atomic.Int32          // len(active), for intake
+	handing  atomic.Int32          // jobs intake hands to the loop, not adopted yet (intake.go)
 
 	newJobs    chan *job          // from intake
 	claimReq   chan string        // from intake: a planned job to make sure of
@@ -104,30 +103,15 @@ type term struct {
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
 	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
+	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
+	looking    bool               // a self-repair pass runs
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
 
-	// Checkpoint writes in the background, at most one per job: their outcomes come back on
-	// writes, to the loop.
-	writes   chan written
-	writers  sync.WaitGroup
-	inflight int
+	ck *checkpointer // checkpoint writing (checkpoint.go)
 
 	fair fairState // fair dispatch between the running jobs of a type (fair.go)
-}
-
-// written is the outcome of a background checkpoint write.
-type written struct {
-	s    *snapshot
-	etag store.ETag
-	err  error
-}
-
-type dispatchEvent struct {
-	job  string
-	upto int
-	err  error
 }
 
 // Lead runs one term of leadership until ctx ends (leadership lost or the process stopping) or
@@ -209,24 +193,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		}
 	}
 	t.dispatchers.Wait()
-	// Writes in flight finish (or fail) first: each job's next write is If-Match on their ETag.
-	for t.inflight > 0 {
-		w := <-t.writes
-		t.inflight--
-		if !errors.Is(err, ErrDeposed) {
-			if cerr := t.commit(context.WithoutCancel(ctx), w, false); cerr != nil {
-				t.log.Warn("checkpoint", "err", cerr)
-			}
-		}
-	}
-	t.writers.Wait()
-	if !errors.Is(err, ErrDeposed) {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
-		if cerr := t.checkpointAll(fctx); cerr != nil {
-			t.log.Warn("final checkpoint", "err", cerr)
-		}
-		cancel()
-	}
+	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
 	t.cleanups.Wait()
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
@@ -238,16 +205,18 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 
 func (c *Coordinator) newTerm(epoch uint64) *term {
 	id := newTermID()
-	return &term{
+	t := &term{
 		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
 		log:    c.log.With("epoch", epoch, "term", id),
 		active: map[string]*job{}, waiting: map[string]bool{},
 		finished: map[string]jobs.State{},
 		newJobs:  make(chan *job), claimReq: make(chan string, 64),
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
-		writes: make(chan written, 64), stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
-		keyedLost: make(chan keyedLoss, 16),
+		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
+		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
+	t.ck = newCheckpointer(t)
+	return t
 }
 
 // onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
@@ -306,12 +275,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if err := t.onResult(ctx, d); err != nil {
 				return err
 			}
-			if t.pending >= t.cfg.CheckpointEvery {
-				t.checkpointDirty(ctx, true)
-			}
-		case w := <-t.writes:
-			t.inflight--
-			if err := t.commit(ctx, w, true); err != nil {
+		case w := <-t.ck.writes:
+			if err := t.ck.stored(ctx, w, true); err != nil {
 				return err
 			}
 		case err := <-t.stageErr:
@@ -333,13 +298,15 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
-			t.checkpointDirty(ctx, false)
+			t.ck.tick(ctx)
 		case now := <-fair.C:
 			t.rebalance(now)
 		case <-backup.C: // stopped with NoBackupTasks
 			t.backups(ctx)
 		case <-repair.C:
 			t.repair(ctx)
+		case looks := <-t.looked:
+			t.onLooked(ctx, looks)
 		case <-rescan.C:
 			if err := t.rescan(ctx); err != nil {
 				return err
@@ -352,14 +319,17 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 // adopt makes j active and starts dispatching what of it is not yet dispatched.
 func (t *term) adopt(ctx context.Context, j *job) {
 	if _, ok := t.active[j.id]; ok {
+		if j.fresh {
+			t.handing.Add(-1) // claimed meanwhile (a rescan found its marker)
+		}
 		return
 	}
 	t.active[j.id] = j
 	t.nActive.Store(int32(len(t.active)))
-	// The job's checkpoint was just stored (the first one at intake, or the claim's): the next
-	// is due an interval from now, so a job shorter than that is written once more, when its
-	// last result is merged, with no tick's write in flight to wait for.
-	j.nextDue = time.Now().Add(t.cfg.CheckpointInterval)
+	if j.fresh {
+		t.handing.Add(-1) // counted in nActive now
+	}
+	t.ck.adopted(j)
 	if j.cancelled && !j.complete {
 		t.log.Info("job claimed with a cancel marker", "job", j.id)
 		t.end(j, jobs.StateCancelled, "cancelled by user")
@@ -462,443 +432,4 @@ func (t *term) rescan(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
-func (t *term) checkCancels(ctx context.Context) {
-	for id, j := range t.active {
-		if j.cp.State.Terminal() {
-			continue
-		}
-		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
-			t.cancel(ctx, id, "cancelled by user")
-		}
-	}
-}
-
-// cancel ends a running job as cancelled (or failed, via fail); the terminal checkpoint is
-// written at the next checkpoint tick, then its queued shards are purged.
-func (t *term) cancel(ctx context.Context, id, why string) {
-	j, ok := t.active[id]
-	if !ok {
-		t.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
-		if err := t.ensure(ctx, id); err != nil || t.active[id] == nil {
-			return
-		}
-		j = t.active[id]
-	}
-	t.end(j, jobs.StateCancelled, why)
-}
-
-func (t *term) end(j *job, state jobs.State, why string) {
-	if j.cp.State.Terminal() {
-		return
-	}
-	if j.stopDispatch != nil {
-		j.stopDispatch()
-	}
-	j.cp.State, j.cp.Error, j.dirty = state, why, true
-	t.log.Info("job ending", "job", j.id, "state", state, "reason", why)
-}
-
-func (t *term) onDispatched(ev dispatchEvent) {
-	j, ok := t.active[ev.job]
-	if !ok || j.cp.State.Terminal() {
-		return
-	}
-	if ev.err != nil {
-		t.fail(j, wrapOp("dispatch", ev.err))
-		return
-	}
-	if ev.upto > j.cp.Dispatched {
-		j.cp.Dispatched, j.dirty = ev.upto, true
-	}
-}
-
-// dispatch publishes shards [from, Total) in batches, reporting progress to the loop, and keeps
-// at most DispatchWindow of them dispatched and not merged. Shards come from src as they are
-// needed, so the dispatcher holds its batch and at most one plan page. A publish (or a plan page
-// read) that fails is retried until ctx ends: the shards stream or storage may be briefly
-// unavailable; a plan that cannot be read (a corrupt page) fails the job.
-func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) {
-	id, typ, epoch, total := j.id, j.spec.Type, j.cp.PlanEpoch, j.cp.Total
-	subject := t.bus.ShardTypeSubject(typ, id)
-	per := max(j.cp.ShardsPerMsg, 1)
-	for i := from; i < total; {
-		n := t.room(j, i, total, per)
-		for ; n == 0; n = t.room(j, i, total, per) {
-			select {
-			case <-ctx.Done():
-				return
-			case <-j.progress:
-			}
-		}
-		shards, err := src.shardRange(ctx, i, i+n)
-		if err == nil {
-			batch := make([]bus.Outgoing, 0, n/per+1)
-			for k := i; k < i+n && err == nil; {
-				end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
-				var data []byte
-				if data, err = protocol.EncodeShards(id, typ, epoch, k, shards[k-i:end-i]); err == nil {
-					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
-				}
-				k = end
-			}
-			if err != nil {
-				t.report(ctx, dispatchEvent{job: id, err: err})
-				return
-			}
-			err = t.bus.PublishAll(ctx, batch)
-		} else if _, ok := err.(*UserCodeError); ok || errors.Is(err, jobs.ErrBadCheckpoint) {
-			t.report(ctx, dispatchEvent{job: id, err: err})
-			return
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			t.log.Warn("dispatch batch failed; retrying", "job", id, "from", i, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-			continue
-		}
-		i += n
-		t.report(ctx, dispatchEvent{job: id, upto: i})
-	}
-}
-
-// room is how many shards from i the dispatcher may publish now (whole messages of per
-// shards, or up to total): what the job's window (fair.go) leaves, once that is at least a
-// quarter of the window, so a busy job publishes in a few larger rounds; 0 means wait. With
-// nothing outstanding one message always goes (a message may carry more than the window).
-func (t *term) room(j *job, i, total, per int) int {
-	if g := int(j.gate.Load()) - 1; g >= 0 { // a keyed job's reduce tasks wait (keyed.go)
-		if i >= g {
-			return 0
-		}
-		total = min(total, g)
-	}
-	n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
-	m := int(j.merged.Load())
-	window := int(j.window.Load())
-	free := window - max(i-m, 0)
-	if i > m && free < min(n, max(window/4, per)) {
-		return 0
-	}
-	return min(n, max(free/per*per, per))
-}
-
-func (t *term) report(ctx context.Context, ev dispatchEvent) {
-	select {
-	case t.dispatched <- ev:
-	case <-ctx.Done():
-	}
-}
-
-// onResult merges the results of one message (one result, or a batch of one job's), exactly once:
-// a result is merged only if its shard is not in the done-bitmap and its epoch is the job's plan
-// epoch; the message is acknowledged only after the checkpoint that includes every result it
-// merged is written. A message that changes nothing is acknowledged at once; one with a result
-// that cannot be merged yet (its large partial unreadable) is handed back whole, and the results
-// of it already merged come back as duplicates, which are dropped.
-func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
-	rs, err := protocol.DecodeResults(d.Data())
-	if err != nil {
-		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
-		t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Err: err})
-		if derr := t.bus.DeadLetter(ctx, "results", d.Data(), err.Error()); derr != nil {
-			_ = d.Nak(time.Second)
-			return nil
-		}
-		_ = d.Term(err.Error())
-		return nil
-	}
-	id := rs[0].Job // a batch holds one job's results
-	j, ok := t.active[id]
-	if !ok {
-		if _, seen := t.finished[id]; !seen && t.resultStored(ctx, id) {
-			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
-			// window): one read, no claim and no clean-up writes.
-			t.finished[id] = jobs.StateSucceeded
-		}
-		if _, seen := t.finished[id]; !seen {
-			if err := t.ensure(ctx, id); err != nil {
-				return err
-			}
-		}
-		if j, ok = t.active[id]; !ok {
-			_ = d.Ack() // the job ended (or was never planned): nothing to merge into
-			return nil
-		}
-	}
-	hold, retry := false, false
-	for _, r := range rs {
-		switch t.mergeOne(ctx, j, r) {
-		case mergeKept:
-			hold = true
-		case mergeRetry:
-			retry = true
-		}
-	}
-	switch {
-	case retry:
-		_ = d.Nak(time.Second)
-	case hold:
-		j.acks = append(j.acks, d)
-		t.pending++
-	default:
-		_ = d.Ack()
-	}
-	if j.mapPhaseDone() && !j.writing && j.cp.State == jobs.StateRunning {
-		t.startWrite(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
-	}
-	if j.complete && j.cp.State == jobs.StateRunning && !j.writing {
-		// The last result: finish now, not at the next tick (the final checkpoint carries the
-		// result; it is as fenced as any other). A write in flight does it when it is stored.
-		t.startWrite(ctx, j)
-	}
-	return nil
-}
-
-type mergeOutcome int
-
-const (
-	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
-	mergeKept                        // changed the job: ack after the next checkpoint
-	mergeRetry                       // cannot be merged now: hand the message back
-)
-
-// mergeOne merges one result into j, or says why not.
-func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) mergeOutcome {
-	switch {
-	case r.Epoch != j.cp.PlanEpoch:
-		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
-		return mergeDropped
-	case r.Index >= j.cp.Total:
-		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s: outside the plan of %d shards", r.Index, r.Job, j.cp.Total))
-	case j.cp.State.Terminal():
-		return mergeDropped
-	case j.done.Contains(uint32(r.Index)):
-		j.cp.Duplicates++
-		t.cfg.Metrics.DuplicateDropped()
-		j.dirty = true
-		return mergeKept
-	case r.Error != "":
-		t.end(j, jobs.StateFailed, r.Error)
-		return mergeKept
-	}
-	partial := r.Partial
-	if r.Ref != "" {
-		var err error
-		if partial, _, err = t.store.Get(ctx, r.Ref); err != nil {
-			t.log.Warn("reading a large partial failed; result redelivered later", "job", r.Job, "ref", r.Ref, "err", err)
-			return mergeRetry
-		}
-	}
-	if ka := j.keyedOf(); ka != nil {
-		// A keyed job's result is its task's commit (keyed.go).
-		if out, ok := t.keyedCommit(ctx, j, ka, r, partial); !ok {
-			return out
-		}
-	} else if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
-		var ue *UserCodeError
-		if errors.As(err, &ue) {
-			// It panicked: the aggregate may be half-updated. The job fails, and its terminal
-			// checkpoint stores no aggregate.
-			t.fail(j, fmt.Errorf("shard %d: %w", r.Index, err))
-			return mergeKept
-		}
-		// The aggregate is unchanged (jobs.Aggregate's contract) and the shard stays missing:
-		// its real result, or self-repair, completes it.
-		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s cannot be merged: %v", r.Index, r.Job, err))
-	}
-	j.done.Add(uint32(r.Index))
-	t.cfg.Metrics.ResultMerged()
-	j.mergedOne()
-	j.dirty = true
-	j.bk.merged(j.done, r.Index, r.Micros, time.Now())
-	if t.merged++; t.merged == 1 {
-		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
-		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
-	}
-	if int(j.done.GetCardinality()) == j.cp.Total && t.keyedVerified(ctx, j) { // keyed.go
-		j.complete = true
-	}
-	return mergeKept
-}
-
-// checkpointAll writes every dirty job at once (in parallel), then acknowledges the results each
-// write covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
-func (t *term) checkpointAll(ctx context.Context) error {
-	var dirty []*job
-	for _, j := range t.active {
-		if j.dirty || j.complete && !j.cp.State.Terminal() {
-			dirty = append(dirty, j)
-		}
-	}
-	return t.checkpoint(ctx, dirty)
-}
-
-// checkpointDirty starts background writes of the dirty jobs that have none in flight: all of
-// them, or only those whose checkpoint is due (see nextDue) and those that ended or completed.
-// The loop merges on meanwhile; each write's outcome comes back to commit.
-func (t *term) checkpointDirty(ctx context.Context, all bool) {
-	now := time.Now()
-	for _, j := range t.active {
-		if j.writing {
-			continue
-		}
-		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
-		if ending || j.dirty && (all || !now.Before(j.nextDue)) {
-			t.startWrite(ctx, j)
-		}
-	}
-}
-
-// startWrite encodes j's checkpoint now and stores it in the background. The results merged so
-// far go with it, to be acknowledged once it is stored.
-func (t *term) startWrite(ctx context.Context, j *job) {
-	s, err := t.prepare(j)
-	if err != nil {
-		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
-		return
-	}
-	s.acks, j.acks = j.acks, nil
-	j.dirty, j.writing = false, true
-	t.inflight++
-	t.writers.Add(1)
-	go func() {
-		defer t.writers.Done()
-		etag, err := t.put(ctx, s)
-		t.writes <- written{s: s, etag: etag, err: err}
-	}()
-}
-
-// commit takes a background write's outcome: on success the job's checkpoint is the snapshot,
-// the results it covers are acknowledged, and an ended job retires; on failure the results wait
-// for the next write (a deposed leader stops). follow starts the next write of a job that
-// completed or ended while this one was in flight.
-func (t *term) commit(ctx context.Context, w written, follow bool) error {
-	j := w.s.j
-	j.writing = false
-	if w.err != nil {
-		j.acks = append(w.s.acks, j.acks...)
-		j.dirty = true
-		var ue *UserCodeError
-		if errors.As(w.err, &ue) {
-			// The job's code failed encoding its aggregate: the job fails; its terminal
-			// checkpoint holds no aggregate.
-			t.fail(j, w.err)
-			if follow {
-				t.startWrite(ctx, j)
-			}
-			return nil
-		}
-		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
-			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
-		}
-		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
-		return nil
-	}
-	t.apply(w.s, w.etag)
-	t.keyedStored(ctx, j, w.s) // keyed.go
-	j.nextDue = t.due(time.Since(w.s.start))
-	for _, d := range w.s.acks {
-		_ = d.Ack()
-	}
-	t.pending -= len(w.s.acks)
-	if j.cp.State.Terminal() && !j.dirty {
-		t.retire(ctx, j)
-		return nil
-	}
-	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
-		t.startWrite(ctx, j)
-	}
-	return nil
-}
-
-// Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took
-// c to encode and write is next checkpointed (on the tick) after max(CheckpointInterval, 10c), at
-// most maxIntervalFactor × CheckpointInterval later. A big aggregate is then written less often,
-// instead of stalling merging; acknowledgements wait for it (bounded by CheckpointEvery).
-const (
-	costFactor        = 10
-	maxIntervalFactor = 50
-)
-
-func (t *term) due(cost time.Duration) time.Time {
-	iv := min(max(t.cfg.CheckpointInterval, costFactor*cost), maxIntervalFactor*t.cfg.CheckpointInterval)
-	return time.Now().Add(iv)
-}
-
-// checkpoint writes the given jobs (in parallel), then acknowledges the results each write
-// covers, and hands jobs that ended to clean-up.
-func (t *term) checkpoint(ctx context.Context, dirty []*job) error {
-	if len(dirty) == 0 {
-		return nil
-	}
-	errs := make([]error, len(dirty))
-	costs := make([]time.Duration, len(dirty))
-	var g errgroup.Group
-	g.SetLimit(16)
-	for i, j := range dirty {
-		g.Go(func() error {
-			start := time.Now()
-			errs[i] = t.write(ctx, j)
-			costs[i] = time.Since(start)
-			return nil
-		})
-	}
-	_ = g.Wait()
-	for i, j := range dirty {
-		if err := errs[i]; err != nil {
-			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
-				return fmt.Errorf("%w: %v", ErrDeposed, err)
-			}
-			t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
-			continue
-		}
-		j.nextDue = t.due(costs[i])
-		for _, d := range j.acks {
-			_ = d.Ack()
-		}
-		t.pending -= len(j.acks)
-		j.acks = nil
-		if j.cp.State.Terminal() {
-			t.retire(ctx, j)
-		}
-	}
-	return nil
-}
-
-// retire removes an ended job from the term and cleans up after it in the background.
-func (t *term) retire(ctx context.Context, j *job) {
-	delete(t.active, j.id)
-	t.nActive.Store(int32(len(t.active)))
-	t.rebalance(time.Now()) // its type's other jobs share its budget
-	if len(t.finished) > 100_000 {
-		clear(t.finished)
-	}
-	t.finished[j.id] = j.cp.State
-	if t.afterSeen.Load() {
-		nonBlocking(t.kick, struct{}{})
-	}
-	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
-		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
-	var why error
-	if j.cp.Error != "" {
-		why = errors.New(j.cp.Error)
-	}
-	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
-	cp := j.cp
-	t.cleaning.Store(cp.Job, true)
-	t.cleanups.Add(1)
-	go func() {
-		defer t.cleanups.Done()
-		defer t.cleaning.Delete(cp.Job)
-		t.cleanup(context.WithoutCancel(ctx), &cp)
-	}()
 }

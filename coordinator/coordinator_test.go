@@ -525,7 +525,7 @@ func TestCoordinator_DeposedLeaderCannotCheckpointAndStops(t *testing.T) {
 	}
 	stale := &job{id: id, cp: j2.cp, etag: staleETag, agg: j2.agg, done: j2.done.Clone()}
 	stale.done.Add(5)
-	if err := c.newTerm(1).write(ctx, stale); !errors.Is(err, ErrDeposed) {
+	if err := c.newTerm(1).ck.now(ctx, stale); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("deposed leader's checkpoint write: %v, want ErrDeposed", err)
 	}
 	if st, _ := r.cl.Status(ctx, id); st.ShardsDone != 1 || st.Epoch != 2 {
@@ -700,7 +700,7 @@ func TestDue_AdaptsToCheckpointCost(t *testing.T) {
 		{100 * time.Millisecond, time.Second},      // costly: 10 × its cost
 		{10 * time.Second, 10 * time.Second},       // capped at 50 × the interval
 	} {
-		got := time.Until(tm.due(c.cost))
+		got := time.Until(newCheckpointer(tm).due(c.cost))
 		if got > c.want || got < c.want-time.Second/10 {
 			t.Errorf("due after a %v checkpoint in %v, want %v", c.cost, got, c.want)
 		}

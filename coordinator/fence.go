@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -50,4 +51,25 @@ func (t *term) fenced(cp *protocol.Checkpoint) error {
 			ErrDeposed, cp.Job, writerName(cp), t.name(), cp.WriterEpoch)
 	}
 	return nil
+}
+
+// conflict explains a failed conditional write: a higher epoch means this leader is deposed; a
+// lower one (possible only while claiming) means a deposed leader wrote late: re-read.
+func (t *term) conflict(ctx context.Context, id string) error {
+	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return fmt.Errorf("%w: checkpoint of %s changed and cannot be re-read: %v", ErrDeposed, id, err)
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		return fmt.Errorf("%w: checkpoint of %s changed: %v", ErrDeposed, id, err)
+	}
+	if cp.WriterEpoch < t.epoch {
+		t.sawEpoch(cp.WriterEpoch)
+		return errRetryClaim
+	}
+	if err := t.fenced(cp); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the checkpoint of %s changed under a write of this term (%s)", ErrDeposed, id, t.name())
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -28,11 +27,22 @@ import (
 //
 // The messages of one receive are taken in side by side (intakeBatch); a receive asks for no
 // more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
+// The next receive starts once a batch's jobs are handed over: the batch's tails (active
+// markers, message deletes) run on beside it, at most tailsMax batches of them.
 func (t *term) intake(ctx context.Context) {
 	ahead := map[string]*lookahead{}
-	var handed activeFloor
+	var tails sync.WaitGroup
+	defer tails.Wait()
+	slots := make(chan struct{}, tailsMax)
 	for ctx.Err() == nil {
-		free := t.cfg.MaxActiveJobs - handed.active(int(t.nActive.Load()))
+		// Wait for a free slot; it is taken below, once a receive has messages.
+		select {
+		case slots <- struct{}{}:
+			<-slots
+		case <-ctx.Done():
+			return
+		}
+		free := t.cfg.MaxActiveJobs - t.activeJobs()
 		if free <= 0 {
 			t.idle(ctx, ahead)
 			continue
@@ -52,58 +62,54 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
-		before := int(t.nActive.Load())
 		stop := t.keepHidden(ctx, msgs)
-		n := t.intakeBatch(ctx, msgs, ahead)
-		stop()
-		handed.set(before + n)
+		slots <- struct{}{}
+		rest := t.intakeBatch(ctx, msgs, ahead)
+		tails.Add(1)
+		go func() {
+			defer tails.Done()
+			rest()
+			stop()
+			<-slots
+		}()
 	}
 }
 
-// activeFloor is how many jobs are active at least, counting those intake handed to the main loop
-// that it may not have adopted yet (nActive is stored when it adopts them).
-type activeFloor struct {
-	n  int
-	at time.Time
-}
+// tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
+const tailsMax = 2
 
-// adoptWithin bounds the main loop's adoption of a job it received: the floor is forgotten after it.
-const adoptWithin = 250 * time.Millisecond
-
-func (f *activeFloor) set(n int) { f.n, f.at = n, time.Now() }
-
-func (f *activeFloor) active(nActive int) int {
-	if time.Since(f.at) > adoptWithin {
-		return nActive
-	}
-	return max(nActive, f.n)
-}
+// activeJobs is how many jobs are active, counting those intake is handing to the main loop
+// (t.handing: counted before the hand-over, uncounted when the loop adopts them). A job in
+// between may count twice for a moment, never zero times.
+func (t *term) activeJobs() int { return int(t.nActive.Load() + t.handing.Load()) }
 
 // intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
 // goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
-// the queue's order. It returns how many jobs it handed over.
-func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) int {
+// the queue's order. It returns once every message has handed over its job or given up; rest
+// waits for what the messages still do (markers, deletes).
+func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (rest func()) {
 	var wg sync.WaitGroup
-	var handed atomic.Int32
 	prev := make(chan struct{})
 	close(prev)
+	turns := make([]chan struct{}, 0, len(msgs))
 	for _, m := range msgs {
 		id := strings.TrimSpace(m.Text)
 		la := ahead[id]
 		delete(ahead, id)
 		tn := &turn{prev: prev, mine: make(chan struct{})}
 		prev = tn.mine
+		turns = append(turns, tn.mine)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer tn.done()
-			if t.intakeOne(ctx, m, la, tn) {
-				handed.Add(1)
-			}
+			t.intakeOne(ctx, m, la, tn)
 		}()
 	}
-	wg.Wait()
-	return int(handed.Load())
+	for _, c := range turns {
+		<-c // past its hand-over (or given up)
+	}
+	return wg.Wait
 }
 
 // turn orders the hand-over of a batch's jobs to the main loop: each waits for the one before.
@@ -321,17 +327,19 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 		}
 		t.deleteMsg(mctx, m)
 	}()
-	j.etag = etag
+	j.etag, j.fresh = etag, true
 	t.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
 	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
 	if !tn.wait(ctx) {
 		return false
 	}
 	defer tn.done()
+	t.handing.Add(1) // uncounted by adopt
 	select {
 	case t.newJobs <- j:
 		return true
 	case <-ctx.Done():
+		t.handing.Add(-1)
 		return false
 	}
 }

@@ -557,8 +557,8 @@ func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedAgg, lost ma
 		ka.verified = true
 		if int(j.done.GetCardinality()) == j.cp.Total {
 			j.complete, j.dirty = true, true
-			if !j.writing {
-				t.startWrite(ctx, j)
+			if !j.w.writing {
+				t.ck.start(ctx, j)
 			}
 		}
 		return

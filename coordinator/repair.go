@@ -23,7 +23,7 @@ import (
 // or a purge breaks that: a shard is then nowhere, and nothing would ever bring it back.
 //
 // So every RepairInterval the leader looks at each running job that has made no progress since
-// the last look: when neither stream holds a message of the job, twice in a row with no merge in
+// the last look (reading the streams off its main loop): when neither stream holds a message of the job, twice in a row with no merge in
 // between (a result moving from one stream to the other between two reads cannot fool two
 // checks), the shards dispatched and not merged are missing. They are dispatched once more,
 // RepairMaxShards at most per round, with message ids of their own (RepairShardMsgID), so
@@ -41,34 +41,84 @@ type repairState struct {
 	refused   string // why the job's last refused result was dead-lettered
 }
 
-// repair looks at every running job once (see above).
+// repairLook is one job's look: the shards merged when it began, and how many messages of the
+// job the two streams held.
+type repairLook struct {
+	id      string
+	done    int
+	backlog uint64
+}
+
+// repair starts a look at every running job that made no progress since the last one (see
+// above). The streams are read off the loop, one job after another, and the looks come back on
+// t.looked (onLooked); one pass runs at a time.
 func (t *term) repair(ctx context.Context) {
+	if t.looking {
+		return
+	}
+	var looks []repairLook
 	for _, j := range t.active {
 		if j.complete || j.cp.State.Terminal() || j.cp.Dispatched == 0 {
 			continue
 		}
 		done := int(j.done.GetCardinality())
 		if done != j.rep.seenDone {
-			j.rep.seenDone, j.rep.idle = done, 0
-			if done > j.rep.doneRound {
-				j.rep.rounds = 0
-			}
+			j.rep.progressed(done)
 			continue
 		}
-		// Shards first, results second: a worker publishes a shard's result before it
-		// acknowledges the shard, so a shard cannot slip between the two reads unseen.
-		bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		shards, results, err := t.bus.JobBacklog(bctx, j.id)
-		cancel()
-		if err != nil {
-			// NATS is unreachable or slow: stop this pass, so the loop waits at most one
-			// timeout for it (the next pass tries again).
-			if ctx.Err() == nil {
-				t.log.Warn("self-repair: cannot read the streams' state", "job", j.id, "err", err)
+		looks = append(looks, repairLook{id: j.id, done: done})
+	}
+	if len(looks) == 0 {
+		return
+	}
+	t.looking = true
+	t.dispatchers.Add(1)
+	go func() {
+		defer t.dispatchers.Done()
+		for i := range looks {
+			// Shards first, results second: a worker publishes a shard's result before it
+			// acknowledges the shard, so a shard cannot slip between the two reads unseen.
+			bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			shards, results, err := t.bus.JobBacklog(bctx, looks[i].id)
+			cancel()
+			if err != nil {
+				// NATS is unreachable or slow: stop this pass (the next one tries again).
+				if ctx.Err() == nil {
+					t.log.Warn("self-repair: cannot read the streams' state", "job", looks[i].id, "err", err)
+				}
+				looks = looks[:i]
+				break
 			}
-			return
+			looks[i].backlog = shards + results
 		}
-		if shards+results > 0 {
+		t.looked <- looks // buffered: the one pass in flight never blocks
+	}()
+}
+
+// progressed records a merge seen by a look.
+func (r *repairState) progressed(done int) {
+	r.seenDone, r.idle = done, 0
+	if done > r.doneRound {
+		r.rounds = 0
+	}
+}
+
+// onLooked takes a pass's looks in the loop: a job that merged meanwhile made progress; one that
+// neither stream held twice in a row with no merge in between has its missing shards dispatched
+// again.
+func (t *term) onLooked(ctx context.Context, looks []repairLook) {
+	t.looking = false
+	for _, l := range looks {
+		j, ok := t.active[l.id]
+		if !ok || j.complete || j.cp.State.Terminal() {
+			continue
+		}
+		done := int(j.done.GetCardinality())
+		if done != l.done {
+			j.rep.progressed(done)
+			continue
+		}
+		if l.backlog > 0 {
 			j.rep.idle = 0
 			continue
 		}
@@ -76,44 +126,49 @@ func (t *term) repair(ctx context.Context) {
 			continue
 		}
 		j.rep.idle = 0
-		missing := roaring.Flip(j.done, 0, uint64(j.cp.Dispatched))
-		if missing.IsEmpty() {
-			continue // the dispatcher is between batches
-		}
-		if j.rep.rounds >= t.cfg.RepairRounds {
-			why := fmt.Sprintf("self-repair: %s never completed after %d re-dispatches without progress (not queued, running or waiting as results)",
-				shardList(missing), j.rep.rounds)
-			if j.rep.refused != "" {
-				why += "; last refused result: " + j.rep.refused
-			}
-			t.log.Error("self-repair gave up; job failed", "job", j.id, "missing", missing.GetCardinality(), "rounds", j.rep.rounds)
-			t.end(j, jobs.StateFailed, why)
-			continue
-		}
-		var idx []int
-		for it := missing.Iterator(); it.HasNext() && len(idx) < t.cfg.RepairMaxShards; {
-			idx = append(idx, int(it.Next()))
-		}
-		j.rep.rounds++
-		j.rep.round++
-		j.rep.doneRound = done
-		t.log.Warn("self-repair: shards neither merged, queued, running nor waiting as results; dispatching them again",
-			"job", j.id, "missing", missing.GetCardinality(), "dispatching", len(idx), "round", j.rep.round, "shards", shardList(missing))
-		t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Count: len(idx)})
-		per := max(j.cp.ShardsPerMsg, 1)
-		src, err := t.source(j)
-		if err != nil {
-			t.log.Warn("self-repair: plan", "job", j.id, "err", err)
-			continue
-		}
-		t.dispatchers.Add(1)
-		// The round's id is a clock stamp, not the count: a later term (its count restarted)
-		// must not reuse an id JetStream still remembers.
-		go func(id, typ string, epoch uint64, round int) {
-			defer t.dispatchers.Done()
-			t.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
-		}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()))
+		t.repairJob(ctx, j, done)
 	}
+}
+
+// repairJob dispatches j's missing shards once more, or fails j after RepairRounds rounds.
+func (t *term) repairJob(ctx context.Context, j *job, done int) {
+	missing := roaring.Flip(j.done, 0, uint64(j.cp.Dispatched))
+	if missing.IsEmpty() {
+		return // the dispatcher is between batches
+	}
+	if j.rep.rounds >= t.cfg.RepairRounds {
+		why := fmt.Sprintf("self-repair: %s never completed after %d re-dispatches without progress (not queued, running or waiting as results)",
+			shardList(missing), j.rep.rounds)
+		if j.rep.refused != "" {
+			why += "; last refused result: " + j.rep.refused
+		}
+		t.log.Error("self-repair gave up; job failed", "job", j.id, "missing", missing.GetCardinality(), "rounds", j.rep.rounds)
+		t.end(j, jobs.StateFailed, why)
+		return
+	}
+	var idx []int
+	for it := missing.Iterator(); it.HasNext() && len(idx) < t.cfg.RepairMaxShards; {
+		idx = append(idx, int(it.Next()))
+	}
+	j.rep.rounds++
+	j.rep.round++
+	j.rep.doneRound = done
+	t.log.Warn("self-repair: shards neither merged, queued, running nor waiting as results; dispatching them again",
+		"job", j.id, "missing", missing.GetCardinality(), "dispatching", len(idx), "round", j.rep.round, "shards", shardList(missing))
+	t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Count: len(idx)})
+	per := max(j.cp.ShardsPerMsg, 1)
+	src, err := t.source(j)
+	if err != nil {
+		t.log.Warn("self-repair: plan", "job", j.id, "err", err)
+		return
+	}
+	t.dispatchers.Add(1)
+	// The round's id is a clock stamp, not the count: a later term (its count restarted)
+	// must not reuse an id JetStream still remembers.
+	go func(id, typ string, epoch uint64, round int) {
+		defer t.dispatchers.Done()
+		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
+	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()))
 }
 
 // dispatchRepair publishes the given shards (ascending) of the job's plan once more, made or read

@@ -13,15 +13,19 @@ import (
 // ResultStored. The rewrite is If-Match on the checkpoint as read with its status record, and
 // only if that record is this checkpoint's (same seq and writer epoch): a checkpoint anyone
 // changed since is left as it is (its result then stays in both, as before). The status record
-// is kept as it was. A failure here costs only space.
-func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint) {
+// is kept as it was. A failure here costs only space. The term that stored the final checkpoint
+// knows its ETag and record (here), and reads neither.
+func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
 	if len(cp.Result) == 0 {
 		return
 	}
 	name := protocol.CheckpointBlob(cp.Job)
-	p, err := t.store.Props(ctx, name)
-	if err != nil {
-		return
+	p := store.Props{ETag: here.etag, Meta: here.meta}
+	if p.ETag == "" {
+		var err error
+		if p, err = t.store.Props(ctx, name); err != nil {
+			return
+		}
 	}
 	rec, err := protocol.DecodeStatusRecord(p.Meta)
 	if err != nil || rec.Seq != cp.Seq || rec.Epoch != cp.WriterEpoch || rec.State != cp.State {

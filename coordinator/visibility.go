@@ -18,7 +18,8 @@ type Extender interface {
 var _ Extender = (*queue.Queue)(nil)
 
 // hidden keeps one received batch hidden while intake plans it. Deleting a message goes through
-// it, under the same lock as an extension, so a delete always uses the latest pop receipt.
+// it, under the same lock as an extension, so a delete always uses the latest pop receipt. The
+// batches of successive receives may overlap: t.hiding finds a message's own.
 type hidden struct {
 	mu   sync.Mutex
 	msgs map[string]queue.Message // by id: received, not yet deleted
@@ -34,8 +35,8 @@ func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func(
 	h := &hidden{msgs: make(map[string]queue.Message, len(msgs))}
 	for _, m := range msgs {
 		h.msgs[m.ID] = m
+		t.hiding.Store(m.ID, h)
 	}
-	t.hiding.Store(h)
 	kctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -62,17 +63,20 @@ func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func(
 	return func() {
 		cancel()
 		<-done
-		t.hiding.Store(nil)
+		for _, m := range msgs {
+			t.hiding.CompareAndDelete(m.ID, h)
+		}
 	}
 }
 
 // latest returns m with the newest pop receipt and forgets it (it is being deleted); the caller
 // deletes while holding the returned unlock.
 func (t *term) latest(m queue.Message) (queue.Message, func()) {
-	h := t.hiding.Load()
-	if h == nil {
+	v, ok := t.hiding.Load(m.ID)
+	if !ok {
 		return m, func() {}
 	}
+	h := v.(*hidden)
 	h.mu.Lock()
 	if n, ok := h.msgs[m.ID]; ok {
 		m = n

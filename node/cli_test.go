@@ -437,6 +437,17 @@ func TestCommands_Cluster(t *testing.T) {
 		if code, out, _ = run(t, stock, "status", "--limit", "1", "--json"); code != 0 || strings.Count(out, `"shards_total"`) != 1 {
 			t.Fatalf("status --limit 1: exit %d\n%s", code, out)
 		}
+		// Pages: the first names the cursor of the next, which lists an older job.
+		code, out, _ = run(t, stock, "status", "--limit", "1")
+		next := regexp.MustCompile(`(?m)^older jobs: worker status --before (\S+)$`).FindStringSubmatch(out)
+		if code != 0 || next == nil {
+			t.Fatalf("status --limit 1: exit %d, no cursor of the next page\n%s", code, out)
+		}
+		var older statusJSON
+		code, out, _ = run(t, stock, "status", "--limit", "1", "--before", next[1], "--json")
+		if err := json.Unmarshal([]byte(out), &older); err != nil || code != 0 || len(older.Jobs) != 1 || older.Jobs[0].ID >= next[1] {
+			t.Fatalf("status --before %s: %v\n%s", next[1], err, out)
+		}
 		for _, bad := range [][]string{{"--state", "done"}, {"--since", "yesterday"}, {"--limit", "100000"}, {squaresID, "--state", "failed"}} {
 			if code, _, stderr := run(t, stock, append([]string{"status"}, bad...)...); code != 2 {
 				t.Errorf("status %v: exit %d, want 2\n%s", bad, code, stderr)

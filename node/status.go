@@ -21,6 +21,7 @@ type statusFlags struct {
 	json              bool
 	limit             int
 	state, typ, since string
+	before            string
 	fs                *flagSet
 }
 
@@ -32,12 +33,13 @@ func (n *Node) newStatusFlags() *statusFlags {
 	f.fs.StringVar(&f.state, "state", "", "only jobs in this state: queued, running, succeeded, failed, cancelled or unreadable")
 	f.fs.StringVar(&f.typ, "type", "", "only jobs of this type")
 	f.fs.StringVar(&f.since, "since", "", "only jobs submitted since this time (2026-11-21T12:00:00Z) or this long ago (90m)")
+	f.fs.StringVar(&f.before, "before", "", "the next page: only jobs older than this job id (the cursor the previous page printed)")
 	return f
 }
 
 // filter is the client.Filter the flags describe.
 func (f *statusFlags) filter() (client.Filter, error) {
-	cf := client.Filter{State: jobs.State(f.state), Type: f.typ, Limit: f.limit}
+	cf := client.Filter{State: jobs.State(f.state), Type: f.typ, Limit: f.limit, Before: f.before}
 	if f.since != "" {
 		t, err := observe.ParseSince(f.since, time.Now())
 		if err != nil {
@@ -58,6 +60,7 @@ type leaderJSON struct {
 type statusJSON struct {
 	Leader *leaderJSON      `json:"leader"`
 	Jobs   []*client.Status `json:"jobs"`
+	Next   string           `json:"next,omitempty"` // --before of the next page
 }
 
 func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -77,8 +80,8 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if f.fs.NArg() == 1 && (f.state != "" || f.typ != "" || f.since != "") {
-		return usageErr("--state, --type and --since filter the job list: give them without a job id")
+	if f.fs.NArg() == 1 && (f.state != "" || f.typ != "" || f.since != "" || f.before != "") {
+		return usageErr("--state, --type, --since and --before filter the job list: give them without a job id")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -122,7 +125,7 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 		}
 	}
 	// Oldest first, the newest at the bottom, as a log reads.
-	out := statusJSON{Leader: leader, Jobs: []*client.Status{}}
+	out := statusJSON{Leader: leader, Jobs: []*client.Status{}, Next: page.Next}
 	for i := len(page.Jobs) - 1; i >= 0; i-- {
 		out.Jobs = append(out.Jobs, &page.Jobs[i])
 	}
@@ -131,6 +134,9 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	printLeader(stdout, leader)
 	printJobs(stdout, out.Jobs)
+	if page.Next != "" {
+		fmt.Fprintf(stdout, "older jobs: worker status --before %s\n", page.Next)
+	}
 	return nil
 }
 

@@ -1,0 +1,129 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
+func (t *term) checkCancels(ctx context.Context) {
+	for id, j := range t.active {
+		if j.cp.State.Terminal() {
+			continue
+		}
+		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
+			t.cancel(ctx, id, "cancelled by user")
+		}
+	}
+}
+
+// cancel ends a running job as cancelled (or failed, via fail); the terminal checkpoint is
+// written at the next checkpoint tick, then its queued shards are purged.
+func (t *term) cancel(ctx context.Context, id, why string) {
+	j, ok := t.active[id]
+	if !ok {
+		t.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
+		if err := t.ensure(ctx, id); err != nil || t.active[id] == nil {
+			return
+		}
+		j = t.active[id]
+	}
+	t.end(j, jobs.StateCancelled, why)
+}
+
+func (t *term) end(j *job, state jobs.State, why string) {
+	if j.cp.State.Terminal() {
+		return
+	}
+	if j.stopDispatch != nil {
+		j.stopDispatch()
+	}
+	j.cp.State, j.cp.Error, j.dirty = state, why, true
+	t.log.Info("job ending", "job", j.id, "state", state, "reason", why)
+}
+
+// retire removes an ended job from the term and cleans up after it in the background.
+func (t *term) retire(ctx context.Context, j *job) {
+	delete(t.active, j.id)
+	t.nActive.Store(int32(len(t.active)))
+	t.rebalance(time.Now()) // its type's other jobs share its budget
+	if len(t.finished) > 100_000 {
+		clear(t.finished)
+	}
+	t.finished[j.id] = j.cp.State
+	if t.afterSeen.Load() {
+		nonBlocking(t.kick, struct{}{})
+	}
+	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
+		"duplicates", j.cp.Duplicates, "error", j.cp.Error)
+	var why error
+	if j.cp.Error != "" {
+		why = errors.New(j.cp.Error)
+	}
+	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
+	cp := j.cp
+	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs}
+	t.cleaning.Store(cp.Job, true)
+	t.cleanups.Add(1)
+	go func() {
+		defer t.cleanups.Done()
+		defer t.cleaning.Delete(cp.Job)
+		t.clean(context.WithoutCancel(ctx), &cp, here)
+	}()
+}
+
+// endedHere is what the term that ended a job knows of it, which spares its clean-up reads.
+type endedHere struct {
+	etag store.ETag        // the final checkpoint's ETag ("": not known)
+	meta map[string]string // the status record stored with it
+	// partials: large partials of the job may exist (their folder is listed). A job this term
+	// planned, and of which no result named one, has none.
+	partials bool
+}
+
+// cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
+// partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
+// rest to the next one (claim calls cleanup for terminal jobs still marked active).
+func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
+	t.clean(ctx, cp, endedHere{partials: true})
+}
+
+// clean is cleanup with what the term that ended the job knows.
+func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
+	id := cp.Job
+	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
+		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
+			t.log.Warn("write result copy", "job", id, "err", err)
+			return // keep the marker: the next pass retries
+		}
+		t.dropResult(ctx, cp, here) // result.go
+	} else if cp.State != jobs.StateSucceeded {
+		if err := t.bus.PurgeJob(ctx, id); err != nil {
+			t.log.Warn("purge shards", "job", id, "err", err)
+		}
+	}
+	if here.partials {
+		if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
+			for _, p := range parts {
+				_ = t.store.Delete(ctx, p.Name)
+			}
+		}
+	}
+	t.deletePlan(ctx, cp)
+	t.cleanupKeyed(ctx, cp) // keyed.go
+	if !t.retryFailed(ctx, cp) {
+		return // keep the marker: the next pass retries (retry.go)
+	}
+	if err := t.markEnded(ctx, cp); err != nil {
+		t.log.Warn("job ended", "job", id, "err", err)
+		return // keep the marker: the next pass retries (retention.go)
+	}
+	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
+		t.log.Warn("delete active marker", "job", id, "err", err)
+	}
+}
