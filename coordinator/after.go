@@ -77,6 +77,13 @@ func (t *term) after(ctx context.Context, m queue.Message, id string, spec *prot
 	if failed {
 		state = jobs.StateFailed
 	}
+	if !failed {
+		// The marker goes first: a checkpoint without it would be lost to a storage rollback.
+		if err := t.mark(ctx, id); err != nil {
+			t.log.Warn("waiting job", "job", id, "err", err)
+			return true
+		}
+	}
 	_, err = t.writeFirst(ctx, id, spec.Type, state, reason, nil)
 	switch {
 	case errors.Is(err, store.ErrExists):
@@ -88,13 +95,8 @@ func (t *term) after(ctx context.Context, m queue.Message, id string, spec *prot
 	t.log.Info("job after others", "job", id, "state", state, "reason", reason)
 	if failed {
 		t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: id, State: string(state), Err: errors.New(reason)})
-		t.deleteMsg(ctx, m)
-		return true
-	}
-	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
-	if err := t.mark(ctx, id); err != nil {
-		t.log.Warn("waiting job", "job", id, "err", err)
-		return true
+	} else {
+		t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
 	}
 	t.deleteMsg(ctx, m)
 	return true

@@ -102,6 +102,7 @@ type term struct {
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
 	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
+	requeued   sync.Map           // marked jobs without a checkpoint: first seen, or true once queued again (job.go)
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
 	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
 	looking    bool               // a self-repair pass runs

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/queue"
@@ -296,13 +294,17 @@ func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *pr
 
 // commitPlanned stores the job's first checkpoint and hands the job to the main loop in its turn.
 //
-// The active marker (how the next leader finds the job) is written once the first checkpoint
-// is stored (not beside it: one storage operation fewer ahead of the job on a storage that
-// serves one at a time, as the emulator does), and the job starts without waiting for it: the
-// queue message goes only once both are stored, so a leader that dies in between leaves a
-// message whose next intake finds the checkpoint, stores the marker and claims the job.
+// The active marker (how the next leader finds the job) is stored before the first checkpoint:
+// a storage rollback (the emulator's kill -9) keeps a prefix of the writes, so a checkpoint it
+// keeps has its marker; the other order once left a running job that no leader resumed. A
+// marker it keeps without the checkpoint sends the job back to the queue (claim). The queue
+// message goes once both are stored, after the job is handed over.
 func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
 	id, spec := j.id, j.spec
+	if err := t.mark(ctx, id); err != nil {
+		t.log.Warn("planning a job", "job", id, "err", err)
+		return false // the message comes back
+	}
 	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
 		var ue *UserCodeError
@@ -314,17 +316,10 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 		}
 		return false
 	}
-	// Both finish even if the term ends meanwhile (a graceful handover): the next leader finds
-	// the job by its marker at once, instead of by its message after the visibility timeout.
+	// The delete finishes even if the term ends meanwhile (a graceful handover).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	var g errgroup.Group
-	g.Go(func() error { return t.mark(mctx, id) })
 	defer func() {
 		defer cancel()
-		if err := g.Wait(); err != nil {
-			t.log.Warn("planning a job: the job runs; its queue message stays until the marker is stored", "job", id, "err", err)
-			return
-		}
 		t.deleteMsg(mctx, m)
 	}()
 	j.etag, j.fresh = etag, true

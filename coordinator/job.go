@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -78,6 +79,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 	for try := 0; try < 5; try++ {
 		data, etag, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 		if errors.Is(err, store.ErrNotFound) {
+			t.requeue(ctx, id)
 			return nil, nil
 		}
 		if err != nil {
@@ -213,4 +215,27 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 		return spec, nil, err
 	}
 	return spec, impl, nil
+}
+
+// requeue puts a marked job without a checkpoint back on the queue, once a term: a storage
+// rollback can keep the marker and lose the checkpoint after its message was deleted. It waits
+// until the job has been seen so for two rescan intervals, past an intake between its marker and
+// its checkpoint. A second message is harmless: intake finds the job planned, or plans it once
+// (If-None-Match).
+func (t *term) requeue(ctx context.Context, id string) {
+	now := time.Now()
+	v, _ := t.requeued.LoadOrStore(id, now)
+	first, ok := v.(time.Time)
+	if !ok || now.Sub(first) < 2*t.cfg.RescanInterval {
+		return // queued already, or seen too recently
+	}
+	if ok, err := t.store.Exists(ctx, protocol.SpecBlob(id)); err != nil || !ok {
+		return // unknown: the next rescan asks again; gone: deleted, nothing to run
+	}
+	if err := t.queue.Enqueue(ctx, id); err != nil {
+		t.log.Warn("requeue a marked job without a checkpoint", "job", id, "err", err)
+		return
+	}
+	t.requeued.Store(id, true)
+	t.log.Warn("a marked job had no checkpoint (a storage rollback?); queued again", "job", id)
 }

@@ -29,6 +29,10 @@ import (
 // the queue.
 func (t *term) wait(ctx context.Context, m queue.Message, id, typ string) {
 	reason := t.waitReason(typ)
+	if err := t.mark(ctx, id); err != nil { // first: see commitPlanned
+		t.log.Warn("waiting job", "job", id, "err", err)
+		return
+	}
 	_, err := t.writeFirst(ctx, id, typ, jobs.StateWaiting, reason, nil)
 	switch {
 	case errors.Is(err, store.ErrExists):
@@ -40,10 +44,6 @@ func (t *term) wait(ctx context.Context, m queue.Message, id, typ string) {
 	t.setWaiting(id, true)
 	t.log.Info("job waits for a leader with its type", "job", id, "type", typ, "reason", reason)
 	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
-	if err := t.mark(ctx, id); err != nil {
-		t.log.Warn("waiting job", "job", id, "err", err)
-		return
-	}
 	t.deleteMsg(ctx, m)
 }
 
