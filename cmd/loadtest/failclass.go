@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/harness/report"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -50,58 +50,11 @@ func classTakesOver(class string) bool {
 	return class != scClassNATSRestart && class != scClassNATSNode
 }
 
-// FailClass is one failure class's runs and their distributions. Times are seconds from the
-// fault.
-type FailClass struct {
-	Class string `json:"class"`
-	What  string `json:"what"`
-	Env   string `json:"worker_env,omitempty"`
-	Runs  int    `json:"runs"`
-	Exact int    `json:"exact"`
-	// LeaderChanges over every run; a class without a takeover must have none.
-	LeaderChanges int `json:"leader_changes"`
-	// OldWrites: checkpoints of a deposed leader read after its successor's, over every run.
-	OldWrites int `json:"old_leader_writes_after_break"`
-	// ToLeader: fault → another worker elected. ToFirstMerge: fault → its first merge (or, in
-	// a class without a takeover, → the first checkpoint with more merged than 0.5 s after it).
-	ToLeader     rig.Dist `json:"to_leader_s"`
-	ToFirstMerge rig.Dist `json:"to_first_merge_s"`
-	// Detect: fault → a follower's no_responders or suspected event; Break: → its broke_lease.
-	Detect rig.Dist `json:"detect_s"`
-	Break  rig.Dist `json:"break_s"`
-	// Probe: fault → a follower's first probe of the silent term (its probing event).
-	Probe rig.Dist `json:"probe_s"`
-	// StreamLeader (class-nats-node): node kill → the results stream has a new Raft leader.
-	StreamLeader rig.Dist   `json:"stream_leader_s"`
-	ByProbe      int        `json:"by_probe"` // takeovers confirmed by no responders
-	Results      []ClassRun `json:"results"`
-}
-
-// ClassRun is one job with one fault.
-type ClassRun struct {
-	N             int     `json:"n"`
-	Job           string  `json:"job"`
-	Victim        string  `json:"victim"`
-	Epoch         uint64  `json:"epoch"`
-	Done          int     `json:"done"` // merged at the fault
-	NewLeader     string  `json:"new_leader,omitempty"`
-	NewEpoch      uint64  `json:"new_epoch,omitempty"`
-	Path          string  `json:"path,omitempty"` // no_responders, suspected
-	ProbeS        float64 `json:"probe_s,omitempty"`
-	DetectS       float64 `json:"detect_s,omitempty"`
-	BreakS        float64 `json:"break_s,omitempty"`
-	ToLeaderS     float64 `json:"to_leader_s,omitempty"`
-	ToFirstMergeS float64 `json:"to_first_merge_s,omitempty"`
-	StreamLeaderS float64 `json:"stream_leader_s,omitempty"`
-	HealedS       float64 `json:"healed_s,omitempty"`
-	// OldWrites counts checkpoints of the victim's epoch read after one of the new leader's:
-	// writes of the deposed leader after the break (fencing makes it 0).
-	OldWrites     int     `json:"old_leader_writes_after_break"`
-	LeaderChanges int     `json:"leader_changes"`
-	MakespanS     float64 `json:"makespan_s"`
-	Exact         bool    `json:"exact"`
-	Error         string  `json:"error,omitempty"`
-}
+// FailClass and ClassRun are the report's (package report).
+type (
+	FailClass = report.FailClass
+	ClassRun  = report.ClassRun
+)
 
 // errNoFault: a run ended before its fault could hit; it is run again.
 var errNoFault = errors.New("no fault")
@@ -172,7 +125,7 @@ func (r *runner) failClass(ctx context.Context, class string) (*FailClass, error
 		}
 		n++
 	}
-	out.summarize()
+	out.Summarize()
 	return out, runErr
 }
 
@@ -394,42 +347,6 @@ func (cr *classRig) killStreamLeader(ctx context.Context, run *ClassRun) (struck
 	return struck, time.Now(), nil
 }
 
-// summarize fills the distributions from the runs.
-func (fc *FailClass) summarize() {
-	var toLeader, toMerge, detect, brk, stream, probe []float64
-	for _, r := range fc.Results {
-		fc.Runs++
-		if r.Exact {
-			fc.Exact++
-		}
-		fc.LeaderChanges += r.LeaderChanges
-		fc.OldWrites += r.OldWrites
-		if r.NewEpoch != 0 {
-			toLeader = append(toLeader, r.ToLeaderS)
-		}
-		if r.ToFirstMergeS > 0 {
-			toMerge = append(toMerge, r.ToFirstMergeS)
-		}
-		if r.Path != "" {
-			detect = append(detect, r.DetectS)
-		}
-		if r.Path == string(election.EventNoResponders) {
-			fc.ByProbe++
-		}
-		if r.BreakS > 0 {
-			brk = append(brk, r.BreakS)
-		}
-		if r.ProbeS > 0 {
-			probe = append(probe, r.ProbeS)
-		}
-		if r.StreamLeaderS > 0 {
-			stream = append(stream, r.StreamLeaderS)
-		}
-	}
-	fc.ToLeader, fc.ToFirstMerge, fc.Detect = rig.Summarize(toLeader), rig.Summarize(toMerge), rig.Summarize(detect)
-	fc.Break, fc.StreamLeader, fc.Probe = rig.Summarize(brk), rig.Summarize(stream), rig.Summarize(probe)
-}
-
 // describeClassRun is the one-line account of a run for the progress display.
 func describeClassRun(class string, r ClassRun) string {
 	s := fmt.Sprintf("%s run %d: %s (epoch %d) at %d merged", class, r.N, r.Victim, r.Epoch, r.Done)
@@ -473,28 +390,6 @@ func classTargets(cfg *Config, rep *Report, add func(name, want string, value fl
 			add("R3 node leading the results stream killed: JetStream's own election p90 (reported)", "reported", fc.StreamLeader.P90, " s", exact, false,
 				fmt.Sprintf("%s; %d leader changes", note, fc.LeaderChanges))
 		}
-	}
-}
-
-// writeFailClasses writes the failure classes' table.
-func writeFailClasses(w io.Writer, rep *Report) {
-	if len(rep.FailClasses) == 0 {
-		return
-	}
-	m := rig.Markdown{W: w}
-	p, d := m.P, rig.P50P90
-	m.Section("Takeover by failure class")
-	p("Seconds from the fault, p50 / p90. First merge: the new leader's; without a takeover, the first checkpoint with more merged than 0.5 s after the fault (checkpoints every 0.2 s, read every 50 ms).")
-	p("")
-	m.Table("class", "what", "runs", "exact", "leader changes", "→ first probe", "→ detected", "→ lease broken", "→ new leader", "→ first merge",
-		"JetStream election", "probe path", "old leader's writes after the break")
-	for _, fc := range rep.FailClasses {
-		what := fc.What
-		if fc.Env != "" {
-			what += " (" + fc.Env + ")"
-		}
-		p("| %s | %s | %d | %d | %d | %s | %s | %s | %s | %s | %s | %d | %d |", fc.Class, what, fc.Runs, fc.Exact, fc.LeaderChanges,
-			d(fc.Probe), d(fc.Detect), d(fc.Break), d(fc.ToLeader), d(fc.ToFirstMerge), d(fc.StreamLeader), fc.ByProbe, fc.OldWrites)
 	}
 }
 

@@ -54,7 +54,7 @@ func TestFailClass_Summarize(t *testing.T) {
 		{Exact: true, NewEpoch: 3, ToLeaderS: 1.4, ToFirstMergeS: 1.5, Path: string(election.EventSuspected), DetectS: 1.3, BreakS: 1.35, LeaderChanges: 1},
 		{Error: "lost"},
 	}}
-	fc.summarize()
+	fc.Summarize()
 	if fc.Runs != 3 || fc.Exact != 2 || fc.LeaderChanges != 2 || fc.ByProbe != 1 {
 		t.Fatalf("runs %d exact %d changes %d by probe %d, want 3 2 2 1", fc.Runs, fc.Exact, fc.LeaderChanges, fc.ByProbe)
 	}

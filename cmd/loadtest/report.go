@@ -41,7 +41,7 @@ func targets(cfg *Config, rep *Report) []Target {
 // writeMarkdown writes the human summary of rep.
 func writeMarkdown(w io.Writer, rep *Report) {
 	rep.WriteMarkdown(w, report.Sections{
-		AfterTotals: func(w io.Writer) { writeFailClasses(w, rep) },
+		AfterTotals: func(w io.Writer) { report.WriteFailClasses(w, rep.FailClasses) },
 		Figures:     func(row func(string, rig.Dist)) { writeKeyedFigures(row, rep) },
 		Notes:       keyedNotes(rep),
 		AfterNotes:  func(w io.Writer) { writeScale(w, rep.Scale) },
