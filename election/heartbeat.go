@@ -192,6 +192,19 @@ func (w *watch) unchanged(s suspicion) bool {
 	return w.epoch == s.epoch && w.beats == s.beats
 }
 
+// inherited is the successors named by the last term heard, without this process: the ones a
+// term this process starts names until its own view of the members has some.
+func (w *watch) inherited() (out []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range w.next {
+		if id != w.self && id != w.leader && len(out) < MaxSuccessors {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // restart gives the current term a fresh timeout, adopting epoch (found in the lease blob or
 // led by this process) when it is newer.
 func (w *watch) restart(now time.Time, epoch uint64, leader string) {
@@ -282,6 +295,7 @@ func (e *Elector) session() uint64 {
 // instead of waiting for this term's safety deadline. They resume when a renewal succeeds.
 func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
+	inherited := e.watch.inherited()
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	failing, paused := false, false
@@ -302,7 +316,7 @@ func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, lo
 			err = nil // silent on purpose
 		} else if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
-			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successors()})
+			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successorsOr(inherited)})
 			cancel()
 		} else {
 			err = errors.New("cannot answer probes of the term yet; not beating")
@@ -343,6 +357,16 @@ func (e *Elector) successors() (out []string) {
 		}
 	}
 	return out
+}
+
+// successorsOr is successors, or else the ones this term inherited (watch.inherited): a new
+// leader's view of the members can be empty for a while, and a term without successors has no
+// watcher, so its crash would be seen only after a silence.
+func (e *Elector) successorsOr(inherited []string) []string {
+	if out := e.successors(); len(out) > 0 {
+		return out
+	}
+	return inherited
 }
 
 // waitTurn waits this follower's turn (watch.turn) to act on the term of s. It reports false when

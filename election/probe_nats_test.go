@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,13 +75,23 @@ func (d *deadAPI) ReleaseLease(ctx context.Context, c, b, id string) error {
 type mutedBeats struct {
 	*bus.Heartbeats
 	muted atomic.Bool
+	named atomic.Pointer[[]string] // the successors of the last beat published
 }
 
 func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
 	if m.muted.Load() {
 		return nil
 	}
+	m.named.Store(&b.Successors)
 	return m.Heartbeats.Publish(ctx, b)
+}
+
+// successors named by the last beat published.
+func (m *mutedBeats) successors() []string {
+	if p := m.named.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 type probeNode struct {
@@ -98,6 +109,8 @@ type probeNode struct {
 type probeCluster struct {
 	t     *testing.T
 	nodes []*probeNode
+
+	noView atomic.Bool // every node's view of the members is empty (a new leader's, at first)
 
 	mu     sync.Mutex
 	events []election.Event
@@ -161,7 +174,12 @@ func newProbeClusterWith(t *testing.T, url string, n int, o probeOpts) *probeClu
 		pn := &probeNode{id: id, link: link, blob: blob, bus: b, api: &deadAPI{BlobAPI: election.NewAzureAPI(nodeClient)}, beats: &mutedBeats{Heartbeats: b.Heartbeats()}}
 		cfg := election.Config{
 			Identity: id, Container: container, Heartbeats: pn.beats, Prober: b.TermProber(), Logger: quiet,
-			Successors: func() []string { return ids[:n] }, // as node names them: every member, by id
+			Successors: func() []string { // as node names them: every member, by id
+				if c.noView.Load() {
+					return nil
+				}
+				return ids[:n]
+			},
 			OnEvent: func(ev election.Event) {
 				c.mu.Lock()
 				defer c.mu.Unlock()
@@ -264,6 +282,27 @@ func TestProbe_CrashedLeaderReplacedByNoResponders(t *testing.T) {
 		t.Errorf("stats %+v: want a break confirmed by no responders", s)
 	}
 	t.Logf("kill -> new leader %v (the confirmation at %v)", took.Round(time.Millisecond), evs[0].At.Sub(killed).Round(time.Millisecond))
+}
+
+// A new leader whose view of the members is still empty names the successors of the term it
+// took over (but itself), so its term has a watcher from its first beat: a leader killed just
+// after its election is seen by a probe, not after a silence.
+func TestProbe_NewLeaderNamesInheritedSuccessors(t *testing.T) {
+	c := newProbeCluster(t, testenv.NATS(t), 4)
+	old, _ := c.elected(1, 20*time.Second)
+	time.Sleep(time.Second) // the followers hear the term and its successors
+	c.noView.Store(true)
+	old.api.dead.Store(true)
+	old.bus.Conn().Close()
+	nu, _ := c.elected(2, 10*time.Second)
+	var want []string
+	for _, n := range c.nodes {
+		if n != old && n != nu {
+			want = append(want, n.id)
+		}
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() bool { return slices.Equal(nu.beats.successors(), want) },
+		"the new leader's beats name %v, want the inherited %v", nu.beats.successors(), want)
 }
 
 // A live leader whose beats stop arriving (lost, or late under load) still answers its term:
