@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,55 +130,40 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills zero fields: the one place defaults are applied.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	set := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
+	c.CheckpointInterval = cmp.Or(c.CheckpointInterval, d.CheckpointInterval)
+	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, d.CheckpointEvery)
+	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
+	c.QueuePoll = cmp.Or(c.QueuePoll, d.QueuePoll)
+	c.QueueVisibility = cmp.Or(c.QueueVisibility, d.QueueVisibility)
+	// Zero means the default; a negative QueueCutOff (never) is kept.
+	if c.QueueCutOff == 0 {
+		c.QueueCutOff = d.QueueCutOff
 	}
-	set(&c.CheckpointInterval, d.CheckpointInterval)
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
-	set(&c.QueuePoll, d.QueuePoll)
-	set(&c.QueueVisibility, d.QueueVisibility)
-	set(&c.QueueCutOff, d.QueueCutOff)
-	set(&c.RescanInterval, d.RescanInterval)
-	set(&c.StallTimeout, d.StallTimeout)
-	set(&c.RepairInterval, d.RepairInterval)
-	set(&c.ScheduleInterval, d.ScheduleInterval)
-	set(&c.RetryBackoff, d.RetryBackoff)
-	set(&c.RetentionInterval, d.RetentionInterval)
-	if c.RetentionBatch == 0 {
-		c.RetentionBatch = d.RetentionBatch
-	}
-	set(&c.FairHorizon, d.FairHorizon)
-	for _, p := range []struct {
-		p *int
-		v int
-	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch},
-		{&c.RepairRounds, d.RepairRounds}, {&c.RepairMaxShards, d.RepairMaxShards}, {&c.FairMinShards, d.FairMinShards}} {
-		if *p.p == 0 {
-			*p.p = p.v
-		}
-	}
-	if c.MaxQueueDequeues == 0 {
-		c.MaxQueueDequeues = d.MaxQueueDequeues
-	}
-	if c.Registry == nil {
-		c.Registry = jobs.Default()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
+	c.MaxQueueDequeues = cmp.Or(c.MaxQueueDequeues, d.MaxQueueDequeues)
+	c.RescanInterval = cmp.Or(c.RescanInterval, d.RescanInterval)
+	c.DispatchBatch = cmp.Or(c.DispatchBatch, d.DispatchBatch)
+	c.DispatchWindow = cmp.Or(c.DispatchWindow, d.DispatchWindow)
+	c.MaxActiveJobs = cmp.Or(c.MaxActiveJobs, d.MaxActiveJobs)
+	c.StallTimeout = cmp.Or(c.StallTimeout, d.StallTimeout)
+	c.ResultsPrefetch = cmp.Or(c.ResultsPrefetch, d.ResultsPrefetch)
+	c.RepairInterval = cmp.Or(c.RepairInterval, d.RepairInterval)
+	c.RepairRounds = cmp.Or(c.RepairRounds, d.RepairRounds)
+	c.RepairMaxShards = cmp.Or(c.RepairMaxShards, d.RepairMaxShards)
+	c.ScheduleInterval = cmp.Or(c.ScheduleInterval, d.ScheduleInterval)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, d.RetryBackoff)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, d.RetentionBatch)
+	c.FairHorizon = cmp.Or(c.FairHorizon, d.FairHorizon)
+	c.FairMinShards = cmp.Or(c.FairMinShards, d.FairMinShards)
+	c.Registry = cmp.Or(c.Registry, jobs.Default())
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Now == nil { // a func: not comparable, so no cmp.Or
 		c.Now = time.Now
 	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
+	c.Metrics = cmp.Or[Metrics](c.Metrics, noMetrics{})
 	return c
 }
 

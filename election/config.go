@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -159,48 +160,32 @@ func DefaultIdentity() string {
 	return fmt.Sprintf("%s-%d", h, os.Getpid())
 }
 
-// withDefaults fills zero fields with their defaults.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Container == "" {
-		c.Container = d.Container
-	}
-	if c.Blob == "" {
-		c.Blob = d.Blob
-	}
-	if c.LeaseDuration == 0 {
-		c.LeaseDuration = d.LeaseDuration
-	}
+	c.Container = cmp.Or(c.Container, d.Container)
+	c.Blob = cmp.Or(c.Blob, d.Blob)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, d.LeaseDuration)
+	// RenewInterval, ProbeAfter and ProbeConfirm default from other fields, so stay explicit.
 	if c.RenewInterval == 0 {
 		c.RenewInterval = min(d.RenewInterval, c.LeaseDuration/3)
 	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = d.RetryInterval
-	}
-	if c.Jitter == 0 {
-		c.Jitter = d.Jitter
-	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = d.SafetyMargin
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = d.HeartbeatInterval
-	}
-	if c.SuspicionTimeout == 0 {
-		c.SuspicionTimeout = d.SuspicionTimeout
-	}
+	c.RetryInterval = cmp.Or(c.RetryInterval, d.RetryInterval)
+	c.Jitter = cmp.Or(c.Jitter, d.Jitter)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, d.SafetyMargin)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, d.HeartbeatInterval)
+	c.SuspicionTimeout = cmp.Or(c.SuspicionTimeout, d.SuspicionTimeout)
 	if c.ProbeAfter == 0 {
 		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
 	}
+	// Zero means the default; a negative WatchEvery (watching off) is kept.
 	if c.WatchEvery == 0 {
 		c.WatchEvery = 50 * time.Millisecond
 	}
 	if c.ProbeConfirm == 0 {
 		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -53,7 +53,7 @@ var (
 	ErrSteppedDown = errors.New("stepped down")
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
-	ErrInvalidConfig = errors.New("invalid election config")
+	ErrInvalidConfig = errors.New("election: invalid config")
 
 	// ErrAlreadyRunning is returned by Run when Run is already running on the same Elector.
 	ErrAlreadyRunning = errors.New("election: Run is already running on this Elector")
