@@ -53,10 +53,10 @@ type Config struct {
 	SafetyMargin time.Duration
 
 	// Heartbeats, when set, turns on fast crash takeover: the leader publishes a Beat every
-	// HeartbeatInterval, and a follower that hears none from the current term for
-	// SuspicionTimeout breaks that term's lease (fenced by the ETag of its stamp) and campaigns
-	// at once, instead of waiting up to LeaseDuration for the lease to expire. Nil: no
-	// heartbeats, takeover after a crash within LeaseDuration + RetryInterval.
+	// HeartbeatInterval. A follower that hears none from the current term for SuspicionTimeout
+	// breaks that term's lease (fenced by the ETag of its stamp) and campaigns at once. It does not
+	// wait up to LeaseDuration for the lease to expire. Nil: no heartbeats, takeover after a crash
+	// within LeaseDuration + RetryInterval.
 	Heartbeats Heartbeats
 
 	// HeartbeatInterval is the period of the leader's heartbeats. Default 250ms.
@@ -92,11 +92,11 @@ type Config struct {
 	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
 
-	// WatchEvery is how often the term's first successor (the watcher, named in the beats)
-	// probes the live term, with a Prober, without waiting for a missed beat: a crash is then
-	// seen within WatchEvery instead of ProbeAfter, and confirmed as for a silence. One
-	// follower probes, so the cost is constant in the cluster size (a request and its answer
-	// per WatchEvery). Default (0) 50ms; negative turns watching off.
+	// WatchEvery is how often the term's first successor (the watcher, named in the beats) probes
+	// the live term, with a Prober, without waiting for a missed beat. A crash is then seen within
+	// WatchEvery instead of ProbeAfter, and confirmed as for a silence. One follower probes, so the
+	// cost is constant in the cluster size (a request and its answer per WatchEvery). Default (0)
+	// 50ms; negative turns watching off.
 	WatchEvery time.Duration
 
 	// Successors, when set with Heartbeats, names the followers that should take over first,
