@@ -48,10 +48,10 @@ type Config struct {
 	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
 	// the job's size. It must be at least DispatchBatch. Default 16384.
 	DispatchWindow int
-	// FairHorizon is how much queued work of a type the leader keeps in the shards stream: the
-	// type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
-	// FairMinShards, at most DispatchWindow, split among the type's running jobs by priority. A
-	// job submitted behind others of its type starts within about this long. Default 1s.
+	// FairHorizon is how much queued work of a type the leader keeps in the shards stream. That is
+	// the type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
+	// FairMinShards, at most DispatchWindow. It is split among the type's running jobs by priority.
+	// A job submitted behind others of its type starts within about this long. Default 1s.
 	FairHorizon time.Duration
 	// FairMinShards is the least a type may have in the stream (before its rate is known).
 	// Default 256.
@@ -70,16 +70,16 @@ type Config struct {
 	StallTimeout time.Duration
 	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
 	ResultsPrefetch int
-	// NoBackupTasks turns off backup tasks: near a job's end (every shard dispatched, at most a
+	// NoBackupTasks turns off backup tasks. Near a job's end (every shard dispatched, at most a
 	// quarter left), a shard held much longer than its peers (2 × the median shard time, at least
-	// 100ms) is dispatched once more, so a slow worker does not hold the job up; the first result
+	// 100ms) is dispatched once more. So a slow worker does not hold the job up. The first result
 	// of each wins and the other is dropped as a duplicate (see the package doc). Default false
 	// (on).
 	NoBackupTasks bool
 	// RepairInterval is how often the leader looks for running jobs whose missing shards are
-	// nowhere (neither queued, running nor waiting as results: lost by a storage rollback, a
-	// purge or a lost JetStream write) and dispatches them again; two looks in a row must agree,
-	// so a lost shard is repaired within about 2-3 × RepairInterval. Default 2s.
+	// nowhere, and dispatches them again. Such shards are neither queued, running nor waiting as
+	// results: a storage rollback, a purge or a lost JetStream write lost them. Two looks in a row
+	// must agree, so a lost shard is repaired within about 2-3 × RepairInterval. Default 2s.
 	RepairInterval time.Duration
 	// RepairRounds is how many repair rounds without a merge a job gets before it fails with a
 	// reason naming its missing shards. Default 5.
