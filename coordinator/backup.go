@@ -29,14 +29,14 @@ import (
 // overtaken at the last merge (every free worker would have taken them by then).
 //
 // The rule: once every shard of a job is dispatched and at most a quarter of them is left (Spark's
-// speculation quantile), a shard overtaken more than the wait ago is dispatched again — the wait
-// being backupFactor × the median run time of the job's recently merged shards (per message of
-// ShardsPerMsg shards), at least backupMinWait (Spark's minTaskRuntime: scheduling noise must not
-// look like a straggler). Once every shard of the job has been pulled (none is missing above the
-// highest merged one), workers are going idle and a needless copy costs little: the floor is then
-// backupDrainedMinWait. Each shard gets one backup per term, a job at most backupMaxShards. A
-// backup dispatched before the job's queue drains waits at the end of it, so it runs when workers
-// free up at the end, when it is needed, on whichever worker pulls it first; if the original was
+// speculation quantile), a shard overtaken more than the wait ago is dispatched again. The wait is
+// backupFactor × the median run time of the job's recently merged shards (per message of
+// ShardsPerMsg shards). It is at least backupMinWait (Spark's minTaskRuntime: scheduling noise must
+// not look like a straggler). Once every shard of the job has been pulled (none is missing above
+// the highest merged one), workers are going idle and a needless copy costs little: the floor is
+// then backupDrainedMinWait. Each shard gets one backup per term, a job at most backupMaxShards. A
+// backup dispatched before the job's queue drains waits at the end of it. So it runs when workers
+// free up at the end, when it is needed, on whichever worker pulls it first. If the original was
 // merged meanwhile, the copy only costs a worker that one shard. A keyed job's map phase is a job
 // of its own here: while its gate holds the reduce tasks back, its shards are the map tasks.
 const (
@@ -152,9 +152,9 @@ func (b *backupState) wait(perMsg int, drained bool) time.Duration {
 	return max(time.Duration(backupFactor*max(perMsg, 1))*b.median(), floor)
 }
 
-// stragglers returns the shards of a job (done merged, total shards) to back up now, at most
-// limit, and drops merged shards from late. It looks only when the loop has been looking every
-// backupCheckInterval: after a stall of the loop (a synchronous storage call, the process short of
+// stragglers returns the shards of a job (done merged, total shards) to back up now, at most limit,
+// and drops merged shards from late. It looks only when the loop has been looking every
+// backupCheckInterval. After a stall of the loop (a synchronous storage call, the process short of
 // CPU), results waiting to be merged would make shards look late, so it waits as long again.
 func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int, now time.Time) []int {
 	if gap := now.Sub(b.lastLook); !b.lastLook.IsZero() && gap > backupStall {
@@ -259,9 +259,9 @@ func u32s(xs []int) []uint32 {
 	return out
 }
 
-// dispatchBackups publishes the given shards (ascending) again, from src, one message each with
-// a backup message id of this term (so JetStream drops neither it as a duplicate of the original
-// nor a later term's backup as a duplicate of this one). A failure only loses the backups.
+// dispatchBackups publishes the given shards (ascending) again, from src, one message each with a
+// backup message id of this term. So JetStream drops neither it as a duplicate of the original nor
+// a later term's backup as a duplicate of this one. A failure only loses the backups.
 func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64, src *planSource, idx []int) {
 	subject := t.bus.ShardTypeSubject(typ, id)
 	out := make([]bus.Outgoing, 0, len(idx))

@@ -165,10 +165,10 @@ func (c *checkpointer) ack(ds []*bus.Delivery) {
 	c.pending -= len(ds)
 }
 
-// stepDown finishes the term's writing: the writes in flight finish (or fail) first, as each
-// job's next write is If-Match on their ETag; then, unless the term was deposed, every dirty job
-// is written at once, so the next leader starts from here. The writes are fenced: if a newer
-// leader already claimed a job, the write fails and its results stay unacknowledged for it.
+// stepDown finishes the term's writing. The writes in flight finish (or fail) first, as each job's
+// next write is If-Match on their ETag. Then, unless the term was deposed, every dirty job is
+// written at once, so the next leader starts from here. The writes are fenced: if a newer leader
+// already claimed a job, the write fails and its results stay unacknowledged for it.
 func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
 	for c.inflight > 0 {
 		w := <-c.writes

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,10 +48,10 @@ type Config struct {
 	// on JetStream or running): the shards stream's backlog of a job never exceeds it, whatever
 	// the job's size. It must be at least DispatchBatch. Default 16384.
 	DispatchWindow int
-	// FairHorizon is how much queued work of a type the leader keeps in the shards stream: the
-	// type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
-	// FairMinShards, at most DispatchWindow, split among the type's running jobs by priority. A
-	// job submitted behind others of its type starts within about this long. Default 1s.
+	// FairHorizon is how much queued work of a type the leader keeps in the shards stream. That is
+	// the type's measured merge rate × (FairHorizon + 2 × its median shard time) shards, at least
+	// FairMinShards, at most DispatchWindow. It is split among the type's running jobs by priority.
+	// A job submitted behind others of its type starts within about this long. Default 1s.
 	FairHorizon time.Duration
 	// FairMinShards is the least a type may have in the stream (before its rate is known).
 	// Default 256.
@@ -69,16 +70,16 @@ type Config struct {
 	StallTimeout time.Duration
 	// ResultsPrefetch is how many results the leader pulls ahead. Default 2048.
 	ResultsPrefetch int
-	// NoBackupTasks turns off backup tasks: near a job's end (every shard dispatched, at most a
+	// NoBackupTasks turns off backup tasks. Near a job's end (every shard dispatched, at most a
 	// quarter left), a shard held much longer than its peers (2 × the median shard time, at least
-	// 100ms) is dispatched once more, so a slow worker does not hold the job up; the first result
+	// 100ms) is dispatched once more. So a slow worker does not hold the job up. The first result
 	// of each wins and the other is dropped as a duplicate (see the package doc). Default false
 	// (on).
 	NoBackupTasks bool
 	// RepairInterval is how often the leader looks for running jobs whose missing shards are
-	// nowhere (neither queued, running nor waiting as results: lost by a storage rollback, a
-	// purge or a lost JetStream write) and dispatches them again; two looks in a row must agree,
-	// so a lost shard is repaired within about 2-3 × RepairInterval. Default 2s.
+	// nowhere, and dispatches them again. Such shards are neither queued, running nor waiting as
+	// results: a storage rollback, a purge or a lost JetStream write lost them. Two looks in a row
+	// must agree, so a lost shard is repaired within about 2-3 × RepairInterval. Default 2s.
 	RepairInterval time.Duration
 	// RepairRounds is how many repair rounds without a merge a job gets before it fails with a
 	// reason naming its missing shards. Default 5.
@@ -129,55 +130,40 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults fills zero fields: the one place defaults are applied.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	set := func(p *time.Duration, v time.Duration) {
-		if *p == 0 {
-			*p = v
-		}
+	c.CheckpointInterval = cmp.Or(c.CheckpointInterval, d.CheckpointInterval)
+	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, d.CheckpointEvery)
+	c.Partitions = cmp.Or(c.Partitions, DefaultPartitions)
+	c.QueuePoll = cmp.Or(c.QueuePoll, d.QueuePoll)
+	c.QueueVisibility = cmp.Or(c.QueueVisibility, d.QueueVisibility)
+	// Zero means the default; a negative QueueCutOff (never) is kept.
+	if c.QueueCutOff == 0 {
+		c.QueueCutOff = d.QueueCutOff
 	}
-	set(&c.CheckpointInterval, d.CheckpointInterval)
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
-	set(&c.QueuePoll, d.QueuePoll)
-	set(&c.QueueVisibility, d.QueueVisibility)
-	set(&c.QueueCutOff, d.QueueCutOff)
-	set(&c.RescanInterval, d.RescanInterval)
-	set(&c.StallTimeout, d.StallTimeout)
-	set(&c.RepairInterval, d.RepairInterval)
-	set(&c.ScheduleInterval, d.ScheduleInterval)
-	set(&c.RetryBackoff, d.RetryBackoff)
-	set(&c.RetentionInterval, d.RetentionInterval)
-	if c.RetentionBatch == 0 {
-		c.RetentionBatch = d.RetentionBatch
-	}
-	set(&c.FairHorizon, d.FairHorizon)
-	for _, p := range []struct {
-		p *int
-		v int
-	}{{&c.CheckpointEvery, d.CheckpointEvery}, {&c.DispatchBatch, d.DispatchBatch}, {&c.DispatchWindow, d.DispatchWindow}, {&c.MaxActiveJobs, d.MaxActiveJobs}, {&c.ResultsPrefetch, d.ResultsPrefetch},
-		{&c.RepairRounds, d.RepairRounds}, {&c.RepairMaxShards, d.RepairMaxShards}, {&c.FairMinShards, d.FairMinShards}} {
-		if *p.p == 0 {
-			*p.p = p.v
-		}
-	}
-	if c.MaxQueueDequeues == 0 {
-		c.MaxQueueDequeues = d.MaxQueueDequeues
-	}
-	if c.Registry == nil {
-		c.Registry = jobs.Default()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Now == nil {
+	c.MaxQueueDequeues = cmp.Or(c.MaxQueueDequeues, d.MaxQueueDequeues)
+	c.RescanInterval = cmp.Or(c.RescanInterval, d.RescanInterval)
+	c.DispatchBatch = cmp.Or(c.DispatchBatch, d.DispatchBatch)
+	c.DispatchWindow = cmp.Or(c.DispatchWindow, d.DispatchWindow)
+	c.MaxActiveJobs = cmp.Or(c.MaxActiveJobs, d.MaxActiveJobs)
+	c.StallTimeout = cmp.Or(c.StallTimeout, d.StallTimeout)
+	c.ResultsPrefetch = cmp.Or(c.ResultsPrefetch, d.ResultsPrefetch)
+	c.RepairInterval = cmp.Or(c.RepairInterval, d.RepairInterval)
+	c.RepairRounds = cmp.Or(c.RepairRounds, d.RepairRounds)
+	c.RepairMaxShards = cmp.Or(c.RepairMaxShards, d.RepairMaxShards)
+	c.ScheduleInterval = cmp.Or(c.ScheduleInterval, d.ScheduleInterval)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, d.RetryBackoff)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, d.RetentionInterval)
+	c.RetentionBatch = cmp.Or(c.RetentionBatch, d.RetentionBatch)
+	c.FairHorizon = cmp.Or(c.FairHorizon, d.FairHorizon)
+	c.FairMinShards = cmp.Or(c.FairMinShards, d.FairMinShards)
+	c.Registry = cmp.Or(c.Registry, jobs.Default())
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Now == nil { // a func: not comparable, so no cmp.Or
 		c.Now = time.Now
 	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
+	c.Metrics = cmp.Or[Metrics](c.Metrics, noMetrics{})
 	return c
 }
 

@@ -87,10 +87,10 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 	}
 }
 
-// room is how many shards from i the dispatcher may publish now (whole messages of per
-// shards, or up to total): what the job's window (fair.go) leaves, once that is at least a
-// quarter of the window, so a busy job publishes in a few larger rounds; 0 means wait. With
-// nothing outstanding one message always goes (a message may carry more than the window).
+// room is how many shards from i the dispatcher may publish now (whole messages of per shards, or
+// up to total); 0 means wait. It is what the job's window (fair.go) leaves, once that is at least a
+// quarter of the window, so a busy job publishes in a few larger rounds. With nothing outstanding
+// one message always goes (a message may carry more than the window).
 func (t *term) room(j *job, i, total, per int) int {
 	if g := int(j.gate.Load()) - 1; g >= 0 { // a keyed job's reduce tasks wait (keyed.go)
 		if i >= g {

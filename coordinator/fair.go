@@ -95,9 +95,9 @@ func (t *term) rebalance(now time.Time) {
 			inst := float64(n) / dt
 			tr.perSec = max(inst, 0.8*tr.perSec+0.2*inst)
 		}
-		// The horizon's work queued, plus the shards running (rate × run time, Little's law)
-		// twice over: while the budget binds, the workers are not all busy and the next
-		// measurement finds a higher rate, so the budget grows to what the workers can take.
+		// The horizon's work queued, plus the shards running (rate × run time, Little's law) twice
+		// over. While the budget binds, the workers are not all busy and the next measurement finds
+		// a higher rate. So the budget grows to what the workers can take.
 		ahead := t.cfg.FairHorizon + 2*shardTime[typ]
 		tr.budget = min(max(int(tr.perSec*ahead.Seconds()), t.cfg.FairMinShards), t.cfg.DispatchWindow)
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// Fencing across a storage rollback. A term's epoch comes from the lease blob's metadata; if the
+// Fencing across a storage rollback. A term's epoch comes from the lease blob's metadata. If the
 // store loses acknowledged writes (Azurite keeps blob metadata in memory and saves it every 5 s),
-// that epoch can go back in time and a new term can get an epoch already used, or a lower one.
-// So every checkpoint also names the term that wrote it (Checkpoint.WriterTerm, a random id per
-// term), and a term yields — stops with ErrDeposed — when it finds a checkpoint written by a
-// higher epoch, or by its own epoch under another term. Either way it records the epoch
-// (HighestEpochSeen), and the process raises its elector's epoch floor above it, so its next term
-// takes an epoch no term has used. Two terms of one epoch thus never both write: the first
-// conditional write of each (the claim) reads the other's checkpoint first.
+// that epoch can go back in time. A new term can then get an epoch already used, or a lower one. So
+// every checkpoint also names the term that wrote it (Checkpoint.WriterTerm, a random id per term).
+// A term yields — stops with ErrDeposed — when it finds a checkpoint written by a higher epoch, or
+// by its own epoch under another term. Either way it records the epoch (HighestEpochSeen), and the
+// process raises its elector's epoch floor above it, so its next term takes an epoch no term has
+// used. Two terms of one epoch thus never both write: the first conditional write of each (the
+// claim) reads the other's checkpoint first.
 
 // newTermID returns a random 8-byte id in hex.
 func newTermID() string {

@@ -294,11 +294,11 @@ func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *pr
 
 // commitPlanned stores the job's first checkpoint and hands the job to the main loop in its turn.
 //
-// The active marker (how the next leader finds the job) is stored before the first checkpoint:
-// a storage rollback (the emulator's kill -9) keeps a prefix of the writes, so a checkpoint it
-// keeps has its marker; the other order once left a running job that no leader resumed. A
-// marker it keeps without the checkpoint sends the job back to the queue (claim). The queue
-// message goes once both are stored, after the job is handed over.
+// The active marker (how the next leader finds the job) is stored before the first checkpoint. A
+// storage rollback (the emulator's kill -9) keeps a prefix of the writes, so a checkpoint it keeps
+// has its marker. The other order once left a running job that no leader resumed. A marker it keeps
+// without the checkpoint sends the job back to the queue (claim). The queue message goes once both
+// are stored, after the job is handed over.
 func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
 	id, spec := j.id, j.spec
 	if err := t.mark(ctx, id); err != nil {
@@ -461,8 +461,8 @@ func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
 	t.deleteMsg(ctx, m)
 }
 
-// shardsPerMsg decides how many consecutive shards travel in one message: one each for jobs of
-// fewer than 4096 shards (their shards may be long: one per message spreads them best), else
+// shardsPerMsg decides how many consecutive shards travel in one message. Jobs of fewer than 4096
+// shards get one each: their shards may be long, and one per message spreads them best. Others get
 // about total/4096, 2 to 16, so a big job of small shards costs a fraction of the messages.
 func shardsPerMsg(total int) int {
 	if total < 4096 {

@@ -12,9 +12,9 @@ import (
 )
 
 // User code on the leader. Every call of a job type's code (params, Validate, Split, plan paging,
-// Merge, Check, Identity, Result, aggregate encoding) goes through isolate: a panic becomes a
-// *UserCodeError naming the call, the panic value and the user's frame, and so does an error
-// that must fail the job. The job fails; the term, the other jobs and the leadership go on.
+// Merge, Check, Identity, Result, aggregate encoding) goes through isolate. A panic becomes a
+// *UserCodeError naming the call, the panic value and the user's frame, and so does an error that
+// must fail the job. The job fails; the term, the other jobs and the leadership go on.
 
 // UserCodeError is a job type's code failing on the leader: it panicked, or returned an error that
 // fails the job. It says which call, with what, and where in the user's code.

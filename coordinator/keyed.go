@@ -382,9 +382,9 @@ func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int
 	return lost, nil
 }
 
-// onKeyedLoss takes a storage check's news: it opens the gate (every run found), or takes back
-// the commits of lost map runs and dispatches their tasks again (the manifest is written once
-// they are committed again), or does the same for lost outputs (outputsChecked).
+// onKeyedLoss takes a storage check's news. It opens the gate (every run found), or takes back the
+// commits of lost map runs and dispatches their tasks again. The manifest is written once they are
+// committed again. Lost outputs get the same (outputsChecked).
 func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 	j, ok := t.active[l.job]
 	if !ok || j.cp.State.Terminal() {
@@ -474,7 +474,7 @@ func (t *term) keyedCommit(ctx context.Context, j *job, ka *keyedAgg, r *protoco
 }
 
 // onRunLost takes a reduce task's report that an input is gone (a storage rollback after the
-// manifest): the task runs again once the gate reopens, after the leader has checked every
+// manifest). The task runs again once the gate reopens. That is after the leader has checked every
 // committed run (running lost map tasks again) and rewritten the manifest.
 func (t *term) onRunLost(ctx context.Context, j *job, ka *keyedAgg, l *protocol.RunLost) {
 	t.log.Warn("a reduce task reports an input gone from storage (a rollback?); checking the map runs", "job", j.id, "partition", l.Partition, "blob", l.Lost)

@@ -11,12 +11,12 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// onResult merges the results of one message (one result, or a batch of one job's), exactly once:
-// a result is merged only if its shard is not in the done-bitmap and its epoch is the job's plan
-// epoch; the message is acknowledged only after the checkpoint that includes every result it
-// merged is written. A message that changes nothing is acknowledged at once; one with a result
-// that cannot be merged yet (its large partial unreadable) is handed back whole, and the results
-// of it already merged come back as duplicates, which are dropped.
+// onResult merges the results of one message (one result, or a batch of one job's), exactly once. A
+// result is merged only if its shard is not in the done-bitmap and its epoch is the job's plan
+// epoch. The message is acknowledged only after the checkpoint that includes every result it merged
+// is written. A message that changes nothing is acknowledged at once; one with a result that cannot
+// be merged yet (its large partial unreadable) is handed back whole, and the results of it already
+// merged come back as duplicates, which are dropped.
 func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	rs, err := protocol.DecodeResults(d.Data())
 	if err != nil {

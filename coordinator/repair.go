@@ -16,20 +16,21 @@ import (
 )
 
 // Self-repair (anti-entropy). Exactly-once merging rests on every dispatched shard being, at any
-// moment, in one of four places: queued or held by a worker (the shards stream keeps a message
-// until it is acknowledged), waiting as a result (the results stream likewise), merged (the
+// moment, in one of four places. It is queued or held by a worker (the shards stream keeps a
+// message until it is acknowledged), waiting as a result (the results stream likewise), merged (the
 // done-bitmap), or about to be published by this term's dispatcher. A storage rollback (a
-// checkpoint that goes back in time after its results were acknowledged), a lost JetStream write
-// or a purge breaks that: a shard is then nowhere, and nothing would ever bring it back.
+// checkpoint that goes back in time after its results were acknowledged), a lost JetStream write or
+// a purge breaks that: a shard is then nowhere, and nothing would ever bring it back.
 //
-// So every RepairInterval the leader looks at each running job that has made no progress since
-// the last look (reading the streams off its main loop): when neither stream holds a message of the job, twice in a row with no merge in
-// between (a result moving from one stream to the other between two reads cannot fool two
-// checks), the shards dispatched and not merged are missing. They are dispatched once more,
-// RepairMaxShards at most per round, with message ids of their own (RepairShardMsgID), so
-// JetStream does not drop them as duplicates of the original dispatch. Merging stays
-// exactly-once: a repaired shard whose original result shows up after all is a duplicate.
-// After RepairRounds rounds without a merge, the job fails with a reason that names the shards.
+// So every RepairInterval the leader looks at each running job that has made no progress since the
+// last look (reading the streams off its main loop). Suppose neither stream holds a message of the
+// job, twice in a row with no merge in between (a result moving from one stream to the other
+// between two reads cannot fool two checks). Then the shards dispatched and not merged are missing.
+// They are dispatched once more, RepairMaxShards at most per round, with message ids of their own
+// (RepairShardMsgID), so JetStream does not drop them as duplicates of the original dispatch.
+// Merging stays exactly-once: a repaired shard whose original result shows up after all is a
+// duplicate. After RepairRounds rounds without a merge, the job fails with a reason that names the
+// shards.
 
 // repairState is a job's self-repair bookkeeping, owned by the loop.
 type repairState struct {

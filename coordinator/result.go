@@ -9,12 +9,12 @@ import (
 )
 
 // dropResult stores a succeeded job's result once: after clean-up stored its copy
-// (<job>/result.json), the terminal checkpoint is written again without it, marked
-// ResultStored. The rewrite is If-Match on the checkpoint as read with its status record, and
-// only if that record is this checkpoint's (same seq and writer epoch): a checkpoint anyone
-// changed since is left as it is (its result then stays in both, as before). The status record
-// is kept as it was. A failure here costs only space. The term that stored the final checkpoint
-// knows its ETag and record (here), and reads neither.
+// (<job>/result.json), the terminal checkpoint is written again without it, marked ResultStored.
+// The rewrite is If-Match on the checkpoint as read with its status record, and only if that record
+// is this checkpoint's (same seq and writer epoch). A checkpoint anyone changed since is left as it
+// is (its result then stays in both, as before). The status record is kept as it was. A failure
+// here costs only space. The term that stored the final checkpoint knows its ETag and record
+// (here), and reads neither.
 func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
 	if len(cp.Result) == 0 {
 		return

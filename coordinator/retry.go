@@ -10,10 +10,10 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Automatic retries. A job submitted with --retries N that fails is submitted again by the
-// leader as part of its clean-up: a spec copied from it (retries N-1, retry_of naming it) under
-// an id derived from its own (protocol.RetryJobID), queued to become visible after a backoff.
-// Clean-up keeps the job's active marker until both are stored, so a leader dying half-way
+// Automatic retries. A job submitted with --retries N that fails is submitted again by the leader
+// as part of its clean-up. The new job is a spec copied from it (retries N-1, retry_of naming it)
+// under an id derived from its own (protocol.RetryJobID). It is queued to become visible after a
+// backoff. Clean-up keeps the job's active marker until both are stored, so a leader dying half-way
 // leaves the retry to the next one; the id makes it one job however often it is retried.
 
 const maxRetryBackoff = 10 * time.Minute

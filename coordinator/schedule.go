@@ -134,9 +134,9 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 // state returns def's state: this term's copy, or the stored one (read once a term).
 func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
 	if ss, ok := s.states[def.Name]; ok && ss.st.UID == def.UID {
-		// The stored state must still be the one this term wrote: a storage rollback (or a late
-		// write of an older term) changes it, and the term then goes on from what is stored,
-		// so ticks whose markers and jobs were lost are fired again.
+		// The stored state must still be the one this term wrote. A storage rollback (or a late
+		// write of an older term) changes it, and the term then goes on from what is stored. So
+		// ticks whose markers and jobs were lost are fired again.
 		p, err := s.t.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
 		switch {
 		case err == nil && p.ETag == ss.etag:

@@ -13,12 +13,12 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Mixed versions. A job whose type this leader lacks (a rolling upgrade: the job was validated by
-// a worker of the new build) does not fail: its first checkpoint is stored as waiting, with a
-// reason that names the workers that have the type, and its active marker. Every leader's rescan
+// Mixed versions. A job whose type this leader lacks (a rolling upgrade: the job was validated by a
+// worker of the new build) does not fail. Its first checkpoint is stored as waiting, with a reason
+// that names the workers that have the type; its active marker is stored too. Every leader's rescan
 // claims it; one that has the type plans it then (under its own epoch) and runs it. A leader
-// without it leaves it as it is, and looks at it again only in its next term (a process's
-// types do not change), or when it is cancelled.
+// without it leaves it as it is, and looks at it again only in its next term (a process's types do
+// not change), or when it is cancelled.
 //
 // A running job such a leader claims is paused the same way: stored as waiting, its plan,
 // progress and aggregate kept. A leader with the type resumes it where it was. Results that

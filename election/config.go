@@ -1,6 +1,7 @@
 package election
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -52,10 +53,10 @@ type Config struct {
 	SafetyMargin time.Duration
 
 	// Heartbeats, when set, turns on fast crash takeover: the leader publishes a Beat every
-	// HeartbeatInterval, and a follower that hears none from the current term for
-	// SuspicionTimeout breaks that term's lease (fenced by the ETag of its stamp) and campaigns
-	// at once, instead of waiting up to LeaseDuration for the lease to expire. Nil: no
-	// heartbeats, takeover after a crash within LeaseDuration + RetryInterval.
+	// HeartbeatInterval. A follower that hears none from the current term for SuspicionTimeout
+	// breaks that term's lease (fenced by the ETag of its stamp) and campaigns at once. It does not
+	// wait up to LeaseDuration for the lease to expire. Nil: no heartbeats, takeover after a crash
+	// within LeaseDuration + RetryInterval.
 	Heartbeats Heartbeats
 
 	// HeartbeatInterval is the period of the leader's heartbeats. Default 250ms.
@@ -91,11 +92,11 @@ type Config struct {
 	// From 10ms to SuspicionTimeout/2. Default (0) 100ms, at most SuspicionTimeout/4.
 	ProbeConfirm time.Duration
 
-	// WatchEvery is how often the term's first successor (the watcher, named in the beats)
-	// probes the live term, with a Prober, without waiting for a missed beat: a crash is then
-	// seen within WatchEvery instead of ProbeAfter, and confirmed as for a silence. One
-	// follower probes, so the cost is constant in the cluster size (a request and its answer
-	// per WatchEvery). Default (0) 50ms; negative turns watching off.
+	// WatchEvery is how often the term's first successor (the watcher, named in the beats) probes
+	// the live term, with a Prober, without waiting for a missed beat. A crash is then seen within
+	// WatchEvery instead of ProbeAfter, and confirmed as for a silence. One follower probes, so the
+	// cost is constant in the cluster size (a request and its answer per WatchEvery). Default (0)
+	// 50ms; negative turns watching off.
 	WatchEvery time.Duration
 
 	// Successors, when set with Heartbeats, names the followers that should take over first,
@@ -159,48 +160,32 @@ func DefaultIdentity() string {
 	return fmt.Sprintf("%s-%d", h, os.Getpid())
 }
 
-// withDefaults fills zero fields with their defaults.
+// withDefaults sets every zero field to its default: the one place defaults are applied.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Container == "" {
-		c.Container = d.Container
-	}
-	if c.Blob == "" {
-		c.Blob = d.Blob
-	}
-	if c.LeaseDuration == 0 {
-		c.LeaseDuration = d.LeaseDuration
-	}
+	c.Container = cmp.Or(c.Container, d.Container)
+	c.Blob = cmp.Or(c.Blob, d.Blob)
+	c.LeaseDuration = cmp.Or(c.LeaseDuration, d.LeaseDuration)
+	// RenewInterval, ProbeAfter and ProbeConfirm default from other fields, so stay explicit.
 	if c.RenewInterval == 0 {
 		c.RenewInterval = min(d.RenewInterval, c.LeaseDuration/3)
 	}
-	if c.RetryInterval == 0 {
-		c.RetryInterval = d.RetryInterval
-	}
-	if c.Jitter == 0 {
-		c.Jitter = d.Jitter
-	}
-	if c.SafetyMargin == 0 {
-		c.SafetyMargin = d.SafetyMargin
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = d.HeartbeatInterval
-	}
-	if c.SuspicionTimeout == 0 {
-		c.SuspicionTimeout = d.SuspicionTimeout
-	}
+	c.RetryInterval = cmp.Or(c.RetryInterval, d.RetryInterval)
+	c.Jitter = cmp.Or(c.Jitter, d.Jitter)
+	c.SafetyMargin = cmp.Or(c.SafetyMargin, d.SafetyMargin)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, d.HeartbeatInterval)
+	c.SuspicionTimeout = cmp.Or(c.SuspicionTimeout, d.SuspicionTimeout)
 	if c.ProbeAfter == 0 {
 		c.ProbeAfter = c.HeartbeatInterval * 6 / 5
 	}
+	// Zero means the default; a negative WatchEvery (watching off) is kept.
 	if c.WatchEvery == 0 {
 		c.WatchEvery = 50 * time.Millisecond
 	}
 	if c.ProbeConfirm == 0 {
 		c.ProbeConfirm = min(100*time.Millisecond, c.SuspicionTimeout/4)
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -287,11 +287,11 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 	return t, nil
 }
 
-// RaiseEpochFloor makes every later term of this elector take an epoch above n, whatever the
-// lease blob's metadata says. The leader's work calls it with the highest epoch it has seen
-// written (a checkpoint's writer epoch): if storage loses recent writes, the blob's epoch can go
-// back in time, and without a floor the next term would reuse an epoch already used. The floor
-// only rises; it lives as long as the Elector.
+// RaiseEpochFloor makes every later term of this elector take an epoch above n, whatever the lease
+// blob's metadata says. The leader's work calls it with the highest epoch it has seen written (a
+// checkpoint's writer epoch). If storage loses recent writes, the blob's epoch can go back in time;
+// without a floor the next term would reuse an epoch already used. The floor only rises; it lives
+// as long as the Elector.
 func (e *Elector) RaiseEpochFloor(n uint64) {
 	for {
 		f := e.floor.Load()
@@ -317,12 +317,12 @@ func (e *Elector) eligible() (err error) {
 // opTimeout bounds a single acquire, stamp or renew call.
 func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10*time.Second) }
 
-// wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends, or
-// until the leader has been silent for SuspicionTimeout or its term is confirmed gone by probes
-// (then, in its turn, it checks and maybe breaks the silent term's lease before returning, so
-// that the caller campaigns at once). The probes run in a goroutine of their own (startProbe),
-// so the suspicion timeout is checked on time while they are out. It reports whether the caller
-// should campaign now, though the watched term beat recently.
+// wait pauses a follower for RetryInterval*(1-Jitter*rand), or until Poke or ctx ends. It also ends
+// when the leader has been silent for SuspicionTimeout or its term is confirmed gone by probes.
+// Then, in its turn, it checks and maybe breaks the silent term's lease before returning, so that
+// the caller campaigns at once. The probes run in a goroutine of their own (startProbe), so the
+// suspicion timeout is checked on time while they are out. It reports whether the caller should
+// campaign now, though the watched term beat recently.
 func (e *Elector) wait(ctx context.Context) bool {
 	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)

@@ -9,10 +9,10 @@ import (
 // Sentinels. Test for them with errors.Is: the errors returned by this package wrap them.
 var (
 	// ErrLeaseNotHeld means the storage service refused an operation because the caller does not
-	// hold the lease it named: it expired and someone else acquired it, it was broken, or a
-	// different lease ID was given (HTTP 409 LeaseIdMismatch…/LeaseLost/LeaseNotPresent…,
-	// LeaseIsBrokenAndCannotBeRenewed, or any 412 precondition failure). It is definitive: a
-	// retry with the same lease ID cannot succeed.
+	// hold the lease it named. It expired and someone else acquired it, it was broken, or a
+	// different lease ID was given. The service says so with HTTP 409
+	// LeaseIdMismatch…/LeaseLost/LeaseNotPresent…, LeaseIsBrokenAndCannotBeRenewed, or any 412
+	// precondition failure. It is definitive: a retry with the same lease ID cannot succeed.
 	ErrLeaseNotHeld = errors.New("lease not held")
 
 	// ErrLeaseHeld means another holder has the lease (HTTP 409 LeaseAlreadyPresent or
@@ -28,11 +28,11 @@ var (
 	// BlobNotFound).
 	ErrNotFound = errors.New("lease container or blob not found")
 
-	// ErrLeadershipLost is the cause (context.Cause) of a leader context that was cancelled
-	// because the right to lead ended or may have ended: the lease was refused, the safety
-	// deadline passed, Config.Healthy failed, or a heartbeat of a newer term was heard. The cause
-	// also wraps the specific reason (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy,
-	// ErrSuperseded with ErrLeaseNotHeld).
+	// ErrLeadershipLost is the cause (context.Cause) of a leader context that was cancelled because
+	// the right to lead ended or may have ended. The lease was refused, the safety deadline passed,
+	// Config.Healthy failed, or a heartbeat of a newer term was heard. The cause also wraps the
+	// specific reason (ErrLeaseNotHeld, ErrRenewDeadline, ErrUnhealthy, ErrSuperseded with
+	// ErrLeaseNotHeld).
 	ErrLeadershipLost = errors.New("leadership lost")
 
 	// ErrRenewDeadline means no renewal succeeded in time: the safety deadline
@@ -53,7 +53,7 @@ var (
 	ErrSteppedDown = errors.New("stepped down")
 
 	// ErrInvalidConfig is wrapped by every error of Config.Validate.
-	ErrInvalidConfig = errors.New("invalid election config")
+	ErrInvalidConfig = errors.New("election: invalid config")
 
 	// ErrAlreadyRunning is returned by Run when Run is already running on the same Elector.
 	ErrAlreadyRunning = errors.New("election: Run is already running on this Elector")

@@ -75,9 +75,10 @@ func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 	return w.heard && w.beats > 0 && now.Sub(w.lastBeat) < timeout && w.lastBeat.After(w.poked)
 }
 
-// untilDue is how long until the watched term has been silent for timeout, or (probe > 0) for
-// probe since its last beat, or (watchEvery > 0, this follower the watcher) the next watch
-// probe; negative when overdue, large when nothing is watched.
+// untilDue is how long until the next check of the watched term is due. That is when it has been
+// silent for timeout, or (probe > 0) for probe since its last beat, or (watchEvery > 0, this
+// follower the watcher) the next watch probe. It is negative when overdue, large when nothing is
+// watched.
 func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -41,12 +41,12 @@ const (
 	probeCount = 3
 )
 
-// probeDue reports a suspicion when the current term, whose beats say it answers probes, has
-// been silent for after, the follower is healthy, its transport session has not changed since
-// the term's last beat, and no probe of this silence ran within after. The term's first
-// successor (the watcher) probes it every watchEvery (> 0) without waiting for a silence, so
-// that a crash is seen within a probe period, not after a missed beat. It marks the probe as
-// run; first says it is the first of this silence.
+// probeDue reports a suspicion of the current term, whose beats say it answers probes. It needs
+// four things: the term has been silent for after, the follower is healthy, its transport session
+// has not changed since the term's last beat, and no probe of this silence ran within after. The
+// term's first successor (the watcher) probes it every watchEvery (> 0) without waiting for a
+// silence, so that a crash is seen within a probe period, not after a missed beat. It marks the
+// probe as run; first says it is the first of this silence.
 func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, watchEvery time.Duration) (s suspicion, first, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -191,10 +191,10 @@ func (e *Elector) confirmed(ctx context.Context, s suspicion) bool {
 	return true
 }
 
-// answering is a term's answer to probes. It lasts until the term is over (its lease released
-// or lost), not just its leader context: a leader writing its final checkpoint after SIGTERM
-// still answers, so the followers wait for its release (or the suspicion timeout) and do not
-// break its lease under it.
+// answering is a term's answer to probes. It lasts until the term is over (its lease released or
+// lost), not just its leader context. A leader writing its final checkpoint after SIGTERM still
+// answers, so the followers wait for its release (or the suspicion timeout) and do not break its
+// lease under it.
 type answering struct {
 	mu    sync.Mutex
 	stop  func()

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,39 +65,27 @@ func DefaultConfig() Config {
 	return Config{Concurrency: n, Prefetch: max(4*n, 32), MaxAttempts: 3, RetryBackoff: 250 * time.Millisecond, InlinePartialLimit: 256 << 10}
 }
 
-// withDefaults fills zero fields. The bus's config sets the progress interval.
+// withDefaults sets every zero field to its default: the one place defaults are applied. The
+// bus's config sets the progress interval.
 func (c Config) withDefaults(b bus.Config) Config {
 	d := DefaultConfig()
-	if c.Concurrency == 0 {
-		c.Concurrency = d.Concurrency
-	}
+	c.Concurrency = cmp.Or(c.Concurrency, d.Concurrency)
+	// Prefetch, ProgressInterval and MemoryBudget default from other fields, so stay explicit.
 	if c.Prefetch == 0 {
 		c.Prefetch = max(4*c.Concurrency, 32)
 	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = d.MaxAttempts
-	}
-	if c.RetryBackoff == 0 {
-		c.RetryBackoff = d.RetryBackoff
-	}
-	if c.InlinePartialLimit == 0 {
-		c.InlinePartialLimit = d.InlinePartialLimit
-	}
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, d.MaxAttempts)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, d.RetryBackoff)
+	c.InlinePartialLimit = cmp.Or(c.InlinePartialLimit, d.InlinePartialLimit)
 	if c.ProgressInterval == 0 {
 		c.ProgressInterval = max(b.ShardTimeout/3, 100*time.Millisecond)
 	}
 	if c.MemoryBudget == 0 {
 		c.MemoryBudget = DefaultTaskMemory * int64(c.Concurrency)
 	}
-	if c.Registry == nil {
-		c.Registry = jobs.Default()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
+	c.Registry = cmp.Or(c.Registry, jobs.Default())
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Metrics = cmp.Or[Metrics](c.Metrics, noMetrics{})
 	return c
 }
 

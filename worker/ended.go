@@ -9,8 +9,8 @@ import (
 )
 
 // Exister tells whether a blob exists. When the worker's PartialStore implements it, shards of a
-// job whose result is stored (the job succeeded) are dropped before they run: replays after a
-// NATS restart, or past the duplicate window, cost one read per job instead of a run per shard.
+// job whose result is stored (the job succeeded) are dropped before they run. Replays after a NATS
+// restart, or past the duplicate window, then cost one read per job instead of a run per shard.
 type Exister interface {
 	Exists(ctx context.Context, name string) (bool, error)
 }

@@ -28,11 +28,11 @@ type KeyedStore interface {
 
 var _ KeyedStore = (*store.Container)(nil)
 
-// DefaultTaskMemory is a keyed task's share of the memory budget when none is set: the
-// default budget is DefaultTaskMemory × Concurrency, shared by the slots. A bigger buffer
-// spills less but hashes and sorts over more memory: a map task of the keyed bench's 5M-word
-// corpus runs as fast with 8 MiB as with 64 (BenchmarkMapBuffer_Budget), and a worker's memory
-// then hardly depends on the number of keys.
+// DefaultTaskMemory is a keyed task's share of the memory budget when none is set: the default
+// budget is DefaultTaskMemory × Concurrency, shared by the slots. A bigger buffer spills less but
+// hashes and sorts over more memory. A map task of the keyed bench's 5M-word corpus runs as fast
+// with 8 MiB as with 64 (BenchmarkMapBuffer_Budget), and a worker's memory then hardly depends on
+// the number of keys.
 const DefaultTaskMemory = 8 << 20
 
 // MemoryBudget is the worker's memory for keyed tasks (Config.MemoryBudget, or its default).
@@ -222,7 +222,7 @@ func (w *Worker) runLost(job string, partition int, blob string) ([]byte, error)
 }
 
 // lateTask deletes the blob a task just stored if its job has ended meanwhile (a backup or a
-// redelivered attempt that outlived the job, a cancelled job's task): the leader's clean-up may
+// redelivered attempt that outlived the job, a cancelled job's task). The leader's clean-up may
 // have listed the job's blobs before this one existed. The job's status record says (a HEAD).
 func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
 	if !w.jobEnded(ctx, ks, job) {

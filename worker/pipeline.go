@@ -210,9 +210,9 @@ func (w *Worker) publish(g []outcome, settles chan<- settle) {
 	}
 	r0 := rs[0]
 	// A result message is never re-published (a failure redelivers its shards), so a unique id
-	// suffices; and it must be unique: a shard dispatched again by self-repair runs as attempt 1
-	// again, and an id from (job, index, attempt) would make JetStream drop its result as a
-	// duplicate of the lost one.
+	// suffices. And it must be unique: a shard dispatched again by self-repair runs as attempt 1
+	// again. An id from (job, index, attempt) would make JetStream drop its result as a duplicate
+	// of the lost one.
 	id := protocol.ResultBatchMsgID(r0.Job, nuid.Next())
 	data, err := protocol.EncodeResults(rs)
 	s := settle{helds: distinct(g), job: r0.Job}

@@ -100,9 +100,9 @@ func (w *Worker) PublishErr() error {
 	return nil
 }
 
-// limit is how many shards the worker holds at once: its slots, plus enough waiting shards to
-// hide the pull round trip when shards are short (none extra once they take 100ms or more, and
-// none until the first one ran, so a few long shards spread over every worker).
+// limit is how many shards the worker holds at once: its slots, plus enough waiting shards to hide
+// the pull round trip when shards are short. It holds none extra once they take 100ms or more, and
+// none until the first one ran, so a few long shards spread over every worker.
 func (w *Worker) limit() int {
 	c := w.cfg.Concurrency
 	avg := time.Duration(w.avgRun.Load())
@@ -133,11 +133,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer feed.Stop()
 	w.log.Info("processing shards", "types", types, "concurrency", w.cfg.Concurrency, "prefetch", w.cfg.Prefetch, "max_attempts", w.cfg.MaxAttempts)
 
-	// Slots hand finished shards to one publisher, which puts every result available at that
-	// moment into one message per job (no waiting: one result when idle, many under load), and
-	// to one settler, which settles every shard of a message, in publish order, once JetStream
-	// has stored it: a crash in between only causes a redelivery (and duplicate results the
-	// coordinator drops).
+	// Slots hand finished shards to one publisher, which puts every result available at that moment
+	// into one message per job (no waiting: one result when idle, many under load). One settler
+	// then settles every shard of a message, in publish order, once JetStream has stored it. A
+	// crash in between only causes a redelivery (and duplicate results the coordinator drops).
 	done := make(chan []outcome, bus.MaxShardLimit)
 	settles := make(chan settle, bus.MaxShardLimit)
 	var tail sync.WaitGroup
