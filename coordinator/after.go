@@ -15,8 +15,9 @@ import (
 // Dependencies. A job submitted with --after waits until each job it names has succeeded: its
 // first checkpoint is stored as waiting, with a reason that names the jobs, and its active
 // marker. Every rescan claims it and looks at them again (cheaply: their status records, read
-// with a HEAD); a job that ends here kicks a rescan. The job is planned once all
-// succeeded, and fails with a reason naming the first that failed, was cancelled or is gone.
+// with a HEAD, and their results); a job that ends here kicks a rescan, and again once its
+// result is stored. The job is planned once all succeeded, and fails with a reason naming the
+// first that failed, was cancelled or is gone.
 
 // predecessors looks at the jobs spec waits for. It returns "" when all succeeded, else why the
 // job waits (failed false) or why it cannot run (failed true).
@@ -46,6 +47,13 @@ func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason st
 		}
 		switch state {
 		case jobs.StateSucceeded:
+			// Its result (a keyed job's output manifest) is stored by its clean-up, after the
+			// final checkpoint: a job reading it as input waits for it (a kick follows).
+			if ok, err := t.store.Exists(ctx, protocol.ResultBlob(id)); err != nil {
+				return "", false, fmt.Errorf("result of job %s: %w", id, err)
+			} else if !ok {
+				pending = append(pending, id)
+			}
 		case "":
 			return fmt.Sprintf("job %s it runs after does not exist (deleted?)", id), true, nil
 		case jobs.StateFailed, jobs.StateCancelled:

@@ -74,6 +74,9 @@ func (t *term) retire(ctx context.Context, j *job) {
 		defer t.cleanups.Done()
 		defer t.cleaning.Delete(cp.Job)
 		t.clean(context.WithoutCancel(ctx), &cp, here)
+		if t.afterSeen.Load() {
+			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
+		}
 	}()
 }
 
