@@ -72,7 +72,9 @@ func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
 // Subscribe implements election.Heartbeats. Messages that are not valid beats are dropped and
 // counted (Invalid); beats without a valid MAC are refused (Unverified).
 func (h *Heartbeats) Subscribe(fn func(election.Beat)) (stop func(), err error) {
+	health := h.b.Health()
 	sub, err := h.b.nc.Subscribe(h.subject, func(m *nats.Msg) {
+		health.Heard() // the server delivered it, whoever sent it
 		if err := h.verify(m); err != nil {
 			h.refuse(m, err)
 			return

@@ -14,17 +14,41 @@ import (
 // DefaultInterval is how often a worker announces itself.
 const DefaultInterval = time.Second
 
-// Announce publishes snapshot() on subject every interval until ctx ends. A failed publish is
-// logged at debug level and retried on the next tick (NATS reconnects by itself).
+// AskSuffix makes the subject on which a watcher that starts listening asks every worker to
+// announce itself now (<subject>.ask), so that its view is whole within a round trip, not an
+// announce interval. A new leader names its successors from that view: a crash in its first
+// second would otherwise have had no watcher.
+const AskSuffix = ".ask"
+
+// askGap is the least time between two announcements made on request: asks from anyone on NATS
+// cost each worker at most this rate.
+const askGap = 100 * time.Millisecond
+
+// Announce publishes snapshot() on subject every interval until ctx ends, and at once when asked
+// on subject+AskSuffix (at most every askGap). A failed publish is logged at debug level and
+// retried on the next tick (NATS reconnects by itself).
 func Announce(ctx context.Context, nc *nats.Conn, subject string, interval time.Duration, log *slog.Logger, snapshot func() Announcement) {
 	if interval <= 0 {
 		interval = DefaultInterval
+	}
+	asked := make(chan struct{}, 1)
+	sub, err := nc.Subscribe(subject+AskSuffix, func(*nats.Msg) {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		log.Debug("listen for membership asks", "err", err)
+	} else {
+		defer func() { _ = sub.Unsubscribe() }()
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		a := snapshot()
 		a.SentAt = time.Now().UTC()
+		last := time.Now()
 		data, err := a.Encode()
 		if err == nil {
 			err = nc.Publish(subject, data)
@@ -36,6 +60,17 @@ func Announce(ctx context.Context, nc *nats.Conn, subject string, interval time.
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-asked:
+			// Asked: announce now, or askGap after the last announcement.
+			if d := time.Until(last.Add(askGap)); d > 0 {
+				gap := time.NewTimer(d)
+				select {
+				case <-ctx.Done():
+					gap.Stop()
+					return
+				case <-gap.C:
+				}
+			}
 		}
 	}
 }
@@ -97,6 +132,9 @@ func (w *Watcher) listenLocked() error {
 		return err
 	}
 	w.sub, w.since = sub, time.Now()
+	// The server has the subscription before the ask (one connection, in order): every answer
+	// reaches it. Workers of an older build do not answer; their next tick does.
+	_ = w.nc.Publish(w.subject+AskSuffix, nil)
 	return nil
 }
 
