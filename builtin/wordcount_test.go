@@ -156,24 +156,37 @@ func TestCountShardWords_BigText(t *testing.T) {
 	}
 }
 
+// Wordcount through jobstest (every shard mapped twice, partials merged in shuffled orders)
+// matches a direct count. The byte-sized shards (a word cut at every byte) run over a smaller
+// corpus: under -race the full one took 30 s at one byte a shard, for no cut it does not have.
 func TestWordcount_MatchesDirectCount(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 9))
-	env := jobstest.NewEnv()
-	var texts [][]byte
-	for i := range 5 {
-		text := trickyText(rng, 500+300*i)
-		env.Put("corpus", fmt.Sprintf("books/%d.txt", i), text)
-		texts = append(texts, text)
+	corpus := func(seed uint64, texts, tokens, step int) (*jobstest.Env, [][]byte) {
+		rng := rand.New(rand.NewPCG(seed, seed))
+		env := jobstest.NewEnv()
+		var out [][]byte
+		for i := range texts {
+			text := trickyText(rng, tokens+step*i)
+			env.Put("corpus", fmt.Sprintf("books/%d.txt", i), text)
+			out = append(out, text)
+		}
+		env.Put("corpus", "books/empty.txt", nil)
+		env.Put("corpus", "other/skip.txt", []byte("not counted"))
+		return env, out
 	}
-	env.Put("corpus", "books/empty.txt", nil)
-	env.Put("corpus", "other/skip.txt", []byte("not counted"))
+	small, smallTexts := corpus(7, 3, 120, 60)
+	big, bigTexts := corpus(9, 5, 500, 300)
 	for _, tt := range []struct {
 		shardBytes string
 		top        int
+		big        bool
 	}{
-		{`, "shard_bytes": 1`, 20}, {`, "shard_bytes": 2`, 5}, {`, "shard_bytes": 3`, 0}, {`, "shard_bytes": 5`, 1},
-		{`, "shard_bytes": 97`, 50}, {`, "shard_bytes": 4096`, 10000}, {``, 10},
+		{`, "shard_bytes": 1`, 20, false}, {`, "shard_bytes": 2`, 5, false}, {`, "shard_bytes": 3`, 0, false}, {`, "shard_bytes": 5`, 1, false},
+		{`, "shard_bytes": 97`, 50, true}, {`, "shard_bytes": 4096`, 10000, true}, {``, 10, true},
 	} {
+		env, texts := small, smallTexts
+		if tt.big {
+			env, texts = big, bigTexts
+		}
 		params := fmt.Sprintf(`{"container": "corpus", "prefix": "books/", "top": %d%s}`, tt.top, tt.shardBytes)
 		got := jobstest.Run(t, Wordcount{}, env, params)
 		if want := directResult(t, tt.top, texts...); string(got) != want {
@@ -181,8 +194,8 @@ func TestWordcount_MatchesDirectCount(t *testing.T) {
 		}
 	}
 	// Default top is 10.
-	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "prefix": "books/"}`)
-	if want := directResult(t, 10, texts...); string(got) != want {
+	got := jobstest.Run(t, Wordcount{}, big, `{"container": "corpus", "prefix": "books/"}`)
+	if want := directResult(t, 10, bigTexts...); string(got) != want {
 		t.Errorf("default top:\n got %s\nwant %s", got, want)
 	}
 }

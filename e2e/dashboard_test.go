@@ -242,6 +242,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(10*time.Second, `#schedules tr[data-name="nightly"]`, "the schedule paused from the page", func(s string) bool {
 		return strings.Contains(s, "paused") && strings.Contains(s, "resume")
 	})
+	// A chain schedule names every step's type.
+	if _, err := c.Client.AddSchedule(ctx, "chained", client.ScheduleOptions{Every: 24 * time.Hour, Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Then: []client.ChainStep{{Type: "sleep", Params: json.RawMessage(`{"shards":2}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitText(10*time.Second, `#schedules tr[data-name="chained"]`, "the chain schedule with its steps", func(s string) bool {
+		return strings.Contains(s, "sleep → sleep")
+	})
 	screenshot(t, bctx, "dashboard-schedules.png")
 }
 

@@ -107,11 +107,11 @@ func DefaultConfig() Config {
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Quick = true
-	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 10_000, 1, []int{64}
+	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 5_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.WordcountBytes, c.WordcountRuns = 3, 2<<20, 1
-	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 100_000
-	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 10*time.Second, 5*time.Second, 3*time.Second
+	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 50_000
+	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 5*time.Second, 3*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
 	c.FailoverShards = 200
 	c.Parallel = 3

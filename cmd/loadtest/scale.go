@@ -57,7 +57,7 @@ func (r *runner) scale(ctx context.Context) error {
 		r.log.Logf("scale: %d idle workers: %.1f %% of the machine (workers %.1f, azurite %.1f, nats+observers %.1f), %.0f NATS msgs/s (%.1f per worker)",
 			n, idle.MachinePct, idle.WorkersPct, idle.AzuritePct, idle.SelfPct, idle.NATSMsgsPerS, idle.NATSMsgsPerWorkerPerS)
 		if i == 0 && cfg.ScaleJobs > 0 {
-			in, err := rig.BurstIntake(ctx, c, cfg.ScaleJobs, 8, cfg.JobTimeout)
+			in, err := r.rig.BurstIntake(ctx, c, cfg.ScaleJobs, 8, cfg.JobTimeout, runtime.NumCPU())
 			if err != nil {
 				r.rig.Stop(c)
 				return err
@@ -68,8 +68,8 @@ func (r *runner) scale(ctx context.Context) error {
 			r.rep.WrongResults += in.Jobs - in.Exact
 			r.rep.Errors = append(r.rep.Errors, in.Problems...)
 			r.mu.Unlock()
-			r.log.Logf("scale: %d one-shard jobs from 8 submitters on %d workers: submitted in %.2fs, last finished %.2fs after the last submit, %.1f jobs/s, latency p50 %.2fs (%d exact)",
-				in.Jobs, n, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Exact)
+			r.log.Logf("scale: %d one-shard jobs from 8 submitters on %d workers: submitted in %.2fs, last finished %.2fs after the last submit, %.1f jobs/s, latency p50 %.2fs (submit→started %.2fs, started→finished %.2fs; CPU workers %.1f %%, azurite %.1f %%, submitters+nats %.1f %%) (%d exact)",
+				in.Jobs, n, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Wait.P50, in.Run.P50, in.WorkersPct, in.AzuritePct, in.SelfPct, in.Exact)
 		}
 		for k := 1; k <= 2; k++ {
 			to, err := rig.KillAndTime(ctx, c, 30*time.Second)
@@ -101,7 +101,7 @@ func writeScale(w io.Writer, sc *Scale) {
 		fmt.Fprintf(w, "| %d | %.3f | %d |\n", t.Workers, t.S, t.Breaks)
 	}
 	if in := sc.Intake; in != nil {
-		fmt.Fprintf(w, "\n%d one-shard jobs from %d submitters: submitted in %.2f s; the last finished %.2f s after the last submit; %.1f jobs/s; latency p50 %.2f s, p90 %.2f s; %d exact.\n",
-			in.Jobs, in.Submitters, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Latency.P90, in.Exact)
+		fmt.Fprintf(w, "\n%d one-shard jobs from %d submitters: submitted in %.2f s; the last finished %.2f s after the last submit; %.1f jobs/s; latency p50 %.2f s, p90 %.2f s (submit→started p50 %.2f s, started→finished p50 %.2f s); CPU meanwhile: workers %.1f %%, Azurite %.1f %%, submitters and NATS %.1f %% of the machine; %d exact.\n",
+			in.Jobs, in.Submitters, in.SubmitS, in.LastAfterS, in.JobsPerS, in.Latency.P50, in.Latency.P90, in.Wait.P50, in.Run.P50, in.WorkersPct, in.AzuritePct, in.SelfPct, in.Exact)
 	}
 }

@@ -287,6 +287,12 @@ async function act(action) {
   tick();
 }
 
+// chainTitle is a schedule's steps with their parameters, one a line (a chain's later steps
+// after its first).
+function chainTitle(s) {
+  return [s.type + " " + JSON.stringify(s.params), ...(s.then || []).map((x) => "then " + x.type + " " + JSON.stringify(x.params))].join("\n");
+}
+
 function renderSchedules() {
   $("#schedules-warning").hidden = !schedulesErr;
   $("#schedules-warning").textContent = schedulesErr;
@@ -294,7 +300,7 @@ function renderSchedules() {
   $("#schedules tbody").replaceChildren(...schedules.map((s) => el("tr", { "data-name": s.name },
     el("td", {}, s.name),
     el("td", {}, s.every ? "every " + s.every : s.cron + (s.time_zone ? " (" + s.time_zone + ")" : "")),
-    el("td", { class: "muted", title: JSON.stringify(s.params) }, s.type),
+    el("td", { class: "muted", title: chainTitle(s) }, [s.type, ...(s.then || []).map((x) => x.type)].join(" → ")),
     el("td", { class: s.paused ? "state-cancelled" : "state-running" }, s.paused ? "paused" : "active · overlap " + s.overlap),
     el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
     el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),

@@ -114,7 +114,26 @@ type Intake struct {
 	LastAfterS float64  `json:"last_after_s"` // the last submit's return to the last job's end
 	JobsPerS   float64  `json:"jobs_per_s"`   // jobs over first submit to last end
 	Latency    Dist     `json:"latency_s"`    // submit to finished, per job
+	// Wait is submit to started (the leader planned it), Run started to finished, per job.
+	Wait Dist `json:"wait_s"`
+	Run  Dist `json:"run_s"`
+	// CPU during the burst (first submit to the last end), as a share of the whole machine.
+	WorkersPct float64  `json:"workers_pct"`
+	AzuritePct float64  `json:"azurite_pct"`
+	SelfPct    float64  `json:"self_pct"` // this process: the submitters, NATS in-process
 	Problems   []string `json:"problems,omitempty"`
+}
+
+// BurstIntake is BurstIntake with the CPU the cluster used meanwhile (cores: the machine's).
+func (r *Rig) BurstIntake(ctx context.Context, c *cluster.Cluster, n, p int, timeout time.Duration, cores int) (Intake, error) {
+	workers := func() time.Duration { return ClusterCPU(c) - SelfCPU() }
+	w0, s0, a0, t0 := workers(), SelfCPU(), r.azuriteCPU(), time.Now()
+	in, err := BurstIntake(ctx, c, n, p, timeout)
+	w1, s1, a1, t1 := workers(), SelfCPU(), r.azuriteCPU(), time.Now()
+	wall := t1.Sub(t0).Seconds() * float64(max(cores, 1))
+	pct := func(d time.Duration) float64 { return Round3(100 * d.Seconds() / wall) }
+	in.WorkersPct, in.AzuritePct, in.SelfPct = pct(w1-w0), pct(a1-a0), pct(s1-s0)
+	return in, err
 }
 
 // BurstIntake submits n one-shard sleep jobs from p submitters at once and waits for all.
@@ -151,7 +170,7 @@ func BurstIntake(ctx context.Context, c *cluster.Cluster, n, p int, timeout time
 		}
 	}
 	in := Intake{Jobs: n, Submitters: p, SubmitS: Round3(lastSubmit.Sub(first).Seconds())}
-	var lat []float64
+	var lat, wait, run []float64
 	var lastEnd time.Time
 	deadline := time.Now().Add(timeout)
 	for _, s := range subs {
@@ -168,12 +187,18 @@ func BurstIntake(ctx context.Context, c *cluster.Cluster, n, p int, timeout time
 		}
 		in.Exact++
 		lat = append(lat, Round3(o.Makespan.Seconds()))
+		if st.StartedAt != nil && st.FinishedAt != nil {
+			wait = append(wait, Round3(st.StartedAt.Sub(s.start).Seconds()))
+			run = append(run, Round3(st.FinishedAt.Sub(*st.StartedAt).Seconds()))
+		}
 		if st.FinishedAt.After(lastEnd) {
 			lastEnd = *st.FinishedAt
 		}
 	}
-	sort.Float64s(lat)
-	in.Latency = Summarize(lat)
+	for _, d := range [][]float64{lat, wait, run} {
+		sort.Float64s(d)
+	}
+	in.Latency, in.Wait, in.Run = Summarize(lat), Summarize(wait), Summarize(run)
 	if !lastEnd.IsZero() {
 		in.LastAfterS = Round3(lastEnd.Sub(lastSubmit).Seconds())
 		in.JobsPerS = Round3(float64(in.Exact) / lastEnd.Sub(first).Seconds())
