@@ -79,6 +79,9 @@ type Feed struct {
 	done   chan struct{}
 }
 
+// drainGrace is how long a stopping feed waits for its drain before it gives up on it.
+const drainGrace = 3 * time.Second
+
 // startFeed pumps cons into a Feed; every message is verified (auth.go) first, and one that
 // fails is dead-lettered under source and never handed on.
 func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int, source string) (*Feed, error) {
@@ -89,6 +92,10 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 	ch := make(chan *Delivery)
 	ctx, cancel := context.WithCancel(ctx)
 	f := &Feed{C: ch, mc: mc, cancel: cancel, done: make(chan struct{})}
+	// next bounds each Next once a drain has had its grace: with the server unreachable, the
+	// drain's unsubscribe waits for its reply (nats.go's 30 s drain timeout), and Next with it.
+	// A leader stepping down during a NATS outage took 33 s to stop.
+	next, endNext := context.WithCancel(context.Background())
 	go func() {
 		<-ctx.Done()
 		// Drain, not Stop: messages already pulled into the client still come out of Next, and
@@ -96,15 +103,17 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 		mc.Drain()
 		select {
 		case <-f.done:
-		case <-time.After(3 * time.Second):
+		case <-time.After(drainGrace):
 			mc.Stop()
+			endNext()
 		}
 	}()
 	go func() {
 		defer close(f.done)
 		defer close(ch)
+		defer endNext()
 		for {
-			m, err := mc.Next()
+			m, err := mc.Next(jetstream.NextContext(next))
 			if err != nil {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
 					return // closed, or draining and the buffer yields an error: stop here

@@ -63,10 +63,11 @@ func (h *Health) stop() {
 func (h *Health) run(ctx context.Context) {
 	defer close(h.done)
 	every, within := h.b.cfg.ProbeInterval, h.b.cfg.CutOffAfter
-	t := time.NewTicker(every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		sent := time.Now()
+		next := every
 		if last := h.lastOK.Load(); last < 0 || sent.Sub(h.start)-time.Duration(last) >= every {
 			err := h.b.nc.FlushTimeout(within)
 			if err == nil {
@@ -75,8 +76,13 @@ func (h *Health) run(ctx context.Context) {
 			h.probeMu.Lock()
 			h.lastErr = err
 			h.probeMu.Unlock()
+		} else {
+			// A fresh proof (a beat heard): look again when it is half the cut-off window old.
+			// Probes resume then if the beats stopped, well within the window.
+			next = max(every, time.Duration(last)+within/2-sent.Sub(h.start))
 		}
 		h.Err() // counts a transition
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return
