@@ -13,9 +13,8 @@ import (
 
 // Delivery is one message handed to a consumer.
 type Delivery struct {
-	msg       jetstream.Msg
-	attempt   int
-	published time.Time // when the stream stored it (zero if unknown)
+	msg     jetstream.Msg
+	attempt int
 	feed    *ShardFeed // set for shards: settling releases the delivery from its feed
 }
 
@@ -27,9 +26,6 @@ func (d *Delivery) Subject() string { return d.msg.Subject() }
 
 // Attempt is the delivery count: 1 for the first delivery.
 func (d *Delivery) Attempt() int { return d.attempt }
-
-// Published is when the stream stored the message, by the server's clock; zero if unknown.
-func (d *Delivery) Published() time.Time { return d.published }
 
 // Ack removes the message from its work-queue stream.
 func (d *Delivery) Ack() error { d.release(); return d.msg.Ack() }
@@ -51,11 +47,8 @@ func (d *Delivery) release() {
 
 func newDelivery(m jetstream.Msg) *Delivery {
 	d := &Delivery{msg: m, attempt: 1}
-	if md, err := m.Metadata(); err == nil {
-		if md.NumDelivered > 0 {
-			d.attempt = int(md.NumDelivered)
-		}
-		d.published = md.Timestamp
+	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
+		d.attempt = int(md.NumDelivered)
 	}
 	return d
 }

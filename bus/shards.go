@@ -108,9 +108,14 @@ func (b *Bus) shardConsumer(ctx context.Context, typ string) (jetstream.Consumer
 	return c, nil
 }
 
+// longPoll bounds a pump's wait for one shard of an idle type. After a NATS restart the poll is
+// lost with the old connection: a pump asks again within this.
+const longPoll = 5 * time.Second
+
 // pump pulls one type's shards: at once as many as the credit allows while the type has some
 // queued, else a long poll for one.
 func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consumer, wake <-chan struct{}) {
+	quiet := false // the last long poll ended empty: poll again without asking for what is queued
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := f.b.shardConsumer(ctx, typ)
@@ -129,10 +134,14 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 			}
 			continue
 		}
-		batch, err := cons.FetchNoWait(n)
+		var batch jetstream.MessageBatch
+		var err error
 		got := 0
-		if err == nil {
-			got, err = f.drain(ctx, batch, true)
+		if !quiet {
+			batch, err = cons.FetchNoWait(n)
+			if err == nil {
+				got, err = f.drain(ctx, batch, true)
+			}
 		}
 		f.unreserve(n - got)
 		if err != nil {
@@ -146,13 +155,18 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 			continue
 		}
 		// Nothing queued: wait for the next shard with a long poll (holding one credit over the
-		// limit, so a quiet type never starves a busy one).
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// limit, so a quiet type never starves a busy one). An idle type costs a request and its
+		// timeout every longPoll, not two of each: after an empty poll the next is a poll again
+		// (a shard queued meanwhile would have come); after a shard, what else is queued comes
+		// at once.
+		wctx, cancel := context.WithTimeout(ctx, longPoll)
 		batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
+		polled := 0
 		if err == nil {
-			_, err = f.drain(ctx, batch, false)
+			polled, err = f.drain(ctx, batch, false)
 		}
 		cancel()
+		quiet = polled == 0 && (err == nil || errors.Is(err, context.DeadlineExceeded))
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil

@@ -15,23 +15,6 @@ type Exister interface {
 	Exists(ctx context.Context, name string) (bool, error)
 }
 
-// replayAge: a shard delivered for the first time within this long of its publishing is taken for
-// fresh and not checked (see mayBeReplay).
-const replayAge = time.Second
-
-// mayBeReplay reports whether d may be a replay of a job that ended: a redelivery, or a message
-// older than replayAge (a NATS restart brings back messages from before it). The check of a fresh
-// first delivery is skipped: it was a storage read on every job's path, one of each one-shard
-// job's ten, while a replay of a job ended within a second of its shards' publishing is rare and
-// costs only its run (the leader drops its results).
-func mayBeReplay(d interface {
-	Attempt() int
-	Published() time.Time
-}) bool {
-	p := d.Published()
-	return d.Attempt() > 1 || p.IsZero() || time.Since(p) > replayAge
-}
-
 // ended remembers jobs seen ended (bounded) and when running jobs were last checked.
 type ended struct {
 	st Exister
