@@ -32,6 +32,7 @@ tidy:
 	$(GO) mod tidy -diff
 
 vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(GO) vet ./...
 
 test: azurite tidy vet

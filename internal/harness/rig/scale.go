@@ -66,19 +66,38 @@ func (r *Rig) azuriteCPU() time.Duration {
 	return total
 }
 
+// cpuMark is the CPU time used so far by a cluster's workers, the Azurite processes and this
+// process (NATS in-process, the observers), at a moment.
+type cpuMark struct {
+	workers, azurite, self time.Duration
+	at                     time.Time
+}
+
+func (r *Rig) markCPU(c *cluster.Cluster) cpuMark {
+	self := SelfCPU()
+	return cpuMark{workers: ClusterCPU(c) - self, azurite: r.azuriteCPU(), self: self, at: time.Now()}
+}
+
+// shares are the workers', Azurite's and this process's CPU from m to later, each as a
+// percentage of the whole machine (cores).
+func (m cpuMark) shares(later cpuMark, cores int) (workers, azurite, self float64) {
+	wall := later.at.Sub(m.at).Seconds() * float64(max(cores, 1))
+	pct := func(d time.Duration) float64 { return Round3(100 * d.Seconds() / wall) }
+	return pct(later.workers - m.workers), pct(later.azurite - m.azurite), pct(later.self - m.self)
+}
+
 // MeasureIdle measures c, which runs no job, over window: CPU shares and NATS messages.
 // Other clusters of the rig must be stopped, or their cost is counted too.
 func (r *Rig) MeasureIdle(ctx context.Context, c *cluster.Cluster, window time.Duration, cores int) (Idle, error) {
-	workers := func() time.Duration { return ClusterCPU(c) - SelfCPU() }
-	w0, s0, a0, m0, t0 := workers(), SelfCPU(), r.azuriteCPU(), r.natsMsgs(), time.Now()
+	c0, m0 := r.markCPU(c), r.natsMsgs()
 	if err := Sleep(ctx, window); err != nil {
 		return Idle{}, err
 	}
-	w1, s1, a1, m1, t1 := workers(), SelfCPU(), r.azuriteCPU(), r.natsMsgs(), time.Now()
-	wall := t1.Sub(t0).Seconds() * float64(max(cores, 1))
-	pct := func(d time.Duration) float64 { return Round3(100 * d.Seconds() / wall) }
+	c1, m1 := r.markCPU(c), r.natsMsgs()
+	t0, t1 := c0.at, c1.at
 	n := len(c.Running())
-	in := Idle{Workers: n, WorkersPct: pct(w1 - w0), AzuritePct: pct(a1 - a0), SelfPct: pct(s1 - s0), WindowS: Round3(t1.Sub(t0).Seconds())}
+	in := Idle{Workers: n, WindowS: Round3(t1.Sub(t0).Seconds())}
+	in.WorkersPct, in.AzuritePct, in.SelfPct = c0.shares(c1, cores)
 	in.MachinePct = Round3(in.WorkersPct + in.AzuritePct + in.SelfPct)
 	in.NATSMsgsPerS = Round3(float64(m1-m0) / t1.Sub(t0).Seconds())
 	if n > 0 {
@@ -107,13 +126,13 @@ func KillAndTime(ctx context.Context, c *cluster.Cluster, within time.Duration) 
 
 // Intake is a burst of tiny jobs from parallel submitters.
 type Intake struct {
-	Jobs       int      `json:"jobs"`
-	Submitters int      `json:"submitters"`
-	Exact      int      `json:"exact"`
-	SubmitS    float64  `json:"submit_s"`     // first submit to the last submit's return
-	LastAfterS float64  `json:"last_after_s"` // the last submit's return to the last job's end
-	JobsPerS   float64  `json:"jobs_per_s"`   // jobs over first submit to last end
-	Latency    Dist     `json:"latency_s"`    // submit to finished, per job
+	Jobs       int     `json:"jobs"`
+	Submitters int     `json:"submitters"`
+	Exact      int     `json:"exact"`
+	SubmitS    float64 `json:"submit_s"`     // first submit to the last submit's return
+	LastAfterS float64 `json:"last_after_s"` // the last submit's return to the last job's end
+	JobsPerS   float64 `json:"jobs_per_s"`   // jobs over first submit to last end
+	Latency    Dist    `json:"latency_s"`    // submit to finished, per job
 	// Wait is submit to started (the leader planned it), Run started to finished, per job.
 	Wait Dist `json:"wait_s"`
 	Run  Dist `json:"run_s"`
@@ -126,13 +145,9 @@ type Intake struct {
 
 // BurstIntake is BurstIntake with the CPU the cluster used meanwhile (cores: the machine's).
 func (r *Rig) BurstIntake(ctx context.Context, c *cluster.Cluster, n, p int, timeout time.Duration, cores int) (Intake, error) {
-	workers := func() time.Duration { return ClusterCPU(c) - SelfCPU() }
-	w0, s0, a0, t0 := workers(), SelfCPU(), r.azuriteCPU(), time.Now()
+	c0 := r.markCPU(c)
 	in, err := BurstIntake(ctx, c, n, p, timeout)
-	w1, s1, a1, t1 := workers(), SelfCPU(), r.azuriteCPU(), time.Now()
-	wall := t1.Sub(t0).Seconds() * float64(max(cores, 1))
-	pct := func(d time.Duration) float64 { return Round3(100 * d.Seconds() / wall) }
-	in.WorkersPct, in.AzuritePct, in.SelfPct = pct(w1-w0), pct(a1-a0), pct(s1-s0)
+	in.WorkersPct, in.AzuritePct, in.SelfPct = c0.shares(r.markCPU(c), cores)
 	return in, err
 }
 
