@@ -108,14 +108,9 @@ func (b *Bus) shardConsumer(ctx context.Context, typ string) (jetstream.Consumer
 	return c, nil
 }
 
-// longPoll bounds a pump's wait for one shard of an idle type. After a NATS restart the poll is
-// lost with the old connection: a pump asks again within this.
-const longPoll = 5 * time.Second
-
 // pump pulls one type's shards: at once as many as the credit allows while the type has some
 // queued, else a long poll for one.
 func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consumer, wake <-chan struct{}) {
-	quiet := false // the last long poll ended empty: poll again without asking for what is queued
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := f.b.shardConsumer(ctx, typ)
@@ -134,14 +129,10 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 			}
 			continue
 		}
-		var batch jetstream.MessageBatch
-		var err error
+		batch, err := cons.FetchNoWait(n)
 		got := 0
-		if !quiet {
-			batch, err = cons.FetchNoWait(n)
-			if err == nil {
-				got, err = f.drain(ctx, batch, true)
-			}
+		if err == nil {
+			got, err = f.drain(ctx, batch, true)
 		}
 		f.unreserve(n - got)
 		if err != nil {
@@ -155,18 +146,13 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 			continue
 		}
 		// Nothing queued: wait for the next shard with a long poll (holding one credit over the
-		// limit, so a quiet type never starves a busy one). An idle type costs a request and its
-		// timeout every longPoll, not two of each: after an empty poll the next is a poll again
-		// (a shard queued meanwhile would have come); after a shard, what else is queued comes
-		// at once.
-		wctx, cancel := context.WithTimeout(ctx, longPoll)
+		// limit, so a quiet type never starves a busy one).
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
-		polled := 0
 		if err == nil {
-			polled, err = f.drain(ctx, batch, false)
+			_, err = f.drain(ctx, batch, false)
 		}
 		cancel()
-		quiet = polled == 0 && (err == nil || errors.Is(err, context.DeadlineExceeded))
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil
