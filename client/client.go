@@ -409,13 +409,22 @@ func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error)
 	if err != nil {
 		return nil, err
 	}
+	return c.ResultOf(ctx, st)
+}
+
+// ResultOf is Result for a job whose status st the caller has just read: it does not read the
+// status again (one storage read fewer; a caller polling Status uses it).
+func (c *Client) ResultOf(ctx context.Context, st *Status) (json.RawMessage, error) {
 	switch st.State {
 	case jobs.StateSucceeded:
-		return c.result(ctx, id)
+		if st.Result != nil {
+			return st.Result, nil
+		}
+		return c.result(ctx, st.ID)
 	case jobs.StateFailed, jobs.StateCancelled:
-		return nil, fmt.Errorf("job %s %s: %s", id, st.State, st.Error)
+		return nil, fmt.Errorf("job %s %s: %s", st.ID, st.State, st.Error)
 	default:
-		return nil, fmt.Errorf("%w: job %s is %s (%d of %d shards done)", ErrNotFinished, id, st.State, st.ShardsDone, st.ShardsTotal)
+		return nil, fmt.Errorf("%w: job %s is %s (%d of %d shards done)", ErrNotFinished, st.ID, st.State, st.ShardsDone, st.ShardsTotal)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // aggregate (a wordcount's vocabulary).
 func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
 	r := newRig(t)
-	r.lead(1)
+	r.leadWith(1, func(c *Config) { c.keepResultMax = -1 }) // every result is dropped
 	r.work(worker.Config{Concurrency: 2})
 	params := fmt.Sprintf(`{"container":%q,"prefix":"in/","top":5,"shard_bytes":4096}`, r.wordcountInput())
 	id := r.submit("wordcount", params)
@@ -56,5 +56,45 @@ func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
 		t.Fatal(err)
 	} else {
 		sameJSON(t, got, st.Result)
+	}
+}
+
+// A small result (a one-shard job's) stays in the final checkpoint beside its copy: the rewrite
+// that would drop it is one more storage write on every tiny job's path. Every reader still finds
+// it: the client, and workers checking whether the job ended (its copy exists).
+func TestCheckpoint_SmallResultKeptBesideItsCopy(t *testing.T) {
+	r := newRig(t)
+	r.lead(1)
+	r.work(worker.Config{Concurrency: 1})
+	id := r.submit("pi", `{"samples":1000,"shards":1}`)
+	st := r.wait(id, 30*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", st.State, st.Error)
+	}
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "clean-up done (the active marker deleted, after the rewrite's place)", func() bool {
+		ok, err := r.st.Exists(ctx, protocol.ActiveBlob(id))
+		return err == nil && !ok
+	})
+	data, _, err := r.st.Get(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.ResultStored || len(cp.Result) == 0 {
+		t.Fatalf("final checkpoint rewritten: result stored %v, %d result bytes", cp.ResultStored, len(cp.Result))
+	}
+	res, _, err := r.st.Get(ctx, protocol.ResultBlob(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, res, cp.Result)
+	if got, err := r.cl.Result(ctx, id); err != nil {
+		t.Fatal(err)
+	} else {
+		sameJSON(t, got, cp.Result)
 	}
 }

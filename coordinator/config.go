@@ -116,6 +116,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests). Default time.Now.
 	Now func() time.Time
+
+	// keepResultMax: a succeeded job whose final checkpoint holds at most this many bytes of
+	// result and done set keeps them there after its result copy is stored (result.go). 0:
+	// defaultKeepResultMax; negative: always dropped (tests of the rewrite).
+	keepResultMax int
 }
 
 // DefaultConfig returns the defaults.

@@ -101,7 +101,9 @@ type term struct {
 	stageErr   chan error         // from stages of their own (schedules): the term must end
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
 	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
-	cleaning   sync.Map           // ids of ended jobs whose clean-up runs: rescan leaves them
+	cleaning   sync.Map           // ids of ended jobs whose clean-up runs or whose marker waits for the sweeper: rescan leaves them
+	sweep      *sweeper           // deletes ended jobs' active markers in batches (sweep.go)
+	intakeNs   atomic.Int64       // when intake last received messages (unix ns; the sweeper waits for a pause)
 	requeued   sync.Map           // marked jobs without a checkpoint: first seen, or true once queued again (job.go)
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
 	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
@@ -169,6 +171,11 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	intake.Add(1)
 	go func() {
 		defer intake.Done()
+		t.sweep.run(intakeCtx)
+	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
 		if err := t.runSchedules(intakeCtx); err != nil {
 			nonBlocking(t.stageErr, err)
 		}
@@ -196,6 +203,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t.dispatchers.Wait()
 	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
 	t.cleanups.Wait()
+	t.sweep.flush(ctx)
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
 		err = nil
@@ -217,7 +225,16 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
 	t.ck = newCheckpointer(t)
+	t.sweep = newSweeper(t)
 	return t
+}
+
+// lastIntake is when intake last received messages (the term's start before the first).
+func (t *term) lastIntake() time.Time {
+	if ns := t.intakeNs.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return t.elected
 }
 
 // onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in

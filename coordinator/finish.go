@@ -67,13 +67,14 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
-	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs}
+	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs, sweep: true}
 	t.cleaning.Store(cp.Job, true)
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
-		defer t.cleaning.Delete(cp.Job)
-		t.clean(context.WithoutCancel(ctx), &cp, here)
+		if !t.clean(context.WithoutCancel(ctx), &cp, here) {
+			t.cleaning.Delete(cp.Job) // else the sweeper does, once the marker is gone
+		}
 		if t.afterSeen.Load() {
 			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
 		}
@@ -87,6 +88,8 @@ type endedHere struct {
 	// partials: large partials of the job may exist (their folder is listed). A job this term
 	// planned, and of which no result named one, has none.
 	partials bool
+	// sweep: the active marker goes to the term's sweeper (sweep.go), not deleted at once.
+	sweep bool
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
@@ -96,13 +99,14 @@ func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 	t.clean(ctx, cp, endedHere{partials: true})
 }
 
-// clean is cleanup with what the term that ended the job knows.
-func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
+// clean is cleanup with what the term that ended the job knows. It reports whether it handed the
+// active marker to the sweeper (here.sweep).
+func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) (swept bool) {
 	id := cp.Job
 	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
 		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
 			t.log.Warn("write result copy", "job", id, "err", err)
-			return // keep the marker: the next pass retries
+			return false // keep the marker: the next pass retries
 		}
 		t.dropResult(ctx, cp, here) // result.go
 	} else if cp.State != jobs.StateSucceeded {
@@ -120,13 +124,18 @@ func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHer
 	t.deletePlan(ctx, cp)
 	t.cleanupKeyed(ctx, cp) // keyed.go
 	if !t.retryFailed(ctx, cp) {
-		return // keep the marker: the next pass retries (retry.go)
+		return false // keep the marker: the next pass retries (retry.go)
 	}
 	if err := t.markEnded(ctx, cp); err != nil {
 		t.log.Warn("job ended", "job", id, "err", err)
-		return // keep the marker: the next pass retries (retention.go)
+		return false // keep the marker: the next pass retries (retention.go)
+	}
+	if here.sweep {
+		t.sweep.add(id)
+		return true
 	}
 	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		t.log.Warn("delete active marker", "job", id, "err", err)
 	}
+	return false
 }

@@ -60,6 +60,7 @@ func (t *term) intake(ctx context.Context) {
 			t.idle(ctx, ahead)
 			continue
 		}
+		t.intakeNs.Store(time.Now().UnixNano())
 		stop := t.keepHidden(ctx, msgs)
 		slots <- struct{}{}
 		rest := t.intakeBatch(ctx, msgs, ahead)

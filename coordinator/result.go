@@ -1,12 +1,17 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )
+
+// defaultKeepResultMax is the size of a final checkpoint's result and done set up to which they are
+// kept in it (see dropResult).
+const defaultKeepResultMax = 4 << 10
 
 // dropResult stores a succeeded job's result once: after clean-up stored its copy
 // (<job>/result.json), the terminal checkpoint is written again without it, marked ResultStored.
@@ -15,8 +20,15 @@ import (
 // is (its result then stays in both, as before). The status record is kept as it was. A failure
 // here costs only space. The term that stored the final checkpoint knows its ETag and record
 // (here), and reads neither.
+//
+// A small final checkpoint (defaultKeepResultMax) is not rewritten: its result then stays in both.
+// Dropping it would save at most 4 KiB of storage for one more write on every tiny job's path, and storage requests, not bytes, bound how many tiny jobs a second the cluster takes in
+// (issue 24: about 10 requests a job).
 func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
 	if len(cp.Result) == 0 {
+		return
+	}
+	if limit := cmp.Or(t.cfg.keepResultMax, defaultKeepResultMax); len(cp.Result)+len(cp.Done)+len(cp.Aggregate) <= limit {
 		return
 	}
 	name := protocol.CheckpointBlob(cp.Job)

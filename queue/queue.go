@@ -42,7 +42,7 @@ type Queue struct {
 func ClientOptions() *azqueue.ClientOptions {
 	return &azqueue.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{
 		MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second,
-	}}}
+	}, Transport: store.Transport()}}
 }
 
 // New returns the queue name of the account in connectionString.

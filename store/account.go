@@ -204,7 +204,9 @@ func (a Account) Open() (*Clients, error) {
 		return nil, err
 	}
 	opts := ClientOptions()
-	opts.Transport = a.Transport
+	if a.Transport != nil {
+		opts.Transport = a.Transport
+	}
 	c := &Clients{acct: a}
 	switch a.Auth() {
 	case AuthConnectionString:

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -130,5 +131,39 @@ func TestContainer_PutMetaProps(t *testing.T) {
 	}
 	if _, err := c.Props(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Props missing: %v", err)
+	}
+}
+
+// DeleteBatch deletes many blobs in requests of up to 256; blobs already gone are deleted, and
+// blobs it was not given stay.
+func TestContainer_DeleteBatch(t *testing.T) {
+	c := newContainer(t)
+	ctx := context.Background()
+	var names []string
+	for i := range 300 {
+		name := fmt.Sprintf("marks/%03d", i)
+		if _, err := c.Put(ctx, name, nil, store.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	if _, err := c.Put(ctx, "marks/keep", []byte("x"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, names[7]); err != nil { // gone already: still fine in a batch
+		t.Fatal(err)
+	}
+	if err := c.DeleteBatch(ctx, append(names, "marks/never-was")); err != nil {
+		t.Fatal(err)
+	}
+	left, err := c.List(ctx, "marks/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0].Name != "marks/keep" {
+		t.Fatalf("left after the batch: %v", left)
+	}
+	if err := c.DeleteBatch(ctx, nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -129,10 +129,17 @@ func Final(ctx context.Context, c *cluster.Cluster, id string) (*client.Status, 
 	if err != nil {
 		return nil, err
 	}
+	return withResult(ctx, c, st)
+}
+
+// withResult adds a succeeded job's result to st, read without reading its status again.
+func withResult(ctx context.Context, c *cluster.Cluster, st *client.Status) (*client.Status, error) {
 	if st.State == jobs.StateSucceeded && st.Result == nil {
-		if st.Result, err = c.Client.Result(ctx, id); err != nil {
-			return nil, fmt.Errorf("result of %s: %w", id, err)
+		res, err := c.Client.ResultOf(ctx, st)
+		if err != nil {
+			return nil, fmt.Errorf("result of %s: %w", st.ID, err)
 		}
+		st.Result = res
 	}
 	return st, nil
 }
@@ -146,7 +153,7 @@ func WaitEnd(ctx context.Context, c *cluster.Cluster, id string, deadline time.T
 		if st := Status(ctx, c, id); st != nil {
 			last = st
 			if st.State.Terminal() {
-				if fin, err := Final(ctx, c, id); err == nil {
+				if fin, err := withResult(ctx, c, st); err == nil {
 					return fin, true
 				} // else the result is not readable yet (storage down): poll again
 			}

@@ -1,0 +1,149 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+)
+
+// The active markers of the jobs a term ended are deleted by its sweeper, in batches, when intake
+// is quiet: not one by one on each job's clean-up.
+//
+// A marker only tells the next leader which jobs to resume, so its delete is never urgent, and a
+// delete is the dearest request a tiny job makes. On Azure a batch of up to 256 deletes is one
+// request instead of 256. The emulator's delete costs CPU in proportion to every blob it holds
+// (8–17 ms each at 4,000–8,000 blobs, against 1–2 ms for a write; issue 24). So one delete a job
+// took a third of its single-threaded blob process in a burst of tiny jobs. Deferred, the deletes
+// run after the burst.
+//
+// A marker waiting here is the same to a next leader as one whose clean-up was cut short: its
+// rescan claims the job, finds it ended and deletes the marker (cleanup). This term's rescan
+// leaves it (t.cleaning holds the id until the marker is gone).
+type sweeper struct {
+	t    *term
+	del  func(ctx context.Context, names []string) error
+	mu   sync.Mutex
+	ids  []string
+	from time.Time // when the oldest of ids was added
+	// intakeAt is when intake last received messages (unix ns); the sweeper waits for a pause.
+	intakeAt func() time.Time
+}
+
+const (
+	sweepEvery  = 250 * time.Millisecond // how often the sweeper looks
+	sweepQuiet  = 500 * time.Millisecond // intake received nothing for this long: sweep
+	sweepMaxAge = 30 * time.Second       // sweep anyway once the oldest waited this long
+	sweepMax    = 2048                   // or once this many wait (a rescan lists them all)
+	sweepBatch  = 64                     // deletes a round; quiet is checked again between rounds
+	sweepFlush  = 5 * time.Second        // what a term ending gives the rest
+)
+
+// batchDeleter is a Store that deletes many blobs a request (store.Container).
+type batchDeleter interface {
+	DeleteBatch(ctx context.Context, names []string) error
+}
+
+func newSweeper(t *term) *sweeper {
+	s := &sweeper{t: t, intakeAt: t.lastIntake}
+	if bd, ok := t.store.(batchDeleter); ok {
+		s.del = bd.DeleteBatch
+	} else {
+		s.del = func(ctx context.Context, names []string) error {
+			for _, n := range names {
+				if err := t.store.Delete(ctx, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return s
+}
+
+// add queues the active marker of ended job id (its id stays in t.cleaning until it is deleted).
+func (s *sweeper) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ids) == 0 {
+		s.from = time.Now()
+	}
+	s.ids = append(s.ids, id)
+}
+
+// run sweeps until ctx ends.
+func (s *sweeper) run(ctx context.Context) {
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for ctx.Err() == nil && s.due(time.Now()) {
+			if !s.round(ctx, sweepBatch) {
+				break // a storage error: the next look tries again
+			}
+		}
+	}
+}
+
+// due reports whether markers wait and intake is quiet, or they have waited too long or too many.
+func (s *sweeper) due(now time.Time) bool {
+	s.mu.Lock()
+	n, from := len(s.ids), s.from
+	s.mu.Unlock()
+	switch {
+	case n == 0:
+		return false
+	case n >= sweepMax || now.Sub(from) >= sweepMaxAge:
+		return true
+	}
+	return now.Sub(s.intakeAt()) >= sweepQuiet
+}
+
+// round deletes up to limit waiting markers; false when it could not (they wait on).
+func (s *sweeper) round(ctx context.Context, limit int) bool {
+	s.mu.Lock()
+	n := min(len(s.ids), limit)
+	ids := append([]string(nil), s.ids[:n]...)
+	s.mu.Unlock()
+	if n == 0 {
+		return true
+	}
+	names := make([]string, n)
+	for i, id := range ids {
+		names[i] = protocol.ActiveBlob(id)
+	}
+	if err := s.del(ctx, names); err != nil {
+		if ctx.Err() == nil {
+			s.t.log.Warn("delete active markers of ended jobs", "markers", n, "err", err)
+		}
+		return false
+	}
+	s.mu.Lock()
+	s.ids = s.ids[n:]
+	s.from = time.Now() // the rest were added later; close enough for a bound
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.t.cleaning.Delete(id)
+	}
+	return true
+}
+
+// flush deletes what waits, within sweepFlush, as the term ends; what is left the next leader
+// deletes (its rescan finds the markers).
+func (s *sweeper) flush(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepFlush)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		n := len(s.ids)
+		s.mu.Unlock()
+		if n == 0 || !s.round(ctx, sweepMax) {
+			return
+		}
+	}
+}
