@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/harness/faultproxy"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
 
@@ -84,4 +85,51 @@ func serverPort(t *testing.T, s *server.Server) int {
 		t.Fatalf("server address %v", s.Addr())
 	}
 	return addr.Port
+}
+
+// An idle feed's long poll is asked again when the connection comes back: a server that
+// crashed (here: its goodbye lost, then restarted) forgot the pull request, and waiting out the
+// poll (15 s) would leave a shard queued that long.
+func TestShards_IdlePollAskedAgainAtReconnect(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startNATS(t, -1, dir)
+	p := serverPort(t, s)
+	px, err := faultproxy.New(fmt.Sprintf("127.0.0.1:%d", p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer px.Close()
+	b := connect(t, "nats://"+px.Addr())
+	f, err := b.Shards(ctx, shardOpts(4, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	time.Sleep(300 * time.Millisecond) // the feed found nothing and long-polls
+	reconnects := b.Conn().Stats().Reconnects
+	px.Blackhole() // the server's goodbye to the pull request never arrives
+	s.Shutdown()
+	s.WaitForShutdown()
+	s = startNATS(t, p, dir)
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	px.Reset()
+	px.Heal()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Conn().Stats().Reconnects == reconnects && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // the reconnect's new poll is out
+	pub := connect(t, s.ClientURL())
+	sent := time.Now()
+	if err := pub.PublishAll(ctx, []bus.Outgoing{{Subject: pub.ShardTypeSubject("t", "j"), MsgID: "j/0", Data: []byte{1}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-f.C:
+		_ = d.Ack()
+		t.Logf("delivered %v after the publish", time.Since(sent).Round(time.Millisecond))
+	case <-time.After(5 * time.Second): // a third of the poll: only a new poll delivers this soon
+		t.Fatal("an idle feed's shard was not delivered within 5 s of a reconnect")
+	}
 }

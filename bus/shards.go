@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -55,8 +56,14 @@ type ShardFeed struct {
 
 	wakes  []chan struct{} // one per pump: credit was freed
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
+
+	// polls is the context idle long polls run under: a reconnect cancels it (and makes the
+	// next), since the server forgets a pull request whose connection dropped.
+	pollMu     sync.Mutex
+	polls      context.Context
+	pollCancel context.CancelFunc
+	wg         sync.WaitGroup
+	once       sync.Once
 }
 
 // Shards starts a feed of the per-type shard consumers, creating those that do not exist.
@@ -85,6 +92,27 @@ func (b *Bus) Shards(ctx context.Context, opt ShardOptions) (*ShardFeed, error) 
 	for range opt.Types {
 		f.wakes = append(f.wakes, make(chan struct{}, 1))
 	}
+	f.polls, f.pollCancel = context.WithCancel(ctx)
+	connected := b.nc.StatusChanged(nats.CONNECTED)
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer b.nc.RemoveStatusListener(connected)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-connected:
+				if !ok {
+					return
+				}
+				f.pollMu.Lock()
+				f.pollCancel()
+				f.polls, f.pollCancel = context.WithCancel(ctx)
+				f.pollMu.Unlock()
+			}
+		}
+	}()
 	for i, typ := range opt.Types {
 		f.wg.Add(1)
 		go func() {
@@ -107,6 +135,12 @@ func (b *Bus) shardConsumer(ctx context.Context, typ string) (jetstream.Consumer
 	}
 	return c, nil
 }
+
+// idlePoll is how long an idle type's long poll waits for a shard before it asks again. Each ask
+// is a request and a status reply on NATS and a subscription of the client's, for every type of
+// every worker: at 5 s they were most of an idle cluster's messages. A pull request the server
+// forgets (the connection dropped) is asked again at the reconnect, not at the poll's end.
+const idlePoll = 15 * time.Second
 
 // pump pulls one type's shards: at once as many as the credit allows while the type has some
 // queued, else a long poll for one.
@@ -147,13 +181,16 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 		}
 		// Nothing queued: wait for the next shard with a long poll (holding one credit over the
 		// limit, so a quiet type never starves a busy one).
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		f.pollMu.Lock()
+		polls := f.polls
+		f.pollMu.Unlock()
+		wctx, cancel := context.WithTimeout(polls, idlePoll)
 		batch, err = cons.Fetch(1, jetstream.FetchContext(wctx))
 		if err == nil {
 			_, err = f.drain(ctx, batch, false)
 		}
 		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 				cons = nil
 			}
