@@ -37,7 +37,7 @@ const (
 	sweepMaxAge = 30 * time.Second       // sweep anyway once the oldest waited this long
 	sweepMax    = 2048                   // or once this many wait (a rescan lists them all)
 	sweepBatch  = 64                     // deletes a round; quiet is checked again between rounds
-	sweepFlush  = 5 * time.Second        // what a term ending gives the rest
+	sweepFlush  = time.Second            // what a term ending gives the rest (its release waits)
 )
 
 // batchDeleter is a Store that deletes many blobs a request (store.Container).
@@ -133,8 +133,9 @@ func (s *sweeper) round(ctx context.Context, limit int) bool {
 	return true
 }
 
-// flush deletes what waits, within sweepFlush, as the term ends; what is left the next leader
-// deletes (its rescan finds the markers).
+// flush deletes what waits, within sweepFlush, as the term ends: the lease is released after it,
+// so a handover waits for it, and a term ended by a storage cut must not hang here. What is left
+// the next leader deletes (its rescan finds the markers).
 func (s *sweeper) flush(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepFlush)
 	defer cancel()

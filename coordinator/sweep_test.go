@@ -71,3 +71,26 @@ func TestSweep_EndedJobsMarkersDeletedInBatches(t *testing.T) {
 		t.Fatalf("markers deleted one by one: %d; in batches: %v (want %d in fewer than %d batches)", st.single, st.batches, n, n)
 	}
 }
+
+// A term that ends deletes the markers its sweeper holds before it returns (its lease is released
+// after), so a handover does not leave the next leader every recent job to claim again.
+func TestSweep_TermEndFlushes(t *testing.T) {
+	r := newRig(t)
+	st := &countedDeletes{Container: r.st}
+	l := r.leadOn(1, st, func(*Config) {})
+	r.work(worker.Config{Concurrency: 4})
+	ids := []string{r.submit("pi", `{"samples":1000,"shards":1}`), r.submit("pi", `{"samples":1000,"shards":1}`)}
+	for _, id := range ids {
+		if st := r.wait(id, 30*time.Second); st.State != jobs.StateSucceeded {
+			t.Fatalf("job %s: %s %s", id, st.State, st.Error)
+		}
+	}
+	l.stop() // most likely before the sweeper's quiet half second
+	marks, err := r.st.List(context.Background(), protocol.ActivePrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marks) != 0 {
+		t.Fatalf("active markers left by the stopped term: %v", marks)
+	}
+}
