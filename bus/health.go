@@ -21,8 +21,9 @@ var ErrCutOff = errors.New("cut off from nats")
 //
 // A heartbeat heard counts as a round trip that came back (Heard): the server delivered it. A
 // follower hears the leader's four beats a second, so its prober skips its probes while they
-// arrive and flushes again once the last proof is ProbeInterval old: when the beats stop, its
-// health rests on its own round trips long before it may suspect the leader. Cut-off detection
+// arrive: it looks again when the last proof is half CutOffAfter old and flushes then if no newer
+// proof came. When the beats stop, its health rests on its own round trips long before it may
+// suspect the leader. Cut-off detection
 // is unchanged: it is the age of the last proof, whichever kind. Idle, this spares each
 // follower four round trips a second.
 type Health struct {

@@ -27,8 +27,6 @@ type sweeper struct {
 	mu   sync.Mutex
 	ids  []string
 	from time.Time // when the oldest of ids was added
-	// intakeAt is when intake last received messages (unix ns); the sweeper waits for a pause.
-	intakeAt func() time.Time
 }
 
 const (
@@ -46,7 +44,7 @@ type batchDeleter interface {
 }
 
 func newSweeper(t *term) *sweeper {
-	s := &sweeper{t: t, intakeAt: t.lastIntake}
+	s := &sweeper{t: t}
 	if bd, ok := t.store.(batchDeleter); ok {
 		s.del = bd.DeleteBatch
 	} else {
@@ -101,7 +99,7 @@ func (s *sweeper) due(now time.Time) bool {
 	case n >= sweepMax || now.Sub(from) >= sweepMaxAge:
 		return true
 	}
-	return now.Sub(s.intakeAt()) >= sweepQuiet
+	return now.Sub(s.t.lastIntake()) >= sweepQuiet
 }
 
 // round deletes up to limit waiting markers; false when it could not (they wait on).

@@ -14,7 +14,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +73,6 @@ func ClientOptions() *azblob.ClientOptions {
 var Transport = sync.OnceValue(func() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	return &http.Client{Transport: t}
 })
 
