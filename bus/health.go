@@ -22,10 +22,11 @@ var ErrCutOff = errors.New("cut off from nats")
 // A heartbeat heard counts as a round trip that came back (Heard): the server delivered it. A
 // follower hears the leader's four beats a second, so its prober skips its probes while they
 // arrive: it looks again when the last proof is half CutOffAfter old and flushes then if no newer
-// proof came. When the beats stop, its health rests on its own round trips long before it may
-// suspect the leader. Cut-off detection
-// is unchanged: it is the age of the last proof, whichever kind. Idle, this spares each
-// follower four round trips a second.
+// proof came; each beat moves that look to half the window after it, so while the beats arrive
+// the prober sleeps. When the beats stop, its health rests on its own round trips long before it
+// may suspect the leader. Cut-off detection is unchanged: it is the age of the last proof,
+// whichever kind. Idle, this spares each follower four round trips and as many wake-ups a
+// second.
 type Health struct {
 	b *Bus
 
@@ -33,9 +34,11 @@ type Health struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	lastOK  atomic.Int64  // monotonic ns since start of the last round trip that came back
-	start   time.Time     // monotonic base of lastOK
-	cuts    atomic.Uint64 // times the process was found cut off
+	timer   atomic.Pointer[time.Timer] // the prober's next look, while it runs; Heard moves it
+	lastOK  atomic.Int64               // monotonic ns since start of the last round trip that came back
+	start   time.Time                  // monotonic base of lastOK
+	cuts    atomic.Uint64              // times the process was found cut off
+	looks   atomic.Uint64              // times the prober woke (tests)
 	wasCut  atomic.Bool
 	probeMu sync.Mutex
 	lastErr error
@@ -67,7 +70,10 @@ func (h *Health) run(ctx context.Context) {
 	every, within := h.b.cfg.ProbeInterval, h.b.cfg.CutOffAfter
 	t := time.NewTimer(every)
 	defer t.Stop()
+	h.timer.Store(t)
+	defer h.timer.Store(nil)
 	for {
+		h.looks.Add(1)
 		sent := time.Now()
 		next := every
 		if last := h.lastOK.Load(); last < 0 || sent.Sub(h.start)-time.Duration(last) >= every {
@@ -109,6 +115,9 @@ func (h *Health) proved(at time.Time) {
 func (h *Health) Heard() {
 	if h.b != nil {
 		h.proved(time.Now())
+		if t := h.timer.Load(); t != nil {
+			t.Reset(max(h.b.cfg.ProbeInterval, h.b.cfg.CutOffAfter/2))
+		}
 	}
 }
 

@@ -148,6 +148,35 @@ func TestHealth_SeesSilentPartition(t *testing.T) {
 	}
 }
 
+// While beats arrive (Heard), the prober sleeps: each beat moves its next look to half the
+// cut-off window after it, so an idle follower is not woken between beats. Once they stop, it
+// probes again and the process stays healthy.
+func TestHealth_BeatsKeepTheProberAsleep(t *testing.T) {
+	cfg := bus.Config{Keys: testkeys.Keys(), ProbeInterval: 100 * time.Millisecond, CutOffAfter: 400 * time.Millisecond}
+	b, err := bus.Connect(testenv.NATS(t), "asleep", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := b.Health()
+	testenv.Eventually(t, 5*time.Second, time.Millisecond, h.Healthy, "never healthy")
+	before := bus.HealthLooks(h)
+	for range 20 { // a beat every 50ms for a second: the prober's next look is always 200ms away
+		h.Heard()
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := bus.HealthLooks(h) - before; n > 2 {
+		t.Errorf("the prober woke %d times in a second of beats, want at most 2 (it would wake about every 150ms)", n)
+	}
+	time.Sleep(time.Second) // no beats: the prober's own round trips keep the process healthy
+	if err := h.Err(); err != nil {
+		t.Errorf("unhealthy after the beats stopped: %v", err)
+	}
+	if n := bus.HealthLooks(h) - before; n < 3 {
+		t.Errorf("the prober woke %d times in all, want it probing once the beats stopped", n)
+	}
+}
+
 // A member whose key is not the cluster's hands the shards it cannot verify back at once (nak),
 // for a member that can: they are not dead-lettered.
 func TestShards_SignedWithAnUnheldKeyGoBack(t *testing.T) {

@@ -34,6 +34,11 @@ type Elector struct {
 
 	prb          prober        // the fast path's confirmation, off the wait loop
 	probeTimeout time.Duration // bounds one probe (tests lengthen it)
+
+	// chk is the waiting follower's check timer while wait runs (else nil). Each beat heard
+	// moves it to the term's next deadline (nextCheck), so a follower that hears a live leader
+	// is not woken between beats.
+	chk atomic.Pointer[time.Timer]
 }
 
 // Stats are counters since the Elector was created.
@@ -329,14 +334,12 @@ func (e *Elector) wait(ctx context.Context) bool {
 	defer t.Stop()
 	var tick <-chan time.Time
 	var chk *time.Timer
-	every := time.Duration(0) // the finest check period; the timer waits for the next deadline
+	every := e.checkEvery() // the finest check period; the timer waits for the next deadline
 	if e.cfg.Heartbeats != nil {
-		every = max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
-		if e.cfg.Prober != nil {
-			every = min(every, max(e.cfg.ProbeAfter/10, 5*time.Millisecond))
-		}
 		chk = time.NewTimer(e.nextCheck(time.Now(), every))
 		defer chk.Stop()
+		e.chk.Store(chk)
+		defer e.chk.Store(nil) // before Stop: a beat after it moves no timer of a later wait
 		tick = chk.C
 	}
 	for {
@@ -394,10 +397,24 @@ func (e *Elector) wait(ctx context.Context) bool {
 	}
 }
 
+// checkEvery is the finest period of a waiting follower's checks (0 without heartbeats).
+func (e *Elector) checkEvery() time.Duration {
+	if e.cfg.Heartbeats == nil {
+		return 0
+	}
+	every := max(e.cfg.HeartbeatInterval/4, 5*time.Millisecond)
+	if e.cfg.Prober != nil {
+		every = min(every, max(e.cfg.ProbeAfter/10, 5*time.Millisecond))
+	}
+	return every
+}
+
 // nextCheck is when a follower should next look at the watched term: when it may turn silent
-// for SuspicionTimeout or (no probe in flight) ProbeAfter, at most a heartbeat interval away.
-// It wakes right at a deadline ahead (a check every period would add up to a period to every
-// takeover), and after every when one is already past but could not be acted on.
+// for SuspicionTimeout or (no probe in flight) ProbeAfter. It wakes right at a deadline ahead (a
+// check every period would add up to a period to every takeover), and after every when one is
+// already past but could not be acted on. Once the term is a heartbeat interval late it looks at
+// least every interval (its own link's health holds the silence clock); while beats arrive, each
+// of them moves the timer (onBeat), so a follower of a live leader sleeps from beat to beat.
 func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
 	probe := time.Duration(0)
 	if e.cfg.Prober != nil && !e.prb.running() {
@@ -407,7 +424,9 @@ func (e *Elector) nextCheck(now time.Time, every time.Duration) time.Duration {
 	if d <= 0 {
 		d = every
 	}
-	return min(d+time.Millisecond, max(e.cfg.HeartbeatInterval, every))
+	step := max(e.cfg.HeartbeatInterval, every)
+	late := max(0, e.watch.lastBeatAt().Add(e.cfg.HeartbeatInterval).Sub(now)) // until the term is a beat late
+	return min(d+time.Millisecond, late+step)
 }
 
 // cooldown pauses RetryInterval after a term ended, so that a released lease goes to another

@@ -231,7 +231,11 @@ func (e *Elector) onBeat(b Beat) {
 	if b.Epoch == 0 || b.Identity == "" {
 		return
 	}
-	e.watch.observe(b, time.Now(), e.session())
+	now := time.Now()
+	e.watch.observe(b, now, e.session())
+	if t := e.chk.Load(); t != nil {
+		t.Reset(e.nextCheck(now, e.checkEvery()))
+	}
 	if g := e.cur.Load(); g != nil && b.Epoch > g.epoch && b.Identity != e.cfg.Identity {
 		e.confirmSuperseded(g, b)
 	}

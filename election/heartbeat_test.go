@@ -260,6 +260,31 @@ func TestElector_LateHeartbeatsDoNotDepose(t *testing.T) {
 	}
 }
 
+// A follower that hears a live leader sleeps from beat to beat: each beat moves its check to
+// the term's next deadline, so it looks at the term (asking its transport's health) only when a
+// beat is late, not once an interval.
+func TestElector_FollowerSleepsWhileBeatsArrive(t *testing.T) {
+	t.Parallel()
+	c := newHBCluster(t, "hbsleep", 2, nil, func(cfg *Config) { cfg.RetryInterval = 5 * time.Second })
+	c.startAll()
+	first := c.waitTerms(1, 10*time.Second)[0]
+	c.followersHeard(first.node, first.term.Epoch)
+	f := c.ports[1-first.node]
+	sent, asked := c.ports[first.node].sent.Load(), f.asked.Load()
+	time.Sleep(2 * time.Second)
+	beats, looks := c.ports[first.node].sent.Load()-sent, f.asked.Load()-asked
+	t.Logf("%d beats, %d looks", beats, looks)
+	if beats < 10 {
+		t.Fatalf("only %d beats in 2s at %v: the leader did not beat", beats, testBeat)
+	}
+	if looks > beats/4 {
+		t.Errorf("the follower looked %d times during %d beats of a live leader, want at most %d", looks, beats, beats/4)
+	}
+	if n := len(c.snapshot()); n != 1 {
+		t.Errorf("%d terms, want one", n)
+	}
+}
+
 // Graceful stop reports elected, stepped_down, released in that order.
 func TestElector_EventsOnGracefulStop(t *testing.T) {
 	t.Parallel()

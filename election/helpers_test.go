@@ -292,6 +292,7 @@ type port struct {
 	fns   map[int]func(Beat)
 	next  int
 	sent  atomic.Uint64
+	asked atomic.Uint64 // Healthy calls: one per look of a waiting follower
 }
 
 func (h *hub) port() *port {
@@ -350,7 +351,10 @@ func (p *port) Subscribe(fn func(Beat)) (func(), error) {
 	}, nil
 }
 
-func (p *port) Healthy() bool { return !p.cut.Load() }
+func (p *port) Healthy() bool {
+	p.asked.Add(1)
+	return !p.cut.Load()
+}
 
 // events records an elector's events.
 type events struct {

@@ -80,6 +80,7 @@ type Config struct {
 
 	ScaleWorkers []int // cluster sizes of the scale scenario (idle cost, takeover)
 	ScaleJobs    int   // one-shard jobs the scale scenario submits from 8 submitters
+	ScaleKills   int   // SIGKILLs of the leader per cluster size (takeover against cluster size)
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -98,7 +99,7 @@ func DefaultConfig() Config {
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
 		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
-		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500,
+		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500, ScaleKills: 5,
 	}
 }
 
@@ -118,7 +119,7 @@ func QuickConfig() Config {
 	c.FailClassRuns = 1
 	// The slow classes (a storage cut waits out the lease) are left to the full run.
 	c.Scenarios = slices.DeleteFunc(c.Scenarios, func(s string) bool { return s == scClassStorageCut || s == scClassNATSNode })
-	c.ScaleWorkers, c.ScaleJobs = []int{3}, 30
+	c.ScaleWorkers, c.ScaleJobs, c.ScaleKills = []int{3}, 30, 2
 	return c
 }
 
@@ -196,6 +197,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("map delay %v: must not be negative", c.MapDelay)
 	case c.FailClassRuns < 1 || c.FailClassRuns > 100:
 		return fmt.Errorf("failure class runs %d: use 1 to 100", c.FailClassRuns)
+	case c.ScaleKills < 1 || c.ScaleKills > 50:
+		return fmt.Errorf("--scale-kills %d: use 1 to 50 SIGKILLs of the leader per cluster size", c.ScaleKills)
 	case c.Parallel < 1 || c.Parallel > 8:
 		return fmt.Errorf("parallel %d: must be 1 to 8 clusters", c.Parallel)
 	case c.JobTimeout < c.LeaseDuration*3:

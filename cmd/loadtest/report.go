@@ -35,6 +35,7 @@ func targets(cfg *Config, rep *Report) []Target {
 	return rep.Judge(cfg.Quick, func(ts *report.Targets) {
 		classTargets(cfg, rep, ts.Add)
 		*ts = append(*ts, keyedTargets(cfg, rep)...)
+		*ts = append(*ts, scaleTargets(cfg, rep)...)
 	})
 }
 
