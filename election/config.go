@@ -81,9 +81,10 @@ type Config struct {
 
 	// ProbeAfter is the silence of the current term after which a follower probes it. It must
 	// be longer than HeartbeatInterval and below SuspicionTimeout. Default (0) 1.2 ×
-	// HeartbeatInterval: 300ms with the default beats. A follower that is not the watcher
-	// (WatchEvery) then takes over a crash after 50–300ms of silence plus ProbeConfirm plus the
-	// break and acquire.
+	// HeartbeatInterval: 300ms with the default beats. Without a watcher (WatchEvery), the first
+	// successor then takes over a crash after 50–300ms of silence plus ProbeConfirm plus the
+	// break and acquire. Every other follower probes TurnStep later per place among the
+	// successors (the unnamed after all of them): it acts only in its turn anyway.
 	ProbeAfter time.Duration
 
 	// ProbeConfirm is how long every probe must find no responders before a follower breaks

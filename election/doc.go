@@ -57,7 +57,8 @@
 //
 // Fast path (Config.Prober set). The term answers probes on a per-term address. The first successor
 // named in the beats (the watcher) probes the live term every WatchEvery (50ms); every other
-// follower probes only after ProbeAfter of silence. "No responders" on every probe over
+// follower probes only after ProbeAfter of silence plus its turn (TurnStep a place among the
+// successors, the unnamed after all of them), so after a crash the watcher probes alone. "No responders" on every probe over
 // ProbeConfirm (at least 3) means the leader's connection is gone: the follower checks and breaks
 // the lease as for a suspicion. Probes run in a goroutine of their own, so a probe that times out
 // (a paused or cut-off leader keeps its subscription) never delays the suspicion. One follower

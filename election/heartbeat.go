@@ -76,7 +76,8 @@ func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 }
 
 // untilDue is how long until the next check of the watched term is due. That is when it has been
-// silent for timeout, or (probe > 0) for probe since its last beat, or (watchEvery > 0, this
+// silent for timeout, or (probe > 0) for probe since its last beat (plus this follower's turn,
+// probeAfterLocked), or (watchEvery > 0, this
 // follower the watcher) the next watch probe. It is negative when overdue, large when nothing is
 // watched.
 func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration) time.Duration {
@@ -87,7 +88,7 @@ func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration
 	}
 	d := w.last.Add(timeout).Sub(now)
 	if probe > 0 && w.beats > 0 && w.answers {
-		next := max(w.lastBeat.Add(probe).Sub(now), w.probed.Add(probe).Sub(now))
+		next := max(w.lastBeat.Add(w.probeAfterLocked(probe)).Sub(now), w.probed.Add(probe).Sub(now))
 		if watchEvery > 0 && w.watcherLocked() {
 			next = w.probed.Add(min(probe, watchEvery)).Sub(now)
 		}

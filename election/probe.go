@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -54,7 +55,7 @@ func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, wat
 		return suspicion{}, false, false
 	}
 	silent := now.Sub(w.lastBeat)
-	need, every := after, after
+	need, every := w.probeAfterLocked(after), after
 	if w.watcherLocked() && watchEvery > 0 {
 		need, every = 0, min(after, watchEvery)
 	}
@@ -64,6 +65,23 @@ func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, wat
 	first = !w.probed.After(w.lastBeat)
 	w.probed = now
 	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats, watching: silent < after}, first, true
+}
+
+// probeAfterLocked is the silence after which this follower probes the term: after for the
+// first successor, or for every follower when the term names none; later for the others, by
+// their turn (TurnStep a place, the unnamed after every named one). After a crash the watcher
+// (or the first successor) then probes alone and takes over; every other follower probing at
+// once, up to 59 of them at 60 workers when the crash came just before a beat, loaded the machine
+// and NATS in the middle of the takeover. The others act only in their turn anyway (waitTurn),
+// so they lose nothing but the probes of a term already replaced.
+func (w *watch) probeAfterLocked(after time.Duration) time.Duration {
+	if len(w.next) == 0 {
+		return after
+	}
+	if i := slices.Index(w.next, w.self); i >= 0 {
+		return after + time.Duration(i)*TurnStep
+	}
+	return after + time.Duration(len(w.next))*TurnStep
 }
 
 // watcherLocked reports whether this follower is the term's first successor.

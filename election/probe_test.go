@@ -92,6 +92,31 @@ func TestWatch_WatcherProbesWithoutSilence(t *testing.T) {
 	}
 }
 
+// After a crash the first successor probes alone: each other follower probes only after
+// ProbeAfter plus its turn (TurnStep a place; the unnamed after every named one), so a
+// crash does not set every follower of a large cluster probing at once.
+func TestWatch_OthersProbeInTheirTurn(t *testing.T) {
+	const after = 300 * time.Millisecond
+	t0 := time.Now()
+	next := []string{"a", "b", "c"}
+	for _, c := range []struct {
+		self string
+		need time.Duration
+	}{{"a", after}, {"b", after + TurnStep}, {"c", after + 2*TurnStep}, {"z", after + 3*TurnStep}} {
+		w := &watch{self: c.self}
+		w.observe(Beat{Epoch: 3, Identity: "l", Seq: 1, Answers: true, Successors: next}, t0, 7)
+		if d := w.untilDue(t0, time.Hour, after, -1); d != c.need {
+			t.Errorf("%s: first check due in %v, want %v", c.self, d, c.need)
+		}
+		if _, _, ok := w.probeDue(t0.Add(c.need-time.Millisecond), true, 7, after, -1); ok {
+			t.Errorf("%s probed after %v of silence, before its turn (%v)", c.self, c.need-time.Millisecond, c.need)
+		}
+		if _, first, ok := w.probeDue(t0.Add(c.need), true, 7, after, -1); !ok || !first {
+			t.Errorf("%s did not probe after %v of silence (its turn)", c.self, c.need)
+		}
+	}
+}
+
 func TestConfig_ProbeSettings(t *testing.T) {
 	base := testConfig("probecfg", "a")
 	base.Heartbeats, base.Prober = (*port)(nil), nilProber{}
