@@ -202,8 +202,9 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 		}
 		if !now && e.cfg.Heartbeats != nil && e.watch.alive(time.Now(), e.cfg.SuspicionTimeout) {
 			// A live leader's beats are heard: the lease blob is left alone until they stop
-			// or a release is announced.
-			now = e.wait(ctx)
+			// or a release is announced. Nothing here needs a look before then, but for this
+			// process's own link: the wait ends when it turns unhealthy.
+			now = e.waitFollowing(ctx)
 			continue
 		}
 		now = false
@@ -328,8 +329,22 @@ func (e *Elector) opTimeout() time.Duration { return min(e.cfg.RenewInterval, 10
 // the caller campaigns at once. The probes run in a goroutine of their own (startProbe), so the
 // suspicion timeout is checked on time while they are out. It reports whether the caller should
 // campaign now, though the watched term beat recently.
-func (e *Elector) wait(ctx context.Context) bool {
-	d := time.Duration(float64(e.cfg.RetryInterval) * (1 - e.cfg.Jitter*rand.Float64()))
+func (e *Elector) wait(ctx context.Context) bool { return e.waitFor(ctx, e.cfg.RetryInterval, false) }
+
+// followRetries is how long a follower of a live leader waits before the campaign loop looks
+// again (waitFollowing): the wait itself ends on a silence, a release or a cut, so the loop has
+// nothing to do sooner; a wake-up a second was a tenth of an idle follower's.
+const followRetries = 5
+
+// waitFollowing is wait for a follower that hears a live leader: it ends after followRetries
+// retry intervals, or as soon as the transport turns unhealthy (the loop then notes the cut).
+func (e *Elector) waitFollowing(ctx context.Context) bool {
+	return e.waitFor(ctx, followRetries*e.cfg.RetryInterval, true)
+}
+
+// waitFor is wait for retry (less jitter); untilCut ends it when the transport turns unhealthy.
+func (e *Elector) waitFor(ctx context.Context, retry time.Duration, untilCut bool) bool {
+	d := time.Duration(float64(retry) * (1 - e.cfg.Jitter*rand.Float64()))
 	t := time.NewTimer(d)
 	defer t.Stop()
 	var tick <-chan time.Time
@@ -384,6 +399,9 @@ func (e *Elector) wait(ctx context.Context) bool {
 				return true
 			}
 			if !healthy {
+				if untilCut {
+					return false
+				}
 				chk.Reset(every) // the silence clock is held at zero until the transport is back
 				continue
 			}
