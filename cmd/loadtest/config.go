@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 		FailoverShards: 300, MapDelay: 40 * time.Millisecond,
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
 		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
-		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500, ScaleKills: 5,
+		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500, ScaleKills: 9,
 	}
 }
 
