@@ -16,6 +16,10 @@ import (
 // CtlHeartbeat is the core-NATS subject (without the prefix) of the leader's heartbeats.
 const CtlHeartbeat = "ctl.heartbeat"
 
+// CtlHeartbeatSuccessors is the subject of the beats only the named successors hear
+// (election.SuccessorHeartbeats): every other beat of a leader that names successors.
+const CtlHeartbeatSuccessors = "ctl.heartbeat.successors"
+
 // SourceControl names refused control messages (heartbeats) in the dead-letter stream and in
 // OnRefused.
 const SourceControl = "control"
@@ -24,29 +28,41 @@ const SourceControl = "control"
 // is only worth sending now, so it is not buffered for the reconnect.
 var ErrNotConnected = errors.New("not connected to nats")
 
-// Heartbeats is election.Heartbeats over core NATS on <prefix>.ctl.heartbeat. Every beat carries
+// Heartbeats is election.SuccessorHeartbeats over core NATS: <prefix>.ctl.heartbeat reaches every
+// process, <prefix>.ctl.heartbeat.successors the named successors only. Every beat carries
 // the cluster key's MAC (MACHeader over the subject and the body); a beat without a valid one is
 // counted (Unverified), dead-lettered (at most deadControlPerSec a second) and never handed to
 // the elector. A follower's Healthy is Health: its own round trips, not the client's status.
 type Heartbeats struct {
-	b       *Bus
-	subject string
-	invalid atomic.Uint64
-	unver   atomic.Uint64
-	limit   rateLimit
+	b          *Bus
+	subject    string
+	successors string
+	invalid    atomic.Uint64
+	unver      atomic.Uint64
+	limit      rateLimit
 }
 
-var _ election.Heartbeats = (*Heartbeats)(nil)
+var _ election.SuccessorHeartbeats = (*Heartbeats)(nil)
 
 // Heartbeats returns the heartbeat transport of this connection. It starts the health prober.
 func (b *Bus) Heartbeats() *Heartbeats {
 	b.Health()
-	return &Heartbeats{b: b, subject: b.names.Control(CtlHeartbeat)}
+	return &Heartbeats{b: b, subject: b.names.Control(CtlHeartbeat), successors: b.names.Control(CtlHeartbeatSuccessors)}
 }
 
 // Publish implements election.Heartbeats. It returns ErrNotConnected instead of buffering a
 // beat while reconnecting (a stale beat arriving later would vouch for a leader that may be dead).
 func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
+	return h.publish(ctx, h.subject, b)
+}
+
+// PublishSuccessors implements election.SuccessorHeartbeats, as Publish on the successors'
+// subject.
+func (h *Heartbeats) PublishSuccessors(ctx context.Context, b election.Beat) error {
+	return h.publish(ctx, h.successors, b)
+}
+
+func (h *Heartbeats) publish(ctx context.Context, subject string, b election.Beat) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -61,8 +77,8 @@ func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
 	if err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: h.subject, Data: data, Header: nats.Header{}}
-	m.Header.Set(MACHeader, keys.Sign(h.subject, "", data))
+	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	m.Header.Set(MACHeader, keys.Sign(subject, "", data))
 	if err := h.b.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("publish heartbeat: %w", err)
 	}
@@ -72,8 +88,18 @@ func (h *Heartbeats) Publish(ctx context.Context, b election.Beat) error {
 // Subscribe implements election.Heartbeats. Messages that are not valid beats are dropped and
 // counted (Invalid); beats without a valid MAC are refused (Unverified).
 func (h *Heartbeats) Subscribe(fn func(election.Beat)) (stop func(), err error) {
+	return h.subscribe(h.subject, fn)
+}
+
+// SubscribeSuccessors implements election.SuccessorHeartbeats, as Subscribe on the successors'
+// subject.
+func (h *Heartbeats) SubscribeSuccessors(fn func(election.Beat)) (stop func(), err error) {
+	return h.subscribe(h.successors, fn)
+}
+
+func (h *Heartbeats) subscribe(subject string, fn func(election.Beat)) (stop func(), err error) {
 	health := h.b.Health()
-	sub, err := h.b.nc.Subscribe(h.subject, func(m *nats.Msg) {
+	sub, err := h.b.nc.Subscribe(subject, func(m *nats.Msg) {
 		health.Heard() // the server delivered it, whoever sent it
 		if err := h.verify(m); err != nil {
 			h.refuse(m, err)

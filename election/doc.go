@@ -77,6 +77,12 @@
 // term released (MetaReleased) before releasing, so a late follower never breaks a successor that
 // has not stamped yet.
 //
+// Fewer beats for the others (Config.Heartbeats a SuccessorHeartbeats). The named successors
+// hear every beat; every other beat goes to them alone, so the others hear half, and allow one
+// heartbeat interval more of silence before they probe or suspect (they act after the named ones
+// anyway). A term's first beat and every beat whose successors changed go to everyone, so each
+// follower learns at once whether it is named, and subscribes to the successors' beats or not.
+//
 // Quiet followers. A follower that hears the current term's beats sends the lease blob nothing; it
 // reads the blob only when the term falls silent, a release is announced (Poke), or it has heard no
 // leader. A follower never suspects while its transport reports unhealthy (and the silence clock

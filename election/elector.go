@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,9 @@ type Elector struct {
 
 	prb          prober        // the fast path's confirmation, off the wait loop
 	probeTimeout time.Duration // bounds one probe (tests lengthen it)
+
+	succMu   sync.Mutex
+	succStop func() // the subscription to the successors' beats while this follower is named
 
 	// chk is the waiting follower's check timer while wait runs (else nil). Each beat heard
 	// moves it to the term's next deadline (nextCheck), so a follower that hears a live leader
@@ -74,7 +78,7 @@ func New(api BlobAPI, cfg Config) (*Elector, error) {
 		cfg:   cfg,
 		log:   cfg.Logger.With("component", "election", "identity", cfg.Identity),
 		poke:  make(chan struct{}, 1),
-		watch: &watch{self: cfg.Identity},
+		watch: &watch{self: cfg.Identity, quiet: quietFor(cfg)},
 		prb:   prober{verdict: make(chan suspicion, 1), ended: make(chan struct{}, 1)},
 
 		probeTimeout: defaultProbeTimeout,
@@ -153,6 +157,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 		if stopBeats != nil {
 			stopBeats()
 		}
+		e.followSuccessorBeats(false)
 	}()
 	leaseID := newLeaseID()
 	ensured := false

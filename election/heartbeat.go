@@ -47,9 +47,35 @@ type Heartbeats interface {
 	Healthy() bool
 }
 
+// SuccessorHeartbeats is a Heartbeats transport that can also reach only the followers that
+// asked for it (package bus implements it with a second subject). With it, a leader whose beats
+// name successors sends every other beat to them alone: the successors, which detect and take
+// over a silent term first, hear every beat, and every other follower hears half of them. The
+// others allow one interval more of silence (watch.quiet), which their turn, after the named
+// ones, already gives them. The first beat of a term and every beat whose successors changed go
+// to every follower, so each learns at once whether it is named.
+type SuccessorHeartbeats interface {
+	Heartbeats
+	// PublishSuccessors sends b to the processes subscribed with SubscribeSuccessors only.
+	PublishSuccessors(ctx context.Context, b Beat) error
+	// SubscribeSuccessors calls fn with every beat sent with PublishSuccessors until stop is
+	// called. fn must return quickly.
+	SubscribeSuccessors(fn func(Beat)) (stop func(), err error)
+}
+
+// quietFor is the silence a follower not named as a successor allows beyond the named ones':
+// one heartbeat interval when the leader sends it only every other beat (SuccessorHeartbeats).
+func quietFor(cfg Config) time.Duration {
+	if _, ok := cfg.Heartbeats.(SuccessorHeartbeats); ok {
+		return cfg.HeartbeatInterval
+	}
+	return 0
+}
+
 // watch is a follower's view of the current term's heartbeats.
 type watch struct {
-	self string
+	self  string
+	quiet time.Duration // extra silence allowed while this follower is not named (quietFor)
 
 	mu     sync.Mutex
 	heard  bool      // some other process's beat arrived since Run started
@@ -72,7 +98,23 @@ type watch struct {
 func (w *watch) alive(now time.Time, timeout time.Duration) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.heard && w.beats > 0 && now.Sub(w.lastBeat) < timeout && w.lastBeat.After(w.poked)
+	return w.heard && w.beats > 0 && now.Sub(w.lastBeat) < timeout+w.quietLocked() && w.lastBeat.After(w.poked)
+}
+
+// quietLocked is the extra silence this follower allows the term: watch.quiet while the term
+// names successors and not this follower (it hears every other beat), else 0.
+func (w *watch) quietLocked() time.Duration {
+	if w.quiet > 0 && len(w.next) > 0 && !slices.Contains(w.next, w.self) {
+		return w.quiet
+	}
+	return 0
+}
+
+// named reports whether the last beat heard named this follower a successor.
+func (w *watch) named() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Contains(w.next, w.self)
 }
 
 // untilDue is how long until the next check of the watched term is due. That is when it has been
@@ -86,7 +128,7 @@ func (w *watch) untilDue(now time.Time, timeout, probe, watchEvery time.Duration
 	if !w.heard {
 		return time.Hour
 	}
-	d := w.last.Add(timeout).Sub(now)
+	d := w.last.Add(timeout + w.quietLocked()).Sub(now)
 	if probe > 0 && w.beats > 0 && w.answers {
 		next := max(w.lastBeat.Add(w.probeAfterLocked(probe)).Sub(now), w.probed.Add(probe).Sub(now))
 		if watchEvery > 0 && w.watcherLocked() {
@@ -181,7 +223,7 @@ func (w *watch) poll(now time.Time, healthy bool, timeout time.Duration) (suspic
 		return suspicion{}, false
 	}
 	silent := now.Sub(w.last)
-	if silent < timeout {
+	if silent < timeout+w.quietLocked() {
 		return suspicion{}, false
 	}
 	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats}, true
@@ -237,8 +279,36 @@ func (e *Elector) onBeat(b Beat) {
 	if t := e.chk.Load(); t != nil {
 		t.Reset(e.nextCheck(now, e.checkEvery()))
 	}
+	if b.Identity != e.cfg.Identity {
+		e.followSuccessorBeats(e.watch.named())
+	}
 	if g := e.cur.Load(); g != nil && b.Epoch > g.epoch && b.Identity != e.cfg.Identity {
 		e.confirmSuperseded(g, b)
+	}
+}
+
+// followSuccessorBeats subscribes to the successors' beats while this follower is named a
+// successor (on), and ends that subscription when it is not (SuccessorHeartbeats).
+func (e *Elector) followSuccessorBeats(on bool) {
+	sh, ok := e.cfg.Heartbeats.(SuccessorHeartbeats)
+	if !ok {
+		return
+	}
+	e.succMu.Lock()
+	defer e.succMu.Unlock()
+	switch {
+	case on && e.succStop == nil:
+		stop, err := sh.SubscribeSuccessors(e.onBeat)
+		if err != nil {
+			// It hears every other beat; the named follower's tighter timeouts then make it
+			// probe a live term between beats (answered), never break it.
+			e.log.Warn("named a successor, but cannot subscribe to the successors' heartbeats", "err", err)
+			return
+		}
+		e.succStop = stop
+	case !on && e.succStop != nil:
+		e.succStop()
+		e.succStop = nil
 	}
 }
 
@@ -301,10 +371,12 @@ func (e *Elector) session() uint64 {
 // instead of waiting for this term's safety deadline. They resume when a renewal succeeds.
 func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats
+	sh, _ := hb.(SuccessorHeartbeats)
 	inherited := e.watch.inherited()
 	tick := time.NewTicker(e.cfg.HeartbeatInterval)
 	defer tick.Stop()
 	failing, paused := false, false
+	var toAll []string // the successors named in the last beat sent to every follower
 	for seq := uint64(1); ; seq++ {
 		var err error
 		stall, stalled := g.stalled(time.Now())
@@ -322,7 +394,12 @@ func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, lo
 			err = nil // silent on purpose
 		} else if ans.ensure(e.cfg.Prober, t) {
 			pctx, cancel := context.WithTimeout(ctx, e.cfg.HeartbeatInterval)
-			err = hb.Publish(pctx, Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successorsOr(inherited)})
+			b := Beat{Epoch: t.Epoch, Identity: t.Identity, Seq: seq, Sent: time.Now(), Answers: e.cfg.Prober != nil, Successors: e.successorsOr(inherited)}
+			if sh != nil && seq%2 == 0 && len(b.Successors) > 0 && slices.Equal(b.Successors, toAll) {
+				err = sh.PublishSuccessors(pctx, b) // every other beat, to the named followers alone
+			} else if err = hb.Publish(pctx, b); err == nil {
+				toAll = b.Successors
+			}
 			cancel()
 		} else {
 			err = errors.New("cannot answer probes of the term yet; not beating")

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -283,6 +284,84 @@ func TestElector_FollowerSleepsWhileBeatsArrive(t *testing.T) {
 	}
 	if n := len(c.snapshot()); n != 1 {
 		t.Errorf("%d terms, want one", n)
+	}
+}
+
+// With a transport that reaches the named successors alone (SuccessorHeartbeats), a leader sends
+// every other beat to them only: they hear every beat, the other followers half, and nobody
+// suspects the live leader. Only the named followers subscribe to the successors' beats. After a
+// crash the first successor takes over, with one break.
+func TestElector_UnnamedFollowersHearEveryOtherBeat(t *testing.T) {
+	t.Parallel()
+	ids := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}
+	crashed := make([]*atomic.Bool, len(ids))
+	c := newHBCluster(t, "hbtier", len(ids), func(i int) BlobAPI {
+		crashed[i] = new(atomic.Bool)
+		hang := func(ctx context.Context, next func() error) error {
+			if crashed[i].Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return next()
+		}
+		return &hookAPI{BlobAPI: NewAzureAPI(testClient(t)), acquire: hang, renew: hang, release: hang, setMeta: hang, brk: hang}
+	}, func(cfg *Config) {
+		cfg.Heartbeats = tiered{cfg.Heartbeats.(*port)}
+		cfg.Successors = func() []string { return ids }
+	})
+	c.startAll()
+	first := c.waitTerms(1, 10*time.Second)[0]
+	c.followersHeard(first.node, first.term.Epoch)
+	defer crashed[first.node].Store(false)
+	var named []int // the followers the leader names, in its order
+	for i := range ids {
+		if i != first.node && len(named) < MaxSuccessors {
+			named = append(named, i)
+		}
+	}
+	isNamed := func(i int) bool { return slices.Contains(named, i) }
+	testenv.Eventually(t, 5*time.Second, 5*time.Millisecond, func() bool {
+		for i := range ids {
+			if i != first.node && c.ports[i].namedNow() != isNamed(i) {
+				return false
+			}
+		}
+		return true
+	}, "the named followers (%v) do not alone hear the successors' beats", named)
+
+	lp := c.ports[first.node]
+	sent, heard := lp.sent.Load(), make([]uint64, len(ids))
+	for i := range ids {
+		heard[i] = c.ports[i].heard.Load()
+	}
+	time.Sleep(20 * testBeat)
+	sent = lp.sent.Load() - sent
+	for i := range ids {
+		if i == first.node {
+			continue
+		}
+		got := c.ports[i].heard.Load() - heard[i]
+		t.Logf("node %d (named %v): heard %d of %d beats", i, isNamed(i), got, sent)
+		if isNamed(i) && got+2 < sent {
+			t.Errorf("named node %d heard %d of %d beats, want every one", i, got, sent)
+		}
+		if !isNamed(i) && (got*3 < sent || got*3 > 2*sent) {
+			t.Errorf("node %d, not named, heard %d of %d beats, want about half", i, got, sent)
+		}
+	}
+	if s := c.totalStats(); s.Suspicions != 0 || len(c.snapshot()) != 1 {
+		t.Fatalf("stats %+v, %d terms: a live leader was suspected", s, len(c.snapshot()))
+	}
+
+	crashed[first.node].Store(true)
+	lp.cut.Store(true)
+	next := c.waitTerms(2, 5*time.Second)[1]
+	if next.node != named[0] {
+		t.Errorf("node %d took over, want the first successor %d", next.node, named[0])
+	}
+	time.Sleep(2 * testSuspicion)
+	if s := c.totalStats(); s.Breaks != 1 || len(c.snapshot()) != 2 {
+		t.Errorf("stats %+v, %d terms: want one break and two terms", s, len(c.snapshot()))
 	}
 }
 

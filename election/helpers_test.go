@@ -293,6 +293,66 @@ type port struct {
 	next  int
 	sent  atomic.Uint64
 	asked atomic.Uint64 // Healthy calls: one per look of a waiting follower
+	heard atomic.Uint64 // beats delivered to this port's subscribers
+
+	sfns map[int]func(Beat) // subscribers to the successors' beats (tiered)
+}
+
+// tiered is a port that also carries beats to the named successors alone
+// (SuccessorHeartbeats), as package bus does.
+type tiered struct{ *port }
+
+var _ SuccessorHeartbeats = tiered{}
+
+// PublishSuccessors delivers b to the successor subscriptions of every port.
+func (p tiered) PublishSuccessors(ctx context.Context, b Beat) error {
+	if p.cut.Load() {
+		return errors.New("not connected")
+	}
+	p.sent.Add(1)
+	p.h.mu.Lock()
+	ports := append([]*port(nil), p.h.ports...)
+	p.h.mu.Unlock()
+	for _, q := range ports {
+		if q.cut.Load() {
+			continue
+		}
+		q.mu.Lock()
+		fns := make([]func(Beat), 0, len(q.sfns))
+		for _, fn := range q.sfns {
+			fns = append(fns, fn)
+		}
+		q.mu.Unlock()
+		for _, fn := range fns {
+			q.heard.Add(1)
+			fn(b)
+		}
+	}
+	return nil
+}
+
+// SubscribeSuccessors subscribes fn to the successors' beats.
+func (p tiered) SubscribeSuccessors(fn func(Beat)) (func(), error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sfns == nil {
+		p.sfns = map[int]func(Beat){}
+	}
+	id := p.next
+	p.next++
+	p.sfns[id] = fn
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		delete(p.sfns, id)
+	}, nil
+}
+
+// namedNow reports whether p has a subscription to the successors' beats.
+func (p *port) namedNow() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sfns) > 0
 }
 
 func (h *hub) port() *port {
@@ -326,6 +386,7 @@ func (p *port) Publish(ctx context.Context, b Beat) error {
 			}
 			q.mu.Unlock()
 			for _, fn := range fns {
+				q.heard.Add(1)
 				fn(b)
 			}
 		}

@@ -81,7 +81,7 @@ func (w *watch) probeAfterLocked(after time.Duration) time.Duration {
 	if i := slices.Index(w.next, w.self); i >= 0 {
 		return after + time.Duration(i)*TurnStep
 	}
-	return after + time.Duration(len(w.next))*TurnStep
+	return after + time.Duration(len(w.next))*TurnStep + w.quietLocked()
 }
 
 // watcherLocked reports whether this follower is the term's first successor.

@@ -86,6 +86,15 @@ func (m *mutedBeats) Publish(ctx context.Context, b election.Beat) error {
 	return m.Heartbeats.Publish(ctx, b)
 }
 
+// PublishSuccessors is Publish for the beats only the named successors hear.
+func (m *mutedBeats) PublishSuccessors(ctx context.Context, b election.Beat) error {
+	if m.muted.Load() {
+		return nil
+	}
+	m.named.Store(&b.Successors)
+	return m.Heartbeats.PublishSuccessors(ctx, b)
+}
+
 // successors named by the last beat published.
 func (m *mutedBeats) successors() []string {
 	if p := m.named.Load(); p != nil {

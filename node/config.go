@@ -187,9 +187,11 @@ func (c Config) parts() parts {
 	p.worker.ID, p.worker.Concurrency, p.worker.MaxAttempts, p.worker.MapDelay, p.worker.Logger = c.ID, c.Concurrency, c.MaxAttempts, c.MapDelay, log
 	p.worker.MemoryBudget, p.coordinator.Partitions = c.MemoryBudget, c.Partitions
 	p.bus = bus.Config{Prefix: c.StreamPrefix, ShardTimeout: c.ShardTimeout, Replicas: c.StreamReplicas, MemoryStorage: c.StreamStorage == "memory"}
-	// A cut-off follower must know before it would suspect the leader.
+	// A cut-off follower must know before it would suspect the leader. The window also spans
+	// two beat intervals and some, so a follower that hears every other beat (not a named
+	// successor) has its proof in time without round trips of its own.
 	if c.SuspicionTimeout > 0 {
-		p.bus.CutOffAfter = min(time.Second, c.SuspicionTimeout*2/3)
+		p.bus.CutOffAfter = min(1200*time.Millisecond, c.SuspicionTimeout*6/7)
 		p.bus.ProbeInterval = min(250*time.Millisecond, p.bus.CutOffAfter/4)
 	}
 	return p
