@@ -84,17 +84,7 @@ func (c *hbCluster) totalStats() (s Stats) {
 func TestElector_CrashedLeaderReplacedAfterSuspicion(t *testing.T) {
 	t.Parallel()
 	crashed := make([]*atomic.Bool, 4)
-	c := newHBCluster(t, "hbcrash", 4, func(i int) BlobAPI {
-		crashed[i] = new(atomic.Bool)
-		hang := func(ctx context.Context, next func() error) error {
-			if crashed[i].Load() {
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return next()
-		}
-		return &hookAPI{BlobAPI: NewAzureAPI(testClient(t)), acquire: hang, renew: hang, release: hang, setMeta: hang, brk: hang}
-	}, nil)
+	c := newHBCluster(t, "hbcrash", 4, crashable(t, crashed), nil)
 	c.startAll()
 	first := c.waitTerms(1, 10*time.Second)[0]
 	c.followersHeard(first.node, first.term.Epoch)
@@ -295,17 +285,7 @@ func TestElector_UnnamedFollowersHearEveryOtherBeat(t *testing.T) {
 	t.Parallel()
 	ids := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}
 	crashed := make([]*atomic.Bool, len(ids))
-	c := newHBCluster(t, "hbtier", len(ids), func(i int) BlobAPI {
-		crashed[i] = new(atomic.Bool)
-		hang := func(ctx context.Context, next func() error) error {
-			if crashed[i].Load() {
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return next()
-		}
-		return &hookAPI{BlobAPI: NewAzureAPI(testClient(t)), acquire: hang, renew: hang, release: hang, setMeta: hang, brk: hang}
-	}, func(cfg *Config) {
+	c := newHBCluster(t, "hbtier", len(ids), crashable(t, crashed), func(cfg *Config) {
 		cfg.Heartbeats = tiered{cfg.Heartbeats.(*port)}
 		cfg.Successors = func() []string { return ids }
 	})

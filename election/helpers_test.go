@@ -450,3 +450,19 @@ func (r *events) of(kind EventKind) []Event {
 	}
 	return out
 }
+
+// crashable makes node i's storage calls hang once crashed[i] is set: a crashed process that
+// neither renews nor releases. It fills crashed[i].
+func crashable(t *testing.T, crashed []*atomic.Bool) func(i int) BlobAPI {
+	return func(i int) BlobAPI {
+		crashed[i] = new(atomic.Bool)
+		hang := func(ctx context.Context, next func() error) error {
+			if crashed[i].Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return next()
+		}
+		return &hookAPI{BlobAPI: NewAzureAPI(testClient(t)), acquire: hang, renew: hang, release: hang, setMeta: hang, brk: hang}
+	}
+}
