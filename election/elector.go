@@ -36,8 +36,9 @@ type Elector struct {
 	prb          prober        // the fast path's confirmation, off the wait loop
 	probeTimeout time.Duration // bounds one probe (tests lengthen it)
 
-	succMu   sync.Mutex
-	succStop func() // the subscription to the successors' beats while this follower is named
+	succMu     sync.Mutex
+	succStop   func() // the subscription to the successors' beats while this follower is named
+	succFailed bool   // the last attempt to subscribe failed (logged once until one works)
 
 	// chk is the waiting follower's check timer while wait runs (else nil). Each beat heard
 	// moves it to the term's next deadline (nextCheck), so a follower that hears a live leader

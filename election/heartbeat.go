@@ -301,11 +301,15 @@ func (e *Elector) followSuccessorBeats(on bool) {
 		stop, err := sh.SubscribeSuccessors(e.onBeat)
 		if err != nil {
 			// It hears every other beat; the named follower's tighter timeouts then make it
-			// probe a live term between beats (answered), never break it.
-			e.log.Warn("named a successor, but cannot subscribe to the successors' heartbeats", "err", err)
+			// probe a live term between beats (answered), never break it. Tried again at
+			// the next beat.
+			if !e.succFailed {
+				e.log.Warn("named a successor, but cannot subscribe to the successors' heartbeats; retrying at each beat", "err", err)
+			}
+			e.succFailed = true
 			return
 		}
-		e.succStop = stop
+		e.succStop, e.succFailed = stop, false
 	case !on && e.succStop != nil:
 		e.succStop()
 		e.succStop = nil
