@@ -137,17 +137,9 @@ func TestElector_CrashedLeaderReplacedWithinLease(t *testing.T) {
 	container := testenv.Name(t, "crash")
 	c := newCluster(t, container)
 	crashed := make([]*atomic.Bool, 3)
+	api := crashable(t, crashed)
 	for i := range 3 {
-		crashed[i] = new(atomic.Bool)
-		hang := func(ctx context.Context, next func() error) error {
-			if crashed[i].Load() {
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return next()
-		}
-		api := &hookAPI{BlobAPI: NewAzureAPI(testClient(t)), acquire: hang, renew: hang, release: hang, setMeta: hang}
-		c.add(api, func(cfg *Config) { cfg.RetryInterval = 500 * time.Millisecond })
+		c.add(api(i), func(cfg *Config) { cfg.RetryInterval = 500 * time.Millisecond })
 	}
 	c.pokeOthersOnRelease()
 	c.startAll()

@@ -310,43 +310,12 @@ func (p tiered) PublishSuccessors(ctx context.Context, b Beat) error {
 		return errors.New("not connected")
 	}
 	p.sent.Add(1)
-	p.h.mu.Lock()
-	ports := append([]*port(nil), p.h.ports...)
-	p.h.mu.Unlock()
-	for _, q := range ports {
-		if q.cut.Load() {
-			continue
-		}
-		q.mu.Lock()
-		fns := make([]func(Beat), 0, len(q.sfns))
-		for _, fn := range q.sfns {
-			fns = append(fns, fn)
-		}
-		q.mu.Unlock()
-		for _, fn := range fns {
-			q.heard.Add(1)
-			fn(b)
-		}
-	}
+	p.deliver(b, true)
 	return nil
 }
 
 // SubscribeSuccessors subscribes fn to the successors' beats.
-func (p tiered) SubscribeSuccessors(fn func(Beat)) (func(), error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sfns == nil {
-		p.sfns = map[int]func(Beat){}
-	}
-	id := p.next
-	p.next++
-	p.sfns[id] = fn
-	return func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		delete(p.sfns, id)
-	}, nil
-}
+func (p tiered) SubscribeSuccessors(fn func(Beat)) (func(), error) { return p.subscribe(true, fn), nil }
 
 // namedNow reports whether p has a subscription to the successors' beats.
 func (p *port) namedNow() bool {
@@ -371,45 +340,62 @@ func (p *port) Publish(ctx context.Context, b Beat) error {
 		return nil
 	}
 	p.sent.Add(1)
-	deliver := func() {
-		p.h.mu.Lock()
-		ports := append([]*port(nil), p.h.ports...)
-		p.h.mu.Unlock()
-		for _, q := range ports {
-			if q.cut.Load() || p.cut.Load() {
-				continue
-			}
-			q.mu.Lock()
-			fns := make([]func(Beat), 0, len(q.fns))
-			for _, fn := range q.fns {
-				fns = append(fns, fn)
-			}
-			q.mu.Unlock()
-			for _, fn := range fns {
-				q.heard.Add(1)
-				fn(b)
-			}
-		}
-	}
 	if d := time.Duration(p.delay.Load()); d > 0 {
-		time.AfterFunc(d, deliver)
+		time.AfterFunc(d, func() { p.deliver(b, false) })
 		return nil
 	}
-	deliver()
+	p.deliver(b, false)
 	return nil
 }
 
-func (p *port) Subscribe(fn func(Beat)) (func(), error) {
+// deliver hands b to the subscriptions of every port that is not cut off while p is not: the
+// successors' subscriptions (succ) or everyone's.
+func (p *port) deliver(b Beat, succ bool) {
+	p.h.mu.Lock()
+	ports := append([]*port(nil), p.h.ports...)
+	p.h.mu.Unlock()
+	for _, q := range ports {
+		if q.cut.Load() || p.cut.Load() {
+			continue
+		}
+		q.mu.Lock()
+		subs := q.fns
+		if succ {
+			subs = q.sfns
+		}
+		fns := make([]func(Beat), 0, len(subs))
+		for _, fn := range subs {
+			fns = append(fns, fn)
+		}
+		q.mu.Unlock()
+		for _, fn := range fns {
+			q.heard.Add(1)
+			fn(b)
+		}
+	}
+}
+
+func (p *port) Subscribe(fn func(Beat)) (func(), error) { return p.subscribe(false, fn), nil }
+
+// subscribe adds fn to p's subscriptions, the successors' (succ) or everyone's.
+func (p *port) subscribe(succ bool, fn func(Beat)) (stop func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	subs := &p.fns
+	if succ {
+		subs = &p.sfns
+	}
+	if *subs == nil {
+		*subs = map[int]func(Beat){}
+	}
 	id := p.next
 	p.next++
-	p.fns[id] = fn
+	(*subs)[id] = fn
 	return func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		delete(p.fns, id)
-	}, nil
+		delete(*subs, id)
+	}
 }
 
 func (p *port) Healthy() bool {
