@@ -4,7 +4,7 @@ BIN       := bin
 AZURITE   := Azurite/node_modules/.bin/azurite-blob
 GOTESTFLAGS ?=
 
-.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench chaos test-million test-keyed5m
+.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench bench-peers chaos test-million test-keyed5m
 
 all: build
 
@@ -66,9 +66,20 @@ fuzz:
 # with verdicts) and timeline in .bench/.
 # BENCHFLAGS: go run ./cmd/loadtest -h (BENCHFLAGS=--quick: the one-minute correctness run;
 # BENCHFLAGS=--loaded-duration=1m: an 11-minute run).
-bench: azurite
+bench: azurite bench-peers
 	@mkdir -p .bench
 	$(GO) run ./cmd/loadtest --json .bench/report.json --markdown .bench/report.md --plot .bench/timeline.svg $(BENCHFLAGS)
+
+# The benchmark's peer: Dask (Debian's python3-dask, seen by /usr/bin/python3), installed with
+# apt-get when no Python here imports it, then checked against a small corpus's exact counts.
+# Not part of `make test`. DASK_PYTHON names another interpreter.
+bench-peers: azurite
+	@if ! for py in $${DASK_PYTHON:-} /usr/bin/python3 python3; do $$py -c 'import dask.bag, dask.distributed' 2>/dev/null && break; false; done; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && apt-get install -y -qq python3-dask python3-distributed; \
+	  else echo "Dask is missing: apt-get install -y python3-dask python3-distributed (as root), or set DASK_PYTHON" >&2; exit 1; fi; \
+	fi
+	MAPAGG_DASK=1 $(GO) test -race -count=1 -run '^TestWordCorpus_Dask$$' ./internal/harness/rig/
 
 # The fault matrix (cmd/chaos): one job with a known answer per fault on a 3-worker cluster of real
 # processes (leader SIGKILL and SIGSTOP, nats-server and azurite-blob kill -9, azurite-queue down,

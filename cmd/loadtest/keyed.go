@@ -55,6 +55,7 @@ type KeyedRun struct {
 	Exact         bool    `json:"exact"`
 	GoS           float64 `json:"go_s,omitempty"`
 	DaskS         float64 `json:"dask_s,omitempty"`
+	DaskPython    string  `json:"dask_python,omitempty"`
 }
 
 // keyedSizes are the corpora's distinct words.
@@ -76,8 +77,8 @@ func (r *runner) keyed(ctx context.Context) error {
 		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
 		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
 			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
-		"dask": strings.Join(rig.DaskCommand(daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
-			" (CORPUS_DIR: the 24 corpus blobs as local files, written by the scenario)",
+		"dask": strings.Join(rig.DaskCommand("PYTHON", daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
+			" (CORPUS_DIR: the 24 corpus blobs as local files, written by the scenario; PYTHON: the first of $DASK_PYTHON, /usr/bin/python3, python3 that imports dask, named in each run as dask_python)",
 	}}
 	r.mu.Lock()
 	r.rep.Keyed = k
@@ -158,8 +159,8 @@ func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, cor
 		r.errorf("keyed: dask: %v", err)
 		return run, nil
 	}
-	run.DaskS = dr.Seconds
-	r.log.Logf("keyed: dask.bag, 2 processes: %.2f s = %.1f MB/s", run.DaskS, float64(run.Bytes)/1e6/run.DaskS)
+	run.DaskS, run.DaskPython = dr.Seconds, dr.Python
+	r.log.Logf("keyed: dask.bag, 2 processes (%s): %.2f s = %.1f MB/s", dr.Python, run.DaskS, float64(run.Bytes)/1e6/run.DaskS)
 	return run, nil
 }
 

@@ -14,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// The corpus, the Go baseline and the Dask script agree with the corpus's own counts, and the
+// The corpus and the Go baseline agree with the corpus's own counts, and the
 // check catches a wrong count, a missing word and a repeated one.
 func TestWordCorpus_Baselines(t *testing.T) {
 	ctx := context.Background()
@@ -50,6 +50,28 @@ func TestWordCorpus_Baselines(t *testing.T) {
 	if d, err := wc.GoBaseline(ctx, bc, 2, dir); err != nil || d <= 0 {
 		t.Fatalf("GoBaseline: %v, %v", d, err)
 	}
+}
+
+// The Dask script agrees with the corpus's counts. Dask is the benchmark's peer, not something
+// `make test` installs: the test runs where a Python with Dask is found and is required under
+// MAPAGG_DASK=1 (make bench-peers, which installs it); elsewhere it skips, naming what to install.
+func TestWordCorpus_Dask(t *testing.T) {
+	ctx := context.Background()
+	if _, err := DaskPython(ctx); err != nil {
+		if os.Getenv("MAPAGG_DASK") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	wc, err := WriteWordCorpus(ctx, bc, testenv.Name(t, "corpus"), 5000, 7, filepath.Join(dir, "corpus"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	script, _ := filepath.Abs("../../../scripts/dask_wordcount.py")
 	if r, err := wc.DaskBaseline(ctx, script, 2, dir); err != nil || r.Seconds <= 0 {
 		t.Fatalf("DaskBaseline: %+v, %v", r, err)
@@ -66,5 +88,18 @@ func TestWordCorpus_Baselines(t *testing.T) {
 	}
 	if err := wc.CheckCounts(&all); err != nil || res.Bytes != wc.Bytes || res.Seconds <= 0 {
 		t.Fatalf("dask: %+v, %v", res, err)
+	}
+}
+
+// Without Dask anywhere, RunDask fails with what to install and which interpreters it tried.
+func TestDaskPython_NamesTheInstall(t *testing.T) {
+	t.Setenv("DASK_PYTHON", filepath.Join(t.TempDir(), "no-such-python"))
+	t.Setenv("PATH", t.TempDir())
+	_, err := DaskPython(context.Background())
+	if _, statErr := os.Stat("/usr/bin/python3"); statErr == nil && err == nil {
+		t.Skip("/usr/bin/python3 has Dask; the missing case cannot be made here")
+	}
+	if err == nil || !strings.Contains(err.Error(), "python3-dask") || !strings.Contains(err.Error(), "no-such-python") {
+		t.Fatalf("err = %v", err)
 	}
 }
