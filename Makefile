@@ -39,10 +39,10 @@ test: azurite tidy vet
 	$(GO) test -race -timeout 15m $(GOTESTFLAGS) ./...
 
 # The 1,000,000-shard sleep job in bounded memory, its leader replaced half-way, exact
-# (coordinator/plan_test.go; about 2 minutes under -race on 2 cores, too slow for `make test`,
+# (internal/coordinator/plan_test.go; about 2 minutes under -race on 2 cores, too slow for `make test`,
 # which runs the same path at 20,000 shards).
 test-million: azurite
-	MAPAGG_MILLION=1 $(GO) test -race -timeout 15m -count=1 -v -run '^TestPlan_MillionShardJobInBoundedMemory$$' ./coordinator/
+	MAPAGG_MILLION=1 $(GO) test -race -timeout 15m -count=1 -v -run '^TestPlan_MillionShardJobInBoundedMemory$$' ./internal/coordinator/
 
 # Issue 19's keyed job at scale: wordcount "output":"blob" over 5M distinct words (170 MB) on 3
 # workers with leader kills; reports every worker's peak RSS (limit 300 MiB). Several minutes.

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -17,6 +17,10 @@ import (
 const NATSOff = "off"
 
 // Config is how New reaches a cluster: the settings `worker submit` reads, flag by flag.
+// NATSAuth holds NATS credentials and TLS settings: a creds file, an nkey seed, a user and
+// password or token, a CA and a client certificate. The zero value connects without any.
+type NATSAuth = bus.Auth
+
 type Config struct {
 	// Storage says how to reach Azure Storage: a connection string, or an account URL with
 	// Entra ID or a SAS token. Required. --azure-connection-string, --storage-account-url.
@@ -26,7 +30,7 @@ type Config struct {
 	// queue poll). --nats-url.
 	NATSURL string
 	// NATSAuth holds the NATS credentials and TLS settings. Default none. --nats-creds, ...
-	NATSAuth bus.Auth
+	NATSAuth NATSAuth
 	// NATSOptional keeps New going when NATS cannot be reached: the client then validates
 	// Registry's types only and says why it cannot ask the cluster about others. Default false.
 	NATSOptional bool

@@ -9,8 +9,8 @@ import (
 	"io"
 
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/shuffle"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/shuffle"
 	"github.com/mapagg/mapagg/store"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/observe"
-	"github.com/mapagg/mapagg/worker"
+	"github.com/mapagg/mapagg/internal/observe"
+	"github.com/mapagg/mapagg/internal/worker"
 )
 
 // exportedMetrics are the metric families a worker serves on /metrics, every source attached and

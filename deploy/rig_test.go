@@ -24,9 +24,9 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/node"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mapagg/mapagg/coordinator"
+	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testenv"

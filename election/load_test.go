@@ -14,8 +14,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )

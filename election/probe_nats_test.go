@@ -17,8 +17,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
 	"github.com/mapagg/mapagg/internal/harness/testenv"

@@ -9,8 +9,8 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
-	"github.com/mapagg/mapagg/observe"
-	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/internal/observe"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

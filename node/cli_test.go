@@ -15,8 +15,8 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

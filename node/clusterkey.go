@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -37,6 +37,14 @@ func (k *keyFlags) register(fs *flagSet) {
 	fs.StringVar(&k.file, "cluster-key-file", "", "file holding the cluster key that authenticates shards and results (one base64 key of 32 bytes per line: the first signs, all are accepted); default: the blob "+ClusterKeyBlob+" in --lease-container, created at first start")
 	envOnly(fs, envClusterKey, "the cluster key itself (secret; or --cluster-key-file; default: the blob "+ClusterKeyBlob+" in --lease-container)")
 }
+
+// ClusterKeys is the keyring members sign and verify shards and results with: the current key
+// and any previous ones still accepted during a rotation.
+type ClusterKeys = bus.Keyring
+
+// ParseClusterKeys reads a keyring in the format of --cluster-key-file and CLUSTER_KEY (`worker
+// cluster-key` prints one). Its errors never contain the key.
+func ParseClusterKeys(text string) (*ClusterKeys, error) { return bus.ParseKeys(text) }
 
 // resolve returns the explicit keyring, or nil when none was given (the blob holds it). Errors
 // name the source, never the key.

@@ -8,9 +8,10 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
@@ -30,7 +31,7 @@ type Config struct {
 	Storage store.Account
 	// NATSAuth holds the NATS credentials and TLS settings (creds file, nkey seed, user and
 	// password, CA, client certificate). Default none. --nats-creds, --nats-user, --nats-tls-ca, ...
-	NATSAuth bus.Auth
+	NATSAuth client.NATSAuth
 	// StreamReplicas is the JetStream streams' replica count: 1 on one server, 3 on a NATS
 	// cluster; checked against the server at start. Default 1. --stream-replicas.
 	StreamReplicas int
@@ -44,10 +45,10 @@ type Config struct {
 	Queue string
 	// LeaseContainer holds the leader lease blob. Default "leader". --lease-container.
 	LeaseContainer string
-	// ClusterKeys authenticate shards and results between members (bus.Keyring). Default: read
+	// ClusterKeys authenticate shards and results between members (ParseClusterKeys). Default: read
 	// from (or created in) the blob ClusterKeyBlob of LeaseContainer. --cluster-key-file or env
 	// CLUSTER_KEY. Every member of a cluster must share it.
-	ClusterKeys *bus.Keyring
+	ClusterKeys *ClusterKeys
 	// StreamPrefix prefixes the JetStream streams and NATS subjects. Default "mapagg". --stream-prefix.
 	StreamPrefix string
 

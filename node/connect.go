@@ -10,8 +10,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats.go"
 
-	"github.com/mapagg/mapagg/bus"
-	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

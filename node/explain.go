@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )

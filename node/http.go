@@ -19,17 +19,17 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/observe"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
-	"github.com/mapagg/mapagg/worker"
 )
 
 // DefaultHTTPAddr is where `worker run` serves metrics, health, the API and the dashboard. All

@@ -11,8 +11,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/observe"
 )
 
 const outputSummary = "stream a keyed job's output records (key<TAB>value lines by default)"

@@ -13,11 +13,11 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/nats-io/nats.go"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/membership"
-	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )

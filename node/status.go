@@ -12,8 +12,8 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/observe"
 )
 
 type statusFlags struct {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 )
 
 // StampKeyID is the lease blob metadata key under which each leader stamps the id of the cluster

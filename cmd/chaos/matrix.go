@@ -12,15 +12,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/queue"
 )
 
 // quickFaults are the cheap faults `go test` runs (TestQuick). The others take longer: a longer

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"

@@ -28,15 +28,15 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
-	"github.com/mapagg/mapagg/bus"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/queue"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 )
 

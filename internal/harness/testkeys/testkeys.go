@@ -6,7 +6,7 @@ package testkeys
 import (
 	"sync"
 
-	"github.com/mapagg/mapagg/bus"
+	"github.com/mapagg/mapagg/internal/bus"
 )
 
 // clusterKeys is one random cluster key per test binary.

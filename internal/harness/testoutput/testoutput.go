@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/shuffle"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/shuffle"
 	"github.com/mapagg/mapagg/store"
 )
 

@@ -1,0 +1,414 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// checkpointer writes a term's checkpoints. It owns what is being written (at most one write
+// per job, so each is If-Match on the last one's ETag) and the results waiting for a write.
+// Merging calls it through merged; the loop through tick and stored; claiming through now.
+type checkpointer struct {
+	t        *term
+	writes   chan written // outcomes of background writes, to the loop
+	writers  sync.WaitGroup
+	inflight int
+	pending  int // merged results held for a checkpoint, all jobs
+}
+
+// jobWrites is one job's part of the checkpointer's state, kept on the job.
+type jobWrites struct {
+	// acks are merged results waiting for the checkpoint that includes them.
+	acks []*bus.Delivery
+	// writing: a checkpoint of the job is being stored in the background.
+	writing bool
+	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
+	nextDue time.Time
+	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
+	meta map[string]string
+}
+
+// written is the outcome of a background checkpoint write.
+type written struct {
+	s    *snapshot
+	etag store.ETag
+	err  error
+}
+
+func newCheckpointer(t *term) *checkpointer {
+	return &checkpointer{t: t, writes: make(chan written, 64)}
+}
+
+// merged is merging's one call, after a message's results: held (nil if none) is acknowledged
+// once a checkpoint covering it is stored. A job that completed or finished its map phase is
+// written at once; every dirty job is when CheckpointEvery results are held.
+func (c *checkpointer) merged(ctx context.Context, j *job, held *bus.Delivery) {
+	if held != nil {
+		j.w.acks = append(j.w.acks, held)
+		c.pending++
+	}
+	if j.mapPhaseDone() && !j.w.writing && j.cp.State == jobs.StateRunning {
+		c.start(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
+	}
+	if j.complete && j.cp.State == jobs.StateRunning && !j.w.writing {
+		// The last result: finish now, not at the next tick (the final checkpoint carries the
+		// result; it is as fenced as any other). A write in flight does it when it is stored.
+		c.start(ctx, j)
+	}
+	if c.pending >= c.t.cfg.CheckpointEvery {
+		c.dirty(ctx, true)
+	}
+}
+
+// tick starts the writes that are due: of jobs whose interval passed (see nextDue), and of jobs
+// that ended or completed.
+func (c *checkpointer) tick(ctx context.Context) { c.dirty(ctx, false) }
+
+// dirty starts background writes of the dirty jobs that have none in flight: all of them, or
+// only those whose checkpoint is due and those that ended or completed. The loop merges on
+// meanwhile; each write's outcome comes back to stored.
+func (c *checkpointer) dirty(ctx context.Context, all bool) {
+	now := time.Now()
+	for _, j := range c.t.active {
+		if j.w.writing {
+			continue
+		}
+		ending := j.complete && !j.cp.State.Terminal() || j.cp.State.Terminal() && j.dirty
+		if ending || j.dirty && (all || !now.Before(j.w.nextDue)) {
+			c.start(ctx, j)
+		}
+	}
+}
+
+// adopted starts j's interval: its checkpoint was just stored (at intake, or by the claim), so
+// a job shorter than the interval is written once more, at its last result, with no tick's write
+// in flight to wait for.
+func (c *checkpointer) adopted(j *job) {
+	j.w.nextDue = time.Now().Add(c.t.cfg.CheckpointInterval)
+}
+
+// start encodes j's checkpoint now and stores it in the background. The results merged so far
+// go with it, to be acknowledged once it is stored.
+func (c *checkpointer) start(ctx context.Context, j *job) {
+	s, err := c.prepare(j)
+	if err != nil {
+		c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+		return
+	}
+	s.acks, j.w.acks = j.w.acks, nil
+	j.dirty, j.w.writing = false, true
+	c.inflight++
+	c.writers.Add(1)
+	go func() {
+		defer c.writers.Done()
+		etag, err := c.put(ctx, s)
+		c.writes <- written{s: s, etag: etag, err: err}
+	}()
+}
+
+// stored takes a background write's outcome: on success the job's checkpoint is the snapshot,
+// the results it covers are acknowledged, and an ended job retires; on failure the results wait
+// for the next write (a deposed leader stops). follow starts the next write of a job that
+// completed or ended while this one was in flight.
+func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error {
+	t := c.t
+	c.inflight--
+	j := w.s.j
+	j.w.writing = false
+	if w.err != nil {
+		j.w.acks = append(w.s.acks, j.w.acks...)
+		j.dirty = true
+		var ue *UserCodeError
+		if errors.As(w.err, &ue) {
+			// The job's code failed encoding its aggregate: the job fails; its terminal
+			// checkpoint holds no aggregate.
+			t.fail(j, w.err)
+			if follow {
+				c.start(ctx, j)
+			}
+			return nil
+		}
+		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
+			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
+		}
+		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
+		return nil
+	}
+	c.apply(w.s, w.etag)
+	t.keyedStored(ctx, j, w.s) // keyed.go
+	j.w.nextDue = c.due(time.Since(w.s.start))
+	c.ack(w.s.acks)
+	if j.cp.State.Terminal() && !j.dirty {
+		t.retire(ctx, j)
+		return nil
+	}
+	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
+		c.start(ctx, j)
+	}
+	return nil
+}
+
+func (c *checkpointer) ack(ds []*bus.Delivery) {
+	for _, d := range ds {
+		_ = d.Ack()
+	}
+	c.pending -= len(ds)
+}
+
+// stepDown finishes the term's writing. The writes in flight finish (or fail) first, as each job's
+// next write is If-Match on their ETag. Then, unless the term was deposed, every dirty job is
+// written at once, so the next leader starts from here. The writes are fenced: if a newer leader
+// already claimed a job, the write fails and its results stay unacknowledged for it.
+func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
+	for c.inflight > 0 {
+		w := <-c.writes
+		if deposed {
+			c.inflight--
+			continue
+		}
+		if err := c.stored(context.WithoutCancel(ctx), w, false); err != nil {
+			c.t.log.Warn("checkpoint", "err", err)
+		}
+	}
+	c.writers.Wait()
+	if deposed {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+	defer cancel()
+	if err := c.all(fctx); err != nil {
+		c.t.log.Warn("final checkpoint", "err", err)
+	}
+}
+
+// Checkpoint cost is kept to about a tenth of the merge loop's time: a job whose checkpoint took
+// c to encode and write is next checkpointed (on the tick) after max(CheckpointInterval, 10c), at
+// most maxIntervalFactor × CheckpointInterval later. A big aggregate is then written less often,
+// instead of stalling merging; acknowledgements wait for it (bounded by CheckpointEvery).
+const (
+	costFactor        = 10
+	maxIntervalFactor = 50
+)
+
+func (c *checkpointer) due(cost time.Duration) time.Time {
+	iv := c.t.cfg.CheckpointInterval
+	iv = min(max(iv, costFactor*cost), maxIntervalFactor*iv)
+	return time.Now().Add(iv)
+}
+
+// all writes every dirty job at once (in parallel), then acknowledges the results each write
+// covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
+func (c *checkpointer) all(ctx context.Context) error {
+	var dirty []*job
+	for _, j := range c.t.active {
+		if j.dirty || j.complete && !j.cp.State.Terminal() {
+			dirty = append(dirty, j)
+		}
+	}
+	if len(dirty) == 0 {
+		return nil
+	}
+	errs := make([]error, len(dirty))
+	costs := make([]time.Duration, len(dirty))
+	var g errgroup.Group
+	g.SetLimit(16)
+	for i, j := range dirty {
+		g.Go(func() error {
+			start := time.Now()
+			errs[i] = c.now(ctx, j)
+			costs[i] = time.Since(start)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i, j := range dirty {
+		if err := errs[i]; err != nil {
+			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
+				return fmt.Errorf("%w: %v", ErrDeposed, err)
+			}
+			c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+			continue
+		}
+		j.w.nextDue = c.due(costs[i])
+		c.ack(j.w.acks)
+		j.w.acks = nil
+		if j.cp.State.Terminal() {
+			c.t.retire(ctx, j)
+		}
+	}
+	return nil
+}
+
+// snapshot is a job's checkpoint taken in the loop, to be encoded and stored (in the background,
+// or at once by now). The Done bitmap is encoded and the aggregate snapshotted together, at one
+// moment of the loop, so the stored checkpoint is consistent however long the write takes. An
+// aggregate that is a jobs.Snapshotter is encoded by the writer, off the loop, as is the
+// checkpoint itself; any other is encoded in the loop.
+type snapshot struct {
+	j       *job
+	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
+	stored  protocol.Checkpoint // to store: Done set, Aggregate from encode
+	encode  func() ([]byte, error)
+	ifMatch store.ETag
+	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
+	start   time.Time
+	meta    map[string]string // the status record stored with it (set by put)
+	// keyedMaps is how many map tasks of a keyed job the checkpoint commits (keyed.go).
+	keyedMaps int
+}
+
+// prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
+// carries the result and state succeeded. If the job's code fails on the way (encoding the
+// aggregate), the job fails, and its checkpoint is the terminal one.
+func (c *checkpointer) prepare(j *job) (*snapshot, error) {
+	t := c.t
+	s, err := c.prepareOnce(j)
+	var ue *UserCodeError
+	if errors.As(err, &ue) {
+		t.fail(j, err)
+		return c.prepareOnce(j) // terminal: none of the job's code is called
+	}
+	return s, err
+}
+
+func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
+	t := c.t
+	start := time.Now()
+	cp := j.cp
+	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
+	cp.Seq++
+	cp.UpdatedAt = t.cfg.Now().UTC()
+	cp.DoneCount = int(j.done.GetCardinality())
+	keyedMaps := 0
+	if ka := j.keyedOf(); ka != nil {
+		cp.Phase, cp.PhaseDone, cp.PhaseTotal = ka.phase()
+		keyedMaps = ka.nMaps
+	}
+	var err error
+	if cp.Done, err = j.done.ToBytes(); err != nil {
+		return nil, fmt.Errorf("encode done bitmap: %w", err)
+	}
+	if j.complete && cp.State == jobs.StateRunning {
+		var res []byte
+		err := isolateErr(j.typ(), "result", func() (err error) {
+			res, err = j.agg.Result()
+			return err
+		})
+		if err != nil {
+			t.codeFailed(j.id, err)
+			cp.State, cp.Error = jobs.StateFailed, err.Error()
+		} else {
+			cp.State, cp.Result = jobs.StateSucceeded, res
+		}
+	}
+	var encode func() ([]byte, error)
+	switch sn, ok := j.agg.(jobs.Snapshotter); {
+	case cp.State.Terminal():
+		// An ended job is never resumed (claim only cleans it up): its checkpoint keeps the
+		// result, not the aggregate, which for a large one (a vocabulary) would be most of the
+		// write the job's end waits for.
+		encode = func() ([]byte, error) { return nil, nil }
+	case ok:
+		var enc func() ([]byte, error)
+		if err := isolateErr(j.typ(), "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
+			return nil, err
+		}
+		// The encoding runs in the writer's goroutine: isolated there too.
+		typ := j.typ()
+		encode = func() (b []byte, err error) {
+			err = isolateErr(typ, "encode aggregate", func() (err error) {
+				b, err = enc()
+				return err
+			})
+			return b, err
+		}
+	default:
+		var agg []byte
+		err := isolateErr(j.typ(), "encode aggregate", func() (err error) {
+			agg, err = j.agg.MarshalBinary()
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		encode = func() ([]byte, error) { return agg, nil }
+	}
+	if cp.State.Terminal() && cp.FinishedAt == nil {
+		now := cp.UpdatedAt
+		cp.FinishedAt = &now
+	}
+	stored := cp
+	cp.Done, cp.Aggregate = nil, nil
+	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start, keyedMaps: keyedMaps}, nil
+}
+
+// put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
+// It touches no loop state, so it may run in the background.
+func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	t := c.t
+	agg, err := s.encode()
+	if err != nil {
+		return "", err
+	}
+	cp := s.stored
+	cp.Aggregate = agg
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
+	began := time.Now()
+	s.meta = t.statusMeta(&cp, s.j.spec)
+	etag, err := t.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
+	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
+	if errors.Is(err, store.ErrConflict) {
+		return "", t.conflict(ctx, s.j.id)
+	}
+	return etag, err
+}
+
+// apply records a stored snapshot as its job's last checkpoint. What the loop changed since the
+// snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
+func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
+	j := s.j
+	j.etag, j.w.meta = etag, s.meta
+	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
+	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = s.cp.Phase, s.cp.PhaseDone, s.cp.PhaseTotal
+	if s.cp.State.Terminal() {
+		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
+	}
+}
+
+// now checkpoints j at once (claiming a job, stepping down). If the job's code fails encoding
+// its aggregate, the job fails, and its terminal checkpoint is written instead.
+func (c *checkpointer) now(ctx context.Context, j *job) error {
+	t := c.t
+	s, err := c.prepare(j)
+	if err != nil {
+		return err
+	}
+	etag, err := c.put(ctx, s)
+	var ue *UserCodeError
+	if errors.As(err, &ue) {
+		t.fail(j, err)
+		if s, err = c.prepare(j); err != nil {
+			return err
+		}
+		etag, err = c.put(ctx, s)
+	}
+	if err != nil {
+		return err
+	}
+	c.apply(s, etag)
+	j.dirty = false
+	return nil
+}

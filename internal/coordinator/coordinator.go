@@ -1,0 +1,453 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// Coordinator is the leader-only work. One Coordinator lives as long as its process; each term
+// of leadership is one call to Lead.
+type Coordinator struct {
+	cfg   Config
+	store Store
+	queue Queue
+	bus   Bus
+	env   jobs.Env
+	log   *slog.Logger
+
+	leading  atomic.Bool
+	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
+	qhealth  queueHealth   // intake's receives
+	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
+}
+
+// HighestEpochSeen is the highest epoch of any checkpoint this coordinator read: its next term
+// must take an epoch above it (election.Elector.RaiseEpochFloor), even if the lease blob's
+// epoch went back in time.
+func (c *Coordinator) HighestEpochSeen() uint64 { return c.seen.Load() }
+
+func (c *Coordinator) sawEpoch(n uint64) {
+	for {
+		s := c.seen.Load()
+		if n <= s || c.seen.CompareAndSwap(s, n) {
+			return
+		}
+	}
+}
+
+// New returns a coordinator over the jobs container, the intake queue and the bus; env is what
+// job types read when they split a job.
+func New(cfg Config, st Store, q Queue, b Bus, env jobs.Env) (*Coordinator, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Coordinator{cfg: cfg, store: st, queue: q, bus: b, env: env, log: cfg.Logger.With("component", "coordinator")}, nil
+}
+
+// Healthy reports ErrStalled when this process leads and its main loop has not turned within
+// StallTimeout. Wire it to the elector, so a stuck coordinator stops renewing its lease.
+func (c *Coordinator) Healthy() error {
+	if !c.leading.Load() {
+		return nil
+	}
+	if since := time.Since(time.Unix(0, c.lastBeat.Load())); since > c.cfg.StallTimeout {
+		return fmt.Errorf("%w: no progress for %v", ErrStalled, since.Round(time.Millisecond))
+	}
+	if d, err := c.qhealth.err(); err != nil && c.cfg.QueueCutOff > 0 && d > c.cfg.QueueCutOff {
+		return err // hand over: another worker may reach the queue
+	}
+	return nil
+}
+
+func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
+
+// term is one leadership term's state, owned by Lead's goroutine except where noted.
+type term struct {
+	*Coordinator
+	epoch   uint64
+	id      string // random: tells this term from another that got the same epoch (fence.go)
+	elected time.Time
+	log     *slog.Logger
+
+	active map[string]*job
+	// waiting are the jobs this term found waiting for a type it lacks (waiting.go); claims run
+	// in parallel, hence the lock.
+	waitMu   sync.Mutex
+	waiting  map[string]bool
+	finished map[string]jobs.State // jobs this term saw end (bounded)
+	hiding   sync.Map              // message id → the received batch intake keeps it hidden in (visibility.go)
+	merged   int64                 // results merged this term
+	nActive  atomic.Int32          // len(active), for intake
+	handing  atomic.Int32          // jobs intake hands to the loop, not adopted yet (intake.go)
+
+	newJobs    chan *job          // from intake
+	claimReq   chan string        // from intake: a planned job to make sure of
+	dispatched chan dispatchEvent // from dispatchers
+	cancels    chan string        // from NATS hints
+	wake       chan string        // to intake: a job was submitted (its id, as announced)
+	stageErr   chan error         // from stages of their own (schedules): the term must end
+	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
+	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
+	cleaning   sync.Map           // ids of ended jobs whose clean-up runs or whose marker waits for the sweeper: rescan leaves them
+	sweep      *sweeper           // deletes ended jobs' active markers in batches (sweep.go)
+	intakeNs   atomic.Int64       // when intake last received messages (unix ns; the sweeper waits for a pause)
+	requeued   sync.Map           // marked jobs without a checkpoint: first seen, or true once queued again (job.go)
+	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
+	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
+	looking    bool               // a self-repair pass runs
+
+	dispatchers sync.WaitGroup
+	cleanups    sync.WaitGroup
+
+	ck *checkpointer // checkpoint writing (checkpoint.go)
+
+	fair fairState // fair dispatch between the running jobs of a type (fair.go)
+}
+
+// Lead runs one term of leadership until ctx ends (leadership lost or the process stopping) or
+// the coordinator finds itself deposed. It resumes every running job from its checkpoint, then
+// takes new jobs from the queue. On return it has stopped dispatching and written a final
+// checkpoint of every job it could.
+func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
+	t := c.newTerm(epoch)
+	c.beat()
+	c.qhealth.ok()
+	c.leading.Store(true)
+	defer c.leading.Store(false)
+	t.log.Info("coordinator starting")
+
+	// A term stopped while it starts has ended normally, like one stopped later.
+	stopped := func(err error) error {
+		if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
+			return nil
+		}
+		return err
+	}
+	if err := t.rescan(ctx); err != nil {
+		return stopped(err)
+	}
+	feed, err := c.bus.OpenResults(ctx, epoch, c.cfg.ResultsPrefetch)
+	if err != nil {
+		return stopped(err)
+	}
+	defer feed.Stop()
+	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
+	c.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: len(t.active)})
+
+	for _, sub := range []struct {
+		subj string
+		fn   func([]byte)
+	}{
+		{bus.CtlCancel, func(b []byte) { t.onCancelHint(ctx, string(b)) }},
+		{bus.CtlSubmitted, func(b []byte) { nonBlocking(t.wake, string(b)) }},
+	} {
+		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
+		if err != nil {
+			return stopped(fmt.Errorf("subscribe %s: %w", sub.subj, err))
+		}
+		defer stop()
+	}
+
+	intakeCtx, stopIntake := context.WithCancel(ctx)
+	var intake sync.WaitGroup
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		t.intake(intakeCtx)
+	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		t.sweep.run(intakeCtx)
+	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runSchedules(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
+	intake.Add(1)
+	go func() {
+		defer intake.Done()
+		if err := t.runRetention(intakeCtx); err != nil {
+			nonBlocking(t.stageErr, err)
+		}
+	}()
+
+	err = t.loop(ctx, feed)
+
+	// Step down: stop taking and dispatching work, then checkpoint what was merged, so the next
+	// leader starts from here. The writes are fenced: if a newer leader already claimed a job, the
+	// write fails and its results stay unacknowledged for that leader.
+	stopIntake()
+	intake.Wait()
+	for _, j := range t.active {
+		if j.stopDispatch != nil {
+			j.stopDispatch()
+		}
+	}
+	t.dispatchers.Wait()
+	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
+	t.cleanups.Wait()
+	t.sweep.flush(ctx)
+	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
+	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
+		err = nil
+	}
+	c.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
+	return err
+}
+
+func (c *Coordinator) newTerm(epoch uint64) *term {
+	id := newTermID()
+	t := &term{
+		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
+		log:    c.log.With("epoch", epoch, "term", id),
+		active: map[string]*job{}, waiting: map[string]bool{},
+		finished: map[string]jobs.State{},
+		newJobs:  make(chan *job), claimReq: make(chan string, 64),
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
+		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
+		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
+	}
+	t.ck = newCheckpointer(t)
+	t.sweep = newSweeper(t)
+	return t
+}
+
+// lastIntake is when intake last received messages (the term's start before the first).
+func (t *term) lastIntake() time.Time {
+	if ns := t.intakeNs.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return t.elected
+}
+
+// onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
+// storage: hints travel on core NATS unauthenticated, and anyone who can publish there must not
+// be able to cancel a job. It runs on the subscription's goroutine, not the loop's, so a flood of
+// hints delays only other hints (the channel drops what the loop cannot take).
+func (t *term) onCancelHint(ctx context.Context, id string) {
+	if protocol.CheckID(id) != nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if ok, err := t.store.Exists(rctx, protocol.CancelBlob(id)); err != nil || !ok {
+		if err == nil {
+			t.log.Warn("cancel hint without a cancel marker ignored", "job", id)
+		}
+		return // a storage error: the rescan reads the marker later
+	}
+	nonBlocking(t.cancels, id)
+}
+
+func nonBlocking[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
+	ckpt := time.NewTicker(t.cfg.CheckpointInterval)
+	defer ckpt.Stop()
+	rescan := time.NewTicker(t.cfg.RescanInterval)
+	defer rescan.Stop()
+	repair := time.NewTicker(t.cfg.RepairInterval)
+	defer repair.Stop()
+	backup := time.NewTicker(backupCheckInterval)
+	defer backup.Stop()
+	fair := time.NewTicker(fairInterval)
+	defer fair.Stop()
+	if t.cfg.NoBackupTasks {
+		backup.Stop()
+	}
+	for {
+		t.beat()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case d, ok := <-feed.C:
+			if !ok {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				_, ferr := feed.Err()
+				return fmt.Errorf("%w: results consumer gone (%v)", ErrDeposed, ferr)
+			}
+			if err := t.onResult(ctx, d); err != nil {
+				return err
+			}
+		case w := <-t.ck.writes:
+			if err := t.ck.stored(ctx, w, true); err != nil {
+				return err
+			}
+		case err := <-t.stageErr:
+			return err
+		case <-t.kick:
+			if err := t.rescan(ctx); err != nil {
+				return err
+			}
+		case j := <-t.newJobs:
+			t.adopt(ctx, j)
+		case id := <-t.claimReq:
+			if err := t.ensure(ctx, id); err != nil {
+				return err
+			}
+		case ev := <-t.dispatched:
+			t.onDispatched(ev)
+		case l := <-t.keyedLost:
+			t.onKeyedLoss(ctx, l) // keyed.go
+		case id := <-t.cancels:
+			t.cancel(ctx, id, "cancelled by user")
+		case <-ckpt.C:
+			t.ck.tick(ctx)
+		case now := <-fair.C:
+			t.rebalance(now)
+		case <-backup.C: // stopped with NoBackupTasks
+			t.backups(ctx)
+		case <-repair.C:
+			t.repair(ctx)
+		case looks := <-t.looked:
+			t.onLooked(ctx, looks)
+		case <-rescan.C:
+			if err := t.rescan(ctx); err != nil {
+				return err
+			}
+			t.checkCancels(ctx)
+		}
+	}
+}
+
+// adopt makes j active and starts dispatching what of it is not yet dispatched.
+func (t *term) adopt(ctx context.Context, j *job) {
+	if _, ok := t.active[j.id]; ok {
+		if j.fresh {
+			t.handing.Add(-1) // claimed meanwhile (a rescan found its marker)
+		}
+		return
+	}
+	t.active[j.id] = j
+	t.nActive.Store(int32(len(t.active)))
+	if j.fresh {
+		t.handing.Add(-1) // counted in nActive now
+	}
+	t.ck.adopted(j)
+	if j.cancelled && !j.complete {
+		t.log.Info("job claimed with a cancel marker", "job", j.id)
+		t.end(j, jobs.StateCancelled, "cancelled by user")
+		return
+	}
+	if j.complete {
+		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
+	}
+	t.keyedAdopt(ctx, j) // keyed.go
+	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
+		src, err := t.source(j)
+		if err != nil {
+			t.fail(j, wrapOp("dispatch", err))
+		} else {
+			dctx, cancel := context.WithCancel(ctx)
+			j.stopDispatch = cancel
+			j.fair.counted = j.merged.Load()
+			t.rebalance(time.Now()) // the job's window, and a smaller one for its type's others
+			t.dispatchers.Add(1)
+			go func() {
+				defer t.dispatchers.Done()
+				t.dispatch(dctx, j, src, j.cp.Dispatched)
+			}()
+		}
+	}
+	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
+	t.emit(Event{Kind: EventJobResumed, Epoch: t.epoch, Job: j.id, Count: j.cp.DoneCount})
+}
+
+// ensure claims a planned job this term does not hold yet.
+func (t *term) ensure(ctx context.Context, id string) error {
+	if _, ok := t.active[id]; ok {
+		return nil
+	}
+	j, err := t.claim(ctx, id)
+	if err != nil {
+		if errors.Is(err, ErrDeposed) {
+			return err
+		}
+		t.log.Error("cannot resume job", "job", id, "err", err)
+		return nil
+	}
+	if j != nil {
+		t.adopt(ctx, j)
+	}
+	return nil
+}
+
+// rescan claims every job marked active that this term does not hold: at election, and
+// periodically for a job planned by a deposed leader that did not know it was deposed.
+func (t *term) rescan(ctx context.Context) error {
+	marks, err := t.store.List(ctx, protocol.ActivePrefix)
+	if err != nil {
+		t.log.Warn("list active jobs", "err", err)
+		return nil
+	}
+	var ids []string
+	for _, m := range marks {
+		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
+		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
+			continue
+		}
+		if _, ok := t.cleaning.Load(id); ok {
+			continue // ended here, its clean-up runs
+		}
+		if t.isWaiting(id) {
+			// Waiting for a type this process lacks: only a cancel changes that in this term.
+			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil || !ok {
+				continue
+			}
+			t.setWaiting(id, false)
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	claimed := make([]*job, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, id := range ids {
+		g.Go(func() error {
+			j, err := t.claim(gctx, id)
+			if errors.Is(err, ErrDeposed) {
+				return err
+			}
+			if err != nil {
+				t.log.Error("cannot resume job", "job", id, "err", err)
+			}
+			claimed[i] = j
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, j := range claimed {
+		if j != nil {
+			t.adopt(ctx, j)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,473 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
+// checkpoint (running, with its active marker, or failed with the reason), so a leader dying
+// mid-intake loses nothing: the message becomes visible again after QueueVisibility.
+//
+// A submitter announces the job's id on NATS once it is queued: intake then starts the job's
+// reads at once, beside the queue receive that hands it the message, so their storage round
+// trips overlap (see lookahead). The queue stays the only source of jobs: reads started for an
+// announced id are used only for a queue message of that id, and nothing is written for one.
+//
+// The messages of one receive are taken in side by side (intakeBatch); a receive asks for no
+// more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
+// The next receive starts once a batch's jobs are handed over: the batch's tails (active
+// markers, message deletes) run on beside it, at most tailsMax batches of them.
+func (t *term) intake(ctx context.Context) {
+	ahead := map[string]*lookahead{}
+	var tails sync.WaitGroup
+	defer tails.Wait()
+	slots := make(chan struct{}, tailsMax)
+	for ctx.Err() == nil {
+		// Wait for a free slot; it is taken below, once a receive has messages.
+		select {
+		case slots <- struct{}{}:
+			<-slots
+		case <-ctx.Done():
+			return
+		}
+		free := t.cfg.MaxActiveJobs - t.activeJobs()
+		if free <= 0 {
+			t.idle(ctx, ahead)
+			continue
+		}
+		t.Coordinator.qhealth.begin()
+		msgs, err := t.queue.Receive(ctx, min(16, free), t.cfg.QueueVisibility)
+		if err != nil {
+			t.Coordinator.qhealth.failed(err)
+			if ctx.Err() == nil {
+				t.log.Warn("receive from the job queue", "err", err)
+			}
+			t.idle(ctx, ahead)
+			continue
+		}
+		t.Coordinator.qhealth.ok()
+		if len(msgs) == 0 {
+			t.idle(ctx, ahead)
+			continue
+		}
+		t.intakeNs.Store(time.Now().UnixNano())
+		stop := t.keepHidden(ctx, msgs)
+		slots <- struct{}{}
+		rest := t.intakeBatch(ctx, msgs, ahead)
+		tails.Add(1)
+		go func() {
+			defer tails.Done()
+			rest()
+			stop()
+			<-slots
+		}()
+	}
+}
+
+// tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
+const tailsMax = 2
+
+// activeJobs is how many jobs are active, counting those intake is handing to the main loop
+// (t.handing: counted before the hand-over, uncounted when the loop adopts them). A job in
+// between may count twice for a moment, never zero times.
+func (t *term) activeJobs() int { return int(t.nActive.Load() + t.handing.Load()) }
+
+// intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
+// goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
+// the queue's order. It returns once every message has handed over its job or given up; rest
+// waits for what the messages still do (markers, deletes).
+func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (rest func()) {
+	var wg sync.WaitGroup
+	prev := make(chan struct{})
+	close(prev)
+	turns := make([]chan struct{}, 0, len(msgs))
+	for _, m := range msgs {
+		id := strings.TrimSpace(m.Text)
+		la := ahead[id]
+		delete(ahead, id)
+		tn := &turn{prev: prev, mine: make(chan struct{})}
+		prev = tn.mine
+		turns = append(turns, tn.mine)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer tn.done()
+			t.intakeOne(ctx, m, la, tn)
+		}()
+	}
+	for _, c := range turns {
+		<-c // past its hand-over (or given up)
+	}
+	return wg.Wait
+}
+
+// turn orders the hand-over of a batch's jobs to the main loop: each waits for the one before.
+type turn struct {
+	prev <-chan struct{}
+	mine chan struct{}
+	once sync.Once
+}
+
+// wait blocks until the message before has handed over its job or given up; false when ctx ended.
+func (tn *turn) wait(ctx context.Context) bool {
+	select {
+	case <-tn.prev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (tn *turn) done() { tn.once.Do(func() { close(tn.mine) }) }
+
+// idle waits for a submission, the queue poll interval or ctx. An announced id gets its reads
+// started (at most lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
+func (t *term) idle(ctx context.Context, ahead map[string]*lookahead) {
+	select {
+	case <-ctx.Done():
+	case id := <-t.wake:
+		for k, la := range ahead {
+			if time.Since(la.started) > lookaheadTTL {
+				delete(ahead, k)
+			}
+		}
+		if _, ok := ahead[id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(id) == nil {
+			ahead[id] = t.readAhead(ctx, id)
+		}
+	case <-time.After(t.cfg.QueuePoll):
+	}
+}
+
+const (
+	markTimeout  = 10 * time.Second
+	lookaheadMax = 16
+	lookaheadTTL = 2 * time.Second
+)
+
+// lookahead is the two reads intake makes of a job before it plans it, made at once: the spec,
+// and a cancel marker. Reads made a moment before the message arrives are as good as reads made
+// after: the spec never changes, and a cancel marker written later is found when the job is
+// claimed or by the periodic look (checkCancels). Whether the job was planned already (a leader
+// died after its first checkpoint, before deleting the message) is not read: the first
+// checkpoint's If-None-Match says so, one storage operation fewer on a new job's path.
+type lookahead struct {
+	started   time.Time
+	done      sync.WaitGroup
+	cancelled bool
+	cancelErr error
+	data      []byte
+	specErr   error
+}
+
+func (t *term) readAhead(ctx context.Context, id string) *lookahead {
+	la := &lookahead{started: time.Now()}
+	la.done.Add(2)
+	go func() {
+		defer la.done.Done()
+		la.data, _, la.specErr = t.store.Get(ctx, protocol.SpecBlob(id))
+	}()
+	go func() {
+		defer la.done.Done()
+		la.cancelled, la.cancelErr = t.store.Exists(ctx, protocol.CancelBlob(id))
+	}()
+	return la
+}
+
+// intakeOne takes in queue message m (la: its reads, if started ahead, else nil) in four
+// stages: read, admit, plan, commit. It reports whether it handed a job to the main loop.
+func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead, tn *turn) bool {
+	id, spec, ok := t.read(ctx, m, la)
+	if !ok {
+		return false
+	}
+	impl, ok := t.admit(ctx, m, id, spec)
+	if !ok {
+		return false
+	}
+	start := time.Now()
+	j, ok := t.planOne(ctx, m, id, spec, impl)
+	if !ok {
+		return false
+	}
+	return t.commitPlanned(ctx, m, j, start, tn)
+}
+
+// read checks message m and reads its job's spec and cancel marker. Malformed messages, messages
+// tried too often and jobs without a spec are dead-lettered; a spec that does not parse is refused.
+func (t *term) read(ctx context.Context, m queue.Message, la *lookahead) (string, *protocol.Spec, bool) {
+	id := strings.TrimSpace(m.Text)
+	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
+	if err := protocol.CheckID(id); err != nil {
+		log.Error("malformed queue message; dead-lettered", "err", err)
+		t.deadQueue(ctx, m, err.Error())
+		return "", nil, false
+	}
+	if m.DequeueCount > t.cfg.MaxQueueDequeues {
+		reason := fmt.Sprintf("job %s could not be planned in %d tries", id, m.DequeueCount-1)
+		log.Error("giving up on a job message; dead-lettered", "dequeues", m.DequeueCount)
+		t.writeFirst(ctx, id, "", jobs.StateFailed, reason, nil)
+		t.deadQueue(ctx, m, reason)
+		return "", nil, false
+	}
+	if la == nil {
+		la = t.readAhead(ctx, id)
+	}
+	la.done.Wait()
+	if errors.Is(la.specErr, store.ErrNotFound) {
+		log.Error("queued job has no spec; dead-lettered")
+		t.deadQueue(ctx, m, "no spec blob for job "+id)
+		return "", nil, false
+	}
+	if la.specErr != nil {
+		log.Warn("read spec", "err", la.specErr)
+		return "", nil, false
+	}
+	spec, err := protocol.ParseSpec(la.data)
+	if err != nil {
+		t.refuse(ctx, m, id, "", err)
+		return "", nil, false
+	}
+	if la.cancelErr == nil && la.cancelled {
+		_, err := t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
+		switch {
+		case errors.Is(err, store.ErrExists):
+			t.planned(ctx, m, id) // planned before the cancel: the claim reads the marker
+		case err == nil:
+			t.deleteMsg(ctx, m)
+		}
+		return "", nil, false
+	}
+	return id, spec, true
+}
+
+// admit decides whether the job runs now: not while it waits for other jobs (after.go) or for a
+// leader with its type (waiting.go).
+func (t *term) admit(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) (jobs.Job, bool) {
+	if len(spec.After) > 0 && t.after(ctx, m, id, spec) {
+		return nil, false
+	}
+	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	if err != nil {
+		t.wait(ctx, m, id, spec.Type)
+		return nil, false
+	}
+	return impl, true
+}
+
+// planOne splits the job. An indexed job stores nothing: its shards are made from the parameters
+// as they are dispatched. Any other is split now and its plan stored in pages, before the first
+// checkpoint (which says where the plan is), unless the job was planned already, whose pages
+// must not be rewritten under it.
+func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *protocol.Spec, impl jobs.Job) (*job, bool) {
+	if _, ok := impl.(jobs.Indexed); !ok {
+		switch ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); {
+		case err != nil:
+			t.log.Warn("check for a checkpoint", "job", id, "err", err)
+			return nil, false
+		case ok:
+			t.planned(ctx, m, id)
+			return nil, false
+		}
+	}
+	j, err := t.plan(ctx, id, spec, impl)
+	switch {
+	case errors.Is(err, errPlanStorage):
+		t.log.Warn("planning a job", "job", id, "err", err)
+		return nil, false
+	case err != nil:
+		if ctx.Err() == nil {
+			t.refuse(ctx, m, id, spec.Type, err)
+		}
+		return nil, false
+	}
+	return j, true
+}
+
+// commitPlanned stores the job's first checkpoint and hands the job to the main loop in its turn.
+//
+// The active marker (how the next leader finds the job) is stored before the first checkpoint. A
+// storage rollback (the emulator's kill -9) keeps a prefix of the writes, so a checkpoint it keeps
+// has its marker. The other order once left a running job that no leader resumed. A marker it keeps
+// without the checkpoint sends the job back to the queue (claim). The queue message goes once both
+// are stored, after the job is handed over.
+func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
+	id, spec := j.id, j.spec
+	if err := t.mark(ctx, id); err != nil {
+		t.log.Warn("planning a job", "job", id, "err", err)
+		return false // the message comes back
+	}
+	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
+	if err != nil {
+		var ue *UserCodeError
+		switch {
+		case errors.Is(err, store.ErrExists):
+			t.planned(ctx, m, id) // planned already (by a leader that died, or another one)
+		case errors.As(err, &ue):
+			t.refuse(ctx, m, id, spec.Type, err)
+		}
+		return false
+	}
+	// The delete finishes even if the term ends meanwhile (a graceful handover).
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer func() {
+		defer cancel()
+		t.deleteMsg(mctx, m)
+	}()
+	j.etag, j.fresh = etag, true
+	t.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
+	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
+	if !tn.wait(ctx) {
+		return false
+	}
+	defer tn.done()
+	t.handing.Add(1) // uncounted by adopt
+	select {
+	case t.newJobs <- j:
+		return true
+	case <-ctx.Done():
+		t.handing.Add(-1)
+		return false
+	}
+}
+
+// writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan (j.cp.Total
+// shards, of form j.cp.Plan), waiting, or terminal with a reason. Only one leader's first
+// checkpoint can exist.
+func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
+	cp, err := t.firstCheckpoint(id, typ, state, reason, j)
+	if err != nil {
+		return "", err
+	}
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
+	var spec *protocol.Spec
+	if j != nil {
+		spec = j.spec
+	}
+	etag, err := t.putCheckpoint(ctx, data, &cp, spec, store.Cond{IfNoneMatch: true})
+	if err != nil {
+		if !errors.Is(err, store.ErrExists) {
+			t.log.Warn("write first checkpoint", "job", id, "err", err)
+		}
+		return "", err
+	}
+	if state.Terminal() {
+		if err := t.markEnded(ctx, &cp); err != nil {
+			t.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
+		}
+	}
+	if j != nil {
+		cp.Done, cp.Aggregate = nil, nil
+		j.cp = cp
+		j.complete = cp.Total == 0
+	}
+	return etag, nil
+}
+
+// firstCheckpoint is a job's first checkpoint, planned by this term (see writeFirst).
+func (t *term) firstCheckpoint(id, typ string, state jobs.State, reason string, j *job) (protocol.Checkpoint, error) {
+	now := t.cfg.Now().UTC()
+	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
+		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+	if state.Terminal() {
+		cp.FinishedAt = &now
+	}
+	if j != nil {
+		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
+		cp.Phase, cp.PhaseDone, cp.PhaseTotal = j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal // a keyed job's (keyed.go)
+		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
+		if cp.ShardsPerMsg == 0 {
+			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
+		}
+		err := j.call("encode aggregate", func() (err error) {
+			cp.Aggregate, err = j.agg.MarshalBinary()
+			return err
+		})
+		if err != nil {
+			return cp, err
+		}
+		if cp.Done, err = j.done.ToBytes(); err != nil {
+			return cp, err
+		}
+	}
+	return cp, nil
+}
+
+// mark stores the active marker of job id: the next leader's rescan finds the job by it.
+func (t *term) mark(ctx context.Context, id string) error {
+	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+		return fmt.Errorf("write active marker: %w", err)
+	}
+	return nil
+}
+
+// planned takes the message of a job that has a first checkpoint off the queue, once its active
+// marker is stored (the leader that planned it may have died before storing it), and makes sure
+// this term holds the job.
+func (t *term) planned(ctx context.Context, m queue.Message, id string) {
+	if err := t.mark(ctx, id); err != nil {
+		t.log.Warn("planned job", "job", id, "err", err)
+		return
+	}
+	t.deleteMsg(ctx, m)
+	t.request(ctx, id)
+}
+
+// refuse records why a job cannot run (a failed first checkpoint the user can read with
+// `worker status`) and takes it off the queue.
+func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
+	t.codeFailed(id, why)
+	_, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil)
+	switch {
+	case errors.Is(err, store.ErrExists):
+		t.planned(ctx, m, id) // planned before (by a build that accepted it): it runs on
+	case err == nil:
+		t.log.Error("job refused", "job", id, "type", typ, "err", why)
+		t.deleteMsg(ctx, m)
+	}
+}
+
+func (t *term) request(ctx context.Context, id string) {
+	select {
+	case t.claimReq <- id:
+	case <-ctx.Done():
+	}
+}
+
+func (t *term) deleteMsg(ctx context.Context, m queue.Message) {
+	m, unlock := t.latest(m) // the receipt of the last extension (visibility.go)
+	defer unlock()
+	if err := t.queue.Delete(ctx, m); err != nil {
+		t.log.Warn("delete queue message", "id", m.ID, "err", err)
+	}
+}
+
+func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
+	if err := t.bus.DeadLetter(ctx, "queue", []byte(m.Text), reason); err != nil {
+		t.log.Warn("dead-letter queue message", "err", err)
+		return
+	}
+	t.deleteMsg(ctx, m)
+}
+
+// shardsPerMsg decides how many consecutive shards travel in one message. Jobs of fewer than 4096
+// shards get one each: their shards may be long, and one per message spreads them best. Others get
+// about total/4096, 2 to 16, so a big job of small shards costs a fraction of the messages.
+func shardsPerMsg(total int) int {
+	if total < 4096 {
+		return 1
+	}
+	return min(max(total/4096, 2), 16)
+}

@@ -1,0 +1,399 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/worker"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// scheduleJobs returns the jobs schedule name made, by tick.
+func (r *rig) scheduleJobs(name string) map[time.Time][]string {
+	r.t.Helper()
+	blobs, err := r.st.List(context.Background(), "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out := map[time.Time][]string{}
+	for _, b := range blobs {
+		if !strings.HasSuffix(b.Name, "/spec.json") {
+			continue
+		}
+		data, _, err := r.st.Get(context.Background(), b.Name)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		spec, err := protocol.ParseSpec(data)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if spec.Schedule == name {
+			out[spec.Tick.UTC()] = append(out[spec.Tick.UTC()], spec.ID)
+		}
+	}
+	return out
+}
+
+func (r *rig) addSchedule(name string, o client.ScheduleOptions) {
+	r.t.Helper()
+	if _, err := r.cl.AddSchedule(context.Background(), name, o); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// contiguous asserts ticks are every step apart with none missing, and one job each.
+func contiguous(t *testing.T, byTick map[time.Time][]string, step time.Duration) []time.Time {
+	t.Helper()
+	var ticks []time.Time
+	for tk, ids := range byTick {
+		if len(ids) != 1 {
+			t.Errorf("tick %v made %d jobs: %v", tk, len(ids), ids)
+		}
+		ticks = append(ticks, tk)
+	}
+	sort.Slice(ticks, func(i, j int) bool { return ticks[i].Before(ticks[j]) })
+	for i := 1; i < len(ticks); i++ {
+		if d := ticks[i].Sub(ticks[i-1]); d != step {
+			t.Errorf("ticks %v and %v are %v apart, want %v (a tick missing)", ticks[i-1], ticks[i], d, step)
+		}
+	}
+	return ticks
+}
+
+// A schedule's ticks each make one job while leaders replace each other: gracefully, abruptly,
+// two at once (a deposed leader that does not know it yet) and after a storage rollback of the
+// schedule's state and markers.
+func TestSchedule_OneJobPerTickAcrossLeaders(t *testing.T) {
+	r := newRig(t)
+	r.work(worker.Config{})
+	fast := func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond }
+	r.addSchedule("every", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow, CatchUp: time.Minute})
+
+	l := r.leadWith(1, fast)
+	time.Sleep(2500 * time.Millisecond)
+	if err := l.stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // leaderless: its ticks are caught up
+	// Two leaders at once: epoch 2 is deposed by epoch 3 and must stop without a second job.
+	l2 := r.leadWith(2, fast)
+	time.Sleep(1200 * time.Millisecond)
+	l3 := r.leadWith(3, fast)
+	select {
+	case <-l2.done:
+		if !errors.Is(l2.err, ErrDeposed) {
+			t.Fatalf("epoch 2 ended with %v, want ErrDeposed", l2.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("epoch 2 did not yield to epoch 3")
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := l3.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A storage rollback: the state and the last markers are lost; the jobs stay.
+	ctx := context.Background()
+	data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("every"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := protocol.ParseScheduleState(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := st.LastTick.Add(-3 * time.Second)
+	st.LastTick = &back
+	b, _ := st.Encode()
+	if _, err := r.st.Put(ctx, protocol.ScheduleStateBlob("every"), b, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	marks, _ := r.st.List(ctx, protocol.ScheduleTicksOf("every"))
+	for _, m := range marks[max(len(marks)-2, 0):] {
+		_ = r.st.Delete(ctx, m.Name)
+	}
+	l4 := r.leadWith(4, fast)
+	time.Sleep(2500 * time.Millisecond)
+	if err := l4.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	ticks := contiguous(t, r.scheduleJobs("every"), time.Second)
+	if len(ticks) < 8 {
+		t.Fatalf("%d ticks fired, want at least 8", len(ticks))
+	}
+	// Every job ran once, and shows its schedule and tick.
+	l5 := r.lead(5)
+	defer l5.stop()
+	for _, ids := range r.scheduleJobs("every") {
+		s := r.wait(ids[0], 20*time.Second)
+		if s.State != jobs.StateSucceeded || s.Schedule != "every" || s.Tick == nil {
+			t.Fatalf("job %s: %+v", ids[0], s)
+		}
+	}
+	infos, err := r.cl.Schedules(ctx)
+	if err != nil || len(infos) != 1 || infos[0].LastTick == nil || infos[0].NextTick == nil || infos[0].Fired < int64(len(ticks)) {
+		t.Fatalf("schedule list: %+v %v", infos, err)
+	}
+}
+
+// Overlap skip makes no job while the previous one runs; queue keeps one tick for after it.
+func TestSchedule_Overlap(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		min    int
+		max    int
+	}{{protocol.OverlapSkip, 1, 1}, {protocol.OverlapQueue, 2, 2}} {
+		t.Run(c.policy, func(t *testing.T) {
+			r := newRig(t)
+			// No worker: the first job never ends.
+			r.addSchedule("o", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: c.policy})
+			var skipped sync.WaitGroup
+			skipped.Add(2)
+			var once [2]sync.Once
+			n := 0
+			var mu sync.Mutex
+			r.leadWith(1, func(cfg *Config) {
+				cfg.ScheduleInterval = 50 * time.Millisecond
+				cfg.OnEvent = func(ev Event) {
+					if ev.Kind == EventTickSkipped {
+						mu.Lock()
+						if n < 2 {
+							once[n].Do(skipped.Done)
+						}
+						n++
+						mu.Unlock()
+					}
+				}
+			})
+			done := make(chan struct{})
+			go func() { skipped.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				t.Fatal("no tick skipped")
+			}
+			if got := len(r.scheduleJobs("o")); got != 1 {
+				t.Fatalf("%d jobs while the first runs, want 1", got)
+			}
+			if c.policy == protocol.OverlapQueue {
+				info, err := r.cl.Schedule(context.Background(), "o")
+				if err != nil || info.Buffered == nil {
+					t.Fatalf("queue policy: no buffered tick: %+v %v", info, err)
+				}
+				// The first job ends: the buffered tick fires.
+				r.work(worker.Config{})
+				eventually(t, 20*time.Second, "the buffered tick fires", func() bool { return len(r.scheduleJobs("o")) >= 2 })
+			}
+		})
+	}
+}
+
+// Ticks missed while there was no leader fire within the catch-up window; older ones are
+// counted as missed. A paused schedule fires nothing.
+func TestSchedule_CatchUpAndPause(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s := &protocol.Schedule{Name: "late", UID: "u1", Every: "1s", Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Overlap: protocol.OverlapAllow, CatchUp: "10s", CreatedAt: time.Now().Add(-30 * time.Second).UTC()}
+	data, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Put(ctx, protocol.ScheduleBlob("late"), data, store.Cond{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.addSchedule("paused", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`)})
+	if err := r.cl.PauseSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 10*time.Second, "catch-up", func() bool { return len(r.scheduleJobs("late")) >= 10 })
+	time.Sleep(time.Second)
+	ticks := contiguous(t, r.scheduleJobs("late"), time.Second)
+	if first := ticks[0]; began.Sub(first) > 11*time.Second {
+		t.Fatalf("first tick %v before the leader began: beyond the catch-up window of 10s", began.Sub(first))
+	}
+	info, err := r.cl.Schedule(ctx, "late")
+	if err != nil || info.Missed < 15 {
+		t.Fatalf("missed ticks not counted: %+v %v", info, err)
+	}
+	if got := len(r.scheduleJobs("paused")); got != 0 {
+		t.Fatalf("a paused schedule made %d jobs", got)
+	}
+	if err := r.cl.ResumeSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "resumed schedule fires", func() bool { return len(r.scheduleJobs("paused")) >= 1 })
+	for tk := range r.scheduleJobs("paused") {
+		if tk.Before(time.Now().Add(-5 * time.Second)) {
+			t.Fatalf("tick %v while paused was caught up", tk)
+		}
+	}
+	// Delete stops it; trigger of a deleted schedule is refused.
+	if err := r.cl.DeleteSchedule(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.TriggerSchedule(ctx, "paused"); !errors.Is(err, client.ErrNoSuchSchedule) {
+		t.Fatalf("trigger of a deleted schedule: %v", err)
+	}
+	id, err := r.cl.TriggerSchedule(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.cl.Status(ctx, id); err != nil || st.Schedule != "late" || st.Tick == nil {
+		t.Fatalf("triggered job: %+v %v", st, err)
+	}
+	// The schedules' blobs are not jobs.
+	list, err := r.cl.List(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range list {
+		if st.Schedule == "" && st.ID != "" {
+			t.Errorf("listed as a job: %+v", st)
+		}
+	}
+}
+
+// A leader that finds a tick claimed by a newer term (a higher epoch, or its own epoch under
+// another term: the lease's epoch went back in a storage rollback) yields and makes no job.
+func TestSchedule_TickMarkerOfNewerTermDeposes(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		epoch uint64
+		term  string
+	}{{"higher epoch", 7, "other"}, {"same epoch, other term", 3, "other"}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			ctx := context.Background()
+			r.addSchedule("fenced", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
+			data, _, err := r.st.Get(ctx, protocol.ScheduleBlob("fenced"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			def, err := protocol.ParseSchedule(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The newer term claimed the first few ticks, and made no job yet. (From the
+			// schedule's creation, not from now: a second may have passed since.)
+			for tick := def.Next(def.CreatedAt); tick.Before(time.Now().Add(4 * time.Second)); tick = def.Next(tick) {
+				m := protocol.TickMarker{Schedule: "fenced", UID: def.UID, Tick: tick, Job: protocol.TickJobID("fenced", def.UID, tick), Epoch: c.epoch, Term: c.term}
+				b, _ := m.Encode()
+				if _, err := r.st.Put(ctx, protocol.TickBlob("fenced", def.UID, tick), b, store.Cond{IfNoneMatch: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := r.leadWith(3, func(cfg *Config) { cfg.ScheduleInterval = 50 * time.Millisecond })
+			select {
+			case <-l.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the term did not yield")
+			}
+			if !errors.Is(l.err, ErrDeposed) {
+				t.Fatalf("Lead: %v, want ErrDeposed", l.err)
+			}
+			if got := r.scheduleJobs("fenced"); len(got) != 0 {
+				t.Fatalf("a deposed term made jobs: %v", got)
+			}
+		})
+	}
+}
+
+// A schedule every second whose last tick is a month old counts its missed ticks and fires the
+// recent ones without stalling the stage.
+func TestSchedule_LongOutage(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	s := &protocol.Schedule{Name: "old", UID: "u1", Every: "1s", Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Overlap: protocol.OverlapAllow, CatchUp: "10s", CreatedAt: time.Now().Add(-30 * 24 * time.Hour).UTC()}
+	data, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Put(ctx, protocol.ScheduleBlob("old"), data, store.Cond{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 20*time.Second, "recent ticks fire", func() bool { return len(r.scheduleJobs("old")) >= 5 })
+	info, err := r.cl.Schedule(ctx, "old")
+	if err != nil || info.Missed < maxMissedCount {
+		t.Fatalf("missed: %+v %v", info, err)
+	}
+}
+
+// A storage rollback under a leader that stays: the schedule's state goes back and the last
+// ticks' markers and jobs vanish. The leader notices (the stored state is not its own), goes on
+// from the stored state, and makes the lost ticks' jobs again: none missing, none twice.
+func TestSchedule_RollbackUnderTheSameLeader(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSchedule("rb", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow, CatchUp: time.Minute})
+	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	eventually(t, 15*time.Second, "ticks", func() bool { return len(r.scheduleJobs("rb")) >= 3 })
+	// Roll back: the state as it was two ticks ago (an old copy, written unconditionally: a new
+	// ETag the leader never saw), the last two ticks' markers and specs gone.
+	data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("rb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := protocol.ParseScheduleState(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTick := r.scheduleJobs("rb")
+	var lost []time.Time
+	for k := *st.LastTick; len(lost) < 2; k = k.Add(-time.Second) {
+		if ids, ok := byTick[k]; ok {
+			lost = append(lost, k)
+			_ = r.st.Delete(ctx, protocol.SpecBlob(ids[0]))
+		}
+	}
+	def, _, _ := r.st.Get(ctx, protocol.ScheduleBlob("rb"))
+	d, err := protocol.ParseSchedule(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range lost {
+		_ = r.st.Delete(ctx, protocol.TickBlob("rb", d.UID, k))
+	}
+	back := lost[len(lost)-1].Add(-time.Second)
+	st.LastTick = &back
+	b, _ := st.Encode()
+	if _, err := r.st.Put(ctx, protocol.ScheduleStateBlob("rb"), b, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "the lost ticks' jobs made again", func() bool {
+		got := r.scheduleJobs("rb")
+		for _, k := range lost {
+			if len(got[k]) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(1500 * time.Millisecond)
+	contiguous(t, r.scheduleJobs("rb"), time.Second)
+}

@@ -1,0 +1,86 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/queue"
+)
+
+// Extender is implemented by a Queue that can keep a received message hidden longer
+// (queue.Queue.Extend). With it, intake receives with a short QueueVisibility and extends it while
+// it plans, so the messages of a leader that died come back within seconds, not a minute.
+type Extender interface {
+	Extend(ctx context.Context, m queue.Message, visibility time.Duration) (queue.Message, error)
+}
+
+var _ Extender = (*queue.Queue)(nil)
+
+// hidden keeps one received batch hidden while intake plans it. Deleting a message goes through
+// it, under the same lock as an extension, so a delete always uses the latest pop receipt. The
+// batches of successive receives may overlap: t.hiding finds a message's own.
+type hidden struct {
+	mu   sync.Mutex
+	msgs map[string]queue.Message // by id: received, not yet deleted
+}
+
+// keepHidden extends the visibility of msgs every third of QueueVisibility until stop, when the
+// queue can. Messages deleted meanwhile (through deleteMsg) are left alone.
+func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func()) {
+	ext, ok := t.queue.(Extender)
+	if !ok || len(msgs) == 0 {
+		return func() {}
+	}
+	h := &hidden{msgs: make(map[string]queue.Message, len(msgs))}
+	for _, m := range msgs {
+		h.msgs[m.ID] = m
+		t.hiding.Store(m.ID, h)
+	}
+	kctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(t.cfg.QueueVisibility / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-tick.C:
+			}
+			h.mu.Lock()
+			for id, m := range h.msgs {
+				if n, err := ext.Extend(kctx, m, t.cfg.QueueVisibility); err == nil {
+					h.msgs[id] = n
+				} else if kctx.Err() == nil {
+					t.log.Warn("keep a job message hidden", "id", id, "err", err)
+				}
+			}
+			h.mu.Unlock()
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		for _, m := range msgs {
+			t.hiding.CompareAndDelete(m.ID, h)
+		}
+	}
+}
+
+// latest returns m with the newest pop receipt and forgets it (it is being deleted); the caller
+// deletes while holding the returned unlock.
+func (t *term) latest(m queue.Message) (queue.Message, func()) {
+	v, ok := t.hiding.Load(m.ID)
+	if !ok {
+		return m, func() {}
+	}
+	h := v.(*hidden)
+	h.mu.Lock()
+	if n, ok := h.msgs[m.ID]; ok {
+		m = n
+		delete(h.msgs, m.ID)
+	}
+	return m, h.mu.Unlock
+}

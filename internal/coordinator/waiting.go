@@ -1,0 +1,202 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// Mixed versions. A job whose type this leader lacks (a rolling upgrade: the job was validated by a
+// worker of the new build) does not fail. Its first checkpoint is stored as waiting, with a reason
+// that names the workers that have the type; its active marker is stored too. Every leader's rescan
+// claims it; one that has the type plans it then (under its own epoch) and runs it. A leader
+// without it leaves it as it is, and looks at it again only in its next term (a process's types do
+// not change), or when it is cancelled.
+//
+// A running job such a leader claims is paused the same way: stored as waiting, its plan,
+// progress and aggregate kept. A leader with the type resumes it where it was. Results that
+// reach the leader without the type meanwhile are dropped; self-repair dispatches their shards
+// again once the job runs.
+
+// wait stores job id (of type typ, which this leader lacks) as waiting and takes its message off
+// the queue.
+func (t *term) wait(ctx context.Context, m queue.Message, id, typ string) {
+	reason := t.waitReason(typ)
+	if err := t.mark(ctx, id); err != nil { // first: see commitPlanned
+		t.log.Warn("waiting job", "job", id, "err", err)
+		return
+	}
+	_, err := t.writeFirst(ctx, id, typ, jobs.StateWaiting, reason, nil)
+	switch {
+	case errors.Is(err, store.ErrExists):
+		t.planned(ctx, m, id) // planned by a leader that has the type
+		return
+	case err != nil:
+		return // the message comes back
+	}
+	t.setWaiting(id, true)
+	t.log.Info("job waits for a leader with its type", "job", id, "type", typ, "reason", reason)
+	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
+	t.deleteMsg(ctx, m)
+}
+
+// waitReason says why a job of type typ waits, and which live workers have the type.
+func (t *term) waitReason(typ string) string {
+	var holders []string
+	if t.cfg.TypeHolders != nil {
+		holders = t.cfg.TypeHolders(typ)
+	}
+	return fmt.Sprintf("no leader with type %s; workers with it: %s", typ, joinOrNone(holders))
+}
+
+func joinOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func (t *term) setWaiting(id string, on bool) {
+	t.waitMu.Lock()
+	defer t.waitMu.Unlock()
+	if on {
+		t.waiting[id] = true
+	} else {
+		delete(t.waiting, id)
+	}
+}
+
+func (t *term) isWaiting(id string) bool {
+	t.waitMu.Lock()
+	defer t.waitMu.Unlock()
+	return t.waiting[id]
+}
+
+// startWaiting runs the waiting job of checkpoint cp (read with etag) if this leader has its
+// type: it plans it and stores it as running, planned by this term. It returns nil (and no
+// error) for a job that goes on waiting or ended here (cancelled, or refused by its own code),
+// and errRetryClaim when the checkpoint changed meanwhile.
+func (t *term) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (*job, error) {
+	id := cp.Job
+	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil {
+		return nil, err
+	} else if ok {
+		return nil, t.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
+	}
+	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
+	if err != nil {
+		return nil, fmt.Errorf("read spec: %w", err)
+	}
+	spec, err := protocol.ParseSpec(data)
+	if err != nil {
+		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+	}
+	if wait, err := t.stillAfter(ctx, cp, etag, spec); wait || err != nil {
+		return nil, err // waits for other jobs (after.go)
+	}
+	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	if err != nil {
+		t.setWaiting(id, true)
+		if reason := t.waitReason(spec.Type); reason != cp.Error {
+			next := *cp
+			next.Error = reason
+			if _, err := t.putStored(ctx, &next, etag); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	j, err := t.plan(ctx, id, spec, impl)
+	switch {
+	case errors.Is(err, errPlanStorage):
+		return nil, err
+	case err != nil:
+		t.codeFailed(id, err)
+		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+	}
+	// The job's first running checkpoint: planned by this term, over the waiting one.
+	next, err := t.firstCheckpoint(id, spec.Type, jobs.StateRunning, "", j)
+	if err != nil {
+		t.codeFailed(id, err)
+		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+	}
+	next.StartedAt, next.Seq = cp.StartedAt, cp.Seq
+	if j.etag, err = t.putStored(ctx, &next, etag); err != nil {
+		return nil, err
+	}
+	next.Done, next.Aggregate = nil, nil
+	j.cp = next
+	j.complete = next.Total == 0
+	t.log.Info("waiting job planned", "job", id, "type", spec.Type, "shards", next.Total, "plan", next.Plan)
+	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: next.Total})
+	return j, nil
+}
+
+// endStored ends the job of checkpoint cp (read with etag), which this term does not run, in a
+// terminal state, and cleans up after it. It returns errRetryClaim when the checkpoint changed
+// meanwhile.
+func (t *term) endStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, state jobs.State, why string) error {
+	next := *cp
+	now := t.cfg.Now().UTC()
+	next.State, next.Error, next.Result, next.Aggregate, next.FinishedAt = state, why, nil, nil, &now
+	if _, err := t.putStored(ctx, &next, etag); err != nil {
+		return err
+	}
+	t.setWaiting(cp.Job, false)
+	t.log.Info("job ended", "job", cp.Job, "state", state, "reason", why)
+	var werr error
+	if why != "" {
+		werr = errors.New(why)
+	}
+	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
+	t.cleanup(ctx, &next)
+	return nil
+}
+
+// putStored writes cp as this term's (If-Match etag). A conflict is explained by conflict: this
+// leader is deposed, or errRetryClaim.
+func (t *term) putStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (store.ETag, error) {
+	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
+	cp.Seq++
+	cp.UpdatedAt = t.cfg.Now().UTC()
+	data, err := cp.Encode()
+	if err != nil {
+		return "", err
+	}
+	began := time.Now()
+	next, err := t.store.Put(ctx, protocol.CheckpointBlob(cp.Job), data, store.Cond{IfMatch: etag})
+	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
+	if errors.Is(err, store.ErrConflict) {
+		return "", t.conflict(ctx, cp.Job)
+	}
+	return next, err
+}
+
+// pause stores the planned job of checkpoint cp (read with etag), whose type this leader lacks,
+// as waiting: everything else of it is kept for a leader that has the type.
+func (t *term) pause(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) error {
+	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(cp.Job)); err != nil {
+		return err
+	} else if ok {
+		return t.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
+	}
+	reason := t.waitReason(cp.Type)
+	if cp.State != jobs.StateWaiting || cp.Error != reason {
+		next := *cp
+		next.State, next.Error = jobs.StateWaiting, reason
+		if _, err := t.putStored(ctx, &next, etag); err != nil {
+			return err
+		}
+	}
+	t.setWaiting(cp.Job, true)
+	t.log.Info("running job paused: this leader lacks its type", "job", cp.Job, "type", cp.Type, "reason", reason)
+	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: cp.Job, Err: errors.New(reason)})
+	return nil
+}

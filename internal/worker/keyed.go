@@ -1,0 +1,235 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/shuffle"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
+)
+
+// KeyedStore is what a keyed job's tasks need of the jobs container: streamed uploads (map runs,
+// outputs), ranged reads (a partition's run in each map blob) and whole reads (the map manifest).
+// *store.Container has it.
+type KeyedStore interface {
+	Streams() store.Streams
+	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
+	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
+	Props(ctx context.Context, name string) (store.Props, error)
+	Delete(ctx context.Context, name string) error
+}
+
+var _ KeyedStore = (*store.Container)(nil)
+
+// DefaultTaskMemory is a keyed task's share of the memory budget when none is set: the default
+// budget is DefaultTaskMemory × Concurrency, shared by the slots. A bigger buffer spills less but
+// hashes and sorts over more memory. A map task of the keyed bench's 5M-word corpus runs as fast
+// with 8 MiB as with 64 (BenchmarkMapBuffer_Budget), and a worker's memory then hardly depends on
+// the number of keys.
+const DefaultTaskMemory = 8 << 20
+
+// MemoryBudget is the worker's memory for keyed tasks (Config.MemoryBudget, or its default).
+func (w *Worker) MemoryBudget() int64 { return w.cfg.MemoryBudget }
+
+// keyedStats count what keyed tasks did (metrics: keyed_metrics.go).
+type keyedStats struct {
+	mapTasks, reduceTasks         atomic.Int64
+	spilledBytes, runsMerged      atomic.Int64
+	outputBytes, outputRecords    atomic.Int64
+	mapRunBytes, reduceInputBytes atomic.Int64
+	peakTaskMemory                atomic.Int64
+}
+
+func (s *keyedStats) peak(n int64) {
+	for {
+		old := s.peakTaskMemory.Load()
+		if n <= old || s.peakTaskMemory.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// taskBudget is one keyed task's share of the worker's memory budget.
+func (w *Worker) taskBudget() int64 {
+	return max(w.cfg.MemoryBudget/int64(w.cfg.Concurrency), shuffle.MinMemoryBytes)
+}
+
+// execution numbers a task's blob: not the delivery count, which starts at 1 again for a shard
+// re-dispatched by self-repair or a backup, so two executions could write the same name.
+func execution() int { return rand.IntN(1<<31-2) + 1 }
+
+// runKeyed runs one task of a keyed job and returns its result (a MapCommit or a ReduceCommit,
+// JSON). A panic in the job's code is an error (package jobs recovers it, with the stack).
+func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.ShardMsg, attempt int) ([]byte, error) {
+	kt, err := protocol.DecodeKeyedTask(m.Shard)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
+	}
+	ks, ok := w.store.(KeyedStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: this worker's store cannot stream (keyed jobs need blob storage)", jobs.ErrPermanent)
+	}
+	var res []byte
+	switch kt.Kind {
+	case protocol.TaskMap:
+		res, err = w.mapTask(ctx, kj, ks, m, attempt, kt)
+	default:
+		res, err = w.reduceTask(ctx, kj, ks, m, kt)
+	}
+	if err != nil && !errors.Is(err, errJobEnded) && w.jobEnded(ctx, ks, m.Job) {
+		// A duplicate (a backup, a redelivery) of a task whose job ended meanwhile: its inputs
+		// are deleted. Nothing to report.
+		return nil, fmt.Errorf("%w: %v", errJobEnded, err)
+	}
+	return res, err
+}
+
+// errJobEnded: the task's job has ended; the shard is dropped (acknowledged, no result).
+var errJobEnded = errors.New("the job has ended")
+
+// jobEnded reports whether job's status record says it ended (a HEAD).
+func (w *Worker) jobEnded(ctx context.Context, ks KeyedStore, job string) bool {
+	p, err := ks.Props(ctx, protocol.CheckpointBlob(job))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	return err == nil && rec.State.Terminal()
+}
+
+func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, attempt int, kt protocol.KeyedTask) ([]byte, error) {
+	name := protocol.MapRunBlob(m.Job, m.Index, execution())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pw := shuffle.PutWriter(ctx, ks.Streams(), name)
+	cs := shuffle.NewConcatSink(pw)
+	task := jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: kt.Shard}
+	cfg := shuffle.MapConfig{Partitions: kt.Partitions, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir}
+	stats, err := shuffle.Map(ctx, kj, w.env, task, cs.Sink(), cfg)
+	w.keyed.mapTasks.Add(1)
+	w.keyed.spilledBytes.Add(stats.SpilledBytes)
+	w.keyed.peak(stats.PeakMemory)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		return nil, err
+	}
+	if err := pw.Close(); err != nil {
+		return nil, fmt.Errorf("store map run %s: %w", name, err)
+	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
+	w.keyed.mapRunBytes.Add(stats.RunBytes)
+	if len(cs.Offsets) != kt.Partitions+1 {
+		return nil, fmt.Errorf("map run %s: %d partition offsets, want %d", name, len(cs.Offsets), kt.Partitions+1)
+	}
+	return json.Marshal(protocol.MapCommit{Blob: name, Offsets: cs.Offsets, Records: stats.Records})
+}
+
+func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, kt protocol.KeyedTask) ([]byte, error) {
+	p := kt.Partition
+	data, _, err := ks.Get(ctx, protocol.MapManifestBlob(m.Job))
+	if errors.Is(err, store.ErrNotFound) && !w.jobEnded(ctx, ks, m.Job) {
+		return w.runLost(m.Job, p, protocol.MapManifestBlob(m.Job))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the map manifest: %w", err)
+	}
+	man, err := protocol.DecodeMapManifest(m.Job, kt.MapShards, kt.Partitions, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
+	}
+	runs := make([]shuffle.Opener, 0, len(man.Maps))
+	inputs := make([]storedRun, 0, len(man.Maps))
+	var input int64
+	for _, c := range man.Maps {
+		off, n := c.Offsets[p], c.Offsets[p+1]-c.Offsets[p]
+		if n == 0 {
+			return nil, fmt.Errorf("%w: map run %s has no run for partition %d", jobs.ErrPermanent, c.Blob, p)
+		}
+		input += n
+		runs = append(runs, func(ctx context.Context) (io.ReadCloser, error) { return ks.ReadRange(ctx, c.Blob, off, n) })
+		inputs = append(inputs, storedRun{c.Blob, c.Offsets[len(c.Offsets)-1]})
+	}
+	man = nil
+	name := protocol.OutputBlob(m.Job, p, execution())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pw := shuffle.PutWriter(ctx, ks.Streams(), name)
+	out, err := shuffle.NewOutputWriter(pw, shuffle.FormatJSONL)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		return nil, err
+	}
+	cfg := shuffle.ReduceConfig{Partition: p, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir}
+	stats, err := shuffle.Reduce(ctx, kj, runs, out, cfg)
+	w.keyed.reduceTasks.Add(1)
+	w.keyed.spilledBytes.Add(stats.SpilledBytes)
+	w.keyed.runsMerged.Add(int64(stats.RunsMerged))
+	w.keyed.reduceInputBytes.Add(input)
+	w.keyed.peak(stats.PeakMemory)
+	if err != nil {
+		_ = pw.CloseWithError(err)
+		if blob := lostInput(ctx, ks, inputs); blob != "" && !w.jobEnded(ctx, ks, m.Job) {
+			return w.runLost(m.Job, p, blob)
+		}
+		return nil, err
+	}
+	if err := pw.Close(); err != nil {
+		return nil, fmt.Errorf("store output %s: %w", name, err)
+	}
+	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
+		return nil, err
+	}
+	w.keyed.outputBytes.Add(stats.OutputBytes)
+	w.keyed.outputRecords.Add(stats.OutputRecords)
+	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
+}
+
+// storedRun is a committed map run: its blob and size.
+type storedRun struct {
+	blob string
+	size int64
+}
+
+// lostInput returns the first run of a failed reduce that storage no longer has whole (a HEAD
+// each), or "" when every one is there (or storage cannot say).
+func lostInput(ctx context.Context, ks KeyedStore, runs []storedRun) string {
+	if ctx.Err() != nil {
+		return ""
+	}
+	for _, r := range runs {
+		p, err := ks.Props(ctx, r.blob)
+		if errors.Is(err, store.ErrNotFound) || err == nil && p.Size < r.size {
+			return r.blob
+		}
+	}
+	return ""
+}
+
+// runLost is a reduce task's result when an input is gone (a storage rollback): not a commit,
+// but a report that the leader answers by running the lost map task again, then this task.
+func (w *Worker) runLost(job string, partition int, blob string) ([]byte, error) {
+	w.log.Warn("an input of a reduce task is gone from storage (a rollback?); reported to the leader", "job", job, "partition", partition, "blob", blob)
+	return json.Marshal(protocol.RunLost{Partition: partition, Lost: blob})
+}
+
+// lateTask deletes the blob a task just stored if its job has ended meanwhile (a backup or a
+// redelivered attempt that outlived the job, a cancelled job's task). The leader's clean-up may
+// have listed the job's blobs before this one existed. The job's status record says (a HEAD).
+func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
+	if !w.jobEnded(ctx, ks, job) {
+		return nil
+	}
+	if err := ks.Delete(ctx, name); err != nil {
+		w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
+	}
+	return fmt.Errorf("%w: job %s ended while this task ran", errJobEnded, job)
+}
