@@ -79,7 +79,7 @@ bench-peers: azurite
 	    apt-get update -qq && apt-get install -y -qq python3-dask python3-distributed; \
 	  else echo "Dask is missing: apt-get install -y python3-dask python3-distributed (as root), or set DASK_PYTHON" >&2; exit 1; fi; \
 	fi
-	MAPAGG_DASK=1 $(GO) test -race -count=1 -run '^TestWordCorpus_Dask$$' ./internal/harness/rig/
+	MAPAGG_DASK=1 $(GO) test -race -count=1 -run '^TestWordCorpus_Dask$$' ./internal/harness/corpus/
 
 # The fault matrix (cmd/chaos): one job with a known answer per fault on a 3-worker cluster of real
 # processes (leader SIGKILL and SIGSTOP, nats-server and azurite-blob kill -9, azurite-queue down,

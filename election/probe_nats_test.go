@@ -35,16 +35,7 @@ var quiet = func() *slog.Logger {
 
 // startNATSOn starts an in-process NATS server on 127.0.0.1:port.
 func startNATSOn(t *testing.T, port int) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	return s
+	return testenv.NATSServer(t, &server.Options{Port: port})
 }
 
 // deadAPI fails every call once its process has "crashed": a dead leader renews nothing and
@@ -350,7 +341,6 @@ func TestProbe_NATSRestartDeposesNobody(t *testing.T) {
 	}
 	s := startNATSOn(t, ports[0])
 	c := newProbeCluster(t, s.ClientURL(), 3)
-	defer func() { s.Shutdown() }()
 	c.elected(1, 20*time.Second)
 	time.Sleep(time.Second)
 
@@ -378,7 +368,6 @@ func TestProbe_LeaderReconnectBlipDeposesNobody(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startNATSOn(t, ports[0])
-	defer s.Shutdown()
 	c := newProbeCluster(t, s.ClientURL(), 3)
 	old, _ := c.elected(1, 20*time.Second)
 	for i := range 5 {

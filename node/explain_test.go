@@ -5,11 +5,11 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // A wrong account key names the credential and where it is set, without the key; a missing
@@ -51,17 +51,7 @@ func TestCommands_StorageFailuresExplained(t *testing.T) {
 // A NATS password the server refuses names the user and where the password comes from, not the
 // password.
 func TestCommands_NATSCredentialsExplained(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "worker", Password: "right-pa55word"}}}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := testenv.NATSServer(t, &server.Options{Users: []*server.User{{Username: "worker", Password: "right-pa55word"}}})
 	c := newCluster(t)
 	c.env["NATS_URL"], c.env["NATS_USER"], c.env["NATS_PASSWORD"] = s.ClientURL(), "worker", "wrong-pa55word"
 	for _, args := range [][]string{{"types"}, {"workers"}} {

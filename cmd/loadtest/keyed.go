@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/corpus"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 )
 
@@ -76,15 +77,15 @@ func (r *runner) keyed(ctx context.Context) error {
 	k := &Keyed{Commands: map[string]string{
 		"keyed wordcount and worker status": "go run ./cmd/loadtest --scenarios keyed",
 		"single-process Go": "go run ./cmd/loadtest --scenarios keyed " +
-			"(rig.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
-		"dask": strings.Join(rig.DaskCommand("PYTHON", daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
+			"(corpus.CountWordsGo: 2 goroutines, a map each, merged, sorted, written to a file)",
+		"dask": strings.Join(corpus.DaskCommand("PYTHON", daskScript, "CORPUS_DIR", "OUT_DIR", 2), " ") +
 			" (CORPUS_DIR: the 24 corpus blobs as local files, written by the scenario; PYTHON: the first of $DASK_PYTHON, /usr/bin/python3, python3 that imports dask, named in each run as dask_python)",
 	}}
 	r.mu.Lock()
 	r.rep.Keyed = k
 	r.mu.Unlock()
 	sizes := keyedSizes(cfg.Quick)
-	var corpora []*rig.WordCorpus
+	var corpora []*corpus.WordCorpus
 	dir := filepath.Join(r.cfg.Dir, "keyed-corpus")
 	defer os.RemoveAll(dir)
 	for i, keys := range sizes {
@@ -94,16 +95,16 @@ func (r *runner) keyed(ctx context.Context) error {
 			local = dir // the baselines' input
 		}
 		r.log.Logf("keyed: writing a corpus of %d distinct words", keys)
-		corpus, err := rig.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, local)
+		wc, err := corpus.WriteWordCorpus(ctx, c.Blob(), container, keys, 24, local)
 		if err != nil {
 			return fmt.Errorf("corpus of %d words: %w", keys, err)
 		}
 		defer func() { _, _ = c.Blob().DeleteContainer(context.WithoutCancel(ctx), container, nil) }()
-		corpora = append(corpora, corpus)
+		corpora = append(corpora, wc)
 	}
 	// At the worker's defaults: MB/s, and the baselines on the biggest corpus.
-	for i, corpus := range corpora {
-		run, err := r.keyedRun(ctx, c, k, corpus, i == len(corpora)-1)
+	for i, wc := range corpora {
+		run, err := r.keyedRun(ctx, c, k, wc, i == len(corpora)-1)
 		k.Runs = append(k.Runs, run)
 		if err != nil {
 			return err
@@ -129,9 +130,9 @@ func (r *runner) keyed(ctx context.Context) error {
 
 // keyedRun counts corpus keyed on c, checking every record; with baselines it runs the Go and
 // Dask counts of the same corpus too.
-func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, corpus *rig.WordCorpus, baselines bool) (KeyedRun, error) {
-	run := KeyedRun{Keys: corpus.Distinct, Budget: "default", Bytes: corpus.Bytes, Blobs: corpus.Blobs}
-	kw, err := rig.RunKeyedWordcount(ctx, c, corpus, 3*r.cfg.JobTimeout)
+func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, wc *corpus.WordCorpus, baselines bool) (KeyedRun, error) {
+	run := KeyedRun{Keys: wc.Distinct, Budget: "default", Bytes: wc.Bytes, Blobs: wc.Blobs}
+	kw, err := rig.RunKeyedWordcount(ctx, c, wc, 3*r.cfg.JobTimeout)
 	run.Job, run.LeaderPeakMiB, run.WorkerPeakMiB, run.OutputS = kw.ID, kw.LeaderPeakMiB, kw.FollowerPeakMiB, kw.OutputS
 	if err != nil {
 		return run, err
@@ -147,13 +148,13 @@ func (r *runner) keyedRun(ctx context.Context, c *cluster.Cluster, k *Keyed, cor
 	if !baselines {
 		return run, nil
 	}
-	d, err := corpus.GoBaseline(ctx, c.Blob(), 2, r.cfg.Dir)
+	d, err := wc.GoBaseline(ctx, c.Blob(), 2, r.cfg.Dir)
 	if err != nil {
 		return run, fmt.Errorf("go baseline: %w", err)
 	}
 	run.GoS = rig.Round3(d.Seconds())
 	r.log.Logf("keyed: single-process Go, 2 goroutines: %.2f s = %.1f MB/s", run.GoS, float64(run.Bytes)/1e6/run.GoS)
-	dr, err := corpus.DaskBaseline(ctx, daskScript, 2, r.cfg.Dir)
+	dr, err := wc.DaskBaseline(ctx, daskScript, 2, r.cfg.Dir)
 	if err != nil {
 		k.DaskError = err.Error()
 		r.errorf("keyed: dask: %v", err)

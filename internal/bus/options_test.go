@@ -23,26 +23,13 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // authServer starts an in-process NATS server with JetStream configured by opts (auth, TLS).
 func authServer(t *testing.T, opts *server.Options) string {
-	t.Helper()
-	opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", -1, true, t.TempDir()
-	opts.NoLog, opts.NoSigs = os.Getenv("NATSLOG") == "", true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !opts.NoLog {
-		s.ConfigureLogger()
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s.ClientURL()
+	opts.JetStream = true
+	return testenv.NATSServer(t, opts).ClientURL()
 }
 
 // connectAndEnsure connects with a and creates the streams (a real JetStream API round trip).

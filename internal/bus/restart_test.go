@@ -11,20 +11,12 @@ import (
 
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/faultproxy"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
 )
 
 func startNATS(t *testing.T, port int, dir string) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	return s
+	return testenv.NATSServer(t, &server.Options{Port: port, JetStream: true, StoreDir: dir})
 }
 
 // Across a NATS restart, a live worker's feed recovers, and the shards a worker that died held
@@ -65,7 +57,6 @@ func TestShards_DeadWorkersShardsBackAfterNATSRestart(t *testing.T) {
 	s.WaitForShutdown()
 	dead.Close() // the worker dies while NATS is down
 	s = startNATS(t, p, dir)
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
 	restarted := time.Now()
 
 	got := recv(t, f.C, 4) // recv gives up after 10s
@@ -112,7 +103,6 @@ func TestShards_IdlePollAskedAgainAtReconnect(t *testing.T) {
 	s.Shutdown()
 	s.WaitForShutdown()
 	s = startNATS(t, p, dir)
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
 	px.Reset()
 	px.Heal()
 	deadline := time.Now().Add(10 * time.Second)

@@ -38,17 +38,6 @@ func through(t *testing.T, opts ...nats.Option) (*Proxy, *nats.Conn, *nats.Conn)
 	return p, nc, direct
 }
 
-func eventually(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestProxy_Pass_ForwardsBothWays(t *testing.T) {
 	p, nc, direct := through(t)
 	sub, err := nc.SubscribeSync("x")
@@ -151,7 +140,7 @@ func TestProxy_Reset_DisconnectsAtOnceAndClientReconnects(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the client did not notice the reset")
 	}
-	eventually(t, 5*time.Second, "reconnect through the proxy", nc.IsConnected)
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, nc.IsConnected, "reconnect through the proxy")
 	if err := nc.FlushTimeout(2 * time.Second); err != nil {
 		t.Fatalf("flush after reconnect: %v", err)
 	}
@@ -191,5 +180,5 @@ func TestProxy_Close_EndsConnections(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "client sees the close", func() bool { return !nc.IsConnected() })
+	testenv.Eventually(t, 2*time.Second, 10*time.Millisecond, func() bool { return !nc.IsConnected() }, "client sees the close")
 }

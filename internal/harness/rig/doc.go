@@ -39,4 +39,7 @@
 //   - baseline.go: Baseline (the JetStream round trip without coordination), SleepRefs (a bare
 //     sleep loop). dist.go: Summarize, Single. timeline.go: WriteSVG, WriteSVGFile, Elect, Elects,
 //     ElectionMarks. parallel.go: Parallel (n workers over one task queue).
+//   - keyedrun.go: RunKeyedWordcount (a keyed wordcount of a corpus, every record checked),
+//     SampleRSS, PutBigResultJobs, TimeCommand. The corpora and the single-process baselines
+//     they are judged against are in package corpus.
 package rig

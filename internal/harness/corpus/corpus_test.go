@@ -1,4 +1,4 @@
-package rig
+package corpus
 
 import (
 	"bytes"

@@ -1,0 +1,297 @@
+// Package corpus makes word-count corpora with known answers and the baselines a keyed job
+// is judged against: a single-process Go count and Dask over the same files.
+package corpus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/store"
+)
+
+// WordCorpus is a generated word-count corpus: Distinct words "w<i in base 36>", word i
+// appearing 1 + i%9 times (5 on average), in an order spread over Blobs blobs of Container.
+type WordCorpus struct {
+	Container string
+	Distinct  int
+	Blobs     int
+	Bytes     int64
+	Words     int64  // occurrences
+	Dir       string // a local copy of the blobs (for programs that cannot read Azure), or ""
+}
+
+// WordCount is how many times word i appears in a WordCorpus.
+func WordCount(i int) int64 { return 1 + int64(i%9) }
+
+// WriteWordCorpus writes a corpus of distinct words into container (created) and, with dir
+// set, the same files into dir.
+func WriteWordCorpus(ctx context.Context, bc *azblob.Client, containerName string, distinct, blobs int, dir string) (*WordCorpus, error) {
+	if distinct < 1 || blobs < 1 {
+		return nil, fmt.Errorf("word corpus: %d words in %d blobs", distinct, blobs)
+	}
+	if err := store.New(bc, containerName).Ensure(ctx); err != nil {
+		return nil, err
+	}
+	wc := &WordCorpus{Container: containerName, Distinct: distinct, Blobs: blobs, Dir: dir}
+	for i := range distinct {
+		wc.Words += WordCount(i)
+	}
+	perBlob := (wc.Words + int64(blobs) - 1) / int64(blobs)
+	// Occurrence j is in round r = j's pass over the words; a pass visits the words in an order
+	// spread by a stride coprime with distinct, so a blob holds words from all over.
+	stride := 1
+	for _, s := range []int{7919, 104729, 1299709, 15485863} {
+		if distinct%s != 0 {
+			stride = s
+			break
+		}
+	}
+	var buf bytes.Buffer
+	blob, inBlob, onLine := 0, int64(0), 0
+	flush := func() error {
+		if buf.Len() == 0 {
+			return nil
+		}
+		name := fmt.Sprintf("corpus/%03d.txt", blob)
+		if _, err := bc.UploadBuffer(ctx, containerName, name, buf.Bytes(), nil); err != nil {
+			return fmt.Errorf("upload %s: %w", name, err)
+		}
+		if dir != "" {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%03d.txt", blob)), buf.Bytes(), 0o644); err != nil {
+				return err
+			}
+		}
+		wc.Bytes += int64(buf.Len())
+		buf.Reset()
+		blob, inBlob, onLine = blob+1, 0, 0
+		return nil
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	for r := range 9 {
+		for k := range distinct {
+			i := int((int64(k) * int64(stride)) % int64(distinct))
+			if i%9 < r {
+				continue
+			}
+			buf.WriteByte('w')
+			buf.Write(strconv.AppendInt(buf.AvailableBuffer(), int64(i), 36))
+			inBlob++
+			if onLine++; onLine == 12 || inBlob == perBlob {
+				buf.WriteByte('\n')
+				onLine = 0
+			} else {
+				buf.WriteByte(' ')
+			}
+			if inBlob == perBlob {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	wc.Blobs = blob
+	return wc, nil
+}
+
+// CheckOutput reads a wordcount job's output (key<TAB>count lines, streamed) and checks that
+// every word of the corpus appears once, with its count, and nothing else.
+func (wc *WordCorpus) CheckOutput(ctx context.Context, cl *client.Client, id string) error {
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := cl.WriteOutput(ctx, id, pw, client.OutputOptions{Format: client.FormatTSV})
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
+	return wc.CheckCounts(pr)
+}
+
+// CheckCounts checks word<TAB>count lines, in any order, against the corpus.
+func (wc *WordCorpus) CheckCounts(r io.Reader) error {
+	seen := make([]uint64, (wc.Distinct+63)/64)
+	n := 0
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		word, count, ok := bytes.Cut(sc.Bytes(), []byte("\t"))
+		if !ok || len(word) < 2 || word[0] != 'w' {
+			return fmt.Errorf("output line %q: want w<id>\\t<count>", clip(sc.Text(), 60))
+		}
+		i, err := strconv.ParseInt(string(word[1:]), 36, 64)
+		c, err2 := strconv.ParseInt(string(count), 10, 64)
+		if err != nil || err2 != nil || i < 0 || i >= int64(wc.Distinct) {
+			return fmt.Errorf("output line %q: not a word of the corpus", clip(sc.Text(), 60))
+		}
+		if seen[i/64]&(1<<(i%64)) != 0 {
+			return fmt.Errorf("word %s appears twice in the output", word)
+		}
+		seen[i/64] |= 1 << (i % 64)
+		if c != WordCount(int(i)) {
+			return fmt.Errorf("word %s counted %d times, want %d", word, c, WordCount(int(i)))
+		}
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read output: %w", err)
+	}
+	if n != wc.Distinct {
+		return fmt.Errorf("output has %d words, want %d", n, wc.Distinct)
+	}
+	return nil
+}
+
+// CountWordsGo is the single-process baseline: it downloads the corpus's blobs with workers
+// goroutines, counts their words (runs of non-space bytes) in a map per goroutine, merges the
+// maps, and writes every word's count, sorted, to out. It returns the time from the first
+// download to the last line written.
+func CountWordsGo(ctx context.Context, bc *azblob.Client, wc *WordCorpus, workers int, out io.Writer) (time.Duration, error) {
+	start := time.Now()
+	var names []string
+	pager := bc.NewListBlobsFlatPager(wc.Container, &container.ListBlobsFlatOptions{Prefix: ptr("corpus/")})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range page.Segment.BlobItems {
+			names = append(names, *b.Name)
+		}
+	}
+	work := make(chan string, len(names))
+	for _, n := range names {
+		work <- n
+	}
+	close(work)
+	maps := make([]map[string]int64, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := make(map[string]int64, wc.Distinct/workers)
+			for name := range work {
+				resp, err := bc.DownloadStream(ctx, wc.Container, name, nil)
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				data, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				for len(data) > 0 {
+					i := bytes.IndexAny(data, " \n\t\r")
+					if i < 0 {
+						i = len(data)
+					}
+					if i > 0 {
+						m[string(data[:i])]++
+					}
+					data = data[min(i+1, len(data)):]
+				}
+			}
+			maps[w] = m
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	all := maps[0]
+	for _, m := range maps[1:] {
+		for k, v := range m {
+			all[k] += v
+		}
+	}
+	keys := make([]string, 0, len(all))
+	for k := range all {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	bw := bufio.NewWriterSize(out, 256<<10)
+	line := make([]byte, 0, 64)
+	for _, k := range keys {
+		line = append(append(append(line[:0], k...), '\t'), strconv.AppendInt(nil, all[k], 10)...)
+		line = append(line, '\n')
+		if _, err := bw.Write(line); err != nil {
+			return 0, err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// GoBaseline runs CountWordsGo with workers goroutines into a file under dir, checks every count
+// and removes the file.
+func (wc *WordCorpus) GoBaseline(ctx context.Context, bc *azblob.Client, workers int, dir string) (time.Duration, error) {
+	out := filepath.Join(dir, "wordcount-go.tsv")
+	f, err := os.Create(out)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(out)
+	d, err := CountWordsGo(ctx, bc, wc, workers, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = wc.CheckFiles(out)
+	}
+	return d, err
+}
+
+// DaskBaseline runs RunDask into a folder under dir, checks every count and removes the folder.
+func (wc *WordCorpus) DaskBaseline(ctx context.Context, script string, workers int, dir string) (*DaskResult, error) {
+	out := filepath.Join(dir, "wordcount-dask")
+	defer os.RemoveAll(out)
+	res, err := RunDask(ctx, script, wc, out, workers)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := filepath.Glob(filepath.Join(out, "part-*"))
+	if err != nil || len(parts) == 0 {
+		return nil, fmt.Errorf("dask wrote no part files in %s (%v)", out, err)
+	}
+	return res, wc.CheckFiles(parts...)
+}
+
+// CheckFiles checks word<TAB>count files together against the corpus.
+func (wc *WordCorpus) CheckFiles(paths ...string) error {
+	var rs []io.Reader
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		rs = append(rs, f)
+	}
+	return wc.CheckCounts(io.MultiReader(rs...))
+}
