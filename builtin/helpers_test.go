@@ -3,10 +3,11 @@ package builtin
 import (
 	"context"
 	"encoding/json"
-	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/jobs/jobstest"
 	"slices"
 	"testing"
+
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 // The typed built-ins as the registry holds them.

@@ -3,10 +3,11 @@ package builtin
 import (
 	"encoding/json"
 	"errors"
-	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/jobs/jobstest"
 	"strings"
 	"testing"
+
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 func TestValidate_BadParams(t *testing.T) {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
 	"math/rand/v2"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Pi is the built-in job "pi": a seeded Monte Carlo estimate of π. Shard i draws its points from

@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
 	"math"
 	"sync"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Primes is the built-in job "primes": count the primes p with from ≤ p < to, by a segmented

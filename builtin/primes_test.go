@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/jobs/jobstest"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 func isPrimeTrial(n uint64) bool {

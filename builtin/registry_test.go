@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // typedJob wraps a built-in under another name.

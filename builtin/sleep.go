@@ -5,9 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
+
 	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/jobs"
-	"time"
 )
 
 // Sleep is the built-in job "sleep": synthetic shards for load and failover tests. Each shard

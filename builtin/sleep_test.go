@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/jobs/jobstest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 func TestSleep_EveryShardCountedOnce(t *testing.T) {

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
 	"io"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Wordcount is the built-in job "wordcount": count the words in the blobs of a container whose

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/jobs/jobstest"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
 // directWordCount counts words the obvious way, over whole texts: the reference for wordcount.

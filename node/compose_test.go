@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"maps"
 	"net/url"
@@ -20,6 +19,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 )
 

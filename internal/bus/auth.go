@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/internal/protocol"
 	"hash"
 	"log/slog"
 	"strings"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // MACHeader is the header that authenticates a shard or result message:
