@@ -10,14 +10,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/store"
@@ -160,111 +158,37 @@ func (wc *WordCorpus) CheckCounts(r io.Reader) error {
 	return nil
 }
 
-// CountWordsGo is the single-process baseline: it downloads the corpus's blobs with workers
-// goroutines, counts their words (runs of non-space bytes) in a map per goroutine, merges the
-// maps, and writes every word's count, sorted, to out. It returns the time from the first
-// download to the last line written.
-func CountWordsGo(ctx context.Context, bc *azblob.Client, wc *WordCorpus, workers int, out io.Writer) (time.Duration, error) {
-	start := time.Now()
-	var names []string
-	pager := bc.NewListBlobsFlatPager(wc.Container, &container.ListBlobsFlatOptions{Prefix: ptr("corpus/")})
-	for pager.More() {
-		page, err := pager.NextPage(ctx)
-		if err != nil {
-			return 0, err
-		}
-		for _, b := range page.Segment.BlobItems {
-			names = append(names, *b.Name)
-		}
-	}
-	work := make(chan string, len(names))
-	for _, n := range names {
-		work <- n
-	}
-	close(work)
-	maps := make([]map[string]int64, workers)
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m := make(map[string]int64, wc.Distinct/workers)
-			for name := range work {
-				resp, err := bc.DownloadStream(ctx, wc.Container, name, nil)
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				data, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil {
-					errs[w] = err
-					return
-				}
-				for len(data) > 0 {
-					i := bytes.IndexAny(data, " \n\t\r")
-					if i < 0 {
-						i = len(data)
-					}
-					if i > 0 {
-						m[string(data[:i])]++
-					}
-					data = data[min(i+1, len(data)):]
-				}
-			}
-			maps[w] = m
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return 0, err
-	}
-	all := maps[0]
-	for _, m := range maps[1:] {
-		for k, v := range m {
-			all[k] += v
-		}
-	}
-	keys := make([]string, 0, len(all))
-	for k := range all {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	bw := bufio.NewWriterSize(out, 256<<10)
-	line := make([]byte, 0, 64)
-	for _, k := range keys {
-		line = append(append(append(line[:0], k...), '\t'), strconv.AppendInt(nil, all[k], 10)...)
-		line = append(line, '\n')
-		if _, err := bw.Write(line); err != nil {
-			return 0, err
-		}
-	}
-	if err := bw.Flush(); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
-}
-
 func ptr[T any](v T) *T { return &v }
 
-// GoBaseline runs CountWordsGo with workers goroutines into a file under dir, checks every count
-// and removes the file.
-func (wc *WordCorpus) GoBaseline(ctx context.Context, bc *azblob.Client, workers int, dir string) (time.Duration, error) {
-	out := filepath.Join(dir, "wordcount-go.tsv")
-	f, err := os.Create(out)
-	if err != nil {
-		return 0, err
+// CountRun is one run of a single-process count (the wcount command) over a corpus.
+type CountRun struct {
+	Wall time.Duration
+	CPU  time.Duration // user + system CPU of the process
+}
+
+// CountBaseline runs the wcount binary bin (naive or fast) over the corpus's local copy as a
+// process of its own, checks every count and returns its wall time and CPU.
+func (wc *WordCorpus) CountBaseline(ctx context.Context, bin string, naive bool, dir string) (CountRun, error) {
+	if wc.Dir == "" {
+		return CountRun{}, errors.New("count: the corpus has no local copy")
 	}
+	out := filepath.Join(dir, "wordcount-single.tsv")
 	defer os.Remove(out)
-	d, err := CountWordsGo(ctx, bc, wc, workers, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	args := []string{"-out", out, wc.Dir}
+	if naive {
+		args = append([]string{"-naive"}, args...)
 	}
-	if err == nil {
-		err = wc.CheckFiles(out)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	run := CountRun{Wall: time.Since(start)}
+	if err != nil {
+		return run, fmt.Errorf("%s %v: %v: %s", bin, args, err, clip(stderr.String(), 300))
 	}
-	return d, err
+	run.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return run, wc.CheckFiles(out)
 }
 
 // DaskBaseline runs RunDask into a folder under dir, checks every count and removes the folder.

@@ -3,10 +3,16 @@ package corpus
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/store"
@@ -30,12 +36,22 @@ func TestWordCorpus_Baselines(t *testing.T) {
 	if wc.Blobs != 7 || wc.Words != 24990 || wc.Bytes < wc.Words*3 {
 		t.Fatalf("corpus %+v", wc)
 	}
-	var out bytes.Buffer
-	if _, err := CountWordsGo(ctx, bc, wc, 2, &out); err != nil {
+	files, err := Files(wc.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var naive, out bytes.Buffer
+	if err := CountNaive(files, &naive); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.CheckCounts(&naive); err != nil {
+		t.Fatalf("naive count: %v", err)
+	}
+	if err := CountFast(files, 2, &out); err != nil {
 		t.Fatal(err)
 	}
 	if err := wc.CheckCounts(bytes.NewReader(out.Bytes())); err != nil {
-		t.Fatalf("go baseline: %v", err)
+		t.Fatalf("fast count: %v", err)
 	}
 	lines := strings.SplitAfter(out.String(), "\n")
 	for name, bad := range map[string]string{
@@ -47,8 +63,72 @@ func TestWordCorpus_Baselines(t *testing.T) {
 			t.Errorf("%s: CheckCounts accepted it", name)
 		}
 	}
-	if d, err := wc.GoBaseline(ctx, bc, 2, dir); err != nil || d <= 0 {
-		t.Fatalf("GoBaseline: %v, %v", d, err)
+	bin := filepath.Join(dir, "wcount")
+	if b, err := exec.Command("go", "build", "-o", bin, "./wcount").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./wcount: %v\n%s", err, b)
+	}
+	for _, naive := range []bool{false, true} {
+		if r, err := wc.CountBaseline(ctx, bin, naive, dir); err != nil || r.Wall <= 0 || r.CPU <= 0 {
+			t.Fatalf("CountBaseline(naive %v): %+v, %v", naive, r, err)
+		}
+	}
+}
+
+// The fast count agrees with strings.FieldsFunc(unicode.IsSpace) on text with Unicode spaces,
+// invalid UTF-8 and chunk boundaries everywhere.
+func TestCountFast_AgreesWithFieldsFunc(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	atoms := []string{"a", "b", "ab", "é", "\u00a0", "\u2003", "\u3000", " ", "\n", "\t", "\xff", "\xe2\x80", "\u0085", "word", "\r\n"}
+	dir := t.TempDir()
+	want := map[string]int64{}
+	var files []string
+	for f := range 5 {
+		var b strings.Builder
+		for range 3000 {
+			b.WriteString(atoms[rng.IntN(len(atoms))])
+		}
+		for _, w := range strings.FieldsFunc(b.String(), unicode.IsSpace) {
+			want[w]++
+		}
+		name := filepath.Join(dir, fmt.Sprint(f))
+		if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, name)
+	}
+	for _, size := range []int64{1, 7, 64, 4 << 20} {
+		chunks, err := planChunks(files, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab := newWordTable(4)
+		var buf []byte
+		for _, c := range chunks {
+			if err := tab.countChunk(c, &buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[string]int64{}
+		for i := range tab.slots {
+			if e := &tab.slots[i]; e.count > 0 {
+				got[string(tab.key(e))] += e.count
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("chunks of %d: %d distinct words, want %d", size, len(got), len(want))
+		}
+	}
+	var naive bytes.Buffer
+	if err := CountNaive(files, &naive); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSuffix(naive.String(), "\n"), "\n") {
+		w, n, _ := strings.Cut(line, "\t")
+		got[w], _ = strconv.ParseInt(n, 10, 64)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("naive: %d distinct words, want %d", len(got), len(want))
 	}
 }
 
