@@ -323,18 +323,13 @@ func (c *Container) ListDirs(ctx context.Context, prefix string) ([]string, erro
 	return out, nil
 }
 
-// ReadRange reads count bytes of a blob from offset (fewer at its end).
+// ReadRange reads count bytes of a blob from offset (fewer at its end; count 0: to the end). The reader resumes
+// where it stopped after a failed read, so reading may take as long as the caller's context
+// allows; it fails after StallTries requests in a row that yield no byte (ErrStalled).
 func (c *Container) ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error) {
-	resp, err := c.cc.NewBlobClient(name).DownloadStream(ctx, &blob.DownloadStreamOptions{
-		Range: blob.HTTPRange{Offset: offset, Count: count},
+	return openResumable(ctx, name, offset, max(count, 0), func(ctx context.Context, off, n int64) (io.ReadCloser, int64, error) {
+		return c.downloadRange(ctx, name, off, n)
 	})
-	if err != nil {
-		if bloberror.HasCode(err, bloberror.InvalidRange) {
-			return io.NopCloser(bytes.NewReader(nil)), nil
-		}
-		return nil, translate("read "+name, err)
-	}
-	return resp.Body, nil
 }
 
 func translate(op string, err error) error {

@@ -32,13 +32,11 @@ func (s Streams) Put(ctx context.Context, name string, r io.Reader) error {
 	return nil
 }
 
-// Get streams a whole blob.
+// Get streams a whole blob, resuming where it stopped after a failed read (Container.ReadRange).
 func (s Streams) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	resp, err := s.c.cc.NewBlobClient(name).DownloadStream(ctx, nil)
-	if err != nil {
-		return nil, translate("get "+name, err)
-	}
-	return resp.Body, nil
+	return openResumable(ctx, name, 0, 0, func(ctx context.Context, off, n int64) (io.ReadCloser, int64, error) {
+		return s.c.downloadRange(ctx, name, off, n)
+	})
 }
 
 // Size returns a blob's size in bytes.
