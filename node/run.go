@@ -167,12 +167,14 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	defer releaseID()
 	_ = kc.check(ctx)
 
-	env := store.NewEnv(blobClient).WithJobsContainer(cfg.JobsContainer)
+	// The data plane (a Map's reads, a keyed job's runs and outputs) has a connection pool of its
+	// own: lease renewals and checkpoints never wait behind it (store.DataTransport).
+	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer)
 	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(p.worker, b, jobsC, env)
+	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer), env)
 	if err != nil {
 		return err
 	}

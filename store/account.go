@@ -187,8 +187,11 @@ func connStringEndpoint(cs string) string {
 
 // Clients are the blob and queue clients of one Account, sharing one credential.
 type Clients struct {
-	// Blob is the blob service client: the jobs container, the lease container, the job Env.
+	// Blob is the control plane's blob client: the lease, checkpoints, specs, status records.
 	Blob *azblob.Client
+	// Data is the data plane's blob client, over a connection pool of its own (DataTransport):
+	// a Map's reads (the job Env), a keyed job's runs and outputs.
+	Data *azblob.Client
 
 	acct     Account
 	queueURL string
@@ -203,19 +206,9 @@ func (a Account) Open() (*Clients, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	opts := ClientOptions()
-	if a.Transport != nil {
-		opts.Transport = a.Transport
-	}
 	c := &Clients{acct: a}
 	switch a.Auth() {
 	case AuthConnectionString:
-		bc, err := azblob.NewClientFromConnectionString(a.ConnectionString, opts)
-		if err != nil {
-			return nil, errors.New("blob client: the storage connection string is malformed (check AZURE_STORAGE_CONNECTION_STRING: DefaultEndpointsProtocol=...;AccountName=...;AccountKey=...;BlobEndpoint=...)")
-		}
-		c.Blob = bc
-		return c, nil
 	case AuthSAS:
 		c.sas = strings.TrimPrefix(strings.TrimSpace(a.SASToken), "?")
 	default:
@@ -228,18 +221,41 @@ func (a Account) Open() (*Clients, error) {
 			c.cred = cred
 		}
 	}
-	blobURL, queueURL := a.Endpoints()
-	c.queueURL = queueURL
+	_, c.queueURL = a.Endpoints()
+	var err error
+	if c.Blob, err = c.blobClient(ClientOptions()); err != nil {
+		return nil, err
+	}
+	if c.Data, err = c.blobClient(DataClientOptions()); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// blobClient builds a blob service client with opts (the Account's Transport replaces theirs).
+func (c *Clients) blobClient(opts *azblob.ClientOptions) (*azblob.Client, error) {
+	if c.acct.Transport != nil {
+		opts.Transport = c.acct.Transport
+	}
+	if c.acct.Auth() == AuthConnectionString {
+		bc, err := azblob.NewClientFromConnectionString(c.acct.ConnectionString, opts)
+		if err != nil {
+			return nil, errors.New("blob client: the storage connection string is malformed (check AZURE_STORAGE_CONNECTION_STRING: DefaultEndpointsProtocol=...;AccountName=...;AccountKey=...;BlobEndpoint=...)")
+		}
+		return bc, nil
+	}
+	blobURL, _ := c.acct.Endpoints()
+	var bc *azblob.Client
 	var err error
 	if c.cred != nil {
-		c.Blob, err = azblob.NewClient(blobURL, c.cred, opts)
+		bc, err = azblob.NewClient(blobURL, c.cred, opts)
 	} else {
-		c.Blob, err = azblob.NewClientWithNoCredential(withSAS(blobURL, c.sas), opts)
+		bc, err = azblob.NewClientWithNoCredential(withSAS(blobURL, c.sas), opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blob client for %s: %w", blobURL, err)
 	}
-	return c, nil
+	return bc, nil
 }
 
 // Auth is how these clients authenticate.
