@@ -21,16 +21,16 @@ import (
 
 // predecessors looks at the jobs spec waits for. It returns "" when all succeeded, else why the
 // job waits (failed false) or why it cannot run (failed true).
-func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason string, failed bool, err error) {
+func (in *intake) predecessors(ctx context.Context, spec *protocol.Spec) (reason string, failed bool, err error) {
 	var pending []string
 	for _, id := range spec.After {
-		state, err := t.jobState(ctx, id)
+		state, err := in.reader.jobState(ctx, id)
 		if err != nil {
 			return "", false, fmt.Errorf("state of job %s: %w", id, err)
 		}
 		// A failed job with retries left stands for its retry (retry.go).
 		for hops := 0; state == jobs.StateFailed && hops <= protocol.MaxRetries; hops++ {
-			next, err := t.retryOf(ctx, id)
+			next, err := in.reader.retryOf(ctx, id)
 			if err != nil {
 				return "", false, err
 			}
@@ -38,7 +38,7 @@ func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason st
 				break
 			}
 			id = next
-			if state, err = t.jobState(ctx, id); err != nil {
+			if state, err = in.reader.jobState(ctx, id); err != nil {
 				return "", false, fmt.Errorf("state of job %s: %w", id, err)
 			}
 			if state == "" {
@@ -49,7 +49,7 @@ func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason st
 		case jobs.StateSucceeded:
 			// Its result (a keyed job's output manifest) is stored by its clean-up, after the
 			// final checkpoint: a job reading it as input waits for it (a kick follows).
-			if ok, err := t.store.Exists(ctx, protocol.ResultBlob(id)); err != nil {
+			if ok, err := in.store.Exists(ctx, protocol.ResultBlob(id)); err != nil {
 				return "", false, fmt.Errorf("result of job %s: %w", id, err)
 			} else if !ok {
 				pending = append(pending, id)
@@ -65,18 +65,18 @@ func (t *term) predecessors(ctx context.Context, spec *protocol.Spec) (reason st
 	if len(pending) == 0 {
 		return "", false, nil
 	}
-	t.afterSeen.Store(true)
+	in.tab.after.Store(true)
 	return "waiting for job " + strings.Join(pending, ", ") + " to succeed", false, nil
 }
 
 // after handles a queued job with predecessors (intake): it returns false when they all
 // succeeded (the job is planned now); otherwise it stores the job as waiting, or failed, and
 // takes its message off the queue.
-func (t *term) after(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) bool {
-	reason, failed, err := t.predecessors(ctx, spec)
+func (in *intake) after(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) bool {
+	reason, failed, err := in.predecessors(ctx, spec)
 	switch {
 	case err != nil:
-		t.log.Warn("job waits: cannot read its predecessors", "job", id, "err", err)
+		in.log.Warn("job waits: cannot read its predecessors", "job", id, "err", err)
 		return true // the message comes back
 	case reason == "":
 		return false
@@ -87,47 +87,47 @@ func (t *term) after(ctx context.Context, m queue.Message, id string, spec *prot
 	}
 	if !failed {
 		// The marker goes first: a checkpoint without it would be lost to a storage rollback.
-		if err := t.mark(ctx, id); err != nil {
-			t.log.Warn("waiting job", "job", id, "err", err)
+		if err := in.mark(ctx, id); err != nil {
+			in.log.Warn("waiting job", "job", id, "err", err)
 			return true
 		}
 	}
-	_, err = t.writeFirst(ctx, id, spec.Type, state, reason, nil)
+	_, err = in.writeFirst(ctx, id, spec.Type, state, reason, nil)
 	switch {
 	case errors.Is(err, store.ErrExists):
-		t.planned(ctx, m, id)
+		in.planned(ctx, m, id)
 		return true
 	case err != nil:
 		return true
 	}
-	t.log.Info("job after others", "job", id, "state", state, "reason", reason)
+	in.log.Info("job after others", "job", id, "state", state, "reason", reason)
 	if failed {
-		t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: id, State: string(state), Err: errors.New(reason)})
+		in.emit(Event{Kind: EventJobFinished, Epoch: in.epoch, Job: id, State: string(state), Err: errors.New(reason)})
 	} else {
-		t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
+		in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: id, Err: errors.New(reason)})
 	}
-	t.deleteMsg(ctx, m)
+	in.deleteMsg(ctx, m)
 	return true
 }
 
 // stillAfter re-checks the predecessors of a waiting job (claim): true when it still waits (its
 // reason updated) or ended here.
-func (t *term) stillAfter(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, spec *protocol.Spec) (bool, error) {
+func (in *intake) stillAfter(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, spec *protocol.Spec) (bool, error) {
 	if len(spec.After) == 0 {
 		return false, nil
 	}
-	reason, failed, err := t.predecessors(ctx, spec)
+	reason, failed, err := in.predecessors(ctx, spec)
 	switch {
 	case err != nil:
 		return true, err
 	case reason == "":
 		return false, nil
 	case failed:
-		return true, t.endStored(ctx, cp, etag, jobs.StateFailed, reason)
+		return true, in.endStored(ctx, cp, etag, jobs.StateFailed, reason)
 	case reason != cp.Error:
 		next := *cp
 		next.Error = reason
-		if _, err := t.putStored(ctx, &next, etag); err != nil {
+		if _, err := in.putStored(ctx, &next, etag); err != nil {
 			return true, err
 		}
 	}

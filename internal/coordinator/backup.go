@@ -203,7 +203,7 @@ func (b *backupState) stragglers(done *roaring.Bitmap, total, perMsg, limit int,
 // backups dispatches backup copies of the stragglers of every job in its tail (see above).
 func (t *term) backups(ctx context.Context) {
 	now := time.Now()
-	for _, j := range t.active {
+	for j := range t.tab.all() {
 		total := backupTotal(j)
 		if j.complete || j.cp.State.Terminal() || j.cp.Dispatched < total {
 			continue
@@ -221,7 +221,7 @@ func (t *term) backups(ctx context.Context) {
 		if len(idx) == 0 {
 			continue
 		}
-		src, err := t.source(j)
+		src, err := t.plans.source(j)
 		var ue *UserCodeError
 		if errors.As(err, &ue) {
 			t.fail(j, fmt.Errorf("backup tasks: %w", err))
@@ -237,7 +237,7 @@ func (t *term) backups(ctx context.Context) {
 		t.dispatchers.Add(1)
 		go func(id, typ string, epoch uint64) {
 			defer t.dispatchers.Done()
-			t.dispatchBackups(ctx, id, typ, epoch, src, idx)
+			t.send.dispatchBackups(ctx, id, typ, epoch, src, idx)
 		}(j.id, j.spec.Type, j.cp.PlanEpoch)
 	}
 }
@@ -262,13 +262,13 @@ func u32s(xs []int) []uint32 {
 // dispatchBackups publishes the given shards (ascending) again, from src, one message each with a
 // backup message id of this term. So JetStream drops neither it as a duplicate of the original nor
 // a later term's backup as a duplicate of this one. A failure only loses the backups.
-func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64, src *planSource, idx []int) {
-	subject := t.bus.ShardTypeSubject(typ, id)
+func (d *shardSender) dispatchBackups(ctx context.Context, id, typ string, epoch uint64, src *planSource, idx []int) {
+	subject := d.bus.ShardTypeSubject(typ, id)
 	out := make([]bus.Outgoing, 0, len(idx))
 	for _, i := range idx {
 		shard, err := src.shard(ctx, i)
 		if err != nil {
-			t.log.Warn("backup tasks: plan", "job", id, "shard", i, "err", err)
+			d.log.Warn("backup tasks: plan", "job", id, "shard", i, "err", err)
 			return
 		}
 		m := protocol.ShardMsg{Job: id, Type: typ, Index: i, Epoch: epoch, Shard: shard}
@@ -276,9 +276,9 @@ func (t *term) dispatchBackups(ctx context.Context, id, typ string, epoch uint64
 		if err != nil {
 			return
 		}
-		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i, t.id), Data: b})
+		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i, d.term), Data: b})
 	}
-	if err := t.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
-		t.log.Warn("backup tasks: publish", "job", id, "err", err)
+	if err := d.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
+		d.log.Warn("backup tasks: publish", "job", id, "err", err)
 	}
 }

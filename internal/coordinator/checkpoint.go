@@ -19,7 +19,12 @@ import (
 // per job, so each is If-Match on the last one's ETag) and the results waiting for a write.
 // Merging calls it through merged; the loop through tick and stored; claiming through now.
 type checkpointer struct {
-	t        *term
+	*fence
+	reporter
+	cfg      Config
+	store    checkpointPutter
+	tab      *jobTable // the active jobs, for the tick and stepping down
+	loop     jobLoop
 	writes   chan written // outcomes of background writes, to the loop
 	writers  sync.WaitGroup
 	inflight int
@@ -45,8 +50,23 @@ type written struct {
 	err  error
 }
 
-func newCheckpointer(t *term) *checkpointer {
-	return &checkpointer{t: t, writes: make(chan written, 64)}
+// checkpointPutter stores a checkpoint with its status record (Store).
+type checkpointPutter interface {
+	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
+}
+
+// jobLoop is what the checkpointer asks of the loop that owns the jobs (term): fail a job whose
+// code failed, retire one whose terminal checkpoint is stored, a keyed job's step after a store.
+type jobLoop interface {
+	fail(j *job, err error)
+	retire(ctx context.Context, j *job)
+	keyedStored(ctx context.Context, j *job, s *snapshot)
+}
+
+var _ checkpointPutter = Store(nil)
+
+func newCheckpointer(f *fence, rep reporter, cfg Config, st checkpointPutter, tab *jobTable, loop jobLoop) *checkpointer {
+	return &checkpointer{fence: f, reporter: rep, cfg: cfg, store: st, tab: tab, loop: loop, writes: make(chan written, 64)}
 }
 
 // merged is merging's one call, after a message's results: held (nil if none) is acknowledged
@@ -65,7 +85,7 @@ func (c *checkpointer) merged(ctx context.Context, j *job, held *bus.Delivery) {
 		// result; it is as fenced as any other). A write in flight does it when it is stored.
 		c.start(ctx, j)
 	}
-	if c.pending >= c.t.cfg.CheckpointEvery {
+	if c.pending >= c.cfg.CheckpointEvery {
 		c.dirty(ctx, true)
 	}
 }
@@ -79,7 +99,7 @@ func (c *checkpointer) tick(ctx context.Context) { c.dirty(ctx, false) }
 // meanwhile; each write's outcome comes back to stored.
 func (c *checkpointer) dirty(ctx context.Context, all bool) {
 	now := time.Now()
-	for _, j := range c.t.active {
+	for j := range c.tab.all() {
 		if j.w.writing {
 			continue
 		}
@@ -94,7 +114,7 @@ func (c *checkpointer) dirty(ctx context.Context, all bool) {
 // a job shorter than the interval is written once more, at its last result, with no tick's write
 // in flight to wait for.
 func (c *checkpointer) adopted(j *job) {
-	j.w.nextDue = time.Now().Add(c.t.cfg.CheckpointInterval)
+	j.w.nextDue = time.Now().Add(c.cfg.CheckpointInterval)
 }
 
 // start encodes j's checkpoint now and stores it in the background. The results merged so far
@@ -102,7 +122,7 @@ func (c *checkpointer) adopted(j *job) {
 func (c *checkpointer) start(ctx context.Context, j *job) {
 	s, err := c.prepare(j)
 	if err != nil {
-		c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+		c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 		return
 	}
 	s.acks, j.w.acks = j.w.acks, nil
@@ -121,7 +141,6 @@ func (c *checkpointer) start(ctx context.Context, j *job) {
 // for the next write (a deposed leader stops). follow starts the next write of a job that
 // completed or ended while this one was in flight.
 func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error {
-	t := c.t
 	c.inflight--
 	j := w.s.j
 	j.w.writing = false
@@ -132,7 +151,7 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 		if errors.As(w.err, &ue) {
 			// The job's code failed encoding its aggregate: the job fails; its terminal
 			// checkpoint holds no aggregate.
-			t.fail(j, w.err)
+			c.loop.fail(j, w.err)
 			if follow {
 				c.start(ctx, j)
 			}
@@ -141,15 +160,15 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
 			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
 		}
-		t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
+		c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
 		return nil
 	}
 	c.apply(w.s, w.etag)
-	t.keyedStored(ctx, j, w.s) // keyed.go
+	c.loop.keyedStored(ctx, j, w.s) // keyed.go
 	j.w.nextDue = c.due(time.Since(w.s.start))
 	c.ack(w.s.acks)
 	if j.cp.State.Terminal() && !j.dirty {
-		t.retire(ctx, j)
+		c.loop.retire(ctx, j)
 		return nil
 	}
 	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
@@ -177,7 +196,7 @@ func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
 			continue
 		}
 		if err := c.stored(context.WithoutCancel(ctx), w, false); err != nil {
-			c.t.log.Warn("checkpoint", "err", err)
+			c.log.Warn("checkpoint", "err", err)
 		}
 	}
 	c.writers.Wait()
@@ -187,7 +206,7 @@ func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
 	if err := c.all(fctx); err != nil {
-		c.t.log.Warn("final checkpoint", "err", err)
+		c.log.Warn("final checkpoint", "err", err)
 	}
 }
 
@@ -201,7 +220,7 @@ const (
 )
 
 func (c *checkpointer) due(cost time.Duration) time.Time {
-	iv := c.t.cfg.CheckpointInterval
+	iv := c.cfg.CheckpointInterval
 	iv = min(max(iv, costFactor*cost), maxIntervalFactor*iv)
 	return time.Now().Add(iv)
 }
@@ -210,7 +229,7 @@ func (c *checkpointer) due(cost time.Duration) time.Time {
 // covers, and hands jobs that ended to clean-up. For stepping down, with no write in flight.
 func (c *checkpointer) all(ctx context.Context) error {
 	var dirty []*job
-	for _, j := range c.t.active {
+	for j := range c.tab.all() {
 		if j.dirty || j.complete && !j.cp.State.Terminal() {
 			dirty = append(dirty, j)
 		}
@@ -236,14 +255,14 @@ func (c *checkpointer) all(ctx context.Context) error {
 			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
 				return fmt.Errorf("%w: %v", ErrDeposed, err)
 			}
-			c.t.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+			c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 			continue
 		}
 		j.w.nextDue = c.due(costs[i])
 		c.ack(j.w.acks)
 		j.w.acks = nil
 		if j.cp.State.Terminal() {
-			c.t.retire(ctx, j)
+			c.loop.retire(ctx, j)
 		}
 	}
 	return nil
@@ -271,23 +290,21 @@ type snapshot struct {
 // carries the result and state succeeded. If the job's code fails on the way (encoding the
 // aggregate), the job fails, and its checkpoint is the terminal one.
 func (c *checkpointer) prepare(j *job) (*snapshot, error) {
-	t := c.t
 	s, err := c.prepareOnce(j)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
-		t.fail(j, err)
+		c.loop.fail(j, err)
 		return c.prepareOnce(j) // terminal: none of the job's code is called
 	}
 	return s, err
 }
 
 func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
-	t := c.t
 	start := time.Now()
 	cp := j.cp
-	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
+	cp.WriterEpoch, cp.WriterTerm = c.epoch, c.id
 	cp.Seq++
-	cp.UpdatedAt = t.cfg.Now().UTC()
+	cp.UpdatedAt = c.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
 	keyedMaps := 0
 	if ka := j.keyedOf(); ka != nil {
@@ -305,7 +322,7 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 			return err
 		})
 		if err != nil {
-			t.codeFailed(j.id, err)
+			c.codeFailed(j.id, err)
 			cp.State, cp.Error = jobs.StateFailed, err.Error()
 		} else {
 			cp.State, cp.Result = jobs.StateSucceeded, res
@@ -355,7 +372,6 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
 // It touches no loop state, so it may run in the background.
 func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error) {
-	t := c.t
 	agg, err := s.encode()
 	if err != nil {
 		return "", err
@@ -367,11 +383,11 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 		return "", err
 	}
 	began := time.Now()
-	s.meta = t.statusMeta(&cp, s.j.spec)
-	etag, err := t.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
-	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
+	s.meta = statusMeta(c.log, &cp, s.j.spec)
+	etag, err := c.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
+	c.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
-		return "", t.conflict(ctx, s.j.id)
+		return "", c.conflict(ctx, s.j.id)
 	}
 	return etag, err
 }
@@ -391,7 +407,6 @@ func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
 // now checkpoints j at once (claiming a job, stepping down). If the job's code fails encoding
 // its aggregate, the job fails, and its terminal checkpoint is written instead.
 func (c *checkpointer) now(ctx context.Context, j *job) error {
-	t := c.t
 	s, err := c.prepare(j)
 	if err != nil {
 		return err
@@ -399,7 +414,7 @@ func (c *checkpointer) now(ctx context.Context, j *job) error {
 	etag, err := c.put(ctx, s)
 	var ue *UserCodeError
 	if errors.As(err, &ue) {
-		t.fail(j, err)
+		c.loop.fail(j, err)
 		if s, err = c.prepare(j); err != nil {
 			return err
 		}

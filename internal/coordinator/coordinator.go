@@ -74,45 +74,37 @@ func (c *Coordinator) Healthy() error {
 
 func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
 
-// term is one leadership term's state, owned by Lead's goroutine except where noted.
+// term is one leadership term: the loop that owns the jobs' state, dispatch and merging (raft's
+// leaderLoop). The rest of the term's work is done by its components, each with its own state:
+// intake, the scheduler, the lifecycle (retries, retention, clean-up) and the checkpointer.
 type term struct {
 	*Coordinator
-	epoch   uint64
-	id      string // random: tells this term from another that got the same epoch (fence.go)
+	*fence
+	reporter
 	elected time.Time
 	log     *slog.Logger
 
-	active map[string]*job
-	// waiting are the jobs this term found waiting for a type it lacks (waiting.go); claims run
-	// in parallel, hence the lock.
-	waitMu   sync.Mutex
-	waiting  map[string]bool
-	finished map[string]jobs.State // jobs this term saw end (bounded)
-	hiding   sync.Map              // message id → the received batch intake keeps it hidden in (visibility.go)
-	merged   int64                 // results merged this term
-	nActive  atomic.Int32          // len(active), for intake
-	handing  atomic.Int32          // jobs intake hands to the loop, not adopted yet (intake.go)
+	tab    *jobTable     // which jobs the term holds (jobtable.go)
+	in     *intake       // jobs in from the queue, and waiting jobs (intake.go)
+	sched  *scheduler    // schedule ticks (schedule.go)
+	life   *lifecycle    // clean-up, retries, retention (finish.go, retention.go)
+	ck     *checkpointer // checkpoint writing (checkpoint.go)
+	plans  *planner      // splitting jobs, and their plans (plan.go)
+	send   *shardSender  // publishing shards (dispatch.go)
+	reader jobReader     // jobs the term does not hold
 
-	newJobs    chan *job          // from intake
-	claimReq   chan string        // from intake: a planned job to make sure of
+	merged int64 // results merged this term
+
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
-	wake       chan string        // to intake: a job was submitted (its id, as announced)
-	stageErr   chan error         // from stages of their own (schedules): the term must end
+	stageErr   chan error         // from stages of their own (schedules, retention): the term must end
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
-	afterSeen  atomic.Bool        // a job waits after others (after.go): kick on every end
-	cleaning   sync.Map           // ids of ended jobs whose clean-up runs or whose marker waits for the sweeper: rescan leaves them
-	sweep      *sweeper           // deletes ended jobs' active markers in batches (sweep.go)
-	intakeNs   atomic.Int64       // when intake last received messages (unix ns; the sweeper waits for a pause)
-	requeued   sync.Map           // marked jobs without a checkpoint: first seen, or true once queued again (job.go)
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
 	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
 	looking    bool               // a self-repair pass runs
 
 	dispatchers sync.WaitGroup
 	cleanups    sync.WaitGroup
-
-	ck *checkpointer // checkpoint writing (checkpoint.go)
 
 	fair fairState // fair dispatch between the running jobs of a type (fair.go)
 }
@@ -144,15 +136,15 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		return stopped(err)
 	}
 	defer feed.Stop()
-	t.log.Info("coordinator resumed", "jobs", len(t.active), "since_elected", time.Since(t.elected).Round(time.Millisecond))
-	c.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: len(t.active)})
+	t.log.Info("coordinator resumed", "jobs", t.tab.len(), "since_elected", time.Since(t.elected).Round(time.Millisecond))
+	t.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: t.tab.len()})
 
 	for _, sub := range []struct {
 		subj string
 		fn   func([]byte)
 	}{
 		{bus.CtlCancel, func(b []byte) { t.onCancelHint(ctx, string(b)) }},
-		{bus.CtlSubmitted, func(b []byte) { nonBlocking(t.wake, string(b)) }},
+		{bus.CtlSubmitted, func(b []byte) { t.in.announced(string(b)) }},
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
 		if err != nil {
@@ -161,41 +153,32 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		defer stop()
 	}
 
-	intakeCtx, stopIntake := context.WithCancel(ctx)
-	var intake sync.WaitGroup
-	intake.Add(1)
-	go func() {
-		defer intake.Done()
-		t.intake(intakeCtx)
-	}()
-	intake.Add(1)
-	go func() {
-		defer intake.Done()
-		t.sweep.run(intakeCtx)
-	}()
-	intake.Add(1)
-	go func() {
-		defer intake.Done()
-		if err := t.runSchedules(intakeCtx); err != nil {
-			nonBlocking(t.stageErr, err)
-		}
-	}()
-	intake.Add(1)
-	go func() {
-		defer intake.Done()
-		if err := t.runRetention(intakeCtx); err != nil {
-			nonBlocking(t.stageErr, err)
-		}
-	}()
+	// The components of their own, with their own goroutines (asynq's janitor and syncer).
+	stageCtx, stopStages := context.WithCancel(ctx)
+	var stages sync.WaitGroup
+	for _, run := range []func(context.Context) error{
+		func(ctx context.Context) error { t.in.run(ctx); return nil },
+		func(ctx context.Context) error { t.life.sweep.run(ctx); return nil },
+		t.sched.run,
+		t.life.runRetention,
+	} {
+		stages.Add(1)
+		go func() {
+			defer stages.Done()
+			if err := run(stageCtx); err != nil {
+				nonBlocking(t.stageErr, err)
+			}
+		}()
+	}
 
 	err = t.loop(ctx, feed)
 
 	// Step down: stop taking and dispatching work, then checkpoint what was merged, so the next
 	// leader starts from here. The writes are fenced: if a newer leader already claimed a job, the
 	// write fails and its results stay unacknowledged for that leader.
-	stopIntake()
-	intake.Wait()
-	for _, j := range t.active {
+	stopStages()
+	stages.Wait()
+	for j := range t.tab.all() {
 		if j.stopDispatch != nil {
 			j.stopDispatch()
 		}
@@ -203,38 +186,36 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t.dispatchers.Wait()
 	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
 	t.cleanups.Wait()
-	t.sweep.flush(ctx)
+	t.life.sweep.flush(ctx)
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
 		err = nil
 	}
-	c.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
+	t.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
 	return err
 }
 
+// newTerm makes a term and its components, wired through their small interfaces.
 func (c *Coordinator) newTerm(epoch uint64) *term {
-	id := newTermID()
+	f := newFence(epoch, c.log, c.store, c.sawEpoch)
+	log := c.log.With("epoch", epoch, "term", f.id)
+	rep := reporter{log: log, emit: func(ev Event) { ev.Epoch = epoch; c.emitEvent(ev) }}
 	t := &term{
-		Coordinator: c, epoch: epoch, id: id, elected: time.Now(),
-		log:    c.log.With("epoch", epoch, "term", id),
-		active: map[string]*job{}, waiting: map[string]bool{},
-		finished: map[string]jobs.State{},
-		newJobs:  make(chan *job), claimReq: make(chan string, 64),
-		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), wake: make(chan string, 16),
+		Coordinator: c, fence: f, reporter: rep, elected: time.Now(), log: log,
+		tab: newJobTable(), reader: jobReader{store: c.store},
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64),
 		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
-	t.ck = newCheckpointer(t)
-	t.sweep = newSweeper(t)
+	t.plans = &planner{fence: f, cfg: c.cfg, env: c.env, store: c.store}
+	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, term: f.id, progress: t.dispatched}
+	t.life = &lifecycle{fence: f, reporter: rep, cfg: c.cfg, store: c.store, queue: c.queue, bus: c.bus}
+	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
+	t.in.elected = t.elected
+	t.life.sweep = newSweeper(log, c.store, t.in, t.tab)
+	t.sched = &scheduler{fence: f, reporter: rep, cfg: c.cfg, store: c.store, reader: t.reader, submit: t.in, states: map[string]*schedState{}}
+	t.ck = newCheckpointer(f, rep, c.cfg, c.store, t.tab, t)
 	return t
-}
-
-// lastIntake is when intake last received messages (the term's start before the first).
-func (t *term) lastIntake() time.Time {
-	if ns := t.intakeNs.Load(); ns != 0 {
-		return time.Unix(0, ns)
-	}
-	return t.elected
 }
 
 // onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
@@ -303,9 +284,9 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			if err := t.rescan(ctx); err != nil {
 				return err
 			}
-		case j := <-t.newJobs:
+		case j := <-t.in.handed:
 			t.adopt(ctx, j)
-		case id := <-t.claimReq:
+		case id := <-t.in.claims:
 			if err := t.ensure(ctx, id); err != nil {
 				return err
 			}
@@ -336,16 +317,8 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 
 // adopt makes j active and starts dispatching what of it is not yet dispatched.
 func (t *term) adopt(ctx context.Context, j *job) {
-	if _, ok := t.active[j.id]; ok {
-		if j.fresh {
-			t.handing.Add(-1) // claimed meanwhile (a rescan found its marker)
-		}
-		return
-	}
-	t.active[j.id] = j
-	t.nActive.Store(int32(len(t.active)))
-	if j.fresh {
-		t.handing.Add(-1) // counted in nActive now
+	if !t.tab.add(j) {
+		return // claimed meanwhile (a rescan found its marker)
 	}
 	t.ck.adopted(j)
 	if j.cancelled && !j.complete {
@@ -358,7 +331,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	}
 	t.keyedAdopt(ctx, j) // keyed.go
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
-		src, err := t.source(j)
+		src, err := t.plans.source(j)
 		if err != nil {
 			t.fail(j, wrapOp("dispatch", err))
 		} else {
@@ -369,7 +342,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 			t.dispatchers.Add(1)
 			go func() {
 				defer t.dispatchers.Done()
-				t.dispatch(dctx, j, src, j.cp.Dispatched)
+				t.send.dispatch(dctx, j, src, j.cp.Dispatched)
 			}()
 		}
 	}
@@ -379,7 +352,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 
 // ensure claims a planned job this term does not hold yet.
 func (t *term) ensure(ctx context.Context, id string) error {
-	if _, ok := t.active[id]; ok {
+	if t.tab.get(id) != nil {
 		return nil
 	}
 	j, err := t.claim(ctx, id)
@@ -407,18 +380,18 @@ func (t *term) rescan(ctx context.Context) error {
 	var ids []string
 	for _, m := range marks {
 		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
-		if _, ok := t.active[id]; ok || protocol.CheckID(id) != nil {
+		if t.tab.get(id) != nil || protocol.CheckID(id) != nil {
 			continue
 		}
-		if _, ok := t.cleaning.Load(id); ok {
+		if t.tab.isCleaning(id) {
 			continue // ended here, its clean-up runs
 		}
-		if t.isWaiting(id) {
+		if t.tab.isWaiting(id) {
 			// Waiting for a type this process lacks: only a cancel changes that in this term.
 			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil || !ok {
 				continue
 			}
-			t.setWaiting(id, false)
+			t.tab.setWaiting(id, false)
 		}
 		ids = append(ids, id)
 	}

@@ -694,13 +694,13 @@ func TestCoordinator_ReportsEvents(t *testing.T) {
 
 // A checkpoint's cost sets the job's next checkpoint: at most a tenth of the time goes to it.
 func TestDue_AdaptsToCheckpointCost(t *testing.T) {
-	tm := &term{Coordinator: &Coordinator{cfg: Config{CheckpointInterval: 200 * time.Millisecond}}}
+	ck := &checkpointer{cfg: Config{CheckpointInterval: 200 * time.Millisecond}}
 	for _, c := range []struct{ cost, want time.Duration }{
 		{time.Millisecond, 200 * time.Millisecond}, // cheap: the configured interval
 		{100 * time.Millisecond, time.Second},      // costly: 10 × its cost
 		{10 * time.Second, 10 * time.Second},       // capped at 50 × the interval
 	} {
-		got := time.Until(newCheckpointer(tm).due(c.cost))
+		got := time.Until(ck.due(c.cost))
 		if got > c.want || got < c.want-time.Second/10 {
 			t.Errorf("due after a %v checkpoint in %v, want %v", c.cost, got, c.want)
 		}

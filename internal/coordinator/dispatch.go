@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/bus"
@@ -17,10 +18,29 @@ type dispatchEvent struct {
 	err  error
 }
 
+// shardSender is the component that publishes a term's shards: a job's dispatcher, and the
+// rounds of self-repair and backup tasks. It reads a job's window but changes nothing of it;
+// progress and failures go to the loop (progress).
+type shardSender struct {
+	log      *slog.Logger
+	bus      shardPublisher
+	batch    int    // Config.DispatchBatch
+	term     string // the term's id: backup tasks' message ids
+	progress chan<- dispatchEvent
+}
+
+// shardPublisher publishes shards (Bus).
+type shardPublisher interface {
+	PublishAll(ctx context.Context, msgs []bus.Outgoing) error
+	ShardTypeSubject(typ, job string) string
+}
+
+var _ shardPublisher = Bus(nil)
+
 // onDispatched records a dispatcher's progress in its job, or fails the job.
 func (t *term) onDispatched(ev dispatchEvent) {
-	j, ok := t.active[ev.job]
-	if !ok || j.cp.State.Terminal() {
+	j := t.tab.get(ev.job)
+	if j == nil || j.cp.State.Terminal() {
 		return
 	}
 	if ev.err != nil {
@@ -37,13 +57,13 @@ func (t *term) onDispatched(ev dispatchEvent) {
 // needed, so the dispatcher holds its batch and at most one plan page. A publish (or a plan page
 // read) that fails is retried until ctx ends: the shards stream or storage may be briefly
 // unavailable; a plan that cannot be read (a corrupt page) fails the job.
-func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) {
+func (d *shardSender) dispatch(ctx context.Context, j *job, src *planSource, from int) {
 	id, typ, epoch, total := j.id, j.spec.Type, j.cp.PlanEpoch, j.cp.Total
-	subject := t.bus.ShardTypeSubject(typ, id)
+	subject := d.bus.ShardTypeSubject(typ, id)
 	per := max(j.cp.ShardsPerMsg, 1)
 	for i := from; i < total; {
-		n := t.room(j, i, total, per)
-		for ; n == 0; n = t.room(j, i, total, per) {
+		n := d.room(j, i, total, per)
+		for ; n == 0; n = d.room(j, i, total, per) {
 			select {
 			case <-ctx.Done():
 				return
@@ -62,19 +82,19 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 				k = end
 			}
 			if err != nil {
-				t.report(ctx, dispatchEvent{job: id, err: err})
+				d.report(ctx, dispatchEvent{job: id, err: err})
 				return
 			}
-			err = t.bus.PublishAll(ctx, batch)
+			err = d.bus.PublishAll(ctx, batch)
 		} else if _, ok := err.(*UserCodeError); ok || errors.Is(err, jobs.ErrBadCheckpoint) {
-			t.report(ctx, dispatchEvent{job: id, err: err})
+			d.report(ctx, dispatchEvent{job: id, err: err})
 			return
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			t.log.Warn("dispatch batch failed; retrying", "job", id, "from", i, "err", err)
+			d.log.Warn("dispatch batch failed; retrying", "job", id, "from", i, "err", err)
 			select {
 			case <-ctx.Done():
 				return
@@ -83,7 +103,7 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 			continue
 		}
 		i += n
-		t.report(ctx, dispatchEvent{job: id, upto: i})
+		d.report(ctx, dispatchEvent{job: id, upto: i})
 	}
 }
 
@@ -91,14 +111,14 @@ func (t *term) dispatch(ctx context.Context, j *job, src *planSource, from int) 
 // up to total); 0 means wait. It is what the job's window (fair.go) leaves, once that is at least a
 // quarter of the window, so a busy job publishes in a few larger rounds. With nothing outstanding
 // one message always goes (a message may carry more than the window).
-func (t *term) room(j *job, i, total, per int) int {
+func (d *shardSender) room(j *job, i, total, per int) int {
 	if g := int(j.gate.Load()) - 1; g >= 0 { // a keyed job's reduce tasks wait (keyed.go)
 		if i >= g {
 			return 0
 		}
 		total = min(total, g)
 	}
-	n := min(max(t.cfg.DispatchBatch/per, 1)*per, total-i)
+	n := min(max(d.batch/per, 1)*per, total-i)
 	m := int(j.merged.Load())
 	window := int(j.window.Load())
 	free := window - max(i-m, 0)
@@ -108,9 +128,9 @@ func (t *term) room(j *job, i, total, per int) int {
 	return min(n, max(free/per*per, per))
 }
 
-func (t *term) report(ctx context.Context, ev dispatchEvent) {
+func (d *shardSender) report(ctx context.Context, ev dispatchEvent) {
 	select {
-	case t.dispatched <- ev:
+	case d.progress <- ev:
 	case <-ctx.Done():
 	}
 }

@@ -63,7 +63,7 @@ func (t *term) rebalance(now time.Time) {
 	merged := map[string]int64{}
 	weights := map[string]float64{}
 	shardTime := map[string]time.Duration{}
-	for _, j := range t.active {
+	for j := range t.tab.all() {
 		typ := j.spec.Type
 		shardTime[typ] = max(shardTime[typ], j.bk.median())
 		if measure {
@@ -101,7 +101,7 @@ func (t *term) rebalance(now time.Time) {
 		ahead := t.cfg.FairHorizon + 2*shardTime[typ]
 		tr.budget = min(max(int(tr.perSec*ahead.Seconds()), t.cfg.FairMinShards), t.cfg.DispatchWindow)
 	}
-	for _, j := range t.active {
+	for j := range t.tab.all() {
 		if !j.dispatching() {
 			continue
 		}

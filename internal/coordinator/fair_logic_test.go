@@ -20,7 +20,7 @@ func TestRebalance_SplitsTheTypeBudgetByPriority(t *testing.T) {
 	tm := c.newTerm(1)
 	a, b, other := fairJob("a", "sleep", 0, 10000), fairJob("b", "sleep", 2, 10000), fairJob("c", "primes", 0, 10000)
 	for _, j := range []*job{a, b, other} {
-		tm.active[j.id] = j
+		tm.tab.add(j)
 	}
 	now := time.Now()
 	tm.rebalance(now) // rate unknown: the floor
@@ -65,7 +65,7 @@ func TestRoom_WholeMessagesAndQuarterWindows(t *testing.T) {
 		j := fairJob("j", "sleep", 0, tc.total)
 		j.window.Store(int64(tc.window))
 		j.merged.Store(int64(tc.merged))
-		if got := tm.room(j, tc.i, tc.total, tc.per); got != tc.want {
+		if got := tm.send.room(j, tc.i, tc.total, tc.per); got != tc.want {
 			t.Errorf("%s: room %d, want %d", tc.name, got, tc.want)
 		}
 	}

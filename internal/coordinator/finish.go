@@ -12,12 +12,12 @@ import (
 
 // checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
 func (t *term) checkCancels(ctx context.Context) {
-	for id, j := range t.active {
+	for j := range t.tab.all() {
 		if j.cp.State.Terminal() {
 			continue
 		}
-		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err == nil && ok {
-			t.cancel(ctx, id, "cancelled by user")
+		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(j.id)); err == nil && ok {
+			t.cancel(ctx, j.id, "cancelled by user")
 		}
 	}
 }
@@ -25,13 +25,13 @@ func (t *term) checkCancels(ctx context.Context) {
 // cancel ends a running job as cancelled (or failed, via fail); the terminal checkpoint is
 // written at the next checkpoint tick, then its queued shards are purged.
 func (t *term) cancel(ctx context.Context, id, why string) {
-	j, ok := t.active[id]
-	if !ok {
-		t.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
-		if err := t.ensure(ctx, id); err != nil || t.active[id] == nil {
+	j := t.tab.get(id)
+	if j == nil {
+		t.tab.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
+		if err := t.ensure(ctx, id); err != nil || t.tab.get(id) == nil {
 			return
 		}
-		j = t.active[id]
+		j = t.tab.get(id)
 	}
 	t.end(j, jobs.StateCancelled, why)
 }
@@ -49,14 +49,9 @@ func (t *term) end(j *job, state jobs.State, why string) {
 
 // retire removes an ended job from the term and cleans up after it in the background.
 func (t *term) retire(ctx context.Context, j *job) {
-	delete(t.active, j.id)
-	t.nActive.Store(int32(len(t.active)))
+	t.tab.finish(j)         // marks it being cleaned up, too
 	t.rebalance(time.Now()) // its type's other jobs share its budget
-	if len(t.finished) > 100_000 {
-		clear(t.finished)
-	}
-	t.finished[j.id] = j.cp.State
-	if t.afterSeen.Load() {
+	if t.tab.after.Load() {
 		nonBlocking(t.kick, struct{}{})
 	}
 	t.log.Info("job finished", "job", j.id, "state", j.cp.State, "shards", j.cp.Total,
@@ -68,14 +63,13 @@ func (t *term) retire(ctx context.Context, j *job) {
 	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
 	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs, sweep: true}
-	t.cleaning.Store(cp.Job, true)
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
-		if !t.clean(context.WithoutCancel(ctx), &cp, here) {
-			t.cleaning.Delete(cp.Job) // else the sweeper does, once the marker is gone
+		if !t.life.clean(context.WithoutCancel(ctx), &cp, here) {
+			t.tab.setCleaning(cp.Job, false) // else the sweeper does, once the marker is gone
 		}
-		if t.afterSeen.Load() {
+		if t.tab.after.Load() {
 			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
 		}
 	}()
@@ -95,47 +89,62 @@ type endedHere struct {
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
 // partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
 // rest to the next one (claim calls cleanup for terminal jobs still marked active).
-func (t *term) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
-	t.clean(ctx, cp, endedHere{partials: true})
+func (l *lifecycle) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
+	l.clean(ctx, cp, endedHere{partials: true})
 }
 
 // clean is cleanup with what the term that ended the job knows. It reports whether it handed the
 // active marker to the sweeper (here.sweep).
-func (t *term) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) (swept bool) {
+func (l *lifecycle) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) (swept bool) {
 	id := cp.Job
 	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
-		if _, err := t.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
-			t.log.Warn("write result copy", "job", id, "err", err)
+		if _, err := l.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
+			l.log.Warn("write result copy", "job", id, "err", err)
 			return false // keep the marker: the next pass retries
 		}
-		t.dropResult(ctx, cp, here) // result.go
+		l.dropResult(ctx, cp, here) // result.go
 	} else if cp.State != jobs.StateSucceeded {
-		if err := t.bus.PurgeJob(ctx, id); err != nil {
-			t.log.Warn("purge shards", "job", id, "err", err)
+		if err := l.bus.PurgeJob(ctx, id); err != nil {
+			l.log.Warn("purge shards", "job", id, "err", err)
 		}
 	}
 	if here.partials {
-		if parts, err := t.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
+		if parts, err := l.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
 			for _, p := range parts {
-				_ = t.store.Delete(ctx, p.Name)
+				_ = l.store.Delete(ctx, p.Name)
 			}
 		}
 	}
-	t.deletePlan(ctx, cp)
-	t.cleanupKeyed(ctx, cp) // keyed.go
-	if !t.retryFailed(ctx, cp) {
+	l.deletePlan(ctx, cp)
+	l.cleanupKeyed(ctx, cp) // keyed.go
+	if !l.retryFailed(ctx, cp) {
 		return false // keep the marker: the next pass retries (retry.go)
 	}
-	if err := t.markEnded(ctx, cp); err != nil {
-		t.log.Warn("job ended", "job", id, "err", err)
+	if err := l.markEnded(ctx, cp); err != nil {
+		l.log.Warn("job ended", "job", id, "err", err)
 		return false // keep the marker: the next pass retries (retention.go)
 	}
 	if here.sweep {
-		t.sweep.add(id)
+		l.sweep.add(id)
 		return true
 	}
-	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
-		t.log.Warn("delete active marker", "job", id, "err", err)
+	if err := l.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
+		l.log.Warn("delete active marker", "job", id, "err", err)
 	}
 	return false
+}
+
+// deletePlan removes a finished job's stored plan pages (an indexed plan stored none).
+func (l *lifecycle) deletePlan(ctx context.Context, cp *protocol.Checkpoint) {
+	if cp.Plan != protocol.PlanPages {
+		return
+	}
+	pages, err := l.store.List(ctx, protocol.PlanPrefix(cp.Job, cp.PlanEpoch))
+	if err != nil {
+		l.log.Warn("list plan pages", "job", cp.Job, "err", err)
+		return
+	}
+	for _, p := range pages {
+		_ = l.store.Delete(ctx, p.Name)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -14,7 +15,100 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// intake takes job ids off the queue until ctx ends. A message is deleted only once its job has a
+// intake is the component that takes jobs in: off the queue (planned, or stored as waiting), and
+// the waiting ones the loop claims (waiting.go, after.go). It owns the visibility of the messages
+// it holds (visibility.go) and hands planned jobs to the loop in the queue's order.
+type intake struct {
+	*fence
+	reporter
+	cfg    Config
+	store  Store
+	queue  Queue
+	dead   deadLetterer
+	health *queueHealth // the coordinator's: Healthy reads it
+	tab    *jobTable    // counts, and the waiting set
+	plans  jobPlanner
+	life   ender
+	reader jobReader
+
+	handed  chan *job   // to the loop: planned jobs
+	claims  chan string // to the loop: a planned job to make sure of
+	wake    chan string // a job was submitted (its id, as announced)
+	hiding  sync.Map    // message id → the received batch it is kept hidden in (visibility.go)
+	lastNs  atomic.Int64
+	elected time.Time
+}
+
+// deadLetterer stores a refused message (Bus).
+type deadLetterer interface {
+	DeadLetter(ctx context.Context, source string, data []byte, reason string) error
+}
+
+// jobPlanner splits a job (planner).
+type jobPlanner interface {
+	plan(ctx context.Context, id string, spec *protocol.Spec, impl jobs.Job) (*job, error)
+}
+
+// ender stores what a job's end leaves, and cleans up after one (lifecycle).
+type ender interface {
+	markEnded(ctx context.Context, cp *protocol.Checkpoint) error
+	cleanup(ctx context.Context, cp *protocol.Checkpoint)
+}
+
+var (
+	_ deadLetterer = Bus(nil)
+	_ jobPlanner   = (*planner)(nil)
+	_ ender        = (*lifecycle)(nil)
+)
+
+func newIntake(f *fence, rep reporter, cfg Config, st Store, q Queue, dead deadLetterer, health *queueHealth,
+	tab *jobTable, plans jobPlanner, life ender, reader jobReader) *intake {
+	return &intake{fence: f, reporter: rep, cfg: cfg, store: st, queue: q, dead: dead, health: health, tab: tab,
+		plans: plans, life: life, reader: reader,
+		handed: make(chan *job), claims: make(chan string, 64), wake: make(chan string, 16)}
+}
+
+// announced takes a submitter's hint that job id was queued.
+func (in *intake) announced(id string) { nonBlocking(in.wake, id) }
+
+// enqueue queues job id, whose spec is stored, and wakes intake (the scheduler's submitter).
+func (in *intake) enqueue(ctx context.Context, id string) error {
+	if err := in.queue.Enqueue(ctx, id); err != nil {
+		return err
+	}
+	nonBlocking(in.wake, id)
+	return nil
+}
+
+// lastIntake is when intake last received messages (the term's start before the first).
+func (in *intake) lastIntake() time.Time {
+	if ns := in.lastNs.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return in.elected
+}
+
+// requeue puts a marked job without a checkpoint back on the queue, once a term: a storage
+// rollback can keep the marker and lose the checkpoint after its message was deleted. It waits
+// until the job has been seen so for two rescan intervals, past an intake between its marker and
+// its checkpoint. A second message is harmless: intake finds the job planned, or plans it once
+// (If-None-Match).
+func (in *intake) requeue(ctx context.Context, id string) {
+	if !in.tab.requeueDue(id, in.cfg.Now(), 2*in.cfg.RescanInterval) {
+		return // queued already, or seen too recently
+	}
+	if ok, err := in.store.Exists(ctx, protocol.SpecBlob(id)); err != nil || !ok {
+		return // unknown: the next rescan asks again; gone: deleted, nothing to run
+	}
+	if err := in.queue.Enqueue(ctx, id); err != nil {
+		in.log.Warn("requeue a marked job without a checkpoint", "job", id, "err", err)
+		return
+	}
+	in.tab.requeuedNow(id)
+	in.log.Warn("a marked job had no checkpoint (a storage rollback?); queued again", "job", id)
+}
+
+// run takes job ids off the queue until ctx ends. A message is deleted only once its job has a
 // checkpoint (running, with its active marker, or failed with the reason), so a leader dying
 // mid-intake loses nothing: the message becomes visible again after QueueVisibility.
 //
@@ -27,7 +121,7 @@ import (
 // more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
 // The next receive starts once a batch's jobs are handed over: the batch's tails (active
 // markers, message deletes) run on beside it, at most tailsMax batches of them.
-func (t *term) intake(ctx context.Context) {
+func (in *intake) run(ctx context.Context) {
 	ahead := map[string]*lookahead{}
 	var tails sync.WaitGroup
 	defer tails.Wait()
@@ -40,30 +134,30 @@ func (t *term) intake(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
-		free := t.cfg.MaxActiveJobs - t.activeJobs()
+		free := in.cfg.MaxActiveJobs - in.tab.count()
 		if free <= 0 {
-			t.idle(ctx, ahead)
+			in.idle(ctx, ahead)
 			continue
 		}
-		t.Coordinator.qhealth.begin()
-		msgs, err := t.queue.Receive(ctx, min(16, free), t.cfg.QueueVisibility)
+		in.health.begin()
+		msgs, err := in.queue.Receive(ctx, min(16, free), in.cfg.QueueVisibility)
 		if err != nil {
-			t.Coordinator.qhealth.failed(err)
+			in.health.failed(err)
 			if ctx.Err() == nil {
-				t.log.Warn("receive from the job queue", "err", err)
+				in.log.Warn("receive from the job queue", "err", err)
 			}
-			t.idle(ctx, ahead)
+			in.idle(ctx, ahead)
 			continue
 		}
-		t.Coordinator.qhealth.ok()
+		in.health.ok()
 		if len(msgs) == 0 {
-			t.idle(ctx, ahead)
+			in.idle(ctx, ahead)
 			continue
 		}
-		t.intakeNs.Store(time.Now().UnixNano())
-		stop := t.keepHidden(ctx, msgs)
+		in.lastNs.Store(time.Now().UnixNano())
+		stop := in.keepHidden(ctx, msgs)
 		slots <- struct{}{}
-		rest := t.intakeBatch(ctx, msgs, ahead)
+		rest := in.intakeBatch(ctx, msgs, ahead)
 		tails.Add(1)
 		go func() {
 			defer tails.Done()
@@ -77,16 +171,11 @@ func (t *term) intake(ctx context.Context) {
 // tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
 const tailsMax = 2
 
-// activeJobs is how many jobs are active, counting those intake is handing to the main loop
-// (t.handing: counted before the hand-over, uncounted when the loop adopts them). A job in
-// between may count twice for a moment, never zero times.
-func (t *term) activeJobs() int { return int(t.nActive.Load() + t.handing.Load()) }
-
 // intakeBatch takes msgs in side by side: each goes through read, admit, plan and commit on a
 // goroutine of its own, so their storage operations overlap; planned jobs reach the main loop in
 // the queue's order. It returns once every message has handed over its job or given up; rest
 // waits for what the messages still do (markers, deletes).
-func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (rest func()) {
+func (in *intake) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[string]*lookahead) (rest func()) {
 	var wg sync.WaitGroup
 	prev := make(chan struct{})
 	close(prev)
@@ -102,7 +191,7 @@ func (t *term) intakeBatch(ctx context.Context, msgs []queue.Message, ahead map[
 		go func() {
 			defer wg.Done()
 			defer tn.done()
-			t.intakeOne(ctx, m, la, tn)
+			in.intakeOne(ctx, m, la, tn)
 		}()
 	}
 	for _, c := range turns {
@@ -132,19 +221,19 @@ func (tn *turn) done() { tn.once.Do(func() { close(tn.mine) }) }
 
 // idle waits for a submission, the queue poll interval or ctx. An announced id gets its reads
 // started (at most lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
-func (t *term) idle(ctx context.Context, ahead map[string]*lookahead) {
+func (in *intake) idle(ctx context.Context, ahead map[string]*lookahead) {
 	select {
 	case <-ctx.Done():
-	case id := <-t.wake:
+	case id := <-in.wake:
 		for k, la := range ahead {
 			if time.Since(la.started) > lookaheadTTL {
 				delete(ahead, k)
 			}
 		}
 		if _, ok := ahead[id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(id) == nil {
-			ahead[id] = t.readAhead(ctx, id)
+			ahead[id] = in.readAhead(ctx, id)
 		}
-	case <-time.After(t.cfg.QueuePoll):
+	case <-time.After(in.cfg.QueuePoll):
 	}
 }
 
@@ -169,63 +258,63 @@ type lookahead struct {
 	specErr   error
 }
 
-func (t *term) readAhead(ctx context.Context, id string) *lookahead {
+func (in *intake) readAhead(ctx context.Context, id string) *lookahead {
 	la := &lookahead{started: time.Now()}
 	la.done.Add(2)
 	go func() {
 		defer la.done.Done()
-		la.data, _, la.specErr = t.store.Get(ctx, protocol.SpecBlob(id))
+		la.data, _, la.specErr = in.store.Get(ctx, protocol.SpecBlob(id))
 	}()
 	go func() {
 		defer la.done.Done()
-		la.cancelled, la.cancelErr = t.store.Exists(ctx, protocol.CancelBlob(id))
+		la.cancelled, la.cancelErr = in.store.Exists(ctx, protocol.CancelBlob(id))
 	}()
 	return la
 }
 
 // intakeOne takes in queue message m (la: its reads, if started ahead, else nil) in four
 // stages: read, admit, plan, commit. It reports whether it handed a job to the main loop.
-func (t *term) intakeOne(ctx context.Context, m queue.Message, la *lookahead, tn *turn) bool {
-	id, spec, ok := t.read(ctx, m, la)
+func (in *intake) intakeOne(ctx context.Context, m queue.Message, la *lookahead, tn *turn) bool {
+	id, spec, ok := in.read(ctx, m, la)
 	if !ok {
 		return false
 	}
-	impl, ok := t.admit(ctx, m, id, spec)
+	impl, ok := in.admit(ctx, m, id, spec)
 	if !ok {
 		return false
 	}
 	start := time.Now()
-	j, ok := t.planOne(ctx, m, id, spec, impl)
+	j, ok := in.planOne(ctx, m, id, spec, impl)
 	if !ok {
 		return false
 	}
-	return t.commitPlanned(ctx, m, j, start, tn)
+	return in.commitPlanned(ctx, m, j, start, tn)
 }
 
 // read checks message m and reads its job's spec and cancel marker. Malformed messages, messages
 // tried too often and jobs without a spec are dead-lettered; a spec that does not parse is refused.
-func (t *term) read(ctx context.Context, m queue.Message, la *lookahead) (string, *protocol.Spec, bool) {
+func (in *intake) read(ctx context.Context, m queue.Message, la *lookahead) (string, *protocol.Spec, bool) {
 	id := strings.TrimSpace(m.Text)
-	log := t.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
+	log := in.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
-		t.deadQueue(ctx, m, err.Error())
+		in.deadQueue(ctx, m, err.Error())
 		return "", nil, false
 	}
-	if m.DequeueCount > t.cfg.MaxQueueDequeues {
+	if m.DequeueCount > in.cfg.MaxQueueDequeues {
 		reason := fmt.Sprintf("job %s could not be planned in %d tries", id, m.DequeueCount-1)
 		log.Error("giving up on a job message; dead-lettered", "dequeues", m.DequeueCount)
-		t.writeFirst(ctx, id, "", jobs.StateFailed, reason, nil)
-		t.deadQueue(ctx, m, reason)
+		in.writeFirst(ctx, id, "", jobs.StateFailed, reason, nil)
+		in.deadQueue(ctx, m, reason)
 		return "", nil, false
 	}
 	if la == nil {
-		la = t.readAhead(ctx, id)
+		la = in.readAhead(ctx, id)
 	}
 	la.done.Wait()
 	if errors.Is(la.specErr, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
-		t.deadQueue(ctx, m, "no spec blob for job "+id)
+		in.deadQueue(ctx, m, "no spec blob for job "+id)
 		return "", nil, false
 	}
 	if la.specErr != nil {
@@ -234,16 +323,16 @@ func (t *term) read(ctx context.Context, m queue.Message, la *lookahead) (string
 	}
 	spec, err := protocol.ParseSpec(la.data)
 	if err != nil {
-		t.refuse(ctx, m, id, "", err)
+		in.refuse(ctx, m, id, "", err)
 		return "", nil, false
 	}
 	if la.cancelErr == nil && la.cancelled {
-		_, err := t.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
+		_, err := in.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
 		switch {
 		case errors.Is(err, store.ErrExists):
-			t.planned(ctx, m, id) // planned before the cancel: the claim reads the marker
+			in.planned(ctx, m, id) // planned before the cancel: the claim reads the marker
 		case err == nil:
-			t.deleteMsg(ctx, m)
+			in.deleteMsg(ctx, m)
 		}
 		return "", nil, false
 	}
@@ -252,13 +341,13 @@ func (t *term) read(ctx context.Context, m queue.Message, la *lookahead) (string
 
 // admit decides whether the job runs now: not while it waits for other jobs (after.go) or for a
 // leader with its type (waiting.go).
-func (t *term) admit(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) (jobs.Job, bool) {
-	if len(spec.After) > 0 && t.after(ctx, m, id, spec) {
+func (in *intake) admit(ctx context.Context, m queue.Message, id string, spec *protocol.Spec) (jobs.Job, bool) {
+	if len(spec.After) > 0 && in.after(ctx, m, id, spec) {
 		return nil, false
 	}
-	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	impl, err := in.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
-		t.wait(ctx, m, id, spec.Type)
+		in.wait(ctx, m, id, spec.Type)
 		return nil, false
 	}
 	return impl, true
@@ -268,25 +357,25 @@ func (t *term) admit(ctx context.Context, m queue.Message, id string, spec *prot
 // as they are dispatched. Any other is split now and its plan stored in pages, before the first
 // checkpoint (which says where the plan is), unless the job was planned already, whose pages
 // must not be rewritten under it.
-func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *protocol.Spec, impl jobs.Job) (*job, bool) {
+func (in *intake) planOne(ctx context.Context, m queue.Message, id string, spec *protocol.Spec, impl jobs.Job) (*job, bool) {
 	if _, ok := impl.(jobs.Indexed); !ok {
-		switch ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(id)); {
+		switch ok, err := in.store.Exists(ctx, protocol.CheckpointBlob(id)); {
 		case err != nil:
-			t.log.Warn("check for a checkpoint", "job", id, "err", err)
+			in.log.Warn("check for a checkpoint", "job", id, "err", err)
 			return nil, false
 		case ok:
-			t.planned(ctx, m, id)
+			in.planned(ctx, m, id)
 			return nil, false
 		}
 	}
-	j, err := t.plan(ctx, id, spec, impl)
+	j, err := in.plans.plan(ctx, id, spec, impl)
 	switch {
 	case errors.Is(err, errPlanStorage):
-		t.log.Warn("planning a job", "job", id, "err", err)
+		in.log.Warn("planning a job", "job", id, "err", err)
 		return nil, false
 	case err != nil:
 		if ctx.Err() == nil {
-			t.refuse(ctx, m, id, spec.Type, err)
+			in.refuse(ctx, m, id, spec.Type, err)
 		}
 		return nil, false
 	}
@@ -300,20 +389,20 @@ func (t *term) planOne(ctx context.Context, m queue.Message, id string, spec *pr
 // has its marker. The other order once left a running job that no leader resumed. A marker it keeps
 // without the checkpoint sends the job back to the queue (claim). The queue message goes once both
 // are stored, after the job is handed over.
-func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
+func (in *intake) commitPlanned(ctx context.Context, m queue.Message, j *job, start time.Time, tn *turn) bool {
 	id, spec := j.id, j.spec
-	if err := t.mark(ctx, id); err != nil {
-		t.log.Warn("planning a job", "job", id, "err", err)
+	if err := in.mark(ctx, id); err != nil {
+		in.log.Warn("planning a job", "job", id, "err", err)
 		return false // the message comes back
 	}
-	etag, err := t.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
+	etag, err := in.writeFirst(ctx, id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
 		var ue *UserCodeError
 		switch {
 		case errors.Is(err, store.ErrExists):
-			t.planned(ctx, m, id) // planned already (by a leader that died, or another one)
+			in.planned(ctx, m, id) // planned already (by a leader that died, or another one)
 		case errors.As(err, &ue):
-			t.refuse(ctx, m, id, spec.Type, err)
+			in.refuse(ctx, m, id, spec.Type, err)
 		}
 		return false
 	}
@@ -321,21 +410,21 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer func() {
 		defer cancel()
-		t.deleteMsg(mctx, m)
+		in.deleteMsg(mctx, m)
 	}()
 	j.etag, j.fresh = etag, true
-	t.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
-	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: j.cp.Total})
+	in.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
+	in.emit(Event{Kind: EventJobPlanned, Epoch: in.epoch, Job: id, Count: j.cp.Total})
 	if !tn.wait(ctx) {
 		return false
 	}
 	defer tn.done()
-	t.handing.Add(1) // uncounted by adopt
+	in.tab.handOver() // uncounted by adopt
 	select {
-	case t.newJobs <- j:
+	case in.handed <- j:
 		return true
 	case <-ctx.Done():
-		t.handing.Add(-1)
+		in.tab.handBack()
 		return false
 	}
 }
@@ -343,8 +432,8 @@ func (t *term) commitPlanned(ctx context.Context, m queue.Message, j *job, start
 // writeFirst creates a job's first checkpoint (If-None-Match), running with j's plan (j.cp.Total
 // shards, of form j.cp.Plan), waiting, or terminal with a reason. Only one leader's first
 // checkpoint can exist.
-func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
-	cp, err := t.firstCheckpoint(id, typ, state, reason, j)
+func (in *intake) writeFirst(ctx context.Context, id, typ string, state jobs.State, reason string, j *job) (store.ETag, error) {
+	cp, err := in.firstCheckpoint(id, typ, state, reason, j)
 	if err != nil {
 		return "", err
 	}
@@ -356,16 +445,16 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 	if j != nil {
 		spec = j.spec
 	}
-	etag, err := t.putCheckpoint(ctx, data, &cp, spec, store.Cond{IfNoneMatch: true})
+	etag, err := in.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, statusMeta(in.log, &cp, spec), store.Cond{IfNoneMatch: true})
 	if err != nil {
 		if !errors.Is(err, store.ErrExists) {
-			t.log.Warn("write first checkpoint", "job", id, "err", err)
+			in.log.Warn("write first checkpoint", "job", id, "err", err)
 		}
 		return "", err
 	}
 	if state.Terminal() {
-		if err := t.markEnded(ctx, &cp); err != nil {
-			t.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
+		if err := in.life.markEnded(ctx, &cp); err != nil {
+			in.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
 		}
 	}
 	if j != nil {
@@ -377,17 +466,17 @@ func (t *term) writeFirst(ctx context.Context, id, typ string, state jobs.State,
 }
 
 // firstCheckpoint is a job's first checkpoint, planned by this term (see writeFirst).
-func (t *term) firstCheckpoint(id, typ string, state jobs.State, reason string, j *job) (protocol.Checkpoint, error) {
-	now := t.cfg.Now().UTC()
-	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: t.epoch,
-		WriterEpoch: t.epoch, WriterTerm: t.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+func (in *intake) firstCheckpoint(id, typ string, state jobs.State, reason string, j *job) (protocol.Checkpoint, error) {
+	now := in.cfg.Now().UTC()
+	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: in.epoch,
+		WriterEpoch: in.epoch, WriterTerm: in.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		cp.FinishedAt = &now
 	}
 	if j != nil {
 		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
 		cp.Phase, cp.PhaseDone, cp.PhaseTotal = j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal // a keyed job's (keyed.go)
-		cp.ShardsPerMsg = t.cfg.ShardsPerMsg
+		cp.ShardsPerMsg = in.cfg.ShardsPerMsg
 		if cp.ShardsPerMsg == 0 {
 			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
 		}
@@ -406,8 +495,8 @@ func (t *term) firstCheckpoint(id, typ string, state jobs.State, reason string, 
 }
 
 // mark stores the active marker of job id: the next leader's rescan finds the job by it.
-func (t *term) mark(ctx context.Context, id string) error {
-	if _, err := t.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+func (in *intake) mark(ctx context.Context, id string) error {
+	if _, err := in.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
 		return fmt.Errorf("write active marker: %w", err)
 	}
 	return nil
@@ -416,50 +505,50 @@ func (t *term) mark(ctx context.Context, id string) error {
 // planned takes the message of a job that has a first checkpoint off the queue, once its active
 // marker is stored (the leader that planned it may have died before storing it), and makes sure
 // this term holds the job.
-func (t *term) planned(ctx context.Context, m queue.Message, id string) {
-	if err := t.mark(ctx, id); err != nil {
-		t.log.Warn("planned job", "job", id, "err", err)
+func (in *intake) planned(ctx context.Context, m queue.Message, id string) {
+	if err := in.mark(ctx, id); err != nil {
+		in.log.Warn("planned job", "job", id, "err", err)
 		return
 	}
-	t.deleteMsg(ctx, m)
-	t.request(ctx, id)
+	in.deleteMsg(ctx, m)
+	in.request(ctx, id)
 }
 
 // refuse records why a job cannot run (a failed first checkpoint the user can read with
 // `worker status`) and takes it off the queue.
-func (t *term) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
-	t.codeFailed(id, why)
-	_, err := t.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil)
+func (in *intake) refuse(ctx context.Context, m queue.Message, id, typ string, why error) {
+	in.codeFailed(id, why)
+	_, err := in.writeFirst(ctx, id, typ, jobs.StateFailed, why.Error(), nil)
 	switch {
 	case errors.Is(err, store.ErrExists):
-		t.planned(ctx, m, id) // planned before (by a build that accepted it): it runs on
+		in.planned(ctx, m, id) // planned before (by a build that accepted it): it runs on
 	case err == nil:
-		t.log.Error("job refused", "job", id, "type", typ, "err", why)
-		t.deleteMsg(ctx, m)
+		in.log.Error("job refused", "job", id, "type", typ, "err", why)
+		in.deleteMsg(ctx, m)
 	}
 }
 
-func (t *term) request(ctx context.Context, id string) {
+func (in *intake) request(ctx context.Context, id string) {
 	select {
-	case t.claimReq <- id:
+	case in.claims <- id:
 	case <-ctx.Done():
 	}
 }
 
-func (t *term) deleteMsg(ctx context.Context, m queue.Message) {
-	m, unlock := t.latest(m) // the receipt of the last extension (visibility.go)
+func (in *intake) deleteMsg(ctx context.Context, m queue.Message) {
+	m, unlock := in.latest(m) // the receipt of the last extension (visibility.go)
 	defer unlock()
-	if err := t.queue.Delete(ctx, m); err != nil {
-		t.log.Warn("delete queue message", "id", m.ID, "err", err)
+	if err := in.queue.Delete(ctx, m); err != nil {
+		in.log.Warn("delete queue message", "id", m.ID, "err", err)
 	}
 }
 
-func (t *term) deadQueue(ctx context.Context, m queue.Message, reason string) {
-	if err := t.bus.DeadLetter(ctx, "queue", []byte(m.Text), reason); err != nil {
-		t.log.Warn("dead-letter queue message", "err", err)
+func (in *intake) deadQueue(ctx context.Context, m queue.Message, reason string) {
+	if err := in.dead.DeadLetter(ctx, "queue", []byte(m.Text), reason); err != nil {
+		in.log.Warn("dead-letter queue message", "err", err)
 		return
 	}
-	t.deleteMsg(ctx, m)
+	in.deleteMsg(ctx, m)
 }
 
 // shardsPerMsg decides how many consecutive shards travel in one message. Jobs of fewer than 4096

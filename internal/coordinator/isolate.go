@@ -94,8 +94,9 @@ func (j *job) typ() string {
 }
 
 // frameworkPkgs are mapagg's own packages: a frame in them is not the user's.
-var frameworkPkgs = []string{"bus", "client", "coordinator", "election", "internal/membership", "internal/precise",
-	"internal/protocol", "jobs", "node", "observe", "queue", "store", "worker"}
+var frameworkPkgs = []string{"client", "coordinator", "election", "internal/bus", "internal/coordinator", "internal/membership",
+	"internal/observe", "internal/precise", "internal/protocol", "internal/queue", "internal/shuffle", "internal/worker",
+	"jobs", "node", "store", "worker"}
 
 const modulePath = "github.com/mapagg/mapagg/"
 
@@ -180,15 +181,4 @@ func (t *term) fail(j *job, err error) {
 	}
 	t.codeFailed(j.id, err)
 	t.end(j, jobs.StateFailed, err.Error())
-}
-
-// codeFailed reports err if it is a job's code failing (see fail).
-func (t *term) codeFailed(id string, err error) {
-	var ue *UserCodeError
-	if !errors.As(err, &ue) {
-		return
-	}
-	t.log.Error("job code failed on the leader; the job fails, the term goes on", "job", id, "type", ue.Type,
-		"call", ue.Call, "err", err, "stack", ue.Stack)
-	t.emit(Event{Kind: EventJobCodeFailed, Epoch: t.epoch, Job: id, Err: err})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -73,13 +72,13 @@ func (j *job) wake() {
 //
 // It returns nil (and no error) for a job that has no checkpoint or has already ended.
 func (t *term) claim(ctx context.Context, id string) (*job, error) {
-	if t.isWaiting(id) {
+	if t.tab.isWaiting(id) {
 		return nil, nil // for a type this process lacks (waiting.go)
 	}
 	for try := 0; try < 5; try++ {
 		data, etag, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 		if errors.Is(err, store.ErrNotFound) {
-			t.requeue(ctx, id)
+			t.in.requeue(ctx, id)
 			return nil, nil
 		}
 		if err != nil {
@@ -94,11 +93,11 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			return nil, err
 		}
 		if cp.State.Terminal() {
-			t.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
+			t.life.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
 			return nil, nil
 		}
 		if cp.State == jobs.StateWaiting && cp.Plan == "" {
-			j, err := t.startWaiting(ctx, cp, etag)
+			j, err := t.in.startWaiting(ctx, cp, etag)
 			if errors.Is(err, errRetryClaim) {
 				continue
 			}
@@ -109,7 +108,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		}
 		j, err := t.load(ctx, cp)
 		if errors.Is(err, jobs.ErrUnknownType) {
-			if err := t.pause(ctx, cp, etag); errors.Is(err, errRetryClaim) {
+			if err := t.in.pause(ctx, cp, etag); errors.Is(err, errRetryClaim) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -121,7 +120,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			// The job's own code cannot take it back: it fails here, stored, so that no leader
 			// tries again (and again).
 			t.codeFailed(id, err)
-			if err := t.endStored(ctx, cp, etag, jobs.StateFailed, fmt.Sprintf("resume: %v", err)); errors.Is(err, errRetryClaim) {
+			if err := t.in.endStored(ctx, cp, etag, jobs.StateFailed, fmt.Sprintf("resume: %v", err)); errors.Is(err, errRetryClaim) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -135,7 +134,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		switch err := t.ck.now(ctx, j); {
 		case err == nil && j.cp.State.Terminal():
 			// Its code failed while it was checkpointed: stored as failed, it is not resumed.
-			t.cleanup(ctx, &j.cp)
+			t.life.cleanup(ctx, &j.cp)
 			return nil, nil
 		case err == nil:
 			// A cancel issued while no leader listened (during a failover) takes effect now,
@@ -165,7 +164,7 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	var agg jobs.Aggregate
 	kj, err := runsKeyed(spec, impl)
 	if kj != nil {
-		agg = t.loadKeyed(id) // keyed.go
+		agg = t.plans.loadKeyed(id) // keyed.go
 	} else if err == nil {
 		err = isolate(spec.Type, "new aggregate", func() (err error) {
 			agg, err = impl.NewAggregate(spec.Params)
@@ -194,7 +193,7 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if cp.State == jobs.StateRunning && cp.Dispatched < cp.Total {
 		// Nothing of the plan is read here: the dispatcher makes or reads the shards it needs as
 		// the window drains. Check now that it can.
-		if _, err := t.source(j); err != nil {
+		if _, err := t.plans.source(j); err != nil {
 			return nil, err
 		}
 	}
@@ -215,27 +214,4 @@ func (t *term) readSpec(ctx context.Context, id string) (*protocol.Spec, jobs.Jo
 		return spec, nil, err
 	}
 	return spec, impl, nil
-}
-
-// requeue puts a marked job without a checkpoint back on the queue, once a term: a storage
-// rollback can keep the marker and lose the checkpoint after its message was deleted. It waits
-// until the job has been seen so for two rescan intervals, past an intake between its marker and
-// its checkpoint. A second message is harmless: intake finds the job planned, or plans it once
-// (If-None-Match).
-func (t *term) requeue(ctx context.Context, id string) {
-	now := time.Now()
-	v, _ := t.requeued.LoadOrStore(id, now)
-	first, ok := v.(time.Time)
-	if !ok || now.Sub(first) < 2*t.cfg.RescanInterval {
-		return // queued already, or seen too recently
-	}
-	if ok, err := t.store.Exists(ctx, protocol.SpecBlob(id)); err != nil || !ok {
-		return // unknown: the next rescan asks again; gone: deleted, nothing to run
-	}
-	if err := t.queue.Enqueue(ctx, id); err != nil {
-		t.log.Warn("requeue a marked job without a checkpoint", "job", id, "err", err)
-		return
-	}
-	t.requeued.Store(id, true)
-	t.log.Warn("a marked job had no checkpoint (a storage rollback?); queued again", "job", id)
 }

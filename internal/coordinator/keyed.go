@@ -170,7 +170,7 @@ func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error)
 	return kj, err
 }
 
-func (t *term) containerName() string {
+func (t *planner) containerName() string {
 	if n, ok := t.store.(interface{ Name() string }); ok {
 		return n.Name()
 	}
@@ -179,7 +179,7 @@ func (t *term) containerName() string {
 
 // planKeyed plans a keyed job: its partitions, its split, and the plan of S map and P reduce
 // tasks, stored in pages like any split job's.
-func (t *term) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, error) {
+func (t *planner) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, error) {
 	spec := j.spec
 	var parts int
 	if err := j.call("partitions", func() (err error) { parts, err = kj.Partitions(spec.Params); return err }); err != nil {
@@ -218,7 +218,7 @@ func (t *term) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, e
 
 // loadKeyed makes the empty keyedAgg of a keyed job resumed from its checkpoint (UnmarshalBinary
 // fills it).
-func (t *term) loadKeyed(id string) *keyedAgg {
+func (t *planner) loadKeyed(id string) *keyedAgg {
 	return &keyedAgg{id: id, container: t.containerName()}
 }
 
@@ -254,7 +254,7 @@ func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
 	if len(idx) == 0 {
 		return
 	}
-	src, err := t.source(j)
+	src, err := t.plans.source(j)
 	if err != nil {
 		t.fail(j, wrapOp("dispatch", err))
 		return
@@ -268,7 +268,7 @@ func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
 	t.dispatchers.Add(1)
 	go func(id, typ string, epoch uint64, round, per int) {
 		defer t.dispatchers.Done()
-		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, ints)
+		t.send.dispatchRepair(ctx, id, typ, epoch, round, per, src, ints)
 	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
 }
 
@@ -386,8 +386,8 @@ func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int
 // commits of lost map runs and dispatches their tasks again. The manifest is written once they are
 // committed again. Lost outputs get the same (outputsChecked).
 func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
-	j, ok := t.active[l.job]
-	if !ok || j.cp.State.Terminal() {
+	j := t.tab.get(l.job)
+	if j == nil || j.cp.State.Terminal() {
 		return
 	}
 	ka := j.keyedOf()
@@ -582,7 +582,7 @@ func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedAgg, lost ma
 // cleanupKeyed deletes an ended keyed job's intermediates, found by listing (so a leader after a
 // failover finds a dead attempt's too): every map run, the map manifest, and every output blob
 // the result does not name.
-func (t *term) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
+func (t *lifecycle) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
 	id := cp.Job
 	keep := map[string]bool{}
 	if cp.State == jobs.StateSucceeded {

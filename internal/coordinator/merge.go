@@ -30,19 +30,19 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 		return nil
 	}
 	id := rs[0].Job // a batch holds one job's results
-	j, ok := t.active[id]
-	if !ok {
-		if _, seen := t.finished[id]; !seen && t.resultStored(ctx, id) {
+	j := t.tab.get(id)
+	if j == nil {
+		if !t.tab.ended(id) && t.reader.resultStored(ctx, id) {
 			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
 			// window): one read, no claim and no clean-up writes.
-			t.finished[id] = jobs.StateSucceeded
+			t.tab.sawEnd(id, jobs.StateSucceeded)
 		}
-		if _, seen := t.finished[id]; !seen {
+		if !t.tab.ended(id) {
 			if err := t.ensure(ctx, id); err != nil {
 				return err
 			}
 		}
-		if j, ok = t.active[id]; !ok {
+		if j = t.tab.get(id); j == nil {
 			_ = d.Ack() // the job ended (or was never planned): nothing to merge into
 			return nil
 		}

@@ -23,6 +23,15 @@ import (
 //
 // Either way a dispatcher holds one page (or nothing) besides its window, whatever the job's size.
 
+// planner is the component that splits jobs: it validates and plans a job, stores a split job's
+// pages, and gives a planned job's shards back (planSource).
+type planner struct {
+	*fence // its epoch names the plan's pages
+	cfg    Config
+	env    jobs.Env
+	store  Store
+}
+
 // errPlanStorage: storing a plan failed (storage unavailable); planning may be tried again.
 var errPlanStorage = errors.New("store the plan")
 
@@ -30,7 +39,7 @@ var errPlanStorage = errors.New("store the plan")
 // indexed job) or splits it and stores the pages (any other). Every call of the job's code is
 // isolated. The job returned has its plan (cp.Total, cp.Plan) and no checkpoint yet. Errors are
 // the job's (a refusal), or match errPlanStorage.
-func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jobs.Job) (*job, error) {
+func (pl *planner) plan(ctx context.Context, id string, spec *protocol.Spec, impl jobs.Job) (*job, error) {
 	j := &job{id: id, spec: spec, impl: impl, done: roaring.New(), progress: make(chan struct{}, 1)}
 	if err := j.call("validate", func() error { return impl.Validate(spec.Params) }); err != nil {
 		return nil, err
@@ -38,7 +47,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 	if kj, err := runsKeyed(spec, impl); err != nil {
 		return nil, err
 	} else if kj != nil {
-		return t.planKeyed(ctx, j, kj) // keyed.go
+		return pl.planKeyed(ctx, j, kj) // keyed.go
 	}
 	err := j.call("new aggregate", func() (err error) {
 		j.agg, err = impl.NewAggregate(spec.Params)
@@ -67,7 +76,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 	}
 	var shards [][]byte
 	err = j.call("split", func() (err error) {
-		shards, err = impl.Split(ctx, t.env, spec.Params)
+		shards, err = impl.Split(ctx, pl.env, spec.Params)
 		return err
 	})
 	if err != nil {
@@ -81,7 +90,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 			return nil, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes)
 		}
 	}
-	if err := t.planShards(ctx, id, shards); err != nil {
+	if err := pl.planShards(ctx, id, shards); err != nil {
 		return nil, fmt.Errorf("%w: %v", errPlanStorage, err)
 	}
 	j.cp.Total, j.cp.Plan = len(shards), protocol.PlanPages
@@ -90,7 +99,7 @@ func (t *term) plan(ctx context.Context, id string, spec *protocol.Spec, impl jo
 
 // planShards stores a split job's shards as pages, in parallel. Each page is dropped from shards
 // once it is encoded, so the split's memory is given back as it is written.
-func (t *term) planShards(ctx context.Context, id string, shards [][]byte) error {
+func (pl *planner) planShards(ctx context.Context, id string, shards [][]byte) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for p := range protocol.PlanPageCount(len(shards)) {
@@ -99,28 +108,13 @@ func (t *term) planShards(ctx context.Context, id string, shards [][]byte) error
 		data := protocol.EncodePlanPage(first, page)
 		clear(page)
 		g.Go(func() error {
-			if _, err := t.store.Put(gctx, protocol.PlanPageBlob(id, t.epoch, p), data, store.Cond{}); err != nil {
+			if _, err := pl.store.Put(gctx, protocol.PlanPageBlob(id, pl.epoch, p), data, store.Cond{}); err != nil {
 				return fmt.Errorf("write plan page %d: %w", p, err)
 			}
 			return nil
 		})
 	}
 	return g.Wait()
-}
-
-// deletePlan removes a finished job's stored plan pages (an indexed plan stored none).
-func (t *term) deletePlan(ctx context.Context, cp *protocol.Checkpoint) {
-	if cp.Plan != protocol.PlanPages {
-		return
-	}
-	pages, err := t.store.List(ctx, protocol.PlanPrefix(cp.Job, cp.PlanEpoch))
-	if err != nil {
-		t.log.Warn("list plan pages", "job", cp.Job, "err", err)
-		return
-	}
-	for _, p := range pages {
-		_ = t.store.Delete(ctx, p.Name)
-	}
 }
 
 // planSource gives a job's shards by index, for one goroutine (a dispatcher, a backup run): made
@@ -139,8 +133,8 @@ type planSource struct {
 
 // source returns a new planSource for j. For an indexed job it decodes the parameters again
 // (cheap), so that sources never share a jobs.Plan.
-func (t *term) source(j *job) (*planSource, error) {
-	s := &planSource{st: t.store, id: j.id, typ: j.spec.Type, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
+func (pl *planner) source(j *job) (*planSource, error) {
+	s := &planSource{st: pl.store, id: j.id, typ: j.spec.Type, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
 	switch j.cp.Plan {
 	case protocol.PlanIndexed:
 		ix, ok := j.impl.(jobs.Indexed)

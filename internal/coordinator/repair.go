@@ -58,7 +58,7 @@ func (t *term) repair(ctx context.Context) {
 		return
 	}
 	var looks []repairLook
-	for _, j := range t.active {
+	for j := range t.tab.all() {
 		if j.complete || j.cp.State.Terminal() || j.cp.Dispatched == 0 {
 			continue
 		}
@@ -110,8 +110,8 @@ func (r *repairState) progressed(done int) {
 func (t *term) onLooked(ctx context.Context, looks []repairLook) {
 	t.looking = false
 	for _, l := range looks {
-		j, ok := t.active[l.id]
-		if !ok || j.complete || j.cp.State.Terminal() {
+		j := t.tab.get(l.id)
+		if j == nil || j.complete || j.cp.State.Terminal() {
 			continue
 		}
 		done := int(j.done.GetCardinality())
@@ -158,7 +158,7 @@ func (t *term) repairJob(ctx context.Context, j *job, done int) {
 		"job", j.id, "missing", missing.GetCardinality(), "dispatching", len(idx), "round", j.rep.round, "shards", shardList(missing))
 	t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Count: len(idx)})
 	per := max(j.cp.ShardsPerMsg, 1)
-	src, err := t.source(j)
+	src, err := t.plans.source(j)
 	if err != nil {
 		t.log.Warn("self-repair: plan", "job", j.id, "err", err)
 		return
@@ -168,7 +168,7 @@ func (t *term) repairJob(ctx context.Context, j *job, done int) {
 	// must not reuse an id JetStream still remembers.
 	go func(id, typ string, epoch uint64, round int) {
 		defer t.dispatchers.Done()
-		t.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
+		t.send.dispatchRepair(ctx, id, typ, epoch, round, per, src, idx)
 	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()))
 }
 
@@ -176,8 +176,8 @@ func (t *term) repairJob(ctx context.Context, j *job, done int) {
 // through src: consecutive shards within one of the job's message blocks travel together, each
 // message with its repair id. A failure only loses this round (the next look finds the shards
 // still missing).
-func (t *term) dispatchRepair(ctx context.Context, id, typ string, epoch uint64, round, per int, src *planSource, idx []int) {
-	subject := t.bus.ShardTypeSubject(typ, id)
+func (d *shardSender) dispatchRepair(ctx context.Context, id, typ string, epoch uint64, round, per int, src *planSource, idx []int) {
+	subject := d.bus.ShardTypeSubject(typ, id)
 	var out []bus.Outgoing
 	for k := 0; k < len(idx); {
 		first, end := idx[k], idx[k]+1
@@ -188,18 +188,18 @@ func (t *term) dispatchRepair(ctx context.Context, id, typ string, epoch uint64,
 		}
 		shards, err := src.shardRange(ctx, first, end)
 		if err != nil {
-			t.log.Warn("self-repair: plan", "job", id, "shards", fmt.Sprintf("%d-%d", first, end-1), "err", err)
+			d.log.Warn("self-repair: plan", "job", id, "shards", fmt.Sprintf("%d-%d", first, end-1), "err", err)
 			return
 		}
 		b, err := protocol.EncodeShards(id, typ, epoch, first, shards)
 		if err != nil {
-			t.log.Warn("self-repair: encode", "job", id, "err", err)
+			d.log.Warn("self-repair: encode", "job", id, "err", err)
 			return
 		}
 		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.RepairShardMsgID(id, first, round), Data: b})
 	}
-	if err := t.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
-		t.log.Warn("self-repair: publish", "job", id, "err", err)
+	if err := d.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
+		d.log.Warn("self-repair: publish", "job", id, "err", err)
 	}
 }
 

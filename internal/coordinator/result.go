@@ -25,7 +25,7 @@ const defaultKeepResultMax = 4 << 10
 // Dropping it would save at most 4 KiB of storage for one more write on every tiny job's path,
 // and storage requests, not bytes, bound how many tiny jobs a second the cluster takes in (issue
 // 24: about 10 requests a job).
-func (t *term) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
+func (t *lifecycle) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
 	if len(cp.Result) == 0 {
 		return
 	}

@@ -20,7 +20,7 @@ import (
 // runRetention runs the ended-marker migration (retention_migrate.go), then deletes expired
 // jobs every RetentionInterval until ctx ends. It returns ErrDeposed when it finds a newer
 // term's writes.
-func (t *term) runRetention(ctx context.Context) error {
+func (t *lifecycle) runRetention(ctx context.Context) error {
 	if err := t.migrateEnded(ctx); errors.Is(err, ErrDeposed) {
 		return err
 	} else if err != nil && ctx.Err() == nil {
@@ -44,7 +44,7 @@ func (t *term) runRetention(ctx context.Context) error {
 }
 
 // retention is how long a job ended in state is kept (0: for ever).
-func (t *term) retention(state jobs.State) time.Duration {
+func (t *lifecycle) retention(state jobs.State) time.Duration {
 	if state == jobs.StateSucceeded {
 		return t.cfg.RetainSucceeded
 	}
@@ -52,7 +52,7 @@ func (t *term) retention(state jobs.State) time.Duration {
 }
 
 // expire deletes up to RetentionBatch expired jobs, oldest first.
-func (t *term) expire(ctx context.Context) error {
+func (t *lifecycle) expire(ctx context.Context) error {
 	marks, err := t.store.List(ctx, protocol.EndedPrefix)
 	if err != nil {
 		return fmt.Errorf("list ended jobs: %w", err)
@@ -90,7 +90,7 @@ func (t *term) expire(ctx context.Context) error {
 
 // deleteJob removes everything job id left: its stream messages, its blobs (the spec last), its
 // active marker. A job that has not ended is left alone.
-func (t *term) deleteJob(ctx context.Context, id string) error {
+func (t *lifecycle) deleteJob(ctx context.Context, id string) error {
 	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -130,7 +130,7 @@ func (t *term) deleteJob(ctx context.Context, id string) error {
 }
 
 // markEnded stores the ended marker of the job of terminal checkpoint cp.
-func (t *term) markEnded(ctx context.Context, cp *protocol.Checkpoint) error {
+func (t *lifecycle) markEnded(ctx context.Context, cp *protocol.Checkpoint) error {
 	at := cp.UpdatedAt
 	if cp.FinishedAt != nil {
 		at = *cp.FinishedAt

@@ -48,7 +48,7 @@ var _ dirLister = (*store.Container)(nil)
 
 // migrateEnded runs the migration to its end, unless it was done before. It returns ErrDeposed
 // when a newer term wrote the progress or a job's checkpoint.
-func (t *term) migrateEnded(ctx context.Context) error {
+func (t *lifecycle) migrateEnded(ctx context.Context) error {
 	data, etag, err := t.store.Get(ctx, MigrationBlob)
 	var m migration
 	switch {
@@ -119,7 +119,7 @@ func (t *term) migrateEnded(ctx context.Context) error {
 }
 
 // saveMigration writes m conditionally on etag (none: the first write).
-func (t *term) saveMigration(ctx context.Context, m *migration, etag store.ETag) (store.ETag, error) {
+func (t *lifecycle) saveMigration(ctx context.Context, m *migration, etag store.ETag) (store.ETag, error) {
 	m.Epoch, m.At = t.epoch, t.cfg.Now().UTC()
 	data, err := json.Marshal(m)
 	if err != nil {
@@ -142,7 +142,7 @@ func (t *term) saveMigration(ctx context.Context, m *migration, etag store.ETag)
 // markOldEnded writes the ended marker of job id if it has ended, and says whether it did. A job
 // without a checkpoint (queued, or a folder of input data) or still running is left alone: its
 // marker comes when it ends. Writing a marker that exists changes nothing.
-func (t *term) markOldEnded(ctx context.Context, id string) (bool, error) {
+func (t *lifecycle) markOldEnded(ctx context.Context, id string) (bool, error) {
 	p, err := t.store.Props(ctx, protocol.CheckpointBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil

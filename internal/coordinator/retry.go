@@ -19,7 +19,7 @@ import (
 const maxRetryBackoff = 10 * time.Minute
 
 // retryBackoff is the delay before the attempt-th retry: RetryBackoff doubled each time.
-func (t *term) retryBackoff(attempt int) time.Duration {
+func (t *lifecycle) retryBackoff(attempt int) time.Duration {
 	d := t.cfg.RetryBackoff
 	for i := 1; i < attempt && d < maxRetryBackoff; i++ {
 		d *= 2
@@ -29,7 +29,7 @@ func (t *term) retryBackoff(attempt int) time.Duration {
 
 // retryFailed submits the retry of the failed job of cp if its spec asks for one. It returns
 // false when the retry could not be stored (the caller keeps the job's active marker).
-func (t *term) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bool {
+func (t *lifecycle) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bool {
 	if cp.State != jobs.StateFailed {
 		return true
 	}
@@ -76,7 +76,7 @@ func (t *term) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bool {
 }
 
 // retryOf returns the job that retries failed job id, if its spec asks for one ("" if not).
-func (t *term) retryOf(ctx context.Context, id string) (string, error) {
+func (t jobReader) retryOf(ctx context.Context, id string) (string, error) {
 	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil

@@ -105,7 +105,7 @@ func TestRetry_Manual(t *testing.T) {
 }
 
 func TestRetry_Backoff(t *testing.T) {
-	tm := &term{Coordinator: &Coordinator{cfg: Config{RetryBackoff: 5 * time.Second}}}
+	tm := &lifecycle{cfg: Config{RetryBackoff: 5 * time.Second}}
 	for _, c := range []struct {
 		attempt int
 		want    time.Duration

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -39,11 +38,23 @@ const (
 	pruneEvery     = time.Minute
 )
 
-// scheduler is the schedule stage of one term: what it knows of each schedule's state.
+// scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
 type scheduler struct {
-	t      *term
+	*fence
+	reporter
+	cfg    Config
+	store  Store
+	reader jobReader // the state of a schedule's last job
+	submit submitter
 	states map[string]*schedState
 }
+
+// submitter queues a job whose spec is stored (intake).
+type submitter interface {
+	enqueue(ctx context.Context, id string) error
+}
+
+var _ submitter = (*intake)(nil)
 
 type schedState struct {
 	st        protocol.ScheduleState
@@ -51,19 +62,18 @@ type schedState struct {
 	lastPrune time.Time
 }
 
-// runSchedules fires schedule ticks until ctx ends. It returns ErrDeposed when it finds a newer
-// term's writes.
-func (t *term) runSchedules(ctx context.Context) error {
-	s := &scheduler{t: t, states: map[string]*schedState{}}
+// run fires schedule ticks until ctx ends. It returns ErrDeposed when it finds a newer term's
+// writes.
+func (s *scheduler) run(ctx context.Context) error {
 	for {
 		next, err := s.pass(ctx)
 		if errors.Is(err, ErrDeposed) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
-			t.log.Warn("schedules", "err", err)
+			s.log.Warn("schedules", "err", err)
 		}
-		wait := t.cfg.ScheduleInterval
+		wait := s.cfg.ScheduleInterval
 		if !next.IsZero() {
 			wait = min(wait, max(time.Until(next), 0))
 		}
@@ -77,8 +87,7 @@ func (t *term) runSchedules(ctx context.Context) error {
 
 // pass reads every schedule and fires its due ticks. It returns the earliest next tick.
 func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
-	t := s.t
-	blobs, err := t.store.List(ctx, protocol.ScheduleDefsPrefix)
+	blobs, err := s.store.List(ctx, protocol.ScheduleDefsPrefix)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
 	}
@@ -93,7 +102,7 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 			continue
 		}
 		seen[name] = true
-		data, _, err := t.store.Get(ctx, b.Name)
+		data, _, err := s.store.Get(ctx, b.Name)
 		if errors.Is(err, store.ErrNotFound) {
 			continue // deleted meanwhile
 		}
@@ -102,7 +111,7 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 		}
 		def, err := protocol.ParseSchedule(data)
 		if err != nil || def.Name != name {
-			t.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
+			s.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
 			continue
 		}
 		if def.Paused {
@@ -113,10 +122,10 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 			return earliest, err
 		}
 		if errors.Is(err, errStateReloaded) {
-			next, err = t.cfg.Now(), nil // look again at once
+			next, err = s.cfg.Now(), nil // look again at once
 		}
 		if err != nil {
-			t.log.Warn("schedule", "schedule", name, "err", err)
+			s.log.Warn("schedule", "schedule", name, "err", err)
 			continue
 		}
 		if !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
@@ -137,7 +146,7 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 		// The stored state must still be the one this term wrote. A storage rollback (or a late
 		// write of an older term) changes it, and the term then goes on from what is stored. So
 		// ticks whose markers and jobs were lost are fired again.
-		p, err := s.t.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
+		p, err := s.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
 		switch {
 		case err == nil && p.ETag == ss.etag:
 			return ss, nil
@@ -146,10 +155,10 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 		case errors.Is(err, store.ErrNotFound) && ss.etag == "":
 			return ss, nil
 		}
-		s.t.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
+		s.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
 	}
 	ss := &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
-	data, etag, err := s.t.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
+	data, etag, err := s.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
@@ -158,10 +167,10 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 		ss.etag = etag
 		st, err := protocol.ParseScheduleState(data)
 		if err != nil {
-			s.t.log.Warn("unreadable schedule state replaced", "schedule", def.Name, "err", err)
+			s.log.Warn("unreadable schedule state replaced", "schedule", def.Name, "err", err)
 			break
 		}
-		if err := s.t.fencedBy(st.WriterEpoch, st.WriterTerm, "the state of schedule "+def.Name); err != nil {
+		if err := s.fencedBy(st.WriterEpoch, st.WriterTerm, "the state of schedule "+def.Name); err != nil {
 			return nil, err
 		}
 		if st.UID == def.UID {
@@ -174,13 +183,12 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 
 // fire handles def's due ticks (at most maxTicksPerPass) and returns its next tick.
 func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time, error) {
-	t := s.t
 	ss, err := s.state(ctx, def)
 	if err != nil {
 		return time.Time{}, err
 	}
 	st := &ss.st
-	now := t.cfg.Now()
+	now := s.cfg.Now()
 	since := def.CreatedAt
 	if st.LastTick != nil && st.LastTick.After(since) {
 		since = *st.LastTick
@@ -218,7 +226,7 @@ func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 			}
 			st.Missed += n
 			st.LastTick = &last
-			t.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
+			s.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
 			if err := s.save(ctx, ss); err != nil {
 				return time.Time{}, err
 			}
@@ -252,7 +260,7 @@ func (s *scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *sch
 	st := &ss.st
 	if def.Overlap == protocol.OverlapQueue && st.Buffered == nil {
 		st.Buffered, st.LastTick = &tick, &tick
-		s.t.log.Info("schedule tick waits for the previous job", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
+		s.log.Info("schedule tick waits for the previous job", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
 		return s.save(ctx, ss)
 	}
 	job, err := s.claim(ctx, def, tick, "")
@@ -264,8 +272,8 @@ func (s *scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *sch
 	}
 	st.Skipped++
 	st.LastTick = &tick
-	s.t.log.Info("schedule tick skipped: the previous job still runs", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
-	s.t.emit(Event{Kind: EventTickSkipped, Epoch: s.t.epoch, Job: st.LastJob})
+	s.log.Info("schedule tick skipped: the previous job still runs", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
+	s.emit(Event{Kind: EventTickSkipped, Epoch: s.epoch, Job: st.LastJob})
 	return s.save(ctx, ss)
 }
 
@@ -289,7 +297,6 @@ func (s *scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedS
 
 // made creates job for tick (idempotent) and records it in the state.
 func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time, job string) error {
-	t := s.t
 	created, err := s.create(ctx, def, tick, job)
 	if err != nil {
 		return err
@@ -304,8 +311,8 @@ func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedS
 	st.LastJob = lastJob(def, job) // the tick's run ends with it (overlap)
 	st.Fired++
 	if created {
-		t.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
-		t.emit(Event{Kind: EventTickFired, Epoch: t.epoch, Job: job})
+		s.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
+		s.emit(Event{Kind: EventTickFired, Epoch: s.epoch, Job: job})
 	}
 	return s.save(ctx, ss)
 }
@@ -313,31 +320,30 @@ func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedS
 // claim creates tick's marker with this term's decision (job, or "" to skip) and returns the
 // decision that stands: this term's, or an earlier term's. A newer term's marker deposes this one.
 func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (string, error) {
-	t := s.t
-	m := protocol.TickMarker{Schedule: def.Name, UID: def.UID, Tick: tick.UTC(), Job: job, Epoch: t.epoch, Term: t.id}
+	m := protocol.TickMarker{Schedule: def.Name, UID: def.UID, Tick: tick.UTC(), Job: job, Epoch: s.epoch, Term: s.id}
 	data, err := m.Encode()
 	if err != nil {
 		return "", err
 	}
 	name := protocol.TickBlob(def.Name, def.UID, tick)
-	_, err = t.store.Put(ctx, name, data, store.Cond{IfNoneMatch: true})
+	_, err = s.store.Put(ctx, name, data, store.Cond{IfNoneMatch: true})
 	if err == nil {
 		return job, nil
 	}
 	if !errors.Is(err, store.ErrExists) {
 		return "", fmt.Errorf("claim tick %s: %w", tick.UTC().Format(time.RFC3339), err)
 	}
-	data, _, err = t.store.Get(ctx, name)
+	data, _, err = s.store.Get(ctx, name)
 	if err != nil {
 		return "", fmt.Errorf("read tick marker: %w", err)
 	}
 	old, err := protocol.ParseTickMarker(data)
 	if err != nil {
-		t.log.Warn("unreadable tick marker: the tick's job is made (its id is fixed)", "marker", name, "err", err)
+		s.log.Warn("unreadable tick marker: the tick's job is made (its id is fixed)", "marker", name, "err", err)
 		return protocol.TickJobID(def.Name, def.UID, tick), nil
 	}
-	if old.Epoch != t.epoch || old.Term != t.id {
-		if err := t.fencedBy(old.Epoch, old.Term, "tick "+tick.UTC().Format(time.RFC3339)+" of schedule "+def.Name); err != nil {
+	if old.Epoch != s.epoch || old.Term != s.id {
+		if err := s.fencedBy(old.Epoch, old.Term, "tick "+tick.UTC().Format(time.RFC3339)+" of schedule "+def.Name); err != nil {
 			return "", err
 		}
 	}
@@ -351,7 +357,7 @@ func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time
 // reports whether job's spec was written here.
 func (s *scheduler) create(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (bool, error) {
 	tk := tick.UTC()
-	now := s.t.cfg.Now().UTC()
+	now := s.cfg.Now().UTC()
 	created, err := s.createJob(ctx, &protocol.Spec{ID: job, Type: def.Type, Params: def.Params, SubmittedAt: now, Schedule: def.Name, Tick: &tk})
 	if err != nil {
 		return false, err
@@ -386,16 +392,15 @@ func lastJob(def *protocol.Schedule, job string) string {
 // by this or an earlier term: it is queued again only if it has not started (a duplicate message
 // is harmless, intake plans a job once).
 func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, error) {
-	t := s.t
 	job := spec.ID
 	data, err := spec.Encode()
 	if err != nil {
 		return false, err
 	}
 	created := true
-	if _, err := t.store.Put(ctx, protocol.SpecBlob(job), data, store.Cond{IfNoneMatch: true}); errors.Is(err, store.ErrExists) {
+	if _, err := s.store.Put(ctx, protocol.SpecBlob(job), data, store.Cond{IfNoneMatch: true}); errors.Is(err, store.ErrExists) {
 		created = false
-		if ok, err := t.store.Exists(ctx, protocol.CheckpointBlob(job)); err != nil {
+		if ok, err := s.store.Exists(ctx, protocol.CheckpointBlob(job)); err != nil {
 			return false, err
 		} else if ok {
 			return false, nil
@@ -403,24 +408,22 @@ func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 	} else if err != nil {
 		return false, fmt.Errorf("write spec of %s: %w", job, err)
 	}
-	if err := t.queue.Enqueue(ctx, job); err != nil {
+	if err := s.submit.enqueue(ctx, job); err != nil {
 		return false, fmt.Errorf("queue %s: %w", job, err)
 	}
-	nonBlocking(t.wake, job)
 	return created, nil
 }
 
 // save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
 // again (errStateReloaded); a newer term's deposes this one.
 func (s *scheduler) save(ctx context.Context, ss *schedState) error {
-	t := s.t
-	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = t.epoch, t.id, t.cfg.Now().UTC()
+	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = s.epoch, s.id, s.cfg.Now().UTC()
 	data, err := ss.st.Encode()
 	if err != nil {
 		return err
 	}
 	cond := store.Cond{IfMatch: ss.etag, IfNoneMatch: ss.etag == ""}
-	etag, err := t.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
+	etag, err := s.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
 	if err == nil {
 		ss.etag = etag
 		return nil
@@ -448,7 +451,7 @@ func (s *scheduler) running(ctx context.Context, job string) (bool, error) {
 	if job == "" {
 		return false, nil
 	}
-	state, err := s.t.jobState(ctx, job)
+	state, err := s.reader.jobState(ctx, job)
 	if err != nil {
 		return false, err
 	}
@@ -462,7 +465,7 @@ func (s *scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *sched
 	}
 	ss.lastPrune = time.Now()
 	prefix := protocol.ScheduleTicksOf(def.Name) + def.UID + "/"
-	marks, err := s.t.store.List(ctx, prefix)
+	marks, err := s.store.List(ctx, prefix)
 	if err != nil {
 		return
 	}
@@ -470,61 +473,7 @@ func (s *scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *sched
 	for _, m := range marks {
 		at, err := time.Parse("20060102T150405Z", strings.TrimPrefix(m.Name, prefix))
 		if err == nil && at.Before(edge) {
-			_ = s.t.store.Delete(ctx, m.Name)
+			_ = s.store.Delete(ctx, m.Name)
 		}
 	}
-}
-
-// fencedBy returns ErrDeposed when a blob was written by a term this one must yield to (a
-// higher epoch, or this epoch under another term), as fenced does for checkpoints.
-func (t *term) fencedBy(epoch uint64, term, what string) error {
-	t.sawEpoch(epoch)
-	switch {
-	case epoch > t.epoch:
-		return fmt.Errorf("%w: %s was written by epoch %d, newer than this %s", ErrDeposed, what, epoch, t.name())
-	case epoch == t.epoch && term != t.id:
-		return fmt.Errorf("%w: %s was written by term %s of this term's epoch (this is %s); the next term takes an epoch above %d",
-			ErrDeposed, what, term, t.name(), epoch)
-	}
-	return nil
-}
-
-// jobState reads job's state cheaply: the status record of its checkpoint (a HEAD). For a
-// checkpoint of an earlier build, without a record: its result copy (succeeded), its active
-// marker (running), else its checkpoint, which for an ended job holds no aggregate. It returns
-// "" for a job that does not exist (never submitted, or deleted), and StateQueued for one not
-// planned yet.
-func (t *term) jobState(ctx context.Context, job string) (jobs.State, error) {
-	p, err := t.store.Props(ctx, protocol.CheckpointBlob(job))
-	if errors.Is(err, store.ErrNotFound) {
-		if ok, err := t.store.Exists(ctx, protocol.SpecBlob(job)); err != nil || !ok {
-			return "", err
-		}
-		return jobs.StateQueued, nil
-	}
-	if err != nil {
-		return "", err
-	}
-	if rec, err := protocol.DecodeStatusRecord(p.Meta); err == nil {
-		return rec.State, nil
-	}
-	if ok, err := t.store.Exists(ctx, protocol.ResultBlob(job)); err != nil {
-		return "", err
-	} else if ok {
-		return jobs.StateSucceeded, nil
-	}
-	if ok, err := t.store.Exists(ctx, protocol.ActiveBlob(job)); err != nil {
-		return "", err
-	} else if ok {
-		return jobs.StateRunning, nil
-	}
-	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(job))
-	if err != nil {
-		return "", err
-	}
-	cp, err := protocol.DecodeCheckpoint(data)
-	if err != nil {
-		return "", fmt.Errorf("checkpoint of %s: %w", job, err)
-	}
-	return cp.State, nil
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,13 +21,15 @@ import (
 //
 // A marker waiting here is the same to a next leader as one whose clean-up was cut short: its
 // rescan claims the job, finds it ended and deletes the marker (cleanup). This term's rescan
-// leaves it (t.cleaning holds the id until the marker is gone).
+// leaves it (the job table marks it being cleaned until the marker is gone).
 type sweeper struct {
-	t    *term
-	del  func(ctx context.Context, names []string) error
-	mu   sync.Mutex
-	ids  []string
-	from time.Time // when the oldest of ids was added
+	log   *slog.Logger
+	quiet intakeClock
+	tab   cleanedSet
+	del   func(ctx context.Context, names []string) error
+	mu    sync.Mutex
+	ids   []string
+	from  time.Time // when the oldest of ids was added
 }
 
 const (
@@ -43,14 +46,35 @@ type batchDeleter interface {
 	DeleteBatch(ctx context.Context, names []string) error
 }
 
-func newSweeper(t *term) *sweeper {
-	s := &sweeper{t: t}
-	if bd, ok := t.store.(batchDeleter); ok {
+// intakeClock says when intake last received messages (intake).
+type intakeClock interface {
+	lastIntake() time.Time
+}
+
+// cleanedSet hears which ended jobs' markers are gone (jobTable).
+type cleanedSet interface {
+	cleaned(ids []string)
+}
+
+// deleter deletes a blob (Store).
+type deleter interface {
+	Delete(ctx context.Context, name string) error
+}
+
+var (
+	_ intakeClock = (*intake)(nil)
+	_ cleanedSet  = (*jobTable)(nil)
+	_ deleter     = Store(nil)
+)
+
+func newSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet) *sweeper {
+	s := &sweeper{log: log, quiet: quiet, tab: tab}
+	if bd, ok := st.(batchDeleter); ok {
 		s.del = bd.DeleteBatch
 	} else {
 		s.del = func(ctx context.Context, names []string) error {
 			for _, n := range names {
-				if err := t.store.Delete(ctx, n); err != nil {
+				if err := st.Delete(ctx, n); err != nil {
 					return err
 				}
 			}
@@ -60,7 +84,7 @@ func newSweeper(t *term) *sweeper {
 	return s
 }
 
-// add queues the active marker of ended job id (its id stays in t.cleaning until it is deleted).
+// add queues the active marker of ended job id (it stays being cleaned until it is deleted).
 func (s *sweeper) add(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,7 +123,7 @@ func (s *sweeper) due(now time.Time) bool {
 	case n >= sweepMax || now.Sub(from) >= sweepMaxAge:
 		return true
 	}
-	return now.Sub(s.t.lastIntake()) >= sweepQuiet
+	return now.Sub(s.quiet.lastIntake()) >= sweepQuiet
 }
 
 // round deletes up to limit waiting markers; false when it could not (they wait on).
@@ -117,7 +141,7 @@ func (s *sweeper) round(ctx context.Context, limit int) bool {
 	}
 	if err := s.del(ctx, names); err != nil {
 		if ctx.Err() == nil {
-			s.t.log.Warn("delete active markers of ended jobs", "markers", n, "err", err)
+			s.log.Warn("delete active markers of ended jobs", "markers", n, "err", err)
 		}
 		return false
 	}
@@ -125,9 +149,7 @@ func (s *sweeper) round(ctx context.Context, limit int) bool {
 	s.ids = s.ids[n:]
 	s.from = time.Now() // the rest were added later; close enough for a bound
 	s.mu.Unlock()
-	for _, id := range ids {
-		s.t.cleaning.Delete(id)
-	}
+	s.tab.cleaned(ids)
 	return true
 }
 

@@ -19,7 +19,7 @@ var _ Extender = (*queue.Queue)(nil)
 
 // hidden keeps one received batch hidden while intake plans it. Deleting a message goes through
 // it, under the same lock as an extension, so a delete always uses the latest pop receipt. The
-// batches of successive receives may overlap: t.hiding finds a message's own.
+// batches of successive receives may overlap: in.hiding finds a message's own.
 type hidden struct {
 	mu   sync.Mutex
 	msgs map[string]queue.Message // by id: received, not yet deleted
@@ -27,21 +27,21 @@ type hidden struct {
 
 // keepHidden extends the visibility of msgs every third of QueueVisibility until stop, when the
 // queue can. Messages deleted meanwhile (through deleteMsg) are left alone.
-func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func()) {
-	ext, ok := t.queue.(Extender)
+func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop func()) {
+	ext, ok := in.queue.(Extender)
 	if !ok || len(msgs) == 0 {
 		return func() {}
 	}
 	h := &hidden{msgs: make(map[string]queue.Message, len(msgs))}
 	for _, m := range msgs {
 		h.msgs[m.ID] = m
-		t.hiding.Store(m.ID, h)
+		in.hiding.Store(m.ID, h)
 	}
 	kctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(t.cfg.QueueVisibility / 3)
+		tick := time.NewTicker(in.cfg.QueueVisibility / 3)
 		defer tick.Stop()
 		for {
 			select {
@@ -51,10 +51,10 @@ func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func(
 			}
 			h.mu.Lock()
 			for id, m := range h.msgs {
-				if n, err := ext.Extend(kctx, m, t.cfg.QueueVisibility); err == nil {
+				if n, err := ext.Extend(kctx, m, in.cfg.QueueVisibility); err == nil {
 					h.msgs[id] = n
 				} else if kctx.Err() == nil {
-					t.log.Warn("keep a job message hidden", "id", id, "err", err)
+					in.log.Warn("keep a job message hidden", "id", id, "err", err)
 				}
 			}
 			h.mu.Unlock()
@@ -64,15 +64,15 @@ func (t *term) keepHidden(ctx context.Context, msgs []queue.Message) (stop func(
 		cancel()
 		<-done
 		for _, m := range msgs {
-			t.hiding.CompareAndDelete(m.ID, h)
+			in.hiding.CompareAndDelete(m.ID, h)
 		}
 	}
 }
 
 // latest returns m with the newest pop receipt and forgets it (it is being deleted); the caller
 // deletes while holding the returned unlock.
-func (t *term) latest(m queue.Message) (queue.Message, func()) {
-	v, ok := t.hiding.Load(m.ID)
+func (in *intake) latest(m queue.Message) (queue.Message, func()) {
+	v, ok := in.hiding.Load(m.ID)
 	if !ok {
 		return m, func() {}
 	}

@@ -27,31 +27,31 @@ import (
 
 // wait stores job id (of type typ, which this leader lacks) as waiting and takes its message off
 // the queue.
-func (t *term) wait(ctx context.Context, m queue.Message, id, typ string) {
-	reason := t.waitReason(typ)
-	if err := t.mark(ctx, id); err != nil { // first: see commitPlanned
-		t.log.Warn("waiting job", "job", id, "err", err)
+func (in *intake) wait(ctx context.Context, m queue.Message, id, typ string) {
+	reason := in.waitReason(typ)
+	if err := in.mark(ctx, id); err != nil { // first: see commitPlanned
+		in.log.Warn("waiting job", "job", id, "err", err)
 		return
 	}
-	_, err := t.writeFirst(ctx, id, typ, jobs.StateWaiting, reason, nil)
+	_, err := in.writeFirst(ctx, id, typ, jobs.StateWaiting, reason, nil)
 	switch {
 	case errors.Is(err, store.ErrExists):
-		t.planned(ctx, m, id) // planned by a leader that has the type
+		in.planned(ctx, m, id) // planned by a leader that has the type
 		return
 	case err != nil:
 		return // the message comes back
 	}
-	t.setWaiting(id, true)
-	t.log.Info("job waits for a leader with its type", "job", id, "type", typ, "reason", reason)
-	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: id, Err: errors.New(reason)})
-	t.deleteMsg(ctx, m)
+	in.tab.setWaiting(id, true)
+	in.log.Info("job waits for a leader with its type", "job", id, "type", typ, "reason", reason)
+	in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: id, Err: errors.New(reason)})
+	in.deleteMsg(ctx, m)
 }
 
 // waitReason says why a job of type typ waits, and which live workers have the type.
-func (t *term) waitReason(typ string) string {
+func (in *intake) waitReason(typ string) string {
 	var holders []string
-	if t.cfg.TypeHolders != nil {
-		holders = t.cfg.TypeHolders(typ)
+	if in.cfg.TypeHolders != nil {
+		holders = in.cfg.TypeHolders(typ)
 	}
 	return fmt.Sprintf("no leader with type %s; workers with it: %s", typ, joinOrNone(holders))
 }
@@ -63,140 +63,124 @@ func joinOrNone(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-func (t *term) setWaiting(id string, on bool) {
-	t.waitMu.Lock()
-	defer t.waitMu.Unlock()
-	if on {
-		t.waiting[id] = true
-	} else {
-		delete(t.waiting, id)
-	}
-}
-
-func (t *term) isWaiting(id string) bool {
-	t.waitMu.Lock()
-	defer t.waitMu.Unlock()
-	return t.waiting[id]
-}
-
 // startWaiting runs the waiting job of checkpoint cp (read with etag) if this leader has its
 // type: it plans it and stores it as running, planned by this term. It returns nil (and no
 // error) for a job that goes on waiting or ended here (cancelled, or refused by its own code),
 // and errRetryClaim when the checkpoint changed meanwhile.
-func (t *term) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (*job, error) {
+func (in *intake) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (*job, error) {
 	id := cp.Job
-	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil {
+	if ok, err := in.store.Exists(ctx, protocol.CancelBlob(id)); err != nil {
 		return nil, err
 	} else if ok {
-		return nil, t.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
+		return nil, in.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
 	}
-	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
+	data, _, err := in.store.Get(ctx, protocol.SpecBlob(id))
 	if err != nil {
 		return nil, fmt.Errorf("read spec: %w", err)
 	}
 	spec, err := protocol.ParseSpec(data)
 	if err != nil {
-		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+		return nil, in.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
 	}
-	if wait, err := t.stillAfter(ctx, cp, etag, spec); wait || err != nil {
+	if wait, err := in.stillAfter(ctx, cp, etag, spec); wait || err != nil {
 		return nil, err // waits for other jobs (after.go)
 	}
-	impl, err := t.cfg.Registry.Lookup(spec.Type)
+	impl, err := in.cfg.Registry.Lookup(spec.Type)
 	if err != nil {
-		t.setWaiting(id, true)
-		if reason := t.waitReason(spec.Type); reason != cp.Error {
+		in.tab.setWaiting(id, true)
+		if reason := in.waitReason(spec.Type); reason != cp.Error {
 			next := *cp
 			next.Error = reason
-			if _, err := t.putStored(ctx, &next, etag); err != nil {
+			if _, err := in.putStored(ctx, &next, etag); err != nil {
 				return nil, err
 			}
 		}
 		return nil, nil
 	}
-	j, err := t.plan(ctx, id, spec, impl)
+	j, err := in.plans.plan(ctx, id, spec, impl)
 	switch {
 	case errors.Is(err, errPlanStorage):
 		return nil, err
 	case err != nil:
-		t.codeFailed(id, err)
-		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+		in.codeFailed(id, err)
+		return nil, in.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
 	}
 	// The job's first running checkpoint: planned by this term, over the waiting one.
-	next, err := t.firstCheckpoint(id, spec.Type, jobs.StateRunning, "", j)
+	next, err := in.firstCheckpoint(id, spec.Type, jobs.StateRunning, "", j)
 	if err != nil {
-		t.codeFailed(id, err)
-		return nil, t.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
+		in.codeFailed(id, err)
+		return nil, in.endStored(ctx, cp, etag, jobs.StateFailed, err.Error())
 	}
 	next.StartedAt, next.Seq = cp.StartedAt, cp.Seq
-	if j.etag, err = t.putStored(ctx, &next, etag); err != nil {
+	if j.etag, err = in.putStored(ctx, &next, etag); err != nil {
 		return nil, err
 	}
 	next.Done, next.Aggregate = nil, nil
 	j.cp = next
 	j.complete = next.Total == 0
-	t.log.Info("waiting job planned", "job", id, "type", spec.Type, "shards", next.Total, "plan", next.Plan)
-	t.emit(Event{Kind: EventJobPlanned, Epoch: t.epoch, Job: id, Count: next.Total})
+	in.log.Info("waiting job planned", "job", id, "type", spec.Type, "shards", next.Total, "plan", next.Plan)
+	in.emit(Event{Kind: EventJobPlanned, Epoch: in.epoch, Job: id, Count: next.Total})
 	return j, nil
 }
 
 // endStored ends the job of checkpoint cp (read with etag), which this term does not run, in a
 // terminal state, and cleans up after it. It returns errRetryClaim when the checkpoint changed
 // meanwhile.
-func (t *term) endStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, state jobs.State, why string) error {
+func (in *intake) endStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, state jobs.State, why string) error {
 	next := *cp
-	now := t.cfg.Now().UTC()
+	now := in.cfg.Now().UTC()
 	next.State, next.Error, next.Result, next.Aggregate, next.FinishedAt = state, why, nil, nil, &now
-	if _, err := t.putStored(ctx, &next, etag); err != nil {
+	if _, err := in.putStored(ctx, &next, etag); err != nil {
 		return err
 	}
-	t.setWaiting(cp.Job, false)
-	t.log.Info("job ended", "job", cp.Job, "state", state, "reason", why)
+	in.tab.setWaiting(cp.Job, false)
+	in.log.Info("job ended", "job", cp.Job, "state", state, "reason", why)
 	var werr error
 	if why != "" {
 		werr = errors.New(why)
 	}
-	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
-	t.cleanup(ctx, &next)
+	in.emit(Event{Kind: EventJobFinished, Epoch: in.epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
+	in.life.cleanup(ctx, &next)
 	return nil
 }
 
 // putStored writes cp as this term's (If-Match etag). A conflict is explained by conflict: this
 // leader is deposed, or errRetryClaim.
-func (t *term) putStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (store.ETag, error) {
-	cp.WriterEpoch, cp.WriterTerm = t.epoch, t.id
+func (in *intake) putStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (store.ETag, error) {
+	cp.WriterEpoch, cp.WriterTerm = in.epoch, in.id
 	cp.Seq++
-	cp.UpdatedAt = t.cfg.Now().UTC()
+	cp.UpdatedAt = in.cfg.Now().UTC()
 	data, err := cp.Encode()
 	if err != nil {
 		return "", err
 	}
 	began := time.Now()
-	next, err := t.store.Put(ctx, protocol.CheckpointBlob(cp.Job), data, store.Cond{IfMatch: etag})
-	t.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
+	next, err := in.store.Put(ctx, protocol.CheckpointBlob(cp.Job), data, store.Cond{IfMatch: etag})
+	in.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
-		return "", t.conflict(ctx, cp.Job)
+		return "", in.conflict(ctx, cp.Job)
 	}
 	return next, err
 }
 
 // pause stores the planned job of checkpoint cp (read with etag), whose type this leader lacks,
 // as waiting: everything else of it is kept for a leader that has the type.
-func (t *term) pause(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) error {
-	if ok, err := t.store.Exists(ctx, protocol.CancelBlob(cp.Job)); err != nil {
+func (in *intake) pause(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) error {
+	if ok, err := in.store.Exists(ctx, protocol.CancelBlob(cp.Job)); err != nil {
 		return err
 	} else if ok {
-		return t.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
+		return in.endStored(ctx, cp, etag, jobs.StateCancelled, "cancelled by user while waiting")
 	}
-	reason := t.waitReason(cp.Type)
+	reason := in.waitReason(cp.Type)
 	if cp.State != jobs.StateWaiting || cp.Error != reason {
 		next := *cp
 		next.State, next.Error = jobs.StateWaiting, reason
-		if _, err := t.putStored(ctx, &next, etag); err != nil {
+		if _, err := in.putStored(ctx, &next, etag); err != nil {
 			return err
 		}
 	}
-	t.setWaiting(cp.Job, true)
-	t.log.Info("running job paused: this leader lacks its type", "job", cp.Job, "type", cp.Type, "reason", reason)
-	t.emit(Event{Kind: EventJobWaiting, Epoch: t.epoch, Job: cp.Job, Err: errors.New(reason)})
+	in.tab.setWaiting(cp.Job, true)
+	in.log.Info("running job paused: this leader lacks its type", "job", cp.Job, "type", cp.Type, "reason", reason)
+	in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: cp.Job, Err: errors.New(reason)})
 	return nil
 }
