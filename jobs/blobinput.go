@@ -260,15 +260,11 @@ type OutputPartition struct {
 	Bytes     int64  `json:"bytes"`
 }
 
-// Check reports what is wrong with m as the manifest of job id: its format, its container's
-// name, partitions out of order, a blob outside the job's output prefix ("<id>/out/"), negative
+// Check reports what is wrong with m as the manifest of job id: its format, partitions out of order, a blob outside the job's output prefix ("<id>/out/"), negative
 // counts, or totals that disagree with the partitions.
 func (m *OutputManifest) Check(id string) error {
 	if m.Format != OutputFormat {
 		return fmt.Errorf("output manifest of job %s: format %q, want %q", id, m.Format, OutputFormat)
-	}
-	if reason := ContainerNameProblem(m.Container); reason != "" {
-		return fmt.Errorf("output manifest of job %s: container %q: %s", id, m.Container, reason)
 	}
 	var records, bytes int64
 	for i, p := range m.Partitions {
@@ -317,6 +313,9 @@ func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobIn
 	}
 	if err := m.Check(id); err != nil {
 		return "", nil, err
+	}
+	if reason := ContainerNameProblem(m.Container); reason != "" {
+		return "", nil, fmt.Errorf("output manifest of job %s: container %q: %s", id, m.Container, reason)
 	}
 	for _, p := range m.Partitions {
 		blobs = append(blobs, BlobInfo{Name: p.Blob, Size: p.Bytes})
