@@ -30,6 +30,7 @@ func putOutput(t *testing.T, env *jobstest.Env, id string, recs []jobstest.Recor
 		blob := protocol.OutputBlob(id, p, 1)
 		env.Put(jobs.DefaultJobsContainer, blob, []byte(bodies[p].String()))
 		m.Partitions = append(m.Partitions, protocol.OutputPartition{Partition: p, Blob: blob, Bytes: int64(bodies[p].Len())})
+		m.Bytes += int64(bodies[p].Len()) // the totals agree with the partitions, as the leader writes them
 	}
 	data, err := json.Marshal(m)
 	if err != nil {

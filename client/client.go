@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -64,9 +65,21 @@ type Client struct {
 
 // Errors.
 var (
-	ErrNoSuchJob   = errors.New("no such job")
+	ErrNoSuchJob   = jobstore.ErrNoSuchJob
 	ErrNotFinished = errors.New("job has not finished")
+	// ErrBadSpec is matched by an error about a submitted job's fields (priority, retries,
+	// after, type, params that are not JSON): each says which field and what is allowed.
+	ErrBadSpec = protocol.ErrBadSpec
 )
+
+// Refused reports whether err says that what was submitted is wrong: an unknown type
+// (jobs.ErrUnknownType), bad parameters (jobs.ErrBadParams), a bad field (ErrBadSpec) or a
+// malformed job id. The CLI shows it as a usage error, the HTTP API as a 400; neither checks
+// anything itself.
+func Refused(err error) bool {
+	return errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) ||
+		errors.Is(err, protocol.ErrBadSpec) || errors.Is(err, protocol.ErrBadID)
+}
 
 // Status is a job as `worker status` shows it.
 type Status struct {
@@ -109,7 +122,7 @@ type Status struct {
 
 // StateUnknown is the State of a job whose large checkpoint an earlier build wrote, without a
 // status record (Status.Note says so). It is not a state a job is ever stored in.
-const StateUnknown jobs.State = "unknown"
+const StateUnknown = jobstore.StateUnknown
 
 // StateUnreadable is the State List reports for a job whose spec or checkpoint cannot be read
 // or decoded (Status.Unreadable says why). It is not a state a job is ever stored in.
@@ -134,20 +147,35 @@ type Spec struct {
 // Validate checks a job type and its parameters without writing anything, and returns the spec
 // Submit would write. A type in Registry is validated locally; any other goes to Validator.
 func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessage) (*Spec, error) {
-	spec, err := c.validate(ctx, typ, params)
+	spec, err := c.validate(ctx, typ, params, submitOptions{})
 	if err != nil {
 		return nil, err
 	}
 	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
 }
 
-func (c *Client) validate(ctx context.Context, typ string, params json.RawMessage) (*protocol.Spec, error) {
+// validate is the one validation of a new job: its fields by their rules (protocol.Spec's, one
+// message each), then its type and parameters where the type is known. It returns the spec to
+// write.
+func (c *Client) validate(ctx context.Context, typ string, params json.RawMessage, o submitOptions) (*protocol.Spec, error) {
 	if len(params) == 0 {
 		params = json.RawMessage("{}")
 	}
-	if !json.Valid(params) {
-		return nil, fmt.Errorf("%w: params for %s are not valid JSON", jobs.ErrBadParams, typ)
+	now := c.now()
+	spec := &protocol.Spec{ID: protocol.NewID(now), Type: typ, Params: params, SubmittedAt: now.UTC(),
+		Priority: o.priority, After: o.after, Retries: o.retries}
+	if _, err := spec.Encode(); err != nil {
+		return nil, err
 	}
+	if err := c.check(ctx, typ, params); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// check validates a job type and its parameters: locally when Registry has the type, else by
+// Validator (the running cluster).
+func (c *Client) check(ctx context.Context, typ string, params json.RawMessage) error {
 	var job jobs.Job
 	var err error
 	if c.Registry != nil {
@@ -157,21 +185,34 @@ func (c *Client) validate(ctx context.Context, typ string, params json.RawMessag
 	}
 	switch {
 	case err == nil:
-		if err := job.Validate(params); err != nil {
-			return nil, err
-		}
+		return job.Validate(params)
 	case errors.Is(err, jobs.ErrUnknownType) && c.Validator != nil:
-		if err := c.Validator.ValidateJob(ctx, typ, params); err != nil {
-			return nil, err
-		}
+		return c.Validator.ValidateJob(ctx, typ, params)
 	default:
-		return nil, err
+		return err
 	}
-	spec := &protocol.Spec{ID: protocol.NewID(c.now()), Type: typ, Params: params, SubmittedAt: c.now().UTC()}
-	if _, err := spec.Encode(); err != nil {
-		return nil, err
+}
+
+// jobStore is the client's door to jobstore, where a job's life in storage is written once.
+func (c *Client) jobStore() *jobstore.Jobs {
+	j := &jobstore.Jobs{Store: listingStore{c.Store}, Queue: c.Queue}
+	if c.Notify != nil {
+		j.Notify = c.Notify
 	}
-	return spec, nil
+	if p, ok := c.Notify.(MessagePurger); ok {
+		j.Purge = p
+	}
+	return j
+}
+
+// listingStore is Client.Store with List when it has one (store.Container does).
+type listingStore struct{ Store }
+
+func (s listingStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
+	if l, ok := s.Store.(Lister); ok {
+		return l.List(ctx, prefix)
+	}
+	return nil, errors.New("this client's store cannot list blobs")
 }
 
 // SubmitOption sets an optional field of a submitted job.
@@ -193,74 +234,39 @@ const (
 	MaxPriority = protocol.MaxPriority
 )
 
-// Submit validates a job, writes its spec (If-None-Match) and queues its id. It returns the id.
+// Submit validates a job once (its fields, then its type and parameters, locally or by the
+// cluster), checks that the jobs it runs after exist, writes its spec (If-None-Match) and queues
+// its id. It returns the id. An error for which Refused is true means the job was wrong, and
+// nothing was written.
 func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage, opts ...SubmitOption) (string, error) {
-	spec, err := c.validate(ctx, typ, params)
-	if err != nil {
-		return "", err
-	}
 	var o submitOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	spec.Priority, spec.After, spec.Retries = o.priority, o.after, o.retries
+	spec, err := c.validate(ctx, typ, params, o)
+	if err != nil {
+		return "", err
+	}
 	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
-	return c.submitSpec(ctx, spec)
+	if err := c.jobStore().Submit(ctx, spec); err != nil {
+		return "", err
+	}
+	return spec.ID, nil
 }
 
 // Status reads one job's state: its status record (the metadata of its checkpoint blob, read
 // with a HEAD) and, for a job not yet planned, its spec. It never downloads a checkpoint or a
 // result, whatever the job's size, except a small checkpoint of an earlier build (legacy).
 func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
-	if err := protocol.CheckID(id); err != nil {
-		return nil, err
-	}
-	p, err := c.Store.Props(ctx, protocol.CheckpointBlob(id))
-	if errors.Is(err, store.ErrNotFound) {
-		spec, err := c.spec(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		st := &Status{ID: id, Type: spec.Type, State: jobs.StateQueued, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}
-		st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
-		return st, nil
-	}
+	st, err := c.jobStore().Status(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := protocol.DecodeStatusRecord(p.Meta)
-	if errors.Is(err, protocol.ErrNoStatusRecord) {
-		return c.legacy(ctx, id, p)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("status of %s: %w", id, err)
-	}
-	st := fromRecord(rec)
-	if rec.SubmittedAt.IsZero() {
-		// A job refused or cancelled at intake: its record was written without the spec. A spec
-		// that cannot be read is why such a job failed; its record says so.
-		if spec, err := c.spec(ctx, id); err == nil {
-			st.SubmittedAt, st.Priority = spec.SubmittedAt, spec.Priority
-			st.Schedule, st.Tick, st.After, st.RetryOf = spec.Schedule, spec.Tick, spec.After, spec.RetryOf
-			if st.Type == "" {
-				st.Type = spec.Type
-			}
-		}
-	}
-	return st, nil
-}
-
-func (c *Client) spec(ctx context.Context, id string) (*protocol.Spec, error) {
-	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return protocol.ParseSpec(data)
+	out := fromRecord(&st.StatusRecord)
+	out.Note = st.Note
+	return out, nil
 }
 
 func fromRecord(r *protocol.StatusRecord) *Status {
@@ -280,35 +286,7 @@ func fromRecord(r *protocol.StatusRecord) *Status {
 
 // LegacyCheckpointLimit is the largest checkpoint without a status record (written by an
 // earlier build) that Status reads to show its job; a larger one shows as StateUnknown.
-const LegacyCheckpointLimit = 64 << 10
-
-// legacy shows a job whose checkpoint an earlier build wrote: from the checkpoint if it is
-// small, else as StateUnknown with a note. A running job gets a record from its next
-// checkpoint by a leader of this build; only jobs that ended before the upgrade stay so.
-func (c *Client) legacy(ctx context.Context, id string, p store.Props) (*Status, error) {
-	spec, err := c.spec(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	st := &Status{ID: id, Type: spec.Type, State: StateUnknown, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}
-	if p.Size > LegacyCheckpointLimit {
-		st.Note = fmt.Sprintf("written by an older version: its %d-byte checkpoint is not read for status (worker result %s reads a result)", p.Size, id)
-		return st, nil
-	}
-	data, _, err := c.Store.Get(ctx, protocol.CheckpointBlob(id))
-	if err != nil {
-		return nil, err
-	}
-	cp, err := protocol.DecodeCheckpoint(data)
-	if err != nil {
-		return nil, err
-	}
-	r := protocol.NewStatusRecord(cp, spec)
-	r.Error = cp.Error
-	st = fromRecord(r)
-	st.Note = "written by an older version (read from its checkpoint)"
-	return st, nil
-}
+const LegacyCheckpointLimit = jobstore.LegacyCheckpointLimit
 
 // List returns the status of the limit most recent jobs (all when limit <= 0), newest last. Job ids
 // sort by submission time to the second; jobs submitted within one second are in no given order.

@@ -485,9 +485,13 @@ func TestClient_Query(t *testing.T) {
 	if l, _ := got(client.Filter{State: client.StateUnreadable}); !eq(l, ids[5]) {
 		t.Fatalf("unreadable: %v", l)
 	}
-	// ids[3] was submitted at 12:07 (two clock reads per submit).
-	if l, _ := got(client.Filter{Since: time.Date(2026, 11, 21, 12, 7, 0, 0, time.UTC)}); !eq(l, ids[5], ids[4], ids[3]) {
-		t.Fatalf("since 12:07: %v", l)
+	// Since the submission of ids[3] (a minute after ids[2]'s on this clock).
+	st3, err := e.cl.Status(ctx, ids[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := got(client.Filter{Since: st3.SubmittedAt}); !eq(l, ids[5], ids[4], ids[3]) {
+		t.Fatalf("since %v: %v", st3.SubmittedAt, l)
 	}
 	for _, f := range []client.Filter{{Limit: -1}, {Limit: client.MaxQueryLimit + 1}, {State: "done"}, {Before: "../x"}} {
 		if _, err := e.cl.Query(ctx, f); err == nil {

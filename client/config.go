@@ -17,10 +17,6 @@ import (
 const NATSOff = "off"
 
 // Config is how New reaches a cluster: the settings `worker submit` reads, flag by flag.
-// NATSAuth holds NATS credentials and TLS settings: a creds file, an nkey seed, a user and
-// password or token, a CA and a client certificate. The zero value connects without any.
-type NATSAuth = bus.Auth
-
 type Config struct {
 	// Storage says how to reach Azure Storage: a connection string, or an account URL with
 	// Entra ID or a SAS token. Required. --azure-connection-string, --storage-account-url.

@@ -15,32 +15,11 @@ import (
 )
 
 // OutputManifest is a keyed job's result: its output blobs, one per partition in order, in the
-// jobs container (the stored form is internal/protocol's, with the same JSON).
-type OutputManifest struct {
-	Kind       string            `json:"kind"`   // "keyed-output"
-	Format     string            `json:"format"` // "jsonl": the blobs hold {"key":K,"value":V} lines
-	Container  string            `json:"container"`
-	Partitions []OutputPartition `json:"partitions"`
-	Records    int64             `json:"records"`
-	Bytes      int64             `json:"bytes"`
-}
-
-// OutputPartition is one committed output blob: its records sorted by key.
-type OutputPartition struct {
-	Partition int    `json:"partition"`
-	Blob      string `json:"blob"`
-	Records   int64  `json:"records"`
-	Bytes     int64  `json:"bytes"`
-}
-
-func fromProtocol(m *protocol.OutputManifest) *OutputManifest {
-	out := &OutputManifest{Kind: m.Kind, Format: m.Format, Container: m.Container, Records: m.Records, Bytes: m.Bytes,
-		Partitions: make([]OutputPartition, len(m.Partitions))}
-	for i, p := range m.Partitions {
-		out.Partitions[i] = OutputPartition(p)
-	}
-	return out
-}
+// jobs container. The blobs hold {"key":K,"value":V} lines.
+type (
+	OutputManifest  = jobs.OutputManifest
+	OutputPartition = jobs.OutputPartition
+)
 
 // ErrNotKeyed: the job's result is a value (Result), not output records.
 var ErrNotKeyed = errors.New("the job's result is a value, not output records: use Result (`worker result`)")
@@ -97,7 +76,7 @@ func (c *Client) Output(ctx context.Context, id string) (*OutputManifest, error)
 	if err != nil {
 		return nil, err
 	}
-	return fromProtocol(m), nil
+	return m, nil
 }
 
 // WriteOutput streams a succeeded keyed job's output records to w, in partition order and key

@@ -63,23 +63,16 @@ func (f Filter) Check() error {
 // States lists the states a Filter may select.
 var States = []jobs.State{jobs.StateQueued, jobs.StateWaiting, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnknown, StateUnreadable}
 
-// Spec reads a job's spec: its type, parameters and submission time.
+// Spec reads a job's spec: its type, parameters, submission time and priority.
 func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {
 	if err := protocol.CheckID(id); err != nil {
 		return nil, err
 	}
-	data, _, err := c.Store.Get(ctx, protocol.SpecBlob(id))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNoSuchJob, id)
-	}
+	spec, err := c.jobStore().Spec(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := protocol.ParseSpec(data)
-	if err != nil {
-		return nil, err
-	}
-	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt}, nil
+	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
 }
 
 // Page is one page of Query, newest first.

@@ -288,7 +288,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	spec, err := c.validate(ctx, s.Type, s.Params)
+	spec, err := c.validate(ctx, s.Type, s.Params, submitOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -304,7 +304,7 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (string, erro
 		if err != nil {
 			return first, err
 		}
-		next, err := c.validate(ctx, step.Type, params)
+		next, err := c.validate(ctx, step.Type, params, submitOptions{})
 		if err != nil {
 			return first, fmt.Errorf("chain step %d: %w", i+2, err)
 		}
@@ -333,22 +333,10 @@ func (c *Client) validateThen(ctx context.Context, then []protocol.ChainStep) er
 	return nil
 }
 
-// submitSpec writes a validated spec (If-None-Match), queues its id and announces it; if
-// queueing fails the spec is deleted. Submit, Retry and TriggerSchedule end here.
+// submitSpec writes a validated spec and queues its id (jobstore.Jobs.Submit).
 func (c *Client) submitSpec(ctx context.Context, spec *protocol.Spec) (string, error) {
-	data, err := spec.Encode()
-	if err != nil {
+	if err := c.jobStore().Submit(ctx, spec); err != nil {
 		return "", err
-	}
-	if _, err := c.Store.Put(ctx, protocol.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
-		return "", fmt.Errorf("write spec: %w", err)
-	}
-	if err := c.Queue.Enqueue(ctx, spec.ID); err != nil {
-		_ = c.Store.Delete(context.WithoutCancel(ctx), protocol.SpecBlob(spec.ID))
-		return "", fmt.Errorf("queue job: %w", err)
-	}
-	if c.Notify != nil {
-		_ = c.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
 	}
 	return spec.ID, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
@@ -53,7 +54,7 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 		mu       sync.Mutex
 		asyncErr error
 	)
-	hint, err := bus.Connect(nc.URL(0), "submitter", bus.Config{}, append(mustOpts(t, bus.Auth{User: "submit", Password: "submit-pa55"}),
+	hint, err := bus.Connect(nc.URL(0), "submitter", bus.Config{}, append(mustOpts(t, client.NATSAuth{User: "submit", Password: "submit-pa55"}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { mu.Lock(); asyncErr = err; mu.Unlock() }))...)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestNATSPermissions_WorkerWithDocumentedAllowListRunsAJob(t *testing.T) {
 	}, "the submit-only user published outside its list without a violation")
 }
 
-func mustOpts(t *testing.T, a bus.Auth) []nats.Option {
+func mustOpts(t *testing.T, a client.NATSAuth) []nats.Option {
 	t.Helper()
 	o, err := a.Options()
 	if err != nil {

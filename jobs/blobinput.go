@@ -227,15 +227,60 @@ func readLine(br *bufio.Reader, buf *[]byte, max int) ([]byte, int, error) {
 	}
 }
 
-// A job's output, as BlobInput.Job reads it. These mirror internal/protocol's OutputManifest
-// (which imports this package), checked equal by a test.
+// DefaultJobsContainer is where job results are when the Env does not say (JobsEnv).
+const DefaultJobsContainer = "jobs"
+
+// maxManifestBytes bounds the result BlobInput.Job reads as an OutputManifest.
+const maxManifestBytes = 64 << 20
+
+// The kind of a result that is an OutputManifest, and the format of its output blobs: JSON
+// lines {"key":K,"value":V}, lossless.
 const (
-	// DefaultJobsContainer is where job results are when the Env does not say (JobsEnv).
-	DefaultJobsContainer = "jobs"
-	outputKind           = "keyed-output"
-	outputFormat         = "jsonl"
-	maxManifestBytes     = 64 << 20
+	OutputKind   = "keyed-output"
+	OutputFormat = "jsonl"
 )
+
+// OutputManifest is a keyed job's result: its committed output blobs, one per partition in
+// partition order, in the jobs container, keys sorted inside a partition. This is its one
+// declaration: the leader writes it, the client and BlobInput.Job read it.
+type OutputManifest struct {
+	Kind       string            `json:"kind"`   // OutputKind
+	Format     string            `json:"format"` // OutputFormat
+	Container  string            `json:"container"`
+	Partitions []OutputPartition `json:"partitions"`
+	Records    int64             `json:"records"`
+	Bytes      int64             `json:"bytes"`
+}
+
+// OutputPartition is one committed output blob.
+type OutputPartition struct {
+	Partition int    `json:"partition"`
+	Blob      string `json:"blob"`
+	Records   int64  `json:"records"`
+	Bytes     int64  `json:"bytes"`
+}
+
+// Check reports what is wrong with m as the manifest of job id: its format, partitions out of order, a blob outside the job's output prefix ("<id>/out/"), negative
+// counts, or totals that disagree with the partitions.
+func (m *OutputManifest) Check(id string) error {
+	if m.Format != OutputFormat {
+		return fmt.Errorf("output manifest of job %s: format %q, want %q", id, m.Format, OutputFormat)
+	}
+	var records, bytes int64
+	for i, p := range m.Partitions {
+		if p.Partition != i || !strings.HasPrefix(p.Blob, id+"/out/") || p.Records < 0 || p.Bytes < 0 {
+			return fmt.Errorf("output manifest of job %s: bad entry %d (partition %d, blob %q, %d records, %d bytes)",
+				id, i, p.Partition, p.Blob, p.Records, p.Bytes)
+		}
+		records += p.Records
+		bytes += p.Bytes
+	}
+	if records != m.Records || bytes != m.Bytes {
+		return fmt.Errorf("output manifest of job %s: totals %d records, %d bytes disagree with its partitions (%d, %d)",
+			id, m.Records, m.Bytes, records, bytes)
+	}
+	return nil
+}
 
 // JobsEnv is the optional interface of an Env that knows the cluster's jobs container, where
 // BlobInput.Job finds a job's output manifest. The worker's Env has it.
@@ -258,36 +303,21 @@ func jobIDPattern(id string) bool {
 	return true
 }
 
-// jobOutput is the part of a keyed job's OutputManifest that its readers use.
-type jobOutput struct {
-	Kind       string `json:"kind"`
-	Format     string `json:"format"`
-	Container  string `json:"container"`
-	Partitions []struct {
-		Partition int    `json:"partition"`
-		Blob      string `json:"blob"`
-		Bytes     int64  `json:"bytes"`
-	} `json:"partitions"`
-}
-
 // DecodeJobOutput decodes job id's stored result as an output manifest and returns its
 // container and its blobs in partition order, with their sizes. A result that is a value, not a
 // manifest, is an error that says so.
 func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobInfo, err error) {
-	var m jobOutput
-	if err := json.Unmarshal(result, &m); err != nil || m.Kind != outputKind {
+	var m OutputManifest
+	if err := json.Unmarshal(result, &m); err != nil || m.Kind != OutputKind {
 		return "", nil, fmt.Errorf("job %s has no output blobs: its result is a value (an aggregate job), not a keyed job's output", id)
 	}
-	if m.Format != outputFormat {
-		return "", nil, fmt.Errorf("output of job %s: format %q, want %q", id, m.Format, outputFormat)
+	if err := m.Check(id); err != nil {
+		return "", nil, err
 	}
 	if reason := ContainerNameProblem(m.Container); reason != "" {
-		return "", nil, fmt.Errorf("output of job %s: container %q: %s", id, m.Container, reason)
+		return "", nil, fmt.Errorf("output manifest of job %s: container %q: %s", id, m.Container, reason)
 	}
-	for i, p := range m.Partitions {
-		if p.Partition != i || !strings.HasPrefix(p.Blob, id+"/out/") || p.Bytes < 0 {
-			return "", nil, fmt.Errorf("output of job %s: bad entry %d (partition %d, blob %q, %d bytes)", id, i, p.Partition, p.Blob, p.Bytes)
-		}
+	for _, p := range m.Partitions {
 		blobs = append(blobs, BlobInfo{Name: p.Blob, Size: p.Bytes})
 	}
 	return m.Container, blobs, nil

@@ -133,15 +133,11 @@ func TestCommands_UsageErrors(t *testing.T) {
 	}{
 		{nil, 2, "usage: worker <command>"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"submit"}, 2, "--type is required: a type this binary has (pi, primes, regroup, sleep, squares, wordcount)"},
-		{[]string{"submit", "--type", "primes", "--params", "{bad"}, 2, "--params is not valid JSON"},
 		{[]string{"submit", "--type", "primes", "--params", "{}", "--params-file", "x"}, 2, "not both"},
 		{[]string{"submit", "--type", "primes", "--params-file", "/nonexistent/p.json"}, 2, "no such file"},
 		{[]string{"submit", "--type", "primes", "extra"}, 2, "unexpected arguments"},
-		{[]string{"submit", "--type", "primes", "--priority", "11"}, 2, "--priority 11: use -10 to 10"},
 		{[]string{"submit", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
-		// A type the binary has is validated before storage is needed.
-		{[]string{"submit", "--type", "squares", "--params", `{"n":0,"shards":1}`}, 2, `bad parameters for squares: "n" must be 1 to 1000000 (got 0)`},
+		// The job itself is checked by client.Submit (TestSubmit_RefusalMessages): storage first.
 		{[]string{"submit", "--type", "primes", "--params", `{"from":0,"to":10,"shards":1}`}, 2, "no storage account: pass --storage-account-url"},
 		{[]string{"status", "a", "b"}, 2, "at most one job id"},
 		{[]string{"status"}, 2, "no storage account"},

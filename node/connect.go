@@ -10,6 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
@@ -27,7 +28,7 @@ const (
 type connectFlags struct {
 	account          store.Account
 	sasFile          string
-	natsAuth         bus.Auth
+	natsAuth         client.NATSAuth
 	natsPasswordFile string
 	streamReplicas   int
 	streamStorage    string
@@ -116,7 +117,7 @@ func (c *connectFlags) getenv(name string) string {
 // checkConnection reports every problem with the connection settings (the CLI's flags and
 // Config.Validate share it): the storage account, the NATS credentials, a NATS URL that carries
 // credentials, the stream replicas and storage.
-func checkConnection(account store.Account, auth bus.Auth, natsURL string, replicas int, storage string) []error {
+func checkConnection(account store.Account, auth client.NATSAuth, natsURL string, replicas int, storage string) []error {
 	var errs []error
 	if err := account.Validate(); err != nil {
 		errs = append(errs, err)
@@ -132,7 +133,7 @@ func checkConnection(account store.Account, auth bus.Auth, natsURL string, repli
 }
 
 // checkNATS reports every problem with the NATS credentials and a NATS URL that carries them.
-func checkNATS(auth bus.Auth, natsURL string) []error {
+func checkNATS(auth client.NATSAuth, natsURL string) []error {
 	var errs []error
 	if err := auth.Validate(); err != nil {
 		errs = append(errs, err)

@@ -18,15 +18,17 @@ func Example() {
 	node.Main(node.Options{Registry: reg, Name: "mybin"})
 }
 
-// Node.Run is the whole command line as a function: args, writers, and an exit status. A type
-// the binary has is validated before anything is reached, so this needs no server.
+// Node.Run is the whole command line as a function: args, writers, and an exit status. A job is
+// validated before anything is written: with NATS off, a type the binary has is validated here,
+// so this needs no server (storage is named, never reached).
 func ExampleNode_Run() {
 	n, err := node.New(node.Options{Registry: builtin.Registry(), Name: "mybin"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	code := n.Run(context.Background(), []string{"submit", "--type", "primes", "--params", `{"from":0,"to":10,"shards":0}`}, os.Stdout, os.Stdout)
+	storage := "--azure-connection-string=AccountName=example;AccountKey=ZXhhbXBsZQ==;BlobEndpoint=http://127.0.0.1:1/example;QueueEndpoint=http://127.0.0.1:1/example"
+	code := n.Run(context.Background(), []string{"submit", storage, "--nats-url", "off", "--type", "primes", "--params", `{"from":0,"to":10,"shards":0}`}, os.Stdout, os.Stdout)
 	fmt.Println("exit status", code)
 	// Output:
 	// mybin submit: bad parameters for primes: "shards" must be at least 1 (got 0)

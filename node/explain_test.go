@@ -21,6 +21,8 @@ func TestCommands_StorageFailuresExplained(t *testing.T) {
 	wrongKey := "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
 	c.env["AZURE_STORAGE_CONNECTION_STRING"] = strings.Replace(good, key, wrongKey, 1)
 	n := c.node(t, builtin.Registry())
+	// A live member validates the submitted job (client.Submit checks it before storage).
+	c.startResponderOnly(t, builtin.Registry(), "w-types")
 	for _, args := range [][]string{
 		{"status"},
 		{"result", "20261121-000000-00000000"},

@@ -85,10 +85,7 @@ func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, 
 		opts = append(opts, client.WithAfter(req.After...))
 	}
 	if p := req.Priority; p != nil {
-		if *p < client.MinPriority || *p > client.MaxPriority {
-			return "", fmt.Errorf(`%w: "priority": %d is out of range; use %d to %d`, observe.ErrRefused, *p, client.MinPriority, client.MaxPriority)
-		}
-		opts = append(opts, client.WithPriority(*p))
+		opts = append(opts, client.WithPriority(*p)) // Submit checks its range
 	}
 	return a.cl.Submit(ctx, req.Type, req.Params, opts...)
 }

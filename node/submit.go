@@ -14,7 +14,9 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 type submitFlags struct {
@@ -53,12 +55,6 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	if f.fs.NArg() > 0 {
 		return usageErr("unexpected arguments %v", f.fs.Args())
 	}
-	if f.typ == "" {
-		return usageErr("--type is required: a type this binary has (%s) or one the running workers have (`%s types` lists them)", joinOrNone(n.opts.Registry.Types()), n.opts.Name)
-	}
-	if f.priority < protocol.MinPriority || f.priority > protocol.MaxPriority {
-		return usageErr("--priority %d: use %d to %d (higher: a larger share of the workers; default 0)", f.priority, protocol.MinPriority, protocol.MaxPriority)
-	}
 	if f.params != "" && f.paramsFile != "" {
 		return usageErr("give --params or --params-file, not both")
 	}
@@ -69,58 +65,24 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 			return usageErr("%v", err)
 		}
 	}
-	if len(params) == 0 {
-		params = []byte("{}")
-	}
-	if !json.Valid(params) {
-		return usageErr("--params is not valid JSON: %s", oneLine(string(params), 120))
-	}
-	// A type this binary has is validated before anything else, without storage or NATS.
-	if _, err := n.opts.Registry.Lookup(f.typ); err == nil {
-		if _, err := (&client.Client{Registry: n.opts.Registry}).Validate(ctx, f.typ, params); err != nil {
-			return usageErr("%v", err)
-		}
-	}
 	if err := f.check(); err != nil {
 		return usageErr("%v", err)
 	}
-	if err := f.checkAfter(); err != nil {
-		return err
-	}
-	cl, done, err := n.client(ctx, &f.common, true)
+	cl, done, err := n.submitClient(ctx, &f.common)
 	if err != nil {
 		return err
 	}
 	defer done()
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	// Refuse a bad job before touching storage at all (Submit validates again, locally or by
-	// asking the cluster, before it writes).
-	if _, err := cl.Validate(tctx, f.typ, params); err != nil {
-		if errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) {
-			return usageErr("%v", err)
-		}
-		return err
+	// Submit is the one validation (the job's fields, then its type and parameters); a job it
+	// refuses is a usage error, and nothing was written.
+	id, err := f.ensured(tctx, func() (string, error) {
+		return cl.Submit(tctx, f.typ, params, append(f.submitOptions(), client.WithPriority(f.priority))...)
+	})
+	if client.Refused(err) {
+		return usageErr("%v", err)
 	}
-	if err := f.ensure(tctx); err != nil {
-		return err
-	}
-	// A type this binary has is also one a running worker must have (a cluster of another build,
-	// a rolling upgrade): the workers answer for their own build.
-	if v, ok := cl.Validator.(*client.ClusterValidator); ok && n.opts.Registry != nil {
-		if _, err := n.opts.Registry.Lookup(f.typ); err == nil {
-			if v.Conn == nil {
-				return fmt.Errorf("cannot check that a running worker has job type %q: NATS at %s is unreachable: %w", f.typ, v.URL, v.ConnErr)
-			}
-			if err := v.ValidateJob(tctx, f.typ, params); err != nil {
-				if errors.Is(err, jobs.ErrUnknownType) || errors.Is(err, jobs.ErrBadParams) {
-					return usageErr("%v", err)
-				}
-				return err
-			}
-		}
-	}
-	id, err := cl.Submit(tctx, f.typ, params, append(f.submitOptions(), client.WithPriority(f.priority))...)
 	if err != nil {
 		return err
 	}
@@ -133,6 +95,50 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 		return nil
 	}
 	return waitAndPrint(ctx, cl, id, f.poll, f.quiet, stdout, stderr, n.resultPrinter(f.json))
+}
+
+// ensured runs submit, and once more after creating the jobs container and queue when they are
+// missing (a first submit on a fresh account). A refused job is refused before either is made.
+func (c *common) ensured(ctx context.Context, submit func() (string, error)) (string, error) {
+	id, err := submit()
+	if err == nil || client.Refused(err) || !(errors.Is(err, store.ErrNotFound) || errors.Is(err, queue.ErrNotFound)) {
+		return id, err
+	}
+	if err := c.ensure(ctx); err != nil {
+		return "", err
+	}
+	return submit()
+}
+
+// submitClient is the client of submit: the running workers validate every type, for they are
+// the build that runs the job (a cluster of another build may lack a type this binary has).
+func (n *Node) submitClient(ctx context.Context, c *common) (*client.Client, func(), error) {
+	cl, done, err := n.client(ctx, c, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if v, ok := cl.Validator.(*client.ClusterValidator); ok && n.opts.Registry != nil {
+		cl.Registry, cl.Validator = nil, clusterFirst{reg: n.opts.Registry, cluster: v}
+	}
+	return cl, done, nil
+}
+
+// clusterFirst validates every type through the running workers. Without NATS, a type this
+// binary has is validated here, to say what is wrong with it, and is refused unconfirmed.
+type clusterFirst struct {
+	reg     *jobs.Registry
+	cluster *client.ClusterValidator
+}
+
+func (v clusterFirst) ValidateJob(ctx context.Context, typ string, params json.RawMessage) error {
+	job, err := v.reg.Lookup(typ)
+	if v.cluster.Conn != nil || err != nil {
+		return v.cluster.ValidateJob(ctx, typ, params)
+	}
+	if err := job.Validate(params); err != nil {
+		return err
+	}
+	return fmt.Errorf("cannot check that a running worker has job type %q: NATS at %s is unreachable: %w", typ, v.cluster.URL, v.cluster.ConnErr)
 }
 
 // jobEndedError is a job that ended other than succeeded; its state sets the exit status.

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
@@ -33,7 +34,7 @@ func authServer(t *testing.T, opts *server.Options) string {
 }
 
 // connectAndEnsure connects with a and creates the streams (a real JetStream API round trip).
-func connectAndEnsure(url string, a bus.Auth) error {
+func connectAndEnsure(url string, a client.NATSAuth) error {
 	opts, err := a.Options()
 	if err != nil {
 		return err
@@ -75,15 +76,15 @@ func refused(t *testing.T, err error, secrets ...string) {
 
 func TestNATSAuth_UserPassword(t *testing.T) {
 	url := authServer(t, &server.Options{Users: []*server.User{{Username: "worker", Password: "right-pa55"}}})
-	if err := connectAndEnsure(url, bus.Auth{User: "worker", Password: "right-pa55"}); err != nil {
+	if err := connectAndEnsure(url, client.NATSAuth{User: "worker", Password: "right-pa55"}); err != nil {
 		t.Fatal(err)
 	}
-	err := connectAndEnsure(url, bus.Auth{User: "worker", Password: "wr0ng-pa55"})
+	err := connectAndEnsure(url, client.NATSAuth{User: "worker", Password: "wr0ng-pa55"})
 	refused(t, err, "wr0ng-pa55", "right-pa55")
 	if !strings.Contains(err.Error(), "Authorization Violation") {
 		t.Fatalf("error %v does not say the credentials were refused", err)
 	}
-	refused(t, connectAndEnsure(url, bus.Auth{}))
+	refused(t, connectAndEnsure(url, client.NATSAuth{}))
 }
 
 func TestNATSAuth_NKeySeedFile(t *testing.T) {
@@ -93,11 +94,11 @@ func TestNATSAuth_NKeySeedFile(t *testing.T) {
 	other, _ := nkeys.CreateUser()
 	otherSeed, _ := other.Seed()
 	url := authServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
-	if err := connectAndEnsure(url, bus.Auth{NKeySeedFile: writeFile(t, "seed", seed)}); err != nil {
+	if err := connectAndEnsure(url, client.NATSAuth{NKeySeedFile: writeFile(t, "seed", seed)}); err != nil {
 		t.Fatal(err)
 	}
-	refused(t, connectAndEnsure(url, bus.Auth{NKeySeedFile: writeFile(t, "other", otherSeed)}), string(otherSeed), string(seed))
-	_, err := bus.Auth{NKeySeedFile: writeFile(t, "junk", []byte("SUNOTASEED"))}.Options()
+	refused(t, connectAndEnsure(url, client.NATSAuth{NKeySeedFile: writeFile(t, "other", otherSeed)}), string(otherSeed), string(seed))
+	_, err := client.NATSAuth{NKeySeedFile: writeFile(t, "junk", []byte("SUNOTASEED"))}.Options()
 	if err == nil || strings.Contains(err.Error(), "SUNOTASEED") {
 		t.Fatalf("junk seed: %v", err)
 	}
@@ -155,12 +156,12 @@ func TestNATSAuth_CredsFile(t *testing.T) {
 		return c, string(useed)
 	}
 	good, _ := creds(accKP)
-	if err := connectAndEnsure(url, bus.Auth{CredsFile: writeFile(t, "good.creds", good)}); err != nil {
+	if err := connectAndEnsure(url, client.NATSAuth{CredsFile: writeFile(t, "good.creds", good)}); err != nil {
 		t.Fatal(err)
 	}
 	stranger, _ := nkeys.CreateAccount() // an account the operator never signed
 	bad, badSeed := creds(stranger)
-	refused(t, connectAndEnsure(url, bus.Auth{CredsFile: writeFile(t, "bad.creds", bad)}), badSeed)
+	refused(t, connectAndEnsure(url, client.NATSAuth{CredsFile: writeFile(t, "bad.creds", bad)}), badSeed)
 }
 
 // tlsFiles writes a throwaway CA, a server certificate for 127.0.0.1 and a client certificate,
@@ -207,11 +208,11 @@ func TestNATSAuth_TLSAndMutualTLS(t *testing.T) {
 	url := authServer(t, &server.Options{TLSConfig: tc, TLSVerify: true, TLSTimeout: 5})
 	url = strings.Replace(url, "nats://", "tls://", 1)
 
-	if err := connectAndEnsure(url, bus.Auth{TLSCAFile: f.ca, TLSCertFile: f.clientCert, TLSKeyFile: f.clientKey}); err != nil {
+	if err := connectAndEnsure(url, client.NATSAuth{TLSCAFile: f.ca, TLSCertFile: f.clientCert, TLSKeyFile: f.clientKey}); err != nil {
 		t.Fatal(err)
 	}
 	// The server's certificate is not from the CA we trust: refused, naming the authority problem.
-	err = connectAndEnsure(url, bus.Auth{TLSCAFile: other.ca, TLSCertFile: other.clientCert, TLSKeyFile: other.clientKey})
+	err = connectAndEnsure(url, client.NATSAuth{TLSCAFile: other.ca, TLSCertFile: other.clientCert, TLSKeyFile: other.clientKey})
 	refused(t, err)
 	var unknown x509.UnknownAuthorityError
 	var verify *tls.CertificateVerificationError
@@ -219,19 +220,19 @@ func TestNATSAuth_TLSAndMutualTLS(t *testing.T) {
 		t.Fatalf("wrong CA: %v", err)
 	}
 	// No client certificate where the server requires one: refused.
-	err = connectAndEnsure(url, bus.Auth{TLSCAFile: f.ca})
+	err = connectAndEnsure(url, client.NATSAuth{TLSCAFile: f.ca})
 	if err == nil {
 		t.Fatal("connected without a client certificate")
 	}
 	// A certificate with a key that is not its own: refused before connecting.
-	if err := (bus.Auth{TLSCertFile: f.clientCert, TLSKeyFile: other.clientKey}).Validate(); err == nil ||
+	if err := (client.NATSAuth{TLSCertFile: f.clientCert, TLSKeyFile: other.clientKey}).Validate(); err == nil ||
 		!strings.Contains(err.Error(), "not a matching PEM certificate and key") {
 		t.Fatalf("mismatched key: %v", err)
 	}
 }
 
 func TestNATSAuth_ValidateReportsEveryProblem(t *testing.T) {
-	err := bus.Auth{CredsFile: "/nonexistent/x.creds", User: "u", TLSCertFile: "c.pem"}.Validate()
+	err := client.NATSAuth{CredsFile: "/nonexistent/x.creds", User: "u", TLSCertFile: "c.pem"}.Validate()
 	if err == nil {
 		t.Fatal("accepted")
 	}
@@ -240,7 +241,7 @@ func TestNATSAuth_ValidateReportsEveryProblem(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, w)
 		}
 	}
-	if err := (bus.Auth{Password: "s3cret"}).Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if err := (client.NATSAuth{Password: "s3cret"}).Validate(); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("password without user: %v", err)
 	}
 }

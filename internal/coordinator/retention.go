@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -14,8 +15,9 @@ import (
 // Retention. Every job that ends leaves an ended marker (protocol.EndedBlob) that names its end
 // time, state and id, so the leader finds expired jobs by listing one prefix, never every job.
 // A stage of the leader deletes each job whose retention for its state has passed, at most
-// RetentionBatch a pass: everything under its id, its stream messages, its markers. It is
-// fenced as checkpoints are: a job whose checkpoint a newer term wrote ends the term.
+// RetentionBatch a pass, with jobstore.Jobs.Expire: everything under its id, its stream
+// messages, its markers. It is fenced as checkpoints are: a job whose checkpoint a newer term
+// wrote ends the term.
 
 // runRetention runs the ended-marker migration (retention_migrate.go), then deletes expired
 // jobs every RetentionInterval until ctx ends. It returns ErrDeposed when it finds a newer
@@ -71,15 +73,12 @@ func (t *lifecycle) expire(ctx context.Context) error {
 		if keep <= 0 || now.Before(at.Add(keep)) {
 			continue
 		}
-		if err := t.deleteJob(ctx, id); err != nil {
+		if err := t.jobStore().Expire(ctx, id, m.Name); err != nil {
 			if errors.Is(err, ErrDeposed) {
 				return err
 			}
 			t.log.Warn("retention: delete job", "job", id, "err", err)
 			continue
-		}
-		if err := t.store.Delete(ctx, m.Name); err != nil {
-			t.log.Warn("retention: delete ended marker", "job", id, "err", err)
 		}
 		deleted++
 		t.log.Info("expired job deleted", "job", id, "state", state, "ended", at)
@@ -88,45 +87,10 @@ func (t *lifecycle) expire(ctx context.Context) error {
 	return nil
 }
 
-// deleteJob removes everything job id left: its stream messages, its blobs (the spec last), its
-// active marker. A job that has not ended is left alone.
-func (t *lifecycle) deleteJob(ctx context.Context, id string) error {
-	data, _, err := t.store.Get(ctx, protocol.CheckpointBlob(id))
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return err
-	default:
-		cp, err := protocol.DecodeCheckpoint(data)
-		if err != nil {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		if err := t.fenced(cp); err != nil {
-			return err
-		}
-		if !cp.State.Terminal() {
-			return fmt.Errorf("job %s is %s", id, cp.State)
-		}
-	}
-	if err := t.bus.PurgeJobMessages(ctx, id); err != nil {
-		return err
-	}
-	blobs, err := t.store.List(ctx, id+"/")
-	if err != nil {
-		return err
-	}
-	for _, b := range blobs {
-		if b.Name == protocol.SpecBlob(id) {
-			continue
-		}
-		if err := t.store.Delete(ctx, b.Name); err != nil {
-			return err
-		}
-	}
-	if err := t.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
-		return err
-	}
-	return t.store.Delete(ctx, protocol.SpecBlob(id))
+// jobStore is the leader's door to jobstore, where a job's life in storage is written once:
+// its deletes fenced as its checkpoints are, its retries queued after a backoff.
+func (t *lifecycle) jobStore() *jobstore.Jobs {
+	return &jobstore.Jobs{Store: t.store, Delay: t.queue, Purge: t.bus, Fence: t.fenced}
 }
 
 // markEnded stores the ended marker of the job of terminal checkpoint cp.

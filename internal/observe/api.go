@@ -29,8 +29,8 @@ const MaxAPIBody = jobs.MaxSpecBytes + 4<<10
 type SubmitRequest struct {
 	Type   string          `json:"type"`
 	Params json.RawMessage `json:"params,omitempty"`
-	// After lists jobs this one waits for; Priority orders it against other jobs. Both are passed
-	// to the JobService, which refuses them while the cluster lacks the feature.
+	// After lists jobs this one waits for; Priority orders it against other jobs. The JobService
+	// (client.Submit) checks every field; the API checks nothing again.
 	After    []string `json:"after,omitempty"`
 	Priority *int     `json:"priority,omitempty"`
 }
@@ -159,15 +159,18 @@ func (s *Server) tokenMatches(got string) bool {
 func apiError(w http.ResponseWriter, err error) {
 	body := map[string]string{"error": Redact(err.Error())}
 	var pe *jobs.ParamError
-	if errors.As(err, &pe) && pe.Field != "" {
+	var fe *protocol.FieldError
+	switch {
+	case errors.As(err, &pe) && pe.Field != "":
 		body["field"] = pe.Field
+	case errors.As(err, &fe):
+		body["field"] = fe.Field
 	}
 	code := http.StatusServiceUnavailable
 	switch {
 	case errors.Is(err, client.ErrNoSuchJob), errors.Is(err, client.ErrNoSuchSchedule):
 		code = http.StatusNotFound
-	case errors.Is(err, jobs.ErrUnknownType), errors.Is(err, jobs.ErrBadParams), errors.Is(err, protocol.ErrBadID),
-		errors.Is(err, protocol.ErrBadSpec), errors.Is(err, protocol.ErrBadSchedule), errors.Is(err, ErrRefused):
+	case client.Refused(err), errors.Is(err, protocol.ErrBadSchedule), errors.Is(err, ErrRefused):
 		code = http.StatusBadRequest
 	case errors.Is(err, client.ErrNotFinished), errors.Is(err, client.ErrRunning), errors.Is(err, client.ErrScheduleExists):
 		code = http.StatusConflict
@@ -193,10 +196,6 @@ func (s *Server) apiSubmit(w http.ResponseWriter, r *http.Request, api JobServic
 	}
 	if dec.More() {
 		writeErr(w, http.StatusBadRequest, "body: one JSON object expected, found more")
-		return
-	}
-	if req.Type == "" {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": `"type" is required: a job type the cluster runs (GET the workers' types with "worker types")`, "field": "type"})
 		return
 	}
 	id, err := api.Submit(r.Context(), req)

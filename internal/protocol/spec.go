@@ -7,8 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/jobs"
 	"time"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // Spec is a submitted job: what `worker submit` writes to <job-id>/spec.json.
@@ -121,41 +122,67 @@ func ParseSpec(data []byte) (*Spec, error) {
 	return &s, nil
 }
 
+// FieldError is a spec field that breaks its rule; it matches ErrBadSpec. The CLI and the HTTP
+// API show its message as it is: each rule has one message, written here.
+type FieldError struct {
+	Field  string // the spec's JSON name: "type", "params", "priority", "after", "retries", ...
+	Reason string // what is wrong and what is allowed, after the field's name
+}
+
+func (e *FieldError) Error() string { return fmt.Sprintf("%v: %s %s", ErrBadSpec, e.Field, e.Reason) }
+
+// Unwrap makes a FieldError match ErrBadSpec.
+func (e *FieldError) Unwrap() error { return ErrBadSpec }
+
+// Is makes an error in the params match jobs.ErrBadParams too.
+func (e *FieldError) Is(target error) bool { return e.Field == "params" && target == jobs.ErrBadParams }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// checkShape checks every field's rule; it is the one place these rules and their messages live.
 func (s *Spec) checkShape() error {
 	if err := CheckID(s.ID); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadSpec, err)
 	}
 	if s.Type == "" {
-		return fmt.Errorf("%w: no job type", ErrBadSpec)
+		return fieldErr("type", "is required: a job type the cluster runs (`worker types` lists them)")
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
-		return fmt.Errorf("%w: priority %d: use %d to %d (higher runs sooner)", ErrBadSpec, s.Priority, MinPriority, MaxPriority)
+		return fieldErr("priority", "%d is out of range: use %d to %d (each step up doubles the job's share of the workers against running jobs of its type; default 0)",
+			s.Priority, MinPriority, MaxPriority)
 	}
 	if len(s.Params) == 0 || !json.Valid(s.Params) {
-		return fmt.Errorf("%w: params must be a JSON value", ErrBadSpec)
+		return fieldErr("params", "of %s are not valid JSON: give a JSON object, e.g. {\"shards\": 4}", Clip(s.Type, 64))
 	}
 	if len(s.After) > MaxAfter {
-		return fmt.Errorf("%w: after names %d jobs, the limit is %d", ErrBadSpec, len(s.After), MaxAfter)
+		return fieldErr("after", "names %d jobs: the limit is %d", len(s.After), MaxAfter)
 	}
+	seen := make(map[string]bool, len(s.After))
 	for _, a := range s.After {
 		if err := CheckID(a); err != nil {
-			return fmt.Errorf("%w: after: %w", ErrBadSpec, err)
+			return fieldErr("after", "%v", err)
 		}
 		if a == s.ID {
-			return fmt.Errorf("%w: job %s cannot run after itself", ErrBadSpec, s.ID)
+			return fieldErr("after", "names job %s itself: a job cannot run after itself", s.ID)
 		}
+		if seen[a] {
+			return fieldErr("after", "names job %s twice", a)
+		}
+		seen[a] = true
 	}
 	if s.Retries < 0 || s.Retries > MaxRetries {
-		return fmt.Errorf("%w: retries %d: use 0 to %d", ErrBadSpec, s.Retries, MaxRetries)
+		return fieldErr("retries", "%d is out of range: use 0 to %d", s.Retries, MaxRetries)
 	}
 	if s.RetryOf != "" {
 		if err := CheckID(s.RetryOf); err != nil {
-			return fmt.Errorf("%w: retry_of: %w", ErrBadSpec, err)
+			return fieldErr("retry_of", "%v", err)
 		}
 	}
 	if s.Schedule != "" {
 		if err := CheckScheduleName(s.Schedule); err != nil {
-			return fmt.Errorf("%w: %w", ErrBadSpec, err)
+			return fieldErr("schedule", "%v", err)
 		}
 	}
 	return nil

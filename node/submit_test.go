@@ -1,0 +1,114 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/observe"
+)
+
+// unreachable names storage and NATS that nothing answers: a refused job never reaches them.
+var unreachable = []string{
+	"--azure-connection-string=DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;" +
+		"AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;" +
+		"BlobEndpoint=http://127.0.0.1:1/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/devstoreaccount1;",
+	"--nats-url", "nats://127.0.0.1:1",
+}
+
+// Each rule of a submitted job has one message, client.Submit's: the CLI shows it as a usage
+// error (exit 2) and the HTTP API as a 400 naming the field, neither checking anything itself.
+func TestSubmit_RefusalMessages(t *testing.T) {
+	reg := withSquares(builtin.Registry())
+	n, err := New(Options{Registry: reg, LookupEnv: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := refusingAPI(t, &client.Client{Registry: reg})
+	primes := `{"from":0,"to":10,"shards":1}`
+	for _, tc := range []struct {
+		name  string
+		cli   []string // after submit and the unreachable cluster; nil: not a CLI case
+		body  string   // POST /api/v1/jobs; "": not an API case
+		field string
+		want  string
+	}{
+		{"no type", []string{"--params", "{}"}, `{"params":{}}`, "type",
+			"bad job spec: type is required: a job type the cluster runs (`worker types` lists them)"},
+		{"params not JSON", []string{"--type", "primes", "--params", "{bad"}, "", "params",
+			"bad job spec: params of primes are not valid JSON"},
+		{"priority above", []string{"--type", "primes", "--params", primes, "--priority", "11"}, `{"type":"primes","params":` + primes + `,"priority":11}`, "priority",
+			"bad job spec: priority 11 is out of range: use -10 to 10 (each step up doubles the job's share of the workers against running jobs of its type; default 0)"},
+		{"priority below", []string{"--type", "primes", "--params", primes, "--priority", "-11"}, `{"type":"primes","params":` + primes + `,"priority":-11}`, "priority",
+			"bad job spec: priority -11 is out of range: use -10 to 10"},
+		{"retries above", []string{"--type", "primes", "--params", primes, "--retries", "11"}, "", "retries",
+			"bad job spec: retries 11 is out of range: use 0 to 10"},
+		{"retries below", []string{"--type", "primes", "--params", primes, "--retries", "-1"}, "", "retries",
+			"bad job spec: retries -1 is out of range: use 0 to 10"},
+		{"after bad id", []string{"--type", "primes", "--params", primes, "--after", "a,BAD"}, `{"type":"primes","params":` + primes + `,"after":["a","BAD"]}`, "after",
+			`bad job spec: after bad job id "BAD": only a-z, 0-9 and '-' (not first) are allowed`},
+		{"after twice", []string{"--type", "primes", "--params", primes, "--after", "a,a"}, `{"type":"primes","params":` + primes + `,"after":["a","a"]}`, "after",
+			"bad job spec: after names job a twice"},
+		{"bad params", []string{"--type", "squares", "--params", `{"n":0,"shards":1}`}, `{"type":"squares","params":{"n":0,"shards":1}}`, "n",
+			`bad parameters for squares: "n" must be 1 to 1000000 (got 0)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cli != nil {
+				args := append(append([]string{"submit"}, unreachable...), tc.cli...)
+				code, stdout, stderr := run(t, n, args...)
+				if code != 2 || !strings.Contains(stderr, tc.want) || stdout != "" {
+					t.Errorf("CLI: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and %q", code, stdout, stderr, tc.want)
+				}
+			}
+			if tc.body != "" {
+				code, body := api(tc.body)
+				if code != http.StatusBadRequest || !strings.Contains(body["error"], tc.want) || body["field"] != tc.field {
+					t.Errorf("API: %d %v\nwant 400, field %q and %q", code, body, tc.field, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// refusingAPI serves the job API over cl, whose storage is never reached (every job is
+// refused), and returns a function that POSTs a body to /api/v1/jobs.
+func refusingAPI(t *testing.T, cl *client.Client) func(body string) (int, map[string]string) {
+	t.Helper()
+	srv, err := observe.Listen(observe.Config{Addr: "127.0.0.1:0", APIToken: []byte(retryTestToken), Worker: "t",
+		Metrics: observe.NewMetrics("test", observe.Sources{}), Events: observe.NewRecorder("t"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Attach(observe.Backend{Ready: &observe.Readiness{}, Jobs: &observe.JobCache{Lister: cl}, API: jobAPI{cl},
+		Members: func() []membership.Member { return nil },
+		Leader:  func(context.Context) (*election.LeaderInfo, error) { return nil, nil },
+		Cancel:  func(context.Context, string) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	return func(body string) (int, map[string]string) {
+		req, _ := http.NewRequest("POST", hs.URL+"/api/v1/jobs", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+retryTestToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out map[string]string
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatalf("%d %s: %v", resp.StatusCode, data, err)
+		}
+		return resp.StatusCode, out
+	}
+}
