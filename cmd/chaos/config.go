@@ -42,7 +42,9 @@ func DefaultConfig() Config {
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.Quick = true
-	c.Shards, c.ShardDelay = 200, 50*time.Millisecond
+	// 200 × 100 ms: about 4 s on 3 workers, long enough to be struck on a busy 2-core box (at 50 ms a
+	// loaded CI run saw jobs end before their fault).
+	c.Shards, c.ShardDelay = 200, 100*time.Millisecond
 	c.Faults = quickFaults
 	return c
 }
