@@ -24,9 +24,9 @@ type legacyState struct {
 	Blobs     map[string][]byte `json:"blobs"`
 	Corpora   map[string][]byte `json:"corpora"`
 	// Meta is the metadata of the blobs that have some (a checkpoint's status record).
-	Meta map[string]map[string]string `json:"meta"`
-	Shards    []legacyMsg       `json:"shards"`
-	Results   []legacyMsg       `json:"results"`
+	Meta    map[string]map[string]string `json:"meta"`
+	Shards  []legacyMsg                  `json:"shards"`
+	Results []legacyMsg                  `json:"results"`
 }
 
 type legacyMsg struct {
