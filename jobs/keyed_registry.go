@@ -9,10 +9,8 @@ import (
 
 // Keyable is a Job that runs as a keyed job, always (RegisterKeyed) or when its parameters ask
 // for it (the built-in wordcount with "output":"blob"). The cluster asks RunsKeyed once, when the
-// job is planned; workers run a keyed job's tasks with Keyed.
-//
-// A Keyable that also runs as an aggregate job must not make shards that start with the bytes
-// 0xFF 'K': those mark a keyed job's tasks.
+// job is planned; workers run a keyed job's tasks with Keyed. The job's kind travels with its
+// shards, so an aggregate job's shards may hold any bytes.
 type Keyable interface {
 	Job
 	// Keyed returns the keyed form of the job.

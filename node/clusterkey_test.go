@@ -230,7 +230,7 @@ func TestClusterKey_ForgedResultsRefusedAndKeyNotLeaked(t *testing.T) {
 		for epoch := uint64(1); epoch <= 3; epoch++ {
 			for attempt := 1; attempt <= 2; attempt++ {
 				for i := range 8 {
-					m := protocol.ResultMsg{Job: job, Index: i, Epoch: epoch, Attempt: attempt, Worker: "w-keyed", Partial: binary.AppendUvarint(nil, 1)}
+					m := protocol.ResultMsg{Kind: protocol.KindKeyed, Job: job, Index: i, Epoch: epoch, Attempt: attempt, Worker: "w-keyed", Partial: binary.AppendUvarint(nil, 1)}
 					data, _ := m.Encode()
 					id := protocol.ResultMsgID(job, i, attempt) + "/" + strconv.FormatUint(epoch, 10)
 					if epoch == 1 {

@@ -234,7 +234,7 @@ func (f *faultRun) publishResults(ctx context.Context, client string, partial []
 	}
 	var msgs []*nats.Msg
 	for _, i := range idx {
-		m := protocol.ResultMsg{Job: f.id, Index: i, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: partial}
+		m := protocol.ResultMsg{Kind: protocol.KindAggregate, Job: f.id, Index: i, Epoch: st.PlanEpoch, Attempt: 1, Worker: "w1", Partial: partial}
 		data, err := m.Encode()
 		if err != nil {
 			return 0, err

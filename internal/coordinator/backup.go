@@ -271,7 +271,7 @@ func (d *shardSender) dispatchBackups(ctx context.Context, id, typ string, epoch
 			d.log.Warn("backup tasks: plan", "job", id, "shard", i, "err", err)
 			return
 		}
-		m := protocol.ShardMsg{Job: id, Type: typ, Index: i, Epoch: epoch, Shard: shard}
+		m := protocol.ShardMsg{Kind: src.kind, Job: id, Type: typ, Index: i, Epoch: epoch, Shard: shard}
 		b, err := m.Encode()
 		if err != nil {
 			return

@@ -322,8 +322,8 @@ func TestBackups_KeyedStragglerMapTaskBackedUp(t *testing.T) {
 func TestBackups_KeyedReducePhaseStartsWithoutMapTimes(t *testing.T) {
 	tm := &term{log: quietLog()}
 	j := &job{id: "20261126-000000-00000001", done: roaring.New()}
-	ka := newKeyedAgg(j.id, "c", 4, 2)
-	j.agg = ka
+	ka := newKeyedRun(j.id, "c", 4, 2)
+	j.run = ka
 	j.cp.Total = 6
 	j.gate.Store(5)
 	feed(&j.bk, j.done, time.Millisecond, time.Now(), 0, 1, 3) // map task 2 overtaken

@@ -55,12 +55,12 @@ type checkpointPutter interface {
 	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
 }
 
-// jobLoop is what the checkpointer asks of the loop that owns the jobs (term): fail a job whose
-// code failed, retire one whose terminal checkpoint is stored, a keyed job's step after a store.
+// jobLoop is what the checkpointer asks of the loop that owns the jobs (term): what a job's
+// runner asks after a checkpoint is stored (runHost: fail a job, a keyed job's next step), and
+// retiring a job whose terminal checkpoint is stored.
 type jobLoop interface {
-	fail(j *job, err error)
+	runHost // a job's runner, after its checkpoint is stored
 	retire(ctx context.Context, j *job)
-	keyedStored(ctx context.Context, j *job, s *snapshot)
 }
 
 var _ checkpointPutter = Store(nil)
@@ -77,8 +77,8 @@ func (c *checkpointer) merged(ctx context.Context, j *job, held *bus.Delivery) {
 		j.w.acks = append(j.w.acks, held)
 		c.pending++
 	}
-	if j.mapPhaseDone() && !j.w.writing && j.cp.State == jobs.StateRunning {
-		c.start(ctx, j) // the map phase is committed: store it, then the manifest (keyed.go)
+	if j.run.due() && !j.w.writing && j.cp.State == jobs.StateRunning {
+		c.start(ctx, j) // e.g. a keyed job's map phase is committed: store it, then the manifest
 	}
 	if j.complete && j.cp.State == jobs.StateRunning && !j.w.writing {
 		// The last result: finish now, not at the next tick (the final checkpoint carries the
@@ -164,14 +164,14 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 		return nil
 	}
 	c.apply(w.s, w.etag)
-	c.loop.keyedStored(ctx, j, w.s) // keyed.go
+	j.run.stored(ctx, c.loop, j, w.s.run)
 	j.w.nextDue = c.due(time.Since(w.s.start))
 	c.ack(w.s.acks)
 	if j.cp.State.Terminal() && !j.dirty {
 		c.loop.retire(ctx, j)
 		return nil
 	}
-	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.mapPhaseDone()) {
+	if follow && j.dirty && (j.complete || j.cp.State.Terminal() || j.run.due()) {
 		c.start(ctx, j)
 	}
 	return nil
@@ -269,21 +269,19 @@ func (c *checkpointer) all(ctx context.Context) error {
 }
 
 // snapshot is a job's checkpoint taken in the loop, to be encoded and stored (in the background,
-// or at once by now). The Done bitmap is encoded and the aggregate snapshotted together, at one
-// moment of the loop, so the stored checkpoint is consistent however long the write takes. An
-// aggregate that is a jobs.Snapshotter is encoded by the writer, off the loop, as is the
-// checkpoint itself; any other is encoded in the loop.
+// or at once by now). The Done bitmap is encoded and the runner's state taken together, at one
+// moment of the loop, so the stored checkpoint is consistent however long the write takes. The
+// runner's encode (a jobs.Snapshotter's, say) runs in the writer, off the loop, as does encoding
+// the checkpoint itself.
 type snapshot struct {
 	j       *job
 	cp      protocol.Checkpoint // as stored, Done and Aggregate dropped
 	stored  protocol.Checkpoint // to store: Done set, Aggregate from encode
-	encode  func() ([]byte, error)
+	run     runState            // the runner's part; its encode gives Aggregate
 	ifMatch store.ETag
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
 	meta    map[string]string // the status record stored with it (set by put)
-	// keyedMaps is how many map tasks of a keyed job the checkpoint commits (keyed.go).
-	keyedMaps int
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
@@ -306,21 +304,12 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 	cp.Seq++
 	cp.UpdatedAt = c.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
-	keyedMaps := 0
-	if ka := j.keyedOf(); ka != nil {
-		cp.Phase, cp.PhaseDone, cp.PhaseTotal = ka.phase()
-		keyedMaps = ka.nMaps
-	}
 	var err error
 	if cp.Done, err = j.done.ToBytes(); err != nil {
 		return nil, fmt.Errorf("encode done bitmap: %w", err)
 	}
 	if j.complete && cp.State == jobs.StateRunning {
-		var res []byte
-		err := isolateErr(j.typ(), "result", func() (err error) {
-			res, err = j.agg.Result()
-			return err
-		})
+		res, err := j.run.result(j)
 		if err != nil {
 			c.codeFailed(j.id, err)
 			cp.State, cp.Error = jobs.StateFailed, err.Error()
@@ -328,51 +317,24 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 			cp.State, cp.Result = jobs.StateSucceeded, res
 		}
 	}
-	var encode func() ([]byte, error)
-	switch sn, ok := j.agg.(jobs.Snapshotter); {
-	case cp.State.Terminal():
-		// An ended job is never resumed (claim only cleans it up): its checkpoint keeps the
-		// result, not the aggregate, which for a large one (a vocabulary) would be most of the
-		// write the job's end waits for.
-		encode = func() ([]byte, error) { return nil, nil }
-	case ok:
-		var enc func() ([]byte, error)
-		if err := isolateErr(j.typ(), "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
-			return nil, err
-		}
-		// The encoding runs in the writer's goroutine: isolated there too.
-		typ := j.typ()
-		encode = func() (b []byte, err error) {
-			err = isolateErr(typ, "encode aggregate", func() (err error) {
-				b, err = enc()
-				return err
-			})
-			return b, err
-		}
-	default:
-		var agg []byte
-		err := isolateErr(j.typ(), "encode aggregate", func() (err error) {
-			agg, err = j.agg.MarshalBinary()
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		encode = func() ([]byte, error) { return agg, nil }
+	st, err := j.run.state(j, cp.State.Terminal())
+	if err != nil {
+		return nil, err
 	}
+	cp.Phase, cp.PhaseDone, cp.PhaseTotal = st.phase, st.phaseDone, st.phaseTotal
 	if cp.State.Terminal() && cp.FinishedAt == nil {
 		now := cp.UpdatedAt
 		cp.FinishedAt = &now
 	}
 	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, stored: stored, encode: encode, ifMatch: j.etag, start: start, keyedMaps: keyedMaps}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start}, nil
 }
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
 // It touches no loop state, so it may run in the background.
 func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error) {
-	agg, err := s.encode()
+	agg, err := s.run.encode()
 	if err != nil {
 		return "", err
 	}

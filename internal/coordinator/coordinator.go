@@ -329,7 +329,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.complete {
 		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
 	}
-	t.keyedAdopt(ctx, j) // keyed.go
+	j.run.adopted(ctx, t, j) // runner.go
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
 		src, err := t.plans.source(j)
 		if err != nil {

@@ -401,7 +401,7 @@ func (r *rig) result(m *protocol.ShardMsg, epoch uint64, attempt int, mutate fun
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res := protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p}
+	res := protocol.ResultMsg{Kind: m.Kind, Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p}
 	if mutate != nil {
 		mutate(&res)
 	}
@@ -443,7 +443,7 @@ func (r *rig) batch(ms []*protocol.ShardMsg, epoch uint64, attempt int) {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		rs = append(rs, &protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p})
+		rs = append(rs, &protocol.ResultMsg{Kind: m.Kind, Job: m.Job, Index: m.Index, Epoch: epoch, Attempt: attempt, Partial: p})
 	}
 	data, err := protocol.EncodeResults(rs)
 	if err != nil {
@@ -523,7 +523,7 @@ func TestCoordinator_DeposedLeaderCannotCheckpointAndStops(t *testing.T) {
 	if j2.cp.WriterEpoch != 2 || j2.done.GetCardinality() != 1 {
 		t.Fatalf("claimed checkpoint: writer epoch %d, %d done", j2.cp.WriterEpoch, j2.done.GetCardinality())
 	}
-	stale := &job{id: id, cp: j2.cp, etag: staleETag, agg: j2.agg, done: j2.done.Clone()}
+	stale := &job{id: id, cp: j2.cp, etag: staleETag, run: j2.run, done: j2.done.Clone()}
 	stale.done.Add(5)
 	if err := c.newTerm(1).ck.now(ctx, stale); !errors.Is(err, ErrDeposed) {
 		t.Fatalf("deposed leader's checkpoint write: %v, want ErrDeposed", err)

@@ -76,7 +76,7 @@ func (d *shardSender) dispatch(ctx context.Context, j *job, src *planSource, fro
 			for k := i; k < i+n && err == nil; {
 				end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
 				var data []byte
-				if data, err = protocol.EncodeShards(id, typ, epoch, k, shards[k-i:end-i]); err == nil {
+				if data, err = protocol.EncodeShards(src.kind, id, typ, epoch, k, shards[k-i:end-i]); err == nil {
 					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
 				}
 				k = end

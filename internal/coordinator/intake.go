@@ -474,16 +474,16 @@ func (in *intake) firstCheckpoint(id, typ string, state jobs.State, reason strin
 		cp.FinishedAt = &now
 	}
 	if j != nil {
-		cp.Total, cp.Plan = j.cp.Total, j.cp.Plan
+		cp.Total, cp.Plan, cp.Kind = j.cp.Total, j.cp.Plan, j.cp.Kind
 		cp.Phase, cp.PhaseDone, cp.PhaseTotal = j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal // a keyed job's (keyed.go)
 		cp.ShardsPerMsg = in.cfg.ShardsPerMsg
 		if cp.ShardsPerMsg == 0 {
 			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
 		}
-		err := j.call("encode aggregate", func() (err error) {
-			cp.Aggregate, err = j.agg.MarshalBinary()
-			return err
-		})
+		st, err := j.run.state(j, false)
+		if err == nil {
+			cp.Aggregate, err = st.encode()
+		}
 		if err != nil {
 			return cp, err
 		}

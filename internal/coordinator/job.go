@@ -18,10 +18,11 @@ type job struct {
 	id   string
 	spec *protocol.Spec
 	impl jobs.Job
-	// cp is the last checkpoint written (Done and Aggregate left nil: they live in done and agg).
-	cp       protocol.Checkpoint
-	etag     store.ETag
-	agg      jobs.Aggregate
+	// cp is the last checkpoint written (Done and Aggregate left nil: they live in done and run).
+	cp   protocol.Checkpoint
+	etag store.ETag
+	// run runs the job by its kind (cp.Kind): merges its partials or commits its tasks.
+	run      runner
 	done     *roaring.Bitmap
 	dirty    bool
 	complete bool // every shard merged: the next checkpoint finalizes
@@ -161,21 +162,9 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if err != nil {
 		return nil, err
 	}
-	var agg jobs.Aggregate
-	kj, err := runsKeyed(spec, impl)
-	if kj != nil {
-		agg = t.plans.loadKeyed(id) // keyed.go
-	} else if err == nil {
-		err = isolate(spec.Type, "new aggregate", func() (err error) {
-			agg, err = impl.NewAggregate(spec.Params)
-			return err
-		})
-	}
+	run, kind, err := t.loadRunner(spec, impl, cp) // runner.go
 	if err != nil {
-		return nil, fmt.Errorf("new aggregate: %w", err)
-	}
-	if err := isolate(spec.Type, "restore aggregate", func() error { return agg.UnmarshalBinary(cp.Aggregate) }); err != nil {
-		return nil, fmt.Errorf("aggregate from checkpoint: %w", err)
+		return nil, err
 	}
 	done := roaring.New()
 	if len(cp.Done) > 0 {
@@ -186,9 +175,10 @@ func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) 
 	if int(done.GetCardinality()) != cp.DoneCount {
 		return nil, fmt.Errorf("checkpoint says %d shards done, its bitmap holds %d", cp.DoneCount, done.GetCardinality())
 	}
-	j := &job{id: id, spec: spec, impl: impl, cp: *cp, agg: agg, done: done, progress: make(chan struct{}, 1)}
+	j := &job{id: id, spec: spec, impl: impl, cp: *cp, run: run, done: done, progress: make(chan struct{}, 1)}
 	j.merged.Store(int64(cp.DoneCount))
 	j.cp.Done, j.cp.Aggregate = nil, nil
+	j.cp.Version, j.cp.Kind = protocol.CheckpointVersion, kind // an earlier release's checkpoint says no kind
 	j.complete = cp.DoneCount == cp.Total
 	if cp.State == jobs.StateRunning && cp.Dispatched < cp.Total {
 		// Nothing of the plan is read here: the dispatcher makes or reads the shards it needs as

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 )
 
 // Keyed jobs (docs/design.md, "Keyed reduce: execution"). A keyed job of S map shards and P
-// partitions is planned as S+P ordinary shards (protocol.KeyedTask): S map tasks, then P reduce
-// tasks. Its aggregate is task metadata only (keyedAgg): the committed map blob and run offsets
-// of each shard, the committed output blob of each partition. The first result of a task is its
+// partitions is planned as S+P ordinary shards of kind keyed (protocol.KeyedTask): S map tasks,
+// then P reduce tasks. Its runner (keyedRun) holds task metadata only: the committed map blob and
+// run offsets of each shard, the committed output blob of each partition. The first result of a task is its
 // commit, recorded with the done-bitmap in the fenced checkpoint, exactly like a merge. The
 // dispatcher stops at S (the gate) until a stored checkpoint commits every map task and the map
 // manifest (built from it) is stored; then it dispatches the reduce tasks. The result is the
@@ -26,8 +27,10 @@ import (
 // chooses one.
 const DefaultPartitions = 8
 
-// keyedAgg is a keyed job's state: which attempt of each task is committed.
-type keyedAgg struct {
+// keyedRun runs a keyed job: it records which attempt of each task is committed.
+type keyedRun struct {
+	kj            jobs.KeyedJob // the job's code; nil in a job resumed from its checkpoint
+	log           *slog.Logger
 	id, container string
 	S, P          int
 	maps          []*protocol.MapCommit
@@ -55,7 +58,7 @@ type keyedAgg struct {
 // many times in a row fail the job (the two disagree; running it again cannot help).
 const keyedMaxIdleChecks = 3
 
-// keyedState is keyedAgg's checkpointed form.
+// keyedState is keyedRun's checkpointed form (Checkpoint.Aggregate).
 type keyedState struct {
 	Keyed int                         `json:"keyed"` // 1
 	S     int                         `json:"s"`
@@ -64,21 +67,12 @@ type keyedState struct {
 	Outs  []*protocol.OutputPartition `json:"outs"`
 }
 
-var _ jobs.Aggregate = (*keyedAgg)(nil)
-
-func newKeyedAgg(id, container string, s, p int) *keyedAgg {
-	return &keyedAgg{id: id, container: container, S: s, P: p, maps: make([]*protocol.MapCommit, s), outs: make([]*protocol.OutputPartition, p)}
+func newKeyedRun(id, container string, s, p int) *keyedRun {
+	return &keyedRun{id: id, container: container, S: s, P: p, maps: make([]*protocol.MapCommit, s), outs: make([]*protocol.OutputPartition, p)}
 }
 
-func (a *keyedAgg) Merge([]byte) error {
-	return errors.New("a keyed job's results are commits (coordinator.keyedAgg.commit), not partials")
-}
-
-func (a *keyedAgg) MarshalBinary() ([]byte, error) {
-	return json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, Maps: a.maps, Outs: a.outs})
-}
-
-func (a *keyedAgg) UnmarshalBinary(data []byte) error {
+// restore sets the run's state from its checkpointed form.
+func (a *keyedRun) restore(data []byte) error {
 	var st keyedState
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("%w: keyed state: %v", jobs.ErrBadCheckpoint, err)
@@ -100,8 +94,8 @@ func (a *keyedAgg) UnmarshalBinary(data []byte) error {
 	return nil
 }
 
-// Result is the OutputManifest of the committed outputs.
-func (a *keyedAgg) Result() (json.RawMessage, error) {
+// result is the OutputManifest of the committed outputs.
+func (a *keyedRun) result(*job) (json.RawMessage, error) {
 	if a.nOuts != a.P {
 		return nil, fmt.Errorf("keyed job %s: %d of %d partitions committed", a.id, a.nOuts, a.P)
 	}
@@ -117,7 +111,7 @@ func (a *keyedAgg) Result() (json.RawMessage, error) {
 
 // commit records the result of task r.Index (not yet done) as its committed attempt. An error
 // means the result is not a genuine commit of this task: nothing changes.
-func (a *keyedAgg) commit(r *protocol.ResultMsg, partial []byte) error {
+func (a *keyedRun) commit(r *protocol.ResultMsg, partial []byte) error {
 	if r.Index < a.S {
 		c, err := protocol.DecodeMapCommit(a.id, r.Index, a.P, partial)
 		if err != nil {
@@ -141,25 +135,32 @@ func (a *keyedAgg) commit(r *protocol.ResultMsg, partial []byte) error {
 }
 
 // phase is what status shows: the phase and its progress.
-func (a *keyedAgg) phase() (string, int, int) {
+func (a *keyedRun) phase() (string, int, int) {
 	if a.nMaps < a.S {
 		return protocol.PhaseMap, a.nMaps, a.S
 	}
 	return protocol.PhaseReduce, a.nOuts, a.P
 }
 
-// keyedOf returns j's keyedAgg, or nil for an aggregate job.
-func (j *job) keyedOf() *keyedAgg {
-	a, _ := j.agg.(*keyedAgg)
-	return a
+// state is the run's checkpointed form, and its phase.
+func (a *keyedRun) state(_ *job, final bool) (runState, error) {
+	st := runState{maps: a.nMaps}
+	st.phase, st.phaseDone, st.phaseTotal = a.phase()
+	if final {
+		st.encode = func() ([]byte, error) { return nil, nil }
+		return st, nil
+	}
+	data, err := json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, Maps: a.maps, Outs: a.outs})
+	if err != nil {
+		return st, fmt.Errorf("encode keyed state: %w", err)
+	}
+	st.encode = func() ([]byte, error) { return data, nil }
+	return st, nil
 }
 
-// mapPhaseDone: every map task of a keyed job is committed in memory and its manifest is not
-// written yet; the next checkpoint is due at once (the manifest follows it).
-func (j *job) mapPhaseDone() bool {
-	ka := j.keyedOf()
-	return ka != nil && ka.nMaps == ka.S && !ka.manifest
-}
+// due: every map task is committed in memory and the manifest is not written yet; the next
+// checkpoint is due at once (the manifest follows it).
+func (a *keyedRun) due() bool { return a.nMaps == a.S && !a.manifest }
 
 // runsKeyed asks the job's code (isolated) whether this job runs keyed.
 func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error) {
@@ -177,75 +178,66 @@ func (t *planner) containerName() string {
 	return ""
 }
 
-// planKeyed plans a keyed job: its partitions, its split, and the plan of S map and P reduce
-// tasks, stored in pages like any split job's.
-func (t *planner) planKeyed(ctx context.Context, j *job, kj jobs.KeyedJob) (*job, error) {
-	spec := j.spec
+// plan plans a keyed job: its partitions, its split, and the plan of S map and P reduce tasks,
+// stored in pages like any split job's.
+func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
+	spec, kj, env := j.spec, a.kj, pl.planEnv()
 	var parts int
 	if err := j.call("partitions", func() (err error) { parts, err = kj.Partitions(spec.Params); return err }); err != nil {
-		return nil, err
+		return err
 	}
 	if parts == 0 {
-		parts = t.cfg.Partitions
+		parts = env.partitions
 	}
 	var shards [][]byte
-	if err := j.call("split", func() (err error) { shards, err = kj.Split(ctx, t.env, spec.Params); return err }); err != nil {
-		return nil, wrapOp("split", err)
+	if err := j.call("split", func() (err error) { shards, err = kj.Split(ctx, env.env, spec.Params); return err }); err != nil {
+		return wrapOp("split", err)
 	}
 	if len(shards)+parts > jobs.MaxShards {
-		return nil, fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
+		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
 	}
 	tasks := make([][]byte, 0, len(shards)+parts)
 	for i, s := range shards {
 		if len(s) > protocol.MaxKeyedShardBytes {
-			return nil, fmt.Errorf("shard %d is %d bytes; a keyed job's limit is %d", i, len(s), protocol.MaxKeyedShardBytes)
+			return fmt.Errorf("shard %d is %d bytes; a keyed job's limit is %d", i, len(s), protocol.MaxKeyedShardBytes)
 		}
-		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Kind: protocol.TaskMap, Partitions: parts, Shard: s}))
+		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskMap, Partitions: parts, Shard: s}))
 	}
 	for p := range parts {
-		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Kind: protocol.TaskReduce, Partitions: parts, Partition: p, MapShards: len(shards)}))
+		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskReduce, Partitions: parts, Partition: p, MapShards: len(shards)}))
 	}
-	ka := newKeyedAgg(j.id, t.containerName(), len(shards), parts)
-	if err := t.planShards(ctx, j.id, tasks); err != nil {
-		return nil, fmt.Errorf("%w: %v", errPlanStorage, err)
+	if err := pl.planShards(ctx, j.id, tasks); err != nil {
+		return fmt.Errorf("%w: %v", errPlanStorage, err)
 	}
-	j.agg = ka
+	planned := newKeyedRun(j.id, env.container, len(shards), parts)
+	planned.kj, planned.log = a.kj, env.log
+	*a = *planned
 	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages
-	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = ka.phase() // the first status record's
+	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = a.phase() // the first status record's
 	j.gate.Store(int64(len(shards)) + 1)
-	return j, nil
+	return nil
 }
 
-// loadKeyed makes the empty keyedAgg of a keyed job resumed from its checkpoint (UnmarshalBinary
-// fills it).
-func (t *planner) loadKeyed(id string) *keyedAgg {
-	return &keyedAgg{id: id, container: t.containerName()}
-}
-
-// keyedAdopt closes a resumed keyed job's gate until its map manifest is stored, and writes the
+// adopted closes a resumed keyed job's gate until its map manifest is stored, and writes the
 // manifest when every map task is committed already. Map tasks taken back after the gate had
 // opened (their runs lost) are dispatched again; a job with every task done checks its outputs
 // before it finalizes.
-func (t *term) keyedAdopt(ctx context.Context, j *job) {
-	ka := j.keyedOf()
-	if ka == nil {
-		return
-	}
-	if ka.nMaps < ka.S {
-		j.gate.Store(int64(ka.S) + 1)
-		if j.cp.Dispatched > ka.S && j.cp.State == jobs.StateRunning {
-			t.dispatchAgain(ctx, j, missingIn(j.done, 0, uint64(ka.S)).ToArray())
+func (a *keyedRun) adopted(ctx context.Context, h runHost, j *job) {
+	if a.nMaps < a.S {
+		j.gate.Store(int64(a.S) + 1)
+		if j.cp.Dispatched > a.S && j.cp.State == jobs.StateRunning {
+			h.dispatchAgain(ctx, j, missingIn(j.done, 0, uint64(a.S)).ToArray())
 		}
 		return
 	}
 	// The checkpoint just claimed commits every map task (a job with every task done needs no
 	// manifest: it finalizes).
-	if !ka.manifest && !j.complete {
-		t.writeManifest(ctx, j, ka)
+	if !a.manifest && !j.complete {
+		h.writeManifest(ctx, j, a)
 	}
 	if j.complete && j.cp.State == jobs.StateRunning {
 		j.complete = false
-		t.checkOutputs(ctx, j, ka)
+		h.checkOutputs(ctx, j, a)
 	}
 }
 
@@ -272,11 +264,11 @@ func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
 	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
 }
 
-// keyedStored runs after a checkpoint of j is stored: once one commits every map task, the map
+// stored runs after a checkpoint of j is stored: once one commits every map task, the map
 // manifest is written from it.
-func (t *term) keyedStored(ctx context.Context, j *job, s *snapshot) {
-	if ka := j.keyedOf(); ka != nil && !ka.manifest && s.keyedMaps == ka.S && !j.cp.State.Terminal() {
-		t.writeManifest(ctx, j, ka)
+func (a *keyedRun) stored(ctx context.Context, h runHost, j *job, s runState) {
+	if !a.manifest && s.maps == a.S && !j.cp.State.Terminal() {
+		h.writeManifest(ctx, j, a)
 	}
 }
 
@@ -284,7 +276,7 @@ func (t *term) keyedStored(ctx context.Context, j *job, s *snapshot) {
 // the background, retrying until the term ends; then the loop opens the gate (onKeyedLoss): the
 // reduce tasks are dispatched. Every committed attempt is stored, so any leader writes the same
 // manifest.
-func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
+func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedRun) {
 	ka.manifest, ka.checking = true, true
 	ka.checks++
 	check := ka.checks
@@ -304,7 +296,7 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 		for {
 			lost, err := t.lostRuns(ctx, m.Maps)
 			if err == nil && len(lost) > 0 {
-				t.keyedNews(ctx, keyedLoss{job: j.id, check: check, blobs: lost})
+				t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check, blobs: lost})
 				return
 			}
 			if err == nil {
@@ -323,7 +315,7 @@ func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedAgg) {
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
-		t.keyedNews(ctx, keyedLoss{job: j.id, check: check})
+		t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check})
 	}()
 }
 
@@ -351,7 +343,8 @@ func (t *term) endedMeanwhile(ctx context.Context, id, blob string) bool {
 // map manifest is stored).
 type keyedLoss struct {
 	job     string
-	check   int            // keyedAgg.checks (outChecks) when the check started
+	run     *keyedRun      // the run that started the check
+	check   int            // keyedRun.checks (outChecks) when the check started
 	outputs bool           // a check of outputs (blobs by partition), not of map runs
 	blobs   map[int]string // task → its committed blob
 }
@@ -387,13 +380,10 @@ func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int
 // committed again. Lost outputs get the same (outputsChecked).
 func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 	j := t.tab.get(l.job)
-	if j == nil || j.cp.State.Terminal() {
+	if j == nil || j.cp.State.Terminal() || j.run != runner(l.run) {
 		return
 	}
-	ka := j.keyedOf()
-	if ka == nil {
-		return
-	}
+	ka := l.run
 	if l.outputs {
 		if l.check == ka.outChecks {
 			t.outputsChecked(ctx, j, ka, l.blobs)
@@ -428,7 +418,7 @@ func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
 
 // openGate opens j's gate once its map manifest is stored: the dispatcher goes on with the
 // reduce tasks, and those that reported a lost input run again.
-func (t *term) openGate(ctx context.Context, j *job, ka *keyedAgg) {
+func (t *term) openGate(ctx context.Context, j *job, ka *keyedRun) {
 	if ka.reported != "" && ka.reported != protocol.MapManifestBlob(j.id) {
 		// A reduce task said a run was gone, and the check found every run whole.
 		if ka.idle++; ka.idle >= keyedMaxIdleChecks {
@@ -454,30 +444,30 @@ func (t *term) openGate(ctx context.Context, j *job, ka *keyedAgg) {
 	t.dispatchAgain(ctx, j, u32s(idx))
 }
 
-// keyedCommit commits r, a result of keyed job j's task; ok false: it is not a commit (refused,
-// or a reduce task's report of a lost input), and out says what became of it.
-func (t *term) keyedCommit(ctx context.Context, j *job, ka *keyedAgg, r *protocol.ResultMsg, partial []byte) (out mergeOutcome, ok bool) {
-	if r.Index >= ka.S {
-		l, isLoss, err := protocol.DecodeRunLost(j.id, r.Index-ka.S, partial)
+// accept commits r, a result of the job's task (its partial is the commit). A reduce task's
+// report of a lost input, or a result that is not a genuine commit, leaves the task missing.
+func (a *keyedRun) accept(ctx context.Context, h runHost, j *job, r *protocol.ResultMsg, partial []byte) mergeOutcome {
+	if r.Index >= a.S {
+		l, isLoss, err := protocol.DecodeRunLost(j.id, r.Index-a.S, partial)
 		if err != nil {
-			return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s: %v", r.Index, r.Job, err)), false
+			return h.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s: %v", r.Index, r.Job, err))
 		}
 		if isLoss {
-			t.onRunLost(ctx, j, ka, l)
-			return mergeDropped, false
+			a.onRunLost(ctx, h, j, l)
+			return mergeDropped
 		}
 	}
-	if err := ka.commit(r, partial); err != nil {
-		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s cannot be committed: %v", r.Index, r.Job, err)), false
+	if err := a.commit(r, partial); err != nil {
+		return h.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s cannot be committed: %v", r.Index, r.Job, err))
 	}
-	return mergeKept, true
+	return mergeDone
 }
 
 // onRunLost takes a reduce task's report that an input is gone (a storage rollback after the
 // manifest). The task runs again once the gate reopens. That is after the leader has checked every
 // committed run (running lost map tasks again) and rewritten the manifest.
-func (t *term) onRunLost(ctx context.Context, j *job, ka *keyedAgg, l *protocol.RunLost) {
-	t.log.Warn("a reduce task reports an input gone from storage (a rollback?); checking the map runs", "job", j.id, "partition", l.Partition, "blob", l.Lost)
+func (ka *keyedRun) onRunLost(ctx context.Context, h runHost, j *job, l *protocol.RunLost) {
+	ka.log.Warn("a reduce task reports an input gone from storage (a rollback?); checking the map runs", "job", j.id, "partition", l.Partition, "blob", l.Lost)
 	if ka.redo == nil {
 		ka.redo = map[int]bool{}
 	}
@@ -486,18 +476,17 @@ func (t *term) onRunLost(ctx context.Context, j *job, ka *keyedAgg, l *protocol.
 	if ka.checking || ka.nMaps < ka.S {
 		return // a check, or the map tasks it found lost, are under way: the gate opens after
 	}
-	t.writeManifest(ctx, j, ka)
+	h.writeManifest(ctx, j, ka)
 }
 
-// keyedVerified reports whether j may finalize: an aggregate job, or a keyed job whose outputs
-// were all found whole. Otherwise it starts that check (the loop completes j when it is done).
-func (t *term) keyedVerified(ctx context.Context, j *job) bool {
-	ka := j.keyedOf()
-	if ka == nil || ka.verified {
+// ready reports whether every committed output was found whole. Otherwise it starts that check
+// (the loop completes j when it is done).
+func (a *keyedRun) ready(ctx context.Context, h runHost, j *job) bool {
+	if a.verified {
 		return true
 	}
-	if !ka.verifying {
-		t.checkOutputs(ctx, j, ka)
+	if !a.verifying {
+		h.checkOutputs(ctx, j, a)
 	}
 	return false
 }
@@ -505,7 +494,7 @@ func (t *term) keyedVerified(ctx context.Context, j *job) bool {
 // checkOutputs checks in the background that every committed output blob is stored whole (a
 // HEAD each), before the output manifest names it: a storage rollback can lose an output whose
 // commit survived.
-func (t *term) checkOutputs(ctx context.Context, j *job, ka *keyedAgg) {
+func (t *term) checkOutputs(ctx context.Context, j *job, ka *keyedRun) {
 	ka.verifying = true
 	ka.outChecks++
 	check := ka.outChecks
@@ -519,7 +508,7 @@ func (t *term) checkOutputs(ctx context.Context, j *job, ka *keyedAgg) {
 		for {
 			lost, err := t.lostOutputs(ctx, outs)
 			if err == nil {
-				t.keyedNews(ctx, keyedLoss{job: j.id, check: check, outputs: true, blobs: lost})
+				t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check, outputs: true, blobs: lost})
 				return
 			}
 			t.log.Warn("check the outputs; retrying", "job", j.id, "err", err)
@@ -551,7 +540,7 @@ func (t *term) lostOutputs(ctx context.Context, outs []protocol.OutputPartition)
 
 // outputsChecked completes j when every output was found whole; otherwise it takes back the
 // commits of the lost ones and runs their reduce tasks again.
-func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedAgg, lost map[int]string) {
+func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedRun, lost map[int]string) {
 	ka.verifying = false
 	if len(lost) == 0 {
 		ka.verified = true

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -75,6 +74,7 @@ const (
 	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
 	mergeKept                        // changed the job: ack after the next checkpoint
 	mergeRetry                       // cannot be merged now: hand the message back
+	mergeDone                        // a runner's verdict: merged, the shard is done
 )
 
 // mergeOne merges one result into j, or says why not.
@@ -86,6 +86,8 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	case r.Epoch != j.cp.PlanEpoch:
 		t.log.Warn("result from another plan epoch dropped", "job", r.Job, "shard", r.Index, "epoch", r.Epoch, "plan_epoch", j.cp.PlanEpoch)
 		return mergeDropped
+	case r.Kind != 0 && r.Kind != j.cp.Kind: // zero: a result of an earlier release
+		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s: a result of a job of kind %s, the job is %s", r.Index, r.Job, r.Kind, j.cp.Kind))
 	case r.Index >= j.cp.Total:
 		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s: outside the plan of %d shards", r.Index, r.Job, j.cp.Total))
 	case j.cp.State.Terminal():
@@ -107,22 +109,8 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 			return mergeRetry
 		}
 	}
-	if ka := j.keyedOf(); ka != nil {
-		// A keyed job's result is its task's commit (keyed.go).
-		if out, ok := t.keyedCommit(ctx, j, ka, r, partial); !ok {
-			return out
-		}
-	} else if err := j.call("merge", func() error { return j.agg.Merge(partial) }); err != nil {
-		var ue *UserCodeError
-		if errors.As(err, &ue) {
-			// It panicked: the aggregate may be half-updated. The job fails, and its terminal
-			// checkpoint stores no aggregate.
-			t.fail(j, fmt.Errorf("shard %d: %w", r.Index, err))
-			return mergeKept
-		}
-		// The aggregate is unchanged (jobs.Aggregate's contract) and the shard stays missing:
-		// its real result, or self-repair, completes it.
-		return t.refuseResult(ctx, j, r, fmt.Sprintf("result for shard %d of job %s cannot be merged: %v", r.Index, r.Job, err))
+	if out := j.run.accept(ctx, t, j, r, partial); out != mergeDone {
+		return out
 	}
 	j.done.Add(uint32(r.Index))
 	t.cfg.Metrics.ResultMerged()
@@ -133,7 +121,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
 		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
 	}
-	if int(j.done.GetCardinality()) == j.cp.Total && t.keyedVerified(ctx, j) { // keyed.go
+	if int(j.done.GetCardinality()) == j.cp.Total && j.run.ready(ctx, t, j) {
 		j.complete = true
 	}
 	return mergeKept

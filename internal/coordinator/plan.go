@@ -44,56 +44,14 @@ func (pl *planner) plan(ctx context.Context, id string, spec *protocol.Spec, imp
 	if err := j.call("validate", func() error { return impl.Validate(spec.Params) }); err != nil {
 		return nil, err
 	}
-	if kj, err := runsKeyed(spec, impl); err != nil {
-		return nil, err
-	} else if kj != nil {
-		return pl.planKeyed(ctx, j, kj) // keyed.go
-	}
-	err := j.call("new aggregate", func() (err error) {
-		j.agg, err = impl.NewAggregate(spec.Params)
-		return err
-	})
+	run, kind, err := newRunner(spec, impl) // runner.go
 	if err != nil {
 		return nil, err
 	}
-	if ix, ok := impl.(jobs.Indexed); ok {
-		var total int
-		err := j.call("plan", func() error {
-			plan, err := ix.Plan(spec.Params)
-			if err == nil {
-				total = plan.Len()
-			}
-			return err
-		})
-		if err != nil {
-			return nil, wrapOp("plan", err)
-		}
-		if total < 0 || total > jobs.MaxShards {
-			return nil, fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards)
-		}
-		j.cp.Total, j.cp.Plan = total, protocol.PlanIndexed
-		return j, nil
+	if err := run.plan(ctx, pl, j); err != nil {
+		return nil, err
 	}
-	var shards [][]byte
-	err = j.call("split", func() (err error) {
-		shards, err = impl.Split(ctx, pl.env, spec.Params)
-		return err
-	})
-	if err != nil {
-		return nil, wrapOp("split", err)
-	}
-	if len(shards) > jobs.MaxShards {
-		return nil, fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards)
-	}
-	for i, s := range shards {
-		if len(s) > jobs.MaxShardBytes {
-			return nil, fmt.Errorf("shard %d is %d bytes; the limit is %d", i, len(s), jobs.MaxShardBytes)
-		}
-	}
-	if err := pl.planShards(ctx, id, shards); err != nil {
-		return nil, fmt.Errorf("%w: %v", errPlanStorage, err)
-	}
-	j.cp.Total, j.cp.Plan = len(shards), protocol.PlanPages
+	j.run, j.cp.Kind = run, kind
 	return j, nil
 }
 
@@ -123,6 +81,7 @@ type planSource struct {
 	st    Store
 	id    string
 	typ   string
+	kind  protocol.Kind // every message of the job carries it
 	epoch uint64
 	total int
 	plan  jobs.Plan // an indexed plan; nil for a stored one
@@ -134,7 +93,7 @@ type planSource struct {
 // source returns a new planSource for j. For an indexed job it decodes the parameters again
 // (cheap), so that sources never share a jobs.Plan.
 func (pl *planner) source(j *job) (*planSource, error) {
-	s := &planSource{st: pl.store, id: j.id, typ: j.spec.Type, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
+	s := &planSource{st: pl.store, id: j.id, typ: j.spec.Type, kind: j.cp.Kind, epoch: j.cp.PlanEpoch, total: j.cp.Total, page: -1}
 	switch j.cp.Plan {
 	case protocol.PlanIndexed:
 		ix, ok := j.impl.(jobs.Indexed)

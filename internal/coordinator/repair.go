@@ -191,7 +191,7 @@ func (d *shardSender) dispatchRepair(ctx context.Context, id, typ string, epoch 
 			d.log.Warn("self-repair: plan", "job", id, "shards", fmt.Sprintf("%d-%d", first, end-1), "err", err)
 			return
 		}
-		b, err := protocol.EncodeShards(id, typ, epoch, first, shards)
+		b, err := protocol.EncodeShards(src.kind, id, typ, epoch, first, shards)
 		if err != nil {
 			d.log.Warn("self-repair: encode", "job", id, "err", err)
 			return

@@ -11,17 +11,25 @@ import (
 // ErrBadCheckpoint is matched by every error DecodeCheckpoint and DecodePlanPage return.
 var ErrBadCheckpoint = jobs.ErrBadCheckpoint
 
-// CheckpointVersion is the format written by this build.
-const CheckpointVersion = 1
+// CheckpointVersion is the format written by this build. Version 2 added Kind; version 1 is
+// still read (its kind is the job code's, see Kind).
+const CheckpointVersion = 2
+
+// checkpointLegacyVersion is the format before Kind.
+const checkpointLegacyVersion = 1
 
 // Checkpoint is a job's durable state: <job-id>/checkpoint, written by the leader in one
 // conditional blob write. Done and Aggregate change together, which is what makes aggregation
 // exactly-once: a shard is in Done if and only if its partial is in Aggregate.
 type Checkpoint struct {
-	Version int        `json:"version"`
-	Job     string     `json:"job"`
-	Type    string     `json:"type"`
-	State   jobs.State `json:"state"`
+	Version int    `json:"version"`
+	Job     string `json:"job"`
+	Type    string `json:"type"`
+	// Kind is how the job runs, decided when it was planned. Zero in a checkpoint of version 1
+	// (the coordinator then asks the job's code, as that release did) and of a job refused
+	// before it was planned.
+	Kind  Kind       `json:"kind,omitempty"`
+	State jobs.State `json:"state"`
 	// PlanEpoch is the epoch of the leader that planned the job; shards carry it.
 	PlanEpoch uint64 `json:"plan_epoch"`
 	// WriterEpoch is the epoch of the leader that wrote this checkpoint. A leader never overwrites
@@ -77,8 +85,12 @@ func DecodeCheckpoint(data []byte) (*Checkpoint, error) {
 		return nil, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
 	}
 	switch {
-	case c.Version != CheckpointVersion:
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrBadCheckpoint, c.Version, CheckpointVersion)
+	case c.Version != CheckpointVersion && c.Version != checkpointLegacyVersion:
+		return nil, fmt.Errorf("%w: version %d, this build reads %d and %d", ErrBadCheckpoint, c.Version, checkpointLegacyVersion, CheckpointVersion)
+	case c.Version == checkpointLegacyVersion && c.Kind != 0:
+		return nil, fmt.Errorf("%w: version %d has no job kind", ErrBadCheckpoint, c.Version)
+	case c.Version == CheckpointVersion && c.Kind == 0 && c.Plan != "":
+		return nil, fmt.Errorf("%w: a planned job without a kind", ErrBadCheckpoint)
 	case CheckID(c.Job) != nil:
 		return nil, fmt.Errorf("%w: job id %q", ErrBadCheckpoint, c.Job)
 	case c.Total < 0 || c.Total > jobs.MaxShards || c.DoneCount < 0 || c.DoneCount > c.Total ||

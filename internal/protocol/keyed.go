@@ -12,15 +12,17 @@ import (
 )
 
 // A keyed job's tasks travel as ordinary shards of its type (same subjects, consumers, plan
-// pages, fencing and MACs). The shard bytes are a KeyedTask: a map task wraps the job's own
-// shard; a reduce task names its partition. The plan of a keyed job of S map shards and P
-// partitions is S map tasks, then P reduce tasks; the leader dispatches the reduce tasks only
-// once every map task is committed and the map manifest is stored.
+// pages, fencing and MACs), in messages of KindKeyed. The shard bytes are a KeyedTask: a map
+// task wraps the job's own shard; a reduce task names its partition. The plan of a keyed job of
+// S map shards and P partitions is S map tasks, then P reduce tasks; the leader dispatches the
+// reduce tasks only once every map task is committed and the map manifest is stored.
 //
-//	map     0xFF 'K' 'M' uvarint(P) shard…
-//	reduce  0xFF 'K' 'R' uvarint(P) uvarint(p) uvarint(S)
+//	map     'M' uvarint(P) shard…
+//	reduce  'R' uvarint(P) uvarint(p) uvarint(S)
 //
-// The two-byte magic cannot start a JSON shard (typed jobs) nor a built-in's binary shard.
+// Earlier releases put 0xFF 'K' before the task, so that a worker could tell a keyed task
+// from a shard; the kind now says it. Their tasks (in stored plans and in messages in flight)
+// are still read, never written (decodeLegacyKeyedTask).
 
 // Keyed task kinds.
 const (
@@ -34,11 +36,9 @@ const (
 	PhaseReduce = "reduce"
 )
 
-var keyedMagic = []byte{0xFF, 'K'}
-
 // KeyedTask is one task of a keyed job.
 type KeyedTask struct {
-	Kind       byte // TaskMap or TaskReduce
+	Task       byte // TaskMap or TaskReduce
 	Partitions int  // P: the job's reduce partitions
 	Partition  int  // reduce: which one
 	MapShards  int  // reduce: S, the map tasks whose runs it merges
@@ -50,29 +50,28 @@ const MaxKeyedShardBytes = jobs.MaxShardBytes - 16
 
 // EncodeKeyedTask returns the shard bytes of t.
 func EncodeKeyedTask(t KeyedTask) []byte {
-	b := append([]byte(nil), keyedMagic...)
-	b = append(b, t.Kind)
+	b := []byte{t.Task}
 	b = binary.AppendUvarint(b, uint64(t.Partitions))
-	if t.Kind == TaskReduce {
+	if t.Task == TaskReduce {
 		b = binary.AppendUvarint(b, uint64(t.Partition))
 		return binary.AppendUvarint(b, uint64(t.MapShards))
 	}
 	return append(b, t.Shard...)
 }
 
-// IsKeyedTask reports whether shard bytes are a KeyedTask (they start with its magic).
-func IsKeyedTask(shard []byte) bool { return bytes.HasPrefix(shard, keyedMagic) }
-
-// DecodeKeyedTask parses shard bytes made by EncodeKeyedTask. Shard aliases data.
+// DecodeKeyedTask parses the shard bytes of a keyed job's task. Shard aliases data.
 func DecodeKeyedTask(data []byte) (KeyedTask, error) {
-	var t KeyedTask
-	if !IsKeyedTask(data) || len(data) < 3 {
-		return t, fmt.Errorf("%w: keyed task: no header", ErrBadMessage)
+	if bytes.HasPrefix(data, legacyKeyedMagic) {
+		return decodeLegacyKeyedTask(data)
 	}
-	t.Kind = data[2]
-	r := reader{b: data[3:]}
+	var t KeyedTask
+	if len(data) < 1 {
+		return t, fmt.Errorf("%w: keyed task: empty", ErrBadMessage)
+	}
+	t.Task = data[0]
+	r := reader{b: data[1:]}
 	t.Partitions = int(r.uvarint(jobs.MaxPartitions))
-	switch t.Kind {
+	switch t.Task {
 	case TaskMap:
 		if r.err == nil {
 			t.Shard = r.b
@@ -84,15 +83,37 @@ func DecodeKeyedTask(data []byte) (KeyedTask, error) {
 			return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, err)
 		}
 	default:
-		return t, fmt.Errorf("%w: keyed task: kind %q", ErrBadMessage, t.Kind)
+		return t, fmt.Errorf("%w: keyed task: kind %q", ErrBadMessage, t.Task)
 	}
 	if r.err != nil {
 		return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, r.err)
 	}
-	if t.Partitions < 1 || t.Kind == TaskReduce && t.Partition >= t.Partitions {
+	if t.Partitions < 1 || t.Task == TaskReduce && t.Partition >= t.Partitions {
 		return t, fmt.Errorf("%w: keyed task: partition %d of %d", ErrBadMessage, t.Partition, t.Partitions)
 	}
 	return t, nil
+}
+
+// legacyKeyedMagic started a keyed task in earlier releases.
+var legacyKeyedMagic = []byte{0xFF, 'K'}
+
+// decodeLegacyKeyedTask parses a task of an earlier release: the magic, then the task as now.
+func decodeLegacyKeyedTask(data []byte) (KeyedTask, error) {
+	rest := data[len(legacyKeyedMagic):]
+	if bytes.HasPrefix(rest, legacyKeyedMagic) {
+		return KeyedTask{}, fmt.Errorf("%w: keyed task: magic twice", ErrBadMessage)
+	}
+	return DecodeKeyedTask(rest)
+}
+
+// legacyShardKind is the kind of a shard in a message of an earlier release, which said none:
+// keyed if its bytes start with the magic of its keyed tasks (job authors were told never to
+// make such shards), aggregate otherwise.
+func legacyShardKind(shard []byte) Kind {
+	if bytes.HasPrefix(shard, legacyKeyedMagic) {
+		return KindKeyed
+	}
+	return KindAggregate
 }
 
 // MapCommit is a map task's result (its partial): the blob it wrote and where each partition's

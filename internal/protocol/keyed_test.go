@@ -9,23 +9,24 @@ import (
 
 func TestKeyedTask_RoundTrip(t *testing.T) {
 	for _, kt := range []KeyedTask{
-		{Kind: TaskMap, Partitions: 8, Shard: []byte(`{"b":"x"}`)},
-		{Kind: TaskMap, Partitions: 1},
-		{Kind: TaskReduce, Partitions: 8, Partition: 7, MapShards: 24},
+		{Task: TaskMap, Partitions: 8, Shard: []byte(`{"b":"x"}`)},
+		{Task: TaskMap, Partitions: 1},
+		{Task: TaskReduce, Partitions: 8, Partition: 7, MapShards: 24},
 	} {
 		b := EncodeKeyedTask(kt)
-		if !IsKeyedTask(b) {
-			t.Fatalf("%+v: not recognized", kt)
+		if bytes.HasPrefix(b, legacyKeyedMagic) {
+			t.Fatalf("%+v: written with the legacy magic", kt)
 		}
 		got, err := DecodeKeyedTask(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Kind != kt.Kind || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || !bytes.Equal(got.Shard, kt.Shard) {
+		if got.Task != kt.Task || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || !bytes.Equal(got.Shard, kt.Shard) {
 			t.Fatalf("%+v became %+v", kt, got)
 		}
 	}
-	for _, bad := range [][]byte{nil, []byte("{}"), {0xFF, 'K'}, {0xFF, 'K', 'X', 1}, {0xFF, 'K', 'R', 2, 2, 0}, {0xFF, 'K', 'M', 0}, {0xFF, 'K', 'R', 2, 1, 3, 9}} {
+	for _, bad := range [][]byte{nil, []byte("{}"), {'X', 1}, {'R', 2, 2, 0}, {'M', 0}, {'R', 2, 1, 3, 9},
+		{0xFF, 'K'}, {0xFF, 'K', 'X', 1}, {0xFF, 'K', 'R', 2, 2, 0}, {0xFF, 'K', 'M', 0}, {0xFF, 'K', 'R', 2, 1, 3, 9}, {0xFF, 'K', 0xFF, 'K', 'M', 1}} {
 		if _, err := DecodeKeyedTask(bad); err == nil {
 			t.Errorf("%q decoded", bad)
 		}
@@ -80,15 +81,18 @@ func TestKeyedCommits_Checked(t *testing.T) {
 }
 
 func FuzzDecodeKeyedTask(f *testing.F) {
-	f.Add(EncodeKeyedTask(KeyedTask{Kind: TaskMap, Partitions: 8, Shard: []byte("x")}))
-	f.Add(EncodeKeyedTask(KeyedTask{Kind: TaskReduce, Partitions: 8, Partition: 3, MapShards: 10}))
+	f.Add(EncodeKeyedTask(KeyedTask{Task: TaskMap, Partitions: 8, Shard: []byte("x")}))
+	f.Add(EncodeKeyedTask(KeyedTask{Task: TaskReduce, Partitions: 8, Partition: 3, MapShards: 10}))
+	for _, name := range []string{"keyed-map-task", "keyed-reduce-task"} {
+		f.Add(readV1(f, name))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		kt, err := DecodeKeyedTask(data)
 		if err != nil {
 			return
 		}
 		again, err := DecodeKeyedTask(EncodeKeyedTask(kt))
-		if err != nil || again.Kind != kt.Kind || again.Partitions != kt.Partitions || again.Partition != kt.Partition ||
+		if err != nil || again.Task != kt.Task || again.Partitions != kt.Partitions || again.Partition != kt.Partition ||
 			again.MapShards != kt.MapShards || !bytes.Equal(again.Shard, kt.Shard) {
 			t.Fatalf("%+v does not round-trip: %+v %v", kt, again, err)
 		}

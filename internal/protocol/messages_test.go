@@ -10,7 +10,7 @@ import (
 )
 
 func TestShardMsg_RoundTrip(t *testing.T) {
-	in := ShardMsg{Job: "20261121-005210-3f9a0c1d", Type: "primes", Index: 7, Epoch: 3, Shard: []byte(`{"a":1}`)}
+	in := ShardMsg{Kind: KindAggregate, Job: "20261121-005210-3f9a0c1d", Type: "primes", Index: 7, Epoch: 3, Shard: []byte(`{"a":1}`)}
 	b, err := in.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -19,7 +19,7 @@ func TestShardMsg_RoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.Job != in.Job || out.Type != in.Type || out.Index != in.Index || out.Epoch != in.Epoch || !bytes.Equal(out.Shard, in.Shard) {
+	if out.Kind != in.Kind || out.Job != in.Job || out.Type != in.Type || out.Index != in.Index || out.Epoch != in.Epoch || !bytes.Equal(out.Shard, in.Shard) {
 		t.Fatalf("round trip: got %+v want %+v", out, in)
 	}
 }
@@ -44,7 +44,7 @@ func TestDecodeResultMsg_Bad(t *testing.T) {
 			t.Errorf("DecodeResultMsg(%q) = %v, want ErrBadMessage", tc, err)
 		}
 	}
-	good := ResultMsg{Job: "j1", Index: 2, Epoch: 1, Attempt: 1, Partial: []byte{0, 1, 2}}
+	good := ResultMsg{Kind: KindKeyed, Job: "j1", Index: 2, Epoch: 1, Attempt: 1, Partial: []byte{0, 1, 2}}
 	b, _ := good.Encode()
 	got, err := DecodeResultMsg(b)
 	if err != nil || !bytes.Equal(got.Partial, good.Partial) {
@@ -131,13 +131,16 @@ func TestPlanPage_RoundTrip(t *testing.T) {
 }
 
 func TestDecodeCheckpoint(t *testing.T) {
-	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10, Plan: PlanIndexed}
+	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", Kind: KindAggregate, State: jobs.StateRunning, PlanEpoch: 2, WriterEpoch: 3, Total: 10, DoneCount: 4, Dispatched: 10, Plan: PlanIndexed}
 	b, _ := c.Encode()
-	if _, err := DecodeCheckpoint(b); err != nil {
-		t.Fatal(err)
+	if got, err := DecodeCheckpoint(b); err != nil || got.Kind != KindAggregate {
+		t.Fatal(got, err)
 	}
 	for name, mut := range map[string]func(*Checkpoint){
 		"version":  func(c *Checkpoint) { c.Version = 9 },
+		"no kind":  func(c *Checkpoint) { c.Kind = 0 },
+		"v1 kind":  func(c *Checkpoint) { c.Version = 1 },
+		"bad kind": func(c *Checkpoint) { c.Kind = 'X' },
 		"done>tot": func(c *Checkpoint) { c.DoneCount = 11 },
 		"epochs":   func(c *Checkpoint) { c.WriterEpoch = 1 },
 		"state":    func(c *Checkpoint) { c.State = "weird" },
@@ -156,9 +159,11 @@ func TestDecodeCheckpoint(t *testing.T) {
 func FuzzDecodeShardMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","t":"primes","i":0,"e":1,"s":"eyJhIjoxfQ=="}`))
 	f.Add([]byte(`{"j":"j1"}`))
-	bin, _ := (&ShardMsg{Job: "j1", Type: "primes", Index: 5, Epoch: 2, Shard: []byte("abc")}).Encode()
+	bin, _ := (&ShardMsg{Kind: KindKeyed, Job: "j1", Type: "primes", Index: 5, Epoch: 2, Shard: []byte("abc")}).Encode()
 	f.Add(bin)
 	f.Add(bin[:len(bin)-1])
+	f.Add(readV1(f, "shard-keyed"))
+	f.Add(readV1(f, "shard-aggregate"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeShardMsg(data)
 		if err != nil {
@@ -177,6 +182,7 @@ func FuzzDecodeShardMsg(f *testing.F) {
 func FuzzDecodeResultMsg(f *testing.F) {
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":1,"p":"AAE="}`))
 	f.Add([]byte(`{"j":"j1","i":3,"e":1,"a":2,"x":"boom"}`))
+	f.Add(readV1(f, "result-keyed"))
 	for _, m := range binaryResults() {
 		b, _ := m.Encode()
 		f.Add(b)
@@ -186,7 +192,13 @@ func FuzzDecodeResultMsg(f *testing.F) {
 		if err != nil {
 			return
 		}
-		b, _ := m.Encode()
+		if m.Kind == 0 {
+			m.Kind = KindKeyed // an earlier release's result: it says no kind
+		}
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := DecodeResultMsg(b); err != nil {
 			t.Fatalf("re-decode of a valid message failed: %v", err)
 		}
@@ -210,6 +222,10 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	c := Checkpoint{Version: CheckpointVersion, Job: "j1", Type: "primes", State: jobs.StateRunning, PlanEpoch: 1, WriterEpoch: 1, Total: 2}
 	b, _ := c.Encode()
 	f.Add(b)
+	c.Kind, c.Plan = KindKeyed, PlanPages
+	b, _ = c.Encode()
+	f.Add(b)
+	f.Add([]byte(legacyCheckpoint))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := DecodeCheckpoint(data)
 		if err != nil {
@@ -260,10 +276,10 @@ func TestTypeToken(t *testing.T) {
 
 func binaryResults() []ResultMsg {
 	return []ResultMsg{
-		{Job: "j1", Index: 3, Epoch: 1, Attempt: 1, Worker: "w", Partial: []byte{0, 1}, Micros: 12},
-		{Job: "j1", Index: 3, Epoch: 9, Attempt: 2, Ref: "j1/partials/3-2"},
-		{Job: "j1", Index: 0, Epoch: 1, Attempt: 4, Error: "boom"},
-		{Job: "j1", Index: 999_999, Epoch: 1 << 40, Attempt: 1},
+		{Kind: KindAggregate, Job: "j1", Index: 3, Epoch: 1, Attempt: 1, Worker: "w", Partial: []byte{0, 1}, Micros: 12},
+		{Kind: KindAggregate, Job: "j1", Index: 3, Epoch: 9, Attempt: 2, Ref: "j1/partials/3-2"},
+		{Kind: KindAggregate, Job: "j1", Index: 0, Epoch: 1, Attempt: 4, Error: "boom"},
+		{Kind: KindAggregate, Job: "j1", Index: 999_999, Epoch: 1 << 40, Attempt: 1},
 	}
 }
 
@@ -280,7 +296,7 @@ func TestResultMsg_BinaryRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v: %v", in, err)
 		}
-		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+		if out.Kind != in.Kind || out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
 			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
 			t.Fatalf("round trip: got %+v want %+v", out, in)
 		}
@@ -296,7 +312,7 @@ func TestResultMsg_BinaryRoundTrip(t *testing.T) {
 }
 
 func BenchmarkShardMsg_EncodeDecode(b *testing.B) {
-	m := ShardMsg{Job: "20261121-005210-3f9a0c1d", Type: "sleep", Index: 123456, Epoch: 7, Shard: []byte(`{"d":"1ms","i":123456}`)}
+	m := ShardMsg{Kind: KindAggregate, Job: "20261121-005210-3f9a0c1d", Type: "sleep", Index: 123456, Epoch: 7, Shard: []byte(`{"d":"1ms","i":123456}`)}
 	b.ReportAllocs()
 	for b.Loop() {
 		data, _ := m.Encode()
@@ -307,7 +323,7 @@ func BenchmarkShardMsg_EncodeDecode(b *testing.B) {
 }
 
 func BenchmarkResultMsg_EncodeDecode(b *testing.B) {
-	m := ResultMsg{Job: "20261121-005210-3f9a0c1d", Index: 123456, Epoch: 7, Attempt: 1, Worker: "host-1234", Partial: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Micros: 1000}
+	m := ResultMsg{Kind: KindAggregate, Job: "20261121-005210-3f9a0c1d", Index: 123456, Epoch: 7, Attempt: 1, Worker: "host-1234", Partial: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Micros: 1000}
 	b.ReportAllocs()
 	for b.Loop() {
 		data, _ := m.Encode()
@@ -336,7 +352,7 @@ func TestResults_BatchRoundTrip(t *testing.T) {
 	}
 	for i := range rs {
 		in, out := rs[i], got[i]
-		if out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
+		if out.Kind != in.Kind || out.Job != in.Job || out.Index != in.Index || out.Epoch != in.Epoch || out.Attempt != in.Attempt || out.Worker != in.Worker ||
 			!bytes.Equal(out.Partial, in.Partial) || out.Ref != in.Ref || out.Error != in.Error || out.Micros != in.Micros {
 			t.Fatalf("entry %d: got %+v want %+v", i, out, in)
 		}
@@ -370,10 +386,16 @@ func FuzzDecodeResults(f *testing.F) {
 	f.Add(b)
 	b, _ = EncodeResults(rs[:2])
 	f.Add(b)
+	f.Add(readV1(f, "results-aggregate"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ms, err := DecodeResults(data)
 		if err != nil {
 			return
+		}
+		for _, m := range ms {
+			if m.Kind == 0 {
+				m.Kind = KindAggregate // an earlier release's results: they say no kind
+			}
 		}
 		b, err := EncodeResults(ms)
 		if err != nil {
@@ -388,7 +410,7 @@ func FuzzDecodeResults(f *testing.F) {
 
 func TestShards_BatchRoundTrip(t *testing.T) {
 	shards := [][]byte{[]byte("a"), {}, []byte("ccc")}
-	b, err := EncodeShards("j1", "primes", 4, 10, shards)
+	b, err := EncodeShards(KindAggregate, "j1", "primes", 4, 10, shards)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,7 +422,7 @@ func TestShards_BatchRoundTrip(t *testing.T) {
 		t.Fatalf("%d shards", len(got))
 	}
 	for i, m := range got {
-		if m.Job != "j1" || m.Type != "primes" || m.Epoch != 4 || m.Index != 10+i || !bytes.Equal(m.Shard, shards[i]) {
+		if m.Kind != KindAggregate || m.Job != "j1" || m.Type != "primes" || m.Epoch != 4 || m.Index != 10+i || !bytes.Equal(m.Shard, shards[i]) {
 			t.Fatalf("shard %d: %+v", i, m)
 		}
 	}
@@ -412,27 +434,29 @@ func TestShards_BatchRoundTrip(t *testing.T) {
 	if _, err := DecodeShards(append(b, 0)); !errors.Is(err, ErrBadMessage) {
 		t.Fatal("trailing byte accepted")
 	}
-	one, _ := EncodeShards("j1", "primes", 4, 7, shards[:1])
+	one, _ := EncodeShards(KindAggregate, "j1", "primes", 4, 7, shards[:1])
 	if got, err := DecodeShards(one); err != nil || len(got) != 1 || got[0].Index != 7 || one[1] != 'S' {
 		t.Fatalf("a batch of one is a plain shard: %v %+v", err, got)
 	}
-	if _, err := EncodeShards("j1", "primes", 4, 0, nil); !errors.Is(err, ErrBadMessage) {
+	if _, err := EncodeShards(KindAggregate, "j1", "primes", 4, 0, nil); !errors.Is(err, ErrBadMessage) {
 		t.Fatal("an empty batch encoded")
 	}
-	if _, err := EncodeShards("j1", "", 4, 0, shards); err != nil {
+	if _, err := EncodeShards(KindAggregate, "j1", "", 4, 0, shards); err != nil {
 		t.Fatal(err) // encoding does not check; decoding does:
 	}
-	bad, _ := EncodeShards("j1", "", 4, 0, shards)
+	bad, _ := EncodeShards(KindAggregate, "j1", "", 4, 0, shards)
 	if _, err := DecodeShards(bad); !errors.Is(err, ErrBadMessage) {
 		t.Fatal("a batch without a type decoded")
 	}
 }
 
 func FuzzDecodeShards(f *testing.F) {
-	b, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a"), []byte("bb")})
+	b, _ := EncodeShards(KindAggregate, "j1", "primes", 4, 10, [][]byte{[]byte("a"), []byte("bb")})
 	f.Add(b)
-	one, _ := EncodeShards("j1", "primes", 4, 10, [][]byte{[]byte("a")})
+	one, _ := EncodeShards(KindAggregate, "j1", "primes", 4, 10, [][]byte{[]byte("a")})
 	f.Add(one)
+	f.Add(readV1(f, "shards-keyed"))
+	f.Add(readV1(f, "shards-aggregate"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ms, err := DecodeShards(data)
 		if err != nil {
@@ -442,7 +466,7 @@ func FuzzDecodeShards(f *testing.F) {
 		for i, m := range ms {
 			shards[i] = m.Shard
 		}
-		b, err := EncodeShards(ms[0].Job, ms[0].Type, ms[0].Epoch, ms[0].Index, shards)
+		b, err := EncodeShards(ms[0].Kind, ms[0].Job, ms[0].Type, ms[0].Epoch, ms[0].Index, shards)
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}

@@ -8,16 +8,23 @@ import (
 )
 
 // The hot-path wire form of shard and result messages: binary, not JSON, so a worker and the
-// leader spend no reflection and no base64 per shard. Every message starts with a 3-byte header,
-// 'M', a kind ('S' shard, 'R' result) and the format version; integers are uvarints, strings and
-// byte strings are a uvarint length and the bytes. Decoders also accept the JSON form of earlier
-// releases (it starts with '{').
+// leader spend no reflection and no base64 per shard. Every message starts with a 4-byte header:
+// 'M', the message type ('S' shard, 'R' result; 'T' and 'B' their batches), the format version
+// and the job's Kind ('A' aggregate, 'K' keyed). Integers are uvarints, strings and byte strings
+// are a uvarint length and the bytes.
 //
-//	shard   M S 1  epoch index job type shard
-//	result  M R 1  flags epoch index attempt micros job worker [partial | ref | error]
+//	shard   M S 2 kind  epoch index job type shard
+//	result  M R 2 kind  flags epoch index attempt micros job worker [partial | ref | error]
 //
 // flags: 1 partial present, 2 ref, 4 error (at most one).
-const wireVersion = 1
+//
+// Decoders also read what earlier releases wrote, never written again: version 1 (the same
+// without the kind byte) and JSON (it starts with '{'). Their shards' kind is read from the
+// payload (legacyShardKind); their results say none.
+const wireVersion = 2
+
+// wireLegacyVersion is the format before the kind byte.
+const wireLegacyVersion = 1
 
 const (
 	flagPartial = 1 << iota
@@ -83,12 +90,23 @@ func (r *reader) end() error {
 	return r.err
 }
 
-// header checks the 3-byte header of kind and returns the rest.
-func header(data []byte, kind byte) ([]byte, bool) {
-	if len(data) < 3 || data[0] != 'M' || data[1] != kind || data[2] != wireVersion {
-		return nil, false
+// header checks the header of message type typ and returns the rest and the job's kind: zero
+// in a message of version 1. ok is false for another type or version; err is set for a header
+// of this type with a kind this build does not know.
+func header(data []byte, typ byte) (body []byte, kind Kind, ok bool, err error) {
+	if len(data) < 3 || data[0] != 'M' || data[1] != typ {
+		return nil, 0, false, nil
 	}
-	return data[3:], true
+	switch data[2] {
+	case wireLegacyVersion:
+		return data[3:], 0, true, nil
+	case wireVersion:
+		if len(data) < 4 || !Kind(data[3]).Valid() {
+			return nil, 0, true, fmt.Errorf("job kind %q", data[3:min(len(data), 4)])
+		}
+		return data[4:], Kind(data[3]), true, nil
+	}
+	return nil, 0, false, nil
 }
 
 const (
@@ -101,7 +119,7 @@ const (
 )
 
 func (m *ShardMsg) appendBinary(b []byte) []byte {
-	b = append(b, 'M', 'S', wireVersion)
+	b = append(b, 'M', 'S', wireVersion, byte(m.Kind))
 	b = binary.AppendUvarint(b, m.Epoch)
 	b = binary.AppendUvarint(b, uint64(m.Index))
 	b = appendString(b, m.Job)
@@ -129,7 +147,7 @@ func (m *ResultMsg) appendBinary(b []byte) []byte {
 	case len(m.Partial) > 0:
 		flags = flagPartial
 	}
-	b = append(b, 'M', 'R', wireVersion, flags)
+	b = append(b, 'M', 'R', wireVersion, byte(m.Kind), flags)
 	b = binary.AppendUvarint(b, m.Epoch)
 	b = binary.AppendUvarint(b, uint64(m.Index))
 	b = binary.AppendUvarint(b, uint64(m.Attempt))
@@ -192,7 +210,7 @@ func decodeResultPrefix(body []byte, m *ResultMsg) ([]byte, error) {
 const MaxResultBatch = 4096
 
 // EncodeResults returns the wire form of results of one job: a single result message for one,
-// a batch message for several (M B 1, a uvarint count, then each result's body as in 'R').
+// a batch message for several (M B 2 kind, a uvarint count, then each result's body as in 'R').
 func EncodeResults(rs []*ResultMsg) ([]byte, error) {
 	switch {
 	case len(rs) == 0 || len(rs) > MaxResultBatch:
@@ -202,18 +220,21 @@ func EncodeResults(rs []*ResultMsg) ([]byte, error) {
 	}
 	n := 8
 	for _, r := range rs {
-		if r.Job != rs[0].Job {
-			return nil, fmt.Errorf("%w: a batch mixes jobs %s and %s", ErrBadMessage, rs[0].Job, r.Job)
+		if r.Job != rs[0].Job || r.Kind != rs[0].Kind {
+			return nil, fmt.Errorf("%w: a batch mixes jobs %s (%s) and %s (%s)", ErrBadMessage, rs[0].Job, rs[0].Kind, r.Job, r.Kind)
 		}
 		n += 40 + len(r.Job) + len(r.Worker) + len(r.Partial) + len(r.Ref) + len(r.Error)
 	}
-	// Each body is the 'R' form without its 3-byte header.
-	b := append(make([]byte, 0, n), 'M', 'B', wireVersion)
+	if !rs[0].Kind.Valid() {
+		return nil, fmt.Errorf("%w: results of job %s: %v", ErrBadMessage, rs[0].Job, errNoKind)
+	}
+	// Each body is the 'R' form without its 4-byte header.
+	b := append(make([]byte, 0, n), 'M', 'B', wireVersion, byte(rs[0].Kind))
 	b = binary.AppendUvarint(b, uint64(len(rs)))
 	for _, r := range rs {
 		start := len(b)
 		b = r.appendBinary(b)
-		b = append(b[:start], b[start+3:]...)
+		b = append(b[:start], b[start+4:]...)
 	}
 	return b, nil
 }
@@ -221,7 +242,10 @@ func EncodeResults(rs []*ResultMsg) ([]byte, error) {
 // DecodeResults parses a result message or a batch of results (all of one job), checking each
 // as DecodeResultMsg does. Partials alias data.
 func DecodeResults(data []byte) ([]*ResultMsg, error) {
-	body, ok := header(data, 'B')
+	body, kind, ok, err := header(data, 'B')
+	if err != nil {
+		return nil, fmt.Errorf("%w: result batch: %v", ErrBadMessage, err)
+	}
 	if !ok {
 		m, err := DecodeResultMsg(data)
 		if err != nil {
@@ -236,7 +260,7 @@ func DecodeResults(data []byte) ([]*ResultMsg, error) {
 	body = body[k:]
 	out := make([]*ResultMsg, 0, count)
 	for i := uint64(0); i < count; i++ {
-		m := new(ResultMsg)
+		m := &ResultMsg{Kind: kind}
 		rest, err := decodeResultPrefix(body, m)
 		if err != nil {
 			return nil, fmt.Errorf("%w: result batch entry %d: %v", ErrBadMessage, i, err)
@@ -266,22 +290,24 @@ func out0Job(out []*ResultMsg, m *ResultMsg) string {
 // MaxShardBatch bounds the shards in one message.
 const MaxShardBatch = 256
 
-// EncodeShards returns the wire form of consecutive shards of one job, plan[first:first+n]: a
-// shard message for one, a batch message for several (M T 1, epoch, first index, job, type, a
-// uvarint count, then each shard as a byte string).
-func EncodeShards(job, typ string, epoch uint64, first int, shards [][]byte) ([]byte, error) {
+// EncodeShards returns the wire form of consecutive shards of one job of kind, plan[first:
+// first+n]: a shard message for one, a batch message for several (M T 2 kind, epoch, first
+// index, job, type, a uvarint count, then each shard as a byte string).
+func EncodeShards(kind Kind, job, typ string, epoch uint64, first int, shards [][]byte) ([]byte, error) {
 	switch {
 	case len(shards) == 0 || len(shards) > MaxShardBatch:
 		return nil, fmt.Errorf("%w: %d shards in a batch: use 1 to %d", ErrBadMessage, len(shards), MaxShardBatch)
 	case len(shards) == 1:
-		m := ShardMsg{Job: job, Type: typ, Index: first, Epoch: epoch, Shard: shards[0]}
+		m := ShardMsg{Kind: kind, Job: job, Type: typ, Index: first, Epoch: epoch, Shard: shards[0]}
 		return m.Encode()
+	case !kind.Valid():
+		return nil, fmt.Errorf("%w: shards of job %s: %v", ErrBadMessage, job, errNoKind)
 	}
 	n := 24 + len(job) + len(typ)
 	for _, s := range shards {
 		n += 4 + len(s)
 	}
-	b := append(make([]byte, 0, n), 'M', 'T', wireVersion)
+	b := append(make([]byte, 0, n), 'M', 'T', wireVersion, byte(kind))
 	b = binary.AppendUvarint(b, epoch)
 	b = binary.AppendUvarint(b, uint64(first))
 	b = appendString(b, job)
@@ -296,7 +322,10 @@ func EncodeShards(job, typ string, epoch uint64, first int, shards [][]byte) ([]
 // DecodeShards parses a shard message or a batch of consecutive shards of one job, checking each
 // as DecodeShardMsg does. Shards alias data.
 func DecodeShards(data []byte) ([]*ShardMsg, error) {
-	body, ok := header(data, 'T')
+	body, kind, ok, err := header(data, 'T')
+	if err != nil {
+		return nil, fmt.Errorf("%w: shard batch: %v", ErrBadMessage, err)
+	}
 	if !ok {
 		m, err := DecodeShardMsg(data)
 		if err != nil {
@@ -315,7 +344,10 @@ func DecodeShards(data []byte) ([]*ShardMsg, error) {
 	}
 	var out []*ShardMsg
 	for i := uint64(0); r.err == nil && i < count; i++ {
-		m := &ShardMsg{Job: job, Type: typ, Epoch: epoch, Index: int(first + i), Shard: r.bytes(maxPartial)}
+		m := &ShardMsg{Kind: kind, Job: job, Type: typ, Epoch: epoch, Index: int(first + i), Shard: r.bytes(maxPartial)}
+		if m.Kind == 0 {
+			m.Kind = legacyShardKind(m.Shard)
+		}
 		if r.err == nil {
 			if err := m.check(); err != nil {
 				return nil, err

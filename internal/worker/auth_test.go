@@ -27,7 +27,7 @@ func TestWorker_ForgedShardNeverRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := protocol.ShardMsg{Job: "job-f", Type: "echo", Index: 0, Epoch: 1, Shard: []byte("forged")}
+	forged := protocol.ShardMsg{Kind: protocol.KindAggregate, Job: "job-f", Type: "echo", Index: 0, Epoch: 1, Shard: []byte("forged")}
 	data, _ := forged.Encode()
 	if _, err := js.Publish(context.Background(), r.b.ShardTypeSubject("echo", "job-f"), data, jetstream.WithMsgID(protocol.ShardMsgID("job-f", 0))); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.Sha
 		return nil, fmt.Errorf("%w: this worker's store cannot stream (keyed jobs need blob storage)", jobs.ErrPermanent)
 	}
 	var res []byte
-	switch kt.Kind {
+	switch kt.Task {
 	case protocol.TaskMap:
 		res, err = w.mapTask(ctx, kj, ks, m, attempt, kt)
 	default:

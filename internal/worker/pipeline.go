@@ -77,7 +77,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- []outc
 	h := &held{d: d, shards: len(ms)}
 	outs := make([]outcome, 0, len(ms))
 	for _, m := range ms {
-		res := &protocol.ResultMsg{Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: attempt, Worker: w.cfg.ID}
+		res := &protocol.ResultMsg{Kind: m.Kind, Job: m.Job, Index: m.Index, Epoch: m.Epoch, Attempt: attempt, Worker: w.cfg.ID}
 		if attempt > w.cfg.MaxAttempts {
 			// Every earlier attempt ended without a verdict: the worker running it died or the
 			// shard outlived the shard timeout.

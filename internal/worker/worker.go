@@ -190,7 +190,11 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 	if err := precise.Sleep(ctx, w.cfg.MapDelay); err != nil {
 		return nil, 0, err
 	}
-	if kj := jobs.KeyedForm(job); kj != nil && protocol.IsKeyedTask(m.Shard) {
+	if m.Kind == protocol.KindKeyed {
+		kj := jobs.KeyedForm(job)
+		if kj == nil {
+			return nil, 0, fmt.Errorf("%w: a keyed task of job type %q, which is not keyed on this worker", jobs.ErrPermanent, m.Type)
+		}
 		partial, err = w.runKeyed(ctx, kj, m, attempt) // keyed.go
 		return partial, 0, err
 	}

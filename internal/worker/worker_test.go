@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/harness/testkeys"
@@ -106,7 +107,7 @@ func (r *rig) dispatch(typ, job string, n int) {
 	r.t.Helper()
 	var out []bus.Outgoing
 	for i := range n {
-		m := protocol.ShardMsg{Job: job, Type: typ, Index: i, Epoch: 1, Shard: []byte(fmt.Sprint(i))}
+		m := protocol.ShardMsg{Kind: protocol.KindAggregate, Job: job, Type: typ, Index: i, Epoch: 1, Shard: []byte(fmt.Sprint(i))}
 		data, err := m.Encode()
 		if err != nil {
 			r.t.Fatal(err)
@@ -407,7 +408,7 @@ func TestWorker_ShardBatchRetriedWhole(t *testing.T) {
 		}
 		return []byte(fmt.Sprint(task.Index)), nil
 	}})
-	data, err := protocol.EncodeShards("job-b", "b", 1, 0, [][]byte{{}, {}, {}, {}})
+	data, err := protocol.EncodeShards(protocol.KindAggregate, "job-b", "b", 1, 0, [][]byte{{}, {}, {}, {}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,5 +489,47 @@ func TestWorker_PublishFailuresDoNotUseUpAttempts(t *testing.T) {
 	}
 	if st := w.Stats(); st.Redelivered != 0 || st.GaveUp != 0 {
 		t.Fatalf("stats %+v: an outage used up attempts", st)
+	}
+}
+
+// keyable is a test job that also has a keyed form (the built-in wordcount's).
+type keyable struct{ testJob }
+
+func (keyable) Keyed() jobs.KeyedJob           { return builtin.Wordcount{}.Keyed() }
+func (keyable) RunsKeyed(json.RawMessage) bool { return false }
+
+// A worker runs a shard by the kind its message says, whatever its bytes: an aggregate job's
+// shard may start with anything (the keyed tasks' old magic too), and a keyed task of a type
+// that is not keyed fails for good.
+func TestWorker_RunsByTheKindNotThePayload(t *testing.T) {
+	r := newRig(t)
+	echo := func(task jobs.Task) ([]byte, error) { return task.Shard, nil }
+	r.start(worker.Config{}, keyable{testJob{typ: "both", fn: echo}}, testJob{typ: "plain", fn: echo})
+	magic := []byte{0xFF, 'K', protocol.TaskMap, 1, 'x'}
+	var out []bus.Outgoing
+	for _, m := range []protocol.ShardMsg{
+		{Kind: protocol.KindAggregate, Job: "job-both", Type: "both", Index: 0, Epoch: 1, Shard: magic},
+		{Kind: protocol.KindKeyed, Job: "job-plain", Type: "plain", Index: 0, Epoch: 1, Shard: protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskMap, Partitions: 1})},
+	} {
+		data, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, bus.Outgoing{Subject: r.b.ShardTypeSubject(m.Type, m.Job), MsgID: protocol.ShardMsgID(m.Job, 0), Data: data})
+	}
+	if err := r.b.PublishAll(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range r.results(2) {
+		switch res.Job {
+		case "job-both":
+			if res.Kind != protocol.KindAggregate || res.Error != "" || !bytes.Equal(res.Partial, magic) {
+				t.Fatalf("aggregate shard with the old magic: %+v", res)
+			}
+		case "job-plain":
+			if res.Kind != protocol.KindKeyed || !strings.Contains(res.Error, "not keyed") {
+				t.Fatalf("keyed task of a type that is not keyed: %+v", res)
+			}
+		}
 	}
 }

@@ -86,7 +86,7 @@ func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration
 	}
 	bodies := make([][]byte, len(plan))
 	for i, s := range plan {
-		m := protocol.ShardMsg{Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
+		m := protocol.ShardMsg{Kind: protocol.KindAggregate, Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
 		if bodies[i], err = m.Encode(); err != nil {
 			return 0, err
 		}
@@ -227,7 +227,7 @@ func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.
 		if md != nil {
 			attempt = int(md.NumDelivered)
 		}
-		r := protocol.ResultMsg{Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
+		r := protocol.ResultMsg{Kind: s.Kind, Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
 		data, err := r.Encode()
 		if err != nil {
 			return err

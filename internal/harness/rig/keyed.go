@@ -178,8 +178,8 @@ func PublishForgedCommits(c *cluster.Cluster, id string, planEpoch uint64, maps,
 	}
 	defer nc.Close()
 	for _, m := range []protocol.ResultMsg{
-		{Job: id, Index: maps - 1, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: mc},
-		{Job: id, Index: maps, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: rc},
+		{Kind: protocol.KindKeyed, Job: id, Index: maps - 1, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: mc},
+		{Kind: protocol.KindKeyed, Job: id, Index: maps, Epoch: planEpoch, Attempt: 1, Worker: "w1", Partial: rc},
 	} {
 		data, err := m.Encode()
 		if err != nil {
