@@ -4,6 +4,19 @@
 // results, checkpoints and finalizes. It runs under the leader context the elector hands out
 // (Lead), one call per term, and imports neither the election nor the worker package.
 //
+// # Components
+//
+// Each part owns its state and sees the others through small interfaces it declares; none holds
+// the term. The job table (jobtable.go) owns which jobs are active, waiting, finished, requeued
+// and being cleaned. Intake (intake.go, visibility.go, waiting.go, after.go) owns the queue's
+// messages; the scheduler (schedule.go) each schedule; the lifecycle (lifecycle.go, finish.go,
+// retry.go, retention*.go) and its sweeper (sweep.go) what follows a job's end; the planner
+// (plan.go) splitting; the shard sender (dispatch.go) publishing; the checkpointer
+// (checkpoint.go) writes in flight. The fence (fence.go) holds the epoch and the fencing checks.
+// The term (coordinator.go) keeps the loop that owns job state, dispatch and merge. A job runs
+// through a runner chosen by its kind (runner.go): aggregateRun merges partials, keyedRun
+// commits map and reduce tasks (keyed.go).
+//
 // # Exactly-once aggregation
 //
 // A job's checkpoint (<job>/checkpoint) holds its aggregate and the roaring bitmap of merged
@@ -200,7 +213,7 @@
 // # Keyed jobs
 //
 // A keyed job (keyed.go) is planned as its map tasks, then one reduce task per partition, all
-// ordinary shards. Its aggregate is the commit record: the first result of each task names the blob
+// ordinary shards whose messages say the kind keyed. Its runner's state is the commit record: the first result of each task names the blob
 // that counts, stored with the done-bitmap, so exactly one attempt per task is committed. The
 // reduce tasks are dispatched once a stored checkpoint commits every map task and the map manifest
 // is written from it. The result is the manifest of the output blobs; the leader never reads a key.
