@@ -87,15 +87,12 @@ var Transport = sync.OnceValue(func() *http.Client {
 	return &http.Client{Transport: t}
 })
 
-// DataConnections bounds the data plane's connections to one storage host, so a worker's bulk
-// requests in flight are bounded and the rest wait for a connection.
-const DataConnections = 16
-
-// DataTransport is the HTTP client of the data plane's storage clients: a pool of its own, at
-// most DataConnections connections a host.
+// DataTransport is the HTTP client of the data plane's storage clients: a pool of its own. It
+// does not cap connections a host: a reduce holds one open body per map run while it merges, and
+// a cap below that would park the merge on itself until the time per try ran out.
 var DataTransport = sync.OnceValue(func() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost, t.MaxConnsPerHost = 2*DataConnections, DataConnections, DataConnections
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
 	return &http.Client{Transport: t}
 })
 
