@@ -3,7 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/api"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/membership"
@@ -74,41 +74,6 @@ func readToken(file string) ([]byte, error) {
 	return tok, nil
 }
 
-// jobAPI backs the HTTP job API with a client: the same validation as the CLI's.
-type jobAPI struct{ cl *client.Client }
-
-var _ observe.JobService = jobAPI{}
-
-func (a jobAPI) Submit(ctx context.Context, req observe.SubmitRequest) (string, error) {
-	var opts []client.SubmitOption
-	if len(req.After) > 0 {
-		opts = append(opts, client.WithAfter(req.After...))
-	}
-	if p := req.Priority; p != nil {
-		opts = append(opts, client.WithPriority(*p)) // Submit checks its range
-	}
-	return a.cl.Submit(ctx, req.Type, req.Params, opts...)
-}
-
-func (a jobAPI) Status(ctx context.Context, id string) (*client.Status, error) {
-	return a.cl.Status(ctx, id)
-}
-func (a jobAPI) Spec(ctx context.Context, id string) (*client.Spec, error) { return a.cl.Spec(ctx, id) }
-func (a jobAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
-	return a.cl.Query(ctx, f)
-}
-func (a jobAPI) Result(ctx context.Context, id string) (json.RawMessage, error) {
-	return a.cl.Result(ctx, id)
-}
-func (a jobAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
-	return a.cl.Cancel(ctx, id)
-}
-func (a jobAPI) Delete(ctx context.Context, id string) error          { return a.cl.Delete(ctx, id) }
-func (a jobAPI) Retry(ctx context.Context, id string) (string, error) { return a.cl.Retry(ctx, id) }
-func (a jobAPI) History(ctx context.Context, id string) (*client.History, error) {
-	return a.cl.History(ctx, id)
-}
-
 // observer holds a worker's metrics, events, membership and HTTP server.
 type observer struct {
 	cfg     Config // HTTPAddr, Pprof, DashboardCancel, ID
@@ -124,6 +89,7 @@ type observer struct {
 	// heartbeats counts refused control messages.
 	heartbeats atomic.Pointer[bus.Heartbeats]
 	srv        *observe.Server // nil with --http-addr off
+	token      []byte          // the API token (--api-token-file); nil: writes refused
 	epoch      atomic.Uint64   // the epoch this worker leads, 0 when following
 	members    atomic.Pointer[membership.Watcher]
 }
@@ -265,7 +231,7 @@ func (o *observer) listen() error {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	ocfg := observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
-		APIToken: token, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
+		APIWrites: len(token) > 0, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
 	srv, err := observe.Listen(ocfg)
 	if errors.Is(err, syscall.EADDRINUSE) && o.cfg.HTTPAddr == DefaultHTTPAddr {
 		// Several workers on one host without configuration: the first keeps the default, the
@@ -280,7 +246,7 @@ func (o *observer) listen() error {
 	if err != nil {
 		return err
 	}
-	o.srv = srv
+	o.srv, o.token = srv, token
 	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel,
 		"api_writes", len(token) > 0)
 	return nil
@@ -335,25 +301,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	watcher.Hold(o.epoch.Load() != 0)
 	addr := ""
 	if o.srv != nil {
-		cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus}
-		// The API validates like the CLI: locally for this node's types, by the cluster otherwise.
-		api := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
-			Validator: &client.ClusterValidator{Conn: nc, URL: c.natsURL, Prefix: names.Prefix, Local: c.registry.Types(),
-				Timeout: c.control.Timeout, Window: c.control.Window}}
-		err := o.srv.Attach(observe.Backend{
-			Members: watcher.Live,
-			Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
-			Jobs:    &observe.JobCache{Lister: cl},
-			Leader: func(ctx context.Context) (*election.LeaderInfo, error) {
-				return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
-			},
-			Cancel:       func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err },
-			API:          jobAPI{api},
-			Schedules:    api,
-			ShardsQueued: c.bus.QueuedShards,
-			JobsQueued:   c.queue.Depth,
-		})
-		if err != nil {
+		if err := o.attach(c, watcher, names.Prefix); err != nil {
 			watcher.Stop()
 			return err
 		}
@@ -380,6 +328,31 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		}
 	}()
 	return nil
+}
+
+// attach hands the HTTP server the cluster: the dashboard's reads and the job API, both over
+// one client. The API validates like the CLI: locally for this node's types, by the cluster
+// otherwise.
+func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string) error {
+	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
+		Validator: &client.ClusterValidator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
+			Timeout: c.control.Timeout, Window: c.control.Window}}
+	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, DashboardCancel: o.cfg.DashboardCancel, Logger: o.log})
+	if err != nil {
+		return err
+	}
+	return o.srv.Attach(observe.Backend{
+		Members: watcher.Live,
+		Ready:   &observe.Readiness{Checks: o.readyChecks(c)},
+		Jobs:    &observe.JobCache{Lister: cl},
+		Leader: func(ctx context.Context) (*election.LeaderInfo, error) {
+			return election.ReadLeader(ctx, c.blob, c.leaseContainer, election.DefaultConfig().Blob)
+		},
+		API:          jobAPI,
+		Schedules:    cl,
+		ShardsQueued: c.bus.QueuedShards,
+		JobsQueued:   c.queue.Depth,
+	})
 }
 
 // readyProbe is the name of a blob that never exists: a HEAD on it proves the container is

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
@@ -160,13 +159,3 @@ func outputFile(path string, stdout io.Writer) (w io.Writer, commit func() error
 	}
 	return tmp, commit, abort, nil
 }
-
-// Output and WriteOutput back GET /api/v1/jobs/{id}/output (observe.OutputService).
-func (a jobAPI) Output(ctx context.Context, id string) (*client.OutputManifest, error) {
-	return a.cl.Output(ctx, id)
-}
-func (a jobAPI) WriteOutput(ctx context.Context, id string, w io.Writer, opts client.OutputOptions) (client.OutputStats, error) {
-	return a.cl.WriteOutput(ctx, id, w, opts)
-}
-
-var _ observe.OutputService = jobAPI{}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/membership"
-	"github.com/mapagg/mapagg/internal/observe"
+	"github.com/mapagg/mapagg/internal/api"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
 )
@@ -74,7 +71,7 @@ func cliStatus(t *testing.T, n *Node, id string) client.Status {
 	return st
 }
 
-// apiServer serves the job API as a worker does (node's jobAPI over a client of the cluster).
+// apiServer serves the job API as a worker does, over a client of the cluster.
 func (c *cluster) apiServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	conn := c.env["AZURE_STORAGE_CONNECTION_STRING"]
@@ -87,18 +84,11 @@ func (c *cluster) apiServer(t *testing.T) *httptest.Server {
 		t.Fatal(err)
 	}
 	cl := &client.Client{Store: store.New(bc, c.env["JOBS_CONTAINER"]), Queue: q, Registry: builtin.Registry()}
-	srv, err := observe.Listen(observe.Config{Addr: "127.0.0.1:0", APIToken: []byte(retryTestToken), Worker: "t",
-		Metrics: observe.NewMetrics("test", observe.Sources{}), Events: observe.NewRecorder("t"), Logger: slog.New(slog.DiscardHandler)})
+	srv, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: []byte(retryTestToken), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Attach(observe.Backend{Ready: &observe.Readiness{}, Jobs: &observe.JobCache{Lister: cl}, API: jobAPI{cl}, Schedules: cl,
-		Members: func() []membership.Member { return nil },
-		Leader:  func(context.Context) (*election.LeaderInfo, error) { return nil, nil },
-		Cancel:  func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err }}); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return hs
 }

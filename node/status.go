@@ -12,7 +12,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/observe"
+	"github.com/mapagg/mapagg/internal/api"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -41,7 +41,7 @@ func (n *Node) newStatusFlags() *statusFlags {
 func (f *statusFlags) filter() (client.Filter, error) {
 	cf := client.Filter{State: jobs.State(f.state), Type: f.typ, Limit: f.limit, Before: f.before}
 	if f.since != "" {
-		t, err := observe.ParseSince(f.since, time.Now())
+		t, err := api.ParseSince(f.since, time.Now())
 		if err != nil {
 			return cf, err
 		}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/election"
-	"github.com/mapagg/mapagg/internal/membership"
-	"github.com/mapagg/mapagg/internal/observe"
+	"github.com/mapagg/mapagg/internal/api"
 )
 
 // unreachable names storage and NATS that nothing answers: a refused job never reaches them.
@@ -83,18 +80,11 @@ func TestSubmit_RefusalMessages(t *testing.T) {
 // refused), and returns a function that POSTs a body to /api/v1/jobs.
 func refusingAPI(t *testing.T, cl *client.Client) func(body string) (int, map[string]string) {
 	t.Helper()
-	srv, err := observe.Listen(observe.Config{Addr: "127.0.0.1:0", APIToken: []byte(retryTestToken), Worker: "t",
-		Metrics: observe.NewMetrics("test", observe.Sources{}), Events: observe.NewRecorder("t"), Logger: slog.New(slog.DiscardHandler)})
+	srv, err := api.New(api.Config{Jobs: cl, Token: []byte(retryTestToken), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Attach(observe.Backend{Ready: &observe.Readiness{}, Jobs: &observe.JobCache{Lister: cl}, API: jobAPI{cl},
-		Members: func() []membership.Member { return nil },
-		Leader:  func(context.Context) (*election.LeaderInfo, error) { return nil, nil },
-		Cancel:  func(context.Context, string) error { return nil }}); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	return func(body string) (int, map[string]string) {
 		req, _ := http.NewRequest("POST", hs.URL+"/api/v1/jobs", strings.NewReader(body))

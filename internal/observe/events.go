@@ -10,6 +10,7 @@ import (
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // historySize bounds the events kept (this worker's own, and the cluster's).
@@ -38,7 +39,7 @@ func NewRecorder(worker string) *Recorder {
 func (r *Recorder) Election(ev election.Event) {
 	e := membership.Event{Kind: string(ev.Kind), At: ev.At.UTC(), Epoch: ev.Term.Epoch}
 	if ev.Err != nil {
-		e.Err = Redact(ev.Err.Error())
+		e.Err = protocol.Redact(ev.Err.Error())
 	}
 	r.add(e)
 }
@@ -47,7 +48,7 @@ func (r *Recorder) Election(ev election.Event) {
 func (r *Recorder) Coordinator(ev coordinator.Event) {
 	e := membership.Event{Kind: string(ev.Kind), At: ev.At.UTC(), Epoch: ev.Epoch, Job: ev.Job, Shard: ev.Shard, State: ev.State, Count: ev.Count}
 	if ev.Err != nil {
-		e.Err = Redact(ev.Err.Error())
+		e.Err = protocol.Redact(ev.Err.Error())
 	}
 	r.add(e)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 
@@ -52,17 +51,4 @@ func hostAllowed(host, self string, extra []string) bool {
 		}
 	}
 	return false
-}
-
-// sameOrigin reports whether a browser says the request comes from a page of this server.
-func sameOrigin(r *http.Request) bool {
-	if r.Header.Get("Sec-Fetch-Site") == "same-origin" {
-		return true
-	}
-	o := r.Header.Get("Origin")
-	if o == "" || o == "null" {
-		return false
-	}
-	u, err := url.Parse(o)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
 // Check is one readiness probe; it must honour ctx.
@@ -57,7 +59,7 @@ func (r *Readiness) Check(ctx context.Context) ([]CheckResult, bool) {
 				err := c.Fn(cctx)
 				res[i] = CheckResult{Name: c.Name, OK: err == nil, Took: time.Since(start).Round(time.Microsecond).String()}
 				if err != nil {
-					res[i].Error = Redact(err.Error())
+					res[i].Error = protocol.Redact(err.Error())
 				}
 			}()
 		}

@@ -7,7 +7,15 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
 )
+
+// ScheduleLister is what the dashboard's schedules panel needs; *client.Client is one.
+type ScheduleLister interface {
+	Schedules(ctx context.Context) ([]client.ScheduleInfo, error)
+}
+
+var _ ScheduleLister = (*client.Client)(nil)
 
 // cachedSchedules reads the schedule list at most every 2 s, however many dashboards poll.
 type cachedSchedules struct {
@@ -17,7 +25,7 @@ type cachedSchedules struct {
 	err  error
 }
 
-func (c *cachedSchedules) get(ctx context.Context, svc ScheduleService) ([]client.ScheduleInfo, error) {
+func (c *cachedSchedules) get(ctx context.Context, svc ScheduleLister) ([]client.ScheduleInfo, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.at.IsZero() && time.Since(c.at) < 2*time.Second {
@@ -50,7 +58,7 @@ func (s *Server) scheduleList(w http.ResponseWriter, r *http.Request) {
 	}
 	body := map[string]any{"schedules": list}
 	if err != nil {
-		body["error"] = Redact(err.Error())
+		body["error"] = protocol.Redact(err.Error())
 	}
 	writeJSON(w, http.StatusOK, body)
 }

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,12 +33,11 @@ type Config struct {
 	Addr string
 	// Pprof serves /debug/pprof/ (off by default: it exposes internals and costs CPU when used).
 	Pprof bool
-	// DashboardCancel lets the dashboard's own page cancel, retry and delete jobs without the API
-	// token (POST /api/jobs/{id}/cancel, /retry, /delete with same-origin proof). Off by default.
+	// DashboardCancel and APIWrites tell the dashboard which buttons to offer: cancel, retry and
+	// delete without a token (--dashboard-cancel), or with one (a token is configured). The job
+	// API (Backend.API) enforces both; these only show them.
 	DashboardCancel bool
-	// APIToken authorizes writes (the API's and the dashboard's actions) sent with
-	// "Authorization: Bearer <token>". Empty: writes are refused.
-	APIToken []byte
+	APIWrites       bool
 	// Hosts are the extra Host names the server answers besides IP literals, localhost, names
 	// without a dot and the machine's host name ("*": any; ".example.com": its subdomains too).
 	// Other names are refused, against DNS rebinding.
@@ -60,12 +58,11 @@ type Backend struct {
 	Members func() []membership.Member
 	// Leader reads the lease blob: who leads, by record.
 	Leader func(ctx context.Context) (*election.LeaderInfo, error)
-	// Cancel cancels a job (the dashboard's legacy route).
-	Cancel func(ctx context.Context, id string) error
-	// API serves /api/v1/jobs; nil answers 503.
-	API JobService
-	// Schedules serves /api/v1/schedules and the dashboard's schedules; nil answers 503.
-	Schedules ScheduleService
+	// API serves every path under /api/ but the dashboard's reads above (the job API: /api/v1
+	// and the dashboard's actions); nil answers 503.
+	API http.Handler
+	// Schedules lists the schedules for the dashboard; nil shows none.
+	Schedules ScheduleLister
 	// ShardsQueued is the shard stream's depth; JobsQueued the intake queue's. Optional.
 	ShardsQueued func(ctx context.Context) (uint64, error)
 	JobsQueued   func(ctx context.Context) (int, error)
@@ -90,7 +87,7 @@ func (c Config) Validate() error {
 }
 
 // Server is a worker's HTTP server. It serves /healthz, /metrics and /api/events from the start;
-// /readyz, /api/cluster and /api/jobs answer 503 "starting" until Attach.
+// /readyz, /api/cluster, /api/jobs and the job API answer 503 "starting" until Attach.
 type Server struct {
 	cfg     Config
 	ln      net.Listener
@@ -103,8 +100,8 @@ type Server struct {
 
 // Attach hands the server what it needs to answer readiness, cluster and job requests.
 func (s *Server) Attach(b Backend) error {
-	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil || b.Cancel == nil {
-		return errors.New("observe: Attach needs Ready, Jobs, Members, Leader and Cancel")
+	if b.Ready == nil || b.Jobs == nil || b.Members == nil || b.Leader == nil {
+		return errors.New("observe: Attach needs Ready, Jobs, Members and Leader")
 	}
 	s.leader.mu.Lock()
 	s.leader.read = b.Leader
@@ -180,12 +177,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/cluster", s.cluster)
 	mux.HandleFunc("GET /api/jobs", s.jobs)
 	mux.HandleFunc("GET /api/schedules", s.scheduleList)
-	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.cancel)
-	mux.HandleFunc("POST /api/jobs/{id}/retry", s.retry)
-	mux.HandleFunc("POST /api/jobs/{id}/delete", s.delete)
-	s.routeAPI(mux)
+	mux.HandleFunc("/api/", s.api)
 	if s.cfg.Pprof {
-		// With methods, like "GET /" below: a method-less pattern would conflict with it.
+		// With methods: a method-less pattern would conflict with "/api/".
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
@@ -194,8 +188,30 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	static, _ := fs.Sub(dashboardFS, "dashboard")
-	mux.Handle("GET /", http.FileServerFS(static))
+	files := http.FileServerFS(static)
+	// Without a method, as "/api/" is: "GET /" and "/api/" would conflict.
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 	return s.checkHost(mux)
+}
+
+// api hands a request to the job API once it is attached.
+func (s *Server) api(w http.ResponseWriter, r *http.Request) {
+	b := s.attached(w)
+	if b == nil {
+		return
+	}
+	if b.API == nil {
+		writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
+		return
+	}
+	b.API.ServeHTTP(w, r)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -247,9 +263,9 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 	}
 	l, err := s.leader.get(r.Context())
 	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
-		Cancel: s.cfg.DashboardCancel, Writes: len(s.cfg.APIToken) > 0, Now: time.Now().UTC()}
+		Cancel: s.cfg.DashboardCancel, Writes: s.cfg.APIWrites, Now: time.Now().UTC()}
 	if err != nil {
-		v.LeaderErr = Redact(err.Error())
+		v.LeaderErr = protocol.Redact(err.Error())
 	}
 	v.ShardsQueued, v.JobsQueued = s.depth.get(r.Context(), b)
 	writeJSON(w, http.StatusOK, v)
@@ -294,83 +310,9 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	jobs, err := b.Jobs.Jobs(r.Context())
 	body := map[string]any{"jobs": jobs}
 	if err != nil {
-		body["error"] = Redact(err.Error())
+		body["error"] = protocol.Redact(err.Error())
 	}
 	writeJSON(w, http.StatusOK, body)
-}
-
-// dashboardAllowed checks a dashboard action: it needs the API token, or --dashboard-cancel and
-// a request from the dashboard's own page (a page on another site cannot forge that).
-func (s *Server) dashboardAllowed(w http.ResponseWriter, r *http.Request, what string) bool {
-	_, bearer := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	switch {
-	case bearer:
-		return s.authorized(w, r)
-	case !s.cfg.DashboardCancel:
-		writeErr(w, http.StatusForbidden, what+" needs the API token (--api-token-file) or a worker started with --dashboard-cancel")
-		return false
-	case !sameOrigin(r):
-		writeErr(w, http.StatusForbidden, what+" refused: the request does not come from this dashboard's own page (no same-origin Origin or Sec-Fetch-Site header); use the API token instead")
-		return false
-	}
-	return true
-}
-
-// cancel is the dashboard's cancel (dashboardAllowed).
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	if !s.dashboardAllowed(w, r, "cancelling") {
-		return
-	}
-	b := s.attached(w)
-	if b == nil {
-		return
-	}
-	id := r.PathValue("id")
-	if err := b.Cancel(r.Context(), id); err != nil {
-		writeErr(w, http.StatusBadRequest, Redact(err.Error()))
-		return
-	}
-	s.cfg.Logger.Info("job cancelled from the dashboard", "job", id, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, map[string]string{"cancelled": id})
-}
-
-// retry and delete are the dashboard's retry and delete: the API's, under dashboardAllowed.
-func (s *Server) retry(w http.ResponseWriter, r *http.Request) {
-	s.dashboardJob(w, r, "retrying", (*Server).apiRetry)
-}
-
-func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
-	s.dashboardJob(w, r, "deleting", (*Server).apiDelete)
-}
-
-func (s *Server) dashboardJob(w http.ResponseWriter, r *http.Request, what string, handle func(*Server, http.ResponseWriter, *http.Request, JobService)) {
-	if !s.dashboardAllowed(w, r, what) {
-		return
-	}
-	api := s.jobAPI(w)
-	if api == nil {
-		return
-	}
-	if err := protocol.CheckID(r.PathValue("id")); err != nil {
-		writeErr(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
-	defer cancel()
-	handle(s, w, r.WithContext(ctx), api)
-}
-
-// jobAPI returns the attached job API, or nil after answering 503 (not attached yet, or no API).
-func (s *Server) jobAPI(w http.ResponseWriter) JobService {
-	b := s.attached(w)
-	if b == nil {
-		return nil
-	}
-	if b.API == nil {
-		writeErr(w, http.StatusServiceUnavailable, "the job API is not available on this worker")
-		return nil
-	}
-	return b.API
 }
 
 // cachedLeader reads the lease blob at most once a second.

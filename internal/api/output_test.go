@@ -1,4 +1,4 @@
-package observe
+package api
 
 import (
 	"context"
@@ -8,19 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testoutput"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
-
-func (a clientAPI) Output(ctx context.Context, id string) (*client.OutputManifest, error) {
-	return a.cl.Output(ctx, id)
-}
-func (a clientAPI) WriteOutput(ctx context.Context, id string, w io.Writer, opts client.OutputOptions) (client.OutputStats, error) {
-	return a.cl.WriteOutput(ctx, id, w, opts)
-}
 
 func TestAPI_Output(t *testing.T) {
 	e := newAPIEnv(t, Config{})

@@ -1,4 +1,4 @@
-package observe
+package api
 
 import (
 	"context"
@@ -41,25 +41,25 @@ type ScheduleRequest struct {
 }
 
 // maxScheduleBody bounds POST /api/v1/schedules, as a job's body is bounded.
-const maxScheduleBody = MaxAPIBody
+const maxScheduleBody = MaxBody
 
-// schedules returns the backend's schedule service, or answers 503 and returns nil.
-func (s *Server) schedules(w http.ResponseWriter) ScheduleService {
-	if b := s.backend.Load(); b != nil && b.Schedules != nil {
-		return b.Schedules
+// scheduleService returns the schedule service, or answers 503 and returns nil.
+func (s *Server) scheduleService(w http.ResponseWriter) ScheduleService {
+	if s.cfg.Schedules != nil {
+		return s.cfg.Schedules
 	}
 	writeErr(w, http.StatusServiceUnavailable, "the schedule API is not available on this worker")
 	return nil
 }
 
-func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request, _ JobService) {
-	svc := s.schedules(w)
+func (s *Server) schedules(w http.ResponseWriter, r *http.Request) {
+	svc := s.scheduleService(w)
 	if svc == nil {
 		return
 	}
 	list, err := svc.Schedules(r.Context())
 	if err != nil {
-		apiError(w, err)
+		writeError(w, err)
 		return
 	}
 	if list == nil {
@@ -68,21 +68,21 @@ func (s *Server) apiSchedules(w http.ResponseWriter, r *http.Request, _ JobServi
 	writeJSON(w, http.StatusOK, map[string]any{"schedules": list})
 }
 
-func (s *Server) apiSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
-	svc := s.schedules(w)
+func (s *Server) schedule(w http.ResponseWriter, r *http.Request) {
+	svc := s.scheduleService(w)
 	if svc == nil {
 		return
 	}
 	info, err := svc.Schedule(r.Context(), r.PathValue("name"))
 	if err != nil {
-		apiError(w, err)
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
 }
 
-func (s *Server) apiAddSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
-	svc := s.schedules(w)
+func (s *Server) addSchedule(w http.ResponseWriter, r *http.Request) {
+	svc := s.scheduleService(w)
 	if svc == nil {
 		return
 	}
@@ -109,11 +109,11 @@ func (s *Server) apiAddSchedule(w http.ResponseWriter, r *http.Request, _ JobSer
 	}
 	info, err := svc.AddSchedule(r.Context(), req.Name, o)
 	if err != nil {
-		apiError(w, err)
+		writeError(w, err)
 		return
 	}
 	s.cfg.Logger.Info("schedule added over the API", "schedule", info.Name, "type", info.Type, "remote", r.RemoteAddr)
-	w.Header().Set("Location", APIPrefix+"/schedules/"+info.Name)
+	w.Header().Set("Location", Prefix+"/schedules/"+info.Name)
 	writeJSON(w, http.StatusCreated, info)
 }
 
@@ -145,19 +145,19 @@ func (req ScheduleRequest) options() (client.ScheduleOptions, string, error) {
 	return o, "", nil
 }
 
-func (s *Server) apiDeleteSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
+func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 	s.scheduleAction(w, r, "deleted", func(ctx context.Context, svc ScheduleService, name string) error {
 		return svc.DeleteSchedule(ctx, name)
 	})
 }
 
-func (s *Server) apiPauseSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
+func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request) {
 	s.scheduleAction(w, r, "paused", func(ctx context.Context, svc ScheduleService, name string) error {
 		return svc.PauseSchedule(ctx, name)
 	})
 }
 
-func (s *Server) apiResumeSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
+func (s *Server) resumeSchedule(w http.ResponseWriter, r *http.Request) {
 	s.scheduleAction(w, r, "resumed", func(ctx context.Context, svc ScheduleService, name string) error {
 		return svc.ResumeSchedule(ctx, name)
 	})
@@ -165,31 +165,31 @@ func (s *Server) apiResumeSchedule(w http.ResponseWriter, r *http.Request, _ Job
 
 // scheduleAction runs one change of schedule {name} and answers 200 with the schedule's name.
 func (s *Server) scheduleAction(w http.ResponseWriter, r *http.Request, done string, act func(context.Context, ScheduleService, string) error) {
-	svc := s.schedules(w)
+	svc := s.scheduleService(w)
 	if svc == nil {
 		return
 	}
 	name := r.PathValue("name")
 	if err := act(r.Context(), svc, name); err != nil {
-		apiError(w, err)
+		writeError(w, err)
 		return
 	}
 	s.cfg.Logger.Info("schedule "+done+" over the API", "schedule", name, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, map[string]any{"name": name, done: true})
 }
 
-func (s *Server) apiTriggerSchedule(w http.ResponseWriter, r *http.Request, _ JobService) {
-	svc := s.schedules(w)
+func (s *Server) triggerSchedule(w http.ResponseWriter, r *http.Request) {
+	svc := s.scheduleService(w)
 	if svc == nil {
 		return
 	}
 	name := r.PathValue("name")
 	id, err := svc.TriggerSchedule(r.Context(), name)
 	if err != nil {
-		apiError(w, err)
+		writeError(w, err)
 		return
 	}
 	s.cfg.Logger.Info("schedule triggered over the API", "schedule", name, "job", id, "remote", r.RemoteAddr)
-	w.Header().Set("Location", APIPrefix+"/jobs/"+id)
+	w.Header().Set("Location", Prefix+"/jobs/"+id)
 	writeJSON(w, http.StatusCreated, map[string]string{"id": id, "schedule": name})
 }

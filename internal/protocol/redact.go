@@ -1,4 +1,4 @@
-package observe
+package protocol
 
 import "regexp"
 
@@ -6,5 +6,6 @@ import "regexp"
 // and the key/value pairs of a connection string.
 var secretish = regexp.MustCompile(`(?i)(\?[^\s"']+)|((AccountKey|SharedAccessSignature|sig|password|token)=[^;\s"'&]+)`)
 
-// Redact removes query strings and credential-like key/value pairs from s.
+// Redact removes query strings and credential-like key/value pairs from s, for errors shown over
+// HTTP or in events.
 func Redact(s string) string { return secretish.ReplaceAllString(s, "[redacted]") }

@@ -1,10 +1,9 @@
-package observe
+package api
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,9 +15,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
-	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
-	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
@@ -28,36 +25,6 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 const testToken = "0123456789abcdef-test-token"
-
-// clientAPI is node's adapter in miniature: the API over a real client.
-type clientAPI struct{ cl *client.Client }
-
-func (a clientAPI) Submit(ctx context.Context, req SubmitRequest) (string, error) {
-	if req.Priority != nil {
-		return "", fmt.Errorf(`%w: "priority" is not available`, ErrRefused)
-	}
-	return a.cl.Submit(ctx, req.Type, req.Params)
-}
-func (a clientAPI) Status(ctx context.Context, id string) (*client.Status, error) {
-	return a.cl.Status(ctx, id)
-}
-func (a clientAPI) Spec(ctx context.Context, id string) (*client.Spec, error) {
-	return a.cl.Spec(ctx, id)
-}
-func (a clientAPI) Query(ctx context.Context, f client.Filter) (*client.Page, error) {
-	return a.cl.Query(ctx, f)
-}
-func (a clientAPI) Result(ctx context.Context, id string) (json.RawMessage, error) {
-	return a.cl.Result(ctx, id)
-}
-func (a clientAPI) Cancel(ctx context.Context, id string) (*client.Status, error) {
-	return a.cl.Cancel(ctx, id)
-}
-func (a clientAPI) Delete(ctx context.Context, id string) error          { return a.cl.Delete(ctx, id) }
-func (a clientAPI) Retry(ctx context.Context, id string) (string, error) { return a.cl.Retry(ctx, id) }
-func (a clientAPI) History(ctx context.Context, id string) (*client.History, error) {
-	return a.cl.History(ctx, id)
-}
 
 type apiEnv struct {
 	jobs  *store.Container
@@ -87,17 +54,12 @@ func newAPIEnv(t *testing.T, cfg Config) *apiEnv {
 		t.Fatal(err)
 	}
 	cl := &client.Client{Store: c, Queue: q, Registry: builtin.Registry()}
-	cfg.Addr, cfg.Worker = "127.0.0.1:0", "w1"
-	cfg.Metrics, cfg.Events = NewMetrics("test", Sources{}), NewRecorder("w1")
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	s := &Server{cfg: cfg}
-	if err := s.Attach(Backend{Ready: &Readiness{}, Jobs: &JobCache{Lister: cl}, API: clientAPI{cl}, Schedules: cl,
-		Members: func() []membership.Member { return nil },
-		Leader:  func(context.Context) (*election.LeaderInfo, error) { return nil, nil },
-		Cancel:  func(ctx context.Context, id string) error { _, err := cl.Cancel(ctx, id); return err }}); err != nil {
+	cfg.Jobs, cfg.Schedules, cfg.Logger = cl, cl, slog.New(slog.DiscardHandler)
+	s, err := New(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
 	return &apiEnv{jobs: c, queue: q, cl: cl, srv: hs}
 }
@@ -146,7 +108,7 @@ func (e *apiEnv) written(t *testing.T) (int, int) {
 }
 
 func TestAPI_Submit_AuthAndRefusalsWriteNothing(t *testing.T) {
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
 	good := `{"type":"primes","params":{"from":0,"to":1000,"shards":4}}`
 	_, cliErr := e.cl.Validate(context.Background(), "primes", json.RawMessage(`{"from":10,"to":1,"shards":1}`))
 	for _, tc := range []struct {
@@ -162,8 +124,8 @@ func TestAPI_Submit_AuthAndRefusalsWriteNothing(t *testing.T) {
 		{"unknown field", testToken, `{"type":"pi","parms":{}}`, 400, `unknown field "parms"`},
 		{"not JSON", testToken, `{"type":`, 400, "body:"},
 		{"two objects", testToken, good + good, 400, "one JSON object"},
-		{"priority not yet", testToken, `{"type":"pi","priority":3}`, 400, `"priority"`},
-		{"too big", testToken, `{"type":"pi","params":{"x":"` + strings.Repeat("a", MaxAPIBody) + `"}}`, 413, "body over"},
+		{"priority out of range", testToken, `{"type":"pi","params":{"samples":1000,"shards":2},"priority":11}`, 400, `priority 11 is out of range`},
+		{"too big", testToken, `{"type":"pi","params":{"x":"` + strings.Repeat("a", MaxBody) + `"}}`, 413, "body over"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := e.do(t, "POST", "/api/v1/jobs", tc.token, tc.body)
@@ -203,7 +165,7 @@ func TestAPI_WritesDisabledWithoutToken(t *testing.T) {
 }
 
 func TestAPI_JobCycle(t *testing.T) {
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
 	code, body := e.do(t, "POST", "/api/v1/jobs", testToken, `{"type":"primes","params":{"from":0,"to":1000,"shards":4}}`)
 	var sub struct{ ID string }
 	if err := json.Unmarshal([]byte(body), &sub); code != 201 || err != nil || protocol.CheckID(sub.ID) != nil {
@@ -290,7 +252,7 @@ func TestAPI_JobCycle(t *testing.T) {
 }
 
 func TestAPI_ListFiltersAndPages(t *testing.T) {
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
 	clock := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	e.cl.Now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	var ids []string
@@ -363,7 +325,7 @@ func TestAPI_ListFiltersAndPages(t *testing.T) {
 // The document lists exactly the routes the server serves, and each of them answers (no 404 or
 // 405 from the router).
 func TestAPI_OpenAPIMatchesRoutes(t *testing.T) {
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
 	code, body := e.do(t, "GET", "/api/v1/openapi.json", "", "")
 	var doc struct {
 		OpenAPI string                                `json:"openapi"`
@@ -380,10 +342,10 @@ func TestAPI_OpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	for _, rt := range apiRoutes {
+	for _, rt := range routes {
 		served = append(served, rt.method+" "+rt.path)
 	}
-	served = append(served, "GET "+APIPrefix+"/openapi.json")
+	served = append(served, "GET "+Prefix+"/openapi.json")
 	slices.Sort(documented)
 	slices.Sort(served)
 	if !slices.Equal(documented, served) {
@@ -400,43 +362,8 @@ func TestAPI_OpenAPIMatchesRoutes(t *testing.T) {
 	}
 }
 
-func TestServer_RefusesForeignHost(t *testing.T) {
-	for _, tc := range []struct {
-		host  string
-		extra []string
-		ok    bool
-	}{
-		{"127.0.0.1:8080", nil, true}, {"[::1]:8080", nil, true}, {"localhost:8080", nil, true}, {"10.1.2.3", nil, true},
-		{"worker-1:8080", nil, true}, {"dash.localhost", nil, true},
-		{"evil.example.com", nil, false}, {"evil.example.com:8080", nil, false}, {"", nil, false},
-		{"mapagg.example.com", []string{"mapagg.example.com"}, true}, {"a.corp.example", []string{".corp.example"}, true},
-		{"evil.example.com", []string{"*"}, true}, {"corp.example.evil.com", []string{".corp.example"}, false},
-	} {
-		if got := hostAllowed(tc.host, "builder", tc.extra); got != tc.ok {
-			t.Errorf("hostAllowed(%q, %v) = %v, want %v", tc.host, tc.extra, got, tc.ok)
-		}
-	}
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
-	code, body := e.do(t, "POST", "/api/v1/jobs", testToken, `{"type":"pi"}`, "Host", "rebound.example.com")
-	if code != http.StatusMisdirectedRequest || !strings.Contains(body, "--http-hosts") {
-		t.Fatalf("a foreign Host = %d %s; want 421 naming --http-hosts", code, body)
-	}
-	if b, q := e.written(t); b != 0 || q != 0 {
-		t.Fatal("a request to a foreign Host wrote")
-	}
-	for _, path := range []string{"/", "/api/jobs", "/api/cluster", "/api/v1/jobs"} {
-		if code, _ := e.do(t, "GET", path, "", "", "Host", "rebound.example.com"); code != http.StatusMisdirectedRequest {
-			t.Errorf("GET %s under a foreign Host = %d; want 421", path, code)
-		}
-	}
-	// Probes and scrapers may name the worker by any DNS name.
-	if code, _ := e.do(t, "GET", "/healthz", "", "", "Host", "worker-1.prod.example.com"); code != 200 {
-		t.Fatalf("/healthz under a DNS name = %d; want 200", code)
-	}
-}
-
 // The dashboard's cancel: the token works; --dashboard-cancel works only from the page itself.
-func TestServer_DashboardCancelNeedsTokenOrSameOrigin(t *testing.T) {
+func TestDashboard_CancelNeedsTokenOrSameOrigin(t *testing.T) {
 	for _, tc := range []struct {
 		name         string
 		dashCancel   bool
@@ -453,7 +380,7 @@ func TestServer_DashboardCancelNeedsTokenOrSameOrigin(t *testing.T) {
 		{"wrong token", true, "not-the-token-at-all", []string{"Sec-Fetch-Site", "same-origin"}, 401, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newAPIEnv(t, Config{APIToken: []byte(testToken), DashboardCancel: tc.dashCancel})
+			e := newAPIEnv(t, Config{Token: []byte(testToken), DashboardCancel: tc.dashCancel})
 			id, err := e.cl.Submit(context.Background(), "pi", json.RawMessage(`{"samples":1000,"shards":2}`))
 			if err != nil {
 				t.Fatal(err)
@@ -467,10 +394,10 @@ func TestServer_DashboardCancelNeedsTokenOrSameOrigin(t *testing.T) {
 	}
 }
 
-// fakeAPI records submits: the fuzz target checks the decoder, not storage.
-type fakeAPI struct{ clientAPI }
+// fakeJobs accepts every job: the fuzz target checks the decoder, not storage.
+type fakeJobs struct{ JobService }
 
-func (fakeAPI) Submit(context.Context, SubmitRequest) (string, error) {
+func (fakeJobs) Submit(context.Context, string, json.RawMessage, ...client.SubmitOption) (string, error) {
 	return "20261121-000000-00000000", nil
 }
 
@@ -478,13 +405,13 @@ func FuzzAPI_SubmitBody(f *testing.F) {
 	for _, s := range []string{`{"type":"pi","params":{"samples":1}}`, `{"type":`, `[]`, `{"type":"x","after":["a"],"priority":1}`, `{"type":1}`, ""} {
 		f.Add([]byte(s))
 	}
-	s := &Server{cfg: Config{APIToken: []byte(testToken), Logger: slog.New(slog.DiscardHandler), Metrics: NewMetrics("t", Sources{}), Events: NewRecorder("w")}}
-	s.backend.Store(&Backend{API: fakeAPI{}})
-	h := s.Handler()
+	h, err := New(Config{Jobs: fakeJobs{}, Token: []byte(testToken), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req := httptest.NewRequest("POST", "/api/v1/jobs", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)
-		req.Host = "127.0.0.1"
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		switch w.Code {

@@ -1,4 +1,4 @@
-package observe
+package api
 
 import (
 	"context"
@@ -10,10 +10,13 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// OutputService is the optional part of a JobService that reads keyed jobs' output (node's has
-// it, through client.Client).
+var _ OutputService = (*client.Client)(nil)
+
+// OutputService is the optional part of a JobService that reads keyed jobs' output;
+// *client.Client has it.
 type OutputService interface {
 	Output(ctx context.Context, id string) (*client.OutputManifest, error)
 	WriteOutput(ctx context.Context, id string, w io.Writer, opts client.OutputOptions) (client.OutputStats, error)
@@ -26,8 +29,8 @@ const MaxOutputStream = time.Hour
 // [?partition=N][&format=tsv|jsonl]. Errors found before the first byte get a status and a
 // JSON body; a failure mid-stream aborts the response, so a client never takes a short output
 // for a whole one.
-func (s *Server) apiOutput(w http.ResponseWriter, r *http.Request, api JobService) {
-	out, ok := api.(OutputService)
+func (s *Server) output(w http.ResponseWriter, r *http.Request) {
+	out, ok := s.cfg.Jobs.(OutputService)
 	if !ok {
 		writeErr(w, http.StatusServiceUnavailable, "job output is not available on this worker")
 		return
@@ -55,10 +58,10 @@ func (s *Server) apiOutput(w http.ResponseWriter, r *http.Request, api JobServic
 	m, err := out.Output(r.Context(), id)
 	switch {
 	case errors.Is(err, client.ErrNotKeyed):
-		writeErr(w, http.StatusConflict, fmt.Sprintf("job %s's result is a value, not output records: GET %s/jobs/%s/result", id, APIPrefix, id))
+		writeErr(w, http.StatusConflict, fmt.Sprintf("job %s's result is a value, not output records: GET %s/jobs/%s/result", id, Prefix, id))
 		return
 	case err != nil:
-		apiError(w, err)
+		writeError(w, err)
 		return
 	case opts.Partition != nil && *opts.Partition >= len(m.Partitions):
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("job %s has %d partitions (0 to %d): no partition %d", id, len(m.Partitions), len(m.Partitions)-1, *opts.Partition))
@@ -83,10 +86,10 @@ func (s *Server) apiOutput(w http.ResponseWriter, r *http.Request, api JobServic
 	if _, err := out.WriteOutput(ctx, id, cw, opts); err != nil {
 		if cw.n == 0 {
 			w.Header().Del("X-Output-Records")
-			apiError(w, err)
+			writeError(w, err)
 			return
 		}
-		s.cfg.Logger.Warn("job output stream failed", "job", id, "err", Redact(err.Error()))
+		s.cfg.Logger.Warn("job output stream failed", "job", id, "err", protocol.Redact(err.Error()))
 		panic(http.ErrAbortHandler)
 	}
 }

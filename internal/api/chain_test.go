@@ -1,4 +1,4 @@
-package observe
+package api
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 // POST /api/v1/schedules takes a chain's later steps as "then", validated like the first; a
 // refused one writes nothing.
 func TestAPI_ScheduleChain(t *testing.T) {
-	e := newAPIEnv(t, Config{APIToken: []byte(testToken)})
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
 	const head = `{"name":"c","every":"1h","type":"pi","params":{"samples":1000,"shards":2},"then":`
 	for body, want := range map[string]string{
 		head + `[{"type":"regroup","params":{"job":"$prev","by":"nope"}}]}`: `chain step 2: bad parameters for regroup: \"by\" must be`,
