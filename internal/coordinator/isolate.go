@@ -94,7 +94,7 @@ func (j *job) typ() string {
 }
 
 // frameworkPkgs are mapagg's own packages: a frame in them is not the user's.
-var frameworkPkgs = []string{"client", "coordinator", "election", "internal/bus", "internal/coordinator", "internal/membership",
+var frameworkPkgs = []string{"client", "coordinator", "election", "internal/api", "internal/bus", "internal/coordinator", "internal/jobstore", "internal/membership",
 	"internal/observe", "internal/precise", "internal/protocol", "internal/queue", "internal/shuffle", "internal/worker",
 	"jobs", "node", "store", "worker"}
 
