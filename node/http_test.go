@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testenv"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mapagg/mapagg/builtin"
 	"io"
 	"log/slog"
 	"slices"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/harness/testenv"

@@ -3,10 +3,11 @@ package protocol
 import (
 	"bytes"
 	"errors"
-	"github.com/mapagg/mapagg/jobs"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 func TestShardMsg_RoundTrip(t *testing.T) {
