@@ -70,7 +70,7 @@ func (panicValidate) Merge(a, b int64) int64                            { return
 type encodeJob struct {
 	name     string
 	snapshot bool
-	gate     *snapGate // with snapshot: holds maps back until a snapshot with merges was taken
+	gate     *snapGate // holds maps back until an aggregate with merges was encoded (snapshot or marshal)
 }
 
 // snapGate makes sure the leader snapshots an aggregate with merges in it before the job can
@@ -107,14 +107,20 @@ func (j encodeJob) NewAggregate(json.RawMessage) (jobs.Aggregate, error) {
 	if j.snapshot {
 		return &snapAgg{gate: j.gate}, nil
 	}
-	return &countAgg{}, nil
+	return &countAgg{gate: j.gate}, nil
 }
 
-type countAgg struct{ n int }
+type countAgg struct {
+	n    int
+	gate *snapGate
+}
 
 func (a *countAgg) Merge([]byte) error { a.n++; return nil }
 func (a *countAgg) MarshalBinary() ([]byte, error) {
 	if a.n > 0 {
+		if a.gate != nil {
+			a.gate.once.Do(func() { close(a.gate.taken) })
+		}
 		panic("marshal")
 	}
 	return []byte("0"), nil
@@ -151,7 +157,7 @@ func TestLead_EveryLeaderCallIsolated(t *testing.T) {
 		jobs.Typed("panic-identity", jobs.TypedJob[nParams, int, int64](panicIdentity{})),
 		jobs.Typed("panic-count", jobs.TypedJob[nParams, int, int64](panicCount{})),
 		jobs.Typed("panic-shard", jobs.TypedJob[nParams, int, int64](panicShard{})),
-		encodeJob{name: "panic-marshal"},
+		encodeJob{name: "panic-marshal", gate: newSnapGate()},
 		encodeJob{name: "panic-snapshot", snapshot: true, gate: newSnapGate()},
 	} {
 		if err := reg.Register(j); err != nil {
