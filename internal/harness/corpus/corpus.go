@@ -158,7 +158,6 @@ func (wc *WordCorpus) CheckCounts(r io.Reader) error {
 	return nil
 }
 
-func ptr[T any](v T) *T { return &v }
 
 // CountRun is one run of a single-process count (the wcount command) over a corpus.
 type CountRun struct {
