@@ -158,7 +158,6 @@ func (wc *WordCorpus) CheckCounts(r io.Reader) error {
 	return nil
 }
 
-
 // CountRun is one run of a single-process count (the wcount command) over a corpus.
 type CountRun struct {
 	Wall time.Duration
