@@ -16,7 +16,7 @@ import (
 // load from outside the test weighs on both alike. The best of each counts.
 func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
-	tp := &report.Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
+	tp := &report.Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency, ShardsPerMsg: rig.DispatchShardsPerMsg(cfg.ThroughputShards)}
 	r.rep.Throughput = tp
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "tp", Concurrency: cfg.ThroughputConcurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
@@ -46,28 +46,44 @@ func (r *runner) throughput(ctx context.Context) error {
 			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros)
 		}
 
-		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))
+		// Every prefetch depth twice: batched as the dispatcher does (the yardstick) and one
+		// message per shard (what a loop without batching does).
+		pers := []int{tp.ShardsPerMsg}
+		if tp.ShardsPerMsg > 1 {
+			pers = append(pers, 1)
+		}
+		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(pers)*len(cfg.BaselinePrefetch))
 		for k, pf := range cfg.BaselinePrefetch {
-			d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d", r.rig.RunID(), i, k),
-				Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf})
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
+			for _, per := range pers {
+				d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d%d", r.rig.RunID(), i, k, per),
+					Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf, ShardsPerMsg: per})
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					r.errorf("baseline (prefetch %d, %d shards a message): %v", pf, per, err)
+					continue
 				}
-				r.errorf("baseline (prefetch %d): %v", pf, err)
-				continue
+				b := report.BaselineRun{Workers: cfg.Workers, Prefetch: pf, ShardsPerMsg: per, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
+				tp.Baseline = append(tp.Baseline, b)
+				if per == tp.ShardsPerMsg {
+					tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
+				}
+				if per == 1 {
+					tp.UnbatchedPerS = max(tp.UnbatchedPerS, b.PerS)
+				}
+				r.log.Add(1)
+				r.log.Logf("baseline %d: %d connections × prefetch %d, %d shards a message: %.2fs = %.0f shards/s", i+1, b.Workers, pf, per, b.Seconds, b.PerS)
 			}
-			b := report.BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
-			tp.Baseline = append(tp.Baseline, b)
-			tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
-			r.log.Add(1)
-			r.log.Logf("baseline %d: %d connections × prefetch %d: %.2fs = %.0f shards/s", i+1, b.Workers, pf, b.Seconds, b.PerS)
 		}
 		r.log.Done()
 	}
 	tp.PerS = rig.Summarize(rates)
 	if tp.BaselinePerS > 0 {
 		tp.Ratio = rig.Round3(tp.ShardsPerS / tp.BaselinePerS)
+	}
+	if tp.UnbatchedPerS > 0 {
+		tp.UnbatchedRatio = rig.Round3(tp.ShardsPerS / tp.UnbatchedPerS)
 	}
 	return nil
 }
