@@ -160,6 +160,20 @@ func TimeCommand(ctx context.Context, c *cluster.Cluster, runs int, args ...stri
 	return out, nil
 }
 
+// TimeCommandOutput runs the worker binary of c once with args (as a CLI on c's environment)
+// and returns its wall time, from exec to exit, and its stdout.
+func TimeCommandOutput(ctx context.Context, c *cluster.Cluster, args ...string) (float64, []byte, error) {
+	cmd := exec.CommandContext(ctx, c.Options().WorkerBin, args...)
+	cmd.Env = c.WorkerEnv("cli")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, nil, fmt.Errorf("worker %v: %v: %s", args, err, Clip(stderr.String(), 300))
+	}
+	return Round3(time.Since(start).Seconds()), stdout.Bytes(), nil
+}
+
 // KeyedWordcount is how a keyed job went (a wordcount of a WordCorpus, or another keyed job).
 type KeyedWordcount struct {
 	Outcome
