@@ -52,7 +52,7 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			writeKeyedFigures(row, rep)
 			writeCSVFigures(row, rep.CSVSum)
 		},
-		Notes: append(keyedNotes(rep), csvNotes(rep.CSVSum)...),
-		AfterNotes:  func(w io.Writer) { writeScale(w, rep.Scale) },
+		Notes:      append(keyedNotes(rep), csvNotes(rep.CSVSum)...),
+		AfterNotes: func(w io.Writer) { writeScale(w, rep.Scale) },
 	})
 }
