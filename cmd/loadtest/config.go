@@ -56,6 +56,9 @@ type Config struct {
 	// KeyedRounds is the interleaved rounds (keyed job, optimized count, naive count) over each
 	// keyed corpus; KeyedLoadedRuns the keyed jobs beside a CPU-bound job (keyed-loaded).
 	KeyedRounds, KeyedLoadedRuns int
+	// KeyedVocabularies are the keyed corpora's distinct words, ascending: the last is written
+	// once per word round (about 174 MB at 5M words), the others repeat their words to its size.
+	KeyedVocabularies []int
 	// CSVRows rows over CSVKeys users, CSVRounds rounds of (keyed sum, naive program) (csv-sum).
 	CSVRows, CSVKeys, CSVRounds int
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
@@ -97,7 +100,7 @@ func DefaultConfig() Config {
 		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 0,
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
-		SmallJobRuns: 100, SmallJobCLIRuns: 100, KeyedRounds: 3, KeyedLoadedRuns: 3, CSVRows: 2_000_000, CSVKeys: 100_000, CSVRounds: 3,
+		SmallJobRuns: 100, SmallJobCLIRuns: 100, KeyedRounds: 3, KeyedLoadedRuns: 3, KeyedVocabularies: []int{50_000, 5_000_000}, CSVRows: 2_000_000, CSVKeys: 100_000, CSVRounds: 3,
 		WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10, WordcountRuns: 2,
 		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
 		MillionShards:  1_000_000,
@@ -119,6 +122,7 @@ func QuickConfig() Config {
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.SmallJobCLIRuns, c.WordcountBytes, c.WordcountRuns = 3, 3, 2<<20, 1
 	c.KeyedRounds, c.KeyedLoadedRuns, c.CSVRows, c.CSVKeys, c.CSVRounds = 1, 1, 50_000, 5_000, 1
+	c.KeyedVocabularies = []int{5_000, 100_000}
 	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 50_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 5*time.Second, 3*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
@@ -175,6 +179,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("small-job runs %d through the client, %d through the CLI: need at least one through the client", c.SmallJobRuns, c.SmallJobCLIRuns)
 	case c.has(scKeyed) && (c.KeyedRounds < 1 || c.KeyedRounds > 20):
 		return fmt.Errorf("--keyed-rounds %d: use 1 to 20", c.KeyedRounds)
+	case (c.has(scKeyed) || c.has(scKeyedLoaded)) && (len(c.KeyedVocabularies) == 0 || !slices.IsSorted(c.KeyedVocabularies) ||
+		c.KeyedVocabularies[0] < 100 || c.KeyedVocabularies[len(c.KeyedVocabularies)-1] > 20_000_000):
+		return fmt.Errorf("--keyed-vocabularies %v: give ascending numbers of distinct words from 100 to 20,000,000", c.KeyedVocabularies)
 	case c.has(scKeyedLoaded) && (c.KeyedLoadedRuns < 1 || c.KeyedLoadedRuns > 20):
 		return fmt.Errorf("--keyed-loaded-runs %d: use 1 to 20", c.KeyedLoadedRuns)
 	case c.has(scCSVSum) && (c.CSVRows < 1000 || c.CSVRows > 100_000_000 || c.CSVKeys < 1 || c.CSVKeys > c.CSVRows):
