@@ -400,10 +400,10 @@ func writeKeyedFigures(row func(string, rig.Dist), rep *Report) {
 	writeKeyedLoadedFigures(row, k.Loaded)
 }
 
-// keyedWordcountJob is wordcount with "output":"blob" over wc at the job's defaults but the
-// shard size, 8 MiB.
+// keyedWordcountJob is wordcount with "output":"blob" over wc, every other parameter at its
+// default (shards of 8 MiB, the cluster's partitions).
 func keyedWordcountJob(wc *corpus.WordCorpus) knownjobs.Job {
-	p, _ := json.Marshal(map[string]any{"container": wc.Container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
+	p, _ := json.Marshal(map[string]any{"container": wc.Container, "prefix": "corpus/", "output": "blob"})
 	return knownjobs.Job{Type: "wordcount", Params: p, Check: rig.ManifestOf(int64(wc.Distinct))}
 }
 
