@@ -42,6 +42,8 @@
 //     changes, every worker's peak RSS.
 //  16. csv-sum: a newcomer's keyed per-user sum (the test worker's csvsum) over 2M CSV rows of
 //     100k users against a naive single-process Go program (internal/harness/corpus/csvsum).
+//  17. long-read: one Map (the test worker's slow-lines) reads one 1 MiB range for 60 s, four
+//     times the storage client's time per try; it must succeed exactly.
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

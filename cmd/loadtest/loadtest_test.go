@@ -74,6 +74,9 @@ func TestQuick(t *testing.T) {
 	if cs := rep.CSVSum; cs == nil || len(cs.Rounds) != cfg.CSVRounds || !cs.Rounds[0].Exact || cs.Ratio <= 0 {
 		t.Errorf("csv sum: %+v", cs)
 	}
+	if lr := rep.LongRead; lr == nil || !lr.Exact || lr.MakespanS < lr.WantS {
+		t.Errorf("long read: %+v", lr)
+	}
 	if wc := rep.Wordcount; wc == nil || len(wc.Jobs) != 2*cfg.WordcountRuns || !wc.Jobs[0].Exact || !wc.Jobs[1].Exact {
 		t.Errorf("wordcount: %+v", wc)
 	}
@@ -145,7 +148,7 @@ func TestQuick(t *testing.T) {
 		t.Fatalf("json report: %v", err)
 	}
 	for _, k := range []string{"throughput", "efficiency", "failover", "small_job", "small_job_cli", "wordcount", "straggler", "million", "loaded",
-		"nats_outage", "nats_cluster", "keyed", "csv_sum", "redone_shards", "wrong_results", "lost_jobs"} {
+		"nats_outage", "nats_cluster", "keyed", "csv_sum", "long_read", "redone_shards", "wrong_results", "lost_jobs"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("json report lacks %q", k)
 		}

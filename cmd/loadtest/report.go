@@ -15,6 +15,7 @@ type Report struct {
 	FailClasses []FailClass `json:"failure_classes,omitempty"`
 	Keyed       *Keyed      `json:"keyed,omitempty"`
 	CSVSum      *CSVSum     `json:"csv_sum,omitempty"`
+	LongRead    *LongRead   `json:"long_read,omitempty"`
 	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
 	Scale       *Scale      `json:"scale,omitempty"`
 }
@@ -39,6 +40,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		*ts = append(*ts, smallTargets(cfg, rep.SmallCLI)...)
 		*ts = append(*ts, keyedTargets(cfg, rep)...)
 		*ts = append(*ts, csvTargets(cfg, rep.CSVSum)...)
+		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
 	})
 }
