@@ -13,7 +13,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/report"
 )
 
-// TestQuick is `loadtest --quick` in CI: every scenario at small size against real Azurite, NATS
+// TestQuick is `loadtest --quick` in CI (a few minutes): every scenario at small size against real Azurite, NATS
 // and worker processes, with leaders and workers killed mid-job. It asserts correctness only:
 // every job ends with its exact result and none is lost. Speed is a benchmark (make bench),
 // not a test.
@@ -25,7 +25,7 @@ func TestQuick(t *testing.T) {
 	cfg.Seed = uint64(time.Now().UnixNano())
 	cfg.Dir = t.TempDir()
 	cfg.Keep = true // t.TempDir removes it; worker logs stay readable until then
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 420*time.Second)
 	defer cancel()
 	var progress bytes.Buffer
 	rep, tls, err := Run(ctx, cfg, &progress)
