@@ -26,24 +26,25 @@ func (r *runner) throughput(ctx context.Context) error {
 	job := knownjobs.Sleep(cfg.ThroughputShards, "")
 	var rates []float64
 	for i := range cfg.ThroughputRuns {
-		cpu0 := rig.ClusterCPU(c)
+		cpu0, st0 := rig.ClusterCPU(c), r.rig.CPU(c).Storage
 		o, err := r.runJob(ctx, c, job, fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
 		if err != nil {
 			return err
 		}
-		cpu := rig.ClusterCPU(c) - cpu0
+		cpu, st := rig.ClusterCPU(c)-cpu0, r.rig.CPU(c).Storage-st0
 		if !o.Lost && o.Exact {
 			run := report.ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
-				CPUMicros: rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
+				CPUMicros:        rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards)),
+				StorageCPUMicros: rig.Round3(float64(st.Microseconds()) / float64(cfg.ThroughputShards))}
 			run.PerS = rig.Round3(float64(cfg.ThroughputShards) / o.Makespan.Seconds())
 			run.PlannedS = rig.PlannedAfter(c, o)
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
 			if run.PerS > tp.ShardsPerS {
-				tp.CPUMicrosPerShard = run.CPUMicros
+				tp.CPUMicrosPerShard, tp.StorageCPUMicrosPerShard = run.CPUMicros, run.StorageCPUMicros
 			}
 			tp.ShardsPerS = max(tp.ShardsPerS, run.PerS)
-			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros)
+			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard, Azurite %.1f more), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros, run.StorageCPUMicros)
 		}
 
 		// Every prefetch depth twice: batched as the dispatcher does (the yardstick) and one

@@ -94,6 +94,9 @@ type Throughput struct {
 	// CPUMicrosPerShard is CPU time (user+sys of the workers and of the load test's process with
 	// its NATS server; Azurite not counted) per shard of the best run.
 	CPUMicrosPerShard float64 `json:"cpu_us_per_shard"`
+	// StorageCPUMicrosPerShard is the storage emulator's CPU per shard in the same run (0 when
+	// attached to a storage account).
+	StorageCPUMicrosPerShard float64 `json:"storage_cpu_us_per_shard"`
 }
 
 // ThroughputRun is one zero-duration sleep job.
@@ -105,6 +108,8 @@ type ThroughputRun struct {
 	Exact      bool    `json:"exact"`
 	Duplicates int64   `json:"duplicates"`
 	CPUMicros  float64 `json:"cpu_us_per_shard"` // CPU time per shard, as Throughput's
+	// StorageCPUMicros is the storage emulator's CPU time per shard.
+	StorageCPUMicros float64 `json:"storage_cpu_us_per_shard"`
 }
 
 // BaselineRun is one variant of the uncoordinated JetStream round trip.

@@ -72,6 +72,7 @@ func (rep *Load) WriteMarkdown(w io.Writer, x Sections) {
 		row("throughput ratio ÷ the batched baseline (best ÷ best)", rig.Single(tp.Ratio, tp.BaselinePerS > 0))
 		row("throughput ratio ÷ the one-message-per-shard baseline (best ÷ best)", rig.Single(tp.UnbatchedRatio, tp.UnbatchedPerS > 0))
 		row("CPU µs per shard, all processes but Azurite (best run)", rig.Single(tp.CPUMicrosPerShard, tp.CPUMicrosPerShard > 0))
+		row("CPU µs per shard of Azurite (best run)", rig.Single(tp.StorageCPUMicrosPerShard, tp.StorageCPUMicrosPerShard > 0))
 	}
 	for _, e := range rep.Efficiency {
 		row(fmt.Sprintf("efficiency, ideal ÷ makespan (%d × %.0f ms over %d slots)", e.Shards, 1000*e.ShardS, e.Slots), rig.Single(e.Ratio, e.MakespanS > 0))
