@@ -13,10 +13,10 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/report"
 )
 
-// TestQuick is `loadtest --quick` in CI (a few minutes): every scenario at small size against real Azurite, NATS
-// and worker processes, with leaders and workers killed mid-job. It asserts correctness only (its 10-minute bound is for a machine at load 20; quiet, it takes about 3):
+// TestQuick is `loadtest --quick` in CI: every scenario at small size against real Azurite, NATS
+// and worker processes, with leaders and workers killed mid-job. It asserts correctness only:
 // every job ends with its exact result and none is lost. Speed is a benchmark (make bench),
-// not a test.
+// not a test. It takes a few minutes; its bound of ten is for a machine busy with other work.
 func TestQuick(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Azurite, NATS and worker processes; about a minute")
