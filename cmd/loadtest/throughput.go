@@ -74,7 +74,7 @@ func (r *runner) throughput(ctx context.Context) error {
 					tp.UnbatchedPerS = max(tp.UnbatchedPerS, b.PerS)
 				}
 				r.log.Add(1)
-				r.log.Logf("baseline %d: %d connections × prefetch %d, %d shards a message: %.2fs = %.0f shards/s", i+1, b.Workers, pf, per, b.Seconds, b.PerS)
+				r.log.Logf("baseline %d: %d connections × prefetch %d, shards a message %d: %.2fs = %.0f shards/s", i+1, b.Workers, pf, per, b.Seconds, b.PerS)
 			}
 		}
 		r.log.Done()

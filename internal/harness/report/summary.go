@@ -167,7 +167,7 @@ func (rep *Load) WriteMarkdown(w io.Writer, x Sections) {
 			p("| system %d (%s) | %s | %s | %s | %d |", i+1, r.Job, rig.Num(r.PerS), rig.Num(r.SecondsE2E), rig.Num(r.PlannedS), r.Duplicates)
 		}
 		for _, b := range tp.Baseline {
-			p("| baseline, %d workers × prefetch %d, %d shards a message | %s | %s | – | – |", b.Workers, b.Prefetch, max(b.ShardsPerMsg, 1), rig.Num(b.PerS), rig.Num(b.Seconds))
+			p("| baseline, %d workers × prefetch %d, shards a message %d | %s | %s | – | – |", b.Workers, b.Prefetch, max(b.ShardsPerMsg, 1), rig.Num(b.PerS), rig.Num(b.Seconds))
 		}
 	}
 
