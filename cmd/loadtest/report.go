@@ -15,6 +15,7 @@ type Report struct {
 	FailClasses []FailClass `json:"failure_classes,omitempty"`
 	Keyed       *Keyed      `json:"keyed,omitempty"`
 	Scale       *Scale      `json:"scale,omitempty"`
+	Thousand    *Thousand   `json:"thousand,omitempty"`
 }
 
 // The report types the scenario files here name.
@@ -36,6 +37,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		classTargets(cfg, rep, ts.Add)
 		*ts = append(*ts, keyedTargets(cfg, rep)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
+		*ts = append(*ts, thousandTargets(cfg, rep)...)
 	})
 }
 
@@ -45,6 +47,6 @@ func writeMarkdown(w io.Writer, rep *Report) {
 		AfterTotals: func(w io.Writer) { report.WriteFailClasses(w, rep.FailClasses) },
 		Figures:     func(row func(string, rig.Dist)) { writeKeyedFigures(row, rep) },
 		Notes:       keyedNotes(rep),
-		AfterNotes:  func(w io.Writer) { writeScale(w, rep.Scale) },
+		AfterNotes:  func(w io.Writer) { writeScale(w, rep.Scale); writeThousand(w, rep.Thousand) },
 	})
 }

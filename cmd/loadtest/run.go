@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scLoaded, r.loaded},
 		{scKeyed, r.keyed},
 		{scScale, r.scale},
+		{scThousand, r.thousand},
 	}
 	var runErr error
 	for _, s := range steps {
