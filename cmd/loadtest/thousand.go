@@ -457,8 +457,8 @@ func thousandTargets(cfg *Config, rep *Report) []Target {
 	// The reference is 100 members (or the smallest size of at least 30): at 3 the leader's
 	// beats to its successors are most of every member's messages.
 	var ref ThousandSize
-	for _, s := range slices.Backward(th.Sizes) {
-		if s.Members >= 30 && (ref.Members != 100 || s.Members == 100) && (ref.Members == 0 || s.Members == 100 || s.Members < ref.Members) {
+	for _, s := range th.Sizes {
+		if s.Members == 100 || ref.Members == 0 && s.Members >= 30 {
 			ref = s
 		}
 	}
