@@ -62,7 +62,7 @@ type Request struct {
 	Method    string // GET, HEAD, PUT, POST, DELETE
 	Container string // the container or queue ("" for a request to the account)
 	Blob      string // the blob's name; "messages" or "messages/<id>" for a queue's messages
-	Op        string // the comp or restype parameter ("lease", "metadata", "list", "batch", …), or ""
+	Op        string // the comp or restype parameter ("metadata", "list", "batch", "lease:renew", …), or ""
 }
 
 // String is the request as "blob PUT jobs/x/checkpoint" or "blob PUT leader/lease?comp=lease".
@@ -103,6 +103,13 @@ func ParseRequest(req *http.Request) Request {
 	r.Op = q.Get("comp")
 	if r.Op == "" {
 		r.Op = q.Get("restype")
+	}
+	if r.Op == "lease" {
+		for k, v := range req.Header { // the SDK sets it in lower case, which Get does not find
+			if strings.EqualFold(k, "x-ms-lease-action") && len(v) > 0 {
+				r.Op += ":" + v[0] // acquire, renew, break, release, change
+			}
+		}
 	}
 	return r
 }
