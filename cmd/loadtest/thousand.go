@@ -119,6 +119,10 @@ type ThousandSize struct {
 	LastAfterS float64 `json:"last_after_s"`
 	Exact      bool    `json:"exact"`
 	GrowS      float64 `json:"grow_s"` // time to start the members added at this size
+	// What a member's start costs in storage requests (all, and the lease blob's), over the
+	// members added at this size (the growth's renewals included).
+	StartRequestsPerMember  float64 `json:"start_requests_per_member"`
+	StartLeaseBlobPerMember float64 `json:"start_lease_blob_requests_per_member"`
 }
 
 // thousand runs the scenario.
@@ -171,12 +175,21 @@ func (r *runner) thousand(ctx context.Context) error {
 	}
 	defer c.Stop()
 	for i, n := range tc.Sizes {
-		t0 := time.Now()
+		t0, was := time.Now(), c.Size()
+		g0, err := c.Counts()
+		if err != nil {
+			return err
+		}
 		if err := c.Grow(ctx, n); err != nil {
 			return fmt.Errorf("grow to %d members: %w", n, err)
 		}
 		sz := ThousandSize{Members: n, Hosts: len(c.HostPIDs()), GrowS: rig.Round3(time.Since(t0).Seconds()), Exact: true}
-		r.log.Logf("thousand: %d members in %d processes (grown in %.1fs)", n, sz.Hosts, sz.GrowS)
+		if g1, err := c.Counts(); err == nil && n > was {
+			d := g1.Sub(g0)
+			sz.StartRequestsPerMember = rig.Round3(float64(d.Total(nil)) / float64(n-was))
+			sz.StartLeaseBlobPerMember = rig.Round3(float64(d.Total(c.LeaseBlob)) / float64(n-was))
+		}
+		r.log.Logf("thousand: %d members in %d processes (grown in %.1fs; a start cost %.2f storage requests, %.2f of them on the lease blob)", n, sz.Hosts, sz.GrowS, sz.StartRequestsPerMember, sz.StartLeaseBlobPerMember)
 		settle := 5*time.Second + time.Duration(n)*10*time.Millisecond
 		if r.cfg.Quick {
 			settle = time.Second
