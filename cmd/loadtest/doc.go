@@ -30,6 +30,8 @@
 //     node leading the results stream of a 3-node nats-server cluster). Each reports fault →
 //     first probe, → detected, → lease broken, → new leader, → first merge. --failclass-env
 //     passes worker settings (HEARTBEAT_INTERVAL, WATCH_EVERY, PROBE_CONFIRM) to compare them.
+//  14. thousand: simulated members (internal/harness/sim), many to a process, grown 3 → 100 →
+//     300 → 1,000 (thousand.go; docs/limits.md).
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //
