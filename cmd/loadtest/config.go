@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale}, failClasses...)
+	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale, scThousand}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.
@@ -90,6 +90,8 @@ type Config struct {
 	ScaleWorkers []int // cluster sizes of the scale scenario (idle cost, takeover)
 	ScaleJobs    int   // one-shard jobs the scale scenario submits from 8 submitters
 	ScaleKills   int   // SIGKILLs of the leader per cluster size (takeover against cluster size)
+
+	Thousand ThousandConfig // the thousand scenario (thousand.go)
 }
 
 // DefaultConfig is `make bench`: every scenario at full size, under 10 minutes on 2 cores.
@@ -110,6 +112,7 @@ func DefaultConfig() Config {
 		LeaseDuration: 15 * time.Second, ShardTimeout: 5 * time.Second,
 		Parallel: 3, JobTimeout: 3 * time.Minute, FailClassRuns: 10,
 		ScaleWorkers: []int{3, 30, 60}, ScaleJobs: 500, ScaleKills: 9,
+		Thousand: defaultThousand(),
 	}
 }
 
@@ -129,9 +132,11 @@ func QuickConfig() Config {
 	c.FailoverShards = 200
 	c.Parallel = 3
 	c.FailClassRuns = 1
-	// The slow classes (a storage cut waits out the lease) are left to the full run.
-	c.Scenarios = slices.DeleteFunc(c.Scenarios, func(s string) bool { return s == scClassStorageCut || s == scClassNATSNode })
+	// The slow classes (a storage cut waits out the lease) and the thousand scenario (it builds
+	// its member host; package sim tests a host) are left to the full run.
+	c.Scenarios = slices.DeleteFunc(c.Scenarios, func(s string) bool { return s == scClassStorageCut || s == scClassNATSNode || s == scThousand })
 	c.ScaleWorkers, c.ScaleJobs, c.ScaleKills = []int{3}, 30, 2
+	c.Thousand = quickThousand()
 	return c
 }
 
@@ -226,6 +231,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("parallel %d: must be 1 to 8 clusters", c.Parallel)
 	case c.JobTimeout < c.LeaseDuration*3:
 		return fmt.Errorf("job timeout %v: must be at least three lease durations (%v)", c.JobTimeout, 3*c.LeaseDuration)
+	}
+	if c.has(scThousand) {
+		if err := c.Thousand.Validate(); err != nil {
+			return err
+		}
 	}
 	for _, kv := range c.FailClassEnv {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ToUpper(k) != k {

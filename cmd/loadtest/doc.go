@@ -44,6 +44,8 @@
 //     100k users against a naive single-process Go program (internal/harness/corpus/csvsum).
 //  17. long-read: one Map (the test worker's slow-lines) reads one 1 MiB range for 60 s, four
 //     times the storage client's time per try; it must succeed exactly.
+//  18. thousand: simulated members (internal/harness/sim), many to a process, grown 3 → 100 →
+//     300 → 1,000 (thousand.go; docs/limits.md).
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

@@ -151,6 +151,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		scaleWorkers := fs.String("scale-workers", rig.JoinList(cfg.ScaleWorkers), "cluster sizes of the scale scenario (idle cost, takeover)")
 		fs.IntVar(&cfg.ScaleJobs, "scale-jobs", cfg.ScaleJobs, "one-shard jobs the scale scenario submits from 8 submitters (0: none)")
 		fs.IntVar(&cfg.ScaleKills, "scale-kills", cfg.ScaleKills, "SIGKILLs of the leader per cluster size in the scale scenario (their median is compared across sizes)")
+		registerThousandFlags(fs, &cfg.Thousand)
 		if err := fs.Parse(args); err != nil {
 			return fs, err
 		}

@@ -18,6 +18,7 @@ type Report struct {
 	LongRead    *LongRead   `json:"long_read,omitempty"`
 	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
 	Scale       *Scale      `json:"scale,omitempty"`
+	Thousand    *Thousand   `json:"thousand,omitempty"`
 }
 
 // The report types the scenario files here name.
@@ -42,6 +43,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		*ts = append(*ts, csvTargets(cfg, rep.CSVSum)...)
 		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
+		*ts = append(*ts, thousandTargets(cfg, rep)...)
 	})
 }
 
@@ -55,6 +57,6 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			writeCSVFigures(row, rep.CSVSum)
 		},
 		Notes:      append(keyedNotes(rep), csvNotes(rep.CSVSum)...),
-		AfterNotes: func(w io.Writer) { writeScale(w, rep.Scale) },
+		AfterNotes: func(w io.Writer) { writeScale(w, rep.Scale); writeThousand(w, rep.Thousand) },
 	})
 }

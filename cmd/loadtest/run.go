@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scCSVSum, r.csvSum},
 		{scLongRead, r.longRead},
 		{scScale, r.scale},
+		{scThousand, r.thousand},
 	}
 	var runErr error
 	for _, s := range steps {

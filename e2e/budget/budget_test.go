@@ -1,0 +1,325 @@
+// Package budget_test holds the storage request budget of every operation: each test counts the
+// requests an operation sends (store.Counting on every member's storage client and on the
+// submitter's) and fails when the count grows past the figure docs/limits.md publishes.
+package budget_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/election"
+	"github.com/mapagg/mapagg/internal/coordinator"
+	"github.com/mapagg/mapagg/internal/harness/knownjobs"
+	"github.com/mapagg/mapagg/internal/membership"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
+)
+
+// The budgets, in storage requests: what the code sends today (docs/limits.md, "Storage
+// requests per operation"). Lower one when a change saves a request; never raise one without
+// saying why there.
+const (
+	// A one-shard job, submit to end: spec write, enqueue (the submit); spec read, cancel-marker
+	// check, active marker write, two checkpoint writes, result copy, ended marker, message
+	// delete, active marker delete (the leader); the ended check before the shard runs (the
+	// worker). Queue receives are polls, counted apart.
+	budgetTinyJob = 12
+	// Each shard of an aggregate job beyond the first: none. Shards and results travel on NATS;
+	// the checkpoints are by time (budgetCheckpoint each), not by shard. A longer job checks its
+	// cancel marker and its end again, so 2,000 shards cost a few requests more than one shard
+	// (by time, not by shard).
+	budgetPerShard = 0.005
+	// A keyed job: each map task reads its input range, writes its run (one blob holding
+	// every partition), checks it and deletes it; each partition writes its output, checks it
+	// and reads the map manifest; each partition reads each run (M × R reads: the keyed
+	// shuffle, docs/limits.md); the rest (spec, plan, markers, checkpoints and the workers'
+	// status checks) is about fixed; its checkpoint writes are by time, counted apart.
+	budgetKeyedPerMapTask   = 4
+	budgetKeyedPerPartition = 3
+	budgetKeyedFixed        = 28
+	// A checkpoint: one conditional write, no read.
+	budgetCheckpoint = 1
+	// A takeover after a crash, every member's lease-blob requests but renewals: the
+	// successor's break and acquire, the epoch stamp, and reads of the blob.
+	budgetTakeoverLease = 6
+	// A schedule tick, its job aside (that is a tiny job's): the tick's claim (a conditional
+	// create), the schedule's state write and a HEAD of it, and the definition's read (each
+	// pass of the scheduler, a second apart like the ticks). budgetScheduleFixed: the state's
+	// first read and a pass after the last tick. The listing of schedules is a poll, apart.
+	budgetScheduleTick  = 4
+	budgetScheduleFixed = 2
+)
+
+// render lists counts one request a line, with the job id shown as <job>.
+func render(c store.Counts, id string) string {
+	var lines []string
+	for r, n := range c {
+		if id != "" {
+			r.Blob = strings.ReplaceAll(r.Blob, id, "<job>")
+		}
+		lines = append(lines, fmt.Sprintf("%3d %s", n, r))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// queueMessage keeps the requests that write or delete a queue message (not the receives, which
+// are polls).
+func queueMessage(r store.Request) bool {
+	return r.Service == "queue" && (r.Method == "POST" || strings.HasPrefix(r.Blob, "messages/"))
+}
+
+// tinyJobRequests runs one one-shard job and returns its requests: those whose blob names the
+// job, and the queue message's.
+func tinyJobRequests(ctx context.Context, t *testing.T, c *cluster) (store.Counts, string) {
+	t.Helper()
+	m0 := c.host.Counts()
+	c.submits.Reset()
+	id := c.tiny(ctx, t)
+	time.Sleep(1500 * time.Millisecond) // the sweeper deletes the active marker once intake is idle 0.5 s
+	all := c.host.Counts().Sub(m0)
+	all.Add(c.submits.Counts())
+	out := store.Counts{}
+	for r, n := range all {
+		if strings.Contains(r.Blob, id) || queueMessage(r) {
+			out[r] = n
+		}
+	}
+	return out, id
+}
+
+var shared *cluster
+
+// one is the one-member cluster the single-member budgets share (they run one after another).
+func one(t *testing.T) *cluster {
+	if shared == nil {
+		shared = newCluster(t, 1, true)
+		time.Sleep(2 * time.Second) // start-up traffic (streams, first announcements) passes
+	}
+	return shared
+}
+
+func TestBudget_TinyJob(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	best := int64(-1)
+	var bestCounts store.Counts
+	var bestID string
+	for range 3 { // the least of three: a checkpoint that happens to tick mid-job is timing, not cost
+		got, id := tinyJobRequests(ctx, t, c)
+		if n := got.Total(nil); best < 0 || n < best {
+			best, bestCounts, bestID = n, got, id
+		}
+	}
+	t.Logf("a tiny job: %d requests (blob %d, queue %d):\n%s", best, bestCounts.Total(store.Blobs), bestCounts.Total(store.Queues), render(bestCounts, bestID))
+	if best > budgetTinyJob {
+		t.Errorf("a tiny job sent %d storage requests, budget %d:\n%s", best, budgetTinyJob, render(bestCounts, bestID))
+	}
+	if best < 4 {
+		t.Errorf("a tiny job counted %d requests: the counting missed the spec, message and checkpoint writes", best)
+	}
+}
+
+func TestBudget_AggregateShard(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	tiny, _ := tinyJobRequests(ctx, t, c)
+	const shards = 2000
+	j := knownjobs.Sleep(shards, "")
+	m0 := c.host.Counts()
+	c.submits.Reset()
+	id, err := c.client.Submit(ctx, j.Type, j.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 2*time.Minute, "job "+id+" finished", func(e membership.Event) bool {
+		return e.Kind == string(coordinator.EventJobFinished) && e.Job == id
+	})
+	time.Sleep(1500 * time.Millisecond)
+	all := c.host.Counts().Sub(m0)
+	all.Add(c.submits.Counts())
+	checkpoint := func(r store.Request) bool { return r.Method == "PUT" && r.Blob == protocol.CheckpointBlob(id) }
+	var other store.Counts = store.Counts{}
+	for r, n := range all {
+		if (strings.Contains(r.Blob, id) || queueMessage(r)) && !checkpoint(r) {
+			other[r] = n
+		}
+	}
+	tinyOther := tiny.Total(func(r store.Request) bool { return !strings.HasSuffix(r.Blob, "/checkpoint") || r.Method != "PUT" })
+	extra := other.Total(nil) - tinyOther
+	t.Logf("a %d-shard job: %d checkpoint writes and %d other requests (a one-shard job: %d other):\n%s",
+		shards, all.Total(checkpoint), other.Total(nil), tinyOther, render(other, id))
+	if perShard := float64(extra) / float64(shards-1); perShard > budgetPerShard {
+		t.Errorf("%d shards sent %d requests beyond a one-shard job's (%.4f a shard), budget %v a shard:\n%s", shards, extra, perShard, budgetPerShard, render(other, id))
+	}
+}
+
+func TestBudget_Checkpoint(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	j := knownjobs.Sleep(40, "50ms") // about a second on one member: several checkpoints
+	m0 := c.host.Counts()
+	start := time.Now()
+	id, err := c.client.Submit(ctx, j.Type, j.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, time.Minute, "job "+id+" finished", func(e membership.Event) bool {
+		return e.Kind == string(coordinator.EventJobFinished) && e.Job == id
+	})
+	took := time.Since(start)
+	all := c.host.Counts().Sub(m0)
+	writes := all.Total(func(r store.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method == "PUT" })
+	reads := all.Total(func(r store.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method != "PUT" })
+	t.Logf("a job of %v: %d checkpoint writes, %d reads of the checkpoint", took.Round(time.Millisecond), writes, reads)
+	if writes < 3 {
+		t.Fatalf("%d checkpoint writes in %v: the job ended too fast to measure checkpoints", writes, took)
+	}
+	// Each checkpoint is one write: no read goes with it (the leader keeps its ETag).
+	if per := float64(writes+reads) / float64(writes); per > budgetCheckpoint {
+		t.Errorf("%d requests for %d checkpoints (%.2f each), budget %d", writes+reads, writes, per, budgetCheckpoint)
+	}
+}
+
+func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	const m, r = 4, 3
+	j, err := knownjobs.Wordcount(ctx, c.blob, c.names.JobsContainer+"-in", 200, 64<<10, 16<<10) // 4 shards: m map tasks
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p map[string]any
+	if err := json.Unmarshal(j.Params, &p); err != nil {
+		t.Fatal(err)
+	}
+	p["output"], p["partitions"] = "blob", r
+	params, _ := json.Marshal(p)
+	m0 := c.host.Counts()
+	c.submits.Reset()
+	id, err := c.client.Submit(ctx, j.Type, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t, 2*time.Minute, "job "+id+" finished", func(e membership.Event) bool {
+		return e.Kind == string(coordinator.EventJobFinished) && e.Job == id
+	})
+	time.Sleep(1500 * time.Millisecond)
+	all := c.host.Counts().Sub(m0)
+	all.Add(c.submits.Counts())
+	st, err := c.client.Status(ctx, id)
+	if err != nil || st.State != "succeeded" {
+		t.Fatalf("keyed job: %v %+v", err, st)
+	}
+	mine := store.Counts{}
+	for q, n := range all {
+		if strings.Contains(q.Blob, id) || q.Container == c.names.JobsContainer+"-in" {
+			mine[q] = n
+		}
+	}
+	in := c.names.JobsContainer + "-in"
+	runs := id + "/map/"
+	runReads := mine.Total(func(q store.Request) bool { return strings.HasPrefix(q.Blob, runs) && q.Method == "GET" })
+	perMap := mine.Total(func(q store.Request) bool {
+		return strings.HasPrefix(q.Blob, runs) && q.Method != "GET" || q.Container == in && q.Blob != ""
+	})
+	perPart := mine.Total(func(q store.Request) bool {
+		return strings.HasPrefix(q.Blob, id+"/out/") || q.Blob == id+"/map-manifest" && q.Method == "GET"
+	})
+	// Checkpoint writes are by time (TestBudget_Checkpoint), not by task: apart.
+	cps := mine.Total(func(q store.Request) bool { return q.Blob == protocol.CheckpointBlob(id) && q.Method == "PUT" })
+	fixed := mine.Total(nil) - runReads - perMap - perPart - cps
+	t.Logf("a keyed job of %d map tasks and %d partitions: %d requests: %d run reads, %d of map tasks, %d of partitions, %d checkpoint writes, %d others:\n%s",
+		m, r, mine.Total(nil), runReads, perMap, perPart, cps, fixed, render(mine, id))
+	if runReads > m*r {
+		t.Errorf("%d run reads, more than M × R = %d", runReads, m*r)
+	}
+	if perMap > budgetKeyedPerMapTask*m {
+		t.Errorf("%d requests of %d map tasks, budget %d each", perMap, m, budgetKeyedPerMapTask)
+	}
+	if perPart > budgetKeyedPerPartition*r {
+		t.Errorf("%d requests of %d partitions, budget %d each", perPart, r, budgetKeyedPerPartition)
+	}
+	if fixed > budgetKeyedFixed {
+		t.Errorf("%d other requests of a keyed job, budget %d", fixed, budgetKeyedFixed)
+	}
+}
+
+func TestBudget_Takeover(t *testing.T) {
+	ctx := context.Background()
+	c := newCluster(t, 3, false)
+	_ = ctx
+	time.Sleep(3 * time.Second) // the leader names its successors
+	leader := c.leader(t)
+	m0 := c.host.Counts()
+	if _, err := c.host.Crash(leader.Worker); err != nil {
+		t.Fatal(err)
+	}
+	next := c.wait(t, 10*time.Second, "a new leader", func(e membership.Event) bool {
+		return e.Kind == string(election.EventElected) && e.Epoch > leader.Epoch
+	})
+	time.Sleep(2 * time.Second) // late breaks and reads, if any, are counted
+	d := c.host.Counts().Sub(m0)
+	lease := store.Counts{}
+	for r, n := range d {
+		if r.Container == c.names.LeaseContainer && r.Op != "lease:renew" {
+			lease[r] = n
+		}
+	}
+	t.Logf("takeover by %s (epoch %d): lease-blob requests but renewals: %d\n%s\nall requests meanwhile:\n%s",
+		next.Worker, next.Epoch, lease.Total(nil), render(lease, ""), render(d, ""))
+	if n := lease.Total(nil); n > budgetTakeoverLease {
+		t.Errorf("a takeover sent %d lease-blob requests (renewals aside), budget %d:\n%s", n, budgetTakeoverLease, render(lease, ""))
+	}
+	if n := lease.Total(func(r store.Request) bool { return r.Op == "lease:break" }); n != 1 {
+		t.Errorf("%d lease breaks, want 1", n)
+	}
+}
+
+func TestBudget_ScheduleTick(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	j := knownjobs.Sleep(1, "")
+	name := "tick" + strings.ReplaceAll(c.names.Queue, "-", "")
+	m0 := c.host.Counts()
+	t0 := time.Now()
+	if _, err := c.client.AddSchedule(ctx, name, client.ScheduleOptions{Every: time.Second, Type: j.Type, Params: j.Params}); err != nil {
+		t.Fatal(err)
+	}
+	const ticks = 4
+	var jobs []string
+	for len(jobs) < ticks {
+		e := c.wait(t, 30*time.Second, "a scheduled job", func(e membership.Event) bool {
+			return e.Kind == string(coordinator.EventJobFinished) && e.At.After(t0) && !slices.Contains(jobs, e.Job)
+		})
+		jobs = append(jobs, e.Job)
+	}
+	if err := c.client.PauseSchedule(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	d := c.host.Counts().Sub(m0)
+	sched := store.Counts{}
+	for r, n := range d {
+		named := false
+		for _, id := range jobs {
+			named = named || strings.Contains(r.Blob, id)
+		}
+		if !named && strings.HasPrefix(r.Blob, "schedules/") {
+			sched[r] = n
+		}
+	}
+	fired := sched.Total(func(r store.Request) bool { return strings.HasPrefix(r.Blob, "schedules/ticks/") && r.Method == "PUT" })
+	t.Logf("%d ticks: schedule requests (the jobs' own aside) %d:\n%s", fired, sched.Total(nil), render(sched, ""))
+	if fired < ticks {
+		t.Fatalf("%d tick claims counted for %d scheduled jobs", fired, ticks)
+	}
+	if n := sched.Total(nil); n > budgetScheduleTick*fired+budgetScheduleFixed {
+		t.Errorf("%d ticks sent %d requests, budget %d a tick and %d more:\n%s", fired, n, budgetScheduleTick, budgetScheduleFixed, render(sched, ""))
+	}
+}
