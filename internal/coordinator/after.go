@@ -24,13 +24,13 @@ import (
 func (in *intake) predecessors(ctx context.Context, spec *protocol.Spec) (reason string, failed bool, err error) {
 	var pending []string
 	for _, id := range spec.After {
-		state, err := in.reader.jobState(ctx, id)
+		state, err := in.reader.JobState(ctx, id)
 		if err != nil {
 			return "", false, fmt.Errorf("state of job %s: %w", id, err)
 		}
 		// A failed job with retries left stands for its retry (retry.go).
 		for hops := 0; state == jobs.StateFailed && hops <= protocol.MaxRetries; hops++ {
-			next, err := in.reader.retryOf(ctx, id)
+			next, err := in.reader.RetryOf(ctx, id)
 			if err != nil {
 				return "", false, err
 			}
@@ -38,7 +38,7 @@ func (in *intake) predecessors(ctx context.Context, spec *protocol.Spec) (reason
 				break
 			}
 			id = next
-			if state, err = in.reader.jobState(ctx, id); err != nil {
+			if state, err = in.reader.JobState(ctx, id); err != nil {
 				return "", false, fmt.Errorf("state of job %s: %w", id, err)
 			}
 			if state == "" {
@@ -102,9 +102,9 @@ func (in *intake) after(ctx context.Context, m queue.Message, id string, spec *p
 	}
 	in.log.Info("job after others", "job", id, "state", state, "reason", reason)
 	if failed {
-		in.emit(Event{Kind: EventJobFinished, Epoch: in.epoch, Job: id, State: string(state), Err: errors.New(reason)})
+		in.emit(Event{Kind: EventJobFinished, Epoch: in.fence.Epoch, Job: id, State: string(state), Err: errors.New(reason)})
 	} else {
-		in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: id, Err: errors.New(reason)})
+		in.emit(Event{Kind: EventJobWaiting, Epoch: in.fence.Epoch, Job: id, Err: errors.New(reason)})
 	}
 	in.deleteMsg(ctx, m)
 	return true

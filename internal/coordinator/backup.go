@@ -233,7 +233,7 @@ func (t *term) backups(ctx context.Context) {
 		}
 		t.log.Info("backup tasks: dispatching stragglers once more", "job", j.id, "shards", shardList(roaring.BitmapOf(u32s(idx)...)),
 			"left", left, "wait", b.lastWait.Round(time.Millisecond), "median_shard", b.median().Round(time.Microsecond))
-		t.emit(Event{Kind: EventBackup, Epoch: t.epoch, Job: j.id, Shard: idx[0], Count: len(idx)})
+		t.rep.emit(Event{Kind: EventBackup, Epoch: t.fence.Epoch, Job: j.id, Shard: idx[0], Count: len(idx)})
 		t.dispatchers.Add(1)
 		go func(id, typ string, epoch uint64) {
 			defer t.dispatchers.Done()

@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/coordinator/core"
+	"github.com/mapagg/mapagg/internal/coordinator/fence"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -19,7 +21,7 @@ import (
 // per job, so each is If-Match on the last one's ETag) and the results waiting for a write.
 // Merging calls it through merged; the loop through tick and stored; claiming through now.
 type checkpointer struct {
-	*fence
+	fence *fence.Fence
 	reporter
 	cfg      Config
 	store    checkpointPutter
@@ -65,7 +67,7 @@ type jobLoop interface {
 
 var _ checkpointPutter = Store(nil)
 
-func newCheckpointer(f *fence, rep reporter, cfg Config, st checkpointPutter, tab *jobTable, loop jobLoop) *checkpointer {
+func newCheckpointer(f *fence.Fence, rep reporter, cfg Config, st checkpointPutter, tab *jobTable, loop jobLoop) *checkpointer {
 	return &checkpointer{fence: f, reporter: rep, cfg: cfg, store: st, tab: tab, loop: loop, writes: make(chan written, 64)}
 }
 
@@ -157,7 +159,7 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 			}
 			return nil
 		}
-		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, errRetryClaim) {
+		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, core.ErrRetryClaim) {
 			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
 		}
 		c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
@@ -252,7 +254,7 @@ func (c *checkpointer) all(ctx context.Context) error {
 	_ = g.Wait()
 	for i, j := range dirty {
 		if err := errs[i]; err != nil {
-			if errors.Is(err, ErrDeposed) || errors.Is(err, errRetryClaim) {
+			if errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim) {
 				return fmt.Errorf("%w: %v", ErrDeposed, err)
 			}
 			c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
@@ -300,7 +302,7 @@ func (c *checkpointer) prepare(j *job) (*snapshot, error) {
 func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 	start := time.Now()
 	cp := j.cp
-	cp.WriterEpoch, cp.WriterTerm = c.epoch, c.id
+	cp.WriterEpoch, cp.WriterTerm = c.fence.Epoch, c.fence.ID
 	cp.Seq++
 	cp.UpdatedAt = c.cfg.Now().UTC()
 	cp.DoneCount = int(j.done.GetCardinality())
@@ -349,7 +351,7 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	etag, err := c.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
 	c.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
-		return "", c.conflict(ctx, s.j.id)
+		return "", c.fence.Conflict(ctx, s.j.id)
 	}
 	return etag, err
 }

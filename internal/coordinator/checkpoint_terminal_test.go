@@ -17,7 +17,7 @@ import (
 // aggregate (a wordcount's vocabulary).
 func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
 	r := newRig(t)
-	r.leadWith(1, func(c *Config) { c.keepResultMax = -1 }) // every result is dropped
+	r.leadWith(1, func(c *Config) { c.KeepResultMax = -1 }) // every result is dropped
 	r.work(worker.Config{Concurrency: 2})
 	params := fmt.Sprintf(`{"container":%q,"prefix":"in/","top":5,"shard_bytes":4096}`, r.wordcountInput())
 	id := r.submit("wordcount", params)

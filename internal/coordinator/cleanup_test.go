@@ -19,7 +19,7 @@ import (
 // checkpoint without a read of it.
 func TestCleanup_LargePartialsDeleted(t *testing.T) {
 	r := newRig(t)
-	r.leadWith(1, func(c *Config) { c.keepResultMax = -1 })            // every result is dropped
+	r.leadWith(1, func(c *Config) { c.KeepResultMax = -1 })            // every result is dropped
 	r.work(worker.Config{Concurrency: 2, InlinePartialLimit: 1 << 10}) // partials over 1 KiB go to blobs
 	ctx := context.Background()
 	data := store.New(r.blob, testenv.Name(t, "words"))

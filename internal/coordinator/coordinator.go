@@ -13,6 +13,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/coordinator/core"
+	"github.com/mapagg/mapagg/internal/coordinator/fence"
+	"github.com/mapagg/mapagg/internal/coordinator/jobread"
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
+	"github.com/mapagg/mapagg/internal/coordinator/schedule"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -50,7 +55,7 @@ func (c *Coordinator) sawEpoch(n uint64) {
 // New returns a coordinator over the jobs container, the intake queue and the bus; env is what
 // job types read when they split a job.
 func New(cfg Config, st Store, q Queue, b Bus, env jobs.Env) (*Coordinator, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -78,20 +83,26 @@ func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
 // leaderLoop). The rest of the term's work is done by its components, each with its own state:
 // intake, the scheduler, the lifecycle (retries, retention, clean-up) and the checkpointer.
 type term struct {
-	*Coordinator
-	*fence
-	reporter
+	// What the term takes from its Coordinator.
+	cfg   Config
+	store Store
+	bus   Bus
+	env   jobs.Env
+	beat  func() // the loop turned (Coordinator.Healthy)
+
+	fence   *fence.Fence
+	rep     reporter // the term's log and events, as its components have them
 	elected time.Time
 	log     *slog.Logger
 
-	tab    *jobTable     // which jobs the term holds (jobtable.go)
-	in     *intake       // jobs in from the queue, and waiting jobs (intake.go)
-	sched  *scheduler    // schedule ticks (schedule.go)
-	life   *lifecycle    // clean-up, retries, retention (finish.go, retention.go)
-	ck     *checkpointer // checkpoint writing (checkpoint.go)
-	plans  *planner      // splitting jobs, and their plans (plan.go)
-	send   *shardSender  // publishing shards (dispatch.go)
-	reader jobReader     // jobs the term does not hold
+	tab    *jobTable            // which jobs the term holds (jobtable.go)
+	in     *intake              // jobs in from the queue, and waiting jobs (intake.go)
+	sched  *schedule.Scheduler  // schedule ticks (schedule.go)
+	life   *lifecycle.Lifecycle // clean-up, retries, retention (finish.go, retention.go)
+	ck     *checkpointer        // checkpoint writing (checkpoint.go)
+	plans  *planner             // splitting jobs, and their plans (plan.go)
+	send   *shardSender         // publishing shards (dispatch.go)
+	reader jobread.Reader       // jobs the term does not hold
 
 	merged int64 // results merged this term
 
@@ -137,7 +148,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	}
 	defer feed.Stop()
 	t.log.Info("coordinator resumed", "jobs", t.tab.len(), "since_elected", time.Since(t.elected).Round(time.Millisecond))
-	t.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: t.tab.len()})
+	t.rep.emit(Event{Kind: EventTermStarted, Epoch: epoch, Count: t.tab.len()})
 
 	for _, sub := range []struct {
 		subj string
@@ -158,9 +169,9 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	var stages sync.WaitGroup
 	for _, run := range []func(context.Context) error{
 		func(ctx context.Context) error { t.in.run(ctx); return nil },
-		func(ctx context.Context) error { t.life.sweep.run(ctx); return nil },
-		t.sched.run,
-		t.life.runRetention,
+		func(ctx context.Context) error { t.life.Sweep.Run(ctx); return nil },
+		t.sched.Run,
+		t.life.RunRetention,
 	} {
 		stages.Add(1)
 		go func() {
@@ -186,34 +197,35 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	t.dispatchers.Wait()
 	t.ck.stepDown(ctx, errors.Is(err, ErrDeposed))
 	t.cleanups.Wait()
-	t.life.sweep.flush(ctx)
+	t.life.Sweep.Flush(ctx)
 	t.log.Info("coordinator stopped", "merged", t.merged, "err", err)
 	if ctx.Err() != nil && !errors.Is(err, ErrDeposed) {
 		err = nil
 	}
-	t.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
+	t.rep.emit(Event{Kind: EventTermEnded, Epoch: epoch, Err: err})
 	return err
 }
 
 // newTerm makes a term and its components, wired through their small interfaces.
 func (c *Coordinator) newTerm(epoch uint64) *term {
-	f := newFence(epoch, c.log, c.store, c.sawEpoch)
-	log := c.log.With("epoch", epoch, "term", f.id)
+	f := fence.New(epoch, c.log, c.store, c.sawEpoch)
+	log := c.log.With("epoch", epoch, "term", f.ID)
 	rep := reporter{log: log, emit: func(ev Event) { ev.Epoch = epoch; c.emitEvent(ev) }}
 	t := &term{
-		Coordinator: c, fence: f, reporter: rep, elected: time.Now(), log: log,
-		tab: newJobTable(), reader: jobReader{store: c.store},
+		cfg: c.cfg, store: c.store, bus: c.bus, env: c.env, beat: c.beat,
+		fence: f, rep: rep, elected: time.Now(), log: log,
+		tab: newJobTable(), reader: jobread.Reader{Store: c.store},
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64),
 		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
-	t.plans = &planner{fence: f, cfg: c.cfg, env: c.env, store: c.store}
-	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, term: f.id, progress: t.dispatched}
-	t.life = &lifecycle{fence: f, reporter: rep, cfg: c.cfg, store: c.store, queue: c.queue, bus: c.bus}
+	t.plans = &planner{fence: f, cfg: c.cfg, env: c.env, store: c.store, log: c.log}
+	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, term: f.ID, progress: t.dispatched}
+	t.life = lifecycle.New(f, log, rep.emit, c.cfg, c.store, c.queue, c.bus)
 	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
 	t.in.elected = t.elected
-	t.life.sweep = newSweeper(log, c.store, t.in, t.tab)
-	t.sched = &scheduler{fence: f, reporter: rep, cfg: c.cfg, store: c.store, reader: t.reader, submit: t.in, states: map[string]*schedState{}}
+	t.life.Sweep = lifecycle.NewSweeper(log, c.store, t.in, t.tab)
+	t.sched = schedule.New(f, log, rep.emit, c.cfg, c.store, t.reader, t.in)
 	t.ck = newCheckpointer(f, rep, c.cfg, c.store, t.tab, t)
 	return t
 }
@@ -333,7 +345,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
 		src, err := t.plans.source(j)
 		if err != nil {
-			t.fail(j, wrapOp("dispatch", err))
+			t.fail(j, core.WrapOp("dispatch", err))
 		} else {
 			dctx, cancel := context.WithCancel(ctx)
 			j.stopDispatch = cancel
@@ -347,7 +359,7 @@ func (t *term) adopt(ctx context.Context, j *job) {
 		}
 	}
 	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
-	t.emit(Event{Kind: EventJobResumed, Epoch: t.epoch, Job: j.id, Count: j.cp.DoneCount})
+	t.rep.emit(Event{Kind: EventJobResumed, Epoch: t.fence.Epoch, Job: j.id, Count: j.cp.DoneCount})
 }
 
 // ensure claims a planned job this term does not hold yet.

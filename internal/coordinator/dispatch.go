@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -44,7 +45,7 @@ func (t *term) onDispatched(ev dispatchEvent) {
 		return
 	}
 	if ev.err != nil {
-		t.fail(j, wrapOp("dispatch", ev.err))
+		t.fail(j, core.WrapOp("dispatch", ev.err))
 		return
 	}
 	if ev.upto > j.cp.Dispatched {

@@ -7,15 +7,30 @@
 // # Components
 //
 // Each part owns its state and sees the others through small interfaces it declares; none holds
-// the term. The job table (jobtable.go) owns which jobs are active, waiting, finished, requeued
-// and being cleaned. Intake (intake.go, visibility.go, waiting.go, after.go) owns the queue's
-// messages; the scheduler (schedule.go) each schedule; the lifecycle (lifecycle.go, finish.go,
-// retry.go, retention*.go) and its sweeper (sweep.go) what follows a job's end; the planner
-// (plan.go) splitting; the shard sender (dispatch.go) publishing; the checkpointer
-// (checkpoint.go) writes in flight. The fence (fence.go) holds the epoch and the fencing checks.
-// The term (coordinator.go) keeps the loop that owns job state, dispatch and merge. A job runs
-// through a runner chosen by its kind (runner.go): aggregateRun merges partials, keyedRun
-// commits map and reduce tasks (keyed.go).
+// the term. The parts that need nothing of the loop's are packages of their own, below this one:
+//   - core: Config, the ports (Store, Queue, Bus, Metrics), Event, the errors, and Isolate (user
+//     code's panics and errors as *UserCodeError). This package names them by alias.
+//   - fence: the term's epoch and id, and the fencing checks of what other terms wrote.
+//   - jobread: read-only views of jobs the term does not hold.
+//   - lifecycle: what follows a job's end (clean-up, retry, ended markers and their migration,
+//     retention) and its Sweeper, which deletes ended jobs' active markers in batches.
+//   - schedule: each schedule's state; it fires ticks through a submitter (intake).
+//
+// The parts that share the loop's job type stay here. The job table (jobtable.go) owns which jobs
+// are active, waiting, finished, requeued and being cleaned. Intake (intake.go, visibility.go,
+// waiting.go, after.go) owns the queue's messages; the planner (plan.go) splitting; the shard
+// sender (dispatch.go) publishing; the checkpointer (checkpoint.go) writes in flight. The term
+// (coordinator.go) keeps the loop that owns job state, dispatch and merge; it holds its
+// components and the Coordinator's config and ports as plain fields. A job runs through a runner
+// chosen by its kind (runner.go): aggregateRun merges partials, keyedRun commits map and reduce
+// tasks (keyed.go).
+//
+// One result: the results feed → term.onResult (merge.go) → the job's runner merges or commits
+// it → the checkpointer stores the checkpoint, fenced, then acknowledges the message → at the last
+// shard the term stores the result (finish.go) and hands the job to the lifecycle. One shard:
+// intake reads the queue → the planner splits the job → the term adopts it into the job table →
+// its dispatcher takes the shards from the planner and the shard sender publishes them within the
+// job's fair share (fair.go).
 //
 // # Exactly-once aggregation
 //

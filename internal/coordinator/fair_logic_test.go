@@ -16,7 +16,7 @@ func fairJob(id, typ string, prio, total int) *job {
 }
 
 func TestRebalance_SplitsTheTypeBudgetByPriority(t *testing.T) {
-	c := &Coordinator{cfg: DefaultConfig().withDefaults(), log: quietLog()}
+	c := &Coordinator{cfg: DefaultConfig().WithDefaults(), log: quietLog()}
 	tm := c.newTerm(1)
 	a, b, other := fairJob("a", "sleep", 0, 10000), fairJob("b", "sleep", 2, 10000), fairJob("c", "primes", 0, 10000)
 	for _, j := range []*job{a, b, other} {
@@ -46,7 +46,7 @@ func TestRebalance_SplitsTheTypeBudgetByPriority(t *testing.T) {
 }
 
 func TestRoom_WholeMessagesAndQuarterWindows(t *testing.T) {
-	c := &Coordinator{cfg: DefaultConfig().withDefaults(), log: quietLog()}
+	c := &Coordinator{cfg: DefaultConfig().WithDefaults(), log: quietLog()}
 	tm := c.newTerm(1)
 	for _, tc := range []struct {
 		name                          string

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/store"
 )
 
 // checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
@@ -60,91 +60,17 @@ func (t *term) retire(ctx context.Context, j *job) {
 	if j.cp.Error != "" {
 		why = errors.New(j.cp.Error)
 	}
-	t.emit(Event{Kind: EventJobFinished, Epoch: t.epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
+	t.rep.emit(Event{Kind: EventJobFinished, Epoch: t.fence.Epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
-	here := endedHere{etag: j.etag, meta: j.w.meta, partials: !j.fresh || j.refs, sweep: true}
+	here := lifecycle.Ended{ETag: j.etag, Meta: j.w.meta, Partials: !j.fresh || j.refs, Sweep: true}
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()
-		if !t.life.clean(context.WithoutCancel(ctx), &cp, here) {
+		if !t.life.Clean(context.WithoutCancel(ctx), &cp, here) {
 			t.tab.setCleaning(cp.Job, false) // else the sweeper does, once the marker is gone
 		}
 		if t.tab.after.Load() {
 			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
 		}
 	}()
-}
-
-// endedHere is what the term that ended a job knows of it, which spares its clean-up reads.
-type endedHere struct {
-	etag store.ETag        // the final checkpoint's ETag ("": not known)
-	meta map[string]string // the status record stored with it
-	// partials: large partials of the job may exist (their folder is listed). A job this term
-	// planned, and of which no result named one, has none.
-	partials bool
-	// sweep: the active marker goes to the term's sweeper (sweep.go), not deleted at once.
-	sweep bool
-}
-
-// cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
-// partials and the active marker. Each step is idempotent; a leader that dies half-way leaves the
-// rest to the next one (claim calls cleanup for terminal jobs still marked active).
-func (l *lifecycle) cleanup(ctx context.Context, cp *protocol.Checkpoint) {
-	l.clean(ctx, cp, endedHere{partials: true})
-}
-
-// clean is cleanup with what the term that ended the job knows. It reports whether it handed the
-// active marker to the sweeper (here.sweep).
-func (l *lifecycle) clean(ctx context.Context, cp *protocol.Checkpoint, here endedHere) (swept bool) {
-	id := cp.Job
-	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
-		if _, err := l.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
-			l.log.Warn("write result copy", "job", id, "err", err)
-			return false // keep the marker: the next pass retries
-		}
-		l.dropResult(ctx, cp, here) // result.go
-	} else if cp.State != jobs.StateSucceeded {
-		if err := l.bus.PurgeJob(ctx, id); err != nil {
-			l.log.Warn("purge shards", "job", id, "err", err)
-		}
-	}
-	if here.partials {
-		if parts, err := l.store.List(ctx, protocol.PartialsPrefix(id)); err == nil {
-			for _, p := range parts {
-				_ = l.store.Delete(ctx, p.Name)
-			}
-		}
-	}
-	l.deletePlan(ctx, cp)
-	l.cleanupKeyed(ctx, cp) // keyed.go
-	if !l.retryFailed(ctx, cp) {
-		return false // keep the marker: the next pass retries (retry.go)
-	}
-	if err := l.markEnded(ctx, cp); err != nil {
-		l.log.Warn("job ended", "job", id, "err", err)
-		return false // keep the marker: the next pass retries (retention.go)
-	}
-	if here.sweep {
-		l.sweep.add(id)
-		return true
-	}
-	if err := l.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
-		l.log.Warn("delete active marker", "job", id, "err", err)
-	}
-	return false
-}
-
-// deletePlan removes a finished job's stored plan pages (an indexed plan stored none).
-func (l *lifecycle) deletePlan(ctx context.Context, cp *protocol.Checkpoint) {
-	if cp.Plan != protocol.PlanPages {
-		return
-	}
-	pages, err := l.store.List(ctx, protocol.PlanPrefix(cp.Job, cp.PlanEpoch))
-	if err != nil {
-		l.log.Warn("list plan pages", "job", cp.Job, "err", err)
-		return
-	}
-	for _, p := range pages {
-		_ = l.store.Delete(ctx, p.Name)
-	}
 }

@@ -34,8 +34,10 @@ type memBlob struct {
 }
 
 var (
-	_ Store        = (*memStore)(nil)
-	_ batchDeleter = (*memStore)(nil)
+	_ Store = (*memStore)(nil)
+	_ interface {
+		DeleteBatch(ctx context.Context, names []string) error
+	} = (*memStore)(nil)
 )
 
 func newMemStore() *memStore { return &memStore{blobs: map[string]memBlob{}} }
@@ -272,6 +274,7 @@ func (c *memClock) add(d time.Duration) {
 // memTerm is a term over in-memory ports, its components wired as Lead wires them; nothing runs.
 type memTerm struct {
 	*term
+	c     *Coordinator
 	st    *memStore
 	q     *memQueue
 	b     *memBus
@@ -289,5 +292,5 @@ func newMemTerm(epoch uint64, edit func(*Config)) *memTerm {
 	if err != nil {
 		panic(err)
 	}
-	return &memTerm{term: c.newTerm(epoch), st: st, q: q, b: b, clock: clock}
+	return &memTerm{term: c.newTerm(epoch), c: c, st: st, q: q, b: b, clock: clock}
 }

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/fence"
+	"github.com/mapagg/mapagg/internal/coordinator/jobread"
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
@@ -19,7 +22,7 @@ import (
 // the waiting ones the loop claims (waiting.go, after.go). It owns the visibility of the messages
 // it holds (visibility.go) and hands planned jobs to the loop in the queue's order.
 type intake struct {
-	*fence
+	fence *fence.Fence
 	reporter
 	cfg    Config
 	store  Store
@@ -29,12 +32,12 @@ type intake struct {
 	tab    *jobTable    // counts, and the waiting set
 	plans  jobPlanner
 	life   ender
-	reader jobReader
+	reader jobread.Reader
 
 	handed  chan *job   // to the loop: planned jobs
 	claims  chan string // to the loop: a planned job to make sure of
 	wake    chan string // a job was submitted (its id, as announced)
-	hiding  sync.Map    // message id → the received batch it is kept hidden in (visibility.go)
+	hiding  hiding      // message id → the received batch it is kept hidden in (visibility.go)
 	lastNs  atomic.Int64
 	elected time.Time
 }
@@ -51,18 +54,18 @@ type jobPlanner interface {
 
 // ender stores what a job's end leaves, and cleans up after one (lifecycle).
 type ender interface {
-	markEnded(ctx context.Context, cp *protocol.Checkpoint) error
-	cleanup(ctx context.Context, cp *protocol.Checkpoint)
+	MarkEnded(ctx context.Context, cp *protocol.Checkpoint) error
+	Cleanup(ctx context.Context, cp *protocol.Checkpoint)
 }
 
 var (
 	_ deadLetterer = Bus(nil)
 	_ jobPlanner   = (*planner)(nil)
-	_ ender        = (*lifecycle)(nil)
+	_ ender        = (*lifecycle.Lifecycle)(nil)
 )
 
-func newIntake(f *fence, rep reporter, cfg Config, st Store, q Queue, dead deadLetterer, health *queueHealth,
-	tab *jobTable, plans jobPlanner, life ender, reader jobReader) *intake {
+func newIntake(f *fence.Fence, rep reporter, cfg Config, st Store, q Queue, dead deadLetterer, health *queueHealth,
+	tab *jobTable, plans jobPlanner, life ender, reader jobread.Reader) *intake {
 	return &intake{fence: f, reporter: rep, cfg: cfg, store: st, queue: q, dead: dead, health: health, tab: tab,
 		plans: plans, life: life, reader: reader,
 		handed: make(chan *job), claims: make(chan string, 64), wake: make(chan string, 16)}
@@ -71,8 +74,8 @@ func newIntake(f *fence, rep reporter, cfg Config, st Store, q Queue, dead deadL
 // announced takes a submitter's hint that job id was queued.
 func (in *intake) announced(id string) { nonBlocking(in.wake, id) }
 
-// enqueue queues job id, whose spec is stored, and wakes intake (the scheduler's submitter).
-func (in *intake) enqueue(ctx context.Context, id string) error {
+// Enqueue queues job id, whose spec is stored, and wakes intake (the scheduler's submitter).
+func (in *intake) Enqueue(ctx context.Context, id string) error {
 	if err := in.queue.Enqueue(ctx, id); err != nil {
 		return err
 	}
@@ -81,7 +84,7 @@ func (in *intake) enqueue(ctx context.Context, id string) error {
 }
 
 // lastIntake is when intake last received messages (the term's start before the first).
-func (in *intake) lastIntake() time.Time {
+func (in *intake) LastIntake() time.Time {
 	if ns := in.lastNs.Load(); ns != 0 {
 		return time.Unix(0, ns)
 	}
@@ -414,7 +417,7 @@ func (in *intake) commitPlanned(ctx context.Context, m queue.Message, j *job, st
 	}()
 	j.etag, j.fresh = etag, true
 	in.log.Info("job planned", "job", id, "type", spec.Type, "shards", j.cp.Total, "plan", j.cp.Plan, "took", time.Since(start).Round(time.Microsecond))
-	in.emit(Event{Kind: EventJobPlanned, Epoch: in.epoch, Job: id, Count: j.cp.Total})
+	in.emit(Event{Kind: EventJobPlanned, Epoch: in.fence.Epoch, Job: id, Count: j.cp.Total})
 	if !tn.wait(ctx) {
 		return false
 	}
@@ -453,7 +456,7 @@ func (in *intake) writeFirst(ctx context.Context, id, typ string, state jobs.Sta
 		return "", err
 	}
 	if state.Terminal() {
-		if err := in.life.markEnded(ctx, &cp); err != nil {
+		if err := in.life.MarkEnded(ctx, &cp); err != nil {
 			in.log.Warn("job refused", "job", id, "err", err) // kept: retention does not see it
 		}
 	}
@@ -468,8 +471,8 @@ func (in *intake) writeFirst(ctx context.Context, id, typ string, state jobs.Sta
 // firstCheckpoint is a job's first checkpoint, planned by this term (see writeFirst).
 func (in *intake) firstCheckpoint(id, typ string, state jobs.State, reason string, j *job) (protocol.Checkpoint, error) {
 	now := in.cfg.Now().UTC()
-	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: in.epoch,
-		WriterEpoch: in.epoch, WriterTerm: in.id, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
+	cp := protocol.Checkpoint{Version: protocol.CheckpointVersion, Job: id, Type: typ, State: state, PlanEpoch: in.fence.Epoch,
+		WriterEpoch: in.fence.Epoch, WriterTerm: in.fence.ID, Error: reason, Seq: 1, StartedAt: now, UpdatedAt: now}
 	if state.Terminal() {
 		cp.FinishedAt = &now
 	}

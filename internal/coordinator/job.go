@@ -8,6 +8,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -90,16 +91,16 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 			t.log.Error("unreadable checkpoint; job left as it is", "job", id, "err", err)
 			return nil, nil
 		}
-		if err := t.fenced(cp); err != nil {
+		if err := t.fence.Fenced(cp); err != nil {
 			return nil, err
 		}
 		if cp.State.Terminal() {
-			t.life.cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
+			t.life.Cleanup(ctx, cp) // a leader died between the final checkpoint and its clean-up
 			return nil, nil
 		}
 		if cp.State == jobs.StateWaiting && cp.Plan == "" {
 			j, err := t.in.startWaiting(ctx, cp, etag)
-			if errors.Is(err, errRetryClaim) {
+			if errors.Is(err, core.ErrRetryClaim) {
 				continue
 			}
 			return j, err
@@ -109,7 +110,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		}
 		j, err := t.load(ctx, cp)
 		if errors.Is(err, jobs.ErrUnknownType) {
-			if err := t.in.pause(ctx, cp, etag); errors.Is(err, errRetryClaim) {
+			if err := t.in.pause(ctx, cp, etag); errors.Is(err, core.ErrRetryClaim) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -120,8 +121,8 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		if errors.As(err, &ue) {
 			// The job's own code cannot take it back: it fails here, stored, so that no leader
 			// tries again (and again).
-			t.codeFailed(id, err)
-			if err := t.in.endStored(ctx, cp, etag, jobs.StateFailed, fmt.Sprintf("resume: %v", err)); errors.Is(err, errRetryClaim) {
+			t.rep.codeFailed(id, err)
+			if err := t.in.endStored(ctx, cp, etag, jobs.StateFailed, fmt.Sprintf("resume: %v", err)); errors.Is(err, core.ErrRetryClaim) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -135,7 +136,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 		switch err := t.ck.now(ctx, j); {
 		case err == nil && j.cp.State.Terminal():
 			// Its code failed while it was checkpointed: stored as failed, it is not resumed.
-			t.life.cleanup(ctx, &j.cp)
+			t.life.Cleanup(ctx, &j.cp)
 			return nil, nil
 		case err == nil:
 			// A cancel issued while no leader listened (during a failover) takes effect now,
@@ -144,7 +145,7 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 				j.cancelled = true
 			}
 			return j, nil
-		case errors.Is(err, errRetryClaim):
+		case errors.Is(err, core.ErrRetryClaim):
 			continue
 		default:
 			return nil, err
@@ -152,8 +153,6 @@ func (t *term) claim(ctx context.Context, id string) (*job, error) {
 	}
 	return nil, fmt.Errorf("claim %s: the checkpoint kept changing", id)
 }
-
-var errRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
 
 // load rebuilds a job from its checkpoint and spec. The plan stays where it is (see plan.go).
 func (t *term) load(ctx context.Context, cp *protocol.Checkpoint) (*job, error) {

@@ -97,7 +97,7 @@ func (tb *jobTable) setCleaning(id string, on bool) { tb.set(tb.cleaning, id, on
 func (tb *jobTable) isCleaning(id string) bool      { return tb.is(tb.cleaning, id) }
 
 // cleaned is the sweeper's news: the active markers of ids are deleted.
-func (tb *jobTable) cleaned(ids []string) {
+func (tb *jobTable) Cleaned(ids []string) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	for _, id := range ids {

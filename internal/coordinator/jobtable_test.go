@@ -52,7 +52,7 @@ func TestJobTable_Transitions(t *testing.T) {
 			if !tb.isCleaning("j1") {
 				t.Fatal("a finished job is not marked being cleaned")
 			}
-			tb.cleaned([]string{"j1"})
+			tb.Cleaned([]string{"j1"})
 			if tb.isCleaning("j1") {
 				t.Fatal("still being cleaned after its marker is gone")
 			}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -22,10 +23,6 @@ import (
 // dispatcher stops at S (the gate) until a stored checkpoint commits every map task and the map
 // manifest (built from it) is stored; then it dispatches the reduce tasks. The result is the
 // protocol.OutputManifest. The leader never reads a key.
-
-// DefaultPartitions is a keyed job's partition count when neither the job nor the cluster
-// chooses one.
-const DefaultPartitions = 8
 
 // keyedRun runs a keyed job: it records which attempt of each task is committed.
 type keyedRun struct {
@@ -164,7 +161,7 @@ func (a *keyedRun) due() bool { return a.nMaps == a.S && !a.manifest }
 
 // runsKeyed asks the job's code (isolated) whether this job runs keyed.
 func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error) {
-	err = isolate(spec.Type, "runs keyed", func() error {
+	err = core.Isolate(spec.Type, "runs keyed", func() error {
 		kj = jobs.KeyedOf(impl, spec.Params)
 		return nil
 	})
@@ -191,7 +188,7 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 	}
 	var shards [][]byte
 	if err := j.call("split", func() (err error) { shards, err = kj.Split(ctx, env.env, spec.Params); return err }); err != nil {
-		return wrapOp("split", err)
+		return core.WrapOp("split", err)
 	}
 	if len(shards)+parts > jobs.MaxShards {
 		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
@@ -248,7 +245,7 @@ func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
 	}
 	src, err := t.plans.source(j)
 	if err != nil {
-		t.fail(j, wrapOp("dispatch", err))
+		t.fail(j, core.WrapOp("dispatch", err))
 		return
 	}
 	ints := make([]int, len(idx))
@@ -256,7 +253,7 @@ func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
 		ints[i] = int(x)
 	}
 	sort.Ints(ints)
-	t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Shard: ints[0], Count: len(ints)})
+	t.rep.emit(Event{Kind: EventRepaired, Epoch: t.fence.Epoch, Job: j.id, Shard: ints[0], Count: len(ints)})
 	t.dispatchers.Add(1)
 	go func(id, typ string, epoch uint64, round, per int) {
 		defer t.dispatchers.Done()
@@ -566,58 +563,4 @@ func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedRun, lost ma
 	sort.Ints(idx)
 	t.log.Warn("committed outputs are gone from storage (a rollback?); running their reduce tasks again", "job", j.id, "tasks", idx)
 	t.dispatchAgain(ctx, j, u32s(idx))
-}
-
-// cleanupKeyed deletes an ended keyed job's intermediates, found by listing (so a leader after a
-// failover finds a dead attempt's too): every map run, the map manifest, and every output blob
-// the result does not name.
-func (t *lifecycle) cleanupKeyed(ctx context.Context, cp *protocol.Checkpoint) {
-	id := cp.Job
-	keep := map[string]bool{}
-	if cp.State == jobs.StateSucceeded {
-		res := []byte(cp.Result)
-		if len(res) == 0 {
-			data, _, err := t.store.Get(ctx, protocol.ResultBlob(id))
-			if err != nil {
-				t.log.Warn("read the result for clean-up", "job", id, "err", err)
-				return
-			}
-			res = data
-		}
-		m, err := protocol.DecodeOutputManifest(id, res)
-		if errors.Is(err, protocol.ErrNotOutput) {
-			return // an aggregate job
-		}
-		if err != nil {
-			t.log.Warn("output manifest unreadable; outputs kept", "job", id, "err", err)
-			return
-		}
-		for _, p := range m.Partitions {
-			keep[p.Blob] = true
-		}
-	}
-	for _, prefix := range []string{protocol.MapPrefix(id), protocol.OutputPrefix(id)} {
-		blobs, err := t.store.List(ctx, prefix)
-		if err != nil {
-			t.log.Warn("list intermediates", "job", id, "prefix", prefix, "err", err)
-			continue
-		}
-		for _, b := range blobs {
-			if !keep[b.Name] {
-				if err := t.store.Delete(ctx, b.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
-					t.log.Warn("delete intermediate", "job", id, "blob", b.Name, "err", err)
-				}
-			}
-		}
-	}
-	if err := t.store.Delete(ctx, protocol.MapManifestBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
-		t.log.Warn("delete the map manifest", "job", id, "err", err)
-	}
-	if cp.State != jobs.StateSucceeded {
-		// Only a succeeded job has an output manifest (result.json): a stale one must not read
-		// as this job's answer.
-		if err := t.store.Delete(ctx, protocol.ResultBlob(id)); err != nil && !errors.Is(err, store.ErrNotFound) {
-			t.log.Warn("delete the result of a job that did not succeed", "job", id, "err", err)
-		}
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -62,7 +64,7 @@ func TestLifecycle_CleanFailedJob(t *testing.T) {
 			m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep", Retries: c.retries, Priority: 5})
 			now := m.clock.now()
 			cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
-			if swept := m.life.clean(ctx, &cp, endedHere{sweep: true}); !swept {
+			if swept := m.life.Clean(ctx, &cp, lifecycle.Ended{Sweep: true}); !swept {
 				t.Fatal("the active marker did not go to the sweeper")
 			}
 			if !slices.Equal(m.b.purged, []string{memJob}) {
@@ -91,7 +93,7 @@ func TestLifecycle_CleanFailedJob(t *testing.T) {
 				t.Fatalf("retry spec %+v (%v): want retries %d, retry_of %s, priority 5", rs, err, c.retries-1, memJob)
 			}
 			// A clean-up run again (a new leader's) queues nothing twice.
-			m.life.clean(ctx, &cp, endedHere{})
+			m.life.Clean(ctx, &cp, lifecycle.Ended{})
 			if n := len(m.q.queued()); n != 1 {
 				t.Fatalf("%d messages after a second clean-up, want 1", n)
 			}
@@ -121,10 +123,10 @@ func TestLifecycle_ExpireRules(t *testing.T) {
 			m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
 			ended := m.clock.now().Add(-c.age)
 			m.putCheckpoint(t, protocol.Checkpoint{Job: memJob, State: c.state, WriterEpoch: c.writer, FinishedAt: &ended})
-			if err := m.life.markEnded(ctx, &protocol.Checkpoint{Job: memJob, State: c.state, FinishedAt: &ended}); err != nil {
+			if err := m.life.MarkEnded(ctx, &protocol.Checkpoint{Job: memJob, State: c.state, FinishedAt: &ended}); err != nil {
 				t.Fatal(err)
 			}
-			err := m.life.expire(ctx)
+			err := m.life.Expire(ctx)
 			if !errors.Is(err, c.wantErr) {
 				t.Fatalf("expire: %v, want %v", err, c.wantErr)
 			}
@@ -145,17 +147,17 @@ func TestFence_Conflict(t *testing.T) {
 		want   error
 		wantHi uint64
 	}{
-		{"an older epoch wrote late: re-read", 2, "", errRetryClaim, 2},
+		{"an older epoch wrote late: re-read", 2, "", core.ErrRetryClaim, 2},
 		{"a newer epoch: deposed", 4, "", ErrDeposed, 4},
 		{"this epoch, another term: deposed", 3, "other", ErrDeposed, 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := newMemTerm(3, nil)
 			m.putCheckpoint(t, protocol.Checkpoint{Job: memJob, State: jobs.StateRunning, WriterEpoch: c.epoch, WriterTerm: c.term})
-			if err := m.conflict(context.Background(), memJob); !errors.Is(err, c.want) {
+			if err := m.fence.Conflict(context.Background(), memJob); !errors.Is(err, c.want) {
 				t.Fatalf("conflict: %v, want %v", err, c.want)
 			}
-			if got := m.HighestEpochSeen(); got != c.wantHi {
+			if got := m.c.HighestEpochSeen(); got != c.wantHi {
 				t.Fatalf("highest epoch seen %d, want %d", got, c.wantHi)
 			}
 		})

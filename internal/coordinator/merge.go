@@ -20,7 +20,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	rs, err := protocol.DecodeResults(d.Data())
 	if err != nil {
 		t.log.Error("malformed result; dead-lettered", "subject", d.Subject(), "err", err)
-		t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Err: err})
+		t.rep.emit(Event{Kind: EventDeadLettered, Epoch: t.fence.Epoch, Err: err})
 		if derr := t.bus.DeadLetter(ctx, "results", d.Data(), err.Error()); derr != nil {
 			_ = d.Nak(time.Second)
 			return nil
@@ -31,7 +31,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	id := rs[0].Job // a batch holds one job's results
 	j := t.tab.get(id)
 	if j == nil {
-		if !t.tab.ended(id) && t.reader.resultStored(ctx, id) {
+		if !t.tab.ended(id) && t.reader.ResultStored(ctx, id) {
 			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
 			// window): one read, no claim and no clean-up writes.
 			t.tab.sawEnd(id, jobs.StateSucceeded)
@@ -119,7 +119,7 @@ func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) merg
 	j.bk.merged(j.done, r.Index, r.Micros, time.Now())
 	if t.merged++; t.merged == 1 {
 		t.log.Info("first result merged", "job", r.Job, "shard", r.Index, "since_elected", time.Since(t.elected).Round(time.Millisecond))
-		t.emit(Event{Kind: EventFirstMerge, Epoch: t.epoch, Job: r.Job, Shard: r.Index})
+		t.rep.emit(Event{Kind: EventFirstMerge, Epoch: t.fence.Epoch, Job: r.Job, Shard: r.Index})
 	}
 	if int(j.done.GetCardinality()) == j.cp.Total && j.run.ready(ctx, t, j) {
 		j.complete = true

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
+	"github.com/mapagg/mapagg/internal/coordinator/fence"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -26,10 +29,11 @@ import (
 // planner is the component that splits jobs: it validates and plans a job, stores a split job's
 // pages, and gives a planned job's shards back (planSource).
 type planner struct {
-	*fence // its epoch names the plan's pages
-	cfg    Config
-	env    jobs.Env
-	store  Store
+	fence *fence.Fence // its epoch names the plan's pages
+	cfg   Config
+	env   jobs.Env
+	store Store
+	log   *slog.Logger
 }
 
 // errPlanStorage: storing a plan failed (storage unavailable); planning may be tried again.
@@ -66,7 +70,7 @@ func (pl *planner) planShards(ctx context.Context, id string, shards [][]byte) e
 		data := protocol.EncodePlanPage(first, page)
 		clear(page)
 		g.Go(func() error {
-			if _, err := pl.store.Put(gctx, protocol.PlanPageBlob(id, pl.epoch, p), data, store.Cond{}); err != nil {
+			if _, err := pl.store.Put(gctx, protocol.PlanPageBlob(id, pl.fence.Epoch, p), data, store.Cond{}); err != nil {
 				return fmt.Errorf("write plan page %d: %w", p, err)
 			}
 			return nil
@@ -102,14 +106,14 @@ func (pl *planner) source(j *job) (*planSource, error) {
 		}
 		var plan jobs.Plan
 		n := 0
-		err := isolate(j.spec.Type, "plan", func() (err error) {
+		err := core.Isolate(j.spec.Type, "plan", func() (err error) {
 			if plan, err = ix.Plan(j.spec.Params); err == nil {
 				n = plan.Len()
 			}
 			return err
 		})
 		if err != nil {
-			return nil, wrapOp("plan", err)
+			return nil, core.WrapOp("plan", err)
 		}
 		if n != j.cp.Total {
 			return nil, fmt.Errorf("%w: plan has %d shards, checkpoint %d", jobs.ErrBadCheckpoint, n, j.cp.Total)
@@ -131,7 +135,7 @@ func (s *planSource) shard(ctx context.Context, i int) ([]byte, error) {
 	}
 	if s.plan != nil {
 		var b []byte
-		err := isolate(s.typ, "shard", func() (err error) {
+		err := core.Isolate(s.typ, "shard", func() (err error) {
 			b, err = s.plan.Shard(i)
 			return err
 		})

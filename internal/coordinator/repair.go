@@ -156,7 +156,7 @@ func (t *term) repairJob(ctx context.Context, j *job, done int) {
 	j.rep.doneRound = done
 	t.log.Warn("self-repair: shards neither merged, queued, running nor waiting as results; dispatching them again",
 		"job", j.id, "missing", missing.GetCardinality(), "dispatching", len(idx), "round", j.rep.round, "shards", shardList(missing))
-	t.emit(Event{Kind: EventRepaired, Epoch: t.epoch, Job: j.id, Count: len(idx)})
+	t.rep.emit(Event{Kind: EventRepaired, Epoch: t.fence.Epoch, Job: j.id, Count: len(idx)})
 	per := max(j.cp.ShardsPerMsg, 1)
 	src, err := t.plans.source(j)
 	if err != nil {
@@ -242,6 +242,6 @@ func (t *term) refuseResult(ctx context.Context, j *job, r *protocol.ResultMsg, 
 		return mergeRetry
 	}
 	j.rep.refused = reason
-	t.emit(Event{Kind: EventDeadLettered, Epoch: t.epoch, Job: j.id, Shard: r.Index, Err: errors.New(reason)})
+	t.rep.emit(Event{Kind: EventDeadLettered, Epoch: t.fence.Epoch, Job: j.id, Shard: r.Index, Err: errors.New(reason)})
 	return mergeDropped
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -46,13 +47,13 @@ func (r *rig) oldJob(id string, state jobs.State, finished time.Time, legacy boo
 	}
 }
 
-func (r *rig) migration() migration {
+func (r *rig) migration() lifecycle.Migration {
 	r.t.Helper()
-	data, _, err := r.st.Get(context.Background(), MigrationBlob)
+	data, _, err := r.st.Get(context.Background(), lifecycle.MigrationBlob)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	var m migration
+	var m lifecycle.Migration
 	if err := json.Unmarshal(data, &m); err != nil {
 		r.t.Fatal(err)
 	}
@@ -103,11 +104,11 @@ func TestRetention_MigratesJobsOfEarlierBuilds(t *testing.T) {
 		t.Fatalf("the queued job: %+v %v", st, err)
 	}
 	if ok, _ := r.st.Exists(ctx, "input/part-0"); !ok {
-		t.Fatal("the migration touched input data")
+		t.Fatal("the lifecycle.Migration touched input data")
 	}
 	m := r.migration()
 	if !m.Done || m.Marked != len(ids) || m.Epoch != 2 {
-		t.Fatalf("migration = %+v; want done, %d marked, by epoch 2", m, len(ids))
+		t.Fatalf("lifecycle.Migration = %+v; want done, %d marked, by epoch 2", m, len(ids))
 	}
 	l.stop()
 
@@ -120,7 +121,7 @@ func TestRetention_MigratesJobsOfEarlierBuilds(t *testing.T) {
 	})
 	time.Sleep(time.Second) // the bound is the behaviour: nothing happens in it
 	if _, err := r.cl.Status(ctx, late); err != nil {
-		t.Fatalf("a done migration ran again: %v", err)
+		t.Fatalf("a done lifecycle.Migration ran again: %v", err)
 	}
 }
 
@@ -136,8 +137,8 @@ func TestRetention_MigrationResumes(t *testing.T) {
 		r.oldJob(id, jobs.StateSucceeded, old, false)
 		ids = append(ids, id)
 	}
-	data, _ := json.Marshal(migration{After: ids[1], Epoch: 1, Marked: 2})
-	if _, err := r.st.Put(ctx, MigrationBlob, data, store.Cond{}); err != nil {
+	data, _ := json.Marshal(lifecycle.Migration{After: ids[1], Epoch: 1, Marked: 2})
+	if _, err := r.st.Put(ctx, lifecycle.MigrationBlob, data, store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
 	r.leadWith(3, func(c *Config) {
@@ -155,15 +156,15 @@ func TestRetention_MigrationResumes(t *testing.T) {
 		}
 	}
 	if m := r.migration(); !m.Done || m.Marked != 4 || m.Epoch != 3 {
-		t.Fatalf("migration = %+v; want done, 4 marked, by epoch 3", m)
+		t.Fatalf("lifecycle.Migration = %+v; want done, 4 marked, by epoch 3", m)
 	}
 }
 
 // A term below the one that wrote the progress is deposed.
 func TestRetention_MigrationFencedByEpoch(t *testing.T) {
 	r := newRig(t)
-	data, _ := json.Marshal(migration{After: "20261101-000000-a", Epoch: 5})
-	if _, err := r.st.Put(context.Background(), MigrationBlob, data, store.Cond{}); err != nil {
+	data, _ := json.Marshal(lifecycle.Migration{After: "20261101-000000-a", Epoch: 5})
+	if _, err := r.st.Put(context.Background(), lifecycle.MigrationBlob, data, store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
 	l := r.leadWith(3, func(c *Config) { c.RetainSucceeded = time.Hour })
@@ -173,6 +174,6 @@ func TestRetention_MigrationFencedByEpoch(t *testing.T) {
 			t.Fatalf("term ended with %v; want ErrDeposed", l.err)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatal("a term below the migration's epoch went on leading")
+		t.Fatal("a term below the lifecycle.Migration's epoch went on leading")
 	}
 }

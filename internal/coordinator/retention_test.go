@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
@@ -140,7 +141,7 @@ func TestRetention_200Jobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(blobs) == 1 && blobs[0].Name == MigrationBlob // the one blob that is not a job's
+		return len(blobs) == 1 && blobs[0].Name == lifecycle.MigrationBlob // the one blob that is not a job's
 	})
 	for _, id := range ids[:5] {
 		if _, err := r.cl.Status(ctx, id); !errors.Is(err, client.ErrNoSuchJob) {

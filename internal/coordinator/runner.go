@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -78,7 +79,7 @@ var (
 )
 
 func (pl *planner) planEnv() planEnv {
-	return planEnv{env: pl.env, partitions: pl.cfg.Partitions, container: pl.containerName(), log: pl.lg}
+	return planEnv{env: pl.env, partitions: pl.cfg.Partitions, container: pl.containerName(), log: pl.log}
 }
 
 // newRunner returns the runner of a job of spec to be planned: keyed when the job's code says
@@ -122,7 +123,7 @@ func (t *term) loadRunner(spec *protocol.Spec, impl jobs.Job, cp *protocol.Check
 		if err != nil {
 			return nil, kind, err
 		}
-		err = isolate(spec.Type, "restore aggregate", func() error { return run.agg.UnmarshalBinary(cp.Aggregate) })
+		err = core.Isolate(spec.Type, "restore aggregate", func() error { return run.agg.UnmarshalBinary(cp.Aggregate) })
 		if err != nil {
 			return nil, kind, fmt.Errorf("aggregate from checkpoint: %w", err)
 		}
@@ -137,7 +138,7 @@ type aggregateRun struct {
 
 func newAggregateRun(spec *protocol.Spec, impl jobs.Job) (*aggregateRun, error) {
 	var agg jobs.Aggregate
-	err := isolate(spec.Type, "new aggregate", func() (err error) {
+	err := core.Isolate(spec.Type, "new aggregate", func() (err error) {
 		agg, err = impl.NewAggregate(spec.Params)
 		return err
 	})
@@ -160,7 +161,7 @@ func (a *aggregateRun) plan(ctx context.Context, p planHost, j *job) error {
 			return err
 		})
 		if err != nil {
-			return wrapOp("plan", err)
+			return core.WrapOp("plan", err)
 		}
 		if total < 0 || total > jobs.MaxShards {
 			return fmt.Errorf("plan has %d shards; a job has 0 to %d", total, jobs.MaxShards)
@@ -174,7 +175,7 @@ func (a *aggregateRun) plan(ctx context.Context, p planHost, j *job) error {
 		return err
 	})
 	if err != nil {
-		return wrapOp("split", err)
+		return core.WrapOp("split", err)
 	}
 	if len(shards) > jobs.MaxShards {
 		return fmt.Errorf("split made %d shards; the limit is %d", len(shards), jobs.MaxShards)
@@ -220,12 +221,12 @@ func (a *aggregateRun) state(j *job, final bool) (runState, error) {
 	typ := j.typ()
 	if sn, ok := a.agg.(jobs.Snapshotter); ok {
 		var enc func() ([]byte, error)
-		if err := isolateErr(typ, "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
+		if err := core.IsolateErr(typ, "snapshot aggregate", func() error { enc = sn.Snapshot(); return nil }); err != nil {
 			return runState{}, err
 		}
 		// The encoding runs in the writer's goroutine: isolated there too.
 		return runState{encode: func() (b []byte, err error) {
-			err = isolateErr(typ, "encode aggregate", func() (err error) {
+			err = core.IsolateErr(typ, "encode aggregate", func() (err error) {
 				b, err = enc()
 				return err
 			})
@@ -233,7 +234,7 @@ func (a *aggregateRun) state(j *job, final bool) (runState, error) {
 		}}, nil
 	}
 	var agg []byte
-	err := isolateErr(typ, "encode aggregate", func() (err error) {
+	err := core.IsolateErr(typ, "encode aggregate", func() (err error) {
 		agg, err = a.agg.MarshalBinary()
 		return err
 	})
@@ -244,7 +245,7 @@ func (a *aggregateRun) state(j *job, final bool) (runState, error) {
 }
 
 func (a *aggregateRun) result(j *job) (res json.RawMessage, err error) {
-	err = isolateErr(j.typ(), "result", func() (err error) {
+	err = core.IsolateErr(j.typ(), "result", func() (err error) {
 		res, err = a.agg.Result()
 		return err
 	})

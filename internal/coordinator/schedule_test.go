@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/coordinator/schedule"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
@@ -339,7 +340,7 @@ func TestSchedule_LongOutage(t *testing.T) {
 	r.leadWith(1, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
 	eventually(t, 20*time.Second, "recent ticks fire", func() bool { return len(r.scheduleJobs("old")) >= 5 })
 	info, err := r.cl.Schedule(ctx, "old")
-	if err != nil || info.Missed < maxMissedCount {
+	if err != nil || info.Missed < schedule.MaxMissedCount {
 		t.Fatalf("missed: %+v %v", info, err)
 	}
 }

@@ -25,6 +25,36 @@ type hidden struct {
 	msgs map[string]queue.Message // by id: received, not yet deleted
 }
 
+// hiding maps a message id to the received batch it is kept hidden in.
+type hiding struct {
+	mu sync.Mutex
+	by map[string]*hidden
+}
+
+func (hs *hiding) store(id string, h *hidden) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.by == nil {
+		hs.by = map[string]*hidden{}
+	}
+	hs.by[id] = h
+}
+
+// forget drops id's entry if it is still h's (a later batch may hold the message again).
+func (hs *hiding) forget(id string, h *hidden) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.by[id] == h {
+		delete(hs.by, id)
+	}
+}
+
+func (hs *hiding) load(id string) *hidden {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.by[id]
+}
+
 // keepHidden extends the visibility of msgs every third of QueueVisibility until stop, when the
 // queue can. Messages deleted meanwhile (through deleteMsg) are left alone.
 func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop func()) {
@@ -35,7 +65,7 @@ func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop fu
 	h := &hidden{msgs: make(map[string]queue.Message, len(msgs))}
 	for _, m := range msgs {
 		h.msgs[m.ID] = m
-		in.hiding.Store(m.ID, h)
+		in.hiding.store(m.ID, h)
 	}
 	kctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -64,7 +94,7 @@ func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop fu
 		cancel()
 		<-done
 		for _, m := range msgs {
-			in.hiding.CompareAndDelete(m.ID, h)
+			in.hiding.forget(m.ID, h)
 		}
 	}
 }
@@ -72,11 +102,10 @@ func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop fu
 // latest returns m with the newest pop receipt and forgets it (it is being deleted); the caller
 // deletes while holding the returned unlock.
 func (in *intake) latest(m queue.Message) (queue.Message, func()) {
-	v, ok := in.hiding.Load(m.ID)
-	if !ok {
+	h := in.hiding.load(m.ID)
+	if h == nil {
 		return m, func() {}
 	}
-	h := v.(*hidden)
 	h.mu.Lock()
 	if n, ok := h.msgs[m.ID]; ok {
 		m = n

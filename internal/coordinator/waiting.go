@@ -43,7 +43,7 @@ func (in *intake) wait(ctx context.Context, m queue.Message, id, typ string) {
 	}
 	in.tab.setWaiting(id, true)
 	in.log.Info("job waits for a leader with its type", "job", id, "type", typ, "reason", reason)
-	in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: id, Err: errors.New(reason)})
+	in.emit(Event{Kind: EventJobWaiting, Epoch: in.fence.Epoch, Job: id, Err: errors.New(reason)})
 	in.deleteMsg(ctx, m)
 }
 
@@ -66,7 +66,7 @@ func joinOrNone(s []string) string {
 // startWaiting runs the waiting job of checkpoint cp (read with etag) if this leader has its
 // type: it plans it and stores it as running, planned by this term. It returns nil (and no
 // error) for a job that goes on waiting or ended here (cancelled, or refused by its own code),
-// and errRetryClaim when the checkpoint changed meanwhile.
+// and core.ErrRetryClaim when the checkpoint changed meanwhile.
 func (in *intake) startWaiting(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (*job, error) {
 	id := cp.Job
 	if ok, err := in.store.Exists(ctx, protocol.CancelBlob(id)); err != nil {
@@ -119,12 +119,12 @@ func (in *intake) startWaiting(ctx context.Context, cp *protocol.Checkpoint, eta
 	j.cp = next
 	j.complete = next.Total == 0
 	in.log.Info("waiting job planned", "job", id, "type", spec.Type, "shards", next.Total, "plan", next.Plan)
-	in.emit(Event{Kind: EventJobPlanned, Epoch: in.epoch, Job: id, Count: next.Total})
+	in.emit(Event{Kind: EventJobPlanned, Epoch: in.fence.Epoch, Job: id, Count: next.Total})
 	return j, nil
 }
 
 // endStored ends the job of checkpoint cp (read with etag), which this term does not run, in a
-// terminal state, and cleans up after it. It returns errRetryClaim when the checkpoint changed
+// terminal state, and cleans up after it. It returns core.ErrRetryClaim when the checkpoint changed
 // meanwhile.
 func (in *intake) endStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, state jobs.State, why string) error {
 	next := *cp
@@ -139,15 +139,15 @@ func (in *intake) endStored(ctx context.Context, cp *protocol.Checkpoint, etag s
 	if why != "" {
 		werr = errors.New(why)
 	}
-	in.emit(Event{Kind: EventJobFinished, Epoch: in.epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
-	in.life.cleanup(ctx, &next)
+	in.emit(Event{Kind: EventJobFinished, Epoch: in.fence.Epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
+	in.life.Cleanup(ctx, &next)
 	return nil
 }
 
 // putStored writes cp as this term's (If-Match etag). A conflict is explained by conflict: this
-// leader is deposed, or errRetryClaim.
+// leader is deposed, or core.ErrRetryClaim.
 func (in *intake) putStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (store.ETag, error) {
-	cp.WriterEpoch, cp.WriterTerm = in.epoch, in.id
+	cp.WriterEpoch, cp.WriterTerm = in.fence.Epoch, in.fence.ID
 	cp.Seq++
 	cp.UpdatedAt = in.cfg.Now().UTC()
 	data, err := cp.Encode()
@@ -158,7 +158,7 @@ func (in *intake) putStored(ctx context.Context, cp *protocol.Checkpoint, etag s
 	next, err := in.store.Put(ctx, protocol.CheckpointBlob(cp.Job), data, store.Cond{IfMatch: etag})
 	in.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
 	if errors.Is(err, store.ErrConflict) {
-		return "", in.conflict(ctx, cp.Job)
+		return "", in.fence.Conflict(ctx, cp.Job)
 	}
 	return next, err
 }
@@ -181,6 +181,6 @@ func (in *intake) pause(ctx context.Context, cp *protocol.Checkpoint, etag store
 	}
 	in.tab.setWaiting(cp.Job, true)
 	in.log.Info("running job paused: this leader lacks its type", "job", cp.Job, "type", cp.Type, "reason", reason)
-	in.emit(Event{Kind: EventJobWaiting, Epoch: in.epoch, Job: cp.Job, Err: errors.New(reason)})
+	in.emit(Event{Kind: EventJobWaiting, Epoch: in.fence.Epoch, Job: cp.Job, Err: errors.New(reason)})
 	return nil
 }

@@ -1,4 +1,4 @@
-package coordinator
+package lifecycle
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -29,7 +30,7 @@ var errMigrationRaced = errors.New("the ended-marker migration's progress change
 const migratePause = 100 * time.Millisecond
 
 // migration is MigrationBlob's content.
-type migration struct {
+type Migration struct {
 	// After is the last job id handled; ids sort by submission time.
 	After string `json:"after,omitempty"`
 	Done  bool   `json:"done"`
@@ -46,11 +47,11 @@ type dirLister interface {
 
 var _ dirLister = (*store.Container)(nil)
 
-// migrateEnded runs the migration to its end, unless it was done before. It returns ErrDeposed
+// migrateEnded runs the migration to its end, unless it was done before. It returns core.ErrDeposed
 // when a newer term wrote the progress or a job's checkpoint.
-func (t *lifecycle) migrateEnded(ctx context.Context) error {
+func (t *Lifecycle) migrateEnded(ctx context.Context) error {
 	data, etag, err := t.store.Get(ctx, MigrationBlob)
-	var m migration
+	var m Migration
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
@@ -58,11 +59,11 @@ func (t *lifecycle) migrateEnded(ctx context.Context) error {
 	default:
 		if err := json.Unmarshal(data, &m); err != nil {
 			t.log.Warn("ended-marker migration: progress unreadable; starting over", "err", err)
-			m = migration{}
+			m = Migration{}
 		}
 	}
-	if m.Epoch > t.epoch {
-		return fmt.Errorf("%w: the ended-marker migration was written by epoch %d, newer than this %s", ErrDeposed, m.Epoch, t.name())
+	if m.Epoch > t.fence.Epoch {
+		return fmt.Errorf("%w: the ended-marker migration was written by epoch %d, newer than this %s", core.ErrDeposed, m.Epoch, t.fence.Name())
 	}
 	if m.Done {
 		return nil
@@ -119,8 +120,8 @@ func (t *lifecycle) migrateEnded(ctx context.Context) error {
 }
 
 // saveMigration writes m conditionally on etag (none: the first write).
-func (t *lifecycle) saveMigration(ctx context.Context, m *migration, etag store.ETag) (store.ETag, error) {
-	m.Epoch, m.At = t.epoch, t.cfg.Now().UTC()
+func (t *Lifecycle) saveMigration(ctx context.Context, m *Migration, etag store.ETag) (store.ETag, error) {
+	m.Epoch, m.At = t.fence.Epoch, t.cfg.Now().UTC()
 	data, err := json.Marshal(m)
 	if err != nil {
 		return "", err
@@ -142,7 +143,7 @@ func (t *lifecycle) saveMigration(ctx context.Context, m *migration, etag store.
 // markOldEnded writes the ended marker of job id if it has ended, and says whether it did. A job
 // without a checkpoint (queued, or a folder of input data) or still running is left alone: its
 // marker comes when it ends. Writing a marker that exists changes nothing.
-func (t *lifecycle) markOldEnded(ctx context.Context, id string) (bool, error) {
+func (t *Lifecycle) markOldEnded(ctx context.Context, id string) (bool, error) {
 	p, err := t.store.Props(ctx, protocol.CheckpointBlob(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
@@ -179,8 +180,8 @@ func (t *lifecycle) markOldEnded(ctx context.Context, id string) (bool, error) {
 			at = *rec.FinishedAt
 		}
 	}
-	if epoch > t.epoch {
-		return false, fmt.Errorf("%w: job %s was checkpointed by epoch %d, newer than this %s", ErrDeposed, id, epoch, t.name())
+	if epoch > t.fence.Epoch {
+		return false, fmt.Errorf("%w: job %s was checkpointed by epoch %d, newer than this %s", core.ErrDeposed, id, epoch, t.fence.Name())
 	}
 	if !state.Terminal() {
 		return false, nil

@@ -1,14 +1,14 @@
-package coordinator
+package lifecycle
 
 import (
 	"context"
 	"errors"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/store"
 )
 
 // Automatic retries. A job submitted with --retries N that fails is submitted again by the leader
@@ -20,7 +20,7 @@ import (
 const maxRetryBackoff = 10 * time.Minute
 
 // retryBackoff is the delay before the attempt-th retry: RetryBackoff doubled each time.
-func (t *lifecycle) retryBackoff(attempt int) time.Duration {
+func (t *Lifecycle) retryBackoff(attempt int) time.Duration {
 	d := t.cfg.RetryBackoff
 	for i := 1; i < attempt && d < maxRetryBackoff; i++ {
 		d *= 2
@@ -31,7 +31,7 @@ func (t *lifecycle) retryBackoff(attempt int) time.Duration {
 // retryFailed submits the retry of the failed job of cp if its spec asks for one: a copy of the
 // whole spec (jobstore.RetrySpec) with one retry fewer. It returns false when the retry could not
 // be stored (the caller keeps the job's active marker).
-func (t *lifecycle) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bool {
+func (t *Lifecycle) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bool {
 	if cp.State != jobs.StateFailed {
 		return true
 	}
@@ -62,25 +62,6 @@ func (t *lifecycle) retryFailed(ctx context.Context, cp *protocol.Checkpoint) bo
 		return true // retried already
 	}
 	t.log.Info("failed job retried", "job", cp.Job, "retry", next, "attempt", attempt, "after", delay, "retries_left", rs.Retries)
-	t.emit(Event{Kind: EventJobRetried, Epoch: t.epoch, Job: next, Count: attempt})
+	t.emit(core.Event{Kind: core.EventJobRetried, Epoch: t.fence.Epoch, Job: next, Count: attempt})
 	return true
-}
-
-// retryOf returns the job that retries failed job id, if its spec asks for one ("" if not).
-func (t jobReader) retryOf(ctx context.Context, id string) (string, error) {
-	data, _, err := t.store.Get(ctx, protocol.SpecBlob(id))
-	var spec *protocol.Spec
-	if err == nil {
-		spec, err = protocol.ParseSpec(data)
-	}
-	switch {
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, protocol.ErrBadSpec):
-		return "", nil
-	case err != nil:
-		return "", err
-	case spec.Retries <= 0:
-		return "", nil
-	}
-	next, _ := protocol.RetryJobID(id)
-	return next, nil
 }

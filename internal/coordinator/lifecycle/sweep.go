@@ -1,4 +1,4 @@
-package coordinator
+package lifecycle
 
 import (
 	"context"
@@ -6,10 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// The active markers of the jobs a term ended are deleted by its sweeper, in batches, when intake
+// The active markers of the jobs a term ended are deleted by its Sweeper, in batches, when intake
 // is quiet: not one by one on each job's clean-up.
 //
 // A marker only tells the next leader which jobs to resume, so its delete is never urgent, and a
@@ -22,7 +23,7 @@ import (
 // A marker waiting here is the same to a next leader as one whose clean-up was cut short: its
 // rescan claims the job, finds it ended and deletes the marker (cleanup). This term's rescan
 // leaves it (the job table marks it being cleaned until the marker is gone).
-type sweeper struct {
+type Sweeper struct {
 	log   *slog.Logger
 	quiet intakeClock
 	tab   cleanedSet
@@ -33,7 +34,7 @@ type sweeper struct {
 }
 
 const (
-	sweepEvery  = 250 * time.Millisecond // how often the sweeper looks
+	sweepEvery  = 250 * time.Millisecond // how often the Sweeper looks
 	sweepQuiet  = 500 * time.Millisecond // intake received nothing for this long: sweep
 	sweepMaxAge = 30 * time.Second       // sweep anyway once the oldest waited this long
 	sweepMax    = 2048                   // or once this many wait (a rescan lists them all)
@@ -41,34 +42,32 @@ const (
 	sweepFlush  = time.Second            // what a term ending gives the rest (its release waits)
 )
 
-// batchDeleter is a Store that deletes many blobs a request (store.Container).
+// batchDeleter is a core.Store that deletes many blobs a request (store.Container).
 type batchDeleter interface {
 	DeleteBatch(ctx context.Context, names []string) error
 }
 
 // intakeClock says when intake last received messages (intake).
 type intakeClock interface {
-	lastIntake() time.Time
+	LastIntake() time.Time
 }
 
 // cleanedSet hears which ended jobs' markers are gone (jobTable).
 type cleanedSet interface {
-	cleaned(ids []string)
+	Cleaned(ids []string)
 }
 
-// deleter deletes a blob (Store).
+// deleter deletes a blob (core.Store).
 type deleter interface {
 	Delete(ctx context.Context, name string) error
 }
 
 var (
-	_ intakeClock = (*intake)(nil)
-	_ cleanedSet  = (*jobTable)(nil)
-	_ deleter     = Store(nil)
+	_ deleter = core.Store(nil)
 )
 
-func newSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet) *sweeper {
-	s := &sweeper{log: log, quiet: quiet, tab: tab}
+func NewSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet) *Sweeper {
+	s := &Sweeper{log: log, quiet: quiet, tab: tab}
 	if bd, ok := st.(batchDeleter); ok {
 		s.del = bd.DeleteBatch
 	} else {
@@ -85,7 +84,7 @@ func newSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet)
 }
 
 // add queues the active marker of ended job id (it stays being cleaned until it is deleted).
-func (s *sweeper) add(id string) {
+func (s *Sweeper) Add(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.ids) == 0 {
@@ -95,7 +94,7 @@ func (s *sweeper) add(id string) {
 }
 
 // run sweeps until ctx ends.
-func (s *sweeper) run(ctx context.Context) {
+func (s *Sweeper) Run(ctx context.Context) {
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
 	for {
@@ -113,7 +112,7 @@ func (s *sweeper) run(ctx context.Context) {
 }
 
 // due reports whether markers wait and intake is quiet, or they have waited too long or too many.
-func (s *sweeper) due(now time.Time) bool {
+func (s *Sweeper) due(now time.Time) bool {
 	s.mu.Lock()
 	n, from := len(s.ids), s.from
 	s.mu.Unlock()
@@ -123,11 +122,11 @@ func (s *sweeper) due(now time.Time) bool {
 	case n >= sweepMax || now.Sub(from) >= sweepMaxAge:
 		return true
 	}
-	return now.Sub(s.quiet.lastIntake()) >= sweepQuiet
+	return now.Sub(s.quiet.LastIntake()) >= sweepQuiet
 }
 
 // round deletes up to limit waiting markers; false when it could not (they wait on).
-func (s *sweeper) round(ctx context.Context, limit int) bool {
+func (s *Sweeper) round(ctx context.Context, limit int) bool {
 	s.mu.Lock()
 	n := min(len(s.ids), limit)
 	ids := append([]string(nil), s.ids[:n]...)
@@ -149,14 +148,14 @@ func (s *sweeper) round(ctx context.Context, limit int) bool {
 	s.ids = s.ids[n:]
 	s.from = time.Now() // the rest were added later; close enough for a bound
 	s.mu.Unlock()
-	s.tab.cleaned(ids)
+	s.tab.Cleaned(ids)
 	return true
 }
 
 // flush deletes what waits, within sweepFlush, as the term ends: the lease is released after it,
 // so a handover waits for it, and a term ended by a storage cut must not hang here. What is left
 // the next leader deletes (its rescan finds the markers).
-func (s *sweeper) flush(ctx context.Context) {
+func (s *Sweeper) Flush(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sweepFlush)
 	defer cancel()
 	for {

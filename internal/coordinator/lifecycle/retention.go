@@ -1,4 +1,4 @@
-package coordinator
+package lifecycle
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
@@ -20,10 +21,10 @@ import (
 // wrote ends the term.
 
 // runRetention runs the ended-marker migration (retention_migrate.go), then deletes expired
-// jobs every RetentionInterval until ctx ends. It returns ErrDeposed when it finds a newer
+// jobs every RetentionInterval until ctx ends. It returns core.ErrDeposed when it finds a newer
 // term's writes.
-func (t *lifecycle) runRetention(ctx context.Context) error {
-	if err := t.migrateEnded(ctx); errors.Is(err, ErrDeposed) {
+func (t *Lifecycle) RunRetention(ctx context.Context) error {
+	if err := t.migrateEnded(ctx); errors.Is(err, core.ErrDeposed) {
 		return err
 	} else if err != nil && ctx.Err() == nil {
 		t.log.Warn("ended-marker migration stopped; the next term resumes it", "err", err)
@@ -37,7 +38,7 @@ func (t *lifecycle) runRetention(ctx context.Context) error {
 			return nil
 		case <-time.After(t.cfg.RetentionInterval):
 		}
-		if err := t.expire(ctx); errors.Is(err, ErrDeposed) {
+		if err := t.Expire(ctx); errors.Is(err, core.ErrDeposed) {
 			return err
 		} else if err != nil && ctx.Err() == nil {
 			t.log.Warn("retention", "err", err)
@@ -46,7 +47,7 @@ func (t *lifecycle) runRetention(ctx context.Context) error {
 }
 
 // retention is how long a job ended in state is kept (0: for ever).
-func (t *lifecycle) retention(state jobs.State) time.Duration {
+func (t *Lifecycle) retention(state jobs.State) time.Duration {
 	if state == jobs.StateSucceeded {
 		return t.cfg.RetainSucceeded
 	}
@@ -54,7 +55,7 @@ func (t *lifecycle) retention(state jobs.State) time.Duration {
 }
 
 // expire deletes up to RetentionBatch expired jobs, oldest first.
-func (t *lifecycle) expire(ctx context.Context) error {
+func (t *Lifecycle) Expire(ctx context.Context) error {
 	marks, err := t.store.List(ctx, protocol.EndedPrefix)
 	if err != nil {
 		return fmt.Errorf("list ended jobs: %w", err)
@@ -74,7 +75,7 @@ func (t *lifecycle) expire(ctx context.Context) error {
 			continue
 		}
 		if err := t.jobStore().Expire(ctx, id, m.Name); err != nil {
-			if errors.Is(err, ErrDeposed) {
+			if errors.Is(err, core.ErrDeposed) {
 				return err
 			}
 			t.log.Warn("retention: delete job", "job", id, "err", err)
@@ -82,19 +83,19 @@ func (t *lifecycle) expire(ctx context.Context) error {
 		}
 		deleted++
 		t.log.Info("expired job deleted", "job", id, "state", state, "ended", at)
-		t.emit(Event{Kind: EventJobDeleted, Epoch: t.epoch, Job: id, State: string(state)})
+		t.emit(core.Event{Kind: core.EventJobDeleted, Epoch: t.fence.Epoch, Job: id, State: string(state)})
 	}
 	return nil
 }
 
 // jobStore is the leader's door to jobstore, where a job's life in storage is written once:
 // its deletes fenced as its checkpoints are, its retries queued after a backoff.
-func (t *lifecycle) jobStore() *jobstore.Jobs {
-	return &jobstore.Jobs{Store: t.store, Delay: t.queue, Purge: t.bus, Fence: t.fenced}
+func (t *Lifecycle) jobStore() *jobstore.Jobs {
+	return &jobstore.Jobs{Store: t.store, Delay: t.queue, Purge: t.bus, Fence: t.fence.Fenced}
 }
 
 // markEnded stores the ended marker of the job of terminal checkpoint cp.
-func (t *lifecycle) markEnded(ctx context.Context, cp *protocol.Checkpoint) error {
+func (t *Lifecycle) MarkEnded(ctx context.Context, cp *protocol.Checkpoint) error {
 	at := cp.UpdatedAt
 	if cp.FinishedAt != nil {
 		at = *cp.FinishedAt

@@ -1,4 +1,4 @@
-package coordinator
+package core
 
 import (
 	"cmp"
@@ -120,7 +120,9 @@ type Config struct {
 	// keepResultMax: a succeeded job whose final checkpoint holds at most this many bytes of
 	// result and done set keeps them there after its result copy is stored (result.go). 0:
 	// defaultKeepResultMax; negative: always dropped (tests of the rewrite).
-	keepResultMax int
+	// KeepResultMax: a final checkpoint keeps a succeeded job's result up to this many bytes
+	// (0: 4 KiB; below 0: none). For tests.
+	KeepResultMax int
 }
 
 // DefaultConfig returns the defaults.
@@ -135,8 +137,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// withDefaults sets every zero field to its default: the one place defaults are applied.
-func (c Config) withDefaults() Config {
+// WithDefaults sets every zero field to its default: the one place defaults are applied.
+func (c Config) WithDefaults() Config {
 	d := DefaultConfig()
 	c.CheckpointInterval = cmp.Or(c.CheckpointInterval, d.CheckpointInterval)
 	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, d.CheckpointEvery)
@@ -173,12 +175,19 @@ func (c Config) withDefaults() Config {
 }
 
 // ErrInvalidConfig is matched by every error Validate returns.
+// DefaultPartitions is a keyed job's partition count when neither the job nor the cluster
+// chooses one.
+const DefaultPartitions = 8
+
+// ErrRetryClaim: a checkpoint was changed by an older epoch; re-read it.
+var ErrRetryClaim = errors.New("checkpoint changed by an older epoch; re-read")
+
 var ErrInvalidConfig = errors.New("coordinator: invalid config")
 
 // Validate reports every impossible setting and what to change (zero fields are valid: they
 // take their defaults).
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	var probs []string
 	add := func(format string, args ...any) { probs = append(probs, fmt.Sprintf(format, args...)) }
 	if c.CheckpointInterval < time.Millisecond || c.CheckpointInterval > time.Minute {

@@ -1,12 +1,16 @@
-package coordinator
+package schedule
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/coordinator/core"
+	"github.com/mapagg/mapagg/internal/coordinator/fence"
+	"github.com/mapagg/mapagg/internal/coordinator/jobread"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/store"
 )
@@ -32,29 +36,28 @@ const (
 	// not hold the others.
 	maxTicksPerPass = 16
 	// tickKeep is how long tick markers are kept after their tick (the job id guards older ones).
-	// maxMissedCount bounds the missed ticks counted one by one after a long outage.
-	maxMissedCount = 100_000
+	// MaxMissedCount bounds the missed ticks counted one by one after a long outage.
+	MaxMissedCount = 100_000
 	tickKeep       = time.Hour
 	pruneEvery     = time.Minute
 )
 
-// scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
-type scheduler struct {
-	*fence
-	reporter
-	cfg    Config
-	store  Store
-	reader jobReader // the state of a schedule's last job
+// Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
+type Scheduler struct {
+	fence  *fence.Fence
+	log    *slog.Logger
+	emit   func(core.Event)
+	cfg    core.Config
+	store  core.Store
+	reader jobread.Reader // the state of a schedule's last job
 	submit submitter
 	states map[string]*schedState
 }
 
 // submitter queues a job whose spec is stored (intake).
 type submitter interface {
-	enqueue(ctx context.Context, id string) error
+	Enqueue(ctx context.Context, id string) error
 }
-
-var _ submitter = (*intake)(nil)
 
 type schedState struct {
 	st        protocol.ScheduleState
@@ -62,12 +65,12 @@ type schedState struct {
 	lastPrune time.Time
 }
 
-// run fires schedule ticks until ctx ends. It returns ErrDeposed when it finds a newer term's
+// run fires schedule ticks until ctx ends. It returns core.ErrDeposed when it finds a newer term's
 // writes.
-func (s *scheduler) run(ctx context.Context) error {
+func (s *Scheduler) Run(ctx context.Context) error {
 	for {
 		next, err := s.pass(ctx)
-		if errors.Is(err, ErrDeposed) {
+		if errors.Is(err, core.ErrDeposed) {
 			return err
 		}
 		if err != nil && ctx.Err() == nil {
@@ -86,7 +89,7 @@ func (s *scheduler) run(ctx context.Context) error {
 }
 
 // pass reads every schedule and fires its due ticks. It returns the earliest next tick.
-func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
+func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	blobs, err := s.store.List(ctx, protocol.ScheduleDefsPrefix)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
@@ -118,7 +121,7 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 			continue
 		}
 		next, err := s.fire(ctx, def)
-		if errors.Is(err, ErrDeposed) {
+		if errors.Is(err, core.ErrDeposed) {
 			return earliest, err
 		}
 		if errors.Is(err, errStateReloaded) {
@@ -141,7 +144,7 @@ func (s *scheduler) pass(ctx context.Context) (time.Time, error) {
 }
 
 // state returns def's state: this term's copy, or the stored one (read once a term).
-func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
+func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
 	if ss, ok := s.states[def.Name]; ok && ss.st.UID == def.UID {
 		// The stored state must still be the one this term wrote. A storage rollback (or a late
 		// write of an older term) changes it, and the term then goes on from what is stored. So
@@ -170,7 +173,7 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 			s.log.Warn("unreadable schedule state replaced", "schedule", def.Name, "err", err)
 			break
 		}
-		if err := s.fencedBy(st.WriterEpoch, st.WriterTerm, "the state of schedule "+def.Name); err != nil {
+		if err := s.fence.FencedBy(st.WriterEpoch, st.WriterTerm, "the state of schedule "+def.Name); err != nil {
 			return nil, err
 		}
 		if st.UID == def.UID {
@@ -182,7 +185,7 @@ func (s *scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 }
 
 // fire handles def's due ticks (at most maxTicksPerPass) and returns its next tick.
-func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time, error) {
+func (s *Scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time, error) {
 	ss, err := s.state(ctx, def)
 	if err != nil {
 		return time.Time{}, err
@@ -218,7 +221,7 @@ func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 			// Missed by more than the catch-up window: counted, not fired.
 			n, last := int64(0), tick
 			for k := tick; !k.IsZero() && k.Before(edge); k = def.Next(k) {
-				if n == maxMissedCount {
+				if n == MaxMissedCount {
 					last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
 					break
 				}
@@ -256,7 +259,7 @@ func (s *scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 
 // overlap handles tick while the schedule's previous job runs: buffered (queue, if none is
 // yet) or skipped.
-func (s *scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
+func (s *Scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
 	st := &ss.st
 	if def.Overlap == protocol.OverlapQueue && st.Buffered == nil {
 		st.Buffered, st.LastTick = &tick, &tick
@@ -273,12 +276,12 @@ func (s *scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *sch
 	st.Skipped++
 	st.LastTick = &tick
 	s.log.Info("schedule tick skipped: the previous job still runs", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
-	s.emit(Event{Kind: EventTickSkipped, Epoch: s.epoch, Job: st.LastJob})
+	s.emit(core.Event{Kind: core.EventTickSkipped, Epoch: s.fence.Epoch, Job: st.LastJob})
 	return s.save(ctx, ss)
 }
 
 // make fires tick: claims it, writes the job's spec and queues the job.
-func (s *scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
+func (s *Scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
 	job, err := s.claim(ctx, def, tick, protocol.TickJobID(def.Name, def.UID, tick))
 	if err != nil {
 		return err
@@ -296,7 +299,7 @@ func (s *scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedS
 }
 
 // made creates job for tick (idempotent) and records it in the state.
-func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time, job string) error {
+func (s *Scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time, job string) error {
 	created, err := s.create(ctx, def, tick, job)
 	if err != nil {
 		return err
@@ -312,15 +315,15 @@ func (s *scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedS
 	st.Fired++
 	if created {
 		s.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
-		s.emit(Event{Kind: EventTickFired, Epoch: s.epoch, Job: job})
+		s.emit(core.Event{Kind: core.EventTickFired, Epoch: s.fence.Epoch, Job: job})
 	}
 	return s.save(ctx, ss)
 }
 
 // claim creates tick's marker with this term's decision (job, or "" to skip) and returns the
 // decision that stands: this term's, or an earlier term's. A newer term's marker deposes this one.
-func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (string, error) {
-	m := protocol.TickMarker{Schedule: def.Name, UID: def.UID, Tick: tick.UTC(), Job: job, Epoch: s.epoch, Term: s.id}
+func (s *Scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (string, error) {
+	m := protocol.TickMarker{Schedule: def.Name, UID: def.UID, Tick: tick.UTC(), Job: job, Epoch: s.fence.Epoch, Term: s.fence.ID}
 	data, err := m.Encode()
 	if err != nil {
 		return "", err
@@ -342,8 +345,8 @@ func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time
 		s.log.Warn("unreadable tick marker: the tick's job is made (its id is fixed)", "marker", name, "err", err)
 		return protocol.TickJobID(def.Name, def.UID, tick), nil
 	}
-	if old.Epoch != s.epoch || old.Term != s.id {
-		if err := s.fencedBy(old.Epoch, old.Term, "tick "+tick.UTC().Format(time.RFC3339)+" of schedule "+def.Name); err != nil {
+	if old.Epoch != s.fence.Epoch || old.Term != s.fence.ID {
+		if err := s.fence.FencedBy(old.Epoch, old.Term, "tick "+tick.UTC().Format(time.RFC3339)+" of schedule "+def.Name); err != nil {
 			return "", err
 		}
 	}
@@ -355,7 +358,7 @@ func (s *scheduler) claim(ctx context.Context, def *protocol.Schedule, tick time
 
 // create writes the spec of job, and of each later step of def's chain, and queues them. It
 // reports whether job's spec was written here.
-func (s *scheduler) create(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (bool, error) {
+func (s *Scheduler) create(ctx context.Context, def *protocol.Schedule, tick time.Time, job string) (bool, error) {
 	tk := tick.UTC()
 	now := s.cfg.Now().UTC()
 	created, err := s.createJob(ctx, &protocol.Spec{ID: job, Type: def.Type, Params: def.Params, SubmittedAt: now, Schedule: def.Name, Tick: &tk})
@@ -391,7 +394,7 @@ func lastJob(def *protocol.Schedule, job string) string {
 // createJob writes spec (If-None-Match) and queues it. A spec already there is the tick's, made
 // by this or an earlier term: it is queued again only if it has not started (a duplicate message
 // is harmless, intake plans a job once).
-func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, error) {
+func (s *Scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, error) {
 	job := spec.ID
 	data, err := spec.Encode()
 	if err != nil {
@@ -408,7 +411,7 @@ func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 	} else if err != nil {
 		return false, fmt.Errorf("write spec of %s: %w", job, err)
 	}
-	if err := s.submit.enqueue(ctx, job); err != nil {
+	if err := s.submit.Enqueue(ctx, job); err != nil {
 		return false, fmt.Errorf("queue %s: %w", job, err)
 	}
 	return created, nil
@@ -416,8 +419,8 @@ func (s *scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 
 // save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
 // again (errStateReloaded); a newer term's deposes this one.
-func (s *scheduler) save(ctx context.Context, ss *schedState) error {
-	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = s.epoch, s.id, s.cfg.Now().UTC()
+func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
+	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = s.fence.Epoch, s.fence.ID, s.cfg.Now().UTC()
 	data, err := ss.st.Encode()
 	if err != nil {
 		return err
@@ -447,11 +450,11 @@ var errStateReloaded = errors.New("schedule state changed in storage; read again
 
 // running reports whether job (the schedule's last) has not ended. It reads markers, not the
 // job's checkpoint, unless neither says.
-func (s *scheduler) running(ctx context.Context, job string) (bool, error) {
+func (s *Scheduler) running(ctx context.Context, job string) (bool, error) {
 	if job == "" {
 		return false, nil
 	}
-	state, err := s.reader.jobState(ctx, job)
+	state, err := s.reader.JobState(ctx, job)
 	if err != nil {
 		return false, err
 	}
@@ -459,7 +462,7 @@ func (s *scheduler) running(ctx context.Context, job string) (bool, error) {
 }
 
 // prune deletes def's tick markers older than tickKeep, at most once a pruneEvery.
-func (s *scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *schedState) {
+func (s *Scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *schedState) {
 	if time.Since(ss.lastPrune) < pruneEvery || ss.st.LastTick == nil {
 		return
 	}
@@ -476,4 +479,9 @@ func (s *scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *sched
 			_ = s.store.Delete(ctx, m.Name)
 		}
 	}
+}
+
+// New returns the scheduler of a term: its writes fenced by f, its jobs queued through submit.
+func New(f *fence.Fence, log *slog.Logger, emit func(core.Event), cfg core.Config, st core.Store, reader jobread.Reader, submit submitter) *Scheduler {
+	return &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}}
 }

@@ -1,4 +1,4 @@
-package coordinator
+package lifecycle
 
 import (
 	"cmp"
@@ -25,15 +25,15 @@ const defaultKeepResultMax = 4 << 10
 // Dropping it would save at most 4 KiB of storage for one more write on every tiny job's path,
 // and storage requests, not bytes, bound how many tiny jobs a second the cluster takes in (issue
 // 24: about 10 requests a job).
-func (t *lifecycle) dropResult(ctx context.Context, cp *protocol.Checkpoint, here endedHere) {
+func (t *Lifecycle) dropResult(ctx context.Context, cp *protocol.Checkpoint, here Ended) {
 	if len(cp.Result) == 0 {
 		return
 	}
-	if limit := cmp.Or(t.cfg.keepResultMax, defaultKeepResultMax); len(cp.Result)+len(cp.Done)+len(cp.Aggregate) <= limit {
+	if limit := cmp.Or(t.cfg.KeepResultMax, defaultKeepResultMax); len(cp.Result)+len(cp.Done)+len(cp.Aggregate) <= limit {
 		return
 	}
 	name := protocol.CheckpointBlob(cp.Job)
-	p := store.Props{ETag: here.etag, Meta: here.meta}
+	p := store.Props{ETag: here.ETag, Meta: here.Meta}
 	if p.ETag == "" {
 		var err error
 		if p, err = t.store.Props(ctx, name); err != nil {
