@@ -3,13 +3,20 @@ package shuffle
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
+
+// benchTaskMemory is a keyed task's default budget on a worker (worker.DefaultTaskMemory).
+const benchTaskMemory = 8 << 20
 
 type discardCloser struct{}
 
@@ -125,6 +132,54 @@ func BenchmarkMapBuffer_Budget(b *testing.B) {
 				buf.Close()
 			}
 			b.ReportMetric(float64(stats.Spills), "spills")
+			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
+		})
+	}
+}
+
+// wordShard is an 8 MiB text of words over a vocabulary of distinct ("w" and a base-36 number,
+// as the keyed bench's corpus), spread evenly, 12 a line.
+func wordShard(distinct int) []byte {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var buf bytes.Buffer
+	for n := 0; buf.Len() < 8<<20; n++ {
+		buf.WriteByte('w')
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), int64(rng.IntN(distinct)), 36))
+		if n%12 == 11 {
+			buf.WriteByte('\n')
+		} else {
+			buf.WriteByte(' ')
+		}
+	}
+	return buf.Bytes()
+}
+
+// BenchmarkMapTask_Wordcount: one map task of the built-in keyed wordcount over an 8 MiB shard
+// (its default), through Map with a worker's default task budget, into 16 partition runs. The
+// user's Map (scanning words) should be most of it.
+func BenchmarkMapTask_Wordcount(b *testing.B) {
+	for _, distinct := range []int{50_000, 5_000_000} {
+		b.Run(fmt.Sprintf("%dk-distinct", distinct/1000), func(b *testing.B) {
+			env := jobstest.NewEnv()
+			data := wordShard(distinct)
+			env.Put("texts", "in/0", data)
+			params := `{"container":"texts","output":"blob","shard_bytes":16777216}`
+			job := builtin.Wordcount{}.Keyed()
+			shards, err := job.Split(context.Background(), env, json.RawMessage(params))
+			if err != nil || len(shards) != 1 {
+				b.Fatal(len(shards), err)
+			}
+			b.SetBytes(int64(len(data)))
+			var stats MapStats
+			for b.Loop() {
+				cfg := MapConfig{Partitions: 16, MemoryBytes: benchTaskMemory, TempDir: b.TempDir()}
+				stats, err = Map(context.Background(), job, env, jobs.Task{Shard: shards[0]}, func(int) (io.WriteCloser, error) { return discardCloser{}, nil }, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(stats.Spills), "spills")
+			b.ReportMetric(float64(stats.RunBytes)/float64(len(data)), "run/input")
 			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
 		})
 	}
