@@ -2,9 +2,12 @@ package shuffle
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -134,4 +137,43 @@ func FuzzRunReader(f *testing.F) {
 			t.Fatalf("rewritten run: %d records, %v", len(recs), err)
 		}
 	})
+}
+
+// sortEntries orders as the comparison it replaces: partition, then key bytes, for keys
+// shorter than, as long as and longer than the 8-byte prefix, with shared prefixes.
+func TestSortEntries_MatchesComparisonSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 1, 5, 63, 64, 65, 1000, 20000} {
+		for _, parts := range []int{1, 3, 300} {
+			var arena []byte
+			es := make([]entry, n)
+			for i := range es {
+				k := []byte(fmt.Sprintf("%0*d", rng.IntN(12), rng.IntN(50)))
+				if rng.IntN(3) == 0 {
+					k = append([]byte("shared-prefix-"), k...)
+				}
+				if rng.IntN(5) == 0 {
+					k = append(k, 0, byte(rng.IntN(256)))
+				}
+				h := keyHash(k)
+				es[i] = entry{prefix: keyPrefix(k), part: uint32(h % uint64(parts)), koff: uint32(len(arena)), klen: uint32(len(k))}
+				arena = append(arena, k...)
+			}
+			want := slices.Clone(es)
+			slices.SortStableFunc(want, func(x, y entry) int {
+				if c := cmp.Compare(x.part, y.part); c != 0 {
+					return c
+				}
+				return bytes.Compare(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen])
+			})
+			sortEntries(es, arena, parts)
+			for i := range es {
+				x, y := es[i], want[i]
+				if x.part != y.part || !bytes.Equal(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen]) {
+					t.Fatalf("n %d, %d partitions: entry %d is %q of partition %d, want %q of %d", n, parts, i,
+						arena[x.koff:x.koff+x.klen], x.part, arena[y.koff:y.koff+y.klen], y.part)
+				}
+			}
+		}
+	}
 }
