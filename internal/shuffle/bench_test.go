@@ -16,7 +16,7 @@ import (
 	"github.com/mapagg/mapagg/jobs/jobstest"
 )
 
-// benchTaskMemory is a keyed task's default budget on a worker (worker.DefaultTaskMemory).
+// benchTaskMemory is a keyed task's default budget on a 2-core worker (worker.DefaultMemoryBudget / 2).
 const benchTaskMemory = 8 << 20
 
 type discardCloser struct{}
@@ -159,7 +159,7 @@ func wordShard(distinct int) []byte {
 // (its default), through Map with a worker's default task budget, into 16 partition runs. The
 // user's Map (scanning words) should be most of it.
 func BenchmarkMapTask_Wordcount(b *testing.B) {
-	for _, distinct := range []int{0, 50_000, 5_000_000} {
+	for _, distinct := range []int{0, 50_000, 500_000, 5_000_000} {
 		name := fmt.Sprintf("%dk-distinct", distinct/1000)
 		if distinct == 0 {
 			name = "map-only"
