@@ -54,9 +54,10 @@ func (c MapConfig) Validate() error {
 	return nil
 }
 
-// fanIn is how many runs a merge reads at once within budget bytes.
+// fanIn is how many runs a merge reads at once within budget bytes (a reduce's given runs are
+// prefetched: that is counted too).
 func fanIn(budget int64, blockBytes int) int {
-	perReader := int64(readBufferBytes + 2*blockBytes + 1024)
+	perReader := int64(readBufferBytes + 2*blockBytes + 1024 + prefetchBytes)
 	return int(max(2, budget/perReader))
 }
 

@@ -3,12 +3,14 @@ package shuffle
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"testing/iotest"
 )
 
 // writeRun returns a run of partition p holding n records key%04d -> value.
@@ -176,4 +178,33 @@ func TestSortEntries_MatchesComparisonSort(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A prefetched run reads as the run, ends with its error, and closes early without a leak.
+func TestPrefetch(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 30_000)
+	open := func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	p := prefetch(context.Background(), open)
+	got, err := io.ReadAll(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(data))
+	}
+	p.Close()
+	boom := errors.New("boom")
+	p = prefetch(context.Background(), func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(data[:100_000]), iotest.ErrReader(boom))), nil
+	})
+	if got, err := io.ReadAll(p); !errors.Is(err, boom) || !bytes.Equal(got, data[:100_000]) {
+		t.Fatalf("read %d bytes, %v; want 100000 and boom", len(got), err)
+	}
+	p.Close()
+	p = prefetch(context.Background(), func(context.Context) (io.ReadCloser, error) { return nil, boom })
+	if _, err := p.Read(make([]byte, 10)); !errors.Is(err, boom) {
+		t.Fatalf("open failed: %v", err)
+	}
+	p.Close()
+	// Closed before the end: the goroutine stops.
+	p = prefetch(context.Background(), open)
+	_, _ = p.Read(make([]byte, 10))
+	p.Close()
 }
