@@ -304,3 +304,14 @@ func fuzzValue[V any](t *testing.T, data []byte) {
 		t.Fatalf("%T value %s came back as %s", v, x, y)
 	}
 }
+
+func TestPartitionsFor(t *testing.T) {
+	for _, tt := range []struct{ maps, least, want int }{
+		{1, 8, 8}, {22, 8, 8}, {40, 8, 10}, {41, 8, 11}, {100, 8, 25}, {1000, 1, 250}, {0, 0, 1},
+		{200_000, 8, MaxPartitions}, {MaxShards - 3, 8, 3}, {MaxShards, 8, 1},
+	} {
+		if got := PartitionsFor(tt.maps, tt.least); got != tt.want {
+			t.Errorf("PartitionsFor(%d, %d) = %d, want %d", tt.maps, tt.least, got, tt.want)
+		}
+	}
+}
