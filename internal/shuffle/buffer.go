@@ -574,7 +574,7 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 			}
 		}
 	}()
-	rw, err := NewRunWriter(w, p, b.cfg.BlockBytes)
+	rw, err := NewCompressedRunWriter(w, p, b.cfg.BlockBytes)
 	if err != nil {
 		return err
 	}
