@@ -363,7 +363,9 @@ func splitJobOutput(ctx context.Context, env Env, id string, size int64) ([]Blob
 
 // SplitRecord splits an output record, a line {"key":K,"value":V} as a keyed job's output blobs
 // hold it, into the JSON texts of its key and value (sub-slices of line). It checks the shape, not
-// that K and V are valid JSON: AppendTSVField and json.Unmarshal do.
+// that K and V are valid JSON: AppendTSVField and json.Unmarshal do. A key that was a string of
+// any bytes (AppendJSONString writes bytes that are not UTF-8 as \udc80–\udcff) reads back
+// byte for byte with AppendUnquoted; json.Unmarshal would make such bytes U+FFFD.
 func SplitRecord(line []byte) (key, value []byte, err error) {
 	const head, mid = `{"key":`, `,"value":`
 	if !bytes.HasPrefix(line, []byte(head)) || len(line) < len(head)+len(mid)+3 || line[len(line)-1] != '}' {

@@ -313,8 +313,13 @@ func fastText[T any](t reflect.Type) func([]byte, T) ([]byte, error) {
 	return jsonText[T]
 }
 
-// AppendJSONString appends s as a JSON string, as encoding/json writes it without HTML escaping
-// (invalid UTF-8 becomes U+FFFD).
+// AppendJSONString appends s as a JSON string, as encoding/json writes it without HTML escaping,
+// except for bytes that are not valid UTF-8: encoding/json makes each U+FFFD, which merges
+// distinct keys; here a byte 0x80–0xFF that is not part of a valid UTF-8 sequence is written
+// as the escape of a lone low surrogate, \udc80–\udcff (Python's "surrogateescape", PEP 383).
+// No valid UTF-8 text holds a surrogate, so every distinct s gives a distinct JSON text, and
+// AppendUnquoted gives back s byte for byte (Python: json.loads, then
+// .encode("utf-8", "surrogateescape")). A strict JSON decoder reads such a byte as U+FFFD.
 func AppendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
@@ -346,7 +351,7 @@ func AppendJSONString(dst []byte, s string) []byte {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && n == 1 {
 			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
+			dst = append(dst, '\\', 'u', 'd', 'c', hex[b>>4], hex[b&0xF])
 			i += n
 			start = i
 			continue
@@ -365,18 +370,20 @@ func AppendJSONString(dst []byte, s string) []byte {
 }
 
 // AppendTSVField appends JSON text j as a field of a key<TAB>value output line: a string
-// without its quotes, with \t \n \r and \\ escaped; anything else as compact JSON.
+// without its quotes, with \t \n \r and \\ escaped; anything else as compact JSON. A string's
+// bytes are written as they are, those that are not UTF-8 included: a string that
+// AppendJSONString wrote comes out byte for byte (AppendUnquoted), and ParseTSVField reads it
+// back.
 func AppendTSVField(dst, j []byte) ([]byte, error) {
 	if len(j) < 2 || j[0] != '"' {
 		return AppendCompactJSON(dst, j)
 	}
 	s := j[1 : len(j)-1]
 	if bytes.IndexByte(s, '\\') >= 0 || !json.Valid(j) {
-		var str string
-		if err := json.Unmarshal(j, &str); err != nil {
+		var err error
+		if s, err = AppendUnquoted(nil, j); err != nil {
 			return dst, fmt.Errorf("output record is not JSON: %w", err)
 		}
-		s = []byte(str)
 	}
 	for _, c := range s {
 		switch c {
@@ -409,4 +416,120 @@ func AppendCompactJSON(dst, j []byte) ([]byte, error) {
 		return append(dst, buf.Bytes()...), nil
 	}
 	return append(dst, j...), nil
+}
+
+// AppendUnquoted appends the bytes of the JSON string j (with its quotes), the inverse of
+// AppendJSONString: escapes are resolved, a \udc80–\udcff that is not the second half of a
+// surrogate pair is the byte 0x80–0xFF, any other lone surrogate is U+FFFD (as encoding/json
+// reads it), and raw bytes between the quotes are kept as they are. It refuses j if it is not
+// one JSON string.
+func AppendUnquoted(dst, j []byte) ([]byte, error) {
+	if len(j) < 2 || j[0] != '"' || j[len(j)-1] != '"' {
+		return dst, fmt.Errorf("not a JSON string: %.40q", j)
+	}
+	s := j[1 : len(j)-1]
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == '"' || c < 0x20:
+			return dst, fmt.Errorf("not a JSON string: byte %#x at %d of %.40q", c, i+1, j)
+		case c != '\\':
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		if i+1 >= len(s) {
+			return dst, fmt.Errorf("not a JSON string: a lone backslash at the end of %.40q", j)
+		}
+		switch e := s[i+1]; e {
+		case '"', '\\', '/':
+			dst = append(dst, e)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s[i+2:])
+			if !ok {
+				return dst, fmt.Errorf("not a JSON string: bad \\u escape at %d of %.40q", i+1, j)
+			}
+			i += 6
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				if len(s) >= i+6 && s[i] == '\\' && s[i+1] == 'u' {
+					if lo, ok := hex4(s[i+2:]); ok && lo >= 0xDC00 && lo < 0xE000 {
+						dst = utf8.AppendRune(dst, 0x10000+(r-0xD800)<<10+(lo-0xDC00))
+						i += 6
+						continue
+					}
+				}
+				dst = utf8.AppendRune(dst, utf8.RuneError)
+			case r >= 0xDC80 && r < 0xDD00:
+				dst = append(dst, byte(r-0xDC00))
+			default:
+				dst = utf8.AppendRune(dst, r) // a lone surrogate is U+FFFD
+			}
+			continue
+		default:
+			return dst, fmt.Errorf("not a JSON string: escape \\%c at %d of %.40q", e, i+1, j)
+		}
+		i += 2
+	}
+	return dst, nil
+}
+
+// hex4 decodes the 4 hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// ParseTSVField appends the bytes of a field of a key<TAB>value line as AppendTSVField writes a
+// string: \t \n \r and \\ unescaped, every other byte as it is. It refuses any other escape.
+func ParseTSVField(dst, field []byte) ([]byte, error) {
+	for i := 0; i < len(field); i++ {
+		c := field[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			continue
+		}
+		if i+1 == len(field) {
+			return dst, errors.New("TSV field ends with a lone backslash")
+		}
+		i++
+		switch field[i] {
+		case 't':
+			dst = append(dst, '\t')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case '\\':
+			dst = append(dst, '\\')
+		default:
+			return dst, fmt.Errorf("TSV field has escape \\%c: only \\t \\n \\r and \\\\ are", field[i])
+		}
+	}
+	return dst, nil
 }

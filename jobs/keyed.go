@@ -50,6 +50,23 @@ const (
 	MaxValueBytes = 16 << 20
 )
 
+// MapTasksPerPartition is how many map tasks' worth of runs a reduce partition gets when the
+// partition count follows the input (PartitionsFor).
+const MapTasksPerPartition = 4
+
+// PartitionsFor is the partition count of a keyed job that does not choose one, given its map
+// tasks (its input's size in shards) and the cluster's default (least): one partition for every
+// MapTasksPerPartition map tasks, never fewer than least, at most MaxPartitions and leaving room
+// for the map tasks within MaxShards. A reduce merges a run of every map task, so its input
+// grows with the input divided by the partitions: a fixed count made a big input's reduce tasks
+// long, few and exposed to every slow read. Dividing by a constant keeps a reduce's input near
+// MapTasksPerPartition shards whatever the size, and the run reads (one a map task and
+// partition) at S²/MapTasksPerPartition.
+func PartitionsFor(mapTasks, least int) int {
+	p := max(least, (mapTasks+MapTasksPerPartition-1)/MapTasksPerPartition, 1)
+	return max(1, min(p, MaxPartitions, MaxShards-mapTasks))
+}
+
 // ErrBadRecord is matched by errors about a key or value that cannot be decoded: a corrupt or
 // foreign intermediate.
 var ErrBadRecord = errors.New("bad key or value")

@@ -77,7 +77,7 @@ type Config struct {
 	// Concurrency is the number of shards processed at once. Default the number of CPUs. --concurrency.
 	Concurrency int
 	// MemoryBudget is the memory of keyed tasks on this worker, shared by its running tasks.
-	// Default worker.DefaultTaskMemory × Concurrency (8 MiB a slot). --memory-budget.
+	// Default worker.DefaultMemoryBudget (an eighth of the machine's memory, at most 128 MiB). --memory-budget.
 	MemoryBudget int64
 	// Partitions is a keyed job's partition count when the job does not choose (the leader's
 	// setting counts). Default coordinator.DefaultPartitions (8). --partitions.

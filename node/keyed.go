@@ -12,8 +12,8 @@ import (
 // registerKeyedFlags adds the keyed jobs' settings: the memory of keyed tasks and the default
 // partition count.
 func registerKeyedFlags(fs *flagSet, c *Config) {
-	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default 8MiB × --concurrency)")
-	fs.IntVar(&c.Partitions, "partitions", 0, "reduce partitions (output blobs) of a keyed job that does not choose, 1 to 10000 (default 8; the leader's setting counts)")
+	fs.Var((*byteSize)(&c.MemoryBudget), "memory-budget", "memory of keyed tasks (map buffers, reduce merges), shared by the running tasks; beyond it they spill to local disk: bytes, or with KiB, MiB, GiB (default an eighth of the machine's memory or cgroup limit, at most 128MiB, at least 8MiB × --concurrency)")
+	fs.IntVar(&c.Partitions, "partitions", 0, "least reduce partitions (output blobs) of a keyed job that does not choose, 1 to 10000; a bigger input gets one for every 4 map tasks (default 8; the leader's setting counts)")
 }
 
 // byteSize is a flag of bytes: a number, optionally with a unit (KiB, MiB, GiB, or KB, MB, GB

@@ -183,12 +183,12 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 	if err := j.call("partitions", func() (err error) { parts, err = kj.Partitions(spec.Params); return err }); err != nil {
 		return err
 	}
-	if parts == 0 {
-		parts = env.partitions
-	}
 	var shards [][]byte
 	if err := j.call("split", func() (err error) { shards, err = kj.Split(ctx, env.env, spec.Params); return err }); err != nil {
 		return core.WrapOp("split", err)
+	}
+	if parts == 0 {
+		parts = jobs.PartitionsFor(len(shards), env.partitions) // follows the input, the cluster's default at least
 	}
 	if len(shards)+parts > jobs.MaxShards {
 		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)

@@ -3,13 +3,21 @@ package shuffle
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
+	"syscall"
 	"testing"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/jobs/jobstest"
 )
+
+// benchTaskMemory is a keyed task's default budget on a 2-core worker (worker.DefaultMemoryBudget / 2).
+const benchTaskMemory = 8 << 20
 
 type discardCloser struct{}
 
@@ -128,4 +136,77 @@ func BenchmarkMapBuffer_Budget(b *testing.B) {
 			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
 		})
 	}
+}
+
+// wordShard is an 8 MiB text of words over a vocabulary of distinct ("w" and a base-36 number,
+// as the keyed bench's corpus), spread evenly, 12 a line.
+func wordShard(distinct int) []byte {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var buf bytes.Buffer
+	for n := 0; buf.Len() < 8<<20; n++ {
+		buf.WriteByte('w')
+		buf.Write(strconv.AppendInt(buf.AvailableBuffer(), int64(rng.IntN(distinct)), 36))
+		if n%12 == 11 {
+			buf.WriteByte('\n')
+		} else {
+			buf.WriteByte(' ')
+		}
+	}
+	return buf.Bytes()
+}
+
+// BenchmarkMapTask_Wordcount: one map task of the built-in keyed wordcount over an 8 MiB shard
+// (its default), through Map with a worker's default task budget, into 16 partition runs. The
+// user's Map (scanning words) should be most of it.
+func BenchmarkMapTask_Wordcount(b *testing.B) {
+	for _, distinct := range []int{0, 50_000, 500_000, 5_000_000} {
+		name := fmt.Sprintf("%dk-distinct", distinct/1000)
+		if distinct == 0 {
+			name = "map-only"
+		}
+		b.Run(name, func(b *testing.B) {
+			env := jobstest.NewEnv()
+			data := wordShard(max(distinct, 50_000))
+			env.Put("texts", "in/0", data)
+			params := `{"container":"texts","output":"blob","shard_bytes":16777216}`
+			job := builtin.Wordcount{}.Keyed()
+			shards, err := job.Split(context.Background(), env, json.RawMessage(params))
+			if err != nil || len(shards) != 1 {
+				b.Fatal(len(shards), err)
+			}
+			b.SetBytes(int64(len(data)))
+			if distinct == 0 {
+				// The user's Map alone, emitting into nothing: the floor of a map task.
+				cpu0 := cpuSeconds()
+				for b.Loop() {
+					if err := job.Map(context.Background(), env, jobs.Task{Shard: shards[0]}, func(k, v []byte) error { return nil }); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+				return
+			}
+			var stats MapStats
+			cpu0 := cpuSeconds()
+			for b.Loop() {
+				cfg := MapConfig{Partitions: 16, MemoryBytes: benchTaskMemory, TempDir: b.TempDir()}
+				stats, err = Map(context.Background(), job, env, jobs.Task{Shard: shards[0]}, func(int) (io.WriteCloser, error) { return discardCloser{}, nil }, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(stats.Spills), "spills")
+			b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
+			b.ReportMetric(float64(stats.RunBytes)/float64(len(data)), "run/input")
+			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
+		})
+	}
+}
+
+// cpuSeconds is the CPU time of this process so far (user and system): on a shared box the
+// wall time of a benchmark says more about the neighbours than about the code.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }

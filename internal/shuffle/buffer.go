@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sync"
 
 	"github.com/mapagg/mapagg/jobs"
@@ -55,9 +54,10 @@ func (c MapConfig) Validate() error {
 	return nil
 }
 
-// fanIn is how many runs a merge reads at once within budget bytes.
+// fanIn is how many runs a merge reads at once within budget bytes (a reduce's given runs are
+// prefetched: that is counted too).
 func fanIn(budget int64, blockBytes int) int {
-	perReader := int64(readBufferBytes + 2*blockBytes + 1024)
+	perReader := int64(readBufferBytes + 2*blockBytes + 1024 + prefetchBytes)
 	return int(max(2, budget/perReader))
 }
 
@@ -87,12 +87,19 @@ const entryBytes = 32
 // jobs.PartitionOf, combines the values of a key already buffered (when the job has a combiner),
 // and sorts and spills to a local file when the budget is full. Finish writes one sorted run
 // per partition. A MapBuffer is used by one goroutine.
+//
+// Without a combiner, entries is the pairs in the order added. With one, entries is itself an
+// open-addressing hash table (linear probing, a power of two long, at most 3/4 full; a slot
+// with koff 0 is empty, the arena's first byte being kept unused): finding a key reads one slot
+// and, for a key of at most 8 bytes, nothing else (the prefix and the length are the key),
+// where an index of entry numbers read the index, the entry and the arena. Before a sort, the
+// used slots are moved to the front (dense).
 type MapBuffer struct {
 	cfg     MapConfig
 	combine func(dst, a, b []byte) ([]byte, error)
 	arena   []byte
 	entries []entry
-	table   []uint32 // open addressing: entry index + 1, 0 empty; combining only
+	used    int // combining: occupied slots of entries
 	scratch []byte
 	spills  []*spillFile
 	temp    tempFiles
@@ -109,15 +116,26 @@ func NewMapBuffer(cfg MapConfig, combine func(dst, a, b []byte) ([]byte, error))
 	}
 	b := &MapBuffer{cfg: cfg, combine: combine, temp: tempFiles{dir: cfg.TempDir}}
 	if m, _ := bufferPool.Get().(*bufferMem); m != nil {
-		if combine == nil {
-			m.table = nil
-		}
-		if int64(cap(m.arena))+int64(cap(m.entries))*entryBytes+int64(len(m.table))*4 <= cfg.MemoryBytes-b.spillReserve() {
-			b.arena, b.entries, b.table = m.arena[:0], m.entries[:0], m.table
-			clear(b.table)
+		if int64(cap(m.arena))+int64(cap(m.entries))*entryBytes <= cfg.MemoryBytes-b.spillReserve() {
+			b.arena, b.entries = m.arena[:0], m.entries[:0]
+			if combine != nil && cap(b.entries)&(cap(b.entries)-1) != 0 {
+				b.entries = nil // a table is a power of two long
+			}
 		}
 	}
+	b.reset()
 	return b, nil
+}
+
+// reset empties the buffer, keeping its memory.
+func (b *MapBuffer) reset() {
+	b.arena, b.entries = b.arena[:0], b.entries[:0]
+	if b.combine != nil {
+		b.arena = append(b.arena, 0) // koff 0 marks an empty slot
+		b.entries = b.entries[:cap(b.entries)]
+		clear(b.entries)
+		b.used = 0
+	}
 }
 
 // bufferPool keeps the memory of closed map buffers for the next task. A worker runs task after
@@ -125,11 +143,10 @@ func NewMapBuffer(cfg MapConfig, combine func(dst, a, b []byte) ([]byte, error))
 // worker's heap peak higher than a few long ones. sync.Pool drops what two collections find idle.
 var bufferPool sync.Pool // of *bufferMem
 
-// bufferMem is a closed buffer's memory: empty, the index's slots not yet cleared.
+// bufferMem is a closed buffer's memory: empty, the table's slots not yet cleared.
 type bufferMem struct {
 	arena   []byte
 	entries []entry
-	table   []uint32
 }
 
 // keyHash is jobs.PartitionOf's hash (FNV-1a, 64 bits), computed once per pair for both the
@@ -153,7 +170,7 @@ func keyPrefix(key []byte) uint64 {
 
 // memory is the buffer memory held now.
 func (b *MapBuffer) memory() int64 {
-	return int64(cap(b.arena)) + int64(cap(b.entries))*entryBytes + int64(cap(b.table))*4 + int64(cap(b.scratch))
+	return int64(cap(b.arena)) + int64(cap(b.entries))*entryBytes + int64(cap(b.scratch))
 }
 
 func (b *MapBuffer) notePeak(extra int64) {
@@ -169,97 +186,109 @@ func (b *MapBuffer) Add(key, value []byte) error {
 	h := keyHash(key)
 	part := uint32(h % uint64(b.cfg.Partitions))
 	h32 := uint32(h ^ h>>32)
-	if b.combine != nil {
-		if i := b.lookup(h32, key); i >= 0 {
-			e := &b.entries[i]
-			var err error
-			b.scratch, err = b.combine(b.scratch[:0], b.arena[e.voff:e.voff+e.vlen], value)
-			if err != nil {
+	pfx := keyPrefix(key)
+	if b.combine == nil {
+		if !b.reserve(len(key)+len(value), false) {
+			if err := b.spill(); err != nil {
 				return err
 			}
-			if len(b.scratch) > MaxValueBytes {
-				return fmt.Errorf("combine: a %d-byte value; the limit is %d bytes", len(b.scratch), MaxValueBytes)
-			}
-			if len(b.scratch) <= int(e.vlen) {
-				copy(b.arena[e.voff:], b.scratch)
-				e.vlen = uint32(len(b.scratch))
-				b.stats.Combined++
-				return nil
-			}
-			if b.reserve(len(b.scratch), false) {
-				e = &b.entries[i] // reserve may have moved the entries
-				e.voff, e.vlen = uint32(len(b.arena)), uint32(len(b.scratch))
-				b.arena = append(b.arena, b.scratch...)
-				b.stats.Combined++
-				return nil
-			}
-			// Full: below, the spill takes the buffered value, and value starts the key anew.
+			b.reserve(len(key)+len(value), true)
 		}
+		b.entries = append(b.entries, b.store(pfx, part, h32, key, value))
+		return nil
 	}
-	if !b.reserve(len(key)+len(value), false) {
+	slot, found := b.find(h32, pfx, key)
+	if found {
+		e := &b.entries[slot]
+		var err error
+		b.scratch, err = b.combine(b.scratch[:0], b.arena[e.voff:e.voff+e.vlen], value)
+		if err != nil {
+			return err
+		}
+		if len(b.scratch) > MaxValueBytes {
+			return fmt.Errorf("combine: a %d-byte value; the limit is %d bytes", len(b.scratch), MaxValueBytes)
+		}
+		if len(b.scratch) <= int(e.vlen) {
+			copy(b.arena[e.voff:], b.scratch)
+			e.vlen = uint32(len(b.scratch))
+			b.stats.Combined++
+			return nil
+		}
+		if b.reserveArena(len(b.scratch), false) {
+			e.voff, e.vlen = uint32(len(b.arena)), uint32(len(b.scratch))
+			b.arena = append(b.arena, b.scratch...)
+			b.stats.Combined++
+			return nil
+		}
+		// Full: the spill takes the buffered value, and value starts the key anew.
+	}
+	if size := len(b.entries); !found && b.reserve(len(key)+len(value), false) {
+		if len(b.entries) != size {
+			slot, _ = b.find(h32, pfx, key) // the table grew
+		}
+	} else {
 		if err := b.spill(); err != nil {
 			return err
 		}
 		b.reserve(len(key)+len(value), true)
+		slot, _ = b.find(h32, pfx, key)
 	}
-	e := entry{prefix: keyPrefix(key), part: part, hash: h32, koff: uint32(len(b.arena)), klen: uint32(len(key))}
-	b.arena = append(b.arena, key...)
-	e.voff, e.vlen = uint32(len(b.arena)), uint32(len(value))
-	b.arena = append(b.arena, value...)
-	b.entries = append(b.entries, e)
-	if b.combine != nil {
-		b.insert(uint32(len(b.entries) - 1))
-	}
+	b.entries[slot] = b.store(pfx, part, h32, key, value)
+	b.used++
 	return nil
 }
 
-// lookup finds key in the combining index: its entry index, or -1.
-func (b *MapBuffer) lookup(h uint32, key []byte) int {
-	if len(b.table) == 0 {
-		return -1
+// store copies key and value to the arena (reserved) and returns their entry.
+func (b *MapBuffer) store(pfx uint64, part, h32 uint32, key, value []byte) entry {
+	e := entry{prefix: pfx, part: part, hash: h32, koff: uint32(len(b.arena)), klen: uint32(len(key))}
+	b.arena = append(b.arena, key...)
+	e.voff, e.vlen = uint32(len(b.arena)), uint32(len(value))
+	b.arena = append(b.arena, value...)
+	return e
+}
+
+// find looks key up in the table: its slot and true, or the empty slot where it goes and
+// false. The table must have an empty slot (it is at most 3/4 full), or be empty (then 0).
+func (b *MapBuffer) find(h uint32, pfx uint64, key []byte) (int, bool) {
+	if len(b.entries) == 0 {
+		return 0, false
 	}
-	mask := len(b.table) - 1
+	mask := len(b.entries) - 1
+	short := len(key) <= 8
 	for s := int(h) & mask; ; s = (s + 1) & mask {
-		v := b.table[s]
-		if v == 0 {
-			return -1
+		e := &b.entries[s]
+		if e.koff == 0 {
+			return s, false
 		}
-		e := &b.entries[v-1]
-		if e.hash == h && bytes.Equal(b.arena[e.koff:e.koff+e.klen], key) {
-			return int(v - 1)
-		}
-	}
-}
-
-func (b *MapBuffer) insert(i uint32) {
-	mask := len(b.table) - 1
-	for s := int(b.entries[i].hash) & mask; ; s = (s + 1) & mask {
-		if b.table[s] == 0 {
-			b.table[s] = i + 1
-			return
+		if e.hash == h && e.prefix == pfx && e.klen == uint32(len(key)) &&
+			(short || bytes.Equal(b.arena[e.koff:e.koff+e.klen], key)) {
+			return s, true
 		}
 	}
 }
 
-// reserve makes room for n arena bytes and one entry (and its index slot) within the budget,
-// growing the buffers by doubling. It reports false when the budget is full; force grows anyway
-// (one pair into an empty buffer).
+// reserve makes room for n arena bytes and one entry within the budget, growing the buffers
+// by doubling (with a combiner, the table at 3/4 full). It reports false when the budget is
+// full; force grows anyway (one pair into an empty buffer).
 func (b *MapBuffer) reserve(n int, force bool) bool {
+	if !b.reserveArena(n, force) {
+		return false
+	}
 	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
-	if need := len(b.arena) + n; need > cap(b.arena) {
-		other := int64(cap(b.entries))*entryBytes + int64(cap(b.table))*4
-		c := int64(max(need, 2*cap(b.arena), 64<<10))
-		c = min(c, budget-other)
-		if c < int64(need) {
-			if !force {
-				return false
-			}
-			c = int64(need)
+	if b.combine != nil {
+		if (b.used+1)*4 <= len(b.entries)*3 {
+			return true
 		}
-		b.arena = regrow(b.arena, int(c))
+		size := max(2*len(b.entries), 1024)
+		if int64(cap(b.arena))+int64(size)*entryBytes > budget && !force {
+			return false
+		}
+		b.rehash(size)
+		b.notePeak(0)
+		return true
 	}
 	if len(b.entries) == cap(b.entries) {
-		other := int64(cap(b.arena)) + int64(cap(b.table))*4
+		other := int64(cap(b.arena))
 		c := int64(max(2*cap(b.entries), 1024))
 		c = min(c, (budget-other)/entryBytes)
 		if c <= int64(len(b.entries)) {
@@ -270,18 +299,65 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 		}
 		b.entries = regrow(b.entries, int(c))
 	}
-	if b.combine != nil && (len(b.entries)+1)*4 > len(b.table)*3 {
-		size := max(2*len(b.table), 1024)
-		if int64(cap(b.arena))+int64(cap(b.entries))*entryBytes+int64(size)*4 > budget && !force {
-			return false
-		}
-		b.table = make([]uint32, size)
-		for i := range b.entries {
-			b.insert(uint32(i))
-		}
-	}
 	b.notePeak(0)
 	return true
+}
+
+// reserveArena makes room for n arena bytes within the budget (see reserve).
+func (b *MapBuffer) reserveArena(n int, force bool) bool {
+	need := len(b.arena) + n
+	if need <= cap(b.arena) {
+		return true
+	}
+	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
+	other := int64(cap(b.entries)) * entryBytes
+	if b.combine != nil && (b.used+1)*4 > len(b.entries)*3 {
+		other = int64(max(2*len(b.entries), 1024)) * entryBytes // the table grows next
+	}
+	c := int64(max(need, 2*cap(b.arena), 64<<10))
+	c = min(c, budget-other)
+	if c < int64(need) {
+		if !force {
+			return false
+		}
+		c = int64(need)
+	}
+	b.arena = regrow(b.arena, int(c))
+	b.notePeak(0)
+	return true
+}
+
+// rehash makes the table size slots long (a power of two), moving every entry.
+func (b *MapBuffer) rehash(size int) {
+	old := b.entries
+	b.entries = make([]entry, size)
+	mask := size - 1
+	for i := range old {
+		if old[i].koff == 0 {
+			continue
+		}
+		s := int(old[i].hash) & mask
+		for b.entries[s].koff != 0 {
+			s = (s + 1) & mask
+		}
+		b.entries[s] = old[i]
+	}
+}
+
+// dense moves the table's used slots to the front and cuts entries to them, for a sort; reset
+// makes it a table again.
+func (b *MapBuffer) dense() {
+	if b.combine == nil {
+		return
+	}
+	j := 0
+	for i := range b.entries {
+		if b.entries[i].koff != 0 {
+			b.entries[j] = b.entries[i]
+			j++
+		}
+	}
+	b.entries = b.entries[:j]
 }
 
 // regrow returns s with capacity c exactly (slices.Grow may round up past the budget).
@@ -297,22 +373,16 @@ func (b *MapBuffer) spillReserve() int64 {
 	return spillWriteBuffer + 2*int64(b.cfg.BlockBytes) + MaxKeyBytes
 }
 
-// sort sorts the buffered entries by partition, then key.
+// sort sorts the buffered entries by partition, then key (with a combiner, after making the
+// table dense).
 func (b *MapBuffer) sort() {
-	slices.SortFunc(b.entries, func(x, y entry) int {
-		if c := cmp.Compare(x.part, y.part); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.prefix, y.prefix); c != 0 {
-			return c
-		}
-		return bytes.Compare(b.arena[x.koff:x.koff+x.klen], b.arena[y.koff:y.koff+y.klen])
-	})
+	b.dense()
+	sortEntries(b.entries, b.arena, b.cfg.Partitions)
 }
 
 // spill sorts the buffer and writes it to a new spill file, then empties it (keeping its memory).
 func (b *MapBuffer) spill() error {
-	if len(b.entries) == 0 {
+	if len(b.entries) == 0 || b.combine != nil && b.used == 0 {
 		return nil
 	}
 	b.sort()
@@ -341,8 +411,7 @@ func (b *MapBuffer) spill() error {
 	b.spills = append(b.spills, sf)
 	b.stats.Spills++
 	b.stats.SpilledBytes += sf.size()
-	b.arena, b.entries = b.arena[:0], b.entries[:0]
-	clear(b.table)
+	b.reset()
 	return nil
 }
 
@@ -394,15 +463,14 @@ func (b *MapBuffer) Finish(ctx context.Context, sink Sink) (err error) {
 			}
 			b.notePeak(int64(b.lastRunWriter))
 		}
-		b.arena, b.entries = b.arena[:0], b.entries[:0]
-		clear(b.table)
+		b.reset()
 		return nil
 	}
 	// Spilled: spill the rest too and give back the buffer, so the merges have the budget.
 	if err := b.spill(); err != nil {
 		return err
 	}
-	b.arena, b.entries, b.table, b.scratch = nil, nil, nil, nil
+	b.arena, b.entries, b.scratch = nil, nil, nil
 	fan := fanIn(b.cfg.MemoryBytes-spillWriteBuffer, b.cfg.BlockBytes)
 	for len(b.spills) > fan {
 		if err := b.mergeSpills(ctx, fan); err != nil {
@@ -506,7 +574,7 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 			}
 		}
 	}()
-	rw, err := NewRunWriter(w, p, b.cfg.BlockBytes)
+	rw, err := NewCompressedRunWriter(w, p, b.cfg.BlockBytes)
 	if err != nil {
 		return err
 	}
@@ -535,8 +603,8 @@ func (b *MapBuffer) Close() error {
 	b.temp.remove(nil)
 	b.spills = nil
 	if cap(b.arena) > 0 || cap(b.entries) > 0 {
-		bufferPool.Put(&bufferMem{arena: b.arena[:0], entries: b.entries[:0], table: b.table})
+		bufferPool.Put(&bufferMem{arena: b.arena[:0], entries: b.entries[:0]})
 	}
-	b.arena, b.entries, b.table = nil, nil, nil
+	b.arena, b.entries = nil, nil
 	return nil
 }

@@ -4,13 +4,16 @@
 // runs into output records, in bounded memory.
 //
 // The map side is a MapBuffer. It partitions each key by jobs.PartitionOf (FNV-1a, the same in
-// every process), combines the values of a key it already holds, and when its memory budget is full
-// sorts its pairs and spills them to a local file. Finish merges the spills and writes one run per
+// every process), combines the values of a key it already holds (its entries are an
+// open-addressing table when the job has a combiner), and when its memory budget is full sorts its
+// pairs (an in-place radix sort on partition and key prefix, sort.go) and spills them to a local
+// file. The runs a map task stores are S2-compressed (run.go). Finish merges the spills and writes one run per
 // partition through a Sink (Map does all of this for one task). StorageSink stores each run as an
 // object; ConcatSink puts a task's runs in one object, read back by ranges (EnvRuns).
 //
 // The reduce side is Reduce: a k-way merge (container/heap) of one partition's runs, read as
-// streams (io.Reader: a blob download). Equal keys are combined and job.Reduce is called once per
+// streams (io.Reader: a blob download), all opened at once and each read ahead in a goroutine
+// (prefetch.go). Equal keys are combined and job.Reduce is called once per
 // key in key order. An OutputWriter writes the records as TSV or JSON lines. When there are more
 // runs than the budget can read at once, groups of them are first merged into local files.
 //

@@ -83,7 +83,8 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 	for i, o := range runs {
 		srcs[i] = source{open: o, input: true}
 	}
-	fan := fanIn(cfg.MemoryBytes-spillWriteBuffer, cfg.BlockBytes)
+	// The given runs have the map side's blocks (DefaultBlockBytes unless set otherwise there).
+	fan := fanIn(cfg.MemoryBytes-spillWriteBuffer, max(cfg.BlockBytes, DefaultBlockBytes))
 	for len(srcs) > fan {
 		if srcs, err = r.mergeGroup(ctx, srcs, fan); err != nil {
 			return r.stats(stats), err
@@ -170,6 +171,14 @@ type inputCursor struct {
 	input bool
 }
 
+// bufferBytes is the reader's memory, its prefetcher's included (a given run's).
+func (c inputCursor) bufferBytes() int {
+	if c.input {
+		return c.RunReader.bufferBytes() + prefetchBytes
+	}
+	return c.RunReader.bufferBytes()
+}
+
 // note adds what a finished cursor read to the counters.
 func (r *reducer) note(c cursor) {
 	ic := c.(inputCursor)
@@ -187,13 +196,25 @@ func (r *reducer) open(ctx context.Context, srcs []source) (cs []cursor, closeAl
 			_ = c.Close()
 		}
 	}
+	// The given runs are opened and read ahead all at once (prefetch), each in a goroutine.
+	readers := make([]io.ReadCloser, len(srcs))
 	for i, s := range srcs {
-		rc, err := s.open(ctx)
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("open run %d of partition %d: %w", i, r.cfg.Partition, err)
+		if s.input {
+			p := prefetch(ctx, s.open)
+			readers[i] = p
+			closers = append(closers, p)
 		}
-		closers = append(closers, rc)
+	}
+	for i, s := range srcs {
+		rc := readers[i]
+		if rc == nil {
+			var err error
+			if rc, err = s.open(ctx); err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("open run %d of partition %d: %w", i, r.cfg.Partition, err)
+			}
+			closers = append(closers, rc)
+		}
 		rr, err := NewRunReader(rc)
 		if err == nil && rr.Partition() != r.cfg.Partition {
 			err = corrupt("a run of partition %d given to the reduce of partition %d", rr.Partition(), r.cfg.Partition)

@@ -2,10 +2,18 @@ package shuffle
 
 import (
 	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // writeRun returns a run of partition p holding n records key%04d -> value.
@@ -99,6 +107,7 @@ func FuzzRunReader(f *testing.F) {
 	f.Add(writeRun(f, 0, 0, 0))
 	f.Add(writeRun(f, 1, 5, 16))
 	f.Add(writeRun(f, 2, 50, 64))
+	f.Add(writeCompressedRun(f, 3, 50, 64))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := NewRunReader(bytes.NewReader(data))
 		if err != nil {
@@ -134,4 +143,130 @@ func FuzzRunReader(f *testing.F) {
 			t.Fatalf("rewritten run: %d records, %v", len(recs), err)
 		}
 	})
+}
+
+// sortEntries orders as the comparison it replaces: partition, then key bytes, for keys
+// shorter than, as long as and longer than the 8-byte prefix, with shared prefixes.
+func TestSortEntries_MatchesComparisonSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 1, 5, 63, 64, 65, 1000, 20000} {
+		for _, parts := range []int{1, 3, 300} {
+			var arena []byte
+			es := make([]entry, n)
+			for i := range es {
+				k := []byte(fmt.Sprintf("%0*d", rng.IntN(12), rng.IntN(50)))
+				if rng.IntN(3) == 0 {
+					k = append([]byte("shared-prefix-"), k...)
+				}
+				if rng.IntN(5) == 0 {
+					k = append(k, 0, byte(rng.IntN(256)))
+				}
+				h := keyHash(k)
+				es[i] = entry{prefix: keyPrefix(k), part: uint32(h % uint64(parts)), koff: uint32(len(arena)), klen: uint32(len(k))}
+				arena = append(arena, k...)
+			}
+			want := slices.Clone(es)
+			slices.SortStableFunc(want, func(x, y entry) int {
+				if c := cmp.Compare(x.part, y.part); c != 0 {
+					return c
+				}
+				return bytes.Compare(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen])
+			})
+			sortEntries(es, arena, parts)
+			for i := range es {
+				x, y := es[i], want[i]
+				if x.part != y.part || !bytes.Equal(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen]) {
+					t.Fatalf("n %d, %d partitions: entry %d is %q of partition %d, want %q of %d", n, parts, i,
+						arena[x.koff:x.koff+x.klen], x.part, arena[y.koff:y.koff+y.klen], y.part)
+				}
+			}
+		}
+	}
+}
+
+// A prefetched run reads as the run, ends with its error, and closes early without a leak.
+func TestPrefetch(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 30_000)
+	open := func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	p := prefetch(context.Background(), open)
+	got, err := io.ReadAll(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(data))
+	}
+	p.Close()
+	boom := errors.New("boom")
+	p = prefetch(context.Background(), func(context.Context) (io.ReadCloser, error) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(data[:100_000]), iotest.ErrReader(boom))), nil
+	})
+	if got, err := io.ReadAll(p); !errors.Is(err, boom) || !bytes.Equal(got, data[:100_000]) {
+		t.Fatalf("read %d bytes, %v; want 100000 and boom", len(got), err)
+	}
+	p.Close()
+	p = prefetch(context.Background(), func(context.Context) (io.ReadCloser, error) { return nil, boom })
+	if _, err := p.Read(make([]byte, 10)); !errors.Is(err, boom) {
+		t.Fatalf("open failed: %v", err)
+	}
+	p.Close()
+	// Closed before the end: the goroutine stops.
+	p = prefetch(context.Background(), open)
+	_, _ = p.Read(make([]byte, 10))
+	p.Close()
+}
+
+// writeCompressedRun is writeRun with S2-compressed blocks.
+func writeCompressedRun(t testing.TB, p, n, blockBytes int) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := NewCompressedRunWriter(&buf, p, blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if err := w.Append(fmt.Appendf(nil, "key%04d", i), fmt.Appendf(nil, "value %d", i*i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A compressed run reads back as the same records as an uncompressed one (which a reader still
+// takes), smaller; a flipped bit in a compressed block is caught.
+func TestRun_Compressed(t *testing.T) {
+	plain, packed := writeRun(t, 4, 3000, 4096), writeCompressedRun(t, 4, 3000, 4096)
+	if len(packed) >= len(plain)*3/4 || packed[5] != flagS2 || plain[5] != 0 {
+		t.Fatalf("compressed %d bytes (flags %d), plain %d (flags %d)", len(packed), packed[5], len(plain), plain[5])
+	}
+	read := func(data []byte) ([]string, error) {
+		r, err := NewRunReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		var recs []string
+		for r.Next() {
+			recs = append(recs, string(r.Key())+"="+string(r.Value()))
+		}
+		return recs, r.Err()
+	}
+	a, err := read(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := read(packed)
+	if err != nil || !slices.Equal(a, b) || len(a) != 3000 {
+		t.Fatalf("compressed run: %d records, %v; plain %d", len(b), err, len(a))
+	}
+	bad := bytes.Clone(packed)
+	bad[len(bad)/2] ^= 1
+	if _, err := read(bad); !errors.Is(err, ErrCorruptRun) {
+		t.Fatalf("flipped bit: %v", err)
+	}
+	unknown := bytes.Clone(plain)
+	unknown[5] = 2
+	binary.BigEndian.PutUint32(unknown[12:16], crc32.Checksum(unknown[:12], castagnoli))
+	if _, err := read(unknown); !errors.Is(err, ErrCorruptRun) || !strings.Contains(err.Error(), "flags 2") {
+		t.Fatalf("unknown flag: %v", err)
+	}
 }

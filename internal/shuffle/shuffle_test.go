@@ -607,8 +607,8 @@ func TestMapBuffer_NextBufferReusesTheMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(b.entries) != 1000 || b.Stats().Spills != 0 {
-			t.Fatalf("round %d: %d keys buffered, %d spills; want 1000 and none", round, len(b.entries), b.Stats().Spills)
+		if b.used != 1000 || b.Stats().Spills != 0 {
+			t.Fatalf("round %d: %d keys buffered, %d spills; want 1000 and none", round, b.used, b.Stats().Spills)
 		}
 		b.Close()
 	}

@@ -45,7 +45,7 @@ type Config struct {
 	MapDelay time.Duration
 	// MemoryBudget is the memory of keyed tasks (map buffers, reduce merges), shared by the
 	// slots: each running task gets MemoryBudget / Concurrency, and spills to TempDir beyond it.
-	// Default DefaultTaskMemory × Concurrency (8 MiB a slot).
+	// Default DefaultMemoryBudget (an eighth of the machine's memory, at most 128 MiB).
 	MemoryBudget int64
 	// TempDir holds keyed tasks' spill files. Default os.TempDir().
 	TempDir string
@@ -81,7 +81,7 @@ func (c Config) withDefaults(b bus.Config) Config {
 		c.ProgressInterval = max(b.ShardTimeout/3, 100*time.Millisecond)
 	}
 	if c.MemoryBudget == 0 {
-		c.MemoryBudget = DefaultTaskMemory * int64(c.Concurrency)
+		c.MemoryBudget = DefaultMemoryBudget(c.Concurrency)
 	}
 	c.Registry = cmp.Or(c.Registry, jobs.Default())
 	c.Logger = cmp.Or(c.Logger, slog.Default())

@@ -18,8 +18,9 @@ func TestMemoryBudget(t *testing.T) {
 	if got := w.taskBudget(); got != 16<<20 {
 		t.Fatalf("task budget %d, want 16 MiB", got)
 	}
-	if w := (Config{ID: "w", Concurrency: 3}).withDefaults(bus.DefaultConfig()); w.MemoryBudget != 3*DefaultTaskMemory {
-		t.Fatalf("default budget %d, want %d a slot", w.MemoryBudget, DefaultTaskMemory)
+	if w := (Config{ID: "w", Concurrency: 3}).withDefaults(bus.DefaultConfig()); w.MemoryBudget != DefaultMemoryBudget(3) ||
+		w.MemoryBudget < 3*DefaultTaskMemory || w.MemoryBudget > max(MaxDefaultMemoryBudget, 3*DefaultTaskMemory) {
+		t.Fatalf("default budget %d, want %d (%d a slot at least, %d at most)", w.MemoryBudget, DefaultMemoryBudget(3), DefaultTaskMemory, MaxDefaultMemoryBudget)
 	}
 	err := Config{ID: "w", Concurrency: 4, MemoryBudget: 3 * shuffle.MinMemoryBytes}.Validate()
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "MemoryBudget") {

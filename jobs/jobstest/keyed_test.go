@@ -1,8 +1,10 @@
 package jobstest_test
 
 import (
+	"bytes"
 	"context"
 	"iter"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -127,4 +129,33 @@ func FuzzLettersRecords(f *testing.F) {
 	k, _ := jobs.EncodeKey("a")
 	v, _ := jobs.EncodeValue(3)
 	jobstest.FuzzKeyedRecords(f, jobs.Keyed("letters", lettersCombine{}), k, v)
+}
+
+// Keys are bytes: two distinct string keys, whatever their bytes, are written as distinct JSON
+// texts that read back exactly.
+func FuzzKeyedRecords_KeysStayDistinct(f *testing.F) {
+	job := jobs.Keyed("letters", lettersCombine{})
+	f.Add([]byte("a\x80"), []byte("a\xff"))
+	f.Add([]byte("\ufffd"), []byte("\xff"))
+	v, _ := jobs.EncodeValue(3)
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		written := func(key []byte) []byte {
+			var out []byte
+			err := job.Reduce(context.Background(), key, slices.Values([][]byte{v}), func(k, _ []byte) error {
+				out = bytes.Clone(k)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Reduce(%q): %v", key, err)
+			}
+			back, err := jobs.AppendUnquoted(nil, out)
+			if err != nil || !bytes.Equal(back, key) {
+				t.Fatalf("key %q written as %s reads back as %q, %v", key, out, back, err)
+			}
+			return out
+		}
+		if ka, kb := written(a), written(b); !bytes.Equal(a, b) && bytes.Equal(ka, kb) {
+			t.Fatalf("keys %q and %q both written as %s", a, b, ka)
+		}
+	})
 }
