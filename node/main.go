@@ -139,6 +139,8 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newJobFlags("retry").fs }, n.retryCmd},
 		{"delete", "delete a finished job and everything it left", "delete JOB",
 			func() *flagSet { return n.newJobFlags("delete").fs }, n.deleteCmd},
+		{"audit", auditSummary, "audit [--job JOB] [--actor NAME] [--limit N] [--json]",
+			func() *flagSet { return n.newAuditFlags().fs }, n.auditCmd},
 		{"types", "list the job types of the running workers", "types [--json]",
 			func() *flagSet { return n.newTypesFlags().fs }, n.typesCmd},
 		{"workers", "list the live workers and who leads", "workers [--json]",

@@ -21,6 +21,7 @@ let schedulesErr = "";
 let schedulesAt = 0;
 const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
+let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
 
@@ -129,12 +130,30 @@ async function tick() {
   }
 }
 
-function canAct() { return token !== "" || cancelEnabled; }
+// may says whether this page may take action: with a token, as its role allows (whoami);
+// without, the dashboard's own cancel, retry and delete when --dashboard-cancel is on.
+function may(action) {
+  if (token) return !!who && (who.may || []).includes(action);
+  return cancelEnabled && (action === "cancel" || action === "retry" || action === "delete");
+}
+
+// checkToken asks the worker what the token may do; a token it does not know may do nothing.
+async function checkToken() {
+  who = null;
+  if (!token) return;
+  try {
+    const r = await fetch("api/v1/whoami", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    const b = await r.json();
+    who = r.ok ? b : { name: "", role: "", may: [], error: b.error || String(r.status) };
+  } catch (e) { who = { name: "", role: "", may: [], error: e.message }; }
+}
 
 function render(warn) {
   const c = cluster;
   $("#served-by").textContent = c.worker;
-  $("#mode").textContent = token ? "actions with the API token" : (cancelEnabled ? "cancel, retry and delete enabled (--dashboard-cancel)" : "read-only (enter the API token for actions)");
+  $("#mode").textContent = token ? (who && who.role ? "token " + who.name + " (role " + who.role + (who.may.length ? ": " + who.may.join(", ") : ": read-only") + ")" :
+    "the token was refused" + (who && who.error ? ": " + who.error : "")) :
+    (cancelEnabled ? "cancel, retry and delete enabled (--dashboard-cancel)" : "read-only (enter an API token for actions)");
   $("#shards-queued").textContent = c.shards_queued == null ? "?" : c.shards_queued;
   $("#jobs-queued").textContent = c.jobs_queued == null ? "?" : c.jobs_queued;
   const l = c.leader;
@@ -248,7 +267,7 @@ function renderDetail() {
     ["delete", terminal(d.state), "delete job"],
   ]) {
     const btn = $("#detail-" + act);
-    btn.hidden = !(canAct() && show);
+    btn.hidden = !(may(act) && show);
     btn.textContent = armed === act + " " + d.id ? "click again to " + act + " " + d.id : label;
   }
 }
@@ -306,7 +325,7 @@ function renderSchedules() {
     el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
     el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
     el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed),
-    el("td", {}, ...(token ? [
+    el("td", {}, ...(may("schedule") ? [
       el("button", { type: "button", class: "sched-" + (s.paused ? "resume" : "pause"), onclick: () => scheduleAct(s.name, s.paused ? "resume" : "pause") }, s.paused ? "resume" : "pause"),
       " ", el("button", { type: "button", class: "sched-trigger", onclick: () => scheduleAct(s.name, "trigger") }, "run now")] : [])))));
 }
@@ -367,7 +386,7 @@ $("#api-token").value = token;
 $("#token-save").addEventListener("click", () => {
   token = $("#api-token").value.trim();
   if (token) sessionStorage.setItem("mapagg-api-token", token); else sessionStorage.removeItem("mapagg-api-token");
-  tick();
+  checkToken().then(tick);
 });
 const refilter = () => { pages = [""]; tick(); };
 $("#filter-state").addEventListener("change", refilter);
@@ -376,5 +395,5 @@ $("#filters").addEventListener("submit", (e) => { e.preventDefault(); refilter()
 $("#page-older").addEventListener("click", () => { if (nextCursor) { pages.push(nextCursor); tick(); } });
 $("#page-newer").addEventListener("click", () => { if (pages.length > 1) { pages.pop(); tick(); } });
 
-tick();
+checkToken().then(tick);
 setInterval(tick, 1000);
