@@ -27,7 +27,7 @@ const (
 	// statusQueue is the queue group of the status responders.
 	statusQueue = "status"
 	// statusAskTimeout is how long `worker status` waits for a worker before reading storage.
-	statusAskTimeout = 400 * time.Millisecond
+	statusAskTimeout = time.Second
 	// statusServeTimeout bounds a worker's reads for one status request.
 	statusServeTimeout = 5 * time.Second
 	// statusServeParallel bounds the status requests a worker serves at once; past it, it
