@@ -240,15 +240,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"worker": s.cfg.Worker, "events": s.cfg.Events.Own(since)})
 }
 
+// LeaderView is the leader in /api/cluster: election.LeaderInfo in the API's snake_case.
+type LeaderView struct {
+	ID    string            `json:"id"`
+	Epoch uint64            `json:"epoch"`
+	Since time.Time         `json:"since"`
+	Stamp map[string]string `json:"stamp,omitempty"`
+}
+
+func leaderView(l *election.LeaderInfo) *LeaderView {
+	if l == nil {
+		return nil
+	}
+	return &LeaderView{ID: l.ID, Epoch: l.Epoch, Since: l.Since, Stamp: l.Stamp}
+}
+
 // ClusterView is the body of /api/cluster.
 type ClusterView struct {
-	Worker    string               `json:"worker"` // the worker that answered
-	Leader    *election.LeaderInfo `json:"leader"` // by the lease blob; null when nobody holds it
-	LeaderErr string               `json:"leader_error,omitempty"`
-	Members   []membership.Member  `json:"members"`
-	Events    []membership.Event   `json:"events"`         // the cluster's events heard since this worker started
-	Cancel    bool                 `json:"cancel_enabled"` // the dashboard may cancel without the token
-	Writes    bool                 `json:"api_writes"`     // an API token is configured
+	Worker    string              `json:"worker"` // the worker that answered
+	Leader    *LeaderView         `json:"leader"` // by the lease blob; null when nobody holds it
+	LeaderErr string              `json:"leader_error,omitempty"`
+	Members   []membership.Member `json:"members"`
+	Events    []membership.Event  `json:"events"`         // the cluster's events heard since this worker started
+	Cancel    bool                `json:"cancel_enabled"` // the dashboard may cancel without the token
+	Writes    bool                `json:"api_writes"`     // an API token is configured
 	// ShardsQueued and JobsQueued are the shard stream's and the intake queue's depth (null
 	// when unknown).
 	ShardsQueued *uint64   `json:"shards_queued"`
@@ -262,7 +277,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l, err := s.leader.get(r.Context())
-	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
+	v := ClusterView{Worker: s.cfg.Worker, Leader: leaderView(l), Members: b.Members(), Events: s.cfg.Events.Cluster(),
 		Cancel: s.cfg.DashboardCancel, Writes: s.cfg.APIWrites, Now: time.Now().UTC()}
 	if err != nil {
 		v.LeaderErr = protocol.Redact(err.Error())

@@ -157,9 +157,9 @@ function render(warn) {
   $("#shards-queued").textContent = c.shards_queued == null ? "?" : c.shards_queued;
   $("#jobs-queued").textContent = c.jobs_queued == null ? "?" : c.jobs_queued;
   const l = c.leader;
-  $("#leader-id").textContent = l ? l.ID : "none";
-  $("#leader-epoch").textContent = l ? l.Epoch : "–";
-  $("#leader-since").textContent = l ? "since " + clock(l.Since) + " (" + ago(l.Since) + ")" : (c.leader_error || "nobody holds the lease");
+  $("#leader-id").textContent = l ? l.id : "none";
+  $("#leader-epoch").textContent = l ? l.epoch : "–";
+  $("#leader-since").textContent = l ? "since " + clock(l.since) + " (" + ago(l.since) + ")" : (c.leader_error || "nobody holds the lease");
 
   // Workers.
   const wb = $("#workers tbody");
@@ -180,12 +180,20 @@ function render(warn) {
     if ((e.kind === "lost" || e.kind === "stepped_down") && terms.has(e.epoch)) terms.get(e.epoch).ended = e.kind + " " + clock(e.at);
   }
   // A worker that started after an election did not hear it: the leaders this page has shown fill in.
-  if (l) leadersSeen.set(l.Epoch, { epoch: l.Epoch, worker: l.ID, at: l.Since });
+  if (l) leadersSeen.set(l.epoch, { epoch: l.epoch, worker: l.id, at: l.since });
   for (const [epoch, t] of leadersSeen) if (!terms.has(epoch)) terms.set(epoch, { ...t });
+  // A term that ended without a word (its leader killed, its lease broken) ended when the next
+  // one began: every term but the leading one says when it ended.
+  const sortedTerms = [...terms.values()].sort((a, b) => b.epoch - a.epoch);
+  sortedTerms.forEach((t, i) => {
+    if (t.ended || (l && l.epoch === t.epoch)) return;
+    const next = sortedTerms[i - 1];
+    t.ended = next ? "ended by " + next.worker + "'s election, " + clock(next.at) : "ended (no leader now)";
+  });
   const eb = $("#epochs tbody");
-  eb.replaceChildren(...[...terms.values()].sort((a, b) => b.epoch - a.epoch).slice(0, 12).map((t) => el("tr", {},
+  eb.replaceChildren(...sortedTerms.slice(0, 12).map((t) => el("tr", {},
     el("td", {}, t.epoch), el("td", {}, t.worker), el("td", {}, clock(t.at)),
-    el("td", { class: "muted" }, t.ended || (l && l.Epoch === t.epoch ? "leading" : "")))));
+    el("td", { class: "muted" }, t.ended || (l && l.epoch === t.epoch ? "leading" : "")))));
 
   // Jobs.
   const jb = $("#jobs tbody");
