@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"embed"
@@ -189,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	static, _ := fs.Sub(dashboardFS, "dashboard")
 	files := http.FileServerFS(static)
+	mux.HandleFunc("GET /jobs/{id}", s.jobPage(static))
 	// Without a method, as "/api/" is: "GET /" and "/api/" would conflict.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -199,6 +201,27 @@ func (s *Server) Handler() http.Handler {
 		files.ServeHTTP(w, r)
 	})
 	return s.checkHost(mux)
+}
+
+// jobPage serves the dashboard at /jobs/{id}, a job's own address (for bookmarks, alerts and
+// chat): the page's relative links resolve against the root through a <base>, and the page
+// opens the job itself.
+func (s *Server) jobPage(static fs.FS) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := protocol.CheckID(r.PathValue("id")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		page, err := fs.ReadFile(static, "index.html")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		page = bytes.Replace(page, []byte("<head>"), []byte(`<head>`+"\n"+`<base href="../">`), 1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(page)
+	}
 }
 
 // api hands a request to the job API once it is attached.

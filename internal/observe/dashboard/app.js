@@ -21,9 +21,25 @@ let schedulesErr = "";
 let schedulesAt = 0;
 const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
+let search = "";       // the search box's id prefix: only jobs starting with it are listed
 let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
+
+// pick shows job id's detail and gives it its own address, jobs/{id} (the base of a job's page
+// is the root, so the same relative URL works from both).
+function pick(id, push = true) {
+  selected = id; pinned = !!id; detail = null; armed = null;
+  if (push) history.pushState({ job: id }, "", id ? "jobs/" + encodeURIComponent(id) : "./");
+  document.title = id ? "mapagg job " + id : "mapagg cluster";
+  tick();
+}
+
+// jobFromPath is the job of a /jobs/{id} address, or null.
+function jobFromPath() {
+  const m = location.pathname.match(/\/jobs\/([a-z0-9-]{1,64})$/);
+  return m ? m[1] : null;
+}
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -197,7 +213,8 @@ function render(warn) {
 
   // Jobs.
   const jb = $("#jobs tbody");
-  jb.replaceChildren(...jobs.map(jobRow));
+  const shown = search ? jobs.filter((x) => x.id.startsWith(search)) : jobs;
+  jb.replaceChildren(...shown.map(jobRow));
   $("#jobs-empty").style.display = jobs.length ? "none" : "";
   $("#jobs-warning").hidden = !warn;
   $("#jobs-warning").textContent = warn || "";
@@ -222,7 +239,7 @@ function jobRow(j) {
     el("span", { class: "pct" }, pct + " % · " + done + " / " + total));
   const why = (j.error || j.unreadable || j.note || "");
   return el("tr", { class: "job" + (j.id === selected ? " selected" : ""), "data-id": j.id, "data-state": j.state,
-      onclick: () => { selected = j.id; pinned = true; detail = null; armed = null; tick(); } },
+      onclick: () => pick(j.id) },
     el("td", {}, j.id), el("td", {}, j.type || "?"),
     el("td", { class: "state state-" + j.state, title: why }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
       (why ? ": " + (why.length > 60 ? why.slice(0, 59) + "…" : why) : "")),
@@ -263,7 +280,7 @@ function renderDetail() {
   // The job and its retries (retry_of links, metadata only), oldest first.
   const atts = d.attempts || [];
   $("#detail-attempts").replaceChildren(...(atts.length > 1 ? atts.map((a) => el("li", { class: a.id === d.id ? "" : "muted" },
-    el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = a.id; pinned = true; detail = null; armed = null; tick(); } }, a.id),
+    el("a", { href: "jobs/" + a.id, onclick: (e) => { e.preventDefault(); pick(a.id); } }, a.id),
     " " + a.state + (a.finished_at ? " at " + clock(a.finished_at) : "") + (a.error ? ": " + (a.error.length > 80 ? a.error.slice(0, 79) + "…" : a.error) : "") +
     (a.id === d.id ? " (this one)" : ""))) : [el("li", { class: "muted" }, "only this one" + (d.retry_of ? " (retries " + d.retry_of + ")" : ""))]));
   const cp = d.checkpoint;
@@ -307,7 +324,7 @@ async function act(action) {
   let msg = action + " refused: " + (body.error || r.status);
   if (r.ok) {
     msg = { cancel: "cancel requested for " + id, retry: "retried " + id + " as " + body.id, delete: "deleted " + id }[action];
-    if (action === "retry" && body.id) { selected = body.id; pinned = true; detail = null; }
+    if (action === "retry" && body.id) { history.pushState({ job: body.id }, "", "jobs/" + encodeURIComponent(body.id)); selected = body.id; pinned = true; detail = null; }
     if (action === "delete") { deleted.add(id); jobs = jobs.filter((x) => x.id !== id); selected = null; pinned = false; detail = null; listedAt = 0; }
   }
   $("#detail-action").textContent = msg;
@@ -330,7 +347,7 @@ function renderSchedules() {
     el("td", { class: "muted", title: chainTitle(s) }, [s.type, ...(s.then || []).map((x) => x.type)].join(" → ")),
     el("td", { class: s.paused ? "state-cancelled" : "state-running" }, s.paused ? "paused" : "active · overlap " + s.overlap),
     el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
-    el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
+    el("td", {}, s.last_job ? el("a", { href: "jobs/" + s.last_job, onclick: (e) => { e.preventDefault(); pick(s.last_job); } }, s.last_job) : "–"),
     el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
     el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed),
     el("td", {}, ...(may("schedule") ? [
@@ -400,8 +417,20 @@ const refilter = () => { pages = [""]; tick(); };
 $("#filter-state").addEventListener("change", refilter);
 $("#filter-type").addEventListener("change", refilter);
 $("#filters").addEventListener("submit", (e) => { e.preventDefault(); refilter(); });
+// Search: a whole id opens that job (listed or not); a prefix shows the listed jobs that start
+// with it and opens the one when only one does.
+$("#search-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const q = $("#search").value.trim().toLowerCase();
+  search = q;
+  const hits = jobs.filter((x) => x.id.startsWith(q));
+  if (/^[0-9]{8}-[0-9]{6}-[0-9a-f]{8,}(-[0-9]+)?$/.test(q) || hits.length === 1) pick(hits.length === 1 ? hits[0].id : q);
+  else tick();
+});
+window.addEventListener("popstate", () => pick(jobFromPath(), false));
 $("#page-older").addEventListener("click", () => { if (nextCursor) { pages.push(nextCursor); tick(); } });
 $("#page-newer").addEventListener("click", () => { if (pages.length > 1) { pages.pop(); tick(); } });
 
+if (jobFromPath()) { selected = jobFromPath(); pinned = true; document.title = "mapagg job " + selected; }
 checkToken().then(tick);
 setInterval(tick, 1000);
