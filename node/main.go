@@ -129,6 +129,8 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newTransferFlags("put").fs }, n.putCmd},
 		{"get", getSummary, "get (JOB | CONTAINER/PREFIX) LOCALDIR [--format tsv|jsonl]",
 			func() *flagSet { return n.newTransferFlags("get").fs }, n.getCmd},
+		{"logs", "print a job's log: what its code logged, with worker, shard and attempt", "logs JOB [--follow] [--json]",
+			func() *flagSet { return n.newLogsFlags().fs }, n.logsCmd},
 		{"cancel", "cancel a job", "cancel JOB",
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
 		{"wait", "wait for a job, showing its progress; print its result (exit 0 succeeded, 1 failed, 3 cancelled)", "wait JOB [--quiet]",

@@ -168,12 +168,13 @@ func (c *captureWriter) code() int {
 func (c *captureWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // opsRoutes are the routes of this file (each authorizes itself), for the OpenAPI test.
-var opsRoutes = []string{"GET " + Prefix + "/audit", "GET " + Prefix + "/whoami"}
+var opsRoutes = []string{"GET " + Prefix + "/audit", "GET " + Prefix + "/whoami", "GET " + Prefix + "/jobs/{id}/logs"}
 
 // routeOps adds the routes of this file to mux.
 func (s *Server) routeOps(mux *http.ServeMux) {
 	mux.HandleFunc(opsRoutes[0], s.audit)
 	mux.HandleFunc(opsRoutes[1], s.whoami)
+	mux.HandleFunc(opsRoutes[2], s.logs)
 }
 
 // audit answers GET /api/v1/audit?limit=N&before=ID&job=ID&actor=NAME: the newest entries first.

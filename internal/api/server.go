@@ -33,6 +33,8 @@ type Config struct {
 	// Audit records each accepted mutating call and serves GET /api/v1/audit. Nil: calls are
 	// only logged, and the route answers 503.
 	Audit AuditLog
+	// Logs serves GET /api/v1/jobs/{id}/logs. Nil: the route answers 503.
+	Logs JobLogReader
 	// DashboardCancel lets the dashboard's own page cancel, retry and delete jobs without the
 	// token (POST /api/jobs/{id}/cancel, /retry, /delete with same-origin proof). Off by default.
 	DashboardCancel bool

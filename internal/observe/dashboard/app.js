@@ -21,6 +21,7 @@ let schedulesErr = "";
 let schedulesAt = 0;
 const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
+let logs = { id: null, next: 0, lines: [], at: 0 }; // the selected job's log as read so far
 let search = "";       // the search box's id prefix: only jobs starting with it are listed
 let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
@@ -138,6 +139,7 @@ async function tick() {
     } else {
       detail = null;
     }
+    if (selected) await readLogs(selected);
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -249,6 +251,28 @@ function jobRow(j) {
 
 function when(t) { return t ? new Date(t).toLocaleString() + " (" + ago(t) + " ago)" : "–"; }
 
+// readLogs reads the new lines of job id's log (api/v1/jobs/{id}/logs from the last offset),
+// every 2 s while the job may still log.
+async function readLogs(id) {
+  if (logs.id !== id) logs = { id, next: 0, lines: [], at: 0, err: "" };
+  if (Date.now() - logs.at < 2000 || (logs.done && detail && terminal(detail.state))) return;
+  logs.at = Date.now();
+  try {
+    const r = await fetch("api/v1/jobs/" + encodeURIComponent(id) + "/logs?offset=" + logs.next, { cache: "no-store" });
+    const b = await r.json();
+    if (!r.ok) { logs.err = b.error || String(r.status); return; }
+    logs.lines = logs.lines.concat(b.lines || []).slice(-500);
+    logs.next = b.next; logs.err = "";
+    logs.done = detail && terminal(detail.state);
+  } catch (e) { logs.err = e.message; }
+}
+
+function logText(ln) {
+  const where = [ln.worker, ln.shard != null ? "shard " + ln.shard + (ln.attempt ? " attempt " + ln.attempt : "") : "", ln.source || ""].filter(Boolean).join(" ");
+  const attrs = Object.entries(ln.attrs || {}).map(([k, v]) => k + "=" + JSON.stringify(v)).join(" ");
+  return clock(ln.at) + " " + ln.level + " [" + where + "] " + ln.msg + (attrs ? " " + attrs : "");
+}
+
 function renderDetail() {
   const box = $("#job-detail");
   const d = detail;
@@ -293,6 +317,8 @@ function renderDetail() {
   ]) {
     const btn = $("#detail-" + act);
     btn.hidden = !(may(act) && show);
+    $("#detail-logs").textContent = logs.id === d.id ? (logs.err ? "log unavailable: " + logs.err :
+      (logs.lines.length ? logs.lines.map(logText).join("\n") : "no lines (job code logs with env.Logger())")) : "–";
     btn.textContent = armed === act + " " + d.id ? "click again to " + act + " " + d.id : label;
   }
 }
