@@ -112,6 +112,7 @@ type observer struct {
 	tokens     []api.Token     // named tokens with roles (--api-tokens-file)
 	epoch      atomic.Uint64   // the epoch this worker leads, 0 when following
 	members    atomic.Pointer[membership.Watcher]
+	renew      renewHealth // failed renewals and lost terms, for problems
 }
 
 // typeHolders names the live workers that announce job type typ (coordinator.Config.TypeHolders).
@@ -388,6 +389,11 @@ const readyProbe = "readyz-probe"
 // announcement: `worker workers` and the dashboard show them.
 func (o *observer) problems(ctx context.Context, c observed) []string {
 	var out []string
+	if el := o.elector.Load(); el != nil {
+		if p := o.renew.problem(el.Stats(), time.Now()); p != "" {
+			out = append(out, p)
+		}
+	}
 	for _, ch := range o.readyChecks(c) {
 		if ch.Name == "storage" {
 			continue
