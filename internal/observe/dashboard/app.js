@@ -5,6 +5,13 @@
 "use strict";
 
 const $ = (s) => document.querySelector(s);
+// Relative URLs resolve against the dashboard's root, whatever address pick() gives the page
+// later: a job's page (jobs/{id}) has its <base> from the server, the root page gets one here.
+if (!document.querySelector("base")) {
+  const b = document.createElement("base");
+  b.href = new URL(".", location.href).href;
+  document.head.prepend(b);
+}
 let selected = null;   // the job whose detail and timeline are shown
 let pinned = false;    // the user picked it; otherwise the newest job is followed
 let cluster = null;    // last /api/cluster
