@@ -60,6 +60,10 @@ type Client struct {
 
 	Now func() time.Time // default time.Now
 
+	// Cache, when set, keeps ended jobs' statuses for Query and List (a long-lived client). Nil:
+	// every call reads every status.
+	Cache *StatusCache
+
 	close func() // set by New
 }
 
@@ -303,7 +307,7 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 	}
 	var ids []string
 	for _, d := range dirs {
-		if protocol.CheckID(d) == nil && d+"/" != protocol.ActivePrefix {
+		if jobDir(d) {
 			ids = append(ids, d)
 		}
 	}

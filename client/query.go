@@ -98,11 +98,14 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 	}
 	var ids []string
 	for _, d := range dirs {
-		if protocol.CheckID(d) == nil && d+"/" != protocol.ActivePrefix {
+		if jobDir(d) {
 			ids = append(ids, d)
 		}
 	}
 	slices.Sort(ids)
+	if f.Before == "" && f.Since.IsZero() {
+		c.Cache.keep(ids) // a whole listing: a cached job not in it was deleted
+	}
 	since := ""
 	if !f.Since.IsZero() {
 		since = f.Since.UTC().Format("20060102-150405")
@@ -167,9 +170,16 @@ func (c *Client) statuses(ctx context.Context, ids []string) ([]*Status, []error
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if st, ok := c.Cache.get(id); ok {
+				sts[i] = st
+				return
+			}
 			jctx, cancel := context.WithTimeout(ctx, perJobTimeout)
 			defer cancel()
 			sts[i], errs[i] = c.Status(jctx, id)
+			if errs[i] == nil {
+				c.Cache.put(sts[i])
+			}
 		}()
 	}
 	wg.Wait()

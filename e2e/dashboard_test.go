@@ -178,6 +178,28 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	screenshot(t, bctx, "dashboard-job-detail.png")
 
+	// Clicking a job gave it an address; that address, opened afresh (a bookmark, a link in an
+	// alert), loads the job by itself, and the search box finds a job by its id's prefix.
+	var loc string
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`location.pathname`, &loc)); err != nil || loc != "/jobs/"+id {
+		t.Fatalf("the page's address after clicking job %s is %q (%v); want /jobs/%s", id, loc, err, id)
+	}
+	if err := chromedp.Run(bctx, chromedp.Navigate(url+"jobs/"+id)); err != nil {
+		t.Fatal(err)
+	}
+	waitText(20*time.Second, "#detail-id", "the deep link's job "+id, func(s string) bool { return s == id })
+	waitText(10*time.Second, "#detail-state", "the deep link's job succeeded", func(s string) bool { return s == "succeeded" })
+	waitText(10*time.Second, "#leader-id", "the leader, read through the page's base", func(s string) bool { return s == next })
+	screenshot(t, bctx, "dashboard-deep-link.png")
+	if err := chromedp.Run(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatal(err)
+	}
+	waitText(20*time.Second, "#leader-id", "the dashboard again", func(s string) bool { return s == next })
+	if err := chromedp.Run(bctx, chromedp.SetValue("#search", id[:len(id)-3], chromedp.ByQuery), chromedp.Submit("#search", chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	waitText(10*time.Second, "#detail-id", "the job found by its id's prefix", func(s string) bool { return s == id })
+
 	// An action: without the token the page offers none; with it, cancel a running job.
 	long, err := c.Client.Submit(ctx, "sleep", json.RawMessage(`{"shards":4,"duration":"10m"}`))
 	if err != nil {

@@ -109,6 +109,9 @@ type Config struct {
 	// APITokenFile holds the bearer token that authorizes writes over HTTP (the /api/v1 job API,
 	// the dashboard's actions). Default none: writes are refused. --api-token-file.
 	APITokenFile string
+	// APITokensFile holds named tokens with roles, one `NAME ROLE TOKEN` a line (roles read,
+	// submit, admin), beside APITokenFile's admin token. Default none. --api-tokens-file.
+	APITokensFile string
 	// HTTPHosts are extra Host names the HTTP server answers (IP literals, localhost, names without
 	// a dot and the host name always work; "*" allows any). Default none. --http-hosts.
 	HTTPHosts []string

@@ -126,6 +126,7 @@ var flagEnv = map[string]string{
 	"pprof":                   "PPROF",
 	"dashboard-cancel":        "DASHBOARD_CANCEL",
 	"api-token-file":          "API_TOKEN_FILE",
+	"api-tokens-file":         "API_TOKENS_FILE",
 	"http-hosts":              "HTTP_HOSTS",
 	"memory-budget":           "MEMORY_BUDGET",
 	"partitions":              "PARTITIONS",

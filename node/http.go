@@ -44,6 +44,7 @@ func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
 	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel, retry and delete jobs without the API token (same-origin requests only)")
 	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (jobs: submit, cancel, retry, delete; schedules); without it writes are refused")
+	fs.StringVar(&cfg.APITokensFile, "api-tokens-file", "", "file of named tokens with roles, one `NAME ROLE TOKEN` a line (read: the audit trail; submit: submit, cancel, retry, schedules; admin: also delete), beside --api-token-file")
 	fs.Func("http-hosts", `extra Host names the HTTP server answers, comma-separated (IP addresses, localhost, names without a dot and the host name always work; "*" any; ".example.com" its subdomains)`, func(v string) error {
 		cfg.HTTPHosts = nil
 		for _, h := range strings.Split(v, ",") {
@@ -74,6 +75,24 @@ func readToken(file string) ([]byte, error) {
 	return tok, nil
 }
 
+// readTokens reads the named tokens of --api-tokens-file ("" for none). No secret appears in an
+// error.
+func readTokens(file string) ([]api.Token, error) {
+	if file == "" {
+		return nil, nil
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("--api-tokens-file %s: cannot read it (%v)", file, errors.Unwrap(err))
+	}
+	defer f.Close()
+	toks, err := api.ParseTokens(f)
+	if err != nil {
+		return nil, fmt.Errorf("--api-tokens-file %s: %w", file, err)
+	}
+	return toks, nil
+}
+
 // observer holds a worker's metrics, events, membership and HTTP server.
 type observer struct {
 	cfg     Config // HTTPAddr, Pprof, DashboardCancel, ID
@@ -90,8 +109,10 @@ type observer struct {
 	heartbeats atomic.Pointer[bus.Heartbeats]
 	srv        *observe.Server // nil with --http-addr off
 	token      []byte          // the API token (--api-token-file); nil: writes refused
+	tokens     []api.Token     // named tokens with roles (--api-tokens-file)
 	epoch      atomic.Uint64   // the epoch this worker leads, 0 when following
 	members    atomic.Pointer[membership.Watcher]
+	renew      renewHealth // failed renewals and lost terms, for problems
 }
 
 // typeHolders names the live workers that announce job type typ (coordinator.Config.TypeHolders).
@@ -230,8 +251,12 @@ func (o *observer) listen() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	tokens, err := readTokens(o.cfg.APITokensFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	ocfg := observe.Config{Addr: o.cfg.HTTPAddr, Pprof: o.cfg.Pprof, DashboardCancel: o.cfg.DashboardCancel,
-		APIWrites: len(token) > 0, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
+		APIWrites: len(token) > 0 || len(tokens) > 0, Hosts: o.cfg.HTTPHosts, Worker: o.id, Metrics: o.metrics, Events: o.events, Logger: o.log}
 	srv, err := observe.Listen(ocfg)
 	if errors.Is(err, syscall.EADDRINUSE) && o.cfg.HTTPAddr == DefaultHTTPAddr {
 		// Several workers on one host without configuration: the first keeps the default, the
@@ -246,9 +271,9 @@ func (o *observer) listen() error {
 	if err != nil {
 		return err
 	}
-	o.srv, o.token = srv, token
+	o.srv, o.token, o.tokens = srv, token, tokens
 	o.log.Info("http listening", "addr", srv.Addr().String(), "pprof", o.cfg.Pprof, "dashboard_cancel", o.cfg.DashboardCancel,
-		"api_writes", len(token) > 0)
+		"api_writes", len(token) > 0 || len(tokens) > 0, "api_tokens", len(tokens))
 	return nil
 }
 
@@ -334,10 +359,11 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 // one client. The API validates like the CLI: locally for this node's types, by the cluster
 // otherwise.
 func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string) error {
-	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry,
+	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry, Cache: &client.StatusCache{},
 		Validator: &client.ClusterValidator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
-	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, DashboardCancel: o.cfg.DashboardCancel, Logger: o.log})
+	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,
+		Audit: client.NewAuditLog(c.blob, c.jobs.Name()), Logs: client.NewJobLog(c.blob, c.jobs.Name()), Logger: o.log})
 	if err != nil {
 		return err
 	}
@@ -363,6 +389,11 @@ const readyProbe = "readyz-probe"
 // announcement: `worker workers` and the dashboard show them.
 func (o *observer) problems(ctx context.Context, c observed) []string {
 	var out []string
+	if el := o.elector.Load(); el != nil {
+		if p := o.renew.problem(el.Stats(), time.Now()); p != "" {
+			out = append(out, p)
+		}
+	}
 	for _, ch := range o.readyChecks(c) {
 		if ch.Name == "storage" {
 			continue

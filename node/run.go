@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/nats-io/nats.go"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/bus"
@@ -203,6 +204,12 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer resp.stop()
+	stopStatus, err := startStatusServer(ctx, b.Conn(), b.Config().Prefix, &statusServer{id: cfg.ID, blob: blobClient,
+		leaseContainer: cfg.LeaseContainer, log: log, cl: &client.Client{Store: jobsC, Queue: q, Cache: &client.StatusCache{}}})
+	if err != nil {
+		return err
+	}
+	defer stopStatus()
 
 	log.Info("worker started", "nats", cfg.NATSURL, "nats_auth", cfg.NATSAuth.Describe(), "storage", cfg.Storage.String(),
 		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,

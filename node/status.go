@@ -61,6 +61,8 @@ type statusJSON struct {
 	Leader *leaderJSON      `json:"leader"`
 	Jobs   []*client.Status `json:"jobs"`
 	Next   string           `json:"next,omitempty"` // --before of the next page
+	// ServedBy is the worker that answered over NATS; empty when read from storage directly.
+	ServedBy string `json:"served_by,omitempty"`
 }
 
 func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -85,6 +87,21 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	req := statusRequest{Container: f.jobsContainer, Job: f.fs.Arg(0)}
+	if req.Job == "" {
+		req = statusRequest{Container: f.jobsContainer, State: f.state, Type: f.typ, Since: filter.Since, Limit: f.limit, Before: f.before}
+	}
+	if rep := askStatus(ctx, &f.common, req); rep != nil && !rep.NoSuchJob {
+		if rep.Job != nil {
+			if f.json {
+				return writeJSON(stdout, rep.Job)
+			}
+			printLeader(stdout, rep.Leader)
+			printJobs(stdout, []*client.Status{rep.Job})
+			return nil
+		}
+		return printStatus(stdout, statusJSON{Leader: rep.Leader, Jobs: rep.Jobs, Next: rep.Next, ServedBy: rep.Worker}, f.json)
+	}
 	bc, err := f.blob()
 	if err != nil {
 		return err
@@ -125,17 +142,17 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 		}
 	}
 	// Oldest first, the newest at the bottom, as a log reads.
-	out := statusJSON{Leader: leader, Jobs: []*client.Status{}, Next: page.Next}
-	for i := len(page.Jobs) - 1; i >= 0; i-- {
-		out.Jobs = append(out.Jobs, &page.Jobs[i])
-	}
-	if f.json {
+	return printStatus(stdout, statusJSON{Leader: leader, Jobs: oldestFirst(page.Jobs), Next: page.Next}, f.json)
+}
+
+func printStatus(stdout io.Writer, out statusJSON, asJSON bool) error {
+	if asJSON {
 		return writeJSON(stdout, out)
 	}
-	printLeader(stdout, leader)
+	printLeader(stdout, out.Leader)
 	printJobs(stdout, out.Jobs)
-	if page.Next != "" {
-		fmt.Fprintf(stdout, "older jobs: worker status --before %s\n", page.Next)
+	if out.Next != "" {
+		fmt.Fprintf(stdout, "older jobs: worker status --before %s\n", out.Next)
 	}
 	return nil
 }

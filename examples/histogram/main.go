@@ -17,6 +17,7 @@ import (
 	"math/bits"
 	"strconv"
 
+	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/node"
 )
@@ -48,8 +49,9 @@ func (Histogram) Merge(a, b Counts) Counts {
 }
 
 func main() {
-	if err := jobs.Register(jobs.Typed("histogram", Histogram{})); err != nil {
+	reg := builtin.Registry() // primes, wordcount, regroup, …: the stock worker's types
+	if err := reg.Register(jobs.Typed("histogram", Histogram{})); err != nil {
 		log.Fatal(err)
 	}
-	node.Main(node.Options{Registry: jobs.Default()})
+	node.Main(node.Options{Registry: reg})
 }

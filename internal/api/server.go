@@ -26,8 +26,15 @@ type Config struct {
 	// Schedules serves /api/v1/schedules; *client.Client is one. Nil answers 503.
 	Schedules ScheduleService
 	// Token authorizes writes sent with "Authorization: Bearer <token>", compared in constant
-	// time. Empty: writes are refused.
+	// time; it is an admin named AdminTokenName. Empty, with no Tokens: writes are refused.
 	Token []byte
+	// Tokens are named tokens with roles (--api-tokens-file, ParseTokens), beside Token.
+	Tokens []Token
+	// Audit records each accepted mutating call and serves GET /api/v1/audit. Nil: calls are
+	// only logged, and the route answers 503.
+	Audit AuditLog
+	// Logs serves GET /api/v1/jobs/{id}/logs. Nil: the route answers 503.
+	Logs JobLogReader
 	// DashboardCancel lets the dashboard's own page cancel, retry and delete jobs without the
 	// token (POST /api/jobs/{id}/cancel, /retry, /delete with same-origin proof). Off by default.
 	DashboardCancel bool
@@ -64,7 +71,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // ServeHTTP serves one request.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
 
 // route is one API endpoint; the OpenAPI test checks the document against this table.
 type route struct {
@@ -125,6 +132,7 @@ func (s *Server) route(mux *http.ServeMux) {
 	mux.HandleFunc("GET "+Prefix+"/", func(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("no API route %s %s: see %s/openapi.json", r.Method, protocol.Clip(r.URL.Path, 80), Prefix))
 	})
+	s.routeOps(mux)
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.dashboardCancel)
 	mux.HandleFunc("POST /api/jobs/{id}/retry", func(w http.ResponseWriter, r *http.Request) {
 		s.dashboardJob(w, r, "retrying", (*Server).retry)

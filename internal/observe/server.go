@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"embed"
@@ -189,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	static, _ := fs.Sub(dashboardFS, "dashboard")
 	files := http.FileServerFS(static)
+	mux.HandleFunc("GET /jobs/{id}", s.jobPage(static))
 	// Without a method, as "/api/" is: "GET /" and "/api/" would conflict.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -199,6 +201,27 @@ func (s *Server) Handler() http.Handler {
 		files.ServeHTTP(w, r)
 	})
 	return s.checkHost(mux)
+}
+
+// jobPage serves the dashboard at /jobs/{id}, a job's own address (for bookmarks, alerts and
+// chat): the page's relative links resolve against the root through a <base>, and the page
+// opens the job itself.
+func (s *Server) jobPage(static fs.FS) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := protocol.CheckID(r.PathValue("id")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		page, err := fs.ReadFile(static, "index.html")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		page = bytes.Replace(page, []byte("<head>"), []byte(`<head>`+"\n"+`<base href="../">`), 1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(page)
+	}
 }
 
 // api hands a request to the job API once it is attached.
@@ -240,15 +263,30 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"worker": s.cfg.Worker, "events": s.cfg.Events.Own(since)})
 }
 
+// LeaderView is the leader in /api/cluster: election.LeaderInfo in the API's snake_case.
+type LeaderView struct {
+	ID    string            `json:"id"`
+	Epoch uint64            `json:"epoch"`
+	Since time.Time         `json:"since"`
+	Stamp map[string]string `json:"stamp,omitempty"`
+}
+
+func leaderView(l *election.LeaderInfo) *LeaderView {
+	if l == nil {
+		return nil
+	}
+	return &LeaderView{ID: l.ID, Epoch: l.Epoch, Since: l.Since, Stamp: l.Stamp}
+}
+
 // ClusterView is the body of /api/cluster.
 type ClusterView struct {
-	Worker    string               `json:"worker"` // the worker that answered
-	Leader    *election.LeaderInfo `json:"leader"` // by the lease blob; null when nobody holds it
-	LeaderErr string               `json:"leader_error,omitempty"`
-	Members   []membership.Member  `json:"members"`
-	Events    []membership.Event   `json:"events"`         // the cluster's events heard since this worker started
-	Cancel    bool                 `json:"cancel_enabled"` // the dashboard may cancel without the token
-	Writes    bool                 `json:"api_writes"`     // an API token is configured
+	Worker    string              `json:"worker"` // the worker that answered
+	Leader    *LeaderView         `json:"leader"` // by the lease blob; null when nobody holds it
+	LeaderErr string              `json:"leader_error,omitempty"`
+	Members   []membership.Member `json:"members"`
+	Events    []membership.Event  `json:"events"`         // the cluster's events heard since this worker started
+	Cancel    bool                `json:"cancel_enabled"` // the dashboard may cancel without the token
+	Writes    bool                `json:"api_writes"`     // an API token is configured
 	// ShardsQueued and JobsQueued are the shard stream's and the intake queue's depth (null
 	// when unknown).
 	ShardsQueued *uint64   `json:"shards_queued"`
@@ -262,7 +300,7 @@ func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l, err := s.leader.get(r.Context())
-	v := ClusterView{Worker: s.cfg.Worker, Leader: l, Members: b.Members(), Events: s.cfg.Events.Cluster(),
+	v := ClusterView{Worker: s.cfg.Worker, Leader: leaderView(l), Members: b.Members(), Events: s.cfg.Events.Cluster(),
 		Cancel: s.cfg.DashboardCancel, Writes: s.cfg.APIWrites, Now: time.Now().UTC()}
 	if err != nil {
 		v.LeaderErr = protocol.Redact(err.Error())

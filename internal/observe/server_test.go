@@ -173,3 +173,16 @@ func TestServer_SchedulesPanel(t *testing.T) {
 		t.Fatalf("GET /api/schedules, storage failing = %d %s; want the error, redacted", code, body)
 	}
 }
+
+// A job has its own address: /jobs/{id} is the dashboard, with its links resolving against the
+// root; a malformed id is refused.
+func TestServer_JobPage(t *testing.T) {
+	hs := testServer(t, true, &apiStub{}, nil)
+	code, body := send(t, hs, "GET", "/jobs/20261128-101500-0000beef")
+	if code != 200 || !strings.Contains(body, `<base href="../">`) || !strings.Contains(body, `<script src="app.js"`) {
+		t.Fatalf("GET /jobs/{id} = %d %.300s", code, body)
+	}
+	if code, _ := send(t, hs, "GET", "/jobs/Not_An_Id"); code != 400 {
+		t.Fatalf("GET /jobs/Not_An_Id = %d; want 400", code)
+	}
+}

@@ -5,6 +5,13 @@
 "use strict";
 
 const $ = (s) => document.querySelector(s);
+// Relative URLs resolve against the dashboard's root, whatever address pick() gives the page
+// later: a job's page (jobs/{id}) has its <base> from the server, the root page gets one here.
+if (!document.querySelector("base")) {
+  const b = document.createElement("base");
+  b.href = new URL(".", location.href).href;
+  document.head.prepend(b);
+}
 let selected = null;   // the job whose detail and timeline are shown
 let pinned = false;    // the user picked it; otherwise the newest job is followed
 let cluster = null;    // last /api/cluster
@@ -21,8 +28,26 @@ let schedulesErr = "";
 let schedulesAt = 0;
 const deleted = new Set(); // jobs deleted from this page: cached lists may still hold them a moment
 let token = sessionStorage.getItem("mapagg-api-token") || "";
+let logs = { id: null, next: 0, lines: [], at: 0 }; // the selected job's log as read so far
+let search = "";       // the search box's id prefix: only jobs starting with it are listed
+let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
+
+// pick shows job id's detail and gives it its own address, jobs/{id} (the base of a job's page
+// is the root, so the same relative URL works from both).
+function pick(id, push = true) {
+  selected = id; pinned = !!id; detail = null; armed = null;
+  if (push) history.pushState({ job: id }, "", id ? "jobs/" + encodeURIComponent(id) : "./");
+  document.title = id ? "mapagg job " + id : "mapagg cluster";
+  tick();
+}
+
+// jobFromPath is the job of a /jobs/{id} address, or null.
+function jobFromPath() {
+  const m = location.pathname.match(/\/jobs\/([a-z0-9-]{1,64})$/);
+  return m ? m[1] : null;
+}
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -121,6 +146,7 @@ async function tick() {
     } else {
       detail = null;
     }
+    if (selected) await readLogs(selected);
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -129,18 +155,36 @@ async function tick() {
   }
 }
 
-function canAct() { return token !== "" || cancelEnabled; }
+// may says whether this page may take action: with a token, as its role allows (whoami);
+// without, the dashboard's own cancel, retry and delete when --dashboard-cancel is on.
+function may(action) {
+  if (token) return !!who && (who.may || []).includes(action);
+  return cancelEnabled && (action === "cancel" || action === "retry" || action === "delete");
+}
+
+// checkToken asks the worker what the token may do; a token it does not know may do nothing.
+async function checkToken() {
+  who = null;
+  if (!token) return;
+  try {
+    const r = await fetch("api/v1/whoami", { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    const b = await r.json();
+    who = r.ok ? b : { name: "", role: "", may: [], error: b.error || String(r.status) };
+  } catch (e) { who = { name: "", role: "", may: [], error: e.message }; }
+}
 
 function render(warn) {
   const c = cluster;
   $("#served-by").textContent = c.worker;
-  $("#mode").textContent = token ? "actions with the API token" : (cancelEnabled ? "cancel, retry and delete enabled (--dashboard-cancel)" : "read-only (enter the API token for actions)");
+  $("#mode").textContent = token ? (who && who.role ? "token " + who.name + " (role " + who.role + (who.may.length ? ": " + who.may.join(", ") : ": read-only") + ")" :
+    "the token was refused" + (who && who.error ? ": " + who.error : "")) :
+    (cancelEnabled ? "cancel, retry and delete enabled (--dashboard-cancel)" : "read-only (enter an API token for actions)");
   $("#shards-queued").textContent = c.shards_queued == null ? "?" : c.shards_queued;
   $("#jobs-queued").textContent = c.jobs_queued == null ? "?" : c.jobs_queued;
   const l = c.leader;
-  $("#leader-id").textContent = l ? l.ID : "none";
-  $("#leader-epoch").textContent = l ? l.Epoch : "–";
-  $("#leader-since").textContent = l ? "since " + clock(l.Since) + " (" + ago(l.Since) + ")" : (c.leader_error || "nobody holds the lease");
+  $("#leader-id").textContent = l ? l.id : "none";
+  $("#leader-epoch").textContent = l ? l.epoch : "–";
+  $("#leader-since").textContent = l ? "since " + clock(l.since) + " (" + ago(l.since) + ")" : (c.leader_error || "nobody holds the lease");
 
   // Workers.
   const wb = $("#workers tbody");
@@ -161,16 +205,25 @@ function render(warn) {
     if ((e.kind === "lost" || e.kind === "stepped_down") && terms.has(e.epoch)) terms.get(e.epoch).ended = e.kind + " " + clock(e.at);
   }
   // A worker that started after an election did not hear it: the leaders this page has shown fill in.
-  if (l) leadersSeen.set(l.Epoch, { epoch: l.Epoch, worker: l.ID, at: l.Since });
+  if (l) leadersSeen.set(l.epoch, { epoch: l.epoch, worker: l.id, at: l.since });
   for (const [epoch, t] of leadersSeen) if (!terms.has(epoch)) terms.set(epoch, { ...t });
+  // A term that ended without a word (its leader killed, its lease broken) ended when the next
+  // one began: every term but the leading one says when it ended.
+  const sortedTerms = [...terms.values()].sort((a, b) => b.epoch - a.epoch);
+  sortedTerms.forEach((t, i) => {
+    if (t.ended || (l && l.epoch === t.epoch)) return;
+    const next = sortedTerms[i - 1];
+    t.ended = next ? "ended by " + next.worker + "'s election, " + clock(next.at) : "ended (no leader now)";
+  });
   const eb = $("#epochs tbody");
-  eb.replaceChildren(...[...terms.values()].sort((a, b) => b.epoch - a.epoch).slice(0, 12).map((t) => el("tr", {},
+  eb.replaceChildren(...sortedTerms.slice(0, 12).map((t) => el("tr", {},
     el("td", {}, t.epoch), el("td", {}, t.worker), el("td", {}, clock(t.at)),
-    el("td", { class: "muted" }, t.ended || (l && l.Epoch === t.epoch ? "leading" : "")))));
+    el("td", { class: "muted" }, t.ended || (l && l.epoch === t.epoch ? "leading" : "")))));
 
   // Jobs.
   const jb = $("#jobs tbody");
-  jb.replaceChildren(...jobs.map(jobRow));
+  const shown = search ? jobs.filter((x) => x.id.startsWith(search)) : jobs;
+  jb.replaceChildren(...shown.map(jobRow));
   $("#jobs-empty").style.display = jobs.length ? "none" : "";
   $("#jobs-warning").hidden = !warn;
   $("#jobs-warning").textContent = warn || "";
@@ -195,7 +248,7 @@ function jobRow(j) {
     el("span", { class: "pct" }, pct + " % · " + done + " / " + total));
   const why = (j.error || j.unreadable || j.note || "");
   return el("tr", { class: "job" + (j.id === selected ? " selected" : ""), "data-id": j.id, "data-state": j.state,
-      onclick: () => { selected = j.id; pinned = true; detail = null; armed = null; tick(); } },
+      onclick: () => pick(j.id) },
     el("td", {}, j.id), el("td", {}, j.type || "?"),
     el("td", { class: "state state-" + j.state, title: why }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
       (why ? ": " + (why.length > 60 ? why.slice(0, 59) + "…" : why) : "")),
@@ -204,6 +257,28 @@ function jobRow(j) {
 }
 
 function when(t) { return t ? new Date(t).toLocaleString() + " (" + ago(t) + " ago)" : "–"; }
+
+// readLogs reads the new lines of job id's log (api/v1/jobs/{id}/logs from the last offset),
+// every 2 s while the job may still log.
+async function readLogs(id) {
+  if (logs.id !== id) logs = { id, next: 0, lines: [], at: 0, err: "" };
+  if (Date.now() - logs.at < 2000 || (logs.done && detail && terminal(detail.state))) return;
+  logs.at = Date.now();
+  try {
+    const r = await fetch("api/v1/jobs/" + encodeURIComponent(id) + "/logs?offset=" + logs.next, { cache: "no-store" });
+    const b = await r.json();
+    if (!r.ok) { logs.err = b.error || String(r.status); return; }
+    logs.lines = logs.lines.concat(b.lines || []).slice(-500);
+    logs.next = b.next; logs.err = "";
+    logs.done = detail && terminal(detail.state);
+  } catch (e) { logs.err = e.message; }
+}
+
+function logText(ln) {
+  const where = [ln.worker, ln.shard != null ? "shard " + ln.shard + (ln.attempt ? " attempt " + ln.attempt : "") : "", ln.source || ""].filter(Boolean).join(" ");
+  const attrs = Object.entries(ln.attrs || {}).map(([k, v]) => k + "=" + JSON.stringify(v)).join(" ");
+  return clock(ln.at) + " " + ln.level + " [" + where + "] " + ln.msg + (attrs ? " " + attrs : "");
+}
 
 function renderDetail() {
   const box = $("#job-detail");
@@ -236,7 +311,7 @@ function renderDetail() {
   // The job and its retries (retry_of links, metadata only), oldest first.
   const atts = d.attempts || [];
   $("#detail-attempts").replaceChildren(...(atts.length > 1 ? atts.map((a) => el("li", { class: a.id === d.id ? "" : "muted" },
-    el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = a.id; pinned = true; detail = null; armed = null; tick(); } }, a.id),
+    el("a", { href: "jobs/" + a.id, onclick: (e) => { e.preventDefault(); pick(a.id); } }, a.id),
     " " + a.state + (a.finished_at ? " at " + clock(a.finished_at) : "") + (a.error ? ": " + (a.error.length > 80 ? a.error.slice(0, 79) + "…" : a.error) : "") +
     (a.id === d.id ? " (this one)" : ""))) : [el("li", { class: "muted" }, "only this one" + (d.retry_of ? " (retries " + d.retry_of + ")" : ""))]));
   const cp = d.checkpoint;
@@ -248,7 +323,9 @@ function renderDetail() {
     ["delete", terminal(d.state), "delete job"],
   ]) {
     const btn = $("#detail-" + act);
-    btn.hidden = !(canAct() && show);
+    btn.hidden = !(may(act) && show);
+    $("#detail-logs").textContent = logs.id === d.id ? (logs.err ? "log unavailable: " + logs.err :
+      (logs.lines.length ? logs.lines.map(logText).join("\n") : "no lines (job code logs with env.Logger())")) : "–";
     btn.textContent = armed === act + " " + d.id ? "click again to " + act + " " + d.id : label;
   }
 }
@@ -280,7 +357,7 @@ async function act(action) {
   let msg = action + " refused: " + (body.error || r.status);
   if (r.ok) {
     msg = { cancel: "cancel requested for " + id, retry: "retried " + id + " as " + body.id, delete: "deleted " + id }[action];
-    if (action === "retry" && body.id) { selected = body.id; pinned = true; detail = null; }
+    if (action === "retry" && body.id) { history.pushState({ job: body.id }, "", "jobs/" + encodeURIComponent(body.id)); selected = body.id; pinned = true; detail = null; }
     if (action === "delete") { deleted.add(id); jobs = jobs.filter((x) => x.id !== id); selected = null; pinned = false; detail = null; listedAt = 0; }
   }
   $("#detail-action").textContent = msg;
@@ -303,10 +380,10 @@ function renderSchedules() {
     el("td", { class: "muted", title: chainTitle(s) }, [s.type, ...(s.then || []).map((x) => x.type)].join(" → ")),
     el("td", { class: s.paused ? "state-cancelled" : "state-running" }, s.paused ? "paused" : "active · overlap " + s.overlap),
     el("td", {}, s.last_tick ? day(s.last_tick) : "–"),
-    el("td", {}, s.last_job ? el("a", { href: "#", onclick: (e) => { e.preventDefault(); selected = s.last_job; pinned = true; detail = null; armed = null; tick(); } }, s.last_job) : "–"),
+    el("td", {}, s.last_job ? el("a", { href: "jobs/" + s.last_job, onclick: (e) => { e.preventDefault(); pick(s.last_job); } }, s.last_job) : "–"),
     el("td", {}, s.paused ? "– (paused)" : (s.next_tick ? day(s.next_tick) : "–")),
     el("td", { class: "muted" }, s.fired + " · " + s.skipped + " · " + s.missed),
-    el("td", {}, ...(token ? [
+    el("td", {}, ...(may("schedule") ? [
       el("button", { type: "button", class: "sched-" + (s.paused ? "resume" : "pause"), onclick: () => scheduleAct(s.name, s.paused ? "resume" : "pause") }, s.paused ? "resume" : "pause"),
       " ", el("button", { type: "button", class: "sched-trigger", onclick: () => scheduleAct(s.name, "trigger") }, "run now")] : [])))));
 }
@@ -367,14 +444,26 @@ $("#api-token").value = token;
 $("#token-save").addEventListener("click", () => {
   token = $("#api-token").value.trim();
   if (token) sessionStorage.setItem("mapagg-api-token", token); else sessionStorage.removeItem("mapagg-api-token");
-  tick();
+  checkToken().then(tick);
 });
 const refilter = () => { pages = [""]; tick(); };
 $("#filter-state").addEventListener("change", refilter);
 $("#filter-type").addEventListener("change", refilter);
 $("#filters").addEventListener("submit", (e) => { e.preventDefault(); refilter(); });
+// Search: a whole id opens that job (listed or not); a prefix shows the listed jobs that start
+// with it and opens the one when only one does.
+$("#search-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const q = $("#search").value.trim().toLowerCase();
+  search = q;
+  const hits = jobs.filter((x) => x.id.startsWith(q));
+  if (/^[0-9]{8}-[0-9]{6}-[0-9a-f]{8,}(-[0-9]+)?$/.test(q) || hits.length === 1) pick(hits.length === 1 ? hits[0].id : q);
+  else tick();
+});
+window.addEventListener("popstate", () => pick(jobFromPath(), false));
 $("#page-older").addEventListener("click", () => { if (nextCursor) { pages.push(nextCursor); tick(); } });
 $("#page-newer").addEventListener("click", () => { if (pages.length > 1) { pages.pop(); tick(); } });
 
-tick();
+if (jobFromPath()) { selected = jobFromPath(); pinned = true; document.title = "mapagg job " + selected; }
+checkToken().then(tick);
 setInterval(tick, 1000);
