@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/store"
@@ -162,5 +165,80 @@ func TestClients_DataRequestsBounded(t *testing.T) {
 	wg.Wait()
 	if p := s.peak.Load(); p > 3 || p < 2 {
 		t.Fatalf("peak in flight %d, want 2..3", p)
+	}
+}
+
+// Lease renewals on the control plane's client stay prompt while the data plane saturates the
+// same storage account (a keyed job's shuffle): the data plane's requests in flight are bounded,
+// and the two never share a connection pool.
+func TestClients_ControlRenewsUnderDataLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("storage load")
+	}
+	ctx := context.Background()
+	clients, err := store.Account{ConnectionString: testenv.Azurite(t)}.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name(t, "load")
+	data := store.New(clients.Data, name)
+	if err := data.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ctl := store.New(clients.Control, name)
+	if _, err := ctl.Put(ctx, "lease", nil, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lease.NewBlobClient(clients.Control.ServiceClient().NewContainerClient(name).NewBlobClient("lease"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.AcquireLease(ctx, 15, nil); err != nil {
+		t.Fatal(err)
+	}
+	block := []byte(strings.Repeat("x", 256<<10))
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var moved atomic.Int64
+	for w := 0; w < 64; w++ { // far more writers than the data plane's slots
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; lctx.Err() == nil; i++ {
+				n := fmt.Sprintf("d/%d-%d", w, i%4)
+				if _, err := data.Put(lctx, n, block, store.Cond{}); err == nil {
+					moved.Add(int64(len(block)))
+				}
+				if r, err := data.ReadRange(lctx, n, 0, 0); err == nil {
+					k, _ := io.Copy(io.Discard, r)
+					r.Close()
+					moved.Add(k)
+				}
+			}
+		}()
+	}
+	var worst time.Duration
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := lc.RenewLease(rctx, nil)
+		cancel()
+		took := time.Since(start)
+		worst = max(worst, took)
+		if err != nil {
+			t.Errorf("renew under data load failed after %v: %v", took, err)
+		}
+		if in := clients.DataInFlight(); in > store.DefaultDataRequests() {
+			t.Errorf("%d data requests in flight, above the bound %d", in, store.DefaultDataRequests())
+		}
+	}
+	stop()
+	wg.Wait()
+	t.Logf("worst renewal %v while the data plane moved %d MiB", worst.Round(time.Millisecond), moved.Load()>>20)
+	// The lease (15 s) less the election's safety margin (2 s) is the budget of a renewal.
+	if worst > 5*time.Second {
+		t.Errorf("worst renewal %v under data load", worst)
 	}
 }

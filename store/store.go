@@ -8,7 +8,9 @@
 //
 // Guarantees: Put with IfMatch writes only if the blob's ETag is unchanged, and with IfNoneMatch
 // only if the blob does not exist; both are enforced by the storage service, so they fence writers
-// that do not coordinate with each other. Nothing here retries a conditional failure.
+// that do not coordinate with each other. Nothing here retries a conditional failure. A request
+// the account answers "unavailable" or "busy" is retried with backoff for a bounded time
+// (transient.go); a write that finds its container missing creates it and writes again.
 package store
 
 import (
