@@ -87,9 +87,20 @@ func TestAPI_SlowBodyCutOff(t *testing.T) {
 }
 
 // Many concurrent job listings (300; API_FLOOD=2000 for the figure) are each answered, or
-// refused with 503 and Retry-After, within about a second.
+// refused with 503 and Retry-After, within about a second of reaching the handler. (The client's
+// own latency, which adds the accept queue of a loaded machine, is logged.)
 func TestAPI_ListFloodAnsweredOrRefused(t *testing.T) {
 	e := newAPIEnv(t, Config{})
+	var smu sync.Mutex
+	var served []time.Duration
+	api := e.srv.Config.Handler
+	e.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		api.ServeHTTP(w, r)
+		smu.Lock()
+		served = append(served, time.Since(start))
+		smu.Unlock()
+	})
 	for i := 0; i < 3; i++ {
 		if code, out := e.do(t, "GET", "/api/v1/jobs", "", ""); code != http.StatusOK {
 			t.Fatalf("warm-up list: %d %s", code, out)
@@ -130,8 +141,11 @@ func TestAPI_ListFloodAnsweredOrRefused(t *testing.T) {
 	}
 	wg.Wait()
 	slices.Sort(lat)
+	slices.Sort(served)
 	p99, worst := lat[len(lat)*99/100], lat[len(lat)-1]
-	t.Logf("%d listings: %v; p99 %v, worst %v", n, codes, p99.Round(time.Millisecond), worst.Round(time.Millisecond))
+	sworst := served[len(served)-1]
+	t.Logf("%d listings: %v; in the handler: worst %v; at the client: p99 %v, worst %v", n, codes,
+		sworst.Round(time.Millisecond), p99.Round(time.Millisecond), worst.Round(time.Millisecond))
 	for code := range codes {
 		if code != http.StatusOK && code != http.StatusServiceUnavailable {
 			t.Errorf("status %d among the answers", code)
@@ -140,8 +154,9 @@ func TestAPI_ListFloodAnsweredOrRefused(t *testing.T) {
 	if codes[http.StatusOK] == 0 {
 		t.Error("no listing was answered")
 	}
-	// A second is the server's bound; the slack is this test's own client on a shared machine.
-	if p99 > 3*time.Second {
-		t.Errorf("p99 %v: listings were neither answered nor refused quickly", p99)
+	// A second is the server's bound (100 ms for a turn, 900 ms for the listing); the slack is
+	// the scheduling of a race-detector build on a shared machine.
+	if sworst > 1500*time.Millisecond {
+		t.Errorf("a listing took %v in the handler: neither answered nor refused within a second", sworst)
 	}
 }

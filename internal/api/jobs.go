@@ -151,10 +151,27 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		busy(w, "too many job listings at once on this worker")
 		return
 	}
-	defer release()
+	// The listing runs on its own goroutine, which keeps its turn until it returns: the answer
+	// goes out at the deadline even when storage is slow to give the listing up.
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ListTimeout)
 	defer cancel()
-	page, err := s.cfg.Jobs.Query(ctx, f)
+	type listed struct {
+		page *client.Page
+		err  error
+	}
+	done := make(chan listed, 1)
+	go func() {
+		defer release()
+		page, err := s.cfg.Jobs.Query(ctx, f)
+		done <- listed{page, err}
+	}()
+	var page *client.Page
+	select {
+	case x := <-done:
+		page, err = x.page, x.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
 	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
 		busy(w, fmt.Sprintf("the job listing did not finish within %v", s.cfg.ListTimeout))
 		return
