@@ -76,9 +76,13 @@ func injectStorageWiped(ctx context.Context, f *faultRun) error {
 	if ns := f.c.Options().Namespace; ns != "" {
 		lease = ns + "-leader"
 	}
-	qs, err := azqueue.NewServiceClientFromConnectionString(f.r.rig.ConnStr(), nil)
+	conn := f.r.rig.ConnStr()
+	if az := f.c.Azurite(); az != nil {
+		conn = az.ConnectionString()
+	}
+	qs, err := azqueue.NewServiceClientFromConnectionString(conn, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("queue service client: %w", err)
 	}
 	wiped := time.Now()
 	for _, name := range []string{f.c.JobsContainer(), lease} {
