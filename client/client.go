@@ -226,7 +226,25 @@ type submitOptions struct {
 	priority int
 	after    []string
 	retries  int
+	key      string
 }
+
+// WithIdempotencyKey makes a submit safe to repeat: the first submit under key (1 to 255
+// printable ASCII characters, e.g. a UUID) creates the job, and every submit with the same key
+// within a day returns that job's id and creates nothing, however many run at once. Submit then
+// also retries a failure that is not the job's fault (storage unavailable, a timeout) a few
+// times itself. A repeat that asks for another job (type, params, dependencies, priority,
+// retries) fails with ErrKeyReused.
+func WithIdempotencyKey(key string) SubmitOption { return func(o *submitOptions) { o.key = key } }
+
+// ErrKeyReused: an idempotency key was used within a day for a different job.
+var ErrKeyReused = jobstore.ErrKeyReused
+
+// Retries of a submit with an idempotency key.
+const (
+	keyedTries = 4
+	keyedPause = 250 * time.Millisecond
+)
 
 // WithPriority sets a job's priority, MinPriority to MaxPriority (default 0): each step up
 // doubles its share of dispatch against running jobs of its type.
@@ -247,6 +265,11 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.key != "" {
+		if err := jobstore.CheckIdempotencyKey(o.key); err != nil {
+			return "", fmt.Errorf("%w: %w", protocol.ErrBadSpec, err)
+		}
+	}
 	spec, err := c.validate(ctx, typ, params, o)
 	if err != nil {
 		return "", err
@@ -254,10 +277,34 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
-	if err := c.jobStore().Submit(ctx, spec); err != nil {
-		return "", err
+	if o.key == "" {
+		if err := c.jobStore().Submit(ctx, spec); err != nil {
+			return "", err
+		}
+		return spec.ID, nil
 	}
-	return spec.ID, nil
+	return c.submitOnce(ctx, spec, o.key)
+}
+
+// submitOnce submits spec under an idempotency key, trying again (the key makes it safe) when
+// storage fails, up to keyedTries times.
+func (c *Client) submitOnce(ctx context.Context, spec *protocol.Spec, key string) (string, error) {
+	pause := keyedPause
+	for try := 1; ; try++ {
+		id, _, err := c.jobStore().SubmitOnce(ctx, spec, key, spec.SubmittedAt)
+		if err == nil {
+			return id, nil
+		}
+		if try >= keyedTries || Refused(err) || errors.Is(err, ErrKeyReused) || ctx.Err() != nil {
+			return "", err
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
 }
 
 // Status reads one job's state: its status record (the metadata of its checkpoint blob, read

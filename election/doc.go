@@ -146,8 +146,19 @@
 // acquisition and its metadata write they still report the previous leader. They report nil when no
 // lease is held.
 //
-// Deleting the lease blob resets the epoch to zero and so breaks fencing; the blob holds no data
-// and its container should hold nothing else.
+// Storage loss. A leader whose renewal finds the lease blob or its container missing (the account
+// was wiped) creates it again, acquires it with its term's lease ID and stamps its own epoch
+// before its safety deadline: leadership stays put (EventLeaseRebuilt). A new blob would restart
+// the epoch at zero, so every process raises its epoch floor (RaiseEpochFloor) to each epoch it
+// hears in a beat: the next term's epoch is above the highest any live member has seen. What no
+// live member has seen (every process gone with the storage) cannot be recovered; fencing then
+// rests on the epochs written with the state, which went with the storage too.
+//
+// Cold start. A starting follower that finds the lease held by a term it has heard no beat of
+// watches that term as if its last beat had come when it started listening (EventColdStart). A
+// live leader's next beat refreshes it; a dead one is confirmed gone by probes or a silence of
+// SuspicionTimeout and broken fenced, as any follower does: after the whole cluster died, the
+// first worker back leads in about 2 s instead of waiting out the lease.
 //
 // # Why not client-go or BlobDistributedMutex
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -26,12 +27,14 @@ type Elector struct {
 	watch   *watch                // heartbeats heard while following
 	cur     atomic.Pointer[guard] // the term being led, for heartbeats of a newer epoch
 	floor   atomic.Uint64         // the next term's epoch is above it (RaiseEpochFloor)
+	heard   atomic.Uint64         // the highest epoch heard in a beat: the floor of a blob that lost its epoch
 
 	terms, renewals, renewFailures, losses, releases atomic.Uint64
 	suspicions, breaks, beatFailures                 atomic.Uint64
 	unconfirmed, cutOff                              atomic.Uint64
 	probes, probeAnswers, probeConfirmed             atomic.Uint64
 	beatPauses                                       atomic.Uint64
+	leaseRebuilds, coldStarts                        atomic.Uint64
 
 	prb          prober        // the fast path's confirmation, off the wait loop
 	probeTimeout time.Duration // bounds one probe (tests lengthen it)
@@ -62,6 +65,8 @@ type Stats struct {
 	ProbeAnswers  uint64 // probes a silent term answered (a late beat, not a crash)
 	NoResponders  uint64 // silent terms confirmed gone by no responders (fast-path takeovers)
 	BeatPauses    uint64 // times this leader paused its beats because renewals stalled (RenewStall)
+	LeaseRebuilds uint64 // times this leader found its lease blob missing and kept its term (EventLeaseRebuilt)
+	ColdStarts    uint64 // times this process started watching a held lease's term it had not heard (EventColdStart)
 }
 
 // New returns an Elector over api. Zero fields of cfg take their defaults; the result must
@@ -129,6 +134,8 @@ func (e *Elector) Stats() Stats {
 		ProbeAnswers:  e.probeAnswers.Load(),
 		NoResponders:  e.probeConfirmed.Load(),
 		BeatPauses:    e.beatPauses.Load(),
+		LeaseRebuilds: e.leaseRebuilds.Load(),
+		ColdStarts:    e.coldStarts.Load(),
 	}
 }
 
@@ -162,12 +169,17 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	}()
 	leaseID := newLeaseID()
 	ensured := false
-	var ambiguous bool  // the last acquire may have succeeded without our knowing
-	cut := false        // not campaigning: cut off from the heartbeat transport
-	ineligible := false // not campaigning: Config.Eligible refused
-	now := false        // campaign at once: a silent term was checked, or a release announced
+	var ambiguous bool      // the last acquire may have succeeded without our knowing
+	cut := false            // not campaigning: cut off from the heartbeat transport
+	ineligible := false     // not campaigning: Config.Eligible refused
+	now := false            // campaign at once: a silent term was checked, or a release announced
+	var listening time.Time // when the subscription to heartbeats started
+	cold := false           // the held lease's term was looked up at start (coldStart)
 	for ctx.Err() == nil {
 		e.subscribe(&stopBeats)
+		if stopBeats != nil && listening.IsZero() {
+			listening = time.Now()
+		}
 		if err := e.eligible(); err != nil {
 			if !ineligible {
 				e.log.Warn("not campaigning", "reason", err)
@@ -222,6 +234,9 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			case ctx.Err() != nil:
 			case errors.Is(err, ErrLeaseHeld):
 				e.log.Debug("lease held by another; following")
+				if !cold && !listening.IsZero() {
+					cold = e.coldStart(ctx, listening)
+				}
 			case errors.Is(err, ErrNotFound):
 				e.log.Warn("lease blob missing; recreating it", "err", err)
 				ensured = false
@@ -245,6 +260,38 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 	}
 	e.log.Info("campaign stopped")
 	return nil
+}
+
+// coldStart runs once a starting follower finds the lease held and has heard no beat since it
+// started listening: it reads the lease blob and watches the term stamped there as if its last beat
+// had come when this process started listening. A live leader's next beat (within a heartbeat
+// interval) refreshes it. A dead one, after every worker was killed, is confirmed gone by probes
+// ("no responders": nothing answers for the term) and its lease broken, fenced on the stamp's
+// ETag, as any follower does: the first worker back leads within about 2 s, not after the dead
+// lease runs out. Silence alone does not count before a beat was heard (a follower whose beats
+// never arrive breaks nothing), so it needs Config.Prober. It reports whether the lookup is done
+// (false: try again at the next refusal).
+func (e *Elector) coldStart(ctx context.Context, listening time.Time) bool {
+	if e.cfg.Heartbeats == nil || e.cfg.Prober == nil || e.watch.hasHeard() {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.opTimeout())
+	defer cancel()
+	p, err := e.api.GetProperties(cctx, e.cfg.Container, e.cfg.Blob)
+	if err != nil {
+		return false
+	}
+	epoch, err := parseEpoch(p.Metadata)
+	if err != nil || epoch == 0 || !p.Held() || p.Metadata[MetaReleased] != "" {
+		return true
+	}
+	if !e.watch.seed(listening, epoch, p.Metadata[MetaLeader], e.session()) {
+		return true
+	}
+	e.coldStarts.Add(1)
+	e.log.Info("the lease is held by a term not heard since start; watching it", "epoch", epoch, "leader", p.Metadata[MetaLeader])
+	e.emit(EventColdStart, Term{Epoch: epoch, Identity: p.Metadata[MetaLeader]}, nil)
+	return true
 }
 
 // acquire tries once to win the lease and stamp a new term into the blob's metadata. sent is
@@ -281,6 +328,12 @@ func (e *Elector) stamp(ctx context.Context, leaseID string) (Term, error) {
 		return Term{}, err
 	}
 	next := old + 1
+	if h := e.heard.Load(); old == 0 && h >= next && h < math.MaxUint64 {
+		// The blob holds no epoch (storage lost it), but a live leader's beats named h: stay
+		// above it. A beat never moves an epoch the blob records (it may be forged).
+		e.log.Warn("the lease blob holds no epoch; starting above the highest epoch heard", "heard", h)
+		next = h + 1
+	}
 	if f := e.floor.Load(); f >= next {
 		// The lease blob's epoch is behind one the leader's work has seen: its metadata went
 		// back in time (storage lost acknowledged writes). Jump above it, so no two terms

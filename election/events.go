@@ -33,6 +33,14 @@ const (
 	// responders over Config.ProbeConfirm (its process is gone); it checks and breaks the lease
 	// now, without waiting for SuspicionTimeout. The takeover came from the fast path.
 	EventNoResponders EventKind = "no_responders"
+	// EventLeaseRebuilt: this leader found its lease blob (or its container) missing, created
+	// it again, acquired it with the term's lease ID and stamped the term's epoch: the term goes
+	// on. Event.Err says what was missing.
+	EventLeaseRebuilt EventKind = "lease_rebuilt"
+	// EventColdStart: this process, starting, found the lease held by a term it has heard no
+	// beat of, and watches that term as if it had heard it at start: a dead term is broken (fenced)
+	// after a probe or SuspicionTimeout, instead of waiting out the lease.
+	EventColdStart EventKind = "cold_start"
 )
 
 // Event is one transition of an elector.

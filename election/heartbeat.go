@@ -79,6 +79,7 @@ type watch struct {
 
 	mu     sync.Mutex
 	heard  bool      // some other process's beat arrived since Run started
+	seeded bool      // the term was read from the lease blob at start, no beat of it heard yet (coldStart)
 	epoch  uint64    // the newest epoch heard of (by beat or from the blob)
 	leader string    // its identity
 	last   time.Time // last beat of epoch, or when the silence clock was restarted (monotonic)
@@ -203,7 +204,7 @@ func (w *watch) observe(b Beat, now time.Time, session uint64) {
 	case b.Seq != 0 && b.Seq <= w.seq:
 		return
 	}
-	w.heard, w.epoch, w.leader, w.last = true, b.Epoch, b.Identity, now
+	w.heard, w.seeded, w.epoch, w.leader, w.last = true, false, b.Epoch, b.Identity, now
 	w.lastBeat, w.session, w.answers, w.next = now, session, b.Answers, b.Successors
 	w.seq = max(w.seq, b.Seq)
 	w.beats++
@@ -221,6 +222,9 @@ func (w *watch) poll(now time.Time, healthy bool, timeout time.Duration) (suspic
 	if !healthy {
 		w.last = now
 		return suspicion{}, false
+	}
+	if w.seeded {
+		return suspicion{}, false // a term read from the blob at start: probes only
 	}
 	silent := now.Sub(w.last)
 	if silent < timeout+w.quietLocked() {
@@ -249,6 +253,39 @@ func (w *watch) inherited() (out []string) {
 	return out
 }
 
+// heardEpoch records the highest epoch heard in a beat.
+func (e *Elector) heardEpoch(n uint64) {
+	for {
+		h := e.heard.Load()
+		if n <= h || e.heard.CompareAndSwap(h, n) {
+			return
+		}
+	}
+}
+
+// hasHeard reports whether any other process's beat (or a seeded term) was taken since Run started.
+func (w *watch) hasHeard() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.heard
+}
+
+// seed watches the term epoch, read from the lease blob, as if its last beat came at since: a
+// starting follower that hears nothing from it probes it as any silent term (coldStart). Until a
+// beat is heard, silence alone never makes a suspicion of it (poll): only "no responders" does,
+// so a follower whose beats never arrive (a wrong prefix) still breaks nothing. It reports false
+// when a beat was heard meanwhile.
+func (w *watch) seed(since time.Time, epoch uint64, leader string, session uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.heard {
+		return false
+	}
+	w.heard, w.seeded, w.epoch, w.leader, w.last, w.lastBeat = true, true, epoch, leader, since, since
+	w.beats, w.seq, w.session, w.answers, w.next = 1, 0, session, true, nil
+	return true
+}
+
 // restart gives the current term a fresh timeout, adopting epoch (found in the lease blob or
 // led by this process) when it is newer.
 func (w *watch) restart(now time.Time, epoch uint64, leader string) {
@@ -275,6 +312,11 @@ func (e *Elector) onBeat(b Beat) {
 		return
 	}
 	now := time.Now()
+	if b.Identity != e.cfg.Identity {
+		// Should the lease blob be lost and recreated without an epoch, the next term this
+		// process stamps is above every epoch a live member announced (stamp).
+		e.heardEpoch(b.Epoch)
+	}
 	e.watch.observe(b, now, e.session())
 	if t := e.chk.Load(); t != nil {
 		t.Reset(e.nextCheck(now, e.checkEvery()))

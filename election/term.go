@@ -26,6 +26,7 @@ const RenewStall = 500 * time.Millisecond
 // independent of the renew goroutine: a renew call that hangs cannot keep the term alive.
 type guard struct {
 	e       *Elector
+	term    Term
 	leaseID string
 	epoch   uint64
 	window  time.Duration // LeaseDuration - SafetyMargin
@@ -151,7 +152,7 @@ func (e *Elector) runTerm(ctx context.Context, t Term, sent time.Time, lead func
 	leaderCtx, cancelLeader := context.WithCancelCause(context.WithValue(base, termKey{}, t))
 	defer cancelLeader(ErrSteppedDown)
 
-	g := &guard{e: e, leaseID: t.LeaseID, epoch: t.Epoch, window: e.cfg.LeaseDuration - e.cfg.SafetyMargin, cancel: cancelLeader, lostCh: make(chan struct{})}
+	g := &guard{e: e, term: t, leaseID: t.LeaseID, epoch: t.Epoch, window: e.cfg.LeaseDuration - e.cfg.SafetyMargin, cancel: cancelLeader, lostCh: make(chan struct{})}
 	e.drainPoke()
 	e.terms.Add(1)
 	g.start(sent)
@@ -286,6 +287,11 @@ func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, l
 			return // the term is over; the failure is ours
 		}
 		e.renewFailures.Add(1)
+		if errors.Is(err, ErrNotFound) && e.rebuildLease(ctx, g, err, log) {
+			backoff = 0
+			timer.Reset(e.cfg.RenewInterval)
+			continue
+		}
 		if IsDefinitive(err) {
 			g.lose(fmt.Errorf("%w: %w", ErrLeadershipLost, err))
 			return
@@ -295,6 +301,55 @@ func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, l
 			"deadline_in", g.remaining().Round(time.Millisecond))
 		timer.Reset(backoff)
 	}
+}
+
+// rebuildLease keeps the term when its lease blob (or container) vanished under it: the storage
+// account was wiped, or the blob deleted. It creates the blob again, acquires its lease with the
+// term's lease ID and stamps the term's own epoch, all before the safety deadline; then the term
+// goes on. Nobody else can have led meanwhile: a newer term would hold the lease (acquire
+// refused) or have stamped a newer epoch (checked). The epoch never goes back: the stamp is this
+// term's, and every later term's is above it (and above every epoch heard, RaiseEpochFloor). It
+// reports whether the term was kept.
+func (e *Elector) rebuildLease(ctx context.Context, g *guard, cause error, log *slog.Logger) bool {
+	left := g.remaining()
+	if left <= 0 {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(e.opTimeout(), left))
+	defer cancel()
+	fail := func(step string, err error) bool {
+		log.Warn("the lease blob is missing and the term cannot hold a new one", "step", step, "err", err, "missing", cause)
+		return false
+	}
+	if err := e.api.EnsureBlob(cctx, e.cfg.Container, e.cfg.Blob); err != nil {
+		return fail("create", err)
+	}
+	sent := time.Now()
+	if err := e.api.AcquireLease(cctx, e.cfg.Container, e.cfg.Blob, g.leaseID, e.cfg.LeaseDuration); err != nil {
+		return fail("acquire", err)
+	}
+	p, err := e.api.GetProperties(cctx, e.cfg.Container, e.cfg.Blob)
+	if err != nil {
+		return fail("read", err)
+	}
+	if epoch, perr := parseEpoch(p.Metadata); perr != nil || epoch > g.epoch {
+		e.releaseQuietly(ctx, g.leaseID)
+		return fail("check", fmt.Errorf("the new blob records epoch %d (%v), above this term's %d", epoch, perr, g.epoch))
+	}
+	md := termMetadata(g.term)
+	for k, v := range e.cfg.Stamp {
+		md[k] = v
+	}
+	if err := e.api.SetMetadata(cctx, e.cfg.Container, e.cfg.Blob, g.leaseID, md); err != nil {
+		return fail("stamp", err)
+	}
+	if !g.extend(sent) {
+		return false
+	}
+	e.leaseRebuilds.Add(1)
+	log.Warn("the lease blob was missing (storage lost or deleted); created it again and kept the term", "missing", cause)
+	e.emit(EventLeaseRebuilt, g.term, cause)
+	return true
 }
 
 // release gives the lease back (best effort, a few seconds at most, even while ctx is

@@ -45,6 +45,7 @@ func (c *connectFlags) register(fs *flagSet) {
 	fs.StringVar(&c.account.BlobURL, "storage-account-url", "", "blob endpoint https://<account>.blob.core.windows.net; authenticates with Entra ID (managed/workload identity, Azure CLI) unless a SAS is given")
 	fs.StringVar(&c.account.QueueURL, "storage-queue-url", "", "queue endpoint (default: --storage-account-url with .blob. replaced by .queue.)")
 	fs.StringVar(&c.sasFile, "storage-sas-file", "", "file holding a SAS token for --storage-account-url (or env "+envSASToken+")")
+	fs.DurationVar(&c.account.TransientRetryFor, "storage-retry-for", 0, "how long a storage request answered unavailable or busy (throttling, a full disk) is retried with backoff before it fails; 0: the default 3m, negative: not at all")
 
 	fs.StringVar(&c.natsAuth.CredsFile, "nats-creds", "", "NATS credentials file (user JWT and nkey seed)")
 	fs.StringVar(&c.natsAuth.NKeySeedFile, "nats-nkey-file", "", "file holding a NATS nkey user seed")

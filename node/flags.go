@@ -91,6 +91,7 @@ var flagEnv = map[string]string{
 	"storage-account-url":     "STORAGE_ACCOUNT_URL",
 	"storage-queue-url":       "STORAGE_QUEUE_URL",
 	"storage-sas-file":        "STORAGE_SAS_FILE",
+	"storage-retry-for":       "STORAGE_RETRY_FOR",
 	"nats-creds":              "NATS_CREDS",
 	"nats-nkey-file":          "NATS_NKEY_FILE",
 	"nats-user":               "NATS_USER",

@@ -28,6 +28,7 @@ type submitFlags struct {
 	fs                      *flagSet
 	after                   string // comma-separated job ids (after.go)
 	retries                 int
+	idempotencyKey          string
 }
 
 func (n *Node) newSubmitFlags() *submitFlags {
@@ -36,6 +37,7 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.StringVar(&f.typ, "type", "", "job type: one a running worker has (see worker types), checked before anything is written; this binary has "+joinOrNone(n.opts.Registry.Types()))
 	f.fs.StringVar(&f.params, "params", "", "job parameters as JSON")
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
+	f.fs.StringVar(&f.idempotencyKey, "idempotency-key", "", "makes the submit safe to repeat: every submit with this key (1 to 255 printable ASCII characters, e.g. a UUID) within a day prints the first one's job id and creates nothing")
 	f.fs.IntVar(&f.priority, "priority", 0, fmt.Sprintf("job priority, %d to %d: each step up doubles the job's share of the workers against running jobs of its type", protocol.MinPriority, protocol.MaxPriority))
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
 	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
@@ -77,8 +79,12 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	defer cancel()
 	// Submit is the one validation (the job's fields, then its type and parameters); a job it
 	// refuses is a usage error, and nothing was written.
+	opts := append(f.submitOptions(), client.WithPriority(f.priority))
+	if f.idempotencyKey != "" {
+		opts = append(opts, client.WithIdempotencyKey(f.idempotencyKey))
+	}
 	id, err := f.ensured(tctx, func() (string, error) {
-		return cl.Submit(tctx, f.typ, params, append(f.submitOptions(), client.WithPriority(f.priority))...)
+		return cl.Submit(tctx, f.typ, params, opts...)
 	})
 	if client.Refused(err) {
 		return usageErr("%v", err)

@@ -1,11 +1,13 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -52,6 +54,15 @@ type Account struct {
 	Credential azcore.TokenCredential
 	// Transport replaces the HTTP transport of both clients (tests).
 	Transport policy.Transporter
+	// TransientRetryFor is how long a request the account answers with a transient failure
+	// (unavailable, server busy, a full disk) is tried again, with backoff, before it fails.
+	// Default (0) DefaultTransientRetryFor, 3m; negative: not at all (the SDK's three quick
+	// tries only). Flag --storage-retry-for.
+	TransientRetryFor time.Duration
+	// DataRequests bounds the data plane's requests in flight at once in this process (a
+	// request holds its slot until its response's headers are in, never while its body is
+	// read). Default (0) DefaultDataRequests.
+	DataRequests int
 }
 
 // Auth reports which way the account authenticates. Meaningful once Validate passes.
@@ -84,6 +95,9 @@ func (a Account) Validate() error {
 	if a.ConnectionString != "" && a.SASToken != "" {
 		add("a SAS token and a connection string are both set: use the SAS with --storage-account-url, " +
 			"or put it in the connection string (SharedAccessSignature=...) and drop --storage-sas-file/AZURE_STORAGE_SAS_TOKEN")
+	}
+	if a.DataRequests < 0 {
+		add("DataRequests %d: use a positive number, or 0 for the default (%d)", a.DataRequests, DefaultDataRequests())
 	}
 	if a.ConnectionString == "" && a.BlobURL == "" && a.QueueURL != "" {
 		add("--storage-queue-url is set without --storage-account-url: pass the blob endpoint too")
@@ -186,14 +200,25 @@ func connStringEndpoint(cs string) string {
 }
 
 // Clients are the blob and queue clients of one Account, sharing one credential.
+//
+// The control plane and the data plane never share a connection pool: lease renewals,
+// heartbeats' storage side, checkpoints, specs and status records go through Control (and the
+// queue), a Map's reads and a keyed job's runs and outputs through Data, whose requests in flight
+// are bounded (Account.DataRequests). A saturated data plane can neither take the control plane's
+// connections nor make its requests wait for a slot (design, "The control plane goes first").
 type Clients struct {
-	// Blob is the control plane's blob client: the lease, checkpoints, specs, status records.
+	// Control is the control plane's blob client (Transport): the lease, checkpoints, specs,
+	// status records, schedules.
+	Control *azblob.Client
+	// Blob is Control, under the name earlier callers use.
 	Blob *azblob.Client
-	// Data is the data plane's blob client, over a connection pool of its own (DataTransport):
-	// a Map's reads (the job Env), a keyed job's runs and outputs.
+	// Data is the data plane's blob client, over a connection pool of its own (DataTransport)
+	// and at most Account.DataRequests requests in flight: a Map's reads (the job Env), a keyed
+	// job's runs and outputs.
 	Data *azblob.Client
 
 	acct     Account
+	data     *limitedTransport
 	queueURL string
 	cred     azcore.TokenCredential
 	sas      string
@@ -223,18 +248,42 @@ func (a Account) Open() (*Clients, error) {
 	}
 	_, c.queueURL = a.Endpoints()
 	var err error
-	if c.Blob, err = c.blobClient(ClientOptions()); err != nil {
+	if c.Control, err = c.blobClient(clientOptions(Transport(), a.retryFor())); err != nil {
 		return nil, err
 	}
-	if c.Data, err = c.blobClient(DataClientOptions()); err != nil {
+	c.Blob = c.Control
+	var data policy.Transporter = DataTransport()
+	if a.Transport != nil {
+		data = a.Transport
+	}
+	c.data = newLimitedTransport(cmp.Or(a.DataRequests, DefaultDataRequests()), data)
+	if c.Data, err = c.blobClient(clientOptions(c.data, a.retryFor())); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// blobClient builds a blob service client with opts (the Account's Transport replaces theirs).
+// retryFor is TransientRetryFor with its default applied (0 off).
+func (a Account) retryFor() time.Duration {
+	switch {
+	case a.TransientRetryFor < 0:
+		return 0
+	case a.TransientRetryFor == 0:
+		return DefaultTransientRetryFor
+	}
+	return a.TransientRetryFor
+}
+
+// RetryFor is how long a request meeting transient failures is tried again (0: not at all).
+func (c *Clients) RetryFor() time.Duration { return c.acct.retryFor() }
+
+// DataInFlight is how many data-plane requests are in flight now (at most Account.DataRequests).
+func (c *Clients) DataInFlight() int { return c.data.InFlight() }
+
+// blobClient builds a blob service client with opts (the Account's Transport replaces theirs,
+// under the data plane's limit for Data).
 func (c *Clients) blobClient(opts *azblob.ClientOptions) (*azblob.Client, error) {
-	if c.acct.Transport != nil {
+	if _, limited := opts.Transport.(*limitedTransport); c.acct.Transport != nil && !limited {
 		opts.Transport = c.acct.Transport
 	}
 	if c.acct.Auth() == AuthConnectionString {
@@ -276,6 +325,7 @@ func (c *Clients) Queue(name string, opts *azqueue.ClientOptions) (*azqueue.Queu
 	if c.acct.Transport != nil {
 		o.Transport = c.acct.Transport
 	}
+	o.PerCallPolicies = append(append([]policy.Policy(nil), o.PerCallPolicies...), transientPolicy{retryFor: c.acct.retryFor()})
 	var (
 		qc  *azqueue.QueueClient
 		err error

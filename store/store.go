@@ -8,7 +8,9 @@
 //
 // Guarantees: Put with IfMatch writes only if the blob's ETag is unchanged, and with IfNoneMatch
 // only if the blob does not exist; both are enforced by the storage service, so they fence writers
-// that do not coordinate with each other. Nothing here retries a conditional failure.
+// that do not coordinate with each other. Nothing here retries a conditional failure. A request
+// the account answers "unavailable" or "busy" is retried with backoff for a bounded time
+// (transient.go); a write that finds its container missing creates it and writes again.
 package store
 
 import (
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -55,18 +58,24 @@ type Cond struct {
 }
 
 // ClientOptions are the SDK options this project uses: a bounded time per try and a few retries,
-// so a hung call cannot stall a caller past its own deadline (callers also pass contexts), and
-// the control plane's Transport. DataClientOptions is the same over the data plane's.
-func ClientOptions() *azblob.ClientOptions { return clientOptions(Transport()) }
+// so a hung call cannot stall a caller past its own deadline (callers also pass contexts),
+// transient failures retried for DefaultTransientRetryFor (transient.go), and the control plane's
+// Transport. DataClientOptions is the same over the data plane's.
+func ClientOptions() *azblob.ClientOptions {
+	return clientOptions(Transport(), DefaultTransientRetryFor)
+}
 
 // DataClientOptions are ClientOptions over DataTransport: the client of a process's bulk reads
 // and writes (a Map's input, a keyed job's runs and outputs).
-func DataClientOptions() *azblob.ClientOptions { return clientOptions(DataTransport()) }
+func DataClientOptions() *azblob.ClientOptions {
+	return clientOptions(DataTransport(), DefaultTransientRetryFor)
+}
 
-func clientOptions(t policy.Transporter) *azblob.ClientOptions {
+func clientOptions(t policy.Transporter, retryFor time.Duration) *azblob.ClientOptions {
 	return &azblob.ClientOptions{ClientOptions: azcore.ClientOptions{
-		Retry:     policy.RetryOptions{MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
-		Transport: t,
+		Retry:           policy.RetryOptions{MaxRetries: 3, TryTimeout: 15 * time.Second, RetryDelay: 100 * time.Millisecond, MaxRetryDelay: 2 * time.Second},
+		Transport:       t,
+		PerCallPolicies: []policy.Policy{transientPolicy{retryFor: retryFor}},
 	}}
 }
 
@@ -107,8 +116,32 @@ func NewClient(connectionString string) (*azblob.Client, error) {
 
 // Container is one blob container.
 type Container struct {
-	name string
-	cc   *container.Client
+	name      string
+	cc        *container.Client
+	onRebuilt func(container, op string)
+}
+
+// OnRebuilt sets a function called (after a log line) whenever a write found the container
+// missing and created it again, with the operation that found it: for events and metrics. It
+// returns c.
+func (c *Container) OnRebuilt(fn func(container, op string)) *Container { c.onRebuilt = fn; return c }
+
+// lost reports whether err says the container is missing and, if so, creates it again (a storage
+// account wiped or the container deleted under the cluster: the member that writes next rebuilds
+// it). A write that reports true is to be tried once more.
+func (c *Container) lost(ctx context.Context, err error, op string) bool {
+	if err == nil || !bloberror.HasCode(err, bloberror.ContainerNotFound) {
+		return false
+	}
+	if eerr := c.Ensure(ctx); eerr != nil {
+		slog.Default().Warn("the container is missing and cannot be created again", "container", c.name, "found_by", op, "err", eerr)
+		return false
+	}
+	slog.Default().Warn("the container was missing; created it again", "container", c.name, "found_by", op)
+	if c.onRebuilt != nil {
+		c.onRebuilt(c.name, op)
+	}
+	return true
 }
 
 // New returns the container name of client's account.
@@ -192,6 +225,9 @@ func (c *Container) PutMeta(ctx context.Context, name string, data []byte, meta 
 		opts.AccessConditions = &blob.AccessConditions{ModifiedAccessConditions: mac}
 	}
 	resp, err := c.cc.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(data)), opts)
+	if c.lost(ctx, err, "put "+name) {
+		resp, err = c.cc.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(data)), opts)
+	}
 	if err != nil {
 		err = translate("put "+name, err)
 		if cond.IfNoneMatch && errors.Is(err, ErrConflict) {

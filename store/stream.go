@@ -26,6 +26,9 @@ const (
 func (s Streams) Put(ctx context.Context, name string, r io.Reader) error {
 	_, err := s.c.cc.NewBlockBlobClient(name).UploadStream(ctx, r,
 		&azblob.UploadStreamOptions{BlockSize: StreamBlockSize, Concurrency: StreamConcurrency})
+	if s.c.lost(ctx, err, "put "+name) {
+		err = fmt.Errorf("put %s: the container was missing and was created again; write the blob again: %w", name, ErrNotFound)
+	}
 	if err != nil {
 		return translate("put "+name, err)
 	}

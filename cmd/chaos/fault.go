@@ -26,6 +26,7 @@ type fault struct {
 	inject       func(ctx context.Context, f *faultRun) error
 	testWorker   bool           // the cluster runs the test worker (the bad-job faults, badjob.go)
 	expectCancel bool           // the job must end cancelled (cancel during a failover)
+	expectFailed string         // the job must end failed with an error containing this (its state was lost)
 	minAge       time.Duration  // the fault hits no sooner than this after the submit
 	dead         map[string]int // the dead letters the fault must leave (the injected messages), by source
 }
@@ -178,6 +179,10 @@ func (r *runner) runFault(ctx context.Context, f fault, refs map[string]float64)
 		fail(verdictStuck, fmt.Sprintf("job %s not ended %v after the fault was healed (%s)", fr.id, r.cfg.Deadline, rig.Describe(fst)))
 	case f.expectCancel:
 		r.judgeCancel(fr, fst, &res, fail)
+	case f.expectFailed != "":
+		if fst.State != jobs.StateFailed || !strings.Contains(fst.Error, f.expectFailed) {
+			fail(verdictWrong, fmt.Sprintf("job %s ended %s (%q), want failed with %q", fr.id, fst.State, rig.Clip(fst.Error, 200), f.expectFailed))
+		}
 	default:
 		if o, verdict := judgeExact(j, fr.start, fst); verdict != "" {
 			fail(verdict, o.Problem)

@@ -63,7 +63,7 @@ func matrix() []fault {
 		{name: "schedule-leader-kill", what: "a schedule firing every 2 s ticks through a leader SIGKILL: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderKill)},
 		{name: "schedule-leader-stop", what: "a schedule firing every 2 s ticks through a leader SIGSTOPped past its lease: one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectLeaderStop)},
 		{name: "schedule-blob-kill", what: "a schedule firing every 2 s ticks through azurite-blob kill -9 (a rollback of tick markers, specs, state): one job per tick, each exact", job: scheduleMainJob, inject: injectSchedule(injectBlobKill)},
-	}, append(append(jetStreamFaults(sleepJob), keyedFaults()...), chainFaults()...)...) // jetstream.go, keyed.go, chain.go
+	}, append(append(append(jetStreamFaults(sleepJob), keyedFaults()...), chainFaults()...), healFaults(sleepJob)...)...) // jetstream.go, keyed.go, chain.go, heal.go
 }
 
 func faultNames() []string {

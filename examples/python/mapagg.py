@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 
 
 class APIError(Exception):
@@ -37,7 +38,7 @@ class Client:
         self.token = token
         self.timeout = timeout
 
-    def _call(self, method, path, body=None):
+    def _call(self, method, path, body=None, headers=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -45,6 +46,8 @@ class Client:
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -56,9 +59,27 @@ class Client:
                 message = raw.decode(errors="replace")
             raise APIError(e.code, message) from None
 
-    def submit(self, job_type, params):
-        """Submit a job; returns its id. A bad type or bad params raise APIError (400)."""
-        return self._call("POST", "/jobs", {"type": job_type, "params": params})["id"]
+    def submit(self, job_type, params, key=None, tries=5):
+        """Submit a job; returns its id. A bad type or bad params raise APIError (400).
+
+        The submit carries an Idempotency-Key (a new UUID unless key is given), so it is retried
+        on a 5xx, a timeout or a dropped connection without ever making a second job: every
+        repeat with the key within a day answers the first job's id.
+        """
+        key = key or str(uuid.uuid4())
+        body = {"type": job_type, "params": params}
+        pause = 0.25
+        for attempt in range(1, tries + 1):
+            try:
+                return self._call("POST", "/jobs", body, {"Idempotency-Key": key})["id"]
+            except APIError as e:
+                if e.status < 500 or attempt == tries:
+                    raise
+            except OSError:
+                if attempt == tries:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 4)
 
     def job(self, job_id):
         return self._call("GET", f"/jobs/{job_id}")

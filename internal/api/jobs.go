@@ -18,6 +18,11 @@ import (
 // MaxBody bounds a request body: a spec at its limit plus room for the envelope.
 const MaxBody = jobs.MaxSpecBytes + 4<<10
 
+// IdempotencyKeyHeader makes POST /api/v1/jobs safe to repeat: every submit with the same key
+// (1 to 255 printable ASCII characters) within a day answers the first one's job id and creates
+// nothing (client.WithIdempotencyKey). A repeat asking for another job gets 422.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
 // SubmitRequest is the body of POST /api/v1/jobs.
 type SubmitRequest struct {
 	Type   string          `json:"type"`
@@ -77,12 +82,21 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "body: one JSON object expected, found more")
 		return
 	}
-	id, err := s.cfg.Jobs.Submit(r.Context(), req.Type, req.Params, req.options()...)
+	opts := req.options()
+	key := r.Header.Get(IdempotencyKeyHeader)
+	if key != "" {
+		opts = append(opts, client.WithIdempotencyKey(key)) // Submit checks it
+	}
+	id, err := s.cfg.Jobs.Submit(r.Context(), req.Type, req.Params, opts...)
+	if errors.Is(err, client.ErrKeyReused) {
+		writeErr(w, http.StatusUnprocessableEntity, protocol.Redact(err.Error()))
+		return
+	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	s.cfg.Logger.Info("job submitted over the API", "job", id, "type", req.Type, "remote", r.RemoteAddr)
+	s.cfg.Logger.Info("job submitted over the API", "job", id, "type", req.Type, "remote", r.RemoteAddr, "idempotency_key", key != "")
 	w.Header().Set("Location", Prefix+"/jobs/"+id)
 	writeJSON(w, http.StatusCreated, map[string]string{"id": id})
 }
@@ -132,7 +146,36 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	page, err := s.cfg.Jobs.Query(r.Context(), f)
+	release, ok := s.lists.enter(r.Context())
+	if !ok {
+		busy(w, "too many job listings at once on this worker")
+		return
+	}
+	// The listing runs on its own goroutine, which keeps its turn until it returns: the answer
+	// goes out at the deadline even when storage is slow to give the listing up.
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ListTimeout)
+	defer cancel()
+	type listed struct {
+		page *client.Page
+		err  error
+	}
+	done := make(chan listed, 1)
+	go func() {
+		defer release()
+		page, err := s.cfg.Jobs.Query(ctx, f)
+		done <- listed{page, err}
+	}()
+	var page *client.Page
+	select {
+	case x := <-done:
+		page, err = x.page, x.err
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil && ctx.Err() != nil && r.Context().Err() == nil {
+		busy(w, fmt.Sprintf("the job listing did not finish within %v", s.cfg.ListTimeout))
+		return
+	}
 	if err != nil {
 		writeError(w, err)
 		return

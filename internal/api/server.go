@@ -5,7 +5,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -40,6 +42,27 @@ type Config struct {
 	DashboardCancel bool
 	// Logger logs each write; default slog.Default().
 	Logger *slog.Logger
+	// BodyTimeout bounds reading a request's body from its first byte: a body sent slowly is cut
+	// off (the connection is closed). Default 10s.
+	BodyTimeout time.Duration
+	// Lists bounds the job listings (GET /api/v1/jobs) this worker runs at once; one that waits
+	// ListWait for a turn is refused with 503 and Retry-After. Default 16.
+	Lists int
+	// ListWait is how long a listing waits for a turn. Default 100ms.
+	ListWait time.Duration
+	// ListTimeout bounds one listing; one that takes longer is answered 503 with Retry-After.
+	// Default 900ms, so that a listing is answered or refused within a second.
+	ListTimeout time.Duration
+}
+
+// withDefaults sets every zero field to its default.
+func (c Config) withDefaults() Config {
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.BodyTimeout = cmp.Or(c.BodyTimeout, 10*time.Second)
+	c.Lists = cmp.Or(c.Lists, 16)
+	c.ListWait = cmp.Or(c.ListWait, 100*time.Millisecond)
+	c.ListTimeout = cmp.Or(c.ListTimeout, 900*time.Millisecond)
+	return c
 }
 
 // Validate reports every missing piece.
@@ -47,14 +70,18 @@ func (c Config) Validate() error {
 	if c.Jobs == nil {
 		return fmt.Errorf("%w: Jobs is required", ErrInvalidConfig)
 	}
+	if c.BodyTimeout < 0 || c.Lists < 0 || c.ListWait < 0 || c.ListTimeout < 0 {
+		return fmt.Errorf("%w: BodyTimeout, Lists, ListWait and ListTimeout must not be negative (0 for the defaults)", ErrInvalidConfig)
+	}
 	return nil
 }
 
 // Server serves the job API. It is an http.Handler for the routes under /api/v1 and the
 // dashboard's actions under /api/jobs/{id}/.
 type Server struct {
-	cfg Config
-	mux *http.ServeMux
+	cfg   Config
+	mux   *http.ServeMux
+	lists gate
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -64,8 +91,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	s := &Server{cfg: cfg, mux: http.NewServeMux()}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, mux: http.NewServeMux(), lists: newGate(cfg.Lists, cfg.ListWait)}
 	s.route(s.mux)
 	return s, nil
 }
@@ -120,6 +147,15 @@ func (s *Server) route(mux *http.ServeMux) {
 					return
 				}
 			}
+			if r.ContentLength != 0 {
+				// A body sent slowly holds a connection and a goroutine: cut it off. The
+				// deadline ends with the body, so a slow answer is not cut (an output may
+				// stream for long).
+				rc := http.NewResponseController(w)
+				if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+					r.Body = &timedBody{ReadCloser: r.Body, rc: rc}
+				}
+			}
 			ctx, cancel := context.WithTimeout(r.Context(), callTimeout)
 			defer cancel()
 			rt.handle(s, w, r.WithContext(ctx))
@@ -152,4 +188,60 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeErr(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// timedBody clears the connection's read deadline once the body has been read to its end:
+// afterwards the server's own read of the next request must not time out while the handler still
+// works. A body that failed keeps it, so the server gives up the rest of it and closes.
+type timedBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+// busy refuses a request for now: 503 with Retry-After, so a client backs off instead of
+// piling on.
+func busy(w http.ResponseWriter, msg string) {
+	w.Header().Set("Retry-After", "1")
+	writeErr(w, http.StatusServiceUnavailable, msg+"; retry after a second")
+}
+
+// gate admits a bounded number of callers at once; a caller that waits longer than wait for a
+// turn is refused, so that under a flood every request is answered or refused quickly instead of
+// queueing on storage.
+type gate struct {
+	slots chan struct{}
+	wait  time.Duration
+}
+
+func newGate(n int, wait time.Duration) gate {
+	return gate{slots: make(chan struct{}, n), wait: wait}
+}
+
+// enter takes a turn, or reports false after wait (or when ctx ends).
+func (g gate) enter(ctx context.Context) (release func(), ok bool) {
+	select {
+	case g.slots <- struct{}{}:
+		return func() { <-g.slots }, true
+	default:
+	}
+	t := time.NewTimer(g.wait)
+	defer t.Stop()
+	select {
+	case g.slots <- struct{}{}:
+		return func() { <-g.slots }, true
+	case <-t.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
 }

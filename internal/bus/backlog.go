@@ -22,7 +22,7 @@ func (b *Bus) JobBacklog(ctx context.Context, job string) (shards, results uint6
 }
 
 func (b *Bus) subjectCount(ctx context.Context, stream, filter string) (uint64, error) {
-	s, err := b.js.Stream(ctx, stream)
+	s, err := b.stream(ctx, stream, "backlog")
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	// refused as unauthenticated, after it was dead-lettered: source is SourceShards or
 	// SourceResults, err says why (naming key ids, never a secret). For logging and metrics.
 	OnRefused func(source, subject string, err error)
+	// OnRebuilt, when set, is called (on the goroutine that found it; keep it short) for every
+	// stream or consumer this member found missing and created again (heal.go). For events and
+	// metrics; a log line is written either way.
+	OnRebuilt func(Rebuilt)
 	// ClusterKeyID, when set, returns the id of the key the cluster signs with ("" unknown; node
 	// reads it from the lease blob). A shard signed with an unknown key goes back at once (nak)
 	// while it may be the cluster's, and is dead-lettered as forged when the cluster's key is one
@@ -149,6 +153,8 @@ type Bus struct {
 	deadStream                string
 	refused                   atomic.Uint64 // deliveries refused as unauthenticated
 	unknownKey                atomic.Uint64 // shards handed back: signed with a key this member lacks
+	rebuilds                  atomic.Uint64 // streams and consumers recreated (heal.go)
+	healer                    healer
 	health                    Health
 }
 
@@ -196,23 +202,12 @@ const legacyWorkersConsumer = "workers"
 const leaderConsumer = "leader"
 
 // Ensure creates or updates the streams (the per-type shard consumers are created by the workers
-// that pull from them, see Shards). Every process calls it at
-// start; concurrent calls with the same configuration all succeed.
+// that pull from them, see Shards). Every process calls it at start; concurrent calls with the
+// same configuration all succeed. A stream removed later is created again by the member that
+// finds it missing (Heal).
 func (b *Bus) Ensure(ctx context.Context) error {
-	storage := jetstream.FileStorage
-	if b.cfg.MemoryStorage {
-		storage = jetstream.MemoryStorage
-	}
-	streams := []jetstream.StreamConfig{
-		{Name: b.shardStream, Subjects: []string{b.names.ShardSubject(">")}, Retention: jetstream.WorkQueuePolicy,
-			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow, Discard: jetstream.DiscardOld},
-		{Name: b.resultStream, Subjects: []string{b.names.ResultSubject(">")}, Retention: jetstream.WorkQueuePolicy,
-			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow},
-		{Name: b.deadStream, Subjects: []string{b.names.DeadSubject(">")}, Retention: jetstream.LimitsPolicy,
-			Storage: storage, Replicas: b.cfg.Replicas, MaxAge: 7 * 24 * time.Hour, MaxMsgs: 100_000},
-	}
-	for _, sc := range streams {
-		if err := b.ensureStream(ctx, sc); err != nil {
+	for _, sc := range b.streamConfigs() {
+		if _, err := b.ensureStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
@@ -224,28 +219,45 @@ func (b *Bus) Ensure(ctx context.Context) error {
 	return nil
 }
 
-// ensureStream creates sc, or updates it when it exists with other settings. A stream that
-// already has them is left alone: every process calls Ensure at start. An update that changes
-// nothing still makes the server rewrite the stream's configuration under its consumers, and
-// nats-server 2.15's file store races there with a consumer being created.
-func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) error {
+// streamConfigs are the cluster's streams.
+func (b *Bus) streamConfigs() []jetstream.StreamConfig {
+	storage := jetstream.FileStorage
+	if b.cfg.MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	return []jetstream.StreamConfig{
+		{Name: b.shardStream, Subjects: []string{b.names.ShardSubject(">")}, Retention: jetstream.WorkQueuePolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow, Discard: jetstream.DiscardOld},
+		{Name: b.resultStream, Subjects: []string{b.names.ResultSubject(">")}, Retention: jetstream.WorkQueuePolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, Duplicates: b.cfg.DuplicateWindow},
+		{Name: b.deadStream, Subjects: []string{b.names.DeadSubject(">")}, Retention: jetstream.LimitsPolicy,
+			Storage: storage, Replicas: b.cfg.Replicas, MaxAge: 7 * 24 * time.Hour, MaxMsgs: 100_000},
+	}
+}
+
+// ensureStream creates sc, or updates it when it exists with other settings, and reports whether
+// this call created it. A stream that already has them is left alone: every process calls Ensure
+// at start. An update that changes nothing still makes the server rewrite the stream's
+// configuration under its consumers, and nats-server 2.15's file store races there with a
+// consumer being created.
+func (b *Bus) ensureStream(ctx context.Context, sc jetstream.StreamConfig) (created bool, err error) {
 	s, err := b.js.Stream(ctx, sc.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		_, err = b.js.CreateStream(ctx, sc)
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return err
+			return err == nil, err
 		}
 		_, err = b.js.CreateOrUpdateStream(ctx, sc) // created meanwhile by another process
-		return err
+		return false, err
 	case err != nil:
-		return err
+		return false, err
 	}
 	if sameStream(s.CachedInfo().Config, sc) {
-		return nil
+		return false, nil
 	}
 	_, err = b.js.UpdateStream(ctx, sc)
-	return err
+	return false, err
 }
 
 // sameStream reports whether have already has every setting Ensure asks for in want.
@@ -293,17 +305,35 @@ type Outgoing struct {
 }
 
 // PublishAll publishes msgs asynchronously and returns once JetStream has stored every one of them
-// (or the first failure). Duplicates (same MsgID within DuplicateWindow) count as stored.
+// (or the first failure). Duplicates (same MsgID within DuplicateWindow) count as stored. Messages
+// that no stream took (it was removed) are published again once the streams are recreated (Heal).
 func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
+	missing, err := b.publishAll(ctx, msgs)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if err := b.Heal(ctx, "publish"); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPublish, missing[0].MsgID, err)
+	}
+	missing, err = b.publishAll(ctx, missing)
+	if err == nil && len(missing) > 0 {
+		err = fmt.Errorf("%w: %s: %w", ErrPublish, missing[0].MsgID, jetstream.ErrNoStreamResponse)
+	}
+	return err
+}
+
+// publishAll publishes msgs and returns those no stream answered (StreamMissing), or the first
+// other failure.
+func (b *Bus) publishAll(ctx context.Context, msgs []Outgoing) (missing []Outgoing, err error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		msg, id, err := b.sign(m)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		}
 		futures = append(futures, f)
 	}
@@ -311,16 +341,41 @@ func (b *Bus) PublishAll(ctx context.Context, msgs []Outgoing) error {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return fmt.Errorf("%w: %s: %w", ErrPublish, msgs[i].MsgID, err)
+			if StreamMissing(err) {
+				missing = append(missing, msgs[i])
+				continue
+			}
+			return nil, fmt.Errorf("%w: %s: %w", ErrPublish, msgs[i].MsgID, err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
+	}
+	return missing, nil
+}
+
+// healTimeout bounds the recreation of streams a publish found missing.
+const healTimeout = 10 * time.Second
+
+// republish publishes m again, synchronously, after the streams were recreated: the first
+// publish found no stream.
+func (b *Bus) republish(m Outgoing) error {
+	ctx, cancel := context.WithTimeout(context.Background(), healTimeout)
+	defer cancel()
+	if err := b.Heal(ctx, "publish"); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
+	}
+	msg, id, err := b.sign(m)
+	if err != nil {
+		return err
+	}
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 	}
 	return nil
 }
 
 // PublishAsync publishes one message and returns a channel that yields nil once JetStream stored
-// it, or the error.
+// it, or the error. A message no stream took is published again once the streams are recreated.
 func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 	ch := make(chan error, 1)
 	msg, id, err := b.sign(m)
@@ -338,6 +393,10 @@ func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 		case <-f.Ok():
 			ch <- nil
 		case err := <-f.Err():
+			if StreamMissing(err) {
+				ch <- b.republish(m)
+				return
+			}
 			ch <- fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 		}
 	}()
@@ -346,18 +405,23 @@ func (b *Bus) PublishAsync(m Outgoing) <-chan error {
 
 // Future is a publish in flight.
 type Future struct {
-	f  jetstream.PubAckFuture
-	id string
+	f jetstream.PubAckFuture
+	b *Bus
+	m Outgoing
 }
 
 // Wait returns nil once JetStream stored the message, or the error (at the latest after the
-// client's publish timeout).
+// client's publish timeout). A message no stream took is published again, synchronously, once
+// the streams are recreated.
 func (f Future) Wait() error {
 	select {
 	case <-f.f.Ok():
 		return nil
 	case err := <-f.f.Err():
-		return fmt.Errorf("%w: %s: %w", ErrPublish, f.id, err)
+		if StreamMissing(err) {
+			return f.b.republish(f.m)
+		}
+		return fmt.Errorf("%w: %s: %w", ErrPublish, f.m.MsgID, err)
 	}
 }
 
@@ -372,12 +436,12 @@ func (b *Bus) Publish(m Outgoing) (Future, error) {
 	if err != nil {
 		return Future{}, fmt.Errorf("%w: %s: %w", ErrPublish, m.MsgID, err)
 	}
-	return Future{f: f, id: m.MsgID}, nil
+	return Future{f: f, b: b, m: m}, nil
 }
 
 // PurgeJob removes every queued shard of job from the shards stream.
 func (b *Bus) PurgeJob(ctx context.Context, job string) error {
-	s, err := b.js.Stream(ctx, b.shardStream)
+	s, err := b.stream(ctx, b.shardStream, "purge")
 	if err != nil {
 		return fmt.Errorf("purge %s: %w", job, err)
 	}
@@ -389,7 +453,7 @@ func (b *Bus) PurgeJob(ctx context.Context, job string) error {
 
 // QueuedShards returns how many shards wait in the shards stream (all jobs).
 func (b *Bus) QueuedShards(ctx context.Context) (uint64, error) {
-	s, err := b.js.Stream(ctx, b.shardStream)
+	s, err := b.stream(ctx, b.shardStream, "backlog")
 	if err != nil {
 		return 0, err
 	}
@@ -409,7 +473,14 @@ func (b *Bus) DeadLetter(ctx context.Context, source string, data []byte, reason
 	m := nats.NewMsg(b.names.DeadSubject(source))
 	m.Data = data
 	m.Header.Set("Reason", protocol.Clip(reason, maxReason))
-	if _, err := b.js.PublishMsg(ctx, m); err != nil {
+	_, err := b.js.PublishMsg(ctx, m)
+	if StreamMissing(err) {
+		if herr := b.Heal(ctx, "dead-letter"); herr != nil {
+			return fmt.Errorf("dead-letter: %w", errors.Join(err, herr))
+		}
+		_, err = b.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
 		return fmt.Errorf("dead-letter: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -67,7 +68,7 @@ type Feed struct {
 	mu     sync.Mutex
 	errs   int
 	last   error
-	mc     jetstream.MessagesContext
+	mc     jetstream.MessagesContext // the current iterator; replaced when the consumer is recreated
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -75,10 +76,24 @@ type Feed struct {
 // drainGrace is how long a stopping feed waits for its drain before it gives up on it.
 const drainGrace = 3 * time.Second
 
+// reopenGrace is how long a results feed whose consumer was deleted under a live stream waits
+// before it looks for a newer leader's consumer and, finding none, creates its own again.
+const reopenGrace = time.Second
+
+// errDeposed ends a results feed whose consumer was deleted by a newer leader.
+var errDeposed = errors.New("a newer leader's consumer holds the results stream")
+
+// reopener creates a feed's consumer again after it was found missing; errDeposed ends the feed.
+type reopener func(ctx context.Context) (jetstream.Consumer, error)
+
 // startFeed pumps cons into a Feed; every message is verified (auth.go) first, and one that
-// fails is dead-lettered under source and never handed on.
-func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int, source string) (*Feed, error) {
-	mc, err := cons.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second))
+// fails is dead-lettered under source and never handed on. When the consumer (or its stream)
+// goes missing, reopen (nil: none) creates it again and the feed goes on.
+func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int, source string, reopen reopener) (*Feed, error) {
+	messages := func(c jetstream.Consumer) (jetstream.MessagesContext, error) {
+		return c.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second))
+	}
+	mc, err := messages(cons)
 	if err != nil {
 		return nil, err
 	}
@@ -93,11 +108,11 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 		<-ctx.Done()
 		// Drain, not Stop: messages already pulled into the client still come out of Next, and
 		// the pump hands each back at once (Nak) instead of leaving it to wait out AckWait.
-		mc.Drain()
+		f.iter().Drain()
 		select {
 		case <-f.done:
 		case <-time.After(drainGrace):
-			mc.Stop()
+			f.iter().Stop()
 			endNext()
 		}
 	}()
@@ -106,7 +121,7 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 		defer close(ch)
 		defer endNext()
 		for {
-			m, err := mc.Next(jetstream.NextContext(next))
+			m, err := f.iter().Next(jetstream.NextContext(next))
 			if err != nil {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
 					return // closed, or draining and the buffer yields an error: stop here
@@ -115,8 +130,11 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 				f.errs++
 				f.last = err
 				f.mu.Unlock()
-				if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-					return
+				if consumerMissing(err) {
+					if reopen == nil || !f.reopen(ctx, reopen, messages) {
+						return
+					}
+					continue
 				}
 				select {
 				case <-ctx.Done():
@@ -143,6 +161,44 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 	return f, nil
 }
 
+func (f *Feed) iter() jetstream.MessagesContext {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mc
+}
+
+// reopen recreates the feed's consumer and iterator, retrying until it works, ctx ends, or the
+// consumer belongs to someone else now (errDeposed). It reports whether the feed goes on.
+func (f *Feed) reopen(ctx context.Context, reopen reopener, messages func(jetstream.Consumer) (jetstream.MessagesContext, error)) bool {
+	for pause := 100 * time.Millisecond; ; pause = min(2*pause, 2*time.Second) {
+		cons, err := reopen(ctx)
+		var mc jetstream.MessagesContext
+		if err == nil {
+			mc, err = messages(cons)
+		}
+		if err == nil {
+			f.mu.Lock()
+			old := f.mc
+			f.mc = mc
+			f.mu.Unlock()
+			old.Stop()
+			return true
+		}
+		if errors.Is(err, errDeposed) || ctx.Err() != nil {
+			return false
+		}
+		f.mu.Lock()
+		f.errs++
+		f.last = err
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pause):
+		}
+	}
+}
+
 // Err returns how many pull errors the feed recovered from and the last one.
 func (f *Feed) Err() (int, error) {
 	f.mu.Lock()
@@ -159,37 +215,98 @@ func (f *Feed) Stop() {
 
 // OpenResults makes this leader the only consumer of the results stream: it deletes every other
 // consumer (a previous leader's, whose unacknowledged results become deliverable at once) and
-// creates "leader-<epoch>". A deposed leader's feed ends when its consumer is deleted.
+// creates "leader-<epoch>". A deposed leader's feed ends when its consumer is deleted. When the
+// consumer or the stream goes missing otherwise (an operator removed it), the feed creates it
+// again and goes on, unless a newer leader's consumer is there (heal.go).
 func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Feed, error) {
-	s, err := b.js.Stream(ctx, b.resultStream)
+	s, err := b.stream(ctx, b.resultStream, "results feed")
 	if err != nil {
 		return nil, fmt.Errorf("results stream: %w", err)
 	}
 	name := fmt.Sprintf("%s-%d", leaderConsumer, epoch)
-	names := s.ConsumerNames(ctx)
-	var old []string
-	for n := range names.Name() {
-		if n != name {
-			old = append(old, n)
+	cc := b.resultsConsumerConfig(name)
+	var cons jetstream.Consumer
+	// A deposed leader whose consumer was just deleted may create it again before it learns of
+	// this term (its reopen waits reopenGrace first): delete it again and retry.
+	for try := 0; ; try++ {
+		old, err := consumerNames(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("list results consumers: %w", err)
+		}
+		for _, n := range old {
+			if n == name {
+				continue
+			}
+			if err := s.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("delete results consumer %s: %w", n, err)
+			}
+		}
+		cons, err = s.CreateOrUpdateConsumer(ctx, cc)
+		if err == nil {
+			break
+		}
+		if try >= 4 || ctx.Err() != nil {
+			return nil, fmt.Errorf("create results consumer %s: %w", name, err)
 		}
 	}
-	if err := names.Err(); err != nil {
-		return nil, fmt.Errorf("list results consumers: %w", err)
-	}
-	for _, n := range old {
-		if err := s.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, fmt.Errorf("delete results consumer %s: %w", n, err)
+	reopen := func(ctx context.Context) (jetstream.Consumer, error) {
+		s, err := b.js.Stream(ctx, b.resultStream)
+		if err == nil {
+			// The stream is there but our consumer is not: a new leader deleting the
+			// consumers before it creates its own, or an operator. Give a new leader the time
+			// to create its own before looking.
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(reopenGrace):
+			}
+		} else if s, err = b.stream(ctx, b.resultStream, "results feed"); err != nil {
+			return nil, err
 		}
+		names, err := consumerNames(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if e, ok := leaderEpoch(n); ok && e > epoch {
+				return nil, errDeposed
+			}
+		}
+		c, err := s.CreateOrUpdateConsumer(ctx, cc)
+		if err != nil {
+			return nil, err
+		}
+		b.rebuilt(Rebuilt{Kind: "consumer", Name: name, Stream: b.resultStream, Where: "results feed"})
+		return c, nil
 	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	return b.startFeed(ctx, cons, max(prefetch, 1), SourceResults, reopen)
+}
+
+func (b *Bus) resultsConsumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
 		Durable: name, AckPolicy: jetstream.AckExplicitPolicy, AckWait: b.cfg.ResultsAckWait,
 		MaxDeliver: -1, MaxAckPending: b.cfg.ResultsMaxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: b.names.ResultSubject(">"), InactiveThreshold: 0,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create results consumer %s: %w", name, err)
 	}
-	return b.startFeed(ctx, cons, max(prefetch, 1), SourceResults)
+}
+
+func consumerNames(ctx context.Context, s jetstream.Stream) ([]string, error) {
+	names := s.ConsumerNames(ctx)
+	var out []string
+	for n := range names.Name() {
+		out = append(out, n)
+	}
+	return out, names.Err()
+}
+
+// leaderEpoch parses the epoch of a results consumer "leader-<epoch>".
+func leaderEpoch(name string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(name, leaderConsumer+"-")
+	if !ok {
+		return 0, false
+	}
+	e, err := strconv.ParseUint(rest, 10, 64)
+	return e, err == nil
 }
 
 // JobOfSubject returns the job id at the end of a shards or results subject.

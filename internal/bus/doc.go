@@ -26,6 +26,10 @@
 //     shards wait. It pulls exactly the credit its owner gives it (no untracked prefetch).
 //   - OpenResults deletes and recreates the leader's consumer, so results a dead leader had fetched
 //     but not acknowledged are delivered at once, not after AckWait.
+//   - A stream or consumer found missing (removed by an operator, lost by a server) is created
+//     again by the member that finds it, with Ensure's settings, and reported (a log line and
+//     Config.OnRebuilt, heal.go); the publish is made again and the feed goes on. A results feed
+//     recreates only its own consumer, and ends instead when a newer leader's consumer is there.
 //
 // Not guaranteed: order across jobs, or exactly-once delivery (consumers see duplicates; the
 // coordinator's done-bitmap makes merging exactly-once).

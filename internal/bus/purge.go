@@ -14,7 +14,7 @@ func (b *Bus) PurgeJobMessages(ctx context.Context, job string) error {
 		{b.shardStream, b.names.ShardSubject(job)},
 		{b.resultStream, b.names.ResultSubject(job)},
 	} {
-		s, err := b.js.Stream(ctx, p.stream)
+		s, err := b.stream(ctx, p.stream, "purge")
 		if err != nil {
 			return fmt.Errorf("purge %s: %w", job, err)
 		}

@@ -79,7 +79,7 @@ func (b *Bus) Shards(ctx context.Context, opt ShardOptions) (*ShardFeed, error) 
 	}
 	conses := make([]jetstream.Consumer, len(opt.Types))
 	for i, typ := range opt.Types {
-		c, err := b.shardConsumer(ctx, typ)
+		c, err := b.shardConsumer(ctx, typ, false)
 		if err != nil {
 			return nil, err
 		}
@@ -128,8 +128,18 @@ func (b *Bus) Shards(ctx context.Context, opt ShardOptions) (*ShardFeed, error) 
 	return f, nil
 }
 
-func (b *Bus) shardConsumer(ctx context.Context, typ string) (jetstream.Consumer, error) {
-	c, err := b.js.CreateOrUpdateConsumer(ctx, b.shardStream, b.workersConsumerConfig(typ))
+// shardConsumer creates (or finds) type typ's consumer. lost says a pull found it missing: it is
+// then reported as recreated (heal.go), as it is when its stream was missing too.
+func (b *Bus) shardConsumer(ctx context.Context, typ string, lost bool) (jetstream.Consumer, error) {
+	cc := b.workersConsumerConfig(typ)
+	var c jetstream.Consumer
+	var err error = jetstream.ErrStreamNotFound
+	if !lost {
+		c, err = b.js.CreateOrUpdateConsumer(ctx, b.shardStream, cc)
+	}
+	if StreamMissing(err) {
+		c, err = b.healConsumer(ctx, b.shardStream, cc, "shards feed")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shards consumer for type %q: %w", typ, err)
 	}
@@ -145,14 +155,15 @@ const idlePoll = 15 * time.Second
 // pump pulls one type's shards: at once as many as the credit allows while the type has some
 // queued, else a long poll for one.
 func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consumer, wake <-chan struct{}) {
+	lost := false // the consumer was found missing
 	for ctx.Err() == nil {
 		if cons == nil {
-			c, err := f.b.shardConsumer(ctx, typ)
+			c, err := f.b.shardConsumer(ctx, typ, lost)
 			if err != nil {
 				f.fail(ctx, err)
 				continue
 			}
-			cons = c
+			cons, lost = c, false
 		}
 		n := f.reserve()
 		if n == 0 {
@@ -170,8 +181,8 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 		}
 		f.unreserve(n - got)
 		if err != nil {
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				cons = nil
+			if consumerMissing(err) || StreamMissing(err) {
+				cons, lost = nil, true
 			}
 			f.fail(ctx, err)
 			continue
@@ -191,8 +202,8 @@ func (f *ShardFeed) pump(ctx context.Context, typ string, cons jetstream.Consume
 		}
 		cancel()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				cons = nil
+			if consumerMissing(err) || StreamMissing(err) {
+				cons, lost = nil, true
 			}
 			f.fail(ctx, err)
 		}

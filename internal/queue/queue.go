@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -34,8 +35,31 @@ type Message struct {
 
 // Queue is one Azure Storage queue.
 type Queue struct {
-	name string
-	qc   *azqueue.QueueClient
+	name      string
+	qc        *azqueue.QueueClient
+	onRebuilt func(queue, op string)
+}
+
+// OnRebuilt sets a function called (after a log line) whenever an operation found the queue
+// missing and created it again, with the operation: for events and metrics. It returns q.
+func (q *Queue) OnRebuilt(fn func(queue, op string)) *Queue { q.onRebuilt = fn; return q }
+
+// lost reports whether err says the queue is missing and, if so, creates it again (the storage
+// account was wiped or the queue deleted under the cluster). The operation is then tried once
+// more. Messages the queue held are gone with it; the jobs they named stay in the jobs container.
+func (q *Queue) lost(ctx context.Context, err error, op string) bool {
+	if err == nil || !queueerror.HasCode(err, queueerror.QueueNotFound) {
+		return false
+	}
+	if eerr := q.Ensure(ctx); eerr != nil {
+		slog.Default().Warn("the queue is missing and cannot be created again", "queue", q.name, "found_by", op, "err", eerr)
+		return false
+	}
+	slog.Default().Warn("the queue was missing; created it again", "queue", q.name, "found_by", op)
+	if q.onRebuilt != nil {
+		q.onRebuilt(q.name, op)
+	}
+	return true
 }
 
 // ClientOptions are the SDK options this project uses: a bounded time per try and a few retries.
@@ -87,7 +111,11 @@ func (q *Queue) Ensure(ctx context.Context) error {
 
 // Enqueue adds a message.
 func (q *Queue) Enqueue(ctx context.Context, text string) error {
-	if _, err := q.qc.EnqueueMessage(ctx, text, nil); err != nil {
+	_, err := q.qc.EnqueueMessage(ctx, text, nil)
+	if q.lost(ctx, err, "enqueue") {
+		_, err = q.qc.EnqueueMessage(ctx, text, nil)
+	}
+	if err != nil {
 		return translate("enqueue", err)
 	}
 	return nil
@@ -96,7 +124,12 @@ func (q *Queue) Enqueue(ctx context.Context, text string) error {
 // EnqueueAfter adds a message that stays invisible for delay (whole seconds, up to 7 days).
 func (q *Queue) EnqueueAfter(ctx context.Context, text string, delay time.Duration) error {
 	secs := int32(min(max(delay/time.Second, 0), 7*24*time.Hour/time.Second))
-	if _, err := q.qc.EnqueueMessage(ctx, text, &azqueue.EnqueueMessageOptions{VisibilityTimeout: &secs}); err != nil {
+	opts := &azqueue.EnqueueMessageOptions{VisibilityTimeout: &secs}
+	_, err := q.qc.EnqueueMessage(ctx, text, opts)
+	if q.lost(ctx, err, "enqueue") {
+		_, err = q.qc.EnqueueMessage(ctx, text, opts)
+	}
+	if err != nil {
 		return translate("enqueue", err)
 	}
 	return nil
@@ -106,9 +139,11 @@ func (q *Queue) EnqueueAfter(ctx context.Context, text string, delay time.Durati
 func (q *Queue) Receive(ctx context.Context, n int, visibility time.Duration) ([]Message, error) {
 	n = min(max(n, 1), 32)
 	vis := int32(max(visibility/time.Second, 1))
-	resp, err := q.qc.DequeueMessages(ctx, &azqueue.DequeueMessagesOptions{
-		NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: &vis,
-	})
+	opts := &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(n)), VisibilityTimeout: &vis}
+	resp, err := q.qc.DequeueMessages(ctx, opts)
+	if q.lost(ctx, err, "receive") {
+		resp, err = q.qc.DequeueMessages(ctx, opts)
+	}
 	if err != nil {
 		return nil, translate("receive", err)
 	}
@@ -155,6 +190,9 @@ func (q *Queue) Delete(ctx context.Context, m Message) error {
 // Depth returns the approximate number of messages in the queue.
 func (q *Queue) Depth(ctx context.Context) (int, error) {
 	resp, err := q.qc.GetProperties(ctx, nil)
+	if q.lost(ctx, err, "depth") {
+		resp, err = q.qc.GetProperties(ctx, nil)
+	}
 	if err != nil {
 		return 0, translate("properties", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/queue"
 )
@@ -80,5 +82,41 @@ func TestQueue_ExtendKeepsHidden(t *testing.T) {
 	}
 	if n, err := q.Depth(ctx); err != nil || n != 0 {
 		t.Fatalf("depth %d, %v after deleting with the new receipt", n, err)
+	}
+}
+
+// A queue deleted under the cluster (a wiped account) is created again by the next operation,
+// and the rebuild is reported.
+func TestQueue_RecreatedWhenMissing(t *testing.T) {
+	ctx := context.Background()
+	conn := testenv.Azurite(t)
+	name := testenv.Name(t, "q")
+	q, err := queue.New(conn, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	q.OnRebuilt(func(queue, op string) { ops = append(ops, op) })
+	if err := q.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := azqueue.NewServiceClientFromConnectionString(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.DeleteQueue(ctx, name, nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := q.Receive(ctx, 1, time.Second); err != nil || len(msgs) != 0 {
+		t.Fatalf("Receive from a deleted queue = %v, %v", msgs, err)
+	}
+	if err := q.Enqueue(ctx, "job-a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.Depth(ctx); err != nil || n != 1 {
+		t.Fatalf("Depth = %d, %v", n, err)
+	}
+	if len(ops) != 1 || ops[0] != "receive" {
+		t.Fatalf("rebuilds reported %q, want [receive]", ops)
 	}
 }
