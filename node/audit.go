@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/audit"
 )
 
 const auditSummary = "list the audit trail: each accepted HTTP write, newest first"
@@ -53,7 +54,7 @@ func (n *Node) auditCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	page, err := client.NewAuditLog(bc, f.jobsContainer).List(ctx, client.AuditFilter{Limit: f.limit, Before: f.before, Job: f.job, Actor: f.actor})
+	page, err := audit.NewLog(bc, f.jobsContainer).List(ctx, audit.Filter{Limit: f.limit, Before: f.before, Job: f.job, Actor: f.actor})
 	if err != nil {
 		if client.Refused(err) {
 			return usageErr("%v", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/api"
+	"github.com/mapagg/mapagg/internal/audit"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/membership"
@@ -363,7 +364,7 @@ func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string
 		Validator: &client.ClusterValidator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
 	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,
-		Audit: client.NewAuditLog(c.blob, c.jobs.Name()), Logs: client.NewJobLog(c.blob, c.jobs.Name()), Logger: o.log})
+		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: client.NewJobLog(c.blob, c.jobs.Name()), Logger: o.log})
 	if err != nil {
 		return err
 	}

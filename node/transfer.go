@@ -13,6 +13,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/transfer"
 )
 
 const (
@@ -56,14 +57,14 @@ func (f *transferFlags) parse(args []string, stderr io.Writer, what string) erro
 	return nil
 }
 
-// transfer is a client.Transfer over the data plane's blob client, with a progress bar on a
+// transfer is a transfer.Copier over the data plane's blob client, with a progress bar on a
 // terminal (stderr) and nothing otherwise.
-func (f *transferFlags) transfer(stderr io.Writer, desc string, total int64) (*client.Transfer, func(), error) {
+func (f *transferFlags) transfer(stderr io.Writer, desc string, total int64) (*transfer.Copier, func(), error) {
 	cl, err := f.storage()
 	if err != nil {
 		return nil, nil, err
 	}
-	t := &client.Transfer{Blob: cl.Data, Parallel: f.parallel}
+	t := &transfer.Copier{Blob: cl.Data, Parallel: f.parallel}
 	finish := func() {}
 	if fd, ok := stderr.(*os.File); ok && !f.quiet && term.IsTerminal(int(fd.Fd())) {
 		bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr),
@@ -77,7 +78,7 @@ func (f *transferFlags) transfer(stderr io.Writer, desc string, total int64) (*c
 }
 
 // summary prints the line that ends a put or get (unless --quiet).
-func (f *transferFlags) summary(w io.Writer, verb, where string, st client.TransferStats, start time.Time) {
+func (f *transferFlags) summary(w io.Writer, verb, where string, st transfer.Stats, start time.Time) {
 	if f.quiet {
 		return
 	}
@@ -100,11 +101,11 @@ func (n *Node) putCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	paths := f.fs.Args()
 	target := paths[len(paths)-1]
-	containerName, prefix, err := client.SplitTarget(target)
+	containerName, prefix, err := transfer.SplitTarget(target)
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	items, err := client.PlanPut(paths[:len(paths)-1], prefix)
+	items, err := transfer.PlanPut(paths[:len(paths)-1], prefix)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -169,7 +170,7 @@ func (n *Node) getCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if f.format != client.FormatTSV {
 		return usageErr("--format is for a job's records; blobs are copied as they are")
 	}
-	containerName, prefix, err := client.SplitTarget(src)
+	containerName, prefix, err := transfer.SplitTarget(src)
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -177,7 +178,7 @@ func (n *Node) getCmd(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	items, err := (&client.Transfer{Blob: sc.Data}).PlanGet(ctx, containerName, prefix, dir)
+	items, err := (&transfer.Copier{Blob: sc.Data}).PlanGet(ctx, containerName, prefix, dir)
 	if err != nil {
 		return err
 	}

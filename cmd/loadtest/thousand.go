@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/mapagg/mapagg/internal/coordinator"
@@ -23,7 +25,6 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/harness/sim"
-	"github.com/mapagg/mapagg/store"
 )
 
 // scThousand is issue 36's scenario: a simulated cluster (package sim) grown 3 → 100 → 300 →
@@ -85,7 +86,7 @@ type Thousand struct {
 	Sizes []ThousandSize `json:"sizes"`
 	// RequestsPerTinyJob is the storage requests (blob and queue) of one one-shard job, submit
 	// included, measured at the first size: every member's storage client and the submitter's
-	// count them (store.Counting). Blob and queue apart below, and each kind of request.
+	// count them (storecount.Counting). Blob and queue apart below, and each kind of request.
 	RequestsPerTinyJob float64            `json:"requests_per_tiny_job"`
 	BlobPerTinyJob     float64            `json:"blob_requests_per_tiny_job"`
 	QueuePerTinyJob    float64            `json:"queue_requests_per_tiny_job"`
@@ -411,7 +412,7 @@ func (r *runner) thousandIntake(ctx context.Context, c *sim.Cluster, jobs int, s
 
 // tinyJobKind names a request with the job's id replaced by <job> (and a queue message's id by
 // <msg>, an ended marker's time by <t>).
-func tinyJobKind(r store.Request, ids []string) string {
+func tinyJobKind(r storecount.Request, ids []string) string {
 	b := r.Blob
 	switch {
 	case strings.HasPrefix(b, "messages/"):

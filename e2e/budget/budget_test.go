@@ -1,5 +1,5 @@
 // Package budget_test holds the storage request budget of every operation: each test counts the
-// requests an operation sends (store.Counting on every member's storage client and on the
+// requests an operation sends (storecount.Counting on every member's storage client and on the
 // submitter's) and fails when the count grows past the figure docs/limits.md publishes.
 package budget_test
 
@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/coordinator"
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
-	"github.com/mapagg/mapagg/store"
 )
 
 // The budgets, in storage requests: what the code sends today (docs/limits.md, "Storage
@@ -57,7 +58,7 @@ const (
 )
 
 // render lists counts one request a line, with the job id shown as <job>.
-func render(c store.Counts, id string) string {
+func render(c storecount.Counts, id string) string {
 	var lines []string
 	for r, n := range c {
 		if id != "" {
@@ -71,13 +72,13 @@ func render(c store.Counts, id string) string {
 
 // queueMessage keeps the requests that write or delete a queue message (not the receives, which
 // are polls).
-func queueMessage(r store.Request) bool {
+func queueMessage(r storecount.Request) bool {
 	return r.Service == "queue" && (r.Method == "POST" || strings.HasPrefix(r.Blob, "messages/"))
 }
 
 // tinyJobRequests runs one one-shard job and returns its requests: those whose blob names the
 // job, and the queue message's.
-func tinyJobRequests(ctx context.Context, t *testing.T, c *cluster) (store.Counts, string) {
+func tinyJobRequests(ctx context.Context, t *testing.T, c *cluster) (storecount.Counts, string) {
 	t.Helper()
 	m0 := c.host.Counts()
 	c.submits.Reset()
@@ -85,7 +86,7 @@ func tinyJobRequests(ctx context.Context, t *testing.T, c *cluster) (store.Count
 	time.Sleep(1500 * time.Millisecond) // the sweeper deletes the active marker once intake is idle 0.5 s
 	all := c.host.Counts().Sub(m0)
 	all.Add(c.submits.Counts())
-	out := store.Counts{}
+	out := storecount.Counts{}
 	for r, n := range all {
 		if strings.Contains(r.Blob, id) || queueMessage(r) {
 			out[r] = n
@@ -109,7 +110,7 @@ func TestBudget_TinyJob(t *testing.T) {
 	ctx := context.Background()
 	c := one(t)
 	best := int64(-1)
-	var bestCounts store.Counts
+	var bestCounts storecount.Counts
 	var bestID string
 	for range 3 { // the least of three: a checkpoint that happens to tick mid-job is timing, not cost
 		got, id := tinyJobRequests(ctx, t, c)
@@ -117,7 +118,7 @@ func TestBudget_TinyJob(t *testing.T) {
 			best, bestCounts, bestID = n, got, id
 		}
 	}
-	t.Logf("a tiny job: %d requests (blob %d, queue %d):\n%s", best, bestCounts.Total(store.Blobs), bestCounts.Total(store.Queues), render(bestCounts, bestID))
+	t.Logf("a tiny job: %d requests (blob %d, queue %d):\n%s", best, bestCounts.Total(storecount.Blobs), bestCounts.Total(storecount.Queues), render(bestCounts, bestID))
 	if best > budgetTinyJob {
 		t.Errorf("a tiny job sent %d storage requests, budget %d:\n%s", best, budgetTinyJob, render(bestCounts, bestID))
 	}
@@ -144,14 +145,14 @@ func TestBudget_AggregateShard(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	all := c.host.Counts().Sub(m0)
 	all.Add(c.submits.Counts())
-	checkpoint := func(r store.Request) bool { return r.Method == "PUT" && r.Blob == protocol.CheckpointBlob(id) }
-	var other store.Counts = store.Counts{}
+	checkpoint := func(r storecount.Request) bool { return r.Method == "PUT" && r.Blob == protocol.CheckpointBlob(id) }
+	var other storecount.Counts = storecount.Counts{}
 	for r, n := range all {
 		if (strings.Contains(r.Blob, id) || queueMessage(r)) && !checkpoint(r) {
 			other[r] = n
 		}
 	}
-	tinyOther := tiny.Total(func(r store.Request) bool { return !strings.HasSuffix(r.Blob, "/checkpoint") || r.Method != "PUT" })
+	tinyOther := tiny.Total(func(r storecount.Request) bool { return !strings.HasSuffix(r.Blob, "/checkpoint") || r.Method != "PUT" })
 	extra := other.Total(nil) - tinyOther
 	t.Logf("a %d-shard job: %d checkpoint writes and %d other requests (a one-shard job: %d other):\n%s",
 		shards, all.Total(checkpoint), other.Total(nil), tinyOther, render(other, id))
@@ -175,8 +176,8 @@ func TestBudget_Checkpoint(t *testing.T) {
 	})
 	took := time.Since(start)
 	all := c.host.Counts().Sub(m0)
-	writes := all.Total(func(r store.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method == "PUT" })
-	reads := all.Total(func(r store.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method != "PUT" })
+	writes := all.Total(func(r storecount.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method == "PUT" })
+	reads := all.Total(func(r storecount.Request) bool { return r.Blob == protocol.CheckpointBlob(id) && r.Method != "PUT" })
 	t.Logf("a job of %v: %d checkpoint writes, %d reads of the checkpoint", took.Round(time.Millisecond), writes, reads)
 	if writes < 3 {
 		t.Fatalf("%d checkpoint writes in %v: the job ended too fast to measure checkpoints", writes, took)
@@ -217,7 +218,7 @@ func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
 	if err != nil || st.State != "succeeded" {
 		t.Fatalf("keyed job: %v %+v", err, st)
 	}
-	mine := store.Counts{}
+	mine := storecount.Counts{}
 	for q, n := range all {
 		if strings.Contains(q.Blob, id) || q.Container == c.names.JobsContainer+"-in" {
 			mine[q] = n
@@ -225,15 +226,15 @@ func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
 	}
 	in := c.names.JobsContainer + "-in"
 	runs := id + "/map/"
-	runReads := mine.Total(func(q store.Request) bool { return strings.HasPrefix(q.Blob, runs) && q.Method == "GET" })
-	perMap := mine.Total(func(q store.Request) bool {
+	runReads := mine.Total(func(q storecount.Request) bool { return strings.HasPrefix(q.Blob, runs) && q.Method == "GET" })
+	perMap := mine.Total(func(q storecount.Request) bool {
 		return strings.HasPrefix(q.Blob, runs) && q.Method != "GET" || q.Container == in && q.Blob != ""
 	})
-	perPart := mine.Total(func(q store.Request) bool {
+	perPart := mine.Total(func(q storecount.Request) bool {
 		return strings.HasPrefix(q.Blob, id+"/out/") || q.Blob == id+"/map-manifest" && q.Method == "GET"
 	})
 	// Checkpoint writes are by time (TestBudget_Checkpoint), not by task: apart.
-	cps := mine.Total(func(q store.Request) bool { return q.Blob == protocol.CheckpointBlob(id) && q.Method == "PUT" })
+	cps := mine.Total(func(q storecount.Request) bool { return q.Blob == protocol.CheckpointBlob(id) && q.Method == "PUT" })
 	fixed := mine.Total(nil) - runReads - perMap - perPart - cps
 	t.Logf("a keyed job of %d map tasks and %d partitions: %d requests: %d run reads, %d of map tasks, %d of partitions, %d checkpoint writes, %d others:\n%s",
 		m, r, mine.Total(nil), runReads, perMap, perPart, cps, fixed, render(mine, id))
@@ -266,7 +267,7 @@ func TestBudget_Takeover(t *testing.T) {
 	})
 	time.Sleep(2 * time.Second) // late breaks and reads, if any, are counted
 	d := c.host.Counts().Sub(m0)
-	lease := store.Counts{}
+	lease := storecount.Counts{}
 	for r, n := range d {
 		if r.Container == c.names.LeaseContainer && r.Op != "lease:renew" {
 			lease[r] = n
@@ -277,7 +278,7 @@ func TestBudget_Takeover(t *testing.T) {
 	if n := lease.Total(nil); n > budgetTakeoverLease {
 		t.Errorf("a takeover sent %d lease-blob requests (renewals aside), budget %d:\n%s", n, budgetTakeoverLease, render(lease, ""))
 	}
-	if n := lease.Total(func(r store.Request) bool { return r.Op == "lease:break" }); n != 1 {
+	if n := lease.Total(func(r storecount.Request) bool { return r.Op == "lease:break" }); n != 1 {
 		t.Errorf("%d lease breaks, want 1", n)
 	}
 }
@@ -304,7 +305,7 @@ func TestBudget_ScheduleTick(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := c.host.Counts().Sub(m0)
-	sched := store.Counts{}
+	sched := storecount.Counts{}
 	for r, n := range d {
 		named := false
 		for _, id := range jobs {
@@ -314,7 +315,9 @@ func TestBudget_ScheduleTick(t *testing.T) {
 			sched[r] = n
 		}
 	}
-	fired := sched.Total(func(r store.Request) bool { return strings.HasPrefix(r.Blob, "schedules/ticks/") && r.Method == "PUT" })
+	fired := sched.Total(func(r storecount.Request) bool {
+		return strings.HasPrefix(r.Blob, "schedules/ticks/") && r.Method == "PUT"
+	})
 	t.Logf("%d ticks: schedule requests (the jobs' own aside) %d:\n%s", fired, sched.Total(nil), render(sched, ""))
 	if fired < ticks {
 		t.Fatalf("%d tick claims counted for %d scheduled jobs", fired, ticks)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/nats-io/nats.go"
 
@@ -37,7 +39,7 @@ type cluster struct {
 	names   sim.Names
 	host    *sim.Host
 	client  *client.Client
-	submits *store.Counting
+	submits *storecount.Counting
 	blob    *azblob.Client // the submitter's blob client (its requests count as submits)
 	bus     *bus.Bus
 
@@ -71,7 +73,7 @@ func newCluster(t *testing.T, members int, shared bool) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{names: sim.NamesFor(ns), submits: store.NewCounting(nil)}
+	c := &cluster{names: sim.NamesFor(ns), submits: storecount.NewCounting(nil)}
 	if c.host, err = sim.NewHost(sim.MemberConfig{ConnStr: conn, NATSURL: natsURL, Names: c.names, Keys: keys}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +150,8 @@ func (c *cluster) tiny(ctx context.Context, t *testing.T) string {
 }
 
 // naming keeps the requests whose blob names the job.
-func naming(id string) func(store.Request) bool {
-	return func(r store.Request) bool { return strings.Contains(r.Blob, id) }
+func naming(id string) func(storecount.Request) bool {
+	return func(r storecount.Request) bool { return strings.Contains(r.Blob, id) }
 }
 
 // leader is the member elected last.

@@ -12,16 +12,17 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/audit"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// AuditLog keeps the audit trail; *client.AuditLog is one.
+// AuditLog keeps the audit trail; *audit.Log is one.
 type AuditLog interface {
-	Record(ctx context.Context, e client.AuditEntry) error
-	List(ctx context.Context, f client.AuditFilter) (*client.AuditPage, error)
+	Record(ctx context.Context, e audit.Entry) error
+	List(ctx context.Context, f audit.Filter) (*audit.Page, error)
 }
 
-var _ AuditLog = (*client.AuditLog)(nil)
+var _ AuditLog = (*audit.Log)(nil)
 
 // auditTimeout bounds recording one entry after its call has been answered.
 const auditTimeout = 10 * time.Second
@@ -66,7 +67,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if name == "" || cw.code() >= 400 {
 		return
 	}
-	e := client.AuditEntry{Actor: name, Action: auditAction(pattern), Status: cw.code(), Remote: r.RemoteAddr}
+	e := audit.Entry{Actor: name, Action: auditAction(pattern), Status: cw.code(), Remote: r.RemoteAddr}
 	if role != RoleNone {
 		e.Role = role.String()
 	}
@@ -187,7 +188,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	f := client.AuditFilter{Before: q.Get("before"), Job: q.Get("job"), Actor: q.Get("actor")}
+	f := audit.Filter{Before: q.Get("before"), Job: q.Get("job"), Actor: q.Get("actor")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/audit"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/store"
 )
@@ -21,7 +22,7 @@ const (
 
 // newRolesEnv serves the API with three named tokens, the single token and an audit trail in
 // the jobs container.
-func newRolesEnv(t *testing.T) (*apiEnv, *client.AuditLog) {
+func newRolesEnv(t *testing.T) (*apiEnv, *audit.Log) {
 	t.Helper()
 	toks, err := ParseTokens(strings.NewReader("# name role token\nviewer read " + readTok + "\n\nci submit " + submitTok + "\nops admin " + adminTok + "\n"))
 	if err != nil {
@@ -32,8 +33,8 @@ func newRolesEnv(t *testing.T) (*apiEnv, *client.AuditLog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit := client.NewAuditLog(bc, e.jobs.Name())
-	s, err := New(Config{Jobs: e.cl, Schedules: e.cl, Token: []byte(testToken), Tokens: toks, Audit: audit, DashboardCancel: true,
+	trail := audit.NewLog(bc, e.jobs.Name())
+	s, err := New(Config{Jobs: e.cl, Schedules: e.cl, Token: []byte(testToken), Tokens: toks, Audit: trail, DashboardCancel: true,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func newRolesEnv(t *testing.T) (*apiEnv, *client.AuditLog) {
 	e.srv.Close()
 	e.srv = httptest.NewServer(s)
 	t.Cleanup(e.srv.Close)
-	return e, audit
+	return e, trail
 }
 
 func TestAPI_Roles(t *testing.T) {
@@ -90,7 +91,7 @@ func TestAPI_Roles(t *testing.T) {
 }
 
 func TestAPI_AuditTrail(t *testing.T) {
-	e, audit := newRolesEnv(t)
+	e, trail := newRolesEnv(t)
 	submit := `{"type":"primes","params":{"from":0,"to":100,"shards":1}}`
 	var ids []string
 	for _, tok := range []string{submitTok, testToken} {
@@ -109,7 +110,7 @@ func TestAPI_AuditTrail(t *testing.T) {
 		t.Fatalf("audit without a token: %d %s", code, body)
 	}
 	code, body := e.do(t, "GET", "/api/v1/audit", readTok, "")
-	var page client.AuditPage
+	var page audit.Page
 	if code != 200 || json.Unmarshal([]byte(body), &page) != nil {
 		t.Fatalf("audit: %d %s", code, body)
 	}
@@ -125,18 +126,18 @@ func TestAPI_AuditTrail(t *testing.T) {
 		t.Errorf("entry %+v: want role, status, time and remote", en)
 	}
 	// Paging and filters.
-	p1, err := audit.List(t.Context(), client.AuditFilter{Limit: 1})
+	p1, err := trail.List(t.Context(), audit.Filter{Limit: 1})
 	if err != nil || len(p1.Entries) != 1 || p1.Next == "" {
 		t.Fatalf("first page: %+v, %v", p1, err)
 	}
-	p2, err := audit.List(t.Context(), client.AuditFilter{Limit: 10, Before: p1.Next})
+	p2, err := trail.List(t.Context(), audit.Filter{Limit: 10, Before: p1.Next})
 	if err != nil || len(p2.Entries) != 3 || p2.Entries[0].ID == p1.Entries[0].ID {
 		t.Fatalf("second page: %+v, %v", p2, err)
 	}
-	if p, err := audit.List(t.Context(), client.AuditFilter{Job: ids[0]}); err != nil || len(p.Entries) != 2 {
+	if p, err := trail.List(t.Context(), audit.Filter{Job: ids[0]}); err != nil || len(p.Entries) != 2 {
 		t.Fatalf("filter by job: %+v, %v", p, err)
 	}
-	if _, err := audit.List(t.Context(), client.AuditFilter{Before: "../x"}); !errors.Is(err, client.ErrBadSpec) {
+	if _, err := trail.List(t.Context(), audit.Filter{Before: "../x"}); !errors.Is(err, client.ErrBadSpec) {
 		t.Fatalf("bad cursor: %v", err)
 	}
 	if code, _ := e.do(t, "GET", "/api/v1/audit?limit=0", readTok, ""); code != 400 {

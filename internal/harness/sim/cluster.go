@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/builtin"
@@ -91,7 +93,7 @@ type Cluster struct {
 	Bus    *bus.Bus       // the harness's own connection (events; submits' pokes)
 	Client *client.Client // submits, statuses and results (its storage requests are Submits')
 	// Submits counts the storage requests of Client.
-	Submits *store.Counting
+	Submits *storecount.Counting
 
 	mu     sync.Mutex
 	hosts  []*hostProc
@@ -118,7 +120,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	var secret [32]byte
 	_, _ = rand.Read(secret[:])
 	c := &Cluster{opts: opts, names: NamesFor(opts.Namespace), keys: base64.StdEncoding.EncodeToString(secret[:]), where: map[string]*hostProc{}}
-	c.Submits = store.NewCounting(nil)
+	c.Submits = storecount.NewCounting(nil)
 	clients, err := store.Account{ConnectionString: opts.ConnStr, Transport: c.Submits}.Open()
 	if err != nil {
 		return nil, err
@@ -377,11 +379,11 @@ func (c *Cluster) CrashLeader(ctx context.Context, within time.Duration) (Takeov
 }
 
 // Counts are the storage requests of every member so far.
-func (c *Cluster) Counts() (store.Counts, error) {
+func (c *Cluster) Counts() (storecount.Counts, error) {
 	c.mu.Lock()
 	hosts := append([]*hostProc(nil), c.hosts...)
 	c.mu.Unlock()
-	out := store.Counts{}
+	out := storecount.Counts{}
 	for _, h := range hosts {
 		s, err := h.do("counts")
 		if err != nil {
@@ -399,7 +401,7 @@ func (c *Cluster) Counts() (store.Counts, error) {
 }
 
 // LeaseBlob keeps the requests to the cluster's lease blob.
-func (c *Cluster) LeaseBlob(r store.Request) bool {
+func (c *Cluster) LeaseBlob(r storecount.Request) bool {
 	return r.Service == "blob" && r.Container == c.names.LeaseContainer && r.Blob == election.DefaultConfig().Blob
 }
 

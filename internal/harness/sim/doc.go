@@ -1,7 +1,7 @@
 // Package sim runs a simulated cluster: many members to a process, each a real node.
 //
 // A member is node.Serve with its own NATS connection, its own storage client (a
-// store.Counting over an HTTP pool of its own) and HTTP off: the real election, membership,
+// storecount.Counting over an HTTP pool of its own) and HTTP off: the real election, membership,
 // heartbeats, health prober, coordinator and shard consumers. A Host runs any number of members
 // in one process; Cluster runs hosts as processes (cmd simhost) against one NATS server and one
 // Azurite, and can grow, crash a member and count storage requests.

@@ -12,9 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/node"
-	"github.com/mapagg/mapagg/store"
 )
 
 // Host runs members in this process.
@@ -24,7 +25,7 @@ type Host struct {
 
 	mu      sync.Mutex
 	members map[string]*member
-	gone    store.Counts // requests of members since crashed or stopped
+	gone    storecount.Counts // requests of members since crashed or stopped
 }
 
 // NewHost returns a host of members configured by cfg, with the built-in job types.
@@ -41,7 +42,7 @@ func NewHost(cfg MemberConfig) (*Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Host{cfg: cfg, node: n, members: map[string]*member{}, gone: store.Counts{}}, nil
+	return &Host{cfg: cfg, node: n, members: map[string]*member{}, gone: storecount.Counts{}}, nil
 }
 
 // Start starts member id (again, if it crashed or stopped: the old one is waited for first).
@@ -86,10 +87,10 @@ func (h *Host) Crash(id string) (time.Time, error) {
 }
 
 // Counts are the storage requests of every member this host ran.
-func (h *Host) Counts() store.Counts {
+func (h *Host) Counts() storecount.Counts {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := store.Counts{}
+	out := storecount.Counts{}
 	out.Add(h.gone)
 	for _, m := range h.members {
 		out.Add(m.counting.Counts())
@@ -115,7 +116,7 @@ func (h *Host) Close() {
 
 // Counted is one kind of request and how many were sent, as a host reports them.
 type Counted struct {
-	store.Request
+	storecount.Request
 	N int64 `json:"n"`
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
 	"github.com/mapagg/mapagg/node"
@@ -59,7 +61,7 @@ type member struct {
 	id       string
 	link     *link
 	storage  *cutTransport
-	counting *store.Counting
+	counting *storecount.Counting
 	cancel   context.CancelFunc
 	done     chan struct{}
 	err      error
@@ -78,7 +80,7 @@ func startMember(n *node.Node, cfg MemberConfig, id string) (*member, error) {
 	// An HTTP pool of its own, set as the production pools are (store.Transport).
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	counting := store.NewCounting(&http.Client{Transport: t})
+	counting := storecount.NewCounting(&http.Client{Transport: t})
 	m := &member{id: id, link: l, storage: &cutTransport{next: counting}, counting: counting, done: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel

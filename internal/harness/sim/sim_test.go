@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/mapagg/mapagg/election"
@@ -14,7 +16,6 @@ import (
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/node"
-	"github.com/mapagg/mapagg/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -105,7 +106,7 @@ func TestHost_CrashedLeaderIsReplaced(t *testing.T) {
 	if breaks != 1 {
 		t.Errorf("%d lease breaks, want 1", breaks)
 	}
-	lease := h.Counts().Sub(before).Total(func(r store.Request) bool { return r.Container == sim.NamesFor(ns).LeaseContainer })
+	lease := h.Counts().Sub(before).Total(func(r storecount.Request) bool { return r.Container == sim.NamesFor(ns).LeaseContainer })
 	if lease < 3 || lease > 20 {
 		t.Errorf("%d lease-container requests across the takeover, want a handful (break, acquire, stamp)", lease)
 	}

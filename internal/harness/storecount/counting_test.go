@@ -1,4 +1,4 @@
-package store_test
+package storecount_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 
+	"github.com/mapagg/mapagg/internal/harness/storecount"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/store"
 )
@@ -14,7 +15,7 @@ import (
 // Account, and names each by its service, container, blob and operation.
 func TestCounting_CountsEveryRequestOfBothClients(t *testing.T) {
 	ctx := context.Background()
-	counting := store.NewCounting(nil)
+	counting := storecount.NewCounting(nil)
 	clients, err := store.Account{ConnectionString: testenv.Azurite(t), Transport: counting}.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestCounting_CountsEveryRequestOfBothClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := counting.Counts()
-	want := store.Counts{
+	want := storecount.Counts{
 		{Service: "blob", Method: "PUT", Container: name, Op: "container"}:    1,
 		{Service: "blob", Method: "PUT", Container: name, Blob: "a/b"}:        1,
 		{Service: "blob", Method: "GET", Container: name, Blob: "a/b"}:        1,
@@ -60,17 +61,17 @@ func TestCounting_CountsEveryRequestOfBothClients(t *testing.T) {
 			t.Errorf("%v: counted %d, want %d (all: %v)", r, got[r], n, got)
 		}
 	}
-	if n := got.Total(store.Blobs); n != 4 {
+	if n := got.Total(storecount.Blobs); n != 4 {
 		t.Errorf("blob requests %d, want 4", n)
 	}
-	if n := got.Total(store.Queues); n != 2 {
+	if n := got.Total(storecount.Queues); n != 2 {
 		t.Errorf("queue requests %d, want 2", n)
 	}
 	before := counting.Counts()
 	if ok, err := c.Exists(ctx, "a/b"); ok || err != nil {
 		t.Fatalf("Exists = %v %v", ok, err)
 	}
-	if d := counting.Counts().Sub(before); d.Total(nil) != 1 || d[store.Request{Service: "blob", Method: "HEAD", Container: name, Blob: "a/b"}] != 1 {
+	if d := counting.Counts().Sub(before); d.Total(nil) != 1 || d[storecount.Request{Service: "blob", Method: "HEAD", Container: name, Blob: "a/b"}] != 1 {
 		t.Errorf("a HEAD counted as %v", d)
 	}
 	counting.Reset()

@@ -1,4 +1,6 @@
-package store
+// Package storecount counts a storage client's requests (by service, container, blob and
+// operation) for tests and the load test's request budgets.
+package storecount
 
 import (
 	"maps"
@@ -9,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+
+	"github.com/mapagg/mapagg/store"
 )
 
 // Counting is an HTTP transport for the storage clients that counts every request sent through
@@ -28,7 +32,7 @@ var _ policy.Transporter = (*Counting)(nil)
 // NewCounting counts the requests sent through next (nil: Transport(), the control plane's).
 func NewCounting(next policy.Transporter) *Counting {
 	if next == nil {
-		next = Transport()
+		next = store.Transport()
 	}
 	return &Counting{next: next, counts: Counts{}}
 }

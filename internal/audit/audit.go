@@ -1,4 +1,4 @@
-package client
+package audit
 
 import (
 	"cmp"
@@ -20,15 +20,17 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+
+	"github.com/mapagg/mapagg/client"
 )
 
-// AuditPrefix is where the audit trail lives in the jobs container: one small blob an entry,
+// Prefix is where the audit trail lives in the jobs container: one small blob an entry,
 // named so that a listing returns the newest first. The "_" keeps it apart from job ids.
-const AuditPrefix = "_audit/"
+const Prefix = "_audit/"
 
-// AuditEntry is one accepted mutating call: who made it, when, and on what.
-type AuditEntry struct {
-	// ID names the entry; entries sort newest first by it (AuditFilter.Before).
+// Entry is one accepted mutating call: who made it, when, and on what.
+type Entry struct {
+	// ID names the entry; entries sort newest first by it (Filter.Before).
 	ID string    `json:"id"`
 	At time.Time `json:"at"`
 	// Actor is the token's name ("dashboard" for a --dashboard-cancel action, "cli:USER" for
@@ -47,8 +49,8 @@ type AuditEntry struct {
 	Remote string `json:"remote,omitempty"`
 }
 
-// AuditFilter selects entries, newest first.
-type AuditFilter struct {
+// Filter selects entries, newest first.
+type Filter struct {
 	// Limit is the most entries returned: 1 to 1000, default 100.
 	Limit int
 	// Before returns only entries older than this entry id (the previous page's Next).
@@ -57,21 +59,21 @@ type AuditFilter struct {
 	Job, Actor string
 }
 
-// AuditPage is one page of entries, newest first; Next is Before of the next page ("" at the end).
-type AuditPage struct {
-	Entries []AuditEntry `json:"entries"`
-	Next    string       `json:"next,omitempty"`
+// Page is one page of entries, newest first; Next is Before of the next page ("" at the end).
+type Page struct {
+	Entries []Entry `json:"entries"`
+	Next    string  `json:"next,omitempty"`
 }
 
-// AuditLog keeps the audit trail in the jobs container.
-type AuditLog struct {
+// Log keeps the audit trail in the jobs container.
+type Log struct {
 	cc  *container.Client
 	now func() time.Time
 }
 
-// NewAuditLog returns the audit trail of containerName (the jobs container).
-func NewAuditLog(bc *azblob.Client, containerName string) *AuditLog {
-	return &AuditLog{cc: bc.ServiceClient().NewContainerClient(containerName), now: time.Now}
+// NewLog returns the audit trail of containerName (the jobs container).
+func NewLog(bc *azblob.Client, containerName string) *Log {
+	return &Log{cc: bc.ServiceClient().NewContainerClient(containerName), now: time.Now}
 }
 
 // auditName is the blob of an entry made at t: the nanoseconds left until the year 2262, so that
@@ -79,17 +81,17 @@ func NewAuditLog(bc *azblob.Client, containerName string) *AuditLog {
 func auditName(t time.Time) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s%019d-%s", AuditPrefix, math.MaxInt64-t.UnixNano(), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s%019d-%s", Prefix, math.MaxInt64-t.UnixNano(), hex.EncodeToString(b[:]))
 }
 
 // Record stores e (its ID and, when zero, At are set here).
-func (a *AuditLog) Record(ctx context.Context, e AuditEntry) error {
+func (a *Log) Record(ctx context.Context, e Entry) error {
 	if e.At.IsZero() {
 		e.At = a.now()
 	}
 	e.At = e.At.UTC()
 	name := auditName(e.At)
-	e.ID = strings.TrimPrefix(name, AuditPrefix)
+	e.ID = strings.TrimPrefix(name, Prefix)
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err
@@ -110,16 +112,16 @@ func (a *AuditLog) Record(ctx context.Context, e AuditEntry) error {
 
 // List returns the entries f selects, newest first, from one listing (each entry travels in its
 // blob's metadata, so no blob is read).
-func (a *AuditLog) List(ctx context.Context, f AuditFilter) (*AuditPage, error) {
+func (a *Log) List(ctx context.Context, f Filter) (*Page, error) {
 	limit := cmp.Or(f.Limit, 100)
 	if limit < 1 || limit > 1000 {
-		return nil, fmt.Errorf("%w: audit limit %d: use 1 to 1000", ErrBadSpec, f.Limit)
+		return nil, fmt.Errorf("%w: audit limit %d: use 1 to 1000", client.ErrBadSpec, f.Limit)
 	}
 	if f.Before != "" && !validAuditID(f.Before) {
-		return nil, fmt.Errorf("%w: audit cursor %q: use the next of a previous page", ErrBadSpec, clip(f.Before))
+		return nil, fmt.Errorf("%w: audit cursor %q: use the next of a previous page", client.ErrBadSpec, clip(f.Before))
 	}
-	page := &AuditPage{Entries: []AuditEntry{}}
-	opts := &container.ListBlobsFlatOptions{Prefix: to.Ptr(AuditPrefix), Include: container.ListBlobsInclude{Metadata: true}}
+	page := &Page{Entries: []Entry{}}
+	opts := &container.ListBlobsFlatOptions{Prefix: to.Ptr(Prefix), Include: container.ListBlobsInclude{Metadata: true}}
 	pager := a.cc.NewListBlobsFlatPager(opts)
 	var last string
 	for pager.More() {
@@ -131,7 +133,7 @@ func (a *AuditLog) List(ctx context.Context, f AuditFilter) (*AuditPage, error) 
 			return nil, fmt.Errorf("list the audit trail: %w", err)
 		}
 		for _, b := range resp.Segment.BlobItems {
-			id := strings.TrimPrefix(*b.Name, AuditPrefix)
+			id := strings.TrimPrefix(*b.Name, Prefix)
 			if f.Before != "" && id <= f.Before {
 				continue
 			}
@@ -169,7 +171,7 @@ func validAuditID(id string) bool {
 }
 
 // decodeAuditMeta reads an entry from its blob's metadata (key "entry", hex of its JSON).
-func decodeAuditMeta(id string, md map[string]*string) (AuditEntry, error) {
+func decodeAuditMeta(id string, md map[string]*string) (Entry, error) {
 	var v *string
 	for k, x := range md {
 		if strings.EqualFold(k, "entry") {
@@ -177,28 +179,36 @@ func decodeAuditMeta(id string, md map[string]*string) (AuditEntry, error) {
 		}
 	}
 	if v == nil {
-		return AuditEntry{}, errors.New("no entry metadata")
+		return Entry{}, errors.New("no entry metadata")
 	}
-	e, err := DecodeAuditEntry([]byte(*v))
+	e, err := DecodeEntry([]byte(*v))
 	if err != nil {
-		return AuditEntry{}, err
+		return Entry{}, err
 	}
 	e.ID = id
 	return e, nil
 }
 
-// DecodeAuditEntry decodes an entry as stored in metadata: the hex of its JSON.
-func DecodeAuditEntry(hexJSON []byte) (AuditEntry, error) {
+// DecodeEntry decodes an entry as stored in metadata: the hex of its JSON.
+func DecodeEntry(hexJSON []byte) (Entry, error) {
 	data := make([]byte, hex.DecodedLen(len(hexJSON)))
 	if _, err := hex.Decode(data, hexJSON); err != nil {
-		return AuditEntry{}, fmt.Errorf("audit entry: %w", err)
+		return Entry{}, fmt.Errorf("audit entry: %w", err)
 	}
-	var e AuditEntry
+	var e Entry
 	if err := json.Unmarshal(data, &e); err != nil {
-		return AuditEntry{}, fmt.Errorf("audit entry: %w", err)
+		return Entry{}, fmt.Errorf("audit entry: %w", err)
 	}
 	if e.Action == "" || e.At.IsZero() {
-		return AuditEntry{}, errors.New("audit entry: no action or time")
+		return Entry{}, errors.New("audit entry: no action or time")
 	}
 	return e, nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:79] + "…"
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package client
+package transfer
 
 import (
 	"bytes"
@@ -24,13 +24,14 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/shuffle"
 	"github.com/mapagg/mapagg/store"
 )
 
-// Transfer copies files between a local disk and blob containers (`worker put` and `worker
+// Copier copies files between a local disk and blob containers (`worker put` and `worker
 // get`): files in parallel, each resumable (a file already in place is skipped).
-type Transfer struct {
+type Copier struct {
 	// Blob is the storage account's blob client (store.Clients.Data). Required.
 	Blob *azblob.Client
 	// Parallel is how many files move at once. Default 8.
@@ -42,8 +43,8 @@ type Transfer struct {
 	mu sync.Mutex
 }
 
-// TransferStats counts what Put or Get did.
-type TransferStats struct {
+// Stats counts what Put or Get did.
+type Stats struct {
 	Files   int   `json:"files"`   // copied
 	Bytes   int64 `json:"bytes"`   // copied
 	Skipped int   `json:"skipped"` // already in place
@@ -167,12 +168,12 @@ func PlanPut(locals []string, prefix string) ([]PutItem, error) {
 // Put uploads items to containerName, creating the container when it is missing. A blob that
 // already holds the file's content (its Content-MD5 matches) is skipped, so a put that stopped
 // can be run again to finish.
-func (t *Transfer) Put(ctx context.Context, containerName string, items []PutItem) (TransferStats, error) {
+func (t *Copier) Put(ctx context.Context, containerName string, items []PutItem) (Stats, error) {
 	cc := t.Blob.ServiceClient().NewContainerClient(containerName)
 	if _, err := cc.Create(ctx, nil); err != nil && !bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
-		return TransferStats{}, fmt.Errorf("create container %s: %w", containerName, err)
+		return Stats{}, fmt.Errorf("create container %s: %w", containerName, err)
 	}
-	var st TransferStats
+	var st Stats
 	err := t.each(ctx, len(items), func(ctx context.Context, i int) error {
 		copied, err := t.putOne(ctx, cc, items[i])
 		if err == nil {
@@ -183,7 +184,7 @@ func (t *Transfer) Put(ctx context.Context, containerName string, items []PutIte
 	return st, err
 }
 
-func (t *Transfer) putOne(ctx context.Context, cc *container.Client, it PutItem) (bool, error) {
+func (t *Copier) putOne(ctx context.Context, cc *container.Client, it PutItem) (bool, error) {
 	f, err := os.Open(it.Local)
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", it.Local, err)
@@ -222,7 +223,7 @@ func (t *Transfer) putOne(ctx context.Context, cc *container.Client, it PutItem)
 // PlanGet lists the blobs under prefix in containerName and the files under dir they become:
 // prefix names a folder ("in" and "in/" both take in/*, each file named for its path below it)
 // or one blob. It refuses a blob whose name cannot be a local path.
-func (t *Transfer) PlanGet(ctx context.Context, containerName, prefix, dir string) ([]GetItem, error) {
+func (t *Copier) PlanGet(ctx context.Context, containerName, prefix, dir string) ([]GetItem, error) {
 	cc := t.Blob.ServiceClient().NewContainerClient(containerName)
 	folder := strings.TrimSuffix(prefix, "/")
 	var items []GetItem
@@ -284,9 +285,9 @@ func checkLocalName(rel string) error {
 // (Content-MD5 when the blob has one, else its modification time, which Get sets) is skipped; a
 // file is written beside its place and renamed when whole, so a get that stopped leaves no
 // half file and can be run again to finish.
-func (t *Transfer) Get(ctx context.Context, containerName string, items []GetItem) (TransferStats, error) {
+func (t *Copier) Get(ctx context.Context, containerName string, items []GetItem) (Stats, error) {
 	cc := t.Blob.ServiceClient().NewContainerClient(containerName)
-	var st TransferStats
+	var st Stats
 	err := t.each(ctx, len(items), func(ctx context.Context, i int) error {
 		copied, err := t.getOne(ctx, cc, items[i])
 		if err == nil {
@@ -297,7 +298,7 @@ func (t *Transfer) Get(ctx context.Context, containerName string, items []GetIte
 	return st, err
 }
 
-func (t *Transfer) getOne(ctx context.Context, cc *container.Client, it GetItem) (bool, error) {
+func (t *Copier) getOne(ctx context.Context, cc *container.Client, it GetItem) (bool, error) {
 	bc := cc.NewBlobClient(it.Blob)
 	p, err := bc.GetProperties(ctx, nil)
 	if err != nil {
@@ -376,7 +377,7 @@ const OutputManifestFile = "_manifest.json"
 
 // OutputPlan is what GetOutput writes: one file a partition.
 type OutputPlan struct {
-	Manifest *OutputManifest
+	Manifest *client.OutputManifest
 	Files    []string // by partition
 	Bytes    int64    // stored size of every partition, for progress
 }
@@ -385,32 +386,32 @@ type OutputPlan struct {
 // (part-00000.tsv, ...), in format (FormatTSV or FormatJSONL), each checked against the
 // manifest. A partition file already there is skipped, so a get that stopped can be run again;
 // dir holding another job's output is refused.
-func (t *Transfer) GetOutput(ctx context.Context, id string, m *OutputManifest, dir, format string) (TransferStats, error) {
-	format = cmp.Or(format, FormatTSV)
-	if err := (OutputOptions{Format: format}).Check(); err != nil {
-		return TransferStats{}, err
+func (t *Copier) GetOutput(ctx context.Context, id string, m *client.OutputManifest, dir, format string) (Stats, error) {
+	format = cmp.Or(format, client.FormatTSV)
+	if err := (client.OutputOptions{Format: format}).Check(); err != nil {
+		return Stats{}, err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return TransferStats{}, fmt.Errorf("get %s: %w", id, err)
+		return Stats{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	mpath := filepath.Join(dir, OutputManifestFile)
 	want, err := json.MarshalIndent(struct {
 		Job    string `json:"job"`
 		Format string `json:"format"`
-		*OutputManifest
+		*client.OutputManifest
 	}{id, format, m}, "", "  ")
 	if err != nil {
-		return TransferStats{}, err
+		return Stats{}, err
 	}
 	if have, err := os.ReadFile(mpath); err == nil && !bytes.Equal(have, want) {
-		return TransferStats{}, fmt.Errorf("get %s: %s holds another job's output, or this one's in another format (see %s): use an empty folder",
+		return Stats{}, fmt.Errorf("get %s: %s holds another job's output, or this one's in another format (see %s): use an empty folder",
 			id, dir, mpath)
 	}
 	if err := os.WriteFile(mpath, want, 0o644); err != nil {
-		return TransferStats{}, fmt.Errorf("get %s: %w", id, err)
+		return Stats{}, fmt.Errorf("get %s: %w", id, err)
 	}
 	rr := store.New(t.Blob, m.Container)
-	var st TransferStats
+	var st Stats
 	err = t.each(ctx, len(m.Partitions), func(ctx context.Context, i int) error {
 		p := m.Partitions[i]
 		local := filepath.Join(dir, fmt.Sprintf("part-%05d.%s", p.Partition, format))
@@ -430,7 +431,7 @@ func (t *Transfer) GetOutput(ctx context.Context, id string, m *OutputManifest, 
 			return err
 		}
 		pr := &progressReader{RangeReader: rr, t: t}
-		err = copyPartition(ctx, pr, id, p, ow)
+		err = shuffle.CopyOutputPartition(ctx, pr, id, p, ow)
 		if err == nil {
 			err = ow.Flush()
 		}
@@ -454,8 +455,8 @@ func (t *Transfer) GetOutput(ctx context.Context, id string, m *OutputManifest, 
 
 // progressReader reports the bytes read from each blob it opens.
 type progressReader struct {
-	RangeReader
-	t *Transfer
+	client.RangeReader
+	t *Copier
 }
 
 func (p *progressReader) ReadRange(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
@@ -468,7 +469,7 @@ func (p *progressReader) ReadRange(ctx context.Context, name string, off, n int6
 
 type progressBody struct {
 	io.ReadCloser
-	t *Transfer
+	t *Copier
 }
 
 func (b *progressBody) Read(p []byte) (int, error) {
@@ -478,7 +479,7 @@ func (b *progressBody) Read(p []byte) (int, error) {
 }
 
 // each runs do(0..n-1) Parallel at a time and returns the first error (the rest are stopped).
-func (t *Transfer) each(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
+func (t *Copier) each(ctx context.Context, n int, do func(ctx context.Context, i int) error) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cmp.Or(t.Parallel, 8))
 	for i := range n {
@@ -493,7 +494,7 @@ func (t *Transfer) each(ctx context.Context, n int, do func(ctx context.Context,
 	return ctx.Err()
 }
 
-func (t *Transfer) progress(n int64) {
+func (t *Copier) progress(n int64) {
 	if t.Progress == nil || n <= 0 {
 		return
 	}
@@ -502,7 +503,7 @@ func (t *Transfer) progress(n int64) {
 	t.Progress(n)
 }
 
-func (t *Transfer) count(st *TransferStats, copied bool, size int64) {
+func (t *Copier) count(st *Stats, copied bool, size int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if copied {

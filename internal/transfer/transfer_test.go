@@ -1,4 +1,4 @@
-package client_test
+package transfer_test
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
-	"github.com/mapagg/mapagg/internal/harness/testoutput"
+	"github.com/mapagg/mapagg/internal/transfer"
 	"github.com/mapagg/mapagg/store"
 )
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func writeFiles(t *testing.T, root string, files map[string]string) {
 	t.Helper()
@@ -57,12 +58,12 @@ func TestTransfer_PutGet_RoundTripAndResume(t *testing.T) {
 	writeFiles(t, filepath.Dir(single), map[string]string{"one.txt": "one\n"})
 	cname := testenv.Name(t, "put") // does not exist yet: Put creates it
 
-	items, err := client.PlanPut([]string{src, single}, "in")
+	items, err := transfer.PlanPut([]string{src, single}, "in")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var moved int64
-	tr := &client.Transfer{Blob: bc, Parallel: 3, Progress: func(n int64) { moved += n }}
+	tr := &transfer.Copier{Blob: bc, Parallel: 3, Progress: func(n int64) { moved += n }}
 	st, err := tr.Put(ctx, cname, items)
 	if err != nil || st.Files != 4 || st.Skipped != 0 || st.Bytes != 5<<20+10 || moved != st.Bytes {
 		t.Fatalf("Put = %+v, %v (progress %d)", st, err, moved)
@@ -122,18 +123,18 @@ func TestTransfer_Refusals(t *testing.T) {
 	a, b := t.TempDir(), t.TempDir()
 	writeFiles(t, a, map[string]string{"x.txt": "1"})
 	writeFiles(t, b, map[string]string{"x.txt": "2"})
-	if _, err := client.PlanPut([]string{a, b}, "p"); err == nil || !strings.Contains(err.Error(), `both be blob "p/x.txt"`) {
+	if _, err := transfer.PlanPut([]string{a, b}, "p"); err == nil || !strings.Contains(err.Error(), `both be blob "p/x.txt"`) {
 		t.Errorf("PlanPut of two files onto one blob: %v", err)
 	}
-	if _, err := client.PlanPut([]string{filepath.Join(a, "nope")}, ""); err == nil || !strings.Contains(err.Error(), "nope") {
+	if _, err := transfer.PlanPut([]string{filepath.Join(a, "nope")}, ""); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("PlanPut of a missing path: %v", err)
 	}
 	for _, target := range []string{"Bad_Name/x", "ab/", "c//d", "-ab/x"} {
-		if _, _, err := client.SplitTarget(target); err == nil {
+		if _, _, err := transfer.SplitTarget(target); err == nil {
 			t.Errorf("SplitTarget(%q) accepted", target)
 		}
 	}
-	if c, p, err := client.SplitTarget("corpus/in/2026"); c != "corpus" || p != "in/2026" || err != nil {
+	if c, p, err := transfer.SplitTarget("corpus/in/2026"); c != "corpus" || p != "in/2026" || err != nil {
 		t.Errorf("SplitTarget = %q %q %v", c, p, err)
 	}
 	// A blob whose name would leave the target folder is refused before anything is written.
@@ -146,42 +147,11 @@ func TestTransfer_Refusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	tr := &client.Transfer{Blob: bc}
+	tr := &transfer.Copier{Blob: bc}
 	if _, err := tr.PlanGet(ctx, cname, "in", dst); err == nil || !strings.Contains(err.Error(), "cannot be a local path") {
 		t.Errorf("PlanGet of in/../../escape: %v", err)
 	}
 	if _, err := tr.PlanGet(ctx, testenv.Name(t, "none"), "", dst); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("PlanGet of a missing container: %v", err)
-	}
-}
-
-func TestTransfer_GetOutput(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	testoutput.Put(t, e.jobs, keyedID, keyedParts)
-	bc, err := store.NewClient(testenv.Azurite(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.cl.Output(ctx, keyedID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	tr := &client.Transfer{Blob: bc}
-	st, err := tr.GetOutput(ctx, keyedID, m, dir, client.FormatTSV)
-	if err != nil || st.Files != 3 {
-		t.Fatalf("GetOutput = %+v, %v", st, err)
-	}
-	got := readTree(t, dir)
-	if got["part-00000.tsv"] != "apple\t3\ntab\\tkey\t{\"n\":1}\n" || got["part-00001.tsv"] != "" ||
-		got["part-00002.tsv"] != "line\\nbreak\tv\\\\x\nzebra\t[1,2]\n7\tnull\n" || got[client.OutputManifestFile] == "" {
-		t.Fatalf("files %q", got)
-	}
-	if st, err := tr.GetOutput(ctx, keyedID, m, dir, client.FormatTSV); err != nil || st.Files != 0 || st.Skipped != 3 {
-		t.Fatalf("second GetOutput = %+v, %v; want all skipped", st, err)
-	}
-	if _, err := tr.GetOutput(ctx, "20261125-120000-0000cafe", m, dir, client.FormatTSV); err == nil || !strings.Contains(err.Error(), "another job") {
-		t.Fatalf("GetOutput into another job's folder: %v", err)
 	}
 }
