@@ -207,4 +207,3 @@ func describeExit(err error) string {
 	}
 	return fmt.Sprintf("exited with status %d", ee.ExitCode())
 }
-

@@ -212,4 +212,3 @@ func appendValueJSON(dst, v []byte) []byte {
 	}
 	return jobs.AppendJSONString(dst, string(v))
 }
-
