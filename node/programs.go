@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/mapagg/mapagg/internal/program"
 	"github.com/mapagg/mapagg/jobs"
@@ -106,8 +106,8 @@ func programs(ctx context.Context, base *jobs.Registry, c Config, log *slog.Logg
 		}
 	}
 	pcfg := program.Config{Timeout: c.ProgramTimeout, Env: c.ProgramEnv, Logger: log}
-	var progs []*program.Program
-	for _, s := range c.Programs {
+	specs := make([]program.Spec, len(c.Programs))
+	for i, s := range c.Programs {
 		spec, err := program.ParseSpec(s)
 		if err != nil {
 			return nil, nil, err
@@ -115,18 +115,31 @@ func programs(ctx context.Context, base *jobs.Registry, c Config, log *slog.Logg
 		if _, err := base.Lookup(spec.Name); err == nil {
 			return nil, nil, fmt.Errorf("%w: program %s: this binary has a job type of that name already", ErrInvalidConfig, spec.Name)
 		}
-		dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		p, err := program.New(dctx, spec, pcfg)
-		cancel()
-		if err != nil {
-			log.Error("program left out: this worker does not take its jobs", "program", spec.Name, "command", spec.String(), "err", err)
+		specs[i] = spec
+	}
+	// The describe runs go at once: an interpreter's start can take seconds on a busy host.
+	checked := make([]*program.Program, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			checked[i], errs[i] = program.New(ctx, spec, pcfg)
+		}()
+	}
+	wg.Wait()
+	var progs []*program.Program
+	for i, spec := range specs {
+		if errs[i] != nil {
+			log.Error("program left out: this worker does not take its jobs", "program", spec.Name, "command", spec.String(), "err", errs[i])
 			continue
 		}
-		if err := reg.RegisterKeyed(p); err != nil {
+		if err := reg.RegisterKeyed(checked[i]); err != nil {
 			return nil, nil, err
 		}
-		log.Info("program registered", "program", spec.Name, "command", spec.String(), "combine", p.Capabilities().Combine)
-		progs = append(progs, p)
+		log.Info("program registered", "program", spec.Name, "command", spec.String(), "combine", checked[i].Capabilities().Combine)
+		progs = append(progs, checked[i])
 	}
 	return reg, progs, nil
 }

@@ -36,7 +36,7 @@ type Config struct {
 	Env []string
 	// TempDir is where working directories are made. Default os.TempDir().
 	TempDir string
-	// DescribeTimeout bounds the describe run at start. Default 10s.
+	// DescribeTimeout bounds the describe run at start. Default 30s.
 	DescribeTimeout time.Duration
 	// LookupEnv and Environ read the worker's environment. Default os.LookupEnv, os.Environ().
 	LookupEnv func(string) (string, bool)
@@ -53,7 +53,7 @@ func (c Config) WithDefaults() Config {
 	c.StderrLines = cmp.Or(c.StderrLines, 10)
 	c.CombineBytes = cmp.Or(c.CombineBytes, 32<<20)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
-	c.DescribeTimeout = cmp.Or(c.DescribeTimeout, 10*time.Second)
+	c.DescribeTimeout = cmp.Or(c.DescribeTimeout, 30*time.Second)
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
 	}
