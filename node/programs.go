@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 
@@ -144,11 +145,12 @@ func programs(ctx context.Context, base *jobs.Registry, c Config, log *slog.Logg
 	return reg, progs, nil
 }
 
-// programNames returns the names of progs, for the types listing.
+// programNames returns the names of progs, sorted, for the types listing.
 func programNames(progs []*program.Program) []string {
 	var names []string
 	for _, p := range progs {
 		names = append(names, p.Type())
 	}
+	slices.Sort(names)
 	return names
 }
