@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -274,4 +275,61 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 	if !regexp.MustCompile(`test_cluster_wordcount \(.*\) \.\.\. ok`).Match(out) {
 		t.Errorf("the cluster tests of the package did not run:\n%s", out)
 	}
+}
+
+// TestPrograms_LeaderKilledInMapAndReduce sums a value per key over CSV rows with the Python
+// package's program while the leader is killed by SIGKILL in the map phase and again in the
+// reduce phase: the output equals an independent sum, record for record.
+func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
+	c, cl, _, _ := programCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	var csv bytes.Buffer
+	csv.WriteString("key,value\n")
+	sums := map[string]int{}
+	for i := range 60_000 {
+		k := fmt.Sprintf("key%05d", (i*31)%5_000)
+		sums[k] += i % 17
+		fmt.Fprintf(&csv, "%s,%d\n", k, i%17)
+	}
+	putBlobs(t, c, "rows", map[string][]byte{"rows.csv": csv.Bytes()})
+	// Small shards and many partitions: both phases last long enough to kill a leader in.
+	id, err := cl.Submit(ctx, "pysum", json.RawMessage(`{"container":"rows","shard_bytes":12000,"partitions":24}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, phase := range []string{"map", "reduce"} {
+		var st *client.Status
+		for {
+			if st, err = cl.Status(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if st.State != jobs.StateRunning && st.State != jobs.StateQueued && st.State != jobs.StateWaiting {
+				t.Fatalf("job %s %s before the %s phase's kill: %s", id, st.State, phase, st.Error)
+			}
+			if st.Phase == phase && (phase == "reduce" || st.ShardsDone > 0) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		leader, err := c.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Signal(leader.ID, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed leader %s (epoch %d) in the %s phase at %d/%d", leader.ID, leader.Epoch, phase, st.ShardsDone, st.ShardsTotal)
+		if _, err := c.StartWorker(leader.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := cl.Wait(ctx, id, 100*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s %s: %s", id, st.State, st.Error)
+	}
+	sameCounts(t, "pysum through two leader kills", outputTSV(t, cl, id), sums)
 }
