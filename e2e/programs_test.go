@@ -282,7 +282,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 // reduce phase: the output equals an independent sum, record for record.
 func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	c, cl, _, _ := programCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var csv bytes.Buffer
 	csv.WriteString("key,value\n")
@@ -294,7 +294,7 @@ func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	}
 	putBlobs(t, c, "rows", map[string][]byte{"rows.csv": csv.Bytes()})
 	// Small shards and many partitions: both phases last long enough to kill a leader in.
-	id, err := cl.Submit(ctx, "pysum", json.RawMessage(`{"container":"rows","shard_bytes":12000,"partitions":24}`))
+	id, err := cl.Submit(ctx, "pysum", json.RawMessage(`{"container":"rows","shard_bytes":40000,"partitions":8}`))
 	if err != nil {
 		t.Fatal(err)
 	}
