@@ -97,6 +97,7 @@ bench-programs: azurite
 chaos: azurite nats-server
 	@mkdir -p .chaos
 	$(GO) run ./cmd/chaos --json .chaos/report.json --markdown .chaos/report.md $(CHAOSFLAGS)
+	MAPAGG_PROGRAM_FAULTS=1 $(GO) test -race -count=1 -run '^TestPrograms_LeaderKilledInMapAndReduce$$' ./e2e/
 
 clean:
 	rm -rf $(BIN) .demo .bench .chaos

@@ -43,8 +43,9 @@ func environ(lookup func(string) (string, bool), all []string, extra []string, c
 			env = append(env, k+"="+v)
 		}
 	}
-	for k, v := range contract {
-		add(k, v)
+	for k, v := range contract { // the contract's own names are not secrets
+		seen[k] = true
+		env = append(env, k+"="+v)
 	}
 	for _, k := range append(append([]string(nil), passEnv...), extra...) {
 		if v, ok := lookup(k); ok {
