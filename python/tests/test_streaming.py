@@ -154,5 +154,23 @@ class ProcessTest(unittest.TestCase):
         self.assertEqual(p.stdout.decode().splitlines(), ["a\t1", "b\t2"])
 
 
+
+class InstallTest(unittest.TestCase):
+    """pip install ./python works offline: the build backend is in the tree."""
+
+    def test_pip_install(self):
+        import tempfile
+
+        if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+            self.skipTest("pip is not installed")
+        with tempfile.TemporaryDirectory() as target:
+            p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--target", target, os.path.join(HERE, "..")],
+                               capture_output=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            env = dict(os.environ, PYTHONPATH=target)
+            q = subprocess.run([sys.executable, "-c", "import mapagg; print(mapagg.__version__)"], capture_output=True, env=env, cwd=target)
+            self.assertEqual(q.stdout.decode().strip(), "0.1.0", q.stderr.decode())
+
+
 if __name__ == "__main__":
     unittest.main()
