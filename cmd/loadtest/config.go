@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scScale}, failClasses...)
+	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.
@@ -51,7 +51,16 @@ type Config struct {
 	EfficiencyDurations []time.Duration
 	EfficiencyIdeal     time.Duration
 
-	SmallJobRuns int // small jobs; the median counts
+	SmallJobRuns    int // small jobs through the client library; the median counts
+	SmallJobCLIRuns int // the same through the CLI (worker submit --wait); the median counts
+	// KeyedRounds is the interleaved rounds (keyed job, optimized count, naive count) over each
+	// keyed corpus; KeyedLoadedRuns the keyed jobs beside a CPU-bound job (keyed-loaded).
+	KeyedRounds, KeyedLoadedRuns int
+	// KeyedVocabularies are the keyed corpora's distinct words, ascending: the last is written
+	// once per word round (about 174 MB at 5M words), the others repeat their words to its size.
+	KeyedVocabularies []int
+	// CSVRows rows over CSVKeys users, CSVRounds rounds of (keyed sum, naive program) (csv-sum).
+	CSVRows, CSVKeys, CSVRounds int
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
 	// in shards of WordcountShardBytes; each runs WordcountRuns times, interleaved.
 	WordcountBytes, WordcountShardBytes, WordcountRuns int
@@ -91,7 +100,8 @@ func DefaultConfig() Config {
 		ThroughputShards: 100_000, ThroughputRuns: 3, ThroughputConcurrency: 0,
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
-		SmallJobRuns: 11, WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10, WordcountRuns: 2,
+		SmallJobRuns: 100, SmallJobCLIRuns: 100, KeyedRounds: 3, KeyedLoadedRuns: 3, KeyedVocabularies: []int{50_000, 5_000_000}, CSVRows: 2_000_000, CSVKeys: 100_000, CSVRounds: 3,
+		WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10, WordcountRuns: 2,
 		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
 		MillionShards:  1_000_000,
 		LoadedDuration: 10 * time.Minute, OutageDuration: 30 * time.Second, NodeDownDuration: 10 * time.Second,
@@ -110,7 +120,9 @@ func QuickConfig() Config {
 	c.Quick = true
 	c.ThroughputShards, c.ThroughputRuns, c.BaselinePrefetch = 5_000, 1, []int{64}
 	c.EfficiencyIdeal = time.Second
-	c.SmallJobRuns, c.WordcountBytes, c.WordcountRuns = 3, 2<<20, 1
+	c.SmallJobRuns, c.SmallJobCLIRuns, c.WordcountBytes, c.WordcountRuns = 3, 3, 2<<20, 1
+	c.KeyedRounds, c.KeyedLoadedRuns, c.CSVRows, c.CSVKeys, c.CSVRounds = 1, 1, 50_000, 5_000, 1
+	c.KeyedVocabularies = []int{5_000, 100_000}
 	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 50_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 5*time.Second, 3*time.Second, 3*time.Second
 	c.CrashRuns, c.GracefulRuns, c.WorkerCrashRuns, c.DoubleKillEvery, c.PrimesEvery = 2, 2, 1, 2, 2
@@ -163,8 +175,19 @@ func (c *Config) Validate() error {
 		return errors.New("throughput: the baseline needs at least one prefetch depth")
 	case c.has(scEfficiency) && (len(c.EfficiencyDurations) == 0 || c.EfficiencyIdeal < 100*time.Millisecond):
 		return fmt.Errorf("efficiency: %d shard durations, ideal %v: need at least one duration and an ideal makespan of at least 100ms", len(c.EfficiencyDurations), c.EfficiencyIdeal)
-	case c.has(scSmallJob) && c.SmallJobRuns < 1:
-		return fmt.Errorf("small-job runs %d: need at least one", c.SmallJobRuns)
+	case c.has(scSmallJob) && (c.SmallJobRuns < 1 || c.SmallJobCLIRuns < 0):
+		return fmt.Errorf("small-job runs %d through the client, %d through the CLI: need at least one through the client", c.SmallJobRuns, c.SmallJobCLIRuns)
+	case c.has(scKeyed) && (c.KeyedRounds < 1 || c.KeyedRounds > 20):
+		return fmt.Errorf("--keyed-rounds %d: use 1 to 20", c.KeyedRounds)
+	case (c.has(scKeyed) || c.has(scKeyedLoaded)) && (len(c.KeyedVocabularies) == 0 || !slices.IsSorted(c.KeyedVocabularies) ||
+		c.KeyedVocabularies[0] < 100 || c.KeyedVocabularies[len(c.KeyedVocabularies)-1] > 20_000_000):
+		return fmt.Errorf("--keyed-vocabularies %v: give ascending numbers of distinct words from 100 to 20,000,000", c.KeyedVocabularies)
+	case c.has(scKeyedLoaded) && (c.KeyedLoadedRuns < 1 || c.KeyedLoadedRuns > 20):
+		return fmt.Errorf("--keyed-loaded-runs %d: use 1 to 20", c.KeyedLoadedRuns)
+	case c.has(scCSVSum) && (c.CSVRows < 1000 || c.CSVRows > 100_000_000 || c.CSVKeys < 1 || c.CSVKeys > c.CSVRows):
+		return fmt.Errorf("csv-sum: %d rows over %d users: use 1,000 to 100,000,000 rows and 1 to as many users as rows", c.CSVRows, c.CSVKeys)
+	case c.has(scCSVSum) && (c.CSVRounds < 1 || c.CSVRounds > 20):
+		return fmt.Errorf("--csv-rounds %d: use 1 to 20", c.CSVRounds)
 	case c.has(scWordcount) && (c.WordcountShardBytes < 1024 || c.WordcountBytes < 4*c.WordcountShardBytes || c.WordcountBytes > 256<<20):
 		return fmt.Errorf("wordcount: %d bytes in shards of %d: need shards of at least 1 KiB, at least four of them, at most 256 MiB", c.WordcountBytes, c.WordcountShardBytes)
 	case c.has(scWordcount) && (c.WordcountRuns < 1 || c.WordcountRuns > 20):

@@ -32,6 +32,11 @@ func TestValidate_NewScenarioSettings(t *testing.T) {
 		{"straggler without delay", func(c *Config) { c.StragglerDelay = 0 }, "straggler"},
 		{"straggler on one worker", func(c *Config) { c.StragglerWorkers = 1 }, "straggler workers"},
 		{"straggler small job tiny", func(c *Config) { c.StragglerSmallShards = 5 }, "straggler small shards"},
+		{"no keyed round", func(c *Config) { c.KeyedRounds = 0 }, "--keyed-rounds"},
+		{"no keyed-loaded run", func(c *Config) { c.KeyedLoadedRuns = 0 }, "--keyed-loaded-runs"},
+		{"more users than rows", func(c *Config) { c.CSVKeys = c.CSVRows + 1 }, "csv-sum"},
+		{"no csv round", func(c *Config) { c.CSVRounds = 0 }, "--csv-rounds"},
+		{"no small job", func(c *Config) { c.SmallJobRuns = 0 }, "small-job runs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := DefaultConfig()

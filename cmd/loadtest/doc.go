@@ -6,10 +6,13 @@
 //
 //  1. throughput: zero-duration sleep shards, submit to finished, and CPU µs per shard (every
 //     process but Azurite). Beside it, rig.Baseline: the same JetStream round trip without
-//     coordination, at several prefetch depths. Rounds interleave the two; the best of each counts.
+//     coordination, at several prefetch depths, batched as the dispatcher does (the yardstick)
+//     and one message per shard. Rounds interleave them; the best of each counts.
 //  2. efficiency: 2 ms and 5 ms shards over workers × concurrency slots; ideal ÷ measured
 //     makespan, the slots' time in map steps, and a bare sleep loop in this process for scale.
-//  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median.
+//  3. small-job: primes below 2·10^7 in 200 shards on an idle cluster; submit→finished median
+//     through the client library and exec→exit of `worker submit --wait`, each ÷ the job's bare
+//     compute (Split and every Map in this process, one goroutine a core).
 //  4. wordcount: corpora of a 1k- and a 200k-word vocabulary, same size; best shards/s ratio.
 //  5. straggler: a job on 10 workers, with and without w1 ten times slower. The makespan ratio is
 //     judged beside its capacity bound N ÷ (N − 0.9). The same on 3 workers is reported only.
@@ -30,6 +33,17 @@
 //     node leading the results stream of a 3-node nats-server cluster). Each reports fault →
 //     first probe, → detected, → lease broken, → new leader, → first merge. --failclass-env
 //     passes worker settings (HEARTBEAT_INTERVAL, WATCH_EVERY, PROBE_CONFIRM) to compare them.
+//  14. keyed: wordcount "output":"blob" at default settings over a 5M-word corpus (about 174 MB)
+//     and a 50k-word one repeated to the same size (--keyed-vocabularies), in interleaved rounds
+//     with the optimized and the naive single-process count of the same files on local disk
+//     (internal/harness/corpus/wcount): wall and CPU-seconds of every process (workers, this
+//     process with NATS, Azurite); Dask once; `worker status` with ten 100 MB results.
+//  15. keyed-loaded: the 5M-word keyed job --keyed-loaded-runs times beside pi jobs: exact, leader
+//     changes, every worker's peak RSS.
+//  16. csv-sum: a newcomer's keyed per-user sum (the test worker's csvsum) over 2M CSV rows of
+//     100k users against a naive single-process Go program (internal/harness/corpus/csvsum).
+//  17. long-read: one Map (the test worker's slow-lines) reads one 1 MiB range for 60 s, four
+//     times the storage client's time per try; it must succeed exactly.
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

@@ -89,9 +89,10 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
 				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput,\n"+
 				"CPU per shard, efficiency, latency, memory, failover times by failure class and correctness\n"+
-				"against the targets of issues 11-13 and 21. The full run\n"+
-				"(make bench) takes about 27 minutes on 2 cores, 10 of them the loaded no-fault run\n"+
-				"(--loaded-duration); --quick about a minute. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
+				"against the targets of issues 11-13, 21 and 32 (keyed jobs against single-process programs over the\n"+
+				"same files, in wall time and CPU-seconds of every process). The full run (make bench) takes about\n"+
+				"an hour on 2 cores, 10 minutes of it the loaded no-fault run (--loaded-duration); --scenarios picks\n"+
+				"some; --quick runs small versions of all in a few minutes. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
 		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (about a minute)")
@@ -114,7 +115,14 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		prefetch := fs.String("baseline-prefetch", rig.JoinList(cfg.BaselinePrefetch), "per-worker prefetch depths the baseline tries (the best counts)")
 		effDur := fs.String("efficiency-durations", rig.JoinList(cfg.EfficiencyDurations), "comma-separated shard durations of the efficiency jobs")
 		fs.DurationVar(&cfg.EfficiencyIdeal, "efficiency-ideal", cfg.EfficiencyIdeal, "ideal makespan of each efficiency job (sets its shard count)")
-		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster (the median counts)")
+		fs.IntVar(&cfg.SmallJobRuns, "small-job-runs", cfg.SmallJobRuns, "primes-below-2·10^7 jobs of 200 shards on an idle cluster through the client library (the median counts)")
+		fs.IntVar(&cfg.SmallJobCLIRuns, "small-job-cli-runs", cfg.SmallJobCLIRuns, "the same jobs through the CLI, worker submit --wait, exec to exit (the median counts; 0: none)")
+		fs.IntVar(&cfg.KeyedRounds, "keyed-rounds", cfg.KeyedRounds, "interleaved rounds (keyed wordcount, optimized count, naive count) over each keyed corpus (medians count)")
+		vocab := fs.String("keyed-vocabularies", rig.JoinList(cfg.KeyedVocabularies), "distinct words of the keyed corpora, ascending: the last written once (5M words: about 174 MB), the others repeated to its size")
+		fs.IntVar(&cfg.KeyedLoadedRuns, "keyed-loaded-runs", cfg.KeyedLoadedRuns, "keyed wordcounts of the 5M-word corpus beside a CPU-bound job (keyed-loaded)")
+		fs.IntVar(&cfg.CSVRows, "csv-rows", cfg.CSVRows, "CSV rows of the per-user sum (csv-sum)")
+		fs.IntVar(&cfg.CSVKeys, "csv-keys", cfg.CSVKeys, "users of the per-user sum")
+		fs.IntVar(&cfg.CSVRounds, "csv-rounds", cfg.CSVRounds, "interleaved rounds (keyed sum, naive Go program) of the per-user sum (medians count)")
 		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
 		fs.IntVar(&cfg.WordcountShardBytes, "wordcount-shard-bytes", cfg.WordcountShardBytes, "shard size of the wordcount jobs")
 		fs.IntVar(&cfg.WordcountRuns, "wordcount-runs", cfg.WordcountRuns, "runs of each wordcount job, interleaved (the best of each counts)")
@@ -161,6 +169,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		}
 		if cfg.BaselinePrefetch, err = rig.ParseList(*prefetch, "a number", strconv.Atoi, func(int) bool { return true }); err != nil {
 			return fs, fmt.Errorf("--baseline-prefetch: %w", err)
+		}
+		if cfg.KeyedVocabularies, err = rig.ParseList(*vocab, "a number of distinct words", strconv.Atoi, func(n int) bool { return n > 0 }); err != nil {
+			return fs, fmt.Errorf("--keyed-vocabularies: %w", err)
 		}
 		if cfg.ScaleWorkers, err = rig.ParseList(*scaleWorkers, "a number of workers from 1 to 200", strconv.Atoi, func(n int) bool { return n >= 1 && n <= 200 }); err != nil {
 			return fs, fmt.Errorf("--scale-workers: %w", err)

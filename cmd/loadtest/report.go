@@ -14,6 +14,9 @@ type Report struct {
 	report.Load
 	FailClasses []FailClass `json:"failure_classes,omitempty"`
 	Keyed       *Keyed      `json:"keyed,omitempty"`
+	CSVSum      *CSVSum     `json:"csv_sum,omitempty"`
+	LongRead    *LongRead   `json:"long_read,omitempty"`
+	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
 	Scale       *Scale      `json:"scale,omitempty"`
 }
 
@@ -34,7 +37,10 @@ type Kill struct {
 func targets(cfg *Config, rep *Report) []Target {
 	return rep.Judge(cfg.Quick, func(ts *report.Targets) {
 		classTargets(cfg, rep, ts.Add)
+		*ts = append(*ts, smallTargets(cfg, rep.SmallCLI)...)
 		*ts = append(*ts, keyedTargets(cfg, rep)...)
+		*ts = append(*ts, csvTargets(cfg, rep.CSVSum)...)
+		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
 	})
 }
@@ -43,8 +49,12 @@ func targets(cfg *Config, rep *Report) []Target {
 func writeMarkdown(w io.Writer, rep *Report) {
 	rep.WriteMarkdown(w, report.Sections{
 		AfterTotals: func(w io.Writer) { report.WriteFailClasses(w, rep.FailClasses) },
-		Figures:     func(row func(string, rig.Dist)) { writeKeyedFigures(row, rep) },
-		Notes:       keyedNotes(rep),
-		AfterNotes:  func(w io.Writer) { writeScale(w, rep.Scale) },
+		Figures: func(row func(string, rig.Dist)) {
+			writeSmallFigures(row, rep.SmallCLI)
+			writeKeyedFigures(row, rep)
+			writeCSVFigures(row, rep.CSVSum)
+		},
+		Notes:      append(keyedNotes(rep), csvNotes(rep.CSVSum)...),
+		AfterNotes: func(w io.Writer) { writeScale(w, rep.Scale) },
 	})
 }

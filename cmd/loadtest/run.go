@@ -80,12 +80,17 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scNATSCluster, r.natsClusterRun},
 		{"failure classes", r.failClasses},
 		{scLoaded, r.loaded},
-		{scKeyed, r.keyed},
+		{"keyed scenarios", r.keyed},
+		{scCSVSum, r.csvSum},
+		{scLongRead, r.longRead},
 		{scScale, r.scale},
 	}
 	var runErr error
 	for _, s := range steps {
-		if s.name != "failover" && s.name != "failure classes" && !cfg.has(s.name) {
+		if s.name == "keyed scenarios" && !cfg.has(scKeyed) && !cfg.has(scKeyedLoaded) {
+			continue
+		}
+		if s.name != "failover" && s.name != "failure classes" && s.name != "keyed scenarios" && !cfg.has(s.name) {
 			continue
 		}
 		if err := s.fn(ctx); err != nil {

@@ -16,7 +16,7 @@ import (
 // load from outside the test weighs on both alike. The best of each counts.
 func (r *runner) throughput(ctx context.Context) error {
 	cfg := r.cfg
-	tp := &report.Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency}
+	tp := &report.Throughput{Shards: cfg.ThroughputShards, Concurrency: cfg.ThroughputConcurrency, ShardsPerMsg: rig.DispatchShardsPerMsg(cfg.ThroughputShards)}
 	r.rep.Throughput = tp
 	c, err := r.rig.Start(ctx, rig.Spec{Name: "tp", Concurrency: cfg.ThroughputConcurrency, LeaseDuration: cfg.LeaseDuration})
 	if err != nil {
@@ -26,48 +26,65 @@ func (r *runner) throughput(ctx context.Context) error {
 	job := knownjobs.Sleep(cfg.ThroughputShards, "")
 	var rates []float64
 	for i := range cfg.ThroughputRuns {
-		cpu0 := rig.ClusterCPU(c)
+		cpu0, st0 := rig.ClusterCPU(c), r.rig.CPU(c).Storage
 		o, err := r.runJob(ctx, c, job, fmt.Sprintf("throughput %d/%d", i+1, cfg.ThroughputRuns), cfg.ThroughputShards)
 		if err != nil {
 			return err
 		}
-		cpu := rig.ClusterCPU(c) - cpu0
+		cpu, st := rig.ClusterCPU(c)-cpu0, r.rig.CPU(c).Storage-st0
 		if !o.Lost && o.Exact {
 			run := report.ThroughputRun{Job: o.ID, SecondsE2E: rig.Round3(o.Makespan.Seconds()), Exact: o.Exact, Duplicates: o.Status.Duplicates,
-				CPUMicros: rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards))}
+				CPUMicros:        rig.Round3(float64(cpu.Microseconds()) / float64(cfg.ThroughputShards)),
+				StorageCPUMicros: rig.Round3(float64(st.Microseconds()) / float64(cfg.ThroughputShards))}
 			run.PerS = rig.Round3(float64(cfg.ThroughputShards) / o.Makespan.Seconds())
 			run.PlannedS = rig.PlannedAfter(c, o)
 			tp.Runs = append(tp.Runs, run)
 			rates = append(rates, run.PerS)
 			if run.PerS > tp.ShardsPerS {
-				tp.CPUMicrosPerShard = run.CPUMicros
+				tp.CPUMicrosPerShard, tp.StorageCPUMicrosPerShard = run.CPUMicros, run.StorageCPUMicros
 			}
 			tp.ShardsPerS = max(tp.ShardsPerS, run.PerS)
-			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros)
+			r.log.Logf("throughput %d: %d shards in %.2fs = %.0f shards/s (planned after %.2fs, %.1f µs CPU/shard, Azurite %.1f more), exact", i+1, cfg.ThroughputShards, run.SecondsE2E, run.PerS, run.PlannedS, run.CPUMicros, run.StorageCPUMicros)
 		}
 
-		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(cfg.BaselinePrefetch))
+		// Every prefetch depth twice: batched as the dispatcher does (the yardstick) and one
+		// message per shard (what a loop without batching does).
+		pers := []int{tp.ShardsPerMsg}
+		if tp.ShardsPerMsg > 1 {
+			pers = append(pers, 1)
+		}
+		r.log.Phase(fmt.Sprintf("baseline %d/%d", i+1, cfg.ThroughputRuns), len(pers)*len(cfg.BaselinePrefetch))
 		for k, pf := range cfg.BaselinePrefetch {
-			d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d", r.rig.RunID(), i, k),
-				Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf})
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
+			for _, per := range pers {
+				d, err := rig.Baseline(ctx, r.rig.NATSURL(), rig.BaselineOptions{Name: fmt.Sprintf("%sbase%d%d%d", r.rig.RunID(), i, k, per),
+					Shards: cfg.ThroughputShards, Workers: cfg.Workers, Prefetch: pf, ShardsPerMsg: per})
+				if err != nil {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					r.errorf("baseline (prefetch %d, %d shards a message): %v", pf, per, err)
+					continue
 				}
-				r.errorf("baseline (prefetch %d): %v", pf, err)
-				continue
+				b := report.BaselineRun{Workers: cfg.Workers, Prefetch: pf, ShardsPerMsg: per, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
+				tp.Baseline = append(tp.Baseline, b)
+				if per == tp.ShardsPerMsg {
+					tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
+				}
+				if per == 1 {
+					tp.UnbatchedPerS = max(tp.UnbatchedPerS, b.PerS)
+				}
+				r.log.Add(1)
+				r.log.Logf("baseline %d: %d connections × prefetch %d, shards a message %d: %.2fs = %.0f shards/s", i+1, b.Workers, pf, per, b.Seconds, b.PerS)
 			}
-			b := report.BaselineRun{Workers: cfg.Workers, Prefetch: pf, Seconds: rig.Round3(d.Seconds()), PerS: rig.Round3(float64(cfg.ThroughputShards) / d.Seconds())}
-			tp.Baseline = append(tp.Baseline, b)
-			tp.BaselinePerS = max(tp.BaselinePerS, b.PerS)
-			r.log.Add(1)
-			r.log.Logf("baseline %d: %d connections × prefetch %d: %.2fs = %.0f shards/s", i+1, b.Workers, pf, b.Seconds, b.PerS)
 		}
 		r.log.Done()
 	}
 	tp.PerS = rig.Summarize(rates)
 	if tp.BaselinePerS > 0 {
 		tp.Ratio = rig.Round3(tp.ShardsPerS / tp.BaselinePerS)
+	}
+	if tp.UnbatchedPerS > 0 {
+		tp.UnbatchedRatio = rig.Round3(tp.ShardsPerS / tp.UnbatchedPerS)
 	}
 	return nil
 }

@@ -22,18 +22,43 @@ import (
 )
 
 // WordCorpus is a generated word-count corpus: Distinct words "w<i in base 36>", word i
-// appearing 1 + i%9 times (5 on average), in an order spread over Blobs blobs of Container.
+// appearing Repeat × (1 + i%9) times (5 × Repeat on average), in an order spread over Blobs
+// blobs of Container.
 type WordCorpus struct {
 	Container string
 	Distinct  int
+	Repeat    int64 // each word's count is Repeat × WordCount(i); 1 unless made by WriteWordCorpusSized
 	Blobs     int
 	Bytes     int64
 	Words     int64  // occurrences
 	Dir       string // a local copy of the blobs (for programs that cannot read Azure), or ""
 }
 
-// WordCount is how many times word i appears in a WordCorpus.
+// WordCount is how many times word i appears in a WordCorpus of Repeat 1.
 func WordCount(i int) int64 { return 1 + int64(i%9) }
+
+// Count is how many times word i appears in wc.
+func (wc *WordCorpus) Count(i int) int64 { return max(wc.Repeat, 1) * WordCount(i) }
+
+// WriteWordCorpusSized writes a corpus of distinct words of about size bytes (container
+// created; with dir set, the same files into dir): each word repeats as often as that takes,
+// so a small vocabulary makes a corpus as big as a large one (at least one pass of every word).
+func WriteWordCorpusSized(ctx context.Context, bc *azblob.Client, containerName string, distinct, blobs int, size int64, dir string) (*WordCorpus, error) {
+	if distinct < 1 || blobs < 1 || size < 1 {
+		return nil, fmt.Errorf("word corpus: %d words in %d blobs of %d bytes in all", distinct, blobs, size)
+	}
+	return writeWordCorpus(ctx, bc, containerName, distinct, blobs, max(1, (size+passBytes(distinct)/2)/passBytes(distinct)), dir)
+}
+
+// passBytes is the size of one pass of a corpus of distinct words (Repeat 1): every occurrence
+// is 'w', the word's digits and a separator.
+func passBytes(distinct int) int64 {
+	var n int64
+	for i := range distinct {
+		n += (2 + int64(len(strconv.FormatInt(int64(i), 36)))) * WordCount(i)
+	}
+	return n
+}
 
 // WriteWordCorpus writes a corpus of distinct words into container (created) and, with dir
 // set, the same files into dir.
@@ -41,16 +66,21 @@ func WriteWordCorpus(ctx context.Context, bc *azblob.Client, containerName strin
 	if distinct < 1 || blobs < 1 {
 		return nil, fmt.Errorf("word corpus: %d words in %d blobs", distinct, blobs)
 	}
+	return writeWordCorpus(ctx, bc, containerName, distinct, blobs, 1, dir)
+}
+
+func writeWordCorpus(ctx context.Context, bc *azblob.Client, containerName string, distinct, blobs int, repeat int64, dir string) (*WordCorpus, error) {
 	if err := store.New(bc, containerName).Ensure(ctx); err != nil {
 		return nil, err
 	}
-	wc := &WordCorpus{Container: containerName, Distinct: distinct, Blobs: blobs, Dir: dir}
+	wc := &WordCorpus{Container: containerName, Distinct: distinct, Repeat: repeat, Blobs: blobs, Dir: dir}
 	for i := range distinct {
-		wc.Words += WordCount(i)
+		wc.Words += wc.Count(i)
 	}
 	perBlob := (wc.Words + int64(blobs) - 1) / int64(blobs)
-	// Occurrence j is in round r = j's pass over the words; a pass visits the words in an order
-	// spread by a stride coprime with distinct, so a blob holds words from all over.
+	// Occurrence j is in round r = j's pass over the words (9 × repeat passes; word i is in
+	// passes r with i%9 ≥ r%9); a pass visits the words in an order spread by a stride coprime
+	// with distinct, so a blob holds words from all over.
 	stride := 1
 	for _, s := range []int{7919, 104729, 1299709, 15485863} {
 		if distinct%s != 0 {
@@ -83,7 +113,11 @@ func WriteWordCorpus(ctx context.Context, bc *azblob.Client, containerName strin
 			return nil, err
 		}
 	}
-	for r := range 9 {
+	for pass := range 9 * repeat {
+		r := int(pass % 9)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		for k := range distinct {
 			i := int((int64(k) * int64(stride)) % int64(distinct))
 			if i%9 < r {
@@ -144,8 +178,8 @@ func (wc *WordCorpus) CheckCounts(r io.Reader) error {
 			return fmt.Errorf("word %s appears twice in the output", word)
 		}
 		seen[i/64] |= 1 << (i % 64)
-		if c != WordCount(int(i)) {
-			return fmt.Errorf("word %s counted %d times, want %d", word, c, WordCount(int(i)))
+		if c != wc.Count(int(i)) {
+			return fmt.Errorf("word %s counted %d times, want %d", word, c, wc.Count(int(i)))
 		}
 		n++
 	}

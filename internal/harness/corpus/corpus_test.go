@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -181,5 +182,97 @@ func TestDaskPython_NamesTheInstall(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "python3-dask") || !strings.Contains(err.Error(), "no-such-python") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A sized corpus repeats a small vocabulary to about the size asked, and both counts agree
+// with its counts.
+func TestWriteWordCorpusSized_RepeatsToTheSize(t *testing.T) {
+	ctx := context.Background()
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := WriteWordCorpusSized(ctx, bc, testenv.Name(t, "sized"), 500, 5, 200_000, filepath.Join(t.TempDir(), "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pass int64
+	for i := range 500 {
+		pass += WordCount(i)
+	}
+	if wc.Repeat < 10 || wc.Bytes < 180_000 || wc.Bytes > 220_000 || wc.Words != pass*wc.Repeat {
+		t.Fatalf("corpus %+v: want about 200,000 bytes of 500 words repeated", wc)
+	}
+	files, err := Files(wc.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, count := range map[string]func([]string, *bytes.Buffer) error{
+		"naive": func(f []string, b *bytes.Buffer) error { return CountNaive(f, b) },
+		"fast":  func(f []string, b *bytes.Buffer) error { return CountFast(f, 2, b) },
+	} {
+		var out bytes.Buffer
+		if err := count(files, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := wc.CheckCounts(&out); err != nil {
+			t.Errorf("%s count: %v", name, err)
+		}
+	}
+}
+
+// The CSV corpus's sums agree with the naive program, run as a process, and CheckSums catches
+// a wrong sum, a missing user and a repeated one.
+func TestCSVCorpus_NaiveSum(t *testing.T) {
+	ctx := context.Background()
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cc, err := WriteCSVCorpus(ctx, bc, testenv.Name(t, "csv"), "sales/", 20_000, 1_000, 4, filepath.Join(dir, "csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Blobs != 4 || cc.Bytes < 20_000*12 {
+		t.Fatalf("corpus %+v", cc)
+	}
+	files, err := Files(cc.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := SumCSVNaive(files, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.CheckSums(bytes.NewReader(out.Bytes())); err != nil {
+		t.Fatalf("naive sum: %v", err)
+	}
+	lines := strings.SplitAfter(out.String(), "\n")
+	for name, bad := range map[string]string{
+		"missing":  strings.Join(lines[1:], ""),
+		"repeated": lines[0] + out.String(),
+		"wrong":    strings.Replace(out.String(), "\t", "\t9", 1),
+		"foreign":  "nobody\t1\n" + out.String(),
+	} {
+		if err := cc.CheckSums(strings.NewReader(bad)); err == nil {
+			t.Errorf("%s: CheckSums accepted it", name)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(cc.Dir, "bad.csv"), []byte("user,amount\nuser00001,x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files, _ = Files(cc.Dir)
+	if err := SumCSVNaive(files, io.Discard); err == nil || !strings.Contains(err.Error(), "bad.csv:2") {
+		t.Errorf("a bad row: %v, want an error naming bad.csv:2", err)
+	}
+	os.Remove(filepath.Join(cc.Dir, "bad.csv"))
+	bin := filepath.Join(dir, "csvsum")
+	if b, err := exec.Command("go", "build", "-o", bin, "./csvsum").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./csvsum: %v\n%s", err, b)
+	}
+	if r, err := cc.SumBaseline(ctx, bin, dir); err != nil || r.Wall <= 0 {
+		t.Fatalf("SumBaseline: %+v, %v", r, err)
 	}
 }

@@ -277,8 +277,9 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 		a.procs = append(a.procs, cmd)
 		a.specs = append(a.specs, s)
 	}
+	// Node takes seconds to load Azurite, tens of them on a machine busy with other work.
 	for _, s := range specs {
-		if err := waitPort(s.port, 30*time.Second); err != nil {
+		if err := waitPort(s.port, 90*time.Second); err != nil {
 			a.Stop()
 			log, _ := os.ReadFile(filepath.Join(dir, "azurite.log"))
 			return nil, fmt.Errorf("azurite did not listen on %d: %w\n%s", s.port, err, log)

@@ -78,17 +78,25 @@ type LoadSettings struct {
 
 // Throughput is scenario 1.
 type Throughput struct {
-	Shards       int             `json:"shards"`
-	Concurrency  int             `json:"concurrency"`
-	ShardsPerS   float64         `json:"shards_per_s"`   // best run, submit to job finished
-	BaselinePerS float64         `json:"baseline_per_s"` // best baseline variant
-	Ratio        float64         `json:"ratio"`          // shards_per_s ÷ baseline_per_s
-	Runs         []ThroughputRun `json:"runs"`
-	Baseline     []BaselineRun   `json:"baseline"`
-	PerS         rig.Dist        `json:"per_s"`
+	Shards       int     `json:"shards"`
+	Concurrency  int     `json:"concurrency"`
+	ShardsPerS   float64 `json:"shards_per_s"`   // best run, submit to job finished
+	BaselinePerS float64 `json:"baseline_per_s"` // best baseline variant, batched as the dispatcher does
+	Ratio        float64 `json:"ratio"`          // shards_per_s ÷ baseline_per_s
+	// ShardsPerMsg is how many shards the dispatcher (and the batched baseline) puts in a message.
+	ShardsPerMsg int `json:"shards_per_msg"`
+	// UnbatchedPerS is the best one-message-per-shard baseline; UnbatchedRatio shards_per_s ÷ it.
+	UnbatchedPerS  float64         `json:"unbatched_baseline_per_s"`
+	UnbatchedRatio float64         `json:"unbatched_ratio"`
+	Runs           []ThroughputRun `json:"runs"`
+	Baseline       []BaselineRun   `json:"baseline"`
+	PerS           rig.Dist        `json:"per_s"`
 	// CPUMicrosPerShard is CPU time (user+sys of the workers and of the load test's process with
 	// its NATS server; Azurite not counted) per shard of the best run.
 	CPUMicrosPerShard float64 `json:"cpu_us_per_shard"`
+	// StorageCPUMicrosPerShard is the storage emulator's CPU per shard in the same run (0 when
+	// attached to a storage account).
+	StorageCPUMicrosPerShard float64 `json:"storage_cpu_us_per_shard"`
 }
 
 // ThroughputRun is one zero-duration sleep job.
@@ -100,14 +108,17 @@ type ThroughputRun struct {
 	Exact      bool    `json:"exact"`
 	Duplicates int64   `json:"duplicates"`
 	CPUMicros  float64 `json:"cpu_us_per_shard"` // CPU time per shard, as Throughput's
+	// StorageCPUMicros is the storage emulator's CPU time per shard.
+	StorageCPUMicros float64 `json:"storage_cpu_us_per_shard"`
 }
 
 // BaselineRun is one variant of the uncoordinated JetStream round trip.
 type BaselineRun struct {
-	Workers  int     `json:"workers"`
-	Prefetch int     `json:"prefetch"`
-	Seconds  float64 `json:"seconds"`
-	PerS     float64 `json:"shards_per_s"`
+	Workers      int     `json:"workers"`
+	Prefetch     int     `json:"prefetch"`
+	ShardsPerMsg int     `json:"shards_per_msg"` // 1: one message per shard and per result
+	Seconds      float64 `json:"seconds"`
+	PerS         float64 `json:"shards_per_s"`
 }
 
 // Efficiency is scenario 2.

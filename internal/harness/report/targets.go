@@ -33,7 +33,8 @@ func (rep *Load) Judge(quick bool, more func(*Targets)) []Target {
 	speed := !quick
 	add := ts.Add
 	if tp := rep.Throughput; tp != nil {
-		add("throughput at default settings ÷ bare JetStream round trip", "≥ 1.0", tp.Ratio, "×", tp.Ratio >= 1.0, speed && tp.BaselinePerS > 0, "")
+		add("throughput at default settings ÷ bare JetStream round trip batched as the dispatcher does", "≥ 1.0", tp.Ratio, "×", tp.Ratio >= 1.0, speed && tp.BaselinePerS > 0,
+			fmt.Sprintf("%d shards a message; ÷ the one-message-per-shard loop: %s×", tp.ShardsPerMsg, rig.Num(tp.UnbatchedRatio)))
 		add("CPU per no-op shard, all processes but Azurite", "≤ 80 µs", tp.CPUMicrosPerShard, " µs", tp.CPUMicrosPerShard > 0 && tp.CPUMicrosPerShard <= 80,
 			speed && tp.CPUMicrosPerShard > 0, "")
 	}

@@ -23,12 +23,26 @@ type BaselineOptions struct {
 	Shards   int
 	Workers  int // consuming connections, like worker processes
 	Prefetch int // messages each pulls ahead
+	// ShardsPerMsg > 1 batches as the system does: that many consecutive shards in one message
+	// (protocol.EncodeShards), and a worker's results of one message in one message
+	// (protocol.EncodeResults). 0 or 1: one message per shard and per result.
+	ShardsPerMsg int
+}
+
+// DispatchShardsPerMsg is how many shards of a job of total shards the leader puts in one
+// message (the coordinator's rule: one below 4,096 shards, else total/4,096 within 2 to 16).
+func DispatchShardsPerMsg(total int) int {
+	if total < 4096 {
+		return 1
+	}
+	return min(max(total/4096, 2), 16)
 }
 
 // Baseline drives the JetStream round trip the system makes for every shard, with no
 // coordination: the yardstick of the load test's throughput. It publishes the shards in acked
-// batches of 1,024 with message ids, as the leader dispatches. Workers connections fetch,
-// process, publish a result and ack, as the workers do. One connection fetches and acks every
+// batches of 1,024 messages with message ids, as the leader dispatches (ShardsPerMsg shards a
+// message). Workers connections fetch, process, publish the results of a message and ack, as
+// the workers do. One connection fetches and acks every
 // result, as the leader does. Streams and message bodies are the system's. It returns the time
 // from the first publish to the last result acknowledged.
 func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration, error) {
@@ -84,12 +98,15 @@ func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration
 	if err != nil {
 		return 0, err
 	}
-	bodies := make([][]byte, len(plan))
-	for i, s := range plan {
-		m := protocol.ShardMsg{Kind: protocol.KindAggregate, Job: job, Type: "sleep", Index: i, Epoch: 1, Shard: s}
-		if bodies[i], err = m.Encode(); err != nil {
+	per := max(o.ShardsPerMsg, 1)
+	var bodies [][]byte
+	var firsts []int
+	for i := 0; i < len(plan); i += per {
+		b, err := protocol.EncodeShards(protocol.KindAggregate, job, "sleep", 1, i, plan[i:min(i+per, len(plan))])
+		if err != nil {
 			return 0, err
 		}
+		bodies, firsts = append(bodies, b), append(firsts, i)
 	}
 
 	var wg sync.WaitGroup
@@ -136,12 +153,14 @@ func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration
 				}
 				return
 			}
-			r, err := protocol.DecodeResultMsg(m.Data())
-			if err == nil && !seen[r.Index] {
-				seen[r.Index] = true
-				n++
-				got.Store(int64(n))
+			rs, err := protocol.DecodeResults(m.Data())
+			for _, r := range rs {
+				if err == nil && r.Index >= 0 && r.Index < o.Shards && !seen[r.Index] {
+					seen[r.Index] = true
+					n++
+				}
 			}
+			got.Store(int64(n))
 			_ = m.Ack()
 		}
 		close(done)
@@ -155,7 +174,7 @@ func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration
 		for i := 0; i < len(bodies); i += batch {
 			futures := make([]jetstream.PubAckFuture, 0, batch)
 			for k := i; k < min(i+batch, len(bodies)); k++ {
-				f, err := ljs.PublishMsgAsync(&nats.Msg{Subject: shardSubj + "." + job, Data: bodies[k]}, jetstream.WithMsgID(fmt.Sprintf("%s/%d", job, k)))
+				f, err := ljs.PublishMsgAsync(&nats.Msg{Subject: shardSubj + "." + job, Data: bodies[k]}, jetstream.WithMsgID(fmt.Sprintf("%s/%d", job, firsts[k])))
 				if err != nil {
 					errc <- err
 					return
@@ -218,7 +237,7 @@ func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.
 			}
 			return err
 		}
-		s, err := protocol.DecodeShardMsg(m.Data())
+		ss, err := protocol.DecodeShards(m.Data())
 		if err != nil {
 			return err
 		}
@@ -227,13 +246,16 @@ func baselineWorker(ctx context.Context, js jetstream.JetStream, cons jetstream.
 		if md != nil {
 			attempt = int(md.NumDelivered)
 		}
-		r := protocol.ResultMsg{Kind: s.Kind, Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
-		data, err := r.Encode()
+		rs := make([]*protocol.ResultMsg, len(ss))
+		for i, s := range ss {
+			rs[i] = &protocol.ResultMsg{Kind: s.Kind, Job: s.Job, Index: s.Index, Epoch: s.Epoch, Attempt: attempt, Worker: id, Partial: partial}
+		}
+		data, err := protocol.EncodeResults(rs)
 		if err != nil {
 			return err
 		}
-		f, err := js.PublishMsgAsync(&nats.Msg{Subject: resultSubj + "." + s.Job, Data: data},
-			jetstream.WithMsgID(fmt.Sprintf("%s/%d/%d", s.Job, s.Index, attempt)))
+		f, err := js.PublishMsgAsync(&nats.Msg{Subject: resultSubj + "." + ss[0].Job, Data: data},
+			jetstream.WithMsgID(fmt.Sprintf("%s/%d/%d", ss[0].Job, ss[0].Index, attempt)))
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"sync"
 	"time"
@@ -24,14 +25,15 @@ type RSSSampler struct {
 	done chan struct{}
 
 	mu            sync.Mutex
-	leader, other float64 // peak MiB
+	leader, other float64            // peak MiB
+	peaks         map[string]float64 // peak MiB of each worker (by id)
 	samples       int
 }
 
 // SampleRSS samples every worker of c every interval until Stop: the leader's peak and the
 // other workers' peak, in MiB.
 func SampleRSS(ctx context.Context, c *cluster.Cluster, every time.Duration) *RSSSampler {
-	s := &RSSSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	s := &RSSSampler{stop: make(chan struct{}), done: make(chan struct{}), peaks: map[string]float64{}}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(every)
@@ -52,6 +54,7 @@ func SampleRSS(ctx context.Context, c *cluster.Cluster, every time.Duration) *RS
 				}
 				mib := float64(rss) / (1 << 20)
 				s.mu.Lock()
+				s.peaks[id] = max(s.peaks[id], Round3(mib))
 				if id == leader {
 					s.leader = max(s.leader, mib)
 				} else {
@@ -70,6 +73,13 @@ func SampleRSS(ctx context.Context, c *cluster.Cluster, every time.Duration) *RS
 		}
 	}()
 	return s
+}
+
+// Peaks is each worker's peak RSS in MiB so far, by id.
+func (s *RSSSampler) Peaks() map[string]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.peaks)
 }
 
 // Stop ends the sampling and returns the peaks in MiB and the number of samples.
@@ -150,11 +160,26 @@ func TimeCommand(ctx context.Context, c *cluster.Cluster, runs int, args ...stri
 	return out, nil
 }
 
-// KeyedWordcount is how a keyed wordcount of a WordCorpus went.
+// TimeCommandOutput runs the worker binary of c once with args (as a CLI on c's environment)
+// and returns its wall time, from exec to exit, and its stdout.
+func TimeCommandOutput(ctx context.Context, c *cluster.Cluster, args ...string) (float64, []byte, error) {
+	cmd := exec.CommandContext(ctx, c.Options().WorkerBin, args...)
+	cmd.Env = c.WorkerEnv("cli")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, nil, fmt.Errorf("worker %v: %v: %s", args, err, Clip(stderr.String(), 300))
+	}
+	return Round3(time.Since(start).Seconds()), stdout.Bytes(), nil
+}
+
+// KeyedWordcount is how a keyed job went (a wordcount of a WordCorpus, or another keyed job).
 type KeyedWordcount struct {
 	Outcome
 	LeaderPeakMiB, FollowerPeakMiB float64
-	OutputS                        float64 // reading and checking every output record
+	Peaks                          map[string]float64 // every worker's peak RSS in MiB, by id
+	OutputS                        float64            // reading and checking every output record
 }
 
 // RunKeyedWordcount submits wordcount with "output":"blob" over wc on c, samples the workers'
@@ -162,16 +187,28 @@ type KeyedWordcount struct {
 // count are right.
 func RunKeyedWordcount(ctx context.Context, c *cluster.Cluster, wc *corpus.WordCorpus, timeout time.Duration) (KeyedWordcount, error) {
 	p, _ := json.Marshal(map[string]any{"container": wc.Container, "prefix": "corpus/", "output": "blob", "shard_bytes": 8 << 20})
-	job := knownjobs.Job{Type: "wordcount", Params: p, Check: func(res json.RawMessage) error {
+	job := knownjobs.Job{Type: "wordcount", Params: p, Check: ManifestOf(int64(wc.Distinct))}
+	return RunKeyed(ctx, c, job, func(ctx context.Context, id string) error { return wc.CheckOutput(ctx, c.Client, id) }, timeout)
+}
+
+// ManifestOf checks that a result is an output manifest of records records.
+func ManifestOf(records int64) func(json.RawMessage) error {
+	return func(res json.RawMessage) error {
 		var m protocol.OutputManifest
 		if !protocol.IsOutputManifest(res) || json.Unmarshal(res, &m) != nil {
 			return fmt.Errorf("result %.80s is not an output manifest", res)
 		}
-		if m.Records != int64(wc.Distinct) {
-			return fmt.Errorf("manifest of %d records, want %d", m.Records, wc.Distinct)
+		if m.Records != records {
+			return fmt.Errorf("manifest of %d records, want %d", m.Records, records)
 		}
 		return nil
-	}}
+	}
+}
+
+// RunKeyed submits keyed job on c, samples the workers' RSS until it ends, and checks its
+// output with checkOutput: Exact means job.Check accepted the result and checkOutput every
+// record.
+func RunKeyed(ctx context.Context, c *cluster.Cluster, job knownjobs.Job, checkOutput func(ctx context.Context, id string) error, timeout time.Duration) (KeyedWordcount, error) {
 	var kw KeyedWordcount
 	rss := SampleRSS(ctx, c, 100*time.Millisecond)
 	id, start, err := Submit(ctx, c, job)
@@ -181,11 +218,12 @@ func RunKeyedWordcount(ctx context.Context, c *cluster.Cluster, wc *corpus.WordC
 	}
 	kw.Outcome, err = Await(ctx, c, job, id, start, timeout, nil)
 	kw.LeaderPeakMiB, kw.FollowerPeakMiB, _ = rss.Stop()
+	kw.Peaks = rss.Peaks()
 	if err != nil || !kw.Exact {
 		return kw, err
 	}
 	t0 := time.Now()
-	if err := wc.CheckOutput(ctx, c.Client, id); err != nil {
+	if err := checkOutput(ctx, id); err != nil {
 		kw.Exact, kw.Problem = false, fmt.Sprintf("job %s: output: %v", id, err)
 	}
 	kw.OutputS = Round3(time.Since(t0).Seconds())

@@ -22,6 +22,9 @@ import (
 
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
+	"github.com/mapagg/mapagg/internal/harness/testworker/badjobs"
+	"github.com/mapagg/mapagg/internal/harness/testworker/userjobs"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -149,6 +152,9 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	}
 	o := cluster.Options{Dir: dir, WorkerBin: cmp.Or(s.WorkerBin, r.bin), Workers: s.Workers, LeaseDuration: s.LeaseDuration,
 		Concurrency: s.Concurrency, ShardTimeout: s.ShardTimeout, MapDelay: s.MapDelay, Env: s.Env, WorkerEnv: s.WorkerEnv}
+	if s.TestWorker {
+		o.Registry = TestWorkerRegistry()
+	}
 	// Zero in a spec is the worker's own default, which the cluster spells as negative.
 	if o.Concurrency == 0 {
 		o.Concurrency = -1
@@ -223,6 +229,16 @@ func (r *Rig) testWorker() (string, error) {
 		r.opts.Logf("built the test worker in %v", time.Since(start).Round(time.Millisecond))
 	}
 	return r.testBin, nil
+}
+
+// TestWorkerRegistry holds the test worker's job types: the built-ins, the bad ones and the
+// user jobs (internal/harness/testworker).
+func TestWorkerRegistry() *jobs.Registry {
+	reg := badjobs.Registry()
+	if err := userjobs.Register(reg); err != nil {
+		panic(err) // distinct, valid names
+	}
+	return reg
 }
 
 // Stop stops one cluster now (its namespace is cleaned up by Close).
