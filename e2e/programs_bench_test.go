@@ -31,7 +31,8 @@ print(len(c), sum(c.values()))
 // TestProgramsBench_PythonWordcount measures the framework's share of a Python job: the word
 // count of examples/programs/wordcount.py through a 2-worker cluster against one plain Python
 // process (collections.Counter over str.split) over the same files, in interleaved runs. It
-// reports; it asserts only that both counted the same words. Set MAPAGG_PROGRAM_BENCH to the
+// reports; it asserts only that both counted the same words. MAPAGG_PROGRAM_BENCH_AWK=1 adds
+// the awk word count. Set MAPAGG_PROGRAM_BENCH to the
 // corpus size in MB (the issue's figure: 174) to run it: make bench-programs.
 func TestProgramsBench_PythonWordcount(t *testing.T) {
 	mb, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH"))
@@ -99,7 +100,11 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	}
 	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB; the host is shared and loaded", float64(total)/1e6, shardMB)
 	for round := range 2 {
-		for _, typ := range []string{"pywordcount", "awkwordcount"} {
+		types := []string{"pywordcount"}
+		if os.Getenv("MAPAGG_PROGRAM_BENCH_AWK") != "" {
+			types = append(types, "awkwordcount")
+		}
+		for _, typ := range types {
 			cpu0 := cpuSeconds(t, pids)
 			t0 := time.Now()
 			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d}`, shardMB<<20))

@@ -102,7 +102,7 @@ func putBlobs(t *testing.T, c *cluster.Cluster, container string, blobs map[stri
 // runProgram submits a job of typ, waits for it and returns its status.
 func runProgram(t *testing.T, cl *client.Client, typ, params string) *client.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	id, err := cl.Submit(ctx, typ, json.RawMessage(params))
 	if err != nil {
