@@ -15,6 +15,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -48,7 +49,13 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_SHARD_MB")); v > 0 {
 		shardMB = v
 	}
-	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
+	// Workers without the race detector (the other e2e tests' binary has it): the figures are
+	// the product's.
+	bin, err := cluster.Build(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
 		"WORKER_PROGRAMS=pywordcount=" + py + " " + filepath.Join(root, "examples", "programs", "wordcount.py") +
 			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
 		"PYTHONPATH=" + filepath.Join(root, "python")}})
@@ -165,4 +172,21 @@ func checkBench(t *testing.T, cl *client.Client, id string, files []string) {
 	}
 	got := outputTSV(t, cl, id)
 	sameCounts(t, "bench", got, want)
+}
+
+// startBin starts a cluster of the worker binary bin, stopped when t ends.
+func startBin(t *testing.T, bin string, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	opts.Dir = t.TempDir()
+	opts.WorkerBin = bin
+	opts.ConnStr = testenv.Azurite(t)
+	opts.Namespace = testenv.Name(t, "e2e")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }
