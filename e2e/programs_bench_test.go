@@ -40,7 +40,7 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	if mb <= 0 {
 		t.Skip("set MAPAGG_PROGRAM_BENCH=174 (the corpus size in MB) to measure program jobs: make bench-programs")
 	}
-	py, err := exec.LookPath("python3")
+	py, err := pythonPath()
 	if err != nil {
 		t.Skip("python3 is not installed")
 	}
