@@ -4,7 +4,7 @@ BIN       := bin
 AZURITE   := Azurite/node_modules/.bin/azurite-blob
 GOTESTFLAGS ?=
 
-.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench bench-peers chaos test-million test-keyed5m test-longread
+.PHONY: all build test tidy vet azurite clean fuzz demo nats-server bench bench-peers bench-programs chaos test-million test-keyed5m test-longread
 
 all: build
 
@@ -92,6 +92,13 @@ bench-peers: azurite
 	fi
 	MAPAGG_DASK=1 $(GO) test -race -count=1 -run '^TestWordCorpus_Dask$$' ./internal/harness/corpus/
 
+# Program jobs (docs/programs.md) against one plain Python process: the word count of
+# examples/programs/wordcount.py (and the awk one) through a 2-worker cluster beside
+# collections.Counter over the same files, interleaved; reports wall and CPU seconds.
+# PROGRAM_BENCH_MB sets the corpus size (default 174).
+bench-programs: azurite
+	MAPAGG_PROGRAM_BENCH=$${PROGRAM_BENCH_MB:-174} $(GO) test -count=1 -timeout 60m -v -run '^TestProgramsBench_PythonWordcount$$' ./e2e/
+
 # The fault matrix (cmd/chaos): one job with a known answer per fault on a 3-worker cluster of real
 # processes (leader SIGKILL and SIGSTOP, nats-server and azurite-blob kill -9, azurite-queue down,
 # all workers killed, forged/malformed results, garbage on the queue and streams, cancel during a
@@ -101,6 +108,7 @@ bench-peers: azurite
 chaos: azurite nats-server
 	@mkdir -p .chaos
 	$(GO) run ./cmd/chaos --json .chaos/report.json --markdown .chaos/report.md $(CHAOSFLAGS)
+	MAPAGG_PROGRAM_FAULTS=1 $(GO) test -race -count=1 -run '^TestPrograms_LeaderKilledInMapAndReduce$$' ./e2e/
 
 clean:
 	rm -rf $(BIN) .demo .bench .chaos

@@ -114,6 +114,8 @@ func NoWorkersError(url, prefix string) error {
 type WorkerTypes struct {
 	Worker string   `json:"worker"`
 	Types  []string `json:"types"`
+	// Programs are the types that run a program registered on the worker (worker run --program).
+	Programs []string `json:"programs,omitempty"`
 }
 
 // clusterTypes collects the answers to one types request that arrive within window. An answer
@@ -145,7 +147,7 @@ func clusterTypes(ctx context.Context, nc *nats.Conn, names protocol.Names, wind
 			continue
 		}
 		seen[rep.Worker] = true
-		out = append(out, WorkerTypes{Worker: rep.Worker, Types: rep.Types})
+		out = append(out, WorkerTypes{Worker: rep.Worker, Types: rep.Types, Programs: rep.Programs})
 	}
 	slices.SortFunc(out, func(a, b WorkerTypes) int { return strings.Compare(a.Worker, b.Worker) })
 	return out, nil

@@ -502,7 +502,7 @@ func (c *cluster) startResponderOnly(t *testing.T, reg *jobs.Registry, id string
 		t.Fatal(err)
 	}
 	t.Cleanup(b.Close)
-	r, err := startResponder(b.Conn(), f.streamPrefix, id, reg, testLogger(t))
+	r, err := startResponder(b.Conn(), f.streamPrefix, id, reg, nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,15 @@ type Config struct {
 	// a dot and the host name always work; "*" allows any). Default none. --http-hosts.
 	HTTPHosts []string
 
+	// Programs are the programs this worker runs as job types, NAME=COMMAND each
+	// (internal/program). One that is missing, not executable or fails its describe run at start
+	// is left out, with an error log. --program (repeatable), env WORKER_PROGRAMS (one a line).
+	Programs []string
+	// ProgramTimeout bounds one run of a program. Default 30m. --program-timeout.
+	ProgramTimeout time.Duration
+	// ProgramEnv names the worker's variables passed on to programs. --program-env.
+	ProgramEnv []string
+
 	// Logger receives the node's logs. Default slog.Default(). --log-level sets the CLI's.
 	Logger *slog.Logger
 }
@@ -216,6 +225,9 @@ func (c Config) Validate() error {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := checkPrograms(c); err != nil { // programs.go
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))

@@ -20,14 +20,15 @@ const validateQueue = "validate"
 // each job type it has (queue group, one answer per request) and types requests (every worker
 // answers). Its handlers run on the NATS connection's goroutine; stop unsubscribes them.
 type responder struct {
-	id   string
-	reg  *jobs.Registry
-	log  *slog.Logger
-	subs []*nats.Subscription
+	id    string
+	reg   *jobs.Registry
+	progs []string // the types that are programs
+	log   *slog.Logger
+	subs  []*nats.Subscription
 }
 
-func startResponder(nc *nats.Conn, prefix, id string, reg *jobs.Registry, log *slog.Logger) (*responder, error) {
-	r := &responder{id: id, reg: reg, log: log}
+func startResponder(nc *nats.Conn, prefix, id string, reg *jobs.Registry, progs []string, log *slog.Logger) (*responder, error) {
+	r := &responder{id: id, reg: reg, progs: progs, log: log}
 	names := protocol.NewNames(prefix)
 	for _, typ := range reg.Types() {
 		sub, err := nc.QueueSubscribe(names.ValidateSubject(typ), validateQueue, r.onValidate)
@@ -68,7 +69,7 @@ func (r *responder) reply(m *nats.Msg, v interface{ Encode() ([]byte, error) }) 
 }
 
 func (r *responder) onTypes(m *nats.Msg) {
-	r.reply(m, &protocol.TypesReply{Worker: r.id, Types: r.reg.Types()})
+	r.reply(m, &protocol.TypesReply{Worker: r.id, Types: r.reg.Types(), Programs: r.progs})
 }
 
 func (r *responder) onValidate(m *nats.Msg) {

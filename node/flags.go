@@ -131,6 +131,9 @@ var flagEnv = map[string]string{
 	"http-hosts":              "HTTP_HOSTS",
 	"memory-budget":           "MEMORY_BUDGET",
 	"partitions":              "PARTITIONS",
+	"program":                 "WORKER_PROGRAMS",
+	"program-timeout":         "PROGRAM_TIMEOUT",
+	"program-env":             "PROGRAM_ENV",
 }
 
 // bindEnvs binds every flag of fs that flagEnv names to its variable, and says so in the flag's

@@ -307,6 +307,7 @@ type observed struct {
 	worker         *worker.Worker
 	concurrency    int
 	types          []string // the node's job types
+	programs       []string // the job types that are programs (--program)
 	registry       *jobs.Registry
 	control        ControlConfig
 	natsURL        string
@@ -342,7 +343,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 		membership.Announce(ctx, nc, names.Members(), membership.DefaultInterval, o.log, func() membership.Announcement {
 			ep := o.epoch.Load()
 			watcher.Hold(ep != 0) // settles a Hold raced by an election event
-			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Concurrency: c.concurrency,
+			return membership.Announcement{ID: o.id, Version: version(), JobTypes: types, Programs: c.programs, Concurrency: c.concurrency,
 				InFlight: o.metrics.InFlight(), StartedAt: o.started, Leader: ep != 0, Epoch: ep, HTTPAddr: addr, Host: host, PID: os.Getpid(),
 				Problems: o.problems(ctx, c)}
 		})

@@ -46,7 +46,8 @@ func (n *Node) newRunFlags() *runFlags {
 	fs.DurationVar(&f.cfg.StartupTimeout, "startup-timeout", d.StartupTimeout, "how long to wait for storage and NATS at start")
 	fs.DurationVar(&f.cfg.MapDelay, "map-delay", 0, "extra time added to every map step, to slow jobs down for failover demos and tests")
 	registerHTTPFlags(fs, &f.cfg)
-	registerKeyedFlags(fs, &f.cfg) // keyed.go
+	registerKeyedFlags(fs, &f.cfg)   // keyed.go
+	registerProgramFlags(fs, &f.cfg) // programs.go
 	fs.DurationVar(&f.cfg.HeartbeatInterval, "heartbeat-interval", d.HeartbeatInterval, "how often the leader publishes a heartbeat on NATS")
 	fs.DurationVar(&f.cfg.SuspicionTimeout, "suspicion-timeout", d.SuspicionTimeout, "a follower that hears no heartbeat for this long breaks the silent leader's lease and takes over (at least 4 heartbeat intervals, below the lease)")
 	f.cfg.Retention = &Retention{}
@@ -106,7 +107,11 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	}
 	p := cfg.parts()
 	log := p.worker.Logger
-	p.coordinator.Registry, p.worker.Registry = n.opts.Registry, n.opts.Registry
+	reg, progs, err := programs(ctx, n.opts.Registry, cfg, log) // programs.go
+	if err != nil {
+		return err
+	}
+	p.coordinator.Registry, p.worker.Registry = reg, reg
 
 	// The HTTP server binds before the node reaches storage and NATS, so /healthz answers (and
 	// /readyz says "starting") while it waits; it outlives the work (deferred stop), so /readyz
@@ -171,6 +176,9 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	// The data plane (a Map's reads, a keyed job's runs and outputs) has a connection pool of its
 	// own: lease renewals and checkpoints never wait behind it (store.DataTransport).
 	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer)
+	for _, pr := range progs {
+		pr.SetEnv(env) // a reduce reads its job's parameters
+	}
 	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
 	if err != nil {
 		return err
@@ -199,7 +207,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer stopSub()
-	resp, err := startResponder(b.Conn(), b.Config().Prefix, cfg.ID, n.opts.Registry, log)
+	resp, err := startResponder(b.Conn(), b.Config().Prefix, cfg.ID, reg, programNames(progs), log)
 	if err != nil {
 		return err
 	}
@@ -213,10 +221,10 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 
 	log.Info("worker started", "nats", cfg.NATSURL, "nats_auth", cfg.NATSAuth.Describe(), "storage", cfg.Storage.String(),
 		"stream_replicas", p.bus.Replicas, "jobs_container", cfg.JobsContainer, "queue", cfg.Queue,
-		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", n.opts.Registry.Types())
+		"lease_duration", cfg.LeaseDuration, "concurrency", cfg.Concurrency, "types", reg.Types(), "programs", programNames(progs))
 	if err := obs.start(octx, &owg, observed{bus: b, blob: blobClient, jobs: jobsC, queue: q, leaseContainer: cfg.LeaseContainer,
-		coord: coord, worker: w, concurrency: cfg.Concurrency, types: n.opts.Registry.Types(),
-		registry: n.opts.Registry, control: n.opts.Control, natsURL: cfg.NATSURL, keyErr: kc.Err}); err != nil {
+		coord: coord, worker: w, concurrency: cfg.Concurrency, types: reg.Types(), programs: programNames(progs),
+		registry: reg, control: n.opts.Control, natsURL: cfg.NATSURL, keyErr: kc.Err}); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

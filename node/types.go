@@ -31,6 +31,8 @@ func (n *Node) newTypesFlags() *typesFlags {
 type typeJSON struct {
 	Type    string   `json:"type"`
 	Workers []string `json:"workers"`
+	// Program: the type runs a program registered on its workers (--program), not Go code.
+	Program bool `json:"program,omitempty"`
 }
 
 type typesJSON struct {
@@ -73,6 +75,7 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 			if slices.Contains(w.Types, t) {
 				tj.Workers = append(tj.Workers, w.Worker)
 			}
+			tj.Program = tj.Program || slices.Contains(w.Programs, t)
 		}
 		out.Types = append(out.Types, tj)
 	}
@@ -80,9 +83,13 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return writeJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TYPE\tWORKERS")
+	fmt.Fprintln(tw, "TYPE\tWORKERS\tNOTE")
 	for _, t := range out.Types {
-		fmt.Fprintf(tw, "%s\t%d of %d: %s\n", t.Type, len(t.Workers), len(workers), strings.Join(t.Workers, ", "))
+		note := ""
+		if t.Program {
+			note = "program (--program on its workers)"
+		}
+		fmt.Fprintf(tw, "%s\t%d of %d: %s\t%s\n", t.Type, len(t.Workers), len(workers), strings.Join(t.Workers, ", "), note)
 	}
 	return tw.Flush()
 }

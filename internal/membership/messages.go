@@ -15,10 +15,12 @@ const Version = 1
 
 // Announcement is what a worker says about itself on every announce interval.
 type Announcement struct {
-	V           int       `json:"v"`
-	ID          string    `json:"id"`
-	Version     string    `json:"version"`
-	JobTypes    []string  `json:"job_types"`
+	V        int      `json:"v"`
+	ID       string   `json:"id"`
+	Version  string   `json:"version"`
+	JobTypes []string `json:"job_types"`
+	// Programs are the job types that run a program registered on the worker (--program).
+	Programs    []string  `json:"programs,omitempty"`
 	Concurrency int       `json:"concurrency"`
 	InFlight    int       `json:"in_flight"`
 	StartedAt   time.Time `json:"started_at"`

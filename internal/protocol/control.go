@@ -3,6 +3,7 @@ package protocol
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"unicode"
 	"unicode/utf8"
 )
@@ -105,6 +106,8 @@ func DecodeValidateReply(data []byte) (*ValidateReply, error) {
 type TypesReply struct {
 	Worker string   `json:"worker"`
 	Types  []string `json:"types"`
+	// Programs are the types that run a program registered on the worker (--program).
+	Programs []string `json:"programs,omitempty"`
 }
 
 // Encode returns the reply's wire form.
@@ -125,6 +128,11 @@ func DecodeTypesReply(data []byte) (*TypesReply, error) {
 	for _, t := range m.Types {
 		if err := checkTypeName(t); err != nil {
 			return nil, fmt.Errorf("%w: types reply from %s: %v", ErrBadMessage, m.Worker, err)
+		}
+	}
+	for _, t := range m.Programs {
+		if !slices.Contains(m.Types, t) {
+			return nil, fmt.Errorf("%w: types reply from %s: program %q is not one of its types", ErrBadMessage, m.Worker, t)
 		}
 	}
 	return &m, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 
 	"github.com/mapagg/mapagg/jobs"
@@ -22,6 +23,8 @@ type ReduceConfig struct {
 	BlockBytes int
 	// TempDir holds intermediate merges. Default os.TempDir().
 	TempDir string
+	// Job is the job's id, for a job that reduces in sessions (jobs.PartitionReducer).
+	Job string
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -99,6 +102,11 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 	var acc, scratch []byte
 	emit := out.WriteRecord
 	one := func(yield func([]byte) bool) { yield(acc) } // the combined value
+	reduce, finish, err := sessionOf(ctx, job, cfg)
+	if err != nil {
+		return r.stats(stats), err
+	}
+	defer func() { _ = finish(nil) }() // abandons the session unless it was finished
 	for m.nextKey() {
 		if r.keys%4096 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -117,7 +125,7 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 			}
 			values = one
 		}
-		if err := job.Reduce(ctx, m.key, values, emit); err != nil {
+		if err := reduce(ctx, m.key, values, emit); err != nil {
 			if m.err != nil {
 				err = m.err
 			}
@@ -130,6 +138,9 @@ func Reduce(ctx context.Context, job jobs.KeyedJob, runs []Opener, out OutputWri
 	r.mem = max(r.mem, readersMemory(cs)+int64(cap(acc)+cap(scratch)+cap(m.key)))
 	for _, c := range cs {
 		r.note(c)
+	}
+	if err := finish(emit); err != nil {
+		return r.stats(stats), fmt.Errorf("reduce partition %d: %w", cfg.Partition, err)
 	}
 	if err := out.Flush(); err != nil {
 		return r.stats(stats), err
@@ -274,4 +285,28 @@ func (r *reducer) mergeGroup(ctx context.Context, srcs []source, fan int) ([]sou
 		return io.NopCloser(io.NewSectionReader(f, 0, size)), nil
 	}}
 	return append(append([]source{}, srcs[fan:]...), local), nil
+}
+
+// sessionOf returns the reduce call of job for one partition, and the call that ends it: with an
+// emit, it emits the last records; with nil, it abandons the session. A job without sessions
+// (jobs.PartitionReducer) reduces each key by itself and finish does nothing.
+func sessionOf(ctx context.Context, job jobs.KeyedJob, cfg ReduceConfig) (
+	reduce func(ctx context.Context, key []byte, values iter.Seq[[]byte], emit func(key, value []byte) error) error,
+	finish func(emit func(key, value []byte) error) error, err error) {
+	pr, ok := job.(jobs.PartitionReducer)
+	if !ok {
+		return job.Reduce, func(func(key, value []byte) error) error { return nil }, nil
+	}
+	s, err := pr.ReducePartition(ctx, jobs.ReduceTask{JobID: cfg.Job, Partition: cfg.Partition})
+	if err != nil {
+		return nil, nil, fmt.Errorf("reduce partition %d: %w", cfg.Partition, err)
+	}
+	done := false
+	return s.Reduce, func(emit func(key, value []byte) error) error {
+		if done {
+			return nil
+		}
+		done = true
+		return s.Close(ctx, emit)
+	}, nil
 }

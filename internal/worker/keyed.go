@@ -227,7 +227,7 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 		_ = pw.CloseWithError(err)
 		return nil, err
 	}
-	cfg := shuffle.ReduceConfig{Partition: p, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir}
+	cfg := shuffle.ReduceConfig{Partition: p, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir, Job: m.Job}
 	stats, err := shuffle.Reduce(ctx, kj, runs, out, cfg)
 	w.keyed.reduceTasks.Add(1)
 	w.keyed.spilledBytes.Add(stats.SpilledBytes)

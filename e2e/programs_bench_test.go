@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// counterPy is the baseline: one plain Python process counting the files.
+const counterPy = `import collections, sys
+c = collections.Counter()
+for path in sys.argv[1:]:
+    with open(path) as f:
+        for line in f:
+            c.update(line.split())
+print(len(c), sum(c.values()))
+`
+
+// TestProgramsBench_PythonWordcount measures the framework's share of a Python job: the word
+// count of examples/programs/wordcount.py through a 2-worker cluster against one plain Python
+// process (collections.Counter over str.split) over the same files, in interleaved runs. It
+// reports; it asserts only that both counted the same words. MAPAGG_PROGRAM_BENCH_AWK=1 adds
+// the awk word count. Set MAPAGG_PROGRAM_BENCH to the
+// corpus size in MB (the issue's figure: 174) to run it: make bench-programs.
+func TestProgramsBench_PythonWordcount(t *testing.T) {
+	mb, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH"))
+	if mb <= 0 {
+		t.Skip("set MAPAGG_PROGRAM_BENCH=174 (the corpus size in MB) to measure program jobs: make bench-programs")
+	}
+	py, err := pythonPath()
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	root, _ := filepath.Abs("..")
+	shardMB := 16
+	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_SHARD_MB")); v > 0 {
+		shardMB = v
+	}
+	// Workers without the race detector (the other e2e tests' binary has it): the figures are
+	// the product's.
+	bin, err := cluster.Build(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
+		"WORKER_PROGRAMS=pywordcount=" + py + " " + filepath.Join(root, "examples", "programs", "wordcount.py") +
+			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
+		"PYTHONPATH=" + filepath.Join(root, "python")}})
+	cl := *c.Client
+	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+
+	// 50k distinct words, Zipf-like, in 8 files of mb/8 MB each.
+	dir := t.TempDir()
+	var files []string
+	ctx := context.Background()
+	if _, err := c.Blob().CreateContainer(ctx, "bench", nil); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	zipf := rand.NewZipf(rand.New(rand.NewPCG(3, 4)), 1.1, 1, 49_999)
+	var total int64
+	for f := range 8 {
+		var b strings.Builder
+		for b.Len() < mb<<20/8 {
+			for w := range 12 {
+				if w > 0 {
+					b.WriteByte(' ')
+				}
+				i := zipf.Uint64()
+				if rng.IntN(4) == 0 {
+					i = uint64(rng.IntN(50_000))
+				}
+				b.WriteString("w" + strconv.FormatUint(i, 36))
+			}
+			b.WriteByte('\n')
+		}
+		name := filepath.Join(dir, fmt.Sprintf("%d.txt", f))
+		if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, name)
+		if _, err := c.Blob().UploadBuffer(ctx, "bench", filepath.Base(name), []byte(b.String()), nil); err != nil {
+			t.Fatal(err)
+		}
+		total += int64(b.Len())
+	}
+	script := filepath.Join(dir, "counter.py")
+	if err := os.WriteFile(script, []byte(counterPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pids := []int{}
+	for _, id := range []string{"w1", "w2"} {
+		pids = append(pids, c.Proc(id).PID)
+	}
+	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB; the host is shared and loaded", float64(total)/1e6, shardMB)
+	for round := range 2 {
+		types := []string{"pywordcount"}
+		if os.Getenv("MAPAGG_PROGRAM_BENCH_AWK") != "" {
+			types = append(types, "awkwordcount")
+		}
+		for _, typ := range types {
+			cpu0 := cpuSeconds(t, pids)
+			t0 := time.Now()
+			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d}`, shardMB<<20))
+			wall := time.Since(t0)
+			cpu := cpuSeconds(t, pids) - cpu0
+			if st.State != jobs.StateSucceeded {
+				t.Fatalf("%s: %s %s", typ, st.State, st.Error)
+			}
+			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers and their programs)", round+1, typ, wall.Seconds(), cpu)
+			if round == 0 && typ == "pywordcount" {
+				checkBench(t, &cl, st.ID, files)
+			}
+		}
+		cmd := exec.Command(py, append([]string{script}, files...)...)
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		wall := time.Since(t0)
+		if err != nil {
+			t.Fatalf("baseline: %v\n%s", err, out)
+		}
+		cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+		t.Logf("round %d: one Python Counter process  wall %6.2fs  CPU %6.2fs  (%s)", round+1, wall.Seconds(), cpu, strings.TrimSpace(string(out)))
+	}
+}
+
+// cpuSeconds sums the CPU time of processes and their waited-for children (/proc/PID/stat).
+func cpuSeconds(t *testing.T, pids []int) float64 {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return float64(ticks) / 100 // USER_HZ
+}
+
+// checkBench compares the job's output with a count of the files in Go.
+func checkBench(t *testing.T, cl *client.Client, id string, files []string) {
+	want := map[string]int{}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			for _, w := range strings.Fields(sc.Text()) {
+				want[w]++
+			}
+		}
+		f.Close()
+	}
+	got := outputTSV(t, cl, id)
+	sameCounts(t, "bench", got, want)
+}
+
+// startBin starts a cluster of the worker binary bin, stopped when t ends.
+func startBin(t *testing.T, bin string, opts cluster.Options) *cluster.Cluster {
+	t.Helper()
+	opts.Dir = t.TempDir()
+	opts.WorkerBin = bin
+	opts.ConnStr = testenv.Azurite(t)
+	opts.Namespace = testenv.Name(t, "e2e")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := cluster.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}

@@ -1,0 +1,210 @@
+package program
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// passEnv are the variables of the worker's environment a program gets, besides those
+// Config.Env names: the ones a program needs to find its interpreter and its locale.
+var passEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ",
+	"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SYSTEMROOT"}
+
+// secretWords mark a variable name that may hold a secret: never passed, even when named.
+var secretWords = []string{"KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CONNECTION_STRING", "SAS", "CREDS", "CREDENTIAL", "AUTH"}
+
+// IsSecretName reports whether an environment variable's name suggests a secret.
+func IsSecretName(name string) bool {
+	u := strings.ToUpper(name)
+	for _, w := range secretWords {
+		if strings.Contains(u, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// environ builds a program's environment: the allowed variables of the worker's (passEnv, LC_*
+// and extra), never one whose name suggests a secret, then the contract's.
+func environ(lookup func(string) (string, bool), all []string, extra []string, contract map[string]string) []string {
+	var env []string
+	seen := map[string]bool{}
+	add := func(k, v string) {
+		if !seen[k] && !IsSecretName(k) {
+			seen[k] = true
+			env = append(env, k+"="+v)
+		}
+	}
+	for k, v := range contract { // the contract's own names are not secrets
+		seen[k] = true
+		env = append(env, k+"="+v)
+	}
+	for _, k := range append(append([]string(nil), passEnv...), extra...) {
+		if v, ok := lookup(k); ok {
+			add(k, v)
+		}
+	}
+	for _, kv := range all {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "LC_") {
+			add(k, v)
+		}
+	}
+	return env
+}
+
+// tail keeps the last bytes written to it, for the error of a failed program, and counts all.
+type tail struct {
+	mu    sync.Mutex
+	buf   []byte
+	max   int
+	total int64
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total += int64(len(p))
+	if len(p) >= t.max {
+		t.buf = append(t.buf[:0], p[len(p)-t.max:]...)
+		return len(p), nil
+	}
+	if over := len(t.buf) + len(p) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return len(p), nil
+}
+
+// lines returns the last n lines kept.
+func (t *tail) lines(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimRight(string(bytes.ToValidUTF8(t.buf, []byte("?"))), "\n")
+	if s == "" {
+		return ""
+	}
+	ls := strings.Split(s, "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// proc is one running program: its pipes, its stderr tail and its working directory.
+type proc struct {
+	p      *Program
+	role   string
+	what   string // "map of shard 3", for errors
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	stderr *tail
+	dir    string
+	cancel context.CancelFunc
+	ctx    context.Context
+	waited bool
+	err    error
+}
+
+// start runs the program in role with the contract's variables vars, in a new working directory.
+func (p *Program) start(ctx context.Context, role, what string, vars map[string]string) (*proc, error) {
+	dir, err := os.MkdirTemp(p.cfg.TempDir, "mapagg-"+p.spec.Name+"-")
+	if err != nil {
+		return nil, fmt.Errorf("program %s: working directory: %w", p.spec.Name, err)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.Timeout, errTimeLimit)
+	contract := map[string]string{"MAPAGG_ROLE": role, "TMPDIR": dir}
+	for k, v := range vars {
+		contract[k] = v
+	}
+	cmd := exec.Command(p.path, p.spec.Args[1:]...)
+	cmd.Args[0] = p.spec.Args[0]
+	cmd.Dir = dir
+	cmd.Env = environ(p.cfg.LookupEnv, p.cfg.Environ, p.cfg.Env, contract)
+	cmd.SysProcAttr = sysProcAttr()
+	pr := &proc{p: p, role: role, what: what, cmd: cmd, stderr: &tail{max: p.cfg.StderrBytes}, dir: dir, cancel: cancel, ctx: ctx}
+	cmd.Stderr = pr.stderr
+	if pr.stdin, err = cmd.StdinPipe(); err == nil {
+		pr.stdout, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	if err != nil {
+		cancel()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("program %s (%s): start: %w", p.spec.Name, what, err)
+	}
+	// The time limit and a cancelled task kill the process and its children.
+	go func() {
+		<-ctx.Done()
+		killGroup(cmd)
+	}()
+	return pr, nil
+}
+
+// errTimeLimit is the cause of a program's context when its time is up.
+var errTimeLimit = errors.New("time limit")
+
+// wait waits for the process to exit, removes its working directory and returns its failure,
+// if any, with the exit status and the last lines of stderr. cause, if not nil, is what went
+// wrong on the worker's side first (a malformed line); it is the error's subject then.
+func (pr *proc) wait(cause error) error {
+	if pr.waited {
+		return pr.err
+	}
+	pr.waited = true
+	if cause != nil {
+		killGroup(pr.cmd)
+	}
+	werr := pr.cmd.Wait()
+	timedOut := errors.Is(context.Cause(pr.ctx), errTimeLimit)
+	pr.cancel()
+	killGroup(pr.cmd) // children left behind
+	if err := os.RemoveAll(pr.dir); err != nil && cause == nil && werr == nil {
+		pr.p.cfg.Logger.Warn("remove a program's working directory", "program", pr.p.spec.Name, "err", err)
+	}
+	var what string
+	switch {
+	case timedOut:
+		what = fmt.Sprintf("exceeded its time limit of %v", pr.p.cfg.Timeout)
+	case cause != nil:
+		what = cause.Error()
+	case werr != nil:
+		what = describeExit(werr)
+	default:
+		return nil
+	}
+	msg := fmt.Sprintf("program %s (%s) %s", pr.p.spec.Name, pr.what, what)
+	if cause != nil && werr != nil && !timedOut {
+		msg += " (" + describeExit(werr) + ")"
+	}
+	if s := pr.stderr.lines(pr.p.cfg.StderrLines); s != "" {
+		msg += "; last lines of its stderr:\n" + s
+	}
+	pr.err = errors.New(msg)
+	if cause != nil && !timedOut && errors.Is(cause, context.Canceled) {
+		pr.err = fmt.Errorf("%s: %w", msg, context.Canceled)
+	}
+	return pr.err
+}
+
+// describeExit says how a process ended: "exited with status 2", "was killed by signal 9".
+func describeExit(err error) string {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return err.Error()
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("was killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("exited with status %d", ee.ExitCode())
+}

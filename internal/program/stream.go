@@ -1,0 +1,86 @@
+package program
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// AppendEscaped appends b with tab, newline, CR and backslash written \t \n \r \\, as a field
+// of a key<TAB>value line (the escaping of jobs.AppendTSVField).
+func AppendEscaped(dst, b []byte) []byte {
+	start := 0
+	for i, c := range b {
+		var e byte
+		switch c {
+		case '\t':
+			e = 't'
+		case '\n':
+			e = 'n'
+		case '\r':
+			e = 'r'
+		case '\\':
+			e = '\\'
+		default:
+			continue
+		}
+		dst = append(dst, b[start:i]...)
+		dst = append(dst, '\\', e)
+		start = i + 1
+	}
+	return append(dst, b[start:]...)
+}
+
+// AppendUnescaped appends field with \t \n \r and \\ decoded. Any other backslash is kept as it
+// is, so a program that passes raw text through (an awk one-liner) is not refused.
+func AppendUnescaped(dst, field []byte) []byte {
+	i := bytes.IndexByte(field, '\\')
+	if i < 0 {
+		return append(dst, field...)
+	}
+	dst = append(dst, field[:i]...)
+	for ; i < len(field); i++ {
+		c := field[i]
+		if c != '\\' || i+1 == len(field) {
+			dst = append(dst, c)
+			continue
+		}
+		switch field[i+1] {
+		case 't':
+			dst = append(dst, '\t')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case '\\':
+			dst = append(dst, '\\')
+		default:
+			dst = append(dst, c)
+			continue
+		}
+		i++
+	}
+	return dst
+}
+
+// errNoTab: a line of a program's output has no key<TAB>value shape.
+var errNoTab = errors.New("no TAB between key and value")
+
+// SplitLine splits a key<TAB>value line at its first TAB and decodes both fields into buf,
+// returning key and value as sub-slices of the result. A line without a TAB is an error.
+func SplitLine(buf, line []byte) (out, key, value []byte, err error) {
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	i := bytes.IndexByte(line, '\t')
+	if i < 0 {
+		return buf, nil, nil, errNoTab
+	}
+	buf = AppendUnescaped(buf[:0], line[:i])
+	k := len(buf)
+	buf = AppendUnescaped(buf, line[i+1:])
+	return buf, buf[:k:k], buf[k:], nil
+}
+
+// malformed describes a bad output line: its number and a short quote.
+func malformed(n int64, line []byte, err error) error {
+	return fmt.Errorf("malformed line %d of its output: %v: %.80q", n, err, line)
+}

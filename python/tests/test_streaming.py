@@ -1,0 +1,176 @@
+"""The streaming contract, spoken by mapagg.run() over in-memory pipes."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import mapagg
+from mapagg import streaming
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "..", "examples", "programs")
+
+
+def run_role(role, data, mapper=None, reducer=None, combiner=None, params="{}"):
+    out = io.BytesIO()
+    env = {"MAPAGG_ROLE": role, "MAPAGG_PARAMS": params}
+    with self_exit() as code:
+        mapagg.run(mapper=mapper, reducer=reducer, combiner=combiner, argv=[], stdin=io.BytesIO(data), stdout=out, environ=env)
+    return code[0], out.getvalue()
+
+
+class self_exit:
+    """Catches run()'s sys.exit and records the status."""
+
+    def __enter__(self):
+        self.code = [None]
+        return self.code
+
+    def __exit__(self, typ, value, tb):
+        if typ is SystemExit:
+            self.code[0] = value.code
+            return True
+        return False
+
+
+def words(line):
+    for w in line.split():
+        yield w, 1
+
+
+def total(key, values):
+    return sum(values)
+
+
+class EscapeTest(unittest.TestCase):
+    def test_round_trip(self):
+        for s in ["", "plain", "a\tb", "line\nbreak", "cr\r", "back\\slash", "\\t literal", "\\"]:
+            e = mapagg.escape(s)
+            self.assertNotIn("\t", e)
+            self.assertNotIn("\n", e)
+            self.assertEqual(mapagg.unescape(e), s)
+
+    def test_unknown_escape_kept(self):
+        self.assertEqual(mapagg.unescape("C:\\path\\x"), "C:\\path\\x")
+
+
+class RolesTest(unittest.TestCase):
+    def test_map_combines_in_memory(self):
+        code, out = run_role("map", b"a b a\nb a\n", mapper=words, combiner=total, reducer=total)
+        self.assertEqual(code, 0)
+        self.assertEqual(sorted(out.decode().splitlines()), ["a\t3", "b\t2"])
+
+    def test_map_without_combiner_writes_every_pair(self):
+        code, out = run_role("map", b"a b a\n", mapper=words, reducer=total)
+        self.assertEqual(out.decode().splitlines(), ["a\t1", "b\t1", "a\t1"])
+
+    def test_typed_values_and_escaped_keys(self):
+        def m(line):
+            yield "k\t" + line, {"n": len(line), "s": line}
+
+        def r(key, values):
+            vs = list(values)
+            return {"count": len(vs), "first": vs[0]}
+
+        code, out = run_role("map", b"x\\y\n", mapper=m, reducer=r)
+        self.assertEqual(out, b'k\\tx\\\\y\t{"n":3,"s":"x\\\\\\\\y"}\n')
+        code, red = run_role("reduce", out + out, mapper=m, reducer=r)
+        self.assertEqual(code, 0)
+        key, value = red.decode().rstrip("\n").split("\t")
+        self.assertEqual(mapagg.unescape(key), "k\tx\\y")
+        self.assertEqual(json.loads(mapagg.unescape(value)), {"count": 2, "first": {"n": 3, "s": "x\\y"}})
+
+    def test_reduce_groups_sorted_keys_and_generators(self):
+        def r(key, values):
+            yield key + "-sum", sum(values)
+            yield key + "-n", 0
+
+        code, out = run_role("reduce", b"a\t1\na\t2\nb\t5\n", reducer=r)
+        self.assertEqual(out.decode().splitlines(), ["a-sum\t3", "a-n\t0", "b-sum\t5", "b-n\t0"])
+
+    def test_reducer_that_reads_part_of_its_values(self):
+        def first(key, values):
+            return next(values)
+
+        code, out = run_role("reduce", b"a\t1\na\t2\nb\t5\nb\t6\n", reducer=first)
+        self.assertEqual(out.decode().splitlines(), ["a\t1", "b\t5"])
+
+    def test_values_from_other_languages_stay_strings(self):
+        code, out = run_role("reduce", b"a\thello\na\t3\n", reducer=lambda k, vs: [type(v).__name__ for v in vs])
+        self.assertEqual(out.decode(), 'a\t["str","int"]\n')
+
+    def test_describe(self):
+        code, out = run_role("describe", b"", mapper=words, reducer=total)
+        self.assertEqual(code, 0)
+        self.assertEqual(json.loads(out)["combine"], False)
+
+    def test_malformed_input_fails(self):
+        code, _ = run_role("reduce", b"no tab here\n", reducer=total)
+        self.assertEqual(code, 1)
+
+    def test_params(self):
+        os.environ["MAPAGG_PARAMS"] = '{"column": 2}'
+        try:
+            self.assertEqual(mapagg.params(), {"column": 2})
+        finally:
+            del os.environ["MAPAGG_PARAMS"]
+
+
+class ProcessTest(unittest.TestCase):
+    """The examples as the worker runs them: a process per role."""
+
+    def run_example(self, role, data, *extra_env):
+        env = dict(os.environ, MAPAGG_ROLE=role, PYTHONPATH=os.path.join(HERE, ".."))
+        for kv in extra_env:
+            k, v = kv.split("=", 1)
+            env[k] = v
+        return subprocess.run([sys.executable, os.path.join(EXAMPLES, "wordcount.py")], input=data, env=env, capture_output=True)
+
+    def test_wordcount_roles(self):
+        m = self.run_example("map", b"the cat the\n")
+        self.assertEqual(m.returncode, 0, m.stderr)
+        self.assertEqual(sorted(m.stdout.decode().splitlines()), ["cat\t1", "the\t2"])
+        r = self.run_example("reduce", b"cat\t1\nthe\t2\nthe\t5\n")
+        self.assertEqual(r.stdout.decode().splitlines(), ["cat\t1", "the\t7"])
+
+    def test_exception_names_itself_on_the_last_stderr_line(self):
+        def boom(line):
+            raise KeyError("missing column")
+
+        script = "import mapagg\ndef mapper(line):\n    raise KeyError('missing column')\ndef reducer(k, v):\n    return 0\nmapagg.run()\n"
+        env = dict(os.environ, MAPAGG_ROLE="map", PYTHONPATH=os.path.join(HERE, ".."))
+        p = subprocess.run([sys.executable, "-c", script], input=b"x\n", env=env, capture_output=True)
+        self.assertEqual(p.returncode, 1)
+        last = p.stderr.decode().strip().splitlines()[-1]
+        self.assertEqual(last, "mapagg: map failed: KeyError: 'missing column'")
+
+    def test_local_run(self):
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, ".."))
+        env.pop("MAPAGG_ROLE", None)
+        p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "wordcount.py")], input=b"b a b\n", env=env, capture_output=True)
+        self.assertEqual(p.stdout.decode().splitlines(), ["a\t1", "b\t2"])
+
+
+
+class InstallTest(unittest.TestCase):
+    """pip install ./python works offline: the build backend is in the tree."""
+
+    def test_pip_install(self):
+        import tempfile
+
+        if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+            self.skipTest("pip is not installed")
+        with tempfile.TemporaryDirectory() as target:
+            p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--target", target, os.path.join(HERE, "..")],
+                               capture_output=True, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            env = dict(os.environ, PYTHONPATH=target)
+            q = subprocess.run([sys.executable, "-c", "import mapagg; print(mapagg.__version__)"], capture_output=True, env=env, cwd=target)
+            self.assertEqual(q.stdout.decode().strip(), "0.1.0", q.stderr.decode())
+
+
+if __name__ == "__main__":
+    unittest.main()
