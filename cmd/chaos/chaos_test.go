@@ -23,7 +23,7 @@ func TestQuick(t *testing.T) {
 	}
 	cfg := QuickConfig()
 	cfg.Dir = t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute) // a loaded 2-core box starts each cluster in up to 30 s
 	defer cancel()
 	var progress bytes.Buffer
 	rep, err := Run(ctx, cfg, &progress)
