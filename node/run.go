@@ -132,11 +132,22 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	blobClient := clients.Blob
-	jobsC := store.New(blobClient, cfg.JobsContainer)
+	// What the storage or an operator loses is created again by whoever finds it missing: each
+	// says so in the node's log and events (docs/design.md, "Healing what operators, storage
+	// and load break").
+	containerRebuilt := func(name, op string) {
+		obs.events.Rebuilt("container", fmt.Sprintf("container %s (found missing by %s)", name, op), obs.epoch.Load())
+	}
+	jobsC := store.New(blobClient, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt)
 	q, err := queue.Open(clients, cfg.Queue)
 	if err != nil {
 		return err
 	}
+	q.WithLogger(log).OnRebuilt(func(name, op string) {
+		obs.events.Rebuilt("queue", fmt.Sprintf("queue %s (found missing by %s)", name, op), obs.epoch.Load())
+	})
+	p.bus.Logger = log
+	p.bus.OnRebuilt = func(r bus.Rebuilt) { obs.events.Rebuilt(r.Kind, r.String(), obs.epoch.Load()) }
 	natsOpts, err := cfg.NATSAuth.Options()
 	if err != nil {
 		return err
@@ -183,7 +194,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer), env)
+	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt), env)
 	if err != nil {
 		return err
 	}

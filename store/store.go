@@ -119,12 +119,24 @@ type Container struct {
 	name      string
 	cc        *container.Client
 	onRebuilt func(container, op string)
+	log       *slog.Logger // nil: slog.Default()
 }
 
 // OnRebuilt sets a function called (after a log line) whenever a write found the container
 // missing and created it again, with the operation that found it: for events and metrics. It
 // returns c.
 func (c *Container) OnRebuilt(fn func(container, op string)) *Container { c.onRebuilt = fn; return c }
+
+// WithLogger sets the logger of c's own log lines (a container found missing); default
+// slog.Default(). It returns c.
+func (c *Container) WithLogger(l *slog.Logger) *Container { c.log = l; return c }
+
+func (c *Container) logger() *slog.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	return slog.Default()
+}
 
 // lost reports whether err says the container is missing and, if so, creates it again (a storage
 // account wiped or the container deleted under the cluster: the member that writes next rebuilds
@@ -134,10 +146,10 @@ func (c *Container) lost(ctx context.Context, err error, op string) bool {
 		return false
 	}
 	if eerr := c.Ensure(ctx); eerr != nil {
-		slog.Default().Warn("the container is missing and cannot be created again", "container", c.name, "found_by", op, "err", eerr)
+		c.logger().Warn("the container is missing and cannot be created again", "container", c.name, "found_by", op, "err", eerr)
 		return false
 	}
-	slog.Default().Warn("the container was missing; created it again", "container", c.name, "found_by", op)
+	c.logger().Warn("the container was missing; created it again", "container", c.name, "found_by", op)
 	if c.onRebuilt != nil {
 		c.onRebuilt(c.name, op)
 	}

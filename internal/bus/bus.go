@@ -51,6 +51,9 @@ type Config struct {
 	// stream or consumer this member found missing and created again (heal.go). For events and
 	// metrics; a log line is written either way.
 	OnRebuilt func(Rebuilt)
+	// Logger takes the bus's own log lines (a stream or consumer recreated). Default
+	// slog.Default().
+	Logger *slog.Logger
 	// ClusterKeyID, when set, returns the id of the key the cluster signs with ("" unknown; node
 	// reads it from the lease blob). A shard signed with an unknown key goes back at once (nak)
 	// while it may be the cluster's, and is dead-lettered as forged when the cluster's key is one

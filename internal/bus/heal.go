@@ -82,7 +82,11 @@ func (b *Bus) Heal(ctx context.Context, where string) error {
 // rebuilt logs r and hands it to Config.OnRebuilt.
 func (b *Bus) rebuilt(r Rebuilt) {
 	b.rebuilds.Add(1)
-	slog.Default().Warn("a JetStream "+r.Kind+" was missing; recreated it", "kind", r.Kind, "name", r.Name,
+	lg := b.cfg.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	lg.Warn("a JetStream "+r.Kind+" was missing; recreated it", "kind", r.Kind, "name", r.Name,
 		"stream", r.Stream, "found_by", r.Where)
 	if f := b.cfg.OnRebuilt; f != nil {
 		f(r)

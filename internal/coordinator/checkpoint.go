@@ -43,6 +43,9 @@ type jobWrites struct {
 	nextDue time.Time
 	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
 	meta map[string]string
+	// lost: the job's state was lost with the storage; its next write creates its checkpoint
+	// (the failed status), If-None-Match (lost.go).
+	lost bool
 }
 
 // written is the outcome of a background checkpoint write.
@@ -52,9 +55,12 @@ type written struct {
 	err  error
 }
 
-// checkpointPutter stores a checkpoint with its status record (Store).
+// checkpointPutter stores a checkpoint with its status record (Store), and tells whether a blob
+// exists: a refused write of a job whose state was lost with the storage is no newer leader's
+// (lost.go).
 type checkpointPutter interface {
 	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
+	Exists(ctx context.Context, name string) (bool, error)
 }
 
 // jobLoop is what the checkpointer asks of the loop that owns the jobs (term): what a job's
@@ -63,6 +69,7 @@ type checkpointPutter interface {
 type jobLoop interface {
 	runHost // a job's runner, after its checkpoint is stored
 	retire(ctx context.Context, j *job)
+	end(j *job, state jobs.State, why string)
 }
 
 var _ checkpointPutter = Store(nil)
@@ -157,6 +164,10 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 			if follow {
 				c.start(ctx, j)
 			}
+			return nil
+		}
+		if errors.Is(w.err, errStateLost) {
+			c.lose(ctx, j, w.err)
 			return nil
 		}
 		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, core.ErrRetryClaim) {
@@ -254,6 +265,10 @@ func (c *checkpointer) all(ctx context.Context) error {
 	_ = g.Wait()
 	for i, j := range dirty {
 		if err := errs[i]; err != nil {
+			if errors.Is(err, errStateLost) {
+				c.lose(ctx, j, err)
+				continue
+			}
 			if errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim) {
 				return fmt.Errorf("%w: %v", ErrDeposed, err)
 			}
@@ -284,6 +299,7 @@ type snapshot struct {
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
 	meta    map[string]string // the status record stored with it (set by put)
+	create  bool              // stored only if no checkpoint exists: a lost job's failed status
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
@@ -330,7 +346,7 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 	}
 	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start, create: j.w.lost}, nil
 }
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
@@ -348,8 +364,19 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	}
 	began := time.Now()
 	s.meta = statusMeta(c.log, &cp, s.j.spec)
-	etag, err := c.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, store.Cond{IfMatch: s.ifMatch})
+	cond := store.Cond{IfMatch: s.ifMatch}
+	if s.create {
+		cond = store.Cond{IfNoneMatch: true} // the lost job's failed status (lost.go)
+	}
+	etag, err := c.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, cond)
 	c.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
+	if !s.create && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)) {
+		// Refused: a newer leader wrote the checkpoint, or the storage lost it with the job's
+		// other state. Only the first is a reason to step down.
+		if lost := c.stateLost(ctx, s.j.id); lost != nil {
+			return "", lost
+		}
+	}
 	if errors.Is(err, store.ErrConflict) {
 		return "", c.fence.Conflict(ctx, s.j.id)
 	}

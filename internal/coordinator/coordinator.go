@@ -280,8 +280,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				_, ferr := feed.Err()
-				return fmt.Errorf("%w: results consumer gone (%v)", ErrDeposed, ferr)
+				return feedEnded(feed)
 			}
 			if err := t.onResult(ctx, d); err != nil {
 				return err
@@ -325,6 +324,17 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 			t.checkCancels(ctx)
 		}
 	}
+}
+
+// feedEnded is why a term whose results feed closed ends: the bus ends a leader's feed only
+// when a newer leader's consumer holds the results stream (a consumer or stream lost otherwise
+// is created again, bus/heal.go), so the term was deposed. The feed's last pull error, if any,
+// goes with it.
+func feedEnded(feed *bus.Feed) error {
+	if _, ferr := feed.Err(); ferr != nil {
+		return fmt.Errorf("%w: results feed ended: a newer leader's consumer holds the stream (last pull error: %v)", ErrDeposed, ferr)
+	}
+	return fmt.Errorf("%w: results feed ended: a newer leader's consumer holds the stream", ErrDeposed)
 }
 
 // adopt makes j active and starts dispatching what of it is not yet dispatched.

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
+	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
@@ -147,5 +149,47 @@ func TestRetention_200Jobs(t *testing.T) {
 		if _, err := r.cl.Status(ctx, id); !errors.Is(err, client.ErrNoSuchJob) {
 			t.Fatalf("job %s: %v", id, err)
 		}
+	}
+}
+
+// The leader deletes idempotency records once their window has passed, and keeps the others;
+// it does so even when jobs are kept for ever.
+func TestRetention_ExpiredIdempotencyRecordsDeleted(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	old := *r.cl
+	old.Now = func() time.Time { return time.Now().Add(-jobstore.IdempotencyWindow - time.Hour) }
+	if _, err := old.Submit(ctx, "sleep", json.RawMessage(`{"shards":1}`), client.WithIdempotencyKey("old-order")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":1}`), client.WithIdempotencyKey("new-order")); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() int {
+		blobs, err := r.st.List(ctx, jobstore.IdempotencyPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(blobs)
+	}
+	if n := keys(); n != 2 {
+		t.Fatalf("%d idempotency records before retention, want 2", n)
+	}
+	r.leadWith(1, func(c *Config) {
+		c.RetentionInterval = 100 * time.Millisecond // jobs are kept (no RetainSucceeded/Failed)
+	})
+	eventually(t, 10*time.Second, "the expired record deleted", func() bool { return keys() == 1 })
+	time.Sleep(500 * time.Millisecond) // a few more passes
+	if n := keys(); n != 1 {
+		t.Fatalf("%d idempotency records after retention, want the fresh one", n)
+	}
+	// The fresh key still names its job: a repeat creates nothing.
+	id1, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":1}`), client.WithIdempotencyKey("new-order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id2, err := r.cl.Submit(ctx, "sleep", json.RawMessage(`{"shards":1}`), client.WithIdempotencyKey("new-order"))
+	if err != nil || id1 != id2 {
+		t.Fatalf("repeat of a kept key: %s, %s, %v", id1, id2, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -51,6 +52,19 @@ func (r *Recorder) Coordinator(ev coordinator.Event) {
 		e.Err = protocol.Redact(ev.Err.Error())
 	}
 	r.add(e)
+}
+
+// EventRebuilt is the kind of a Rebuilt event.
+const EventRebuilt = "rebuilt"
+
+// Rebuilt records that this worker found something of the cluster's missing and created it
+// again: what is "stream", "consumer", "container" or "queue" (the event's State), missing
+// describes it and where it was found missing (the event's Err); epoch is the term this worker
+// leads (0: none). Wire it to bus.Config.OnRebuilt, store.Container.OnRebuilt and
+// queue.Queue.OnRebuilt.
+func (r *Recorder) Rebuilt(what, missing string, epoch uint64) {
+	r.add(membership.Event{Kind: EventRebuilt, At: time.Now().UTC(), Epoch: epoch, State: what,
+		Err: protocol.Redact("missing, created again: " + missing)})
 }
 
 func (r *Recorder) add(e membership.Event) {

@@ -38,11 +38,23 @@ type Queue struct {
 	name      string
 	qc        *azqueue.QueueClient
 	onRebuilt func(queue, op string)
+	log       *slog.Logger // nil: slog.Default()
 }
 
 // OnRebuilt sets a function called (after a log line) whenever an operation found the queue
 // missing and created it again, with the operation: for events and metrics. It returns q.
 func (q *Queue) OnRebuilt(fn func(queue, op string)) *Queue { q.onRebuilt = fn; return q }
+
+// WithLogger sets the logger of q's own log lines (the queue found missing); default
+// slog.Default(). It returns q.
+func (q *Queue) WithLogger(l *slog.Logger) *Queue { q.log = l; return q }
+
+func (q *Queue) logger() *slog.Logger {
+	if q.log != nil {
+		return q.log
+	}
+	return slog.Default()
+}
 
 // lost reports whether err says the queue is missing and, if so, creates it again (the storage
 // account was wiped or the queue deleted under the cluster). The operation is then tried once
@@ -52,10 +64,10 @@ func (q *Queue) lost(ctx context.Context, err error, op string) bool {
 		return false
 	}
 	if eerr := q.Ensure(ctx); eerr != nil {
-		slog.Default().Warn("the queue is missing and cannot be created again", "queue", q.name, "found_by", op, "err", eerr)
+		q.logger().Warn("the queue is missing and cannot be created again", "queue", q.name, "found_by", op, "err", eerr)
 		return false
 	}
-	slog.Default().Warn("the queue was missing; created it again", "queue", q.name, "found_by", op)
+	q.logger().Warn("the queue was missing; created it again", "queue", q.name, "found_by", op)
 	if q.onRebuilt != nil {
 		q.onRebuilt(q.name, op)
 	}

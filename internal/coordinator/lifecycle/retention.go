@@ -29,14 +29,20 @@ func (t *Lifecycle) RunRetention(ctx context.Context) error {
 	} else if err != nil && ctx.Err() == nil {
 		t.log.Warn("ended-marker migration stopped; the next term resumes it", "err", err)
 	}
-	if t.cfg.RetainSucceeded <= 0 && t.cfg.RetainFailed <= 0 {
-		return nil // keep everything
-	}
+	keepJobs := t.cfg.RetainSucceeded <= 0 && t.cfg.RetainFailed <= 0
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(t.cfg.RetentionInterval):
+		}
+		// Idempotency records are deleted once their window has passed, whatever the jobs'
+		// retention: an expired record names no job any more.
+		if err := t.ExpireKeys(ctx); err != nil && ctx.Err() == nil {
+			t.log.Warn("retention: idempotency records", "err", err)
+		}
+		if keepJobs {
+			continue // keep every job
 		}
 		if err := t.Expire(ctx); errors.Is(err, core.ErrDeposed) {
 			return err
@@ -44,6 +50,35 @@ func (t *Lifecycle) RunRetention(ctx context.Context) error {
 			t.log.Warn("retention", "err", err)
 		}
 	}
+}
+
+// ExpireKeys deletes up to RetentionBatch idempotency records older than
+// jobstore.IdempotencyWindow (and records that cannot be read), found by
+// jobstore.Jobs.ExpiredKeys. A submit that reuses an expired key creates its record again.
+func (t *Lifecycle) ExpireKeys(ctx context.Context) error {
+	names, err := t.jobStore().ExpiredKeys(ctx, t.cfg.Now())
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // no container yet
+		}
+		return fmt.Errorf("list idempotency records: %w", err)
+	}
+	names = names[:min(len(names), max(t.cfg.RetentionBatch, 1))]
+	deleted := 0
+	for _, name := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := t.store.Delete(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			t.log.Warn("retention: delete idempotency record", "record", name, "err", err)
+			continue
+		}
+		deleted++
+	}
+	if deleted > 0 {
+		t.log.Info("expired idempotency records deleted", "count", deleted)
+	}
+	return nil
 }
 
 // retention is how long a job ended in state is kept (0: for ever).

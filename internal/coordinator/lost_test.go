@@ -1,0 +1,151 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/jobs"
+)
+
+// A job whose checkpoint and spec vanished with the storage (the jobs container deleted
+// mid-job) fails with the cause at its next checkpoint write; the term goes on, and runs the
+// next job to an exact result.
+func TestCheckpoint_LostStateFailsTheJobAndKeepsTheTerm(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	var (
+		mu       sync.Mutex
+		finished []Event
+	)
+	a := r.leadObserved(1, func(ev Event) {
+		if ev.Kind == EventJobFinished {
+			mu.Lock()
+			finished = append(finished, ev)
+			mu.Unlock()
+		}
+	})
+	id := r.submit("sleep", `{"shards":4}`)
+	shards := r.shardsOf(4)
+	r.result(shards[0], 1, 1, nil)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone == 1
+	}, "first result not checkpointed")
+
+	// The storage loses the jobs container; the next result makes a checkpoint write that
+	// finds it missing (the container is created again) and the job's checkpoint gone.
+	if _, err := r.blob.DeleteContainer(ctx, r.st.Name(), nil); err != nil {
+		t.Fatal(err)
+	}
+	r.result(shards[1], 1, 1, nil)
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.State == jobs.StateFailed
+	}, "the lost job's failed status not stored")
+	st, err := r.cl.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Error != LostStateError {
+		t.Fatalf("lost job's error %q, want %q", st.Error, LostStateError)
+	}
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range finished {
+			if ev.Job == id && ev.State == string(jobs.StateFailed) && ev.Err != nil && strings.Contains(ev.Err.Error(), LostStateError) {
+				return true
+			}
+		}
+		return false
+	}, "no job-finished event naming the loss")
+
+	// The term is still the leader: it runs a new job.
+	select {
+	case <-a.done:
+		t.Fatalf("the term ended after a job's state was lost: %v", a.err)
+	default:
+	}
+	id2 := r.submit("sleep", `{"shards":2}`)
+	for _, m := range r.shardsOf(2) {
+		if m.Job != id2 {
+			t.Fatalf("shard of job %s, want %s", m.Job, id2)
+		}
+		r.result(m, 1, 1, nil)
+	}
+	st2 := r.wait(id2, 30*time.Second)
+	sameJSON(t, st2.Result, json.RawMessage(`{"shards":2,"index_sum":1}`))
+	if err := a.stop(); err != nil {
+		t.Fatalf("Lead: %v", err)
+	}
+}
+
+// A checkpoint write refused while the job's checkpoint is still there is a newer leader's:
+// the state check does not hide a deposal.
+func TestCheckpoint_RefusedWithStateStillDeposes(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a := r.lead(1)
+	id := r.submit("sleep", `{"shards":3}`)
+	shards := r.shardsOf(3)
+	r.result(shards[0], 1, 1, nil)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone == 1
+	}, "first result not checkpointed")
+	c, err := New(Config{Registry: r.cl.Registry, Logger: quietLog()}, r.st, r.q, r.b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.newTerm(2).claim(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if lost := c.newTerm(1).ck.stateLost(ctx, id); lost != nil {
+		t.Fatalf("stateLost with the checkpoint there: %v", lost)
+	}
+	r.result(shards[1], 1, 1, nil)
+	select {
+	case <-a.done:
+		if !errors.Is(a.err, ErrDeposed) {
+			t.Fatalf("Lead: %v, want ErrDeposed", a.err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the deposed term did not end")
+	}
+}
+
+// A term whose results feed is taken by a newer leader's consumer ends naming that cause.
+func TestLead_EndsNamingTheResultsFeedCause(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	a := r.leadObserved(1, func(ev Event) {
+		if ev.Kind == EventTermStarted {
+			started <- struct{}{}
+		}
+	})
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("term not started")
+	}
+	f, err := connect(t, r.url).OpenResults(ctx, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	select {
+	case <-a.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the term went on after a newer leader's consumer took the results stream")
+	}
+	if !errors.Is(a.err, ErrDeposed) || !strings.Contains(a.err.Error(), "results feed ended: a newer leader's consumer holds the stream") {
+		t.Fatalf("Lead: %v, want ErrDeposed naming the results feed", a.err)
+	}
+}
