@@ -170,11 +170,12 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 
 	// The data plane (a Map's reads, a keyed job's runs and outputs) has a connection pool of its
 	// own: lease renewals and checkpoints never wait behind it (store.DataTransport).
-	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer)
+	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer).WithLogger(log.With("component", "job"))
 	coord, err := coordinator.New(p.coordinator, jobsC, q, b, env)
 	if err != nil {
 		return err
 	}
+	p.worker.JobLogs = jobLogs(client.NewJobLog(clients.Data, cfg.JobsContainer), cfg.ID)
 	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer), env)
 	if err != nil {
 		return err
