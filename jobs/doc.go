@@ -25,7 +25,8 @@
 //		return spans, nil
 //	}
 //
-//	func (SumSquares) Map(_ context.Context, _ jobs.Env, s Span) (int64, error) {
+//	func (SumSquares) Map(_ context.Context, env jobs.Env, s Span) (int64, error) {
+//		env.Logger().Info("summing", "lo", s.Lo, "hi", s.Hi) // in the job's log: worker logs JOB
 //		var sum int64
 //		for i := s.Lo; i < s.Hi; i++ {
 //			sum += i * i
@@ -62,7 +63,10 @@
 //     the parameters) in at most MaxShardBytes, and a job has at most MaxShards shards.
 //   - Map runs on any worker, perhaps more than once for a shard (retries, redelivery, failover):
 //     it must be a pure function of the shard and the data it names. Only one result per shard is
-//     ever merged. TaskFrom(ctx) tells Map its job id, shard index and attempt. A Map error is
+//     ever merged. TaskFrom(ctx) tells Map its job id, shard index and attempt. env.Logger()
+//     is where Map logs: on a worker its lines go to the job's log (`worker logs JOB`), each
+//     with the worker, shard and attempt, written when the attempt ends (a keyed job's Reduce,
+//     which gets no Env, logs through LoggerFrom(ctx)). A Map error is
 //     retried; return Permanent(err) when retrying cannot help (a parse error in the data): the
 //     shard then fails at once, and the job fails naming the shard and err.
 //   - Merge must be associative and commutative, with the zero value of the partial as its

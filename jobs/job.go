@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 )
 
 // Job is the byte-level interface of a job type, which the coordinator and the workers call: the
@@ -56,12 +57,19 @@ type Aggregate interface {
 	Result() (json.RawMessage, error)
 }
 
-// Env is the storage a job may read: in production Azure Blob Storage, in tests Azurite.
+// Env is the storage a job may read (in production Azure Blob Storage, in tests Azurite) and the
+// logger of its code.
 type Env interface {
 	// ListBlobs lists the blobs in container whose names start with prefix, in name order.
 	ListBlobs(ctx context.Context, container, prefix string) ([]BlobInfo, error)
 	// ReadRange reads count bytes of a blob from offset (fewer at the end of the blob).
 	ReadRange(ctx context.Context, container, name string, offset, count int64) (io.ReadCloser, error)
+	// Logger is where job code logs. In Map on a worker its lines go to the job's log (worker
+	// logs JOB), each with the worker, shard and attempt; they are kept while the attempt runs
+	// and written when it ends (one append, also when Map fails or panics), at most
+	// 1000 lines an attempt. Elsewhere (Split on the leader, package jobstest) they go to the
+	// process's log. Never nil.
+	Logger() *slog.Logger
 }
 
 // BlobInfo names a blob and its size in bytes.

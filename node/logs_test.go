@@ -9,6 +9,7 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -50,5 +51,66 @@ func TestLogs_Command(t *testing.T) {
 	}
 	if code, _, errOut := run(t, cli, "logs", "20261128-000000-00000000"); code != 1 || !strings.Contains(errOut, "20261128-000000-00000000") {
 		t.Fatalf("logs of a missing job: %d %s", code, errOut)
+	}
+}
+
+// loggingJob logs from its Map through env.Logger(); shard 1 panics on its first attempt after
+// logging, so its line must reach the log although the attempt failed.
+type loggingJob struct{}
+
+type loggingParams struct {
+	Shards int `json:"shards" jobs:"required"`
+}
+
+func (loggingJob) Split(_ context.Context, _ jobs.Env, p loggingParams) ([]int, error) {
+	s := make([]int, p.Shards)
+	for i := range s {
+		s[i] = i
+	}
+	return s, nil
+}
+
+func (loggingJob) Map(ctx context.Context, env jobs.Env, s int) (int64, error) {
+	task, _ := jobs.TaskFrom(ctx)
+	env.Logger().Info("mapped a shard", "value", s)
+	if s == 1 && task.Attempt == 1 {
+		env.Logger().Warn("about to panic")
+		panic("shard 1 fails once")
+	}
+	return int64(s), nil
+}
+
+func (loggingJob) Merge(a, b int64) int64 { return a + b }
+
+// A line a job's Map logged through env.Logger() on a real worker is printed by `worker logs
+// JOB`, with its worker, shard and attempt; so is the line of an attempt that panicked.
+func TestLogs_FromMap(t *testing.T) {
+	c := newCluster(t)
+	reg := builtin.Registry()
+	if err := reg.Register(jobs.Typed("logging", loggingJob{})); err != nil {
+		t.Fatal(err)
+	}
+	c.startWorker(t, reg, "wlog")
+	cli := c.node(t, reg)
+	code, id, errOut := run(t, cli, "submit", "--type", "logging", "--params", `{"shards":3}`, "--wait", "--quiet", "--poll", "50ms")
+	if code != 0 {
+		t.Fatalf("submit: %d %s %s", code, id, errOut)
+	}
+	id = strings.TrimSpace(strings.SplitN(id, "\n", 2)[0])
+	code, out, errOut := run(t, cli, "logs", id)
+	if code != 0 {
+		t.Fatalf("logs: %d %q %q", code, out, errOut)
+	}
+	for _, want := range []string{
+		"[wlog shard 0 attempt 1] mapped a shard",
+		"[wlog shard 2 attempt 1] mapped a shard",
+		"[wlog shard 1 attempt 1] about to panic",
+		"[wlog shard 1 attempt 1] map step panicked",
+		"[wlog shard 1 attempt 2] mapped a shard",
+		`value="1"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker logs %s lacks %q:\n%s", id, want, out)
+		}
 	}
 }

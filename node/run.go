@@ -186,7 +186,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 
 	// The data plane (a Map's reads, a keyed job's runs and outputs) has a connection pool of its
 	// own: lease renewals and checkpoints never wait behind it (store.DataTransport).
-	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer)
+	env := store.NewEnv(clients.Data).WithJobsContainer(cfg.JobsContainer).WithLogger(log.With("component", "job"))
 	for _, pr := range progs {
 		pr.SetEnv(env) // a reduce reads its job's parameters
 	}
@@ -194,6 +194,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	p.worker.JobLogs = jobLogs(client.NewJobLog(clients.Data, cfg.JobsContainer), cfg.ID)
 	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt), env)
 	if err != nil {
 		return err

@@ -423,6 +423,7 @@ func translate(op string, err error) error {
 type Env struct {
 	client *azblob.Client
 	jobs   string
+	log    *slog.Logger
 }
 
 // NewEnv returns a jobs.Env over client.
@@ -439,6 +440,18 @@ func (e *Env) JobsContainer() string {
 		return jobs.DefaultJobsContainer
 	}
 	return e.jobs
+}
+
+// WithLogger returns a copy of e whose Logger is log.
+func (e *Env) WithLogger(log *slog.Logger) *Env { c := *e; c.log = log; return &c }
+
+// Logger implements jobs.Env: the logger WithLogger set, or slog.Default(). A worker hands each
+// shard attempt its own (jobs.EnvWithLogger), whose lines go to the job's log.
+func (e *Env) Logger() *slog.Logger {
+	if e.log == nil {
+		return slog.Default()
+	}
+	return e.log
 }
 
 var _ jobs.Env = (*Env)(nil)

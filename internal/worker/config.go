@@ -2,6 +2,7 @@ package worker
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,7 +57,16 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives the start and end of every map step (package observe). Default: none.
 	Metrics Metrics
+	// JobLogs gives each shard attempt the logger of its job code (env.Logger() in Map,
+	// jobs.LoggerFrom in a keyed Reduce) and the function that writes the attempt's lines to the
+	// job's log, called once when the attempt ends. Default: job code logs to Logger, with the
+	// job, shard and attempt. package node keeps the lines in the job's log (client.JobLog).
+	JobLogs JobLogs
 }
+
+// JobLogs makes the logger of one shard attempt of job on this worker and the function that
+// writes its lines (one append; no lines, no write). shard is the task's index.
+type JobLogs func(job string, shard, attempt int) (log *slog.Logger, flush func(context.Context) error)
 
 // DefaultConfig returns the defaults (ID left empty; ProgressInterval 0 means a third of the
 // bus's shard timeout).

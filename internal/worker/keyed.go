@@ -126,7 +126,7 @@ func execution() int { return rand.IntN(1<<31-2) + 1 }
 
 // runKeyed runs one task of a keyed job and returns its result (a MapCommit or a ReduceCommit,
 // JSON). A panic in the job's code is an error (package jobs recovers it, with the stack).
-func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.ShardMsg, attempt int) ([]byte, error) {
+func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, env jobs.Env, m *protocol.ShardMsg, attempt int) ([]byte, error) {
 	kt, err := protocol.DecodeKeyedTask(m.Shard)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
@@ -138,7 +138,7 @@ func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, m *protocol.Sha
 	var res []byte
 	switch kt.Task {
 	case protocol.TaskMap:
-		res, err = w.mapTask(ctx, kj, ks, m, attempt, kt)
+		res, err = w.mapTask(ctx, kj, env, ks, m, attempt, kt)
 	default:
 		res, err = w.reduceTask(ctx, kj, ks, m, kt)
 	}
@@ -163,7 +163,7 @@ func (w *Worker) jobEnded(ctx context.Context, ks KeyedStore, job string) bool {
 	return err == nil && rec.State.Terminal()
 }
 
-func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, attempt int, kt protocol.KeyedTask) ([]byte, error) {
+func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, env jobs.Env, ks KeyedStore, m *protocol.ShardMsg, attempt int, kt protocol.KeyedTask) ([]byte, error) {
 	name := protocol.MapRunBlob(m.Job, m.Index, execution())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -171,7 +171,7 @@ func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m
 	cs := shuffle.NewConcatSink(pw)
 	task := jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: kt.Shard}
 	cfg := shuffle.MapConfig{Partitions: kt.Partitions, MemoryBytes: min(w.taskBudget(), MapBufferMemory), TempDir: w.cfg.TempDir}
-	stats, err := shuffle.Map(ctx, kj, w.env, task, cs.Sink(), cfg)
+	stats, err := shuffle.Map(ctx, kj, env, task, cs.Sink(), cfg)
 	w.keyed.mapTasks.Add(1)
 	w.keyed.spilledBytes.Add(stats.SpilledBytes)
 	w.keyed.peak(stats.PeakMemory)

@@ -179,14 +179,19 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 	}
 	start := time.Now()
 	w.cfg.Metrics.MapStarted(m.Type)
+	log, flush := w.jobLog(m.Job, m.Index, attempt)
 	defer func() {
 		dur = time.Since(start)
 		if r := recover(); r != nil {
 			w.log.Error("map step panicked", "job", m.Job, "shard", m.Index, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("panic: %v", r)
+			log.Error("map step panicked", "panic", fmt.Sprint(r))
 		}
 		w.cfg.Metrics.MapFinished(m.Type, dur, err)
+		w.flushJobLog(ctx, m.Job, flush)
 	}()
+	env := jobs.EnvWithLogger(w.env, log)
+	ctx = jobs.ContextWithLogger(ctx, log)
 	if err := precise.Sleep(ctx, w.cfg.MapDelay); err != nil {
 		return nil, 0, err
 	}
@@ -195,9 +200,33 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 		if kj == nil {
 			return nil, 0, fmt.Errorf("%w: a keyed task of job type %q, which is not keyed on this worker", jobs.ErrPermanent, m.Type)
 		}
-		partial, err = w.runKeyed(ctx, kj, m, attempt) // keyed.go
+		partial, err = w.runKeyed(ctx, kj, env, m, attempt) // keyed.go
 		return partial, 0, err
 	}
-	partial, err = job.Map(ctx, w.env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
+	partial, err = job.Map(ctx, env, jobs.Task{JobID: m.Job, Index: m.Index, Attempt: attempt, Shard: m.Shard})
 	return partial, 0, err
+}
+
+// jobLog returns the logger of one shard attempt's job code and the function that writes its
+// lines (Config.JobLogs); without JobLogs, lines go to the worker's log.
+func (w *Worker) jobLog(job string, shard, attempt int) (*slog.Logger, func(context.Context) error) {
+	if w.cfg.JobLogs != nil {
+		if log, flush := w.cfg.JobLogs(job, shard, attempt); log != nil && flush != nil {
+			return log, flush
+		}
+	}
+	return w.cfg.Logger.With("job", job, "shard", shard, "attempt", attempt), func(context.Context) error { return nil }
+}
+
+// jobLogFlushTimeout bounds the write of an attempt's lines to its job's log.
+const jobLogFlushTimeout = 10 * time.Second
+
+// flushJobLog writes an attempt's lines to its job's log, even when the worker is stopping
+// (the attempt's lines are the ones that explain it). A failure costs the lines, not the shard.
+func (w *Worker) flushJobLog(ctx context.Context, job string, flush func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jobLogFlushTimeout)
+	defer cancel()
+	if err := flush(ctx); err != nil {
+		w.log.Warn("write a shard attempt's lines to its job's log", "job", job, "err", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -12,17 +13,53 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Env is an in-memory jobs.Env: containers of named blobs. It is safe for concurrent use.
+// Env is an in-memory jobs.Env: containers of named blobs, and a Logger whose lines Logs returns.
+// It is safe for concurrent use.
 type Env struct {
 	mu         sync.Mutex
 	containers map[string]map[string][]byte
 	oneByte    bool
+	logs       lockedBuffer
+	log        *slog.Logger
 }
 
 var _ jobs.Env = (*Env)(nil)
 
 // NewEnv returns an empty Env.
-func NewEnv() *Env { return &Env{containers: make(map[string]map[string][]byte)} }
+func NewEnv() *Env {
+	e := &Env{containers: make(map[string]map[string][]byte)}
+	e.log = slog.New(slog.NewTextHandler(&e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return e
+}
+
+// Logger implements jobs.Env: lines job code logs are kept, in slog's text form, for Logs.
+func (e *Env) Logger() *slog.Logger {
+	if e.log == nil {
+		return slog.Default()
+	}
+	return e.log
+}
+
+// Logs returns what job code logged through Logger so far, one line a record (slog's text form:
+// time=… level=INFO msg=… key=value).
+func (e *Env) Logs() string { return e.logs.String() }
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
 
 // Put stores a copy of data as blob name of container, creating the container if needed.
 func (e *Env) Put(container, name string, data []byte) {

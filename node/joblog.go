@@ -1,0 +1,23 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/worker"
+)
+
+// jobLogs gives each shard attempt on worker id a logger whose lines go to its job's log (the
+// append blob <job>/log), with the worker, shard and attempt: job code's env.Logger(). The lines
+// are kept while the attempt runs and written by one append when it ends.
+//
+// The engine (internal/worker) knows only the worker.JobLogs function; the handler and the
+// blob it writes are package client's, which node already depends on, so the worker needs no
+// storage client of its own and tests of the worker can give it any logger.
+func jobLogs(jl *client.JobLog, id string) worker.JobLogs {
+	return func(job string, shard, attempt int) (*slog.Logger, func(context.Context) error) {
+		h := client.NewJobLogHandler(jl, job, id, shard, attempt, "", nil)
+		return slog.New(h), h.Flush
+	}
+}
