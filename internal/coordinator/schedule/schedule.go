@@ -43,7 +43,7 @@ const (
 	pruneEvery     = time.Minute
 	// passWorkers is how many schedules a pass handles at once: a tick costs a few storage
 	// round trips, so hundreds of schedules a second need them in flight together.
-	passWorkers = 16
+	passWorkers = 32
 )
 
 // Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
