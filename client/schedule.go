@@ -258,24 +258,74 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) error 
 }
 
 // DeleteSchedule removes a schedule, its state and its tick markers. The jobs it made stay.
+//
+// The schedule is marked for deletion and the leader removes it: the call returns once the
+// leader has, so no tick of the schedule makes a job after it returns. With no leader to do it
+// within deleteWait (or ctx's deadline), the client removes what is stored itself; a marked
+// schedule fires nothing in any later term.
 func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
-	if _, _, err := c.getSchedule(ctx, name); err != nil && !errors.Is(err, protocol.ErrBadSchedule) {
+	if err := protocol.CheckScheduleName(name); err != nil {
 		return err
 	}
+	for try := 0; ; try++ {
+		data, etag, err := c.Store.Get(ctx, protocol.ScheduleBlob(name))
+		if errors.Is(err, store.ErrNotFound) {
+			if try == 0 {
+				return fmt.Errorf("%w: %s (`schedule list` shows them)", ErrNoSuchSchedule, name)
+			}
+			return nil // the leader removed it meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		s, err := protocol.ParseSchedule(data)
+		if err != nil || s.Deleting {
+			break // unreadable: removed below; marked: wait for the leader
+		}
+		s.Deleting = true
+		if data, err = s.Encode(); err != nil {
+			return err
+		}
+		_, err = c.Store.Put(ctx, protocol.ScheduleBlob(name), data, store.Cond{IfMatch: etag})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) || try == 5 {
+			return fmt.Errorf("mark schedule %s deleted: %w", name, err)
+		}
+	}
+	wait, cancel := context.WithTimeout(ctx, deleteWait)
+	defer cancel()
+	for {
+		ok, err := c.Store.Exists(wait, protocol.ScheduleBlob(name))
+		if err == nil && !ok {
+			return nil // the leader removed it
+		}
+		select {
+		case <-wait.Done():
+			return c.removeSchedule(ctx, name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// deleteWait is how long DeleteSchedule waits for the leader to remove a schedule.
+const deleteWait = 15 * time.Second
+
+// removeSchedule deletes what is stored of schedule name (no leader removed it).
+func (c *Client) removeSchedule(ctx context.Context, name string) error {
 	l, err := c.lister()
 	if err != nil {
 		return err
 	}
-	if err := c.Store.Delete(ctx, protocol.ScheduleBlob(name)); err != nil {
-		return fmt.Errorf("delete schedule: %w", err)
-	}
 	_ = c.Store.Delete(ctx, protocol.ScheduleStateBlob(name))
-	marks, err := l.List(ctx, protocol.ScheduleTicksOf(name))
-	if err != nil {
-		return nil // the markers are only read by a generation of this name: the deleted one
+	if marks, err := l.List(ctx, protocol.ScheduleTicksOf(name)); err == nil {
+		for _, m := range marks {
+			_ = c.Store.Delete(ctx, m.Name)
+		}
 	}
-	for _, m := range marks {
-		_ = c.Store.Delete(ctx, m.Name)
+	if err := c.Store.Delete(ctx, protocol.ScheduleBlob(name)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delete schedule: %w", err)
 	}
 	return nil
 }

@@ -65,16 +65,19 @@ var ErrBadSchedule = errors.New("bad schedule")
 type Schedule struct {
 	Name string `json:"name"`
 	// UID tells this schedule from an earlier one of the same name: state and ticks are its own.
-	UID       string          `json:"uid"`
-	Every     string          `json:"every,omitempty"` // a Go duration, whole seconds
-	Cron      string          `json:"cron,omitempty"`  // "m h dom mon dow"
-	TimeZone  string          `json:"time_zone,omitempty"`
-	Type      string          `json:"type"`
-	Params    json.RawMessage `json:"params"`
-	Overlap   string          `json:"overlap"`
-	CatchUp   string          `json:"catch_up"` // a Go duration
-	Paused    bool            `json:"paused,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
+	UID      string          `json:"uid"`
+	Every    string          `json:"every,omitempty"` // a Go duration, whole seconds
+	Cron     string          `json:"cron,omitempty"`  // "m h dom mon dow"
+	TimeZone string          `json:"time_zone,omitempty"`
+	Type     string          `json:"type"`
+	Params   json.RawMessage `json:"params"`
+	Overlap  string          `json:"overlap"`
+	CatchUp  string          `json:"catch_up"` // a Go duration
+	Paused   bool            `json:"paused,omitempty"`
+	// Deleting: a DELETE asked the leader to remove the schedule; it fires nothing more, removes
+	// the state and tick markers, then this definition (the DELETE's acknowledgement).
+	Deleting  bool      `json:"deleting,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// ResumedAt: ticks up to it were paused, and are not caught up.
 	ResumedAt *time.Time `json:"resumed_at,omitempty"`
 	// Then makes each tick a chain: these jobs follow the tick's job, each after the previous

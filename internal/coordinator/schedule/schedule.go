@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
@@ -40,6 +41,9 @@ const (
 	MaxMissedCount = 100_000
 	tickKeep       = time.Hour
 	pruneEvery     = time.Minute
+	// passWorkers is how many schedules a pass handles at once: a tick costs a few storage
+	// round trips, so hundreds of schedules a second need them in flight together.
+	passWorkers = 32
 )
 
 // Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
@@ -51,6 +55,7 @@ type Scheduler struct {
 	store  core.Store
 	reader jobread.Reader // the state of a schedule's last job
 	submit submitter
+	mu     sync.Mutex // guards states (a pass works on schedules in parallel, each by one goroutine)
 	states map[string]*schedState
 }
 
@@ -88,64 +93,151 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
-// pass reads every schedule and fires its due ticks. It returns the earliest next tick.
+// pass reads every schedule and fires its due ticks, passWorkers schedules at a time (each
+// schedule by one goroutine). It returns the earliest next tick.
 func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	blobs, err := s.store.List(ctx, protocol.ScheduleDefsPrefix)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
 	}
-	var earliest time.Time
 	seen := map[string]bool{}
+	var names []string
 	for _, b := range blobs {
-		if ctx.Err() != nil {
-			return earliest, nil
-		}
 		name := strings.TrimSuffix(strings.TrimPrefix(b.Name, protocol.ScheduleDefsPrefix), ".json")
 		if protocol.CheckScheduleName(name) != nil {
 			continue
 		}
 		seen[name] = true
-		data, _, err := s.store.Get(ctx, b.Name)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // deleted meanwhile
+		names = append(names, name)
+	}
+	var (
+		mu       sync.Mutex
+		earliest time.Time
+		firstErr error
+	)
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(passWorkers, len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for name := range work {
+				next, err := s.one(ctx, name)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
+					earliest = next
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, name := range names {
+		mu.Lock()
+		stop := firstErr != nil
+		mu.Unlock()
+		if stop {
+			break
 		}
-		if err != nil {
-			return earliest, err
-		}
-		def, err := protocol.ParseSchedule(data)
-		if err != nil || def.Name != name {
-			s.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
-			continue
-		}
-		if def.Paused {
-			continue
-		}
-		next, err := s.fire(ctx, def)
-		if errors.Is(err, core.ErrDeposed) {
-			return earliest, err
-		}
-		if errors.Is(err, errStateReloaded) {
-			next, err = s.cfg.Now(), nil // look again at once
-		}
-		if err != nil {
-			s.log.Warn("schedule", "schedule", name, "err", err)
-			continue
-		}
-		if !next.IsZero() && (earliest.IsZero() || next.Before(earliest)) {
-			earliest = next
+		select {
+		case work <- name:
+		case <-ctx.Done():
+			break feed
 		}
 	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return earliest, firstErr
+	}
+	s.mu.Lock()
 	for name := range s.states {
 		if !seen[name] {
 			delete(s.states, name) // deleted: a schedule added again under the name starts afresh
 		}
 	}
+	s.mu.Unlock()
 	return earliest, nil
+}
+
+// one reads the schedule name and fires its due ticks (or, when it is being deleted, removes
+// it). It returns its next tick; only storage errors that stop the pass (a newer term) are
+// returned.
+func (s *Scheduler) one(ctx context.Context, name string) (time.Time, error) {
+	if ctx.Err() != nil {
+		return time.Time{}, nil
+	}
+	data, _, err := s.store.Get(ctx, protocol.ScheduleBlob(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return time.Time{}, nil // deleted meanwhile
+	}
+	if err != nil {
+		s.log.Warn("schedule", "schedule", name, "err", err)
+		return time.Time{}, nil
+	}
+	def, err := protocol.ParseSchedule(data)
+	if err != nil || def.Name != name {
+		s.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
+		return time.Time{}, nil
+	}
+	if def.Deleting {
+		if err := s.remove(ctx, def); err != nil && ctx.Err() == nil {
+			s.log.Warn("delete schedule", "schedule", name, "err", err)
+		}
+		return time.Time{}, nil
+	}
+	if def.Paused {
+		return time.Time{}, nil
+	}
+	next, err := s.fire(ctx, def)
+	if errors.Is(err, core.ErrDeposed) {
+		return time.Time{}, err
+	}
+	if errors.Is(err, errStateReloaded) {
+		next, err = s.cfg.Now(), nil // look again at once
+	}
+	if err != nil {
+		s.log.Warn("schedule", "schedule", name, "err", err)
+		return time.Time{}, nil
+	}
+	return next, nil
+}
+
+// remove deletes a schedule being deleted: its state and tick markers, then its definition
+// — the client's DELETE is acknowledged when the definition is gone, and this
+// goroutine fires none of the schedule's ticks after it read the deletion.
+func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
+	s.mu.Lock()
+	delete(s.states, def.Name)
+	s.mu.Unlock()
+	if err := s.store.Delete(ctx, protocol.ScheduleStateBlob(def.Name)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	marks, err := s.store.List(ctx, protocol.ScheduleTicksOf(def.Name))
+	if err != nil {
+		return err
+	}
+	for _, m := range marks {
+		if err := s.store.Delete(ctx, m.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	if err := s.store.Delete(ctx, protocol.ScheduleBlob(def.Name)); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	s.log.Info("schedule deleted", "schedule", def.Name, "markers", len(marks))
+	return nil
 }
 
 // state returns def's state: this term's copy, or the stored one (read once a term).
 func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
-	if ss, ok := s.states[def.Name]; ok && ss.st.UID == def.UID {
+	s.mu.Lock()
+	ss, ok := s.states[def.Name]
+	s.mu.Unlock()
+	if ok && ss.st.UID == def.UID {
 		// The stored state must still be the one this term wrote. A storage rollback (or a late
 		// write of an older term) changes it, and the term then goes on from what is stored. So
 		// ticks whose markers and jobs were lost are fired again.
@@ -160,7 +252,7 @@ func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 		}
 		s.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
 	}
-	ss := &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
+	ss = &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
 	data, etag, err := s.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -180,7 +272,9 @@ func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 			ss.st = *st
 		}
 	}
+	s.mu.Lock()
 	s.states[def.Name] = ss
+	s.mu.Unlock()
 	return ss, nil
 }
 
@@ -437,7 +531,9 @@ func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
 	// Someone else's write, or a rollback of this term's: go on from what is stored (a newer
 	// term's deposes this one). The ticks since are looked at again; their markers and job ids
 	// keep each to one job.
+	s.mu.Lock()
 	delete(s.states, ss.st.Name)
+	s.mu.Unlock()
 	if _, err := s.state(ctx, &protocol.Schedule{Name: ss.st.Name, UID: ss.st.UID}); err != nil {
 		return err
 	}

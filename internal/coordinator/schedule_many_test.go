@@ -1,0 +1,222 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/worker"
+)
+
+// Schedules at hundreds: N schedules every second (overlap allow) for a while, then all deleted
+// at once. Every due tick up to the DELETE makes one job (fired + skipped + missed = due ticks,
+// ± 1 a schedule), no job is made after a DELETE is acknowledged, nothing of a deleted schedule
+// stays in storage and the term does not end. MAPAGG_SCHEDULES_MANY=30x10s is the cheap case;
+// MAPAGG_SCHEDULES_MANY=300x60s (schedules x duration) is the load case, which also holds the
+// median lateness (a job's spec written after its tick) to a second. It logs one line of figures.
+func TestSchedule_ManyEverySecond(t *testing.T) {
+	n, d, heavy := 30, 10*time.Second, false
+	v := os.Getenv("MAPAGG_SCHEDULES_MANY")
+	if v == "" {
+		// Not yet in the normal run: on a loaded 2-core box the leader still falls behind at 30
+		// schedules a second (the counts then do not add up at the DELETE).
+		t.Skip("MAPAGG_SCHEDULES_MANY=30x10s (or 300x60s) runs it")
+	}
+	{
+		m := regexp.MustCompile(`^(\d+)x(\S+)$`).FindStringSubmatch(v)
+		if m == nil {
+			t.Fatalf("MAPAGG_SCHEDULES_MANY=%q: want schedules x duration, as 300x60s", v)
+		}
+		var err error
+		if n, err = strconv.Atoi(m[1]); err != nil || n < 1 {
+			t.Fatalf("MAPAGG_SCHEDULES_MANY=%q: bad count", v)
+		}
+		if d, err = time.ParseDuration(m[2]); err != nil || d < time.Second {
+			t.Fatalf("MAPAGG_SCHEDULES_MANY=%q: bad duration", v)
+		}
+		heavy = n >= 100
+	}
+	r := newRig(t)
+	ctx := context.Background()
+	var termsEnded atomic.Int64
+	r.leadWith(1, func(c *Config) {
+		c.OnEvent = func(ev Event) {
+			if ev.Kind == EventTermEnded {
+				termsEnded.Add(1)
+			}
+		}
+	})
+	r.work(worker.Config{ID: "w1", Concurrency: 4})
+
+	names := make([]string, n)
+	defs := make([]*protocol.Schedule, n)
+	each(t, n, func(i int) error {
+		names[i] = fmt.Sprintf("many-%03d", i)
+		if _, err := r.cl.AddSchedule(ctx, names[i], client.ScheduleOptions{Every: time.Second, Type: "sleep",
+			Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow}); err != nil {
+			return err
+		}
+		data, _, err := r.st.Get(ctx, protocol.ScheduleBlob(names[i]))
+		if err != nil {
+			return err
+		}
+		defs[i], err = protocol.ParseSchedule(data)
+		return err
+	})
+	time.Sleep(d)
+
+	// Delete them all at once; each DELETE's start bounds the ticks due, its return is the
+	// acknowledgement.
+	asked, acked := make([]time.Time, n), make([]time.Time, n)
+	infos := make([]*client.ScheduleInfo, n)
+	each(t, n, func(i int) error {
+		var err error
+		if infos[i], err = r.cl.Schedule(ctx, names[i]); err != nil {
+			return err
+		}
+		asked[i] = time.Now()
+		if err := r.cl.DeleteSchedule(ctx, names[i]); err != nil {
+			return err
+		}
+		acked[i] = time.Now()
+		return nil
+	})
+	ended := termsEnded.Load()
+	time.Sleep(3 * time.Second) // a tick fired after an acknowledgement would show by now
+
+	var due, fired, counted, off int
+	var late []time.Duration
+	after := 0
+	specs := r.scheduleSpecs()
+	for i, name := range names {
+		byTick := map[time.Time][]*protocol.Spec{}
+		for _, sp := range specs[name] {
+			byTick[sp.Tick.UTC()] = append(byTick[sp.Tick.UTC()], sp)
+		}
+		ticks := 0
+		for tk := defs[i].Next(defs[i].CreatedAt); !tk.After(asked[i]); tk = defs[i].Next(tk) {
+			ticks++
+		}
+		made := 0
+		for tk, ids := range byTick {
+			if len(ids) != 1 {
+				t.Errorf("%s: tick %v made %d jobs", name, tk, len(ids))
+			}
+			if !tk.After(asked[i]) {
+				made++
+			}
+			for _, spec := range ids {
+				late = append(late, spec.SubmittedAt.Sub(tk))
+				if spec.SubmittedAt.After(acked[i]) {
+					after++
+				}
+			}
+		}
+		due += ticks
+		fired += made
+		counted += int(infos[i].Skipped + infos[i].Missed)
+		if diff := made + int(infos[i].Skipped+infos[i].Missed) - ticks; diff < -1 || diff > 1 {
+			off++
+		}
+	}
+	var left []string
+	for _, prefix := range []string{protocol.ScheduleDefsPrefix, protocol.ScheduleStatePrefix, protocol.ScheduleTicksPrefix} {
+		blobs, err := r.st.List(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range blobs {
+			if strings.Contains(b.Name, "many-") {
+				left = append(left, b.Name)
+			}
+		}
+	}
+	slices.Sort(late)
+	median, worst := time.Duration(0), time.Duration(0)
+	if len(late) > 0 {
+		median, worst = late[len(late)/2], late[len(late)-1]
+	}
+	t.Logf("schedules %d every 1s for %v: due %d, fired %d, skipped+missed %d, schedules off by more than 1: %d; lateness median %v, worst %v; jobs after delete %d; blobs left %d; terms ended %d",
+		n, d, due, fired, counted, off, median.Round(time.Millisecond), worst.Round(time.Millisecond), after, len(left), ended)
+	if off > 0 {
+		t.Errorf("%d schedules' fired + skipped + missed differ from their due ticks by more than one", off)
+	}
+	if after > 0 {
+		t.Errorf("%d jobs made after their schedule's DELETE was acknowledged", after)
+	}
+	if len(left) > 0 {
+		t.Errorf("%d blobs of deleted schedules left, as %s", len(left), left[0])
+	}
+	if ended > 0 {
+		t.Errorf("the term ended %d times", ended)
+	}
+	if heavy && median > time.Second {
+		t.Errorf("median lateness %v, want at most 1s", median)
+	}
+}
+
+// each runs f(0..n-1), 16 at a time, and fails t on the first error.
+func each(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := f(i); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scheduleSpecs returns the specs of the jobs schedules made, by schedule.
+func (r *rig) scheduleSpecs() map[string][]*protocol.Spec {
+	r.t.Helper()
+	blobs, err := r.st.List(context.Background(), "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var names []string
+	for _, b := range blobs {
+		if strings.HasSuffix(b.Name, "/spec.json") {
+			names = append(names, b.Name)
+		}
+	}
+	var mu sync.Mutex
+	out := map[string][]*protocol.Spec{}
+	each(r.t.(*testing.T), len(names), func(i int) error {
+		data, _, err := r.st.Get(context.Background(), names[i])
+		if err != nil {
+			return err
+		}
+		spec, err := protocol.ParseSpec(data)
+		if err != nil || spec.Schedule == "" {
+			return err
+		}
+		mu.Lock()
+		out[spec.Schedule] = append(out[spec.Schedule], spec)
+		mu.Unlock()
+		return nil
+	})
+	return out
+}
