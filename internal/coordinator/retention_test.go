@@ -72,6 +72,12 @@ func TestDelete_FinishedJobLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.wait(b, 10*time.Second)
+	// The leader retires a cancelled job (clean-up, then its ended marker) after its status
+	// says cancelled; a delete in between can be overtaken by the marker (a known gap, docs/design.md).
+	eventually(t, 10*time.Second, "b's clean-up ends", func() bool {
+		ok, _ := r.st.Exists(ctx, protocol.ActiveBlob(b))
+		return !ok
+	})
 	eventually(t, 10*time.Second, "b deleted", func() bool { return r.cl.Delete(ctx, b) == nil })
 	if left := r.blobsOf(b); len(left) > 0 {
 		t.Fatalf("deleted job left %v", left)
