@@ -151,10 +151,22 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The detail view of the job that survived the leader's death: its parameters, times, the
 	// leader that finished it and a link to its exact result.
+	// A re-render can replace the node chromedp found before its click lands ("Could not find
+	// node with given id"): that click was never dispatched (the node is resolved before the mouse
+	// events), so it is tried again on the node now in the page, for a few seconds.
 	click := func(sel string) {
 		t.Helper()
-		if err := chromedp.Run(bctx, chromedp.Click(sel, chromedp.ByQuery)); err != nil {
-			t.Fatalf("click %s: %v", sel, err)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := chromedp.Run(bctx, chromedp.Click(sel, chromedp.ByQuery))
+			if err == nil {
+				return
+			}
+			if !strings.Contains(err.Error(), "Could not find node with given id") || time.Now().After(deadline) {
+				t.Fatalf("click %s: %v", sel, err)
+			}
+			t.Logf("click %s: %v; again on the node now in the page", sel, err)
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	click(fmt.Sprintf(`tr.job[data-id=%q] td`, id))

@@ -223,7 +223,19 @@ function render(warn) {
   // Jobs.
   const jb = $("#jobs tbody");
   const shown = search ? jobs.filter((x) => x.id.startsWith(search)) : jobs;
-  jb.replaceChildren(...shown.map(jobRow));
+  // Rows that did not change stay the same nodes, untouched: a row being clicked, or read by a
+  // screen reader, is not swapped out under the pointer by a re-render that changed nothing in it.
+  const had = new Map([...jb.children].map((r) => [r.dataset.id, r]));
+  const rows = shown.map((j) => {
+    const sig = JSON.stringify(j) + (j.id === selected ? " selected" : "");
+    const r = had.get(j.id);
+    if (r && r.sig === sig) return r;
+    const n = jobRow(j);
+    n.sig = sig;
+    return n;
+  });
+  rows.forEach((r, i) => { if (jb.children[i] !== r) jb.insertBefore(r, jb.children[i] || null); });
+  while (jb.children.length > rows.length) jb.lastElementChild.remove();
   $("#jobs-empty").style.display = jobs.length ? "none" : "";
   $("#jobs-warning").hidden = !warn;
   $("#jobs-warning").textContent = warn || "";
