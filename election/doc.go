@@ -155,7 +155,7 @@
 // rests on the epochs written with the state, which went with the storage too.
 //
 // Cold start. A starting follower that finds the lease held by a term it has heard no beat of
-// watches that term as if its last beat had come when it started listening (EventColdStart). A
+// watches that term as if its last beat had come as it read the blob (EventColdStart). A
 // live leader's next beat refreshes it; a dead one is confirmed gone by probes or a silence of
 // SuspicionTimeout and broken fenced, as any follower does: after the whole cluster died, the
 // first worker back leads in about 2 s instead of waiting out the lease.

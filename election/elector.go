@@ -235,7 +235,7 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 			case errors.Is(err, ErrLeaseHeld):
 				e.log.Debug("lease held by another; following")
 				if !cold && !listening.IsZero() {
-					cold = e.coldStart(ctx, listening)
+					cold = e.coldStart(ctx)
 				}
 			case errors.Is(err, ErrNotFound):
 				e.log.Warn("lease blob missing; recreating it", "err", err)
@@ -264,14 +264,14 @@ func (e *Elector) Run(ctx context.Context, lead func(leaderCtx context.Context) 
 
 // coldStart runs once a starting follower finds the lease held and has heard no beat since it
 // started listening: it reads the lease blob and watches the term stamped there as if its last beat
-// had come when this process started listening. A live leader's next beat (within a heartbeat
+// had come as it read it. A live leader's next beat (within a heartbeat
 // interval) refreshes it. A dead one, after every worker was killed, is confirmed gone by probes
 // ("no responders": nothing answers for the term) and its lease broken, fenced on the stamp's
 // ETag, as any follower does: the first worker back leads within about 2 s, not after the dead
 // lease runs out. Silence alone does not count before a beat was heard (a follower whose beats
 // never arrive breaks nothing), so it needs Config.Prober. It reports whether the lookup is done
 // (false: try again at the next refusal).
-func (e *Elector) coldStart(ctx context.Context, listening time.Time) bool {
+func (e *Elector) coldStart(ctx context.Context) bool {
 	if e.cfg.Heartbeats == nil || e.cfg.Prober == nil || e.watch.hasHeard() {
 		return true
 	}
@@ -285,7 +285,13 @@ func (e *Elector) coldStart(ctx context.Context, listening time.Time) bool {
 	if err != nil || epoch == 0 || !p.Held() || p.Metadata[MetaReleased] != "" {
 		return true
 	}
-	if !e.watch.seed(listening, epoch, p.Metadata[MetaLeader], e.session()) {
+	// The silence counts from now, not from when this process started listening: the term may
+	// have been stamped a moment ago, its leader not yet answering probes nor beating. Seeded at
+	// the start of listening (seconds ago on a loaded machine), it was probed at once: a
+	// follower announced a probe of a live term, and a leader slower than the probes' 100 ms to
+	// put its answer up would have had its lease broken. From now, a live leader has ProbeAfter
+	// to beat; a dead one is found ProbeAfter later.
+	if !e.watch.seed(time.Now(), epoch, p.Metadata[MetaLeader], e.session()) {
 		return true
 	}
 	e.coldStarts.Add(1)

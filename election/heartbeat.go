@@ -89,6 +89,8 @@ type watch struct {
 	lastBeat time.Time // last beat of epoch (monotonic); the silence the probe path measures
 	session  uint64    // Prober.Session when that beat arrived
 	probed   time.Time // when the probe path last ran
+	silenced time.Time // when it last ran on a silence (not a watch probe): first of a silence
+	told     time.Time // lastBeat of the silence EventProbing was emitted for (announce)
 	answers  bool      // the last beat said the term answers probes
 	next     []string  // the last beat's successors
 	poked    time.Time // when a release was announced (monotonic)
@@ -238,6 +240,19 @@ func (w *watch) unchanged(s suspicion) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.epoch == s.epoch && w.beats == s.beats
+}
+
+// announce reports whether EventProbing is still to be emitted for the silence of s: true once
+// per silence (the beat it follows), when s is still the current term. The watcher's watch probe
+// and its later silence probe of the same silence then emit it once between them.
+func (w *watch) announce(s suspicion) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.epoch != s.epoch || w.beats != s.beats || w.told.Equal(w.lastBeat) {
+		return false
+	}
+	w.told = w.lastBeat
+	return true
 }
 
 // inherited is the successors named by the last term heard, without this process: the ones a

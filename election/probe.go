@@ -47,7 +47,7 @@ const (
 // has not changed since the term's last beat, and no probe of this silence ran within after. The
 // term's first successor (the watcher) probes it every watchEvery (> 0) without waiting for a
 // silence, so that a crash is seen within a probe period, not after a missed beat. It marks the
-// probe as run; first says it is the first of this silence.
+// probe as run; first says it is the first silence probe (not a watch probe) of this silence.
 func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, watchEvery time.Duration) (s suspicion, first, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -62,9 +62,14 @@ func (w *watch) probeDue(now time.Time, healthy bool, session uint64, after, wat
 	if silent < need || now.Sub(w.probed) < every {
 		return suspicion{}, false, false
 	}
-	first = !w.probed.After(w.lastBeat)
+	watching := silent < after
+	// The watcher's watch probes of this silence do not make its first silence probe a repeat.
+	first = !watching && !w.silenced.After(w.lastBeat)
 	w.probed = now
-	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats, watching: silent < after}, first, true
+	if !watching {
+		w.silenced = now
+	}
+	return suspicion{epoch: w.epoch, leader: w.leader, silent: silent, beats: w.beats, watching: watching}, first, true
 }
 
 // probeAfterLocked is the silence after which this follower probes the term: after for the
@@ -105,7 +110,7 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 			}
 			return false
 		}
-		if n == 1 && s.watching {
+		if n == 1 && s.watching && e.watch.announce(s) {
 			e.log.Debug("the watched term has no responders; confirming", "suspected_epoch", s.epoch, "silent_for", time.Since(e.watch.lastBeatAt()).Round(time.Millisecond))
 			e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
 		}
@@ -152,9 +157,11 @@ func (p *prober) running() bool {
 
 // startProbe confirms in a goroutine of its own whether the silent term of s is gone; a
 // confirmed term is sent on e.prb.verdict. It does nothing while a confirmation is in flight.
+// Every confirmation is announced (EventProbing, once a silence): a silence probe here, a watch
+// probe when its first probe finds no responders (confirmGone).
 func (e *Elector) startProbe(ctx context.Context, s suspicion, first bool) {
 	p := &e.prb
-	if first && !s.watching && !p.running() {
+	if first && !s.watching && !p.running() && e.watch.announce(s) {
 		e.log.Debug("no heartbeat from the leader; probing its term", "suspected_epoch", s.epoch, "silent_for", s.silent.Round(time.Millisecond))
 		e.emit(EventProbing, Term{Epoch: s.epoch, Identity: s.leader}, nil)
 	}

@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	neturl "net/url"
 	"os"
@@ -236,6 +237,17 @@ func (c *probeCluster) elected(k int, within time.Duration) (*probeNode, electio
 	return nil, election.Event{}
 }
 
+// since lists every event recorded, with its node and time relative to t0 (for a failure).
+func (c *probeCluster) since(t0 time.Time) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var b strings.Builder
+	for i, ev := range c.events {
+		fmt.Fprintf(&b, "\n  %s %s epoch %d %v", c.ids[i], ev.Kind, ev.Term.Epoch, ev.At.Sub(t0).Round(time.Millisecond))
+	}
+	return b.String()
+}
+
 func (c *probeCluster) stats() (s election.Stats) {
 	for _, n := range c.nodes {
 		x := n.el.Stats()
@@ -274,7 +286,7 @@ func TestProbe_CrashedLeaderReplacedByNoResponders(t *testing.T) {
 	// The first successor watches the live term: its probe, not a missed beat, saw the crash.
 	watcher := map[string]string{"a-node": "b-node", "b-node": "a-node", "c-node": "a-node"}[old.id]
 	if seen, ids := c.of(election.EventProbing); len(seen) == 0 || ids[0] != watcher {
-		t.Errorf("confirmation started by %v, want the watcher %s", ids, watcher)
+		t.Errorf("confirmation started by %v, want the watcher %s; events %s", ids, watcher, c.since(killed))
 	} else {
 		t.Logf("kill -> the watcher's probe found no responders %v", seen[0].At.Sub(killed).Round(time.Millisecond))
 	}

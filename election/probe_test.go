@@ -3,8 +3,11 @@ package election
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
 // The probe path runs only on a silence of the heard term, only while healthy, only on the
@@ -232,4 +235,89 @@ func TestGuard_Stalled(t *testing.T) {
 	if _, ok := g.stalled(t0.Add(time.Hour)); ok {
 		t.Error("still stalled after a successful renewal")
 	}
+}
+
+// flakyProber times out its first probes (a probe that reached the leader's connection as it
+// died is never answered; on a loaded machine the watcher's 50 ms probes time out), then finds
+// no responders.
+type flakyProber struct {
+	nilProber
+	timeouts *atomic.Int32
+}
+
+func (f flakyProber) Probe(ctx context.Context, _ uint64) error {
+	if f.timeouts.Add(-1) >= 0 {
+		return context.DeadlineExceeded
+	}
+	return ErrNoResponders
+}
+
+// Every confirmation is announced: the watcher whose watch probes of a crash all timed out
+// confirms it by its silence probe, and that probe emits EventProbing. (Its watch probes had
+// marked the silence as probed, so the silence probe counted as a repeat and emitted nothing: a
+// takeover by "no responders" with no EventProbing, seen under load.) One event a silence.
+func TestProber_WatcherSilenceProbeAnnounced(t *testing.T) {
+	const after, every = 300 * time.Millisecond, 50 * time.Millisecond
+	var rec events
+	timeouts := &atomic.Int32{}
+	timeouts.Store(1)
+	cfg := testConfig("prober", "me")
+	cfg.Heartbeats, cfg.Prober, cfg.ProbeConfirm = (&hub{}).port(), flakyProber{timeouts: timeouts}, 10*time.Millisecond
+	cfg.ProbeAfter, cfg.WatchEvery, cfg.OnEvent = after, every, rec.add
+	e, err := New(nilAPI{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	t0 := time.Now()
+	e.watch.observe(Beat{Epoch: 4, Identity: "l", Seq: 1, Answers: true, Successors: []string{"me"}}, t0, 0)
+	run := func(now time.Time, watching bool) {
+		t.Helper()
+		s, first, ok := e.watch.probeDue(now, true, 0, after, every)
+		if !ok || s.watching != watching {
+			t.Fatalf("probeDue at %v = %+v, %v; want watching %v", now.Sub(t0), s, ok, watching)
+		}
+		e.startProbe(ctx, s, first)
+		testenv.Eventually(t, 10*time.Second, time.Millisecond, func() bool { return !e.prb.running() }, "the confirmation did not end")
+	}
+	run(t0.Add(every), true) // times out: unknown, nothing to announce
+	if got := rec.of(EventProbing); len(got) != 0 {
+		t.Fatalf("a watch probe that timed out announced %v", got)
+	}
+	run(t0.Add(after), false)
+	select {
+	case <-e.prb.verdict:
+	default:
+		t.Fatal("the silence probe found no responders but gave no verdict")
+	}
+	if got := rec.of(EventProbing); len(got) != 1 || got[0].Term.Epoch != 4 {
+		t.Fatalf("EventProbing %v; want one for epoch 4 before the verdict", got)
+	}
+
+	// A watch probe that announced the silence and then failed: the silence probe that confirms
+	// it announces nothing more.
+	e.watch.observe(Beat{Epoch: 4, Identity: "l", Seq: 2, Answers: true, Successors: []string{"me"}}, t0.Add(2*after), 0)
+	flaky := &failSecond{}
+	e.cfg.Prober = flaky
+	run(t0.Add(2*after+every), true)
+	if got := rec.of(EventProbing); len(got) != 2 {
+		t.Fatalf("%d EventProbing after a watch probe found no responders; want 2", len(got))
+	}
+	run(t0.Add(3*after), false)
+	if got := rec.of(EventProbing); len(got) != 2 {
+		t.Errorf("%d EventProbing; want the silence announced once", len(got))
+	}
+}
+
+// failSecond finds no responders but on its second probe, which times out.
+type failSecond struct {
+	nilProber
+	n atomic.Int32
+}
+
+func (f *failSecond) Probe(context.Context, uint64) error {
+	if f.n.Add(1) == 2 {
+		return context.DeadlineExceeded
+	}
+	return ErrNoResponders
 }
