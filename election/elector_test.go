@@ -206,6 +206,11 @@ func TestElector_DeposedLeaderIsFenced(t *testing.T) {
 		return !c.nodes[old.node].e.IsLeader()
 	}, "deposed leader still leads")
 	evs = c.waitTerms(2, 5*time.Second)
+	// IsLeader turns false when the term is lost; the lead function records its context's end a
+	// moment later, in its own goroutine (a follower may already lead by then).
+	testenv.Eventually(t, 2*time.Second, 2*time.Millisecond, func() bool { return !c.snapshot()[0].end.IsZero() },
+		"the deposed leader's context never ended")
+	evs = c.snapshot()
 	t.Logf("deposed leader's context ended %v after the break; next term after %v", evs[0].end.Sub(brokeAt), evs[1].start.Sub(brokeAt))
 	if evs[0].end.IsZero() || evs[0].end.Sub(brokeAt) > cfg.RenewInterval+time.Second {
 		t.Errorf("deposed leader's context ended %v after the break, want within one renew interval", evs[0].end.Sub(brokeAt))

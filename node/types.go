@@ -85,11 +85,11 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TYPE\tWORKERS\tNOTE")
 	for _, t := range out.Types {
-		note := ""
-		if t.Program {
-			note = "program (--program on its workers)"
+		fmt.Fprintf(tw, "%s\t%d of %d: %s", t.Type, len(t.Workers), len(workers), strings.Join(t.Workers, ", "))
+		if t.Program { // a line without a note ends at its workers: no trailing padding
+			fmt.Fprint(tw, "\tprogram (--program on its workers)")
 		}
-		fmt.Fprintf(tw, "%s\t%d of %d: %s\t%s\n", t.Type, len(t.Workers), len(workers), strings.Join(t.Workers, ", "), note)
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -165,7 +165,7 @@ func TestProgram_Failures(t *testing.T) {
 }
 
 func TestProgram_StderrIsBounded(t *testing.T) {
-	p := newProgram(t, "sh -c 'if [ $MAPAGG_ROLE = describe ]; then exit 0; fi; head -c 5000000 /dev/zero | tr \"\\0\" x >&2; echo; echo last words >&2; exit 1'", Config{StderrBytes: 1024})
+	p := newProgram(t, "sh -c 'if [ $MAPAGG_ROLE = describe ]; then exit 0; fi; head -c 5000000 /dev/zero | tr \"\\0\" x >&2; echo >&2; echo last words >&2; exit 1'", Config{StderrBytes: 1024})
 	env := jobstest.NewEnv()
 	env.Put("input", "a.txt", []byte("x\n"))
 	_, err := mapAll(t, p, env)
