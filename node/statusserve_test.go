@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ func TestStatus_ServedByWorker(t *testing.T) {
 		}
 		ids = append(ids, strings.Fields(out)[0])
 	}
+	slices.Sort(ids) // listings are in id order; ids made in one second order by their random part
 	read := func(args ...string) statusJSON {
 		t.Helper()
 		code, out, errOut := run(t, cli, append([]string{"status", "--json"}, args...)...)
