@@ -103,7 +103,7 @@ func TestAPI_CycleOverHTTP(t *testing.T) {
 	}
 }
 
-// TestAPI_PythonExample runs examples/python/mapagg.py (standard library only) against the
+// TestAPI_PythonExample runs examples/python/submit.py (the mapagg package's client) against the
 // cluster: it submits, waits and prints the exact result.
 func TestAPI_PythonExample(t *testing.T) {
 	py, err := exec.LookPath("python3")
@@ -113,18 +113,18 @@ func TestAPI_PythonExample(t *testing.T) {
 	_, base, tokenFile := apiCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join("..", "examples", "python", "mapagg.py"), "--url", base, "--token-file", tokenFile,
+	cmd := exec.CommandContext(ctx, py, filepath.Join("..", "examples", "python", "submit.py"), "--url", base, "--token-file", tokenFile,
 		"--type", "primes", "--params", `{"from":0,"to":100000,"shards":8}`)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("mapagg.py: %v\nstderr:\n%s", err, stderr.String())
+		t.Fatalf("submit.py: %v\nstderr:\n%s", err, stderr.String())
 	}
 	if got := strings.TrimSpace(stdout.String()); got != `{"count": 9592}` {
-		t.Fatalf("mapagg.py printed %q on stdout, want the result {\"count\": 9592}\nstderr:\n%s", got, stderr.String())
+		t.Fatalf("submit.py printed %q on stdout, want the result {\"count\": 9592}\nstderr:\n%s", got, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "succeeded") {
-		t.Errorf("mapagg.py showed no progress on stderr:\n%s", stderr.String())
+		t.Errorf("submit.py showed no progress on stderr:\n%s", stderr.String())
 	}
 }
 

@@ -5,6 +5,7 @@ Any worker serves the API; writes need the token of the worker's --api-token-fil
 
 import json
 import time
+import uuid
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -39,7 +40,7 @@ class Client:
         self.token = token
         self.timeout = timeout
 
-    def _request(self, method, path, body=None, timeout=None):
+    def _request(self, method, path, body=None, timeout=None, headers=None):
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -47,6 +48,8 @@ class Client:
             req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
         try:
             return urllib.request.urlopen(req, timeout=timeout or self.timeout)
         except urllib.error.HTTPError as e:
@@ -57,16 +60,32 @@ class Client:
                 message = raw.decode(errors="replace")
             raise APIError(e.code, message) from None
 
-    def _call(self, method, path, body=None):
-        with self._request(method, path, body) as resp:
+    def _call(self, method, path, body=None, headers=None):
+        with self._request(method, path, body, headers=headers) as resp:
             return json.loads(resp.read() or b"null")
 
-    def submit(self, job_type, params=None, **options):
+    def submit(self, job_type, params=None, key=None, tries=5, **options):
         """Submits a job; returns its id. A type no worker has, or bad params, raise APIError (400).
-        options are the API's other fields (after, retries, priority, idempotency_key...)."""
+        options are the API's other fields (after, retries, priority...).
+
+        The submit carries an Idempotency-Key (key, or a new UUID), so it is retried on a 5xx, a
+        timeout or a dropped connection, up to tries times, without ever making a second job: the
+        cluster answers every repeat of a key within a day with the first job's id."""
+        key = key or str(uuid.uuid4())
         body = {"type": job_type, "params": params if params is not None else {}}
         body.update(options)
-        return self._call("POST", "/jobs", body)["id"]
+        pause = 0.25
+        for attempt in range(1, tries + 1):
+            try:
+                return self._call("POST", "/jobs", body, {"Idempotency-Key": key})["id"]
+            except APIError as e:
+                if e.status < 500 or attempt == tries:
+                    raise
+            except OSError:
+                if attempt == tries:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 4)
 
     def job(self, job_id):
         """The job's status."""
