@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/mapagg/mapagg/internal/tsv"
 )
 
 // kvCodec encodes the keys, values or output records of a keyed job. Keys use an order-preserving
@@ -385,21 +387,7 @@ func AppendTSVField(dst, j []byte) ([]byte, error) {
 			return dst, fmt.Errorf("output record is not JSON: %w", err)
 		}
 	}
-	for _, c := range s {
-		switch c {
-		case '\t':
-			dst = append(dst, '\\', 't')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		default:
-			dst = append(dst, c)
-		}
-	}
-	return dst, nil
+	return tsv.AppendEscaped(dst, s), nil
 }
 
 // AppendCompactJSON appends JSON text j, compacted if it holds whitespace; it refuses text that
@@ -508,28 +496,5 @@ func hex4(b []byte) (rune, bool) {
 // ParseTSVField appends the bytes of a field of a key<TAB>value line as AppendTSVField writes a
 // string: \t \n \r and \\ unescaped, every other byte as it is. It refuses any other escape.
 func ParseTSVField(dst, field []byte) ([]byte, error) {
-	for i := 0; i < len(field); i++ {
-		c := field[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			continue
-		}
-		if i+1 == len(field) {
-			return dst, errors.New("TSV field ends with a lone backslash")
-		}
-		i++
-		switch field[i] {
-		case 't':
-			dst = append(dst, '\t')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case '\\':
-			dst = append(dst, '\\')
-		default:
-			return dst, fmt.Errorf("TSV field has escape \\%c: only \\t \\n \\r and \\\\ are", field[i])
-		}
-	}
-	return dst, nil
+	return tsv.AppendUnescaped(dst, field, true)
 }

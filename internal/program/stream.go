@@ -4,62 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/mapagg/mapagg/internal/tsv"
 )
 
 // AppendEscaped appends b with tab, newline, CR and backslash written \t \n \r \\, as a field
 // of a key<TAB>value line (the escaping of jobs.AppendTSVField).
-func AppendEscaped(dst, b []byte) []byte {
-	start := 0
-	for i, c := range b {
-		var e byte
-		switch c {
-		case '\t':
-			e = 't'
-		case '\n':
-			e = 'n'
-		case '\r':
-			e = 'r'
-		case '\\':
-			e = '\\'
-		default:
-			continue
-		}
-		dst = append(dst, b[start:i]...)
-		dst = append(dst, '\\', e)
-		start = i + 1
-	}
-	return append(dst, b[start:]...)
-}
+func AppendEscaped(dst, b []byte) []byte { return tsv.AppendEscaped(dst, b) }
 
 // AppendUnescaped appends field with \t \n \r and \\ decoded. Any other backslash is kept as it
 // is, so a program that passes raw text through (an awk one-liner) is not refused.
 func AppendUnescaped(dst, field []byte) []byte {
-	i := bytes.IndexByte(field, '\\')
-	if i < 0 {
-		return append(dst, field...)
-	}
-	dst = append(dst, field[:i]...)
-	for ; i < len(field); i++ {
-		c := field[i]
-		if c != '\\' || i+1 == len(field) {
-			dst = append(dst, c)
-			continue
-		}
-		switch field[i+1] {
-		case 't':
-			dst = append(dst, '\t')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case '\\':
-			dst = append(dst, '\\')
-		default:
-			dst = append(dst, c)
-			continue
-		}
-		i++
-	}
+	dst, _ = tsv.AppendUnescaped(dst, field, false) // lenient: never an error
 	return dst
 }
 
