@@ -338,6 +338,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 	}
 	types := c.types
 	host, _ := os.Hostname()
+	o.events.PublishOnly = o.srv == nil // nobody reads the cluster's events here (no /api/cluster)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
