@@ -247,14 +247,9 @@ func (c *Cluster) Grow(ctx context.Context, n int) error {
 		}
 		c.ids = append(c.ids, ids...)
 		c.mu.Unlock()
-		// One batch starts while the one before announces itself (an announcement a second):
-		// waiting for each batch before the next made growing to 1,000 at least 50 idle seconds.
-		if err := c.waitLive(ctx, watch, c.Size()-k, time.Minute); err != nil {
+		if err := c.waitLive(ctx, watch, c.Size(), time.Minute); err != nil {
 			return err
 		}
-	}
-	if err := c.waitLive(ctx, watch, n, time.Minute); err != nil {
-		return err
 	}
 	_, err = c.WaitLeader(ctx, 0, time.Minute)
 	return err
