@@ -67,6 +67,34 @@ func PartitionsFor(mapTasks, least int) int {
 	return max(1, min(p, MaxPartitions, MaxShards-mapTasks))
 }
 
+// Reduce tasks: a reduce task reduces a contiguous group of partitions, and reads the group's
+// bytes of each map run with one ranged read (a map run's partitions are back to back). A job
+// of M map tasks and P partitions makes M × ReduceTasks(M, P) run reads, not M × P.
+const (
+	// MinReduceTasks is the fewest reduce tasks a job is given (when it has that many
+	// partitions): below it, partitions are not grouped, and the reduce phase keeps its
+	// parallelism on a small cluster.
+	MinReduceTasks = 16
+	// MapTasksPerReduceTask is how many map tasks' worth of input a reduce task gets at least:
+	// one reduce task for every MapTasksPerReduceTask map tasks beyond MinReduceTasks.
+	MapTasksPerReduceTask = 8
+)
+
+// PartitionsPerReduceTask is how many partitions one reduce task of a job of mapTasks map tasks
+// and partitions partitions reduces: enough that there are at most max(MinReduceTasks,
+// mapTasks/MapTasksPerReduceTask) reduce tasks, and at least 1. With PartitionsFor's count a
+// partition has about MapTasksPerPartition map tasks' input, so a reduce task gets about
+// MapTasksPerReduceTask, and the run reads grow as M²/MapTasksPerReduceTask instead of
+// M²/MapTasksPerPartition; a job that asks for many partitions (1,000 × 1,000) reads M × M/8,
+// not M × P.
+func PartitionsPerReduceTask(mapTasks, partitions int) int {
+	if partitions <= 1 {
+		return 1
+	}
+	tasks := max(MinReduceTasks, (mapTasks+MapTasksPerReduceTask-1)/MapTasksPerReduceTask)
+	return max(1, (partitions+tasks-1)/tasks)
+}
+
 // ErrBadRecord is matched by errors about a key or value that cannot be decoded: a corrupt or
 // foreign intermediate.
 var ErrBadRecord = errors.New("bad key or value")

@@ -315,3 +315,17 @@ func TestPartitionsFor(t *testing.T) {
 		}
 	}
 }
+
+func TestPartitionsPerReduceTask(t *testing.T) {
+	for _, tt := range []struct{ maps, parts, want int }{
+		{24, 12, 1}, {100, 16, 1}, {100, 64, 4}, {100, 17, 2}, {1000, 1000, 8}, {1000, 250, 2}, {0, 0, 1}, {5, 1, 1},
+	} {
+		g := PartitionsPerReduceTask(tt.maps, tt.parts)
+		if g != tt.want {
+			t.Errorf("PartitionsPerReduceTask(%d, %d) = %d, want %d", tt.maps, tt.parts, g, tt.want)
+		}
+		if tasks := (tt.parts + g - 1) / g; tt.parts > 1 && tt.maps*tasks >= tt.maps*tt.parts && tt.parts > MinReduceTasks {
+			t.Errorf("%d maps × %d partitions: %d reduce tasks read no fewer runs", tt.maps, tt.parts, tasks)
+		}
+	}
+}

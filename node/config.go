@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
@@ -39,6 +41,9 @@ type Config struct {
 	StreamStorage string
 	// NATSURL is the NATS server URL(s), comma-separated. Default nats://127.0.0.1:4222. --nats-url.
 	NATSURL string
+	// NATSDialer, when set, opens the member's connections to NATS (a test harness that closes
+	// them under the member, as a process's death would). Default the standard dialer. No flag.
+	NATSDialer nats.CustomDialer
 	// JobsContainer holds job specs, checkpoints and results. Default "jobs". --jobs-container.
 	JobsContainer string
 	// Queue is the Azure Storage queue of submitted job ids. Default "jobs". --queue.

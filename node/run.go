@@ -152,6 +152,9 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.NATSDialer != nil {
+		natsOpts = append(natsOpts, nats.SetCustomDialer(cfg.NATSDialer))
+	}
 	if p.bus.Keys, err = clusterKeys(ctx, log, cfg, store.New(blobClient, cfg.LeaseContainer)); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/knownjobs"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // The budgets, in storage requests: what the code sends today (docs/limits.md, "Storage
@@ -37,12 +38,14 @@ const (
 	// (by time, not by shard).
 	budgetPerShard = 0.005
 	// A keyed job: each map task reads its input range, writes its run (one blob holding
-	// every partition), checks it and deletes it; each partition writes its output, checks it
-	// and reads the map manifest; each partition reads each run (M × R reads: the keyed
+	// every partition), checks it and deletes it; each partition writes its output and checks
+	// it, and each reduce task reads the map manifest; each reduce task reads each run once,
+	// whatever its partitions (M × ⌈R/G⌉ reads, G = jobs.PartitionsPerReduceTask: the keyed
 	// shuffle, docs/limits.md); the rest (spec, plan, markers, checkpoints and the workers'
 	// status checks) is about fixed; its checkpoint writes are by time, counted apart.
 	budgetKeyedPerMapTask   = 4
 	budgetKeyedPerPartition = 3
+	budgetKeyedPerTask      = 1 // the worker's ended check after a task (a HEAD of the checkpoint)
 	budgetKeyedFixed        = 28
 	// A checkpoint: one conditional write, no read.
 	budgetCheckpoint = 1
@@ -189,12 +192,24 @@ func TestBudget_Checkpoint(t *testing.T) {
 }
 
 func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
-	ctx := context.Background()
 	c := one(t)
-	const m, r = 4, 3
-	j, err := knownjobs.Wordcount(ctx, c.blob, c.names.JobsContainer+"-in", 200, 64<<10, 16<<10) // 4 shards: m map tasks
+	for _, tt := range []struct{ m, r int }{{4, 3}, {100, 64}} {
+		t.Run(fmt.Sprintf("%d×%d", tt.m, tt.r), func(t *testing.T) { keyedBudget(t, c, tt.m, tt.r) })
+	}
+}
+
+// keyedBudget runs a keyed wordcount of m map tasks and r partitions and holds its requests to
+// the budgets. Its run reads are m × (reduce tasks): a reduce task of several partitions reads
+// each map run once (jobs.PartitionsPerReduceTask), so fewer than m × r when r is large.
+func keyedBudget(t *testing.T, c *cluster, m, r int) {
+	ctx := context.Background()
+	in := fmt.Sprintf("%s-in%d", c.names.JobsContainer, m)
+	j, err := knownjobs.Wordcount(ctx, c.blob, in, 200, m*16<<10, 16<<10) // m shards: m map tasks
 	if err != nil {
 		t.Fatal(err)
+	}
+	if j.Shards != m {
+		t.Fatalf("the corpus has %d shards, want %d", j.Shards, m)
 	}
 	var p map[string]any
 	if err := json.Unmarshal(j.Params, &p); err != nil {
@@ -208,7 +223,7 @@ func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.wait(t, 2*time.Minute, "job "+id+" finished", func(e membership.Event) bool {
+	c.wait(t, 3*time.Minute, "job "+id+" finished", func(e membership.Event) bool {
 		return e.Kind == string(coordinator.EventJobFinished) && e.Job == id
 	})
 	time.Sleep(1500 * time.Millisecond)
@@ -220,11 +235,10 @@ func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
 	}
 	mine := storecount.Counts{}
 	for q, n := range all {
-		if strings.Contains(q.Blob, id) || q.Container == c.names.JobsContainer+"-in" {
+		if strings.Contains(q.Blob, id) || q.Container == in {
 			mine[q] = n
 		}
 	}
-	in := c.names.JobsContainer + "-in"
 	runs := id + "/map/"
 	runReads := mine.Total(func(q storecount.Request) bool { return strings.HasPrefix(q.Blob, runs) && q.Method == "GET" })
 	perMap := mine.Total(func(q storecount.Request) bool {
@@ -235,16 +249,39 @@ func TestBudget_KeyedMapTaskAndPartition(t *testing.T) {
 	})
 	// Checkpoint writes are by time (TestBudget_Checkpoint), not by task: apart.
 	cps := mine.Total(func(q storecount.Request) bool { return q.Blob == protocol.CheckpointBlob(id) && q.Method == "PUT" })
-	fixed := mine.Total(nil) - runReads - perMap - perPart - cps
-	t.Logf("a keyed job of %d map tasks and %d partitions: %d requests: %d run reads, %d of map tasks, %d of partitions, %d checkpoint writes, %d others:\n%s",
-		m, r, mine.Total(nil), runReads, perMap, perPart, cps, fixed, render(mine, id))
-	if runReads > m*r {
-		t.Errorf("%d run reads, more than M × R = %d", runReads, m*r)
+	g := jobs.PartitionsPerReduceTask(m, r)
+	tasks := (r + g - 1) / g
+	// A worker checks whether the job ended after each task (a HEAD of the checkpoint): per task.
+	heads := mine.Total(func(q storecount.Request) bool { return q.Blob == protocol.CheckpointBlob(id) && q.Method == "HEAD" })
+	perTask := min(heads, int64(budgetKeyedPerTask*(m+tasks)))
+	// So are the re-checks of a job's cancel marker (the leader) and of its end (the workers, a
+	// HEAD of result.json every 5 s while they run its tasks): the first of each is fixed.
+	again := func(blob string) int64 {
+		return max(mine.Total(func(q storecount.Request) bool { return q.Blob == blob && q.Method == "HEAD" })-1, 0)
 	}
-	if perMap > budgetKeyedPerMapTask*m {
+	cps += again(id+"/cancel") + again(id+"/result.json")
+	fixed := mine.Total(nil) - runReads - perMap - perPart - cps - perTask
+	t.Logf("a keyed job of %d map tasks and %d partitions (%d reduce tasks): %d requests: %d run reads, %d of map tasks, %d of partitions, %d of tasks, %d by time (checkpoint writes, re-checks), %d others",
+		m, r, tasks, mine.Total(nil), runReads, perMap, perPart, perTask, cps, fixed)
+	others := storecount.Counts{}
+	for q, n := range mine {
+		if !strings.HasPrefix(q.Blob, runs) && q.Container != in && !strings.HasPrefix(q.Blob, id+"/out/") && q.Blob != id+"/map-manifest" {
+			others[q] = n
+		}
+	}
+	t.Logf("requests but runs, inputs and outputs:\n%s", render(others, id))
+	// A reduce task reads each map run once; the leader may back a straggling task up once (a
+	// loaded machine), and the backup reads them again.
+	if runReads > int64(2*m*tasks) {
+		t.Errorf("%d run reads, more than M × reduce tasks = %d × %d, twice", runReads, m, tasks)
+	}
+	if r > jobs.MinReduceTasks && runReads >= int64(m*r) {
+		t.Errorf("%d run reads, not fewer than M × R = %d", runReads, m*r)
+	}
+	if perMap > int64(budgetKeyedPerMapTask*m) {
 		t.Errorf("%d requests of %d map tasks, budget %d each", perMap, m, budgetKeyedPerMapTask)
 	}
-	if perPart > budgetKeyedPerPartition*r {
+	if perPart > int64(budgetKeyedPerPartition*r) {
 		t.Errorf("%d requests of %d partitions, budget %d each", perPart, r, budgetKeyedPerPartition)
 	}
 	if fixed > budgetKeyedFixed {

@@ -16,8 +16,9 @@ import (
 )
 
 // Keyed jobs (docs/design.md, "Keyed reduce: execution"). A keyed job of S map shards and P
-// partitions is planned as S+P ordinary shards of kind keyed (protocol.KeyedTask): S map tasks,
-// then P reduce tasks. Its runner (keyedRun) holds task metadata only: the committed map blob and
+// partitions is planned as S+R ordinary shards of kind keyed (protocol.KeyedTask): S map tasks,
+// then R reduce tasks, each of G contiguous partitions (jobs.PartitionsPerReduceTask; R =
+// ⌈P/G⌉). Its runner (keyedRun) holds task metadata only: the committed map blob and
 // run offsets of each shard, the committed output blob of each partition. The first result of a task is its
 // commit, recorded with the done-bitmap in the fenced checkpoint, exactly like a merge. The
 // dispatcher stops at S (the gate) until a stored checkpoint commits every map task and the map
@@ -30,6 +31,7 @@ type keyedRun struct {
 	log           *slog.Logger
 	id, container string
 	S, P          int
+	G             int // partitions a reduce task (the last may have fewer)
 	maps          []*protocol.MapCommit
 	outs          []*protocol.OutputPartition
 	nMaps, nOuts  int
@@ -60,12 +62,13 @@ type keyedState struct {
 	Keyed int                         `json:"keyed"` // 1
 	S     int                         `json:"s"`
 	P     int                         `json:"p"`
+	G     int                         `json:"g,omitempty"` // partitions a reduce task; 0: 1 (earlier releases)
 	Maps  []*protocol.MapCommit       `json:"maps"`
 	Outs  []*protocol.OutputPartition `json:"outs"`
 }
 
 func newKeyedRun(id, container string, s, p int) *keyedRun {
-	return &keyedRun{id: id, container: container, S: s, P: p, maps: make([]*protocol.MapCommit, s), outs: make([]*protocol.OutputPartition, p)}
+	return &keyedRun{id: id, container: container, S: s, P: p, G: 1, maps: make([]*protocol.MapCommit, s), outs: make([]*protocol.OutputPartition, p)}
 }
 
 // restore sets the run's state from its checkpointed form.
@@ -74,10 +77,10 @@ func (a *keyedRun) restore(data []byte) error {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("%w: keyed state: %v", jobs.ErrBadCheckpoint, err)
 	}
-	if st.Keyed != 1 || st.S < 0 || st.P < 1 || len(st.Maps) != st.S || len(st.Outs) != st.P {
-		return fmt.Errorf("%w: keyed state: %d maps of %d, %d outputs of %d", jobs.ErrBadCheckpoint, len(st.Maps), st.S, len(st.Outs), st.P)
+	if st.Keyed != 1 || st.S < 0 || st.P < 1 || len(st.Maps) != st.S || len(st.Outs) != st.P || st.G < 0 || st.G > st.P {
+		return fmt.Errorf("%w: keyed state: %d maps of %d, %d outputs of %d, %d partitions a reduce task", jobs.ErrBadCheckpoint, len(st.Maps), st.S, len(st.Outs), st.P, st.G)
 	}
-	a.S, a.P, a.maps, a.outs, a.nMaps, a.nOuts = st.S, st.P, st.Maps, st.Outs, 0, 0
+	a.S, a.P, a.G, a.maps, a.outs, a.nMaps, a.nOuts = st.S, st.P, max(st.G, 1), st.Maps, st.Outs, 0, 0
 	for _, m := range a.maps {
 		if m != nil {
 			a.nMaps++
@@ -118,18 +121,43 @@ func (a *keyedRun) commit(r *protocol.ResultMsg, partial []byte) error {
 		a.nMaps++
 		return nil
 	}
-	p := r.Index - a.S
-	if a.nMaps != a.S && !a.opened {
-		return fmt.Errorf("a result of reduce task %d before the map phase ended", p)
+	first, n := a.partitionsOf(r.Index)
+	if n < 1 {
+		return fmt.Errorf("a result of task %d: the job has %d tasks", r.Index, a.tasks())
 	}
-	c, err := protocol.DecodeReduceCommit(a.id, p, partial)
+	if a.nMaps != a.S && !a.opened {
+		return fmt.Errorf("a result of reduce task %d before the map phase ended", r.Index-a.S)
+	}
+	cs, err := protocol.DecodeReduceCommits(a.id, first, n, partial)
 	if err != nil {
 		return err
 	}
-	a.outs[p] = c
-	a.nOuts++
+	for i, c := range cs {
+		// A partition of the group still committed (a task run again for another partition's
+		// lost output) keeps its commit: this attempt's blob is left to the clean-up.
+		if a.outs[first+i] == nil {
+			a.outs[first+i] = c
+			a.nOuts++
+		}
+	}
 	return nil
 }
+
+// tasks is the job's task count: S map tasks, then ⌈P/G⌉ reduce tasks.
+func (a *keyedRun) tasks() int { return a.S + (a.P+a.G-1)/a.G }
+
+// partitionsOf returns the partitions reduce task index reduces: count from first (count 0: no
+// such reduce task).
+func (a *keyedRun) partitionsOf(index int) (first, count int) {
+	if index < a.S || index >= a.tasks() {
+		return 0, 0
+	}
+	first = (index - a.S) * a.G
+	return first, min(a.G, a.P-first)
+}
+
+// taskOf is the index of the reduce task of partition p.
+func (a *keyedRun) taskOf(p int) int { return a.S + p/a.G }
 
 // phase is what status shows: the phase and its progress.
 func (a *keyedRun) phase() (string, int, int) {
@@ -147,7 +175,11 @@ func (a *keyedRun) state(_ *job, final bool) (runState, error) {
 		st.encode = func() ([]byte, error) { return nil, nil }
 		return st, nil
 	}
-	data, err := json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, Maps: a.maps, Outs: a.outs})
+	g := a.G
+	if g == 1 {
+		g = 0 // as earlier releases wrote it
+	}
+	data, err := json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, G: g, Maps: a.maps, Outs: a.outs})
 	if err != nil {
 		return st, fmt.Errorf("encode keyed state: %w", err)
 	}
@@ -193,20 +225,23 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 	if len(shards)+parts > jobs.MaxShards {
 		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
 	}
-	tasks := make([][]byte, 0, len(shards)+parts)
+	group := jobs.PartitionsPerReduceTask(len(shards), parts)
+	tasks := make([][]byte, 0, len(shards)+(parts+group-1)/group)
 	for i, s := range shards {
 		if len(s) > protocol.MaxKeyedShardBytes {
 			return fmt.Errorf("shard %d is %d bytes; a keyed job's limit is %d", i, len(s), protocol.MaxKeyedShardBytes)
 		}
 		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskMap, Partitions: parts, Shard: s}))
 	}
-	for p := range parts {
-		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskReduce, Partitions: parts, Partition: p, MapShards: len(shards)}))
+	for p := 0; p < parts; p += group {
+		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskReduce, Partitions: parts,
+			Partition: p, Count: min(group, parts-p), MapShards: len(shards)}))
 	}
 	if err := pl.planShards(ctx, j.id, tasks); err != nil {
 		return fmt.Errorf("%w: %v", errPlanStorage, err)
 	}
 	planned := newKeyedRun(j.id, env.container, len(shards), parts)
+	planned.G = group
 	planned.kj, planned.log = a.kj, env.log
 	*a = *planned
 	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages
@@ -424,7 +459,7 @@ func (t *term) openGate(ctx context.Context, j *job, ka *keyedRun) {
 		}
 	}
 	ka.reported = ""
-	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "again", len(ka.redo))
+	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "reduce_tasks", ka.tasks()-ka.S, "again", len(ka.redo))
 	ka.opened = true
 	// Reduce tasks are not map tasks: their backups wait on their own run times (each task is
 	// still backed up at most once a term).
@@ -433,8 +468,8 @@ func (t *term) openGate(ctx context.Context, j *job, ka *keyedRun) {
 	j.wake()
 	var idx []int
 	for p := range ka.redo {
-		if !j.done.Contains(uint32(ka.S + p)) {
-			idx = append(idx, ka.S+p)
+		if task := ka.taskOf(p); !j.done.Contains(uint32(task)) {
+			idx = append(idx, task)
 		}
 	}
 	ka.redo = nil
@@ -445,7 +480,8 @@ func (t *term) openGate(ctx context.Context, j *job, ka *keyedRun) {
 // report of a lost input, or a result that is not a genuine commit, leaves the task missing.
 func (a *keyedRun) accept(ctx context.Context, h runHost, j *job, r *protocol.ResultMsg, partial []byte) mergeOutcome {
 	if r.Index >= a.S {
-		l, isLoss, err := protocol.DecodeRunLost(j.id, r.Index-a.S, partial)
+		first, _ := a.partitionsOf(r.Index)
+		l, isLoss, err := protocol.DecodeRunLost(j.id, first, partial)
 		if err != nil {
 			return h.refuseResult(ctx, j, r, fmt.Sprintf("result for task %d of job %s: %v", r.Index, r.Job, err))
 		}
@@ -554,9 +590,12 @@ func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedRun, lost ma
 		if o := ka.outs[p]; o != nil && o.Blob == blob {
 			ka.outs[p] = nil
 			ka.nOuts--
-			j.done.Remove(uint32(ka.S + p))
-			j.merged.Add(-1)
-			idx = append(idx, ka.S+p)
+			// The task runs again; its result commits only the partitions taken back.
+			if task := ka.taskOf(p); j.done.Contains(uint32(task)) {
+				j.done.Remove(uint32(task))
+				j.merged.Add(-1)
+				idx = append(idx, task)
+			}
 		}
 	}
 	j.dirty = true

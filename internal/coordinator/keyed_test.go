@@ -180,7 +180,7 @@ func TestKeyed_LeaderReplacedInBothPhases(t *testing.T) {
 	for i := range 2 {
 		r.work(worker.Config{ID: fmt.Sprintf("w%d", i), Concurrency: 2, MapDelay: 150 * time.Millisecond, TempDir: t.TempDir()})
 	}
-	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":6,"shard_bytes":8000}`, container))
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":40,"shard_bytes":8000}`, container)) // reduce tasks of 3 partitions
 	phase := func(want string, done int) func() bool {
 		return func() bool {
 			rec, err := readRecord(r, id)
@@ -323,7 +323,8 @@ func rollbackJob(t *testing.T, lose func(r *rig, id string)) []Event {
 		mu.Unlock()
 	})
 	r.work(worker.Config{Concurrency: 2, MapDelay: 300 * time.Millisecond, TempDir: t.TempDir()})
-	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":3,"shard_bytes":30000}`, container))
+	// 34 partitions: 12 reduce tasks of 3 partitions, the last of 1 (jobs.PartitionsPerReduceTask).
+	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":34,"shard_bytes":30000}`, container))
 	lose(r, id)
 	if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
 		t.Fatalf("job %s: %s %s", id, st.State, st.Error)

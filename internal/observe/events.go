@@ -21,6 +21,11 @@ const historySize = 1000
 // on NATS for tools and tests, and keeps the events of the whole cluster heard on NATS (for the
 // dashboard's epoch history and timelines). Its hooks never block.
 type Recorder struct {
+	// PublishOnly: Run publishes this worker's events but collects nobody's (Cluster stays
+	// empty). For a worker without an HTTP server, which nobody asks: every member hearing every
+	// event costs the cluster N deliveries an event.
+	PublishOnly bool
+
 	worker string
 	out    chan membership.Event
 
@@ -108,6 +113,9 @@ func (r *Recorder) Cluster() []membership.Event {
 
 // Run publishes this worker's events on subject and collects everyone's, until ctx ends.
 func (r *Recorder) Run(ctx context.Context, nc *nats.Conn, subject string, log *slog.Logger) error {
+	if r.PublishOnly {
+		return r.publish(ctx, nc, subject, log)
+	}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		e, err := membership.DecodeEvent(m.Data)
 		r.mu.Lock()
@@ -124,6 +132,11 @@ func (r *Recorder) Run(ctx context.Context, nc *nats.Conn, subject string, log *
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	return r.publish(ctx, nc, subject, log)
+}
+
+// publish publishes this worker's events on subject until ctx ends.
+func (r *Recorder) publish(ctx context.Context, nc *nats.Conn, subject string, log *slog.Logger) error {
 	for {
 		select {
 		case <-ctx.Done():

@@ -18,7 +18,11 @@ import (
 // reduce tasks only once every map task is committed and the map manifest is stored.
 //
 //	map     'M' uvarint(P) shard…
-//	reduce  'R' uvarint(P) uvarint(p) uvarint(S)
+//	reduce  'R' uvarint(P) uvarint(p) uvarint(S) [uvarint(n)]
+//
+// A reduce task reduces n partitions from p (n absent: 1), a contiguous group: a map run's
+// partitions are back to back, so the task reads the group's bytes of each map run with one
+// ranged read (docs/design.md, "Reduce tasks of several partitions").
 //
 // Earlier releases put 0xFF 'K' before the task, so that a worker could tell a keyed task
 // from a shard; the kind now says it. Their tasks (in stored plans and in messages in flight)
@@ -40,7 +44,8 @@ const (
 type KeyedTask struct {
 	Task       byte // TaskMap or TaskReduce
 	Partitions int  // P: the job's reduce partitions
-	Partition  int  // reduce: which one
+	Partition  int  // reduce: the first partition it reduces
+	Count      int  // reduce: how many partitions from Partition (0 or 1: one)
 	MapShards  int  // reduce: S, the map tasks whose runs it merges
 	Shard      []byte
 }
@@ -54,7 +59,11 @@ func EncodeKeyedTask(t KeyedTask) []byte {
 	b = binary.AppendUvarint(b, uint64(t.Partitions))
 	if t.Task == TaskReduce {
 		b = binary.AppendUvarint(b, uint64(t.Partition))
-		return binary.AppendUvarint(b, uint64(t.MapShards))
+		b = binary.AppendUvarint(b, uint64(t.MapShards))
+		if t.Count > 1 {
+			b = binary.AppendUvarint(b, uint64(t.Count))
+		}
+		return b
 	}
 	return append(b, t.Shard...)
 }
@@ -79,6 +88,12 @@ func DecodeKeyedTask(data []byte) (KeyedTask, error) {
 	case TaskReduce:
 		t.Partition = int(r.uvarint(jobs.MaxPartitions))
 		t.MapShards = int(r.uvarint(jobs.MaxShards))
+		t.Count = 1
+		if r.err == nil && len(r.b) > 0 {
+			if t.Count = int(r.uvarint(jobs.MaxPartitions)); r.err == nil && t.Count < 2 {
+				return t, fmt.Errorf("%w: keyed task: a reduce task of %d partitions written with a count", ErrBadMessage, t.Count)
+			}
+		}
 		if err := r.end(); err != nil {
 			return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, err)
 		}
@@ -88,8 +103,8 @@ func DecodeKeyedTask(data []byte) (KeyedTask, error) {
 	if r.err != nil {
 		return t, fmt.Errorf("%w: keyed task: %v", ErrBadMessage, r.err)
 	}
-	if t.Partitions < 1 || t.Task == TaskReduce && t.Partition >= t.Partitions {
-		return t, fmt.Errorf("%w: keyed task: partition %d of %d", ErrBadMessage, t.Partition, t.Partitions)
+	if t.Partitions < 1 || t.Task == TaskReduce && t.Partition+t.Count > t.Partitions {
+		return t, fmt.Errorf("%w: keyed task: partitions %d to %d of %d", ErrBadMessage, t.Partition, t.Partition+t.Count-1, t.Partitions)
 	}
 	return t, nil
 }
@@ -172,9 +187,48 @@ func DecodeReduceCommit(id string, partition int, data []byte) (*ReduceCommit, e
 	return &c, nil
 }
 
+// ReduceGroupCommit is the result of a reduce task of several partitions: an output blob a
+// partition, in partition order. (A task of one partition sends its ReduceCommit alone.)
+type ReduceGroupCommit struct {
+	Outputs []OutputPartition `json:"outputs"`
+}
+
+// DecodeReduceCommits parses and checks the result of the reduce task of job id that reduces
+// count partitions from first: a ReduceCommit when count is 1, a ReduceGroupCommit otherwise.
+func DecodeReduceCommits(id string, first, count int, data []byte) ([]*ReduceCommit, error) {
+	if count <= 1 {
+		c, err := DecodeReduceCommit(id, first, data)
+		if err != nil {
+			return nil, err
+		}
+		return []*ReduceCommit{c}, nil
+	}
+	var g ReduceGroupCommit
+	if err := json.Unmarshal(data, &g); err != nil {
+		return nil, fmt.Errorf("%w: reduce result: %v", ErrBadMessage, err)
+	}
+	if len(g.Outputs) != count {
+		return nil, fmt.Errorf("%w: reduce result of partitions %d to %d: %d outputs", ErrBadMessage, first, first+count-1, len(g.Outputs))
+	}
+	out := make([]*ReduceCommit, count)
+	for i := range g.Outputs {
+		c := &g.Outputs[i]
+		p := first + i
+		if q, _, err := ParseOutputBlob(id, c.Blob); err != nil || q != p || c.Partition != p {
+			return nil, fmt.Errorf("%w: reduce result of partition %d names blob %q (partition %d)", ErrBadMessage, p, Clip(c.Blob, 128), c.Partition)
+		}
+		if c.Records < 0 || c.Bytes < 0 {
+			return nil, fmt.Errorf("%w: reduce result of partition %d: negative counts", ErrBadMessage, p)
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
 // RunLost is a reduce task's result when an input its map manifest names (a map run, or the
 // manifest itself) is gone or shorter than committed: a storage rollback. It is not a commit;
-// the leader checks the runs, runs lost map tasks again, and then the reduce task.
+// the leader checks the runs, runs lost map tasks again, and then the reduce task. Partition is
+// the task's first partition.
 type RunLost struct {
 	Partition int    `json:"partition"`
 	Lost      string `json:"lost"`

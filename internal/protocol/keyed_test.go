@@ -11,7 +11,8 @@ func TestKeyedTask_RoundTrip(t *testing.T) {
 	for _, kt := range []KeyedTask{
 		{Task: TaskMap, Partitions: 8, Shard: []byte(`{"b":"x"}`)},
 		{Task: TaskMap, Partitions: 1},
-		{Task: TaskReduce, Partitions: 8, Partition: 7, MapShards: 24},
+		{Task: TaskReduce, Partitions: 8, Partition: 7, Count: 1, MapShards: 24},
+		{Task: TaskReduce, Partitions: 8, Partition: 4, Count: 4, MapShards: 24},
 	} {
 		b := EncodeKeyedTask(kt)
 		if bytes.HasPrefix(b, legacyKeyedMagic) {
@@ -21,11 +22,12 @@ func TestKeyedTask_RoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Task != kt.Task || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || !bytes.Equal(got.Shard, kt.Shard) {
+		if got.Task != kt.Task || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || got.Count != kt.Count || !bytes.Equal(got.Shard, kt.Shard) {
 			t.Fatalf("%+v became %+v", kt, got)
 		}
 	}
-	for _, bad := range [][]byte{nil, []byte("{}"), {'X', 1}, {'R', 2, 2, 0}, {'M', 0}, {'R', 2, 1, 3, 9},
+	for _, bad := range [][]byte{nil, []byte("{}"), {'X', 1}, {'R', 2, 2, 0}, {'M', 0}, {'R', 2, 1, 3, 9, 9},
+		{'R', 8, 4, 3, 1}, {'R', 8, 4, 3, 0}, {'R', 8, 4, 3, 5},
 		{0xFF, 'K'}, {0xFF, 'K', 'X', 1}, {0xFF, 'K', 'R', 2, 2, 0}, {0xFF, 'K', 'M', 0}, {0xFF, 'K', 'R', 2, 1, 3, 9}, {0xFF, 'K', 0xFF, 'K', 'M', 1}} {
 		if _, err := DecodeKeyedTask(bad); err == nil {
 			t.Errorf("%q decoded", bad)
@@ -60,6 +62,22 @@ func TestKeyedCommits_Checked(t *testing.T) {
 	if _, err := DecodeReduceCommit(id, 2, rc); err == nil {
 		t.Error("a reduce commit of partition 1 accepted for partition 2")
 	}
+	group, _ := json.Marshal(ReduceGroupCommit{Outputs: []OutputPartition{
+		{Partition: 4, Blob: OutputBlob(id, 4, 5), Records: 1, Bytes: 10}, {Partition: 5, Blob: OutputBlob(id, 5, 5)}}})
+	if cs, err := DecodeReduceCommits(id, 4, 2, group); err != nil || len(cs) != 2 || cs[1].Partition != 5 {
+		t.Fatalf("a group commit: %+v %v", cs, err)
+	}
+	if cs, err := DecodeReduceCommits(id, 1, 1, rc); err != nil || len(cs) != 1 {
+		t.Fatalf("a one-partition commit: %+v %v", cs, err)
+	}
+	for _, bad := range []struct {
+		first, n int
+		data     []byte
+	}{{5, 2, group}, {4, 3, group}, {4, 2, rc}, {1, 2, rc}} {
+		if _, err := DecodeReduceCommits(id, bad.first, bad.n, bad.data); err == nil {
+			t.Errorf("partitions %d+%d accepted %s", bad.first, bad.n, bad.data)
+		}
+	}
 	if p, a, err := ParseOutputBlob(id, OutputBlob(id, 12, 345)); err != nil || p != 12 || a != 345 {
 		t.Errorf("ParseOutputBlob: %d %d %v", p, a, err)
 	}
@@ -83,6 +101,7 @@ func TestKeyedCommits_Checked(t *testing.T) {
 func FuzzDecodeKeyedTask(f *testing.F) {
 	f.Add(EncodeKeyedTask(KeyedTask{Task: TaskMap, Partitions: 8, Shard: []byte("x")}))
 	f.Add(EncodeKeyedTask(KeyedTask{Task: TaskReduce, Partitions: 8, Partition: 3, MapShards: 10}))
+	f.Add(EncodeKeyedTask(KeyedTask{Task: TaskReduce, Partitions: 8, Partition: 3, Count: 5, MapShards: 10}))
 	for _, name := range []string{"keyed-map-task", "keyed-reduce-task"} {
 		f.Add(readV1(f, name))
 	}
@@ -93,7 +112,7 @@ func FuzzDecodeKeyedTask(f *testing.F) {
 		}
 		again, err := DecodeKeyedTask(EncodeKeyedTask(kt))
 		if err != nil || again.Task != kt.Task || again.Partitions != kt.Partitions || again.Partition != kt.Partition ||
-			again.MapShards != kt.MapShards || !bytes.Equal(again.Shard, kt.Shard) {
+			again.MapShards != kt.MapShards || again.Count != kt.Count || !bytes.Equal(again.Shard, kt.Shard) {
 			t.Fatalf("%+v does not round-trip: %+v %v", kt, again, err)
 		}
 	})
@@ -107,6 +126,8 @@ func FuzzDecodeKeyedCommits(f *testing.F) {
 	f.Add(mc)
 	f.Add(man)
 	f.Add(lost)
+	group, _ := json.Marshal(ReduceGroupCommit{Outputs: []OutputPartition{{Partition: 2, Blob: OutputBlob(id, 2, 1)}, {Partition: 3, Blob: OutputBlob(id, 3, 1)}, {Partition: 4, Blob: OutputBlob(id, 4, 1)}}})
+	f.Add(group)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if c, err := DecodeMapCommit(id, 0, 2, data); err == nil {
 			if !strings.HasPrefix(c.Blob, MapPrefix(id)) || len(c.Offsets) != 3 {
@@ -118,6 +139,13 @@ func FuzzDecodeKeyedCommits(f *testing.F) {
 		}
 		if c, err := DecodeReduceCommit(id, 0, data); err == nil && !strings.HasPrefix(c.Blob, OutputPrefix(id)) {
 			t.Fatalf("accepted %+v", c)
+		}
+		if cs, err := DecodeReduceCommits(id, 2, 3, data); err == nil {
+			for i, c := range cs {
+				if c.Partition != 2+i || !strings.HasPrefix(c.Blob, OutputPrefix(id)) {
+					t.Fatalf("accepted %+v", c)
+				}
+			}
 		}
 		if l, ok, err := DecodeRunLost(id, 0, data); err == nil && ok && l.Lost != MapManifestBlob(id) && !strings.HasPrefix(l.Lost, MapPrefix(id)) {
 			t.Fatalf("accepted %+v", l)

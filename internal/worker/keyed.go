@@ -192,11 +192,14 @@ func (w *Worker) mapTask(ctx context.Context, kj jobs.KeyedJob, env jobs.Env, ks
 	return json.Marshal(protocol.MapCommit{Blob: name, Offsets: cs.Offsets, Records: stats.Records})
 }
 
+// reduceTask reduces the task's partitions (a group of kt.Count from kt.Partition) one after
+// another into an output blob each. It reads the group's bytes of each map run with one ranged
+// read (shuffle.GroupRuns): run reads are maps × reduce tasks, not maps × partitions.
 func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, kt protocol.KeyedTask) ([]byte, error) {
-	p := kt.Partition
+	first, count := kt.Partition, max(kt.Count, 1)
 	data, _, err := ks.Get(ctx, protocol.MapManifestBlob(m.Job))
 	if errors.Is(err, store.ErrNotFound) && !w.jobEnded(ctx, ks, m.Job) {
-		return w.runLost(m.Job, p, protocol.MapManifestBlob(m.Job))
+		return w.runLost(m.Job, first, protocol.MapManifestBlob(m.Job))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the map manifest: %w", err)
@@ -205,19 +208,66 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
 	}
-	runs := make([]shuffle.Opener, 0, len(man.Maps))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	streams := make([]shuffle.GroupStream, 0, len(man.Maps))
 	inputs := make([]storedRun, 0, len(man.Maps))
-	var input int64
+	inputBytes := make([]int64, count)
 	for _, c := range man.Maps {
-		off, n := c.Offsets[p], c.Offsets[p+1]-c.Offsets[p]
-		if n == 0 {
-			return nil, fmt.Errorf("%w: map run %s has no run for partition %d", jobs.ErrPermanent, c.Blob, p)
+		lengths := make([]int64, count)
+		for i := range count {
+			p := first + i
+			if lengths[i] = c.Offsets[p+1] - c.Offsets[p]; lengths[i] == 0 {
+				return nil, fmt.Errorf("%w: map run %s has no run for partition %d", jobs.ErrPermanent, c.Blob, p)
+			}
+			inputBytes[i] += lengths[i]
 		}
-		input += n
-		runs = append(runs, func(ctx context.Context) (io.ReadCloser, error) { return ks.ReadRange(ctx, c.Blob, off, n) })
+		off, n := c.Offsets[first], c.Offsets[first+count]-c.Offsets[first]
+		streams = append(streams, shuffle.GroupStream{Lengths: lengths,
+			Open: func(ctx context.Context) (io.ReadCloser, error) { return ks.ReadRange(ctx, c.Blob, off, n) }})
 		inputs = append(inputs, storedRun{c.Blob, c.Offsets[len(c.Offsets)-1]})
 	}
 	man = nil
+	group, err := shuffle.NewGroupRuns(ctx, streams)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jobs.ErrPermanent, err)
+	}
+	defer group.Close()
+	w.keyed.reduceTasks.Add(1)
+	outs := make([]protocol.OutputPartition, 0, count)
+	for i := range count {
+		o, err := w.reducePartition(ctx, kj, ks, m, first+i, group.Runs(i), inputBytes[i])
+		if err != nil {
+			// The outputs already stored are no commit: delete them (clean-up would, at the job's end).
+			for _, o := range outs {
+				_ = ks.Delete(context.WithoutCancel(ctx), o.Blob)
+			}
+			if blob := lostInput(ctx, ks, inputs); blob != "" && !w.jobEnded(ctx, ks, m.Job) {
+				return w.runLost(m.Job, first, blob)
+			}
+			return nil, err
+		}
+		outs = append(outs, o)
+	}
+	names := make([]string, len(outs))
+	for i, o := range outs {
+		names[i] = o.Blob
+	}
+	if err := w.lateTask(ctx, ks, m.Job, names...); err != nil {
+		return nil, err
+	}
+	for _, o := range outs {
+		w.keyed.outputBytes.Add(o.Bytes)
+		w.keyed.outputRecords.Add(o.Records)
+	}
+	if count == 1 {
+		return json.Marshal(outs[0])
+	}
+	return json.Marshal(protocol.ReduceGroupCommit{Outputs: outs})
+}
+
+// reducePartition reduces partition p's runs into a new output blob.
+func (w *Worker) reducePartition(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, p int, runs []shuffle.Opener, input int64) (protocol.OutputPartition, error) {
 	name := protocol.OutputBlob(m.Job, p, execution())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -225,31 +275,22 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	out, err := shuffle.NewOutputWriter(pw, shuffle.FormatJSONL)
 	if err != nil {
 		_ = pw.CloseWithError(err)
-		return nil, err
+		return protocol.OutputPartition{}, err
 	}
 	cfg := shuffle.ReduceConfig{Partition: p, MemoryBytes: w.taskBudget(), TempDir: w.cfg.TempDir, Job: m.Job}
 	stats, err := shuffle.Reduce(ctx, kj, runs, out, cfg)
-	w.keyed.reduceTasks.Add(1)
 	w.keyed.spilledBytes.Add(stats.SpilledBytes)
 	w.keyed.runsMerged.Add(int64(stats.RunsMerged))
 	w.keyed.reduceInputBytes.Add(input)
 	w.keyed.peak(stats.PeakMemory)
 	if err != nil {
 		_ = pw.CloseWithError(err)
-		if blob := lostInput(ctx, ks, inputs); blob != "" && !w.jobEnded(ctx, ks, m.Job) {
-			return w.runLost(m.Job, p, blob)
-		}
-		return nil, err
+		return protocol.OutputPartition{}, err
 	}
 	if err := pw.Close(); err != nil {
-		return nil, fmt.Errorf("store output %s: %w", name, err)
+		return protocol.OutputPartition{}, fmt.Errorf("store output %s: %w", name, err)
 	}
-	if err := w.lateTask(ctx, ks, m.Job, name); err != nil {
-		return nil, err
-	}
-	w.keyed.outputBytes.Add(stats.OutputBytes)
-	w.keyed.outputRecords.Add(stats.OutputRecords)
-	return json.Marshal(protocol.ReduceCommit{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes})
+	return protocol.OutputPartition{Partition: p, Blob: name, Records: stats.OutputRecords, Bytes: stats.OutputBytes}, nil
 }
 
 // storedRun is a committed map run: its blob and size.
@@ -280,15 +321,17 @@ func (w *Worker) runLost(job string, partition int, blob string) ([]byte, error)
 	return json.Marshal(protocol.RunLost{Partition: partition, Lost: blob})
 }
 
-// lateTask deletes the blob a task just stored if its job has ended meanwhile (a backup or a
+// lateTask deletes the blobs a task just stored if its job has ended meanwhile (a backup or a
 // redelivered attempt that outlived the job, a cancelled job's task). The leader's clean-up may
 // have listed the job's blobs before this one existed. The job's status record says (a HEAD).
-func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job, name string) error {
+func (w *Worker) lateTask(ctx context.Context, ks KeyedStore, job string, names ...string) error {
 	if !w.jobEnded(ctx, ks, job) {
 		return nil
 	}
-	if err := ks.Delete(ctx, name); err != nil {
-		w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
+	for _, name := range names {
+		if err := ks.Delete(ctx, name); err != nil {
+			w.log.Warn("delete the blob of a task that outlived its job", "job", job, "blob", name, "err", err)
+		}
 	}
 	return fmt.Errorf("%w: job %s ended while this task ran", errJobEnded, job)
 }

@@ -7,8 +7,8 @@
 // Azurite, and can grow, crash a member and count storage requests.
 //
 // A crash is what a dead process looks like from outside: the member's storage requests fail
-// at once, its NATS connection is closed under it (it runs through a forwarder of its own that
-// Crash cuts, so the server sees the socket close and probes find no responders), and then its
+// at once, its NATS connection is closed under it (its sockets are opened by a dialer of its own
+// that Crash cuts, so the server sees the socket close and probes find no responders), and then its
 // goroutines are stopped. No release is sent: the lease and the NATS announcement both fail.
 //
 // Not simulated: separate machines. Every member shares the host's CPUs, and a host's members

@@ -73,10 +73,7 @@ func startMember(n *node.Node, cfg MemberConfig, id string) (*member, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("sim: NATS URL %q: want nats://host:port", cfg.NATSURL)
 	}
-	l, err := newLink(u.Host)
-	if err != nil {
-		return nil, err
-	}
+	l := newLink(u.Host)
 	// An HTTP pool of its own, set as the production pools are (store.Transport).
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
@@ -86,7 +83,7 @@ func startMember(n *node.Node, cfg MemberConfig, id string) (*member, error) {
 	m.cancel = cancel
 	ncfg := node.Config{
 		Storage: store.Account{ConnectionString: cfg.ConnStr, Transport: m.storage},
-		NATSURL: l.URL(), JobsContainer: cfg.Names.JobsContainer, Queue: cfg.Names.Queue,
+		NATSURL: l.URL(), NATSDialer: l, JobsContainer: cfg.Names.JobsContainer, Queue: cfg.Names.Queue,
 		LeaseContainer: cfg.Names.LeaseContainer, StreamPrefix: cfg.Names.StreamPrefix,
 		ID: id, LeaseDuration: cfg.LeaseDuration, Concurrency: cfg.Concurrency, HTTPAddr: "off",
 		ClusterKeys: cfg.Keys, Logger: cfg.Logger.With("member", id),
