@@ -55,12 +55,20 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// MAPAGG_PROGRAM_BENCH_PPROF=1 serves the workers' profiles (their addresses are logged).
+	pprof := os.Getenv("MAPAGG_PROGRAM_BENCH_PPROF") != ""
 	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
+		"PPROF=" + strconv.FormatBool(pprof),
 		"WORKER_PROGRAMS=pywordcount=" + py + " " + filepath.Join(root, "examples", "programs", "wordcount.py") +
 			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
 		"PYTHONPATH=" + filepath.Join(root, "python")}})
 	cl := *c.Client
 	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+	if pprof {
+		for _, id := range []string{"w1", "w2"} {
+			t.Logf("%s: go tool pprof http://%s/debug/pprof/profile?seconds=20", id, c.HTTPAddr(id))
+		}
+	}
 
 	// 50k distinct words, Zipf-like, in 8 files of mb/8 MB each.
 	dir := t.TempDir()

@@ -13,11 +13,10 @@ the ints, lists and dicts its mapper emitted. In a field, tab, newline, CR and b
 written \\t \\n \\r \\\\.
 """
 
-import inspect
 import json
 import os
 import sys
-import traceback
+from types import GeneratorType
 from collections.abc import Mapping
 from itertools import chain, groupby, islice
 from operator import itemgetter
@@ -247,7 +246,7 @@ def _combine(combiner, out, stream):
 def _reduce(reducer, out, stream):
     for key, values in _groups(stream):
         result = reducer(key, values)
-        if inspect.isgenerator(result):
+        if isinstance(result, GeneratorType):
             for k, v in result:
                 out.write(k, v)
         elif result is not None:
@@ -255,8 +254,7 @@ def _reduce(reducer, out, stream):
 
 
 def _caller_functions(depth=2):
-    frame = inspect.stack()[depth].frame
-    g = frame.f_globals
+    g = sys._getframe(depth).f_globals
     return g.get("mapper"), g.get("combiner"), g.get("reducer"), g.get("map_chunk")
 
 
@@ -306,6 +304,8 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
     except BrokenPipeError:
         sys.exit(0)  # the worker stopped reading: it says why
     except Exception as e:  # noqa: BLE001 - the job's code: report and fail the task
+        import traceback  # only when it fails: a start costs less without it
+
         traceback.print_exc()
         print(f"mapagg: {role or 'local run'} failed: {type(e).__name__}: {e}", file=sys.stderr)
         sys.stderr.flush()
@@ -337,7 +337,7 @@ def _local(mapper, map_chunk, combiner, reducer, argv, stdin, out):
         if combiner is not None and len(values) > 1:
             values = [combiner(key, values)]
         result = reducer(key, iter(values))
-        if inspect.isgenerator(result):
+        if isinstance(result, GeneratorType):
             for k, v in result:
                 out.write(k, v)
         elif result is not None:
