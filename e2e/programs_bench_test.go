@@ -45,9 +45,14 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 		t.Skip("python3 is not installed")
 	}
 	root, _ := filepath.Abs("..")
-	shardMB := 16
+	shardMB := 32
 	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_SHARD_MB")); v > 0 {
 		shardMB = v
+	}
+	// One reduce partition a worker: a partition is a process start.
+	partitions := 2
+	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_PARTITIONS")); v > 0 {
+		partitions = v
 	}
 	// Workers without the race detector (the other e2e tests' binary has it): the figures are
 	// the product's.
@@ -113,7 +118,7 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	for _, id := range []string{"w1", "w2"} {
 		pids = append(pids, c.Proc(id).PID)
 	}
-	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB; the host is shared and loaded", float64(total)/1e6, shardMB)
+	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB, %d partitions; the host is shared and loaded", float64(total)/1e6, shardMB, partitions)
 	for round := range 2 {
 		types := []string{"pywordcount"}
 		if os.Getenv("MAPAGG_PROGRAM_BENCH_AWK") != "" {
@@ -122,7 +127,7 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 		for _, typ := range types {
 			cpu0 := cpuSeconds(t, pids)
 			t0 := time.Now()
-			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d}`, shardMB<<20))
+			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d,"partitions":%d}`, shardMB<<20, partitions))
 			wall := time.Since(t0)
 			cpu := cpuSeconds(t, pids) - cpu0
 			if st.State != jobs.StateSucceeded {

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,4 +329,52 @@ func FuzzSplitWords(f *testing.F) {
 			t.Fatalf("%q: words %q, quoted %q, again %q %v", s, words, q.String(), again.Args, err)
 		}
 	})
+}
+
+// logLines is a slog handler keeping the "line" attribute of each record.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "line" {
+			l.lines = append(l.lines, a.Value.String())
+		}
+		return true
+	})
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func TestProgram_StderrLinesGoToTheJobLog(t *testing.T) {
+	// Five lines on stderr, the last without its newline and one longer than a logged line.
+	script := `if [ $MAPAGG_ROLE = describe ]; then exit 0; fi; cat >/dev/null; echo one >&2; echo two >&2; ` +
+		`head -c 3000 /dev/zero | tr "\0" y >&2; echo >&2; echo four >&2; printf five >&2; echo "k	1"`
+	for _, tc := range []struct {
+		max  int
+		want []string
+	}{
+		{0, []string{"one", "two", strings.Repeat("y", maxLogLine), "four", "five"}},
+		{2, []string{"one", "two", "(3 more lines of stderr left out of the job's log: the first 2 of a run are kept)"}},
+	} {
+		p := newProgram(t, "sh -c '"+script+"'", Config{StderrLogLines: tc.max})
+		env := jobstest.NewEnv()
+		env.Put("input", "a.txt", []byte("x\n"))
+		var h logLines
+		ctx := jobs.ContextWithLogger(context.Background(), slog.New(&h))
+		err := p.Map(ctx, jobs.EnvWithLogger(env, slog.New(&h)), jobs.Task{Shard: json.RawMessage(`{"c":"input","b":"a.txt","o":0,"n":2}`)},
+			func(k, v []byte) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(h.lines) != fmt.Sprint(tc.want) {
+			t.Errorf("StderrLogLines %d: the job's log got %q, want %q", tc.max, h.lines, tc.want)
+		}
+	}
 }
