@@ -134,8 +134,9 @@ class _Out:
 _BLOCK_BYTES = 1 << 20
 
 
-def _blocks(stream, size=_BLOCK_BYTES):
+def _blocks(stream):
     """The input as text blocks of whole lines (the last one may lack its newline)."""
+    size = _BLOCK_BYTES
     rest = b""
     while True:
         data = stream.read(size)
@@ -183,10 +184,11 @@ def _groups(stream):
         yield key, map(_value, map(itemgetter(1), group))
 
 
-# In-mapper combining: values are buffered per key; every _COMPACT_BLOCKS blocks of input each
-# key's values are combined into one, and when the keys number _COMBINE_KEYS they are written out.
-_COMPACT_BLOCKS = 8
-_COMBINE_KEYS = 1 << 19
+# In-mapper combining: values are buffered per key; when about _COMBINE_ITEMS values are held,
+# each key's values are combined into one, and when the keys alone number half of that, they
+# are written out. A block's values are counted by its length when it has one (a mapping), else
+# estimated at one for every 8 bytes of input.
+_COMBINE_ITEMS = 1 << 20
 
 
 def _mapped(mapper, map_chunk, stream):
@@ -212,18 +214,22 @@ def _map(mapper, map_chunk, combiner, out, stream):
         return
     buf = {}
     get = buf.get
-    for n, pairs in enumerate(_mapped(mapper, map_chunk, stream), 1):
+    held = 0
+    for pairs in _mapped(mapper, map_chunk, stream):
+        held += len(pairs) if hasattr(pairs, "__len__") else _BLOCK_BYTES // 8
         for k, v in pairs:
             values = get(k)
             if values is None:
                 buf[k] = [v]
             else:
                 values.append(v)
-        if n % _COMPACT_BLOCKS == 0:
+        if held >= _COMBINE_ITEMS:
             _compact(buf, combiner)
-            if len(buf) >= _COMBINE_KEYS:
+            held = len(buf)
+            if held >= _COMBINE_ITEMS // 2:
                 out.write_pairs(_combined(buf, combiner))
                 buf.clear()
+                held = 0
     out.write_pairs(_combined(buf, combiner))
 
 
