@@ -8,8 +8,11 @@ from collections import Counter
 import mapagg
 
 
-def map_chunk(text):  # a block of whole lines (about 1 MiB) at a time
-    return Counter(text.split())
+def map_blocks(blocks):  # the task's input, in blocks of whole lines (about 1 MiB each)
+    counts = Counter()
+    for text in blocks:
+        counts.update(text.split())
+    return counts
 
 
 def combiner(word, counts):  # a task's counts of a word, combined before they are written

@@ -191,8 +191,13 @@ def _groups(stream):
 _COMBINE_ITEMS = 1 << 20
 
 
-def _mapped(mapper, map_chunk, stream):
+def _mapped(mapper, map_chunk, stream, map_blocks=None):
     """The mapper's output for the input, one iterable of pairs per block of records."""
+    if map_blocks is not None:
+        result = map_blocks(_blocks(stream))
+        if result is not None:
+            yield result.items() if isinstance(result, Mapping) else result
+        return
     if map_chunk is not None:
         for text in _blocks(stream):
             result = map_chunk(text)
@@ -207,15 +212,15 @@ def _mapped(mapper, map_chunk, stream):
         yield chain.from_iterable(filter(None, map(mapper, lines)))
 
 
-def _map(mapper, map_chunk, combiner, out, stream):
+def _map(mapper, map_chunk, combiner, out, stream, map_blocks=None):
     if combiner is None:
-        for pairs in _mapped(mapper, map_chunk, stream):
+        for pairs in _mapped(mapper, map_chunk, stream, map_blocks):
             out.write_pairs(pairs)
         return
     buf = {}
     get = buf.get
     held = 0
-    for pairs in _mapped(mapper, map_chunk, stream):
+    for pairs in _mapped(mapper, map_chunk, stream, map_blocks):
         held += len(pairs) if hasattr(pairs, "__len__") else _BLOCK_BYTES // 8
         for k, v in pairs:
             values = get(k)
@@ -261,25 +266,27 @@ def _reduce(reducer, out, stream):
 
 def _caller_functions(depth=2):
     g = sys._getframe(depth).f_globals
-    return g.get("mapper"), g.get("combiner"), g.get("reducer"), g.get("map_chunk")
+    return g.get("mapper"), g.get("combiner"), g.get("reducer"), g.get("map_chunk"), g.get("map_blocks")
 
 
-def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=None, environ=None, map_chunk=None):
-    """Speaks the contract with the functions given, or those named mapper, reducer, combiner
-    and map_chunk in the calling module. Exits the process: 0 on success, 1 when a function
+def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=None, environ=None, map_chunk=None, map_blocks=None):
+    """Speaks the contract with the functions given, or those named mapper, reducer, combiner,
+    map_chunk and map_blocks in the calling module. Exits the process: 0 on success, 1 when a function
     raised (its traceback and a one-line summary on stderr, which the job's error quotes), 2 on
     misuse.
 
     map_chunk(text), if given, is used instead of mapper: it gets a block of whole lines (about
     1 MiB, the newlines kept) and returns a mapping (a collections.Counter, say) or an iterable
-    of (key, value) pairs. With a combiner, a task's pairs are combined in this process before
+    of (key, value) pairs. map_blocks(blocks), if given, is used instead of both: it gets an
+    iterator over all the task's blocks and returns the same (a Counter it updated with each
+    block, say: the fastest word count). With a combiner, a task's pairs are combined in this process before
     they are written, whichever of the two produced them.
 
     Without MAPAGG_ROLE it runs the whole job locally over the files in argv (or stdin) and
     prints the output records sorted by key: a way to try a job before a cluster runs it.
     """
-    if mapper is None and reducer is None and combiner is None and map_chunk is None:
-        mapper, combiner, reducer, map_chunk = _caller_functions()
+    if mapper is None and reducer is None and combiner is None and map_chunk is None and map_blocks is None:
+        mapper, combiner, reducer, map_chunk, map_blocks = _caller_functions()
     environ = os.environ if environ is None else environ
     stdin = sys.stdin.buffer if stdin is None else stdin
     stdout = sys.stdout.buffer if stdout is None else stdout
@@ -291,8 +298,8 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
             # In-mapper combining replaces a combine pass: the worker need not run one.
             out.stream.write(json.dumps({"combine": False, "language": "python"}).encode() + b"\n")
         elif role == "map":
-            _need(mapper or map_chunk, "mapper (or map_chunk)", role)
-            _map(mapper, map_chunk, combiner, out, stdin)
+            _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
+            _map(mapper, map_chunk, combiner, out, stdin, map_blocks)
         elif role == "combine":
             _need(combiner, "combiner", role)
             _combine(combiner, out, stdin)
@@ -300,7 +307,7 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
             _need(reducer, "reducer", role)
             _reduce(reducer, out, stdin)
         elif role == "":
-            _local(mapper, map_chunk, combiner, reducer, argv, stdin, out)
+            _local(mapper, map_chunk, map_blocks, combiner, reducer, argv, stdin, out)
         else:
             raise _Usage(f"MAPAGG_ROLE={role!r}: want map, combine, reduce or describe")
         out.flush()
@@ -328,14 +335,14 @@ def _need(fn, name, role):
         raise _Usage(f"MAPAGG_ROLE={role}: this program defines no {name}")
 
 
-def _local(mapper, map_chunk, combiner, reducer, argv, stdin, out):
+def _local(mapper, map_chunk, map_blocks, combiner, reducer, argv, stdin, out):
     """A whole job in this process: map every line of the files, group, reduce in key order."""
-    _need(mapper or map_chunk, "mapper (or map_chunk)", "map")
+    _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", "map")
     _need(reducer, "reducer", "reduce")
     streams = [open(path, "rb") for path in argv] if argv else [stdin]
     groups = {}
     for s in streams:
-        for pairs in _mapped(mapper, map_chunk, s):
+        for pairs in _mapped(mapper, map_chunk, s, map_blocks):
             for k, v in pairs:
                 groups.setdefault(_key_text(k), []).append(json.loads(_value_text(v)))
     for key in sorted(groups, key=lambda k: k.encode("utf-8", "surrogateescape")):
