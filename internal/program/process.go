@@ -105,6 +105,7 @@ func (t *tail) lines(n int) string {
 const maxLogLine = 1 << 10
 
 // stderrLog sends a program's stderr lines to its task's logger (the job's log) as they come,
+// each line a message with the attributes stream=stderr, program and role,
 // the first max of them, and keeps the tail for its error. Writes come from one goroutine (the
 // exec package's copier); end is called after it is done.
 type stderrLog struct {
@@ -141,7 +142,7 @@ func (s *stderrLog) Write(p []byte) (int, error) {
 func (s *stderrLog) line() {
 	if s.logged < s.max {
 		s.logged++
-		s.log.Info("program stderr", append(s.attrs, "line", string(bytes.ToValidUTF8(bytes.TrimSuffix(s.partial, []byte("\r")), []byte("?"))))...)
+		s.log.Info(string(bytes.ToValidUTF8(bytes.TrimSuffix(s.partial, []byte("\r")), []byte("?"))), s.attrs...)
 	} else {
 		s.dropped++
 	}
@@ -154,7 +155,7 @@ func (s *stderrLog) end() {
 		s.line()
 	}
 	if s.dropped > 0 {
-		s.log.Info("program stderr", append(s.attrs, "line", fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", s.dropped, s.max))...)
+		s.log.Info(fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", s.dropped, s.max), s.attrs...)
 		s.dropped = 0
 	}
 }
@@ -198,7 +199,7 @@ func (p *Program) start(ctx context.Context, role, what string, vars map[string]
 	// start) stderr is only kept for the error.
 	if log := jobs.LoggerFrom(ctx); log != slog.Default() && p.cfg.StderrLogLines > 0 {
 		pr.errLog = &stderrLog{t: pr.stderr, log: log, max: p.cfg.StderrLogLines,
-			attrs: []any{"program", p.spec.Name, "role", role}}
+			attrs: []any{"stream", "stderr", "program", p.spec.Name, "role", role}}
 		cmd.Stderr = pr.errLog
 	}
 	if pr.stdin, err = cmd.StdinPipe(); err == nil {

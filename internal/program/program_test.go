@@ -331,7 +331,7 @@ func FuzzSplitWords(f *testing.F) {
 	})
 }
 
-// logLines is a slog handler keeping the "line" attribute of each record.
+// logLines is a slog handler keeping the message of each record with stream=stderr.
 type logLines struct {
 	mu    sync.Mutex
 	lines []string
@@ -342,8 +342,8 @@ func (l *logLines) Handle(_ context.Context, r slog.Record) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "line" {
-			l.lines = append(l.lines, a.Value.String())
+		if a.Key == "stream" && a.Value.String() == "stderr" {
+			l.lines = append(l.lines, r.Message)
 		}
 		return true
 	})
