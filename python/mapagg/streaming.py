@@ -186,9 +186,9 @@ def _groups(stream):
 
 # In-mapper combining: values are buffered per key; when about _COMBINE_ITEMS values are held,
 # each key's values are combined into one, and when the keys alone number half of that, they
-# are written out. A block's values are counted by its length when it has one (a mapping), else
-# estimated at one for every 8 bytes of input.
+# are written out.
 _COMBINE_ITEMS = 1 << 20
+_BATCH = 1 << 16
 
 
 def _mapped(mapper, map_chunk, stream, map_blocks=None):
@@ -220,8 +220,8 @@ def _map(mapper, map_chunk, combiner, out, stream, map_blocks=None):
     buf = {}
     get = buf.get
     held = 0
-    for pairs in _mapped(mapper, map_chunk, stream, map_blocks):
-        held += len(pairs) if hasattr(pairs, "__len__") else _BLOCK_BYTES // 8
+    for n, pairs in _batches(_mapped(mapper, map_chunk, stream, map_blocks)):
+        held += n
         for k, v in pairs:
             values = get(k)
             if values is None:
@@ -236,6 +236,21 @@ def _map(mapper, map_chunk, combiner, out, stream, map_blocks=None):
                 buf.clear()
                 held = 0
     out.write_pairs(_combined(buf, combiner))
+
+
+def _batches(iterables):
+    """(length, pairs) for each iterable of pairs, one with a length whole, any other in lists of
+    at most _BATCH pairs (so a generator's values are counted as they are held)."""
+    for pairs in iterables:
+        if hasattr(pairs, "__len__"):
+            yield len(pairs), pairs
+            continue
+        it = iter(pairs)
+        while True:
+            batch = list(islice(it, _BATCH))
+            if not batch:
+                break
+            yield len(batch), batch
 
 
 def _compact(buf, combiner):

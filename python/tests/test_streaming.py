@@ -68,9 +68,13 @@ class RolesTest(unittest.TestCase):
         # combine bound of 8 values: both the per-line mapper and map_chunk give the exact count.
         import collections
 
-        saved = streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS
-        self.addCleanup(lambda: setattr(streaming, "_BLOCK_BYTES", saved[0]) or setattr(streaming, "_COMBINE_ITEMS", saved[1]))
-        streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS = 16, 8
+        saved = streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH
+
+        def restore():
+            streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH = saved
+
+        self.addCleanup(restore)
+        streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH = 16, 8, 5
         lines = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(i % 5)) for i in range(200)]
         data = ("\n".join(lines) + "\nlast w1").encode()
         want = collections.Counter(data.decode().split())
@@ -85,7 +89,12 @@ class RolesTest(unittest.TestCase):
                 c.update(text.split())
             return c
 
-        for kw in ({"mapper": words}, {"map_chunk": chunk}, {"map_blocks": blocks}):
+        def blocks_lazily(texts):  # a generator of pairs: held values are counted as they come
+            for text in texts:
+                for w in text.split():
+                    yield w, 1
+
+        for kw in ({"mapper": words}, {"map_chunk": chunk}, {"map_blocks": blocks}, {"map_blocks": blocks_lazily}):
             code, out = run_role("map", data, combiner=total, reducer=total, **kw)
             self.assertEqual(code, 0)
             got = collections.Counter()
@@ -93,7 +102,7 @@ class RolesTest(unittest.TestCase):
                 k, v = line.split("\t")
                 got[k] += int(v)
             self.assertEqual(got, want, kw)
-            if "map_blocks" not in kw:  # one mapping of distinct keys: nothing to combine
+            if kw.get("map_blocks") is not blocks:  # one mapping of distinct keys: nothing to combine
                 self.assertGreater(len(out.decode().splitlines()), len(want), "the bound never wrote out")
 
     def test_map_chunk_pairs_and_none(self):
