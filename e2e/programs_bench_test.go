@@ -33,7 +33,8 @@ print(len(c), sum(c.values()))
 // count of examples/programs/wordcount.py through a 2-worker cluster against one plain Python
 // process (collections.Counter over str.split) over the same files, in interleaved runs. It
 // reports; it asserts only that both counted the same words. MAPAGG_PROGRAM_BENCH_AWK=1 adds
-// the awk word count. Set MAPAGG_PROGRAM_BENCH to the
+// the awk word count; MAPAGG_PROGRAM_BENCH_SHARD_MB (default 32) and
+// MAPAGG_PROGRAM_BENCH_PARTITIONS (default 2) set the job's shards and partitions. Set MAPAGG_PROGRAM_BENCH to the
 // corpus size in MB (the issue's figure: 174) to run it: make bench-programs.
 func TestProgramsBench_PythonWordcount(t *testing.T) {
 	mb, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH"))
@@ -125,15 +126,16 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 			types = append(types, "awkwordcount")
 		}
 		for _, typ := range types {
-			cpu0 := cpuSeconds(t, pids)
+			self0, kids0 := cpuSeconds(t, pids)
 			t0 := time.Now()
 			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d,"partitions":%d}`, shardMB<<20, partitions))
 			wall := time.Since(t0)
-			cpu := cpuSeconds(t, pids) - cpu0
+			self1, kids1 := cpuSeconds(t, pids)
+			self, kids := self1-self0, kids1-kids0
 			if st.State != jobs.StateSucceeded {
 				t.Fatalf("%s: %s %s", typ, st.State, st.Error)
 			}
-			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers and their programs)", round+1, typ, wall.Seconds(), cpu)
+			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers %.2f, their programs %.2f)", round+1, typ, wall.Seconds(), self+kids, self, kids)
 			if round == 0 && typ == "pywordcount" {
 				checkBench(t, &cl, st.ID, files)
 			}
@@ -150,21 +152,21 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	}
 }
 
-// cpuSeconds sums the CPU time of processes and their waited-for children (/proc/PID/stat).
-func cpuSeconds(t *testing.T, pids []int) float64 {
-	var ticks int64
+// cpuSeconds sums the CPU time of processes (self) and of their waited-for children (/proc/PID/stat).
+func cpuSeconds(t *testing.T, pids []int) (self, children float64) {
+	var ticks [2]int64
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		for j, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
 			n, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += n
+			ticks[j/2] += n
 		}
 	}
-	return float64(ticks) / 100 // USER_HZ
+	return float64(ticks[0]) / 100, float64(ticks[1]) / 100 // USER_HZ
 }
 
 // checkBench compares the job's output with a count of the files in Go.
