@@ -378,3 +378,35 @@ func TestProgram_StderrLinesGoToTheJobLog(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStderrLog: whatever a program writes on stderr, in whatever pieces, the job's log gets its
+// first lines, each cut at maxLogLine bytes and made valid UTF-8, then a count of the rest.
+func FuzzStderrLog(f *testing.F) {
+	f.Add([]byte("one\ntwo\r\nthree"), uint16(5), uint8(2))
+	f.Add(bytes.Repeat([]byte("x"), 3000), uint16(1500), uint8(1))
+	f.Add([]byte("\xff\xfe\n\n\n"), uint16(1), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16, max uint8) {
+		var h logLines
+		s := &stderrLog{t: &tail{max: 64}, log: slog.New(&h), attrs: []any{"stream", "stderr"}, max: int(max%8) + 1}
+		c := min(int(cut), len(data))
+		_, _ = s.Write(data[:c])
+		_, _ = s.Write(data[c:])
+		s.end()
+		var want []string
+		lines := bytes.Split(data, []byte("\n"))
+		if len(lines[len(lines)-1]) == 0 {
+			lines = lines[:len(lines)-1]
+		}
+		for i, ln := range lines {
+			if i == s.max {
+				want = append(want, fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", len(lines)-s.max, s.max))
+				break
+			}
+			ln = bytes.TrimSuffix(ln[:min(len(ln), maxLogLine)], []byte("\r"))
+			want = append(want, string(bytes.ToValidUTF8(ln, []byte("?"))))
+		}
+		if fmt.Sprint(h.lines) != fmt.Sprint(want) {
+			t.Fatalf("logged %q, want %q", h.lines, want)
+		}
+	})
+}
