@@ -33,7 +33,8 @@ print(len(c), sum(c.values()))
 // count of examples/programs/wordcount.py through a 2-worker cluster against one plain Python
 // process (collections.Counter over str.split) over the same files, in interleaved runs. It
 // reports; it asserts only that both counted the same words. MAPAGG_PROGRAM_BENCH_AWK=1 adds
-// the awk word count. Set MAPAGG_PROGRAM_BENCH to the
+// the awk word count; MAPAGG_PROGRAM_BENCH_SHARD_MB (default 32) and
+// MAPAGG_PROGRAM_BENCH_PARTITIONS (default 2) set the job's shards and partitions. Set MAPAGG_PROGRAM_BENCH to the
 // corpus size in MB (the issue's figure: 174) to run it: make bench-programs.
 func TestProgramsBench_PythonWordcount(t *testing.T) {
 	mb, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH"))
@@ -45,9 +46,14 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 		t.Skip("python3 is not installed")
 	}
 	root, _ := filepath.Abs("..")
-	shardMB := 16
+	shardMB := 32
 	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_SHARD_MB")); v > 0 {
 		shardMB = v
+	}
+	// One reduce partition a worker: a partition is a process start.
+	partitions := 2
+	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_PARTITIONS")); v > 0 {
+		partitions = v
 	}
 	// Workers without the race detector (the other e2e tests' binary has it): the figures are
 	// the product's.
@@ -55,12 +61,20 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// MAPAGG_PROGRAM_BENCH_PPROF=1 serves the workers' profiles (their addresses are logged).
+	pprof := os.Getenv("MAPAGG_PROGRAM_BENCH_PPROF") != ""
 	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
+		"PPROF=" + strconv.FormatBool(pprof),
 		"WORKER_PROGRAMS=pywordcount=" + py + " " + filepath.Join(root, "examples", "programs", "wordcount.py") +
 			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
 		"PYTHONPATH=" + filepath.Join(root, "python")}})
 	cl := *c.Client
 	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+	if pprof {
+		for _, id := range []string{"w1", "w2"} {
+			t.Logf("%s: go tool pprof http://%s/debug/pprof/profile?seconds=20", id, c.HTTPAddr(id))
+		}
+	}
 
 	// 50k distinct words, Zipf-like, in 8 files of mb/8 MB each.
 	dir := t.TempDir()
@@ -105,22 +119,23 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	for _, id := range []string{"w1", "w2"} {
 		pids = append(pids, c.Proc(id).PID)
 	}
-	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB; the host is shared and loaded", float64(total)/1e6, shardMB)
+	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB, %d partitions; the host is shared and loaded", float64(total)/1e6, shardMB, partitions)
 	for round := range 2 {
 		types := []string{"pywordcount"}
 		if os.Getenv("MAPAGG_PROGRAM_BENCH_AWK") != "" {
 			types = append(types, "awkwordcount")
 		}
 		for _, typ := range types {
-			cpu0 := cpuSeconds(t, pids)
+			self0, kids0 := cpuSeconds(t, pids)
 			t0 := time.Now()
-			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d}`, shardMB<<20))
+			st := runProgram(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d,"partitions":%d}`, shardMB<<20, partitions))
 			wall := time.Since(t0)
-			cpu := cpuSeconds(t, pids) - cpu0
+			self1, kids1 := cpuSeconds(t, pids)
+			self, kids := self1-self0, kids1-kids0
 			if st.State != jobs.StateSucceeded {
 				t.Fatalf("%s: %s %s", typ, st.State, st.Error)
 			}
-			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers and their programs)", round+1, typ, wall.Seconds(), cpu)
+			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers %.2f, their programs %.2f)", round+1, typ, wall.Seconds(), self+kids, self, kids)
 			if round == 0 && typ == "pywordcount" {
 				checkBench(t, &cl, st.ID, files)
 			}
@@ -137,21 +152,21 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	}
 }
 
-// cpuSeconds sums the CPU time of processes and their waited-for children (/proc/PID/stat).
-func cpuSeconds(t *testing.T, pids []int) float64 {
-	var ticks int64
+// cpuSeconds sums the CPU time of processes (self) and of their waited-for children (/proc/PID/stat).
+func cpuSeconds(t *testing.T, pids []int) (self, children float64) {
+	var ticks [2]int64
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		for j, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
 			n, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += n
+			ticks[j/2] += n
 		}
 	}
-	return float64(ticks) / 100 // USER_HZ
+	return float64(ticks[0]) / 100, float64(ticks[1]) / 100 // USER_HZ
 }
 
 // checkBench compares the job's output with a count of the files in Go.

@@ -239,6 +239,19 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 	if good.State != jobs.StateSucceeded {
 		t.Errorf("the job beside it %s: %s", good.State, good.Error)
 	}
+	// The program's stderr is in the job's log (worker logs JOB), a line each.
+	page, err := client.NewJobLog(c.Blob(), c.JobsContainer()).Read(ctx, bad, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traced bool
+	for _, ln := range page.Lines {
+		traced = traced || (ln.Attrs["stream"] == "stderr" && ln.Attrs["program"] == "pyraiser" &&
+			ln.Msg == "mapagg: map failed: ValueError: poison record seen" && ln.Shard != nil)
+	}
+	if !traced {
+		t.Errorf("the raising job's log has no stderr line naming the exception: %+v", page.Lines)
+	}
 	after, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -281,25 +294,33 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 // package's program while the leader is killed by SIGKILL in the map phase and again in the
 // reduce phase: the output equals an independent sum, record for record.
 //
-// It takes minutes on 2 cores: `make chaos` runs it (MAPAGG_PROGRAM_FAULTS=1).
+// It takes minutes on 2 cores: `make chaos` runs it (MAPAGG_PROGRAM_FAULTS=1), on 60k rows;
+// MAPAGG_PROGRAM_FAULTS_ROWS=2000000 runs it on the 2M rows over 100k keys of the issue.
 func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	if os.Getenv("MAPAGG_PROGRAM_FAULTS") == "" {
 		t.Skip("set MAPAGG_PROGRAM_FAULTS=1 to kill leaders under a program job (make chaos does)")
 	}
 	c, cl, _, _ := programCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// MAPAGG_PROGRAM_FAULTS_ROWS sets the rows (the issue's figure: 2000000, over 100k keys);
+	// by default 60k rows over 5k keys.
+	rows, keys := 60_000, 5_000
+	if n, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_FAULTS_ROWS")); n > 0 {
+		rows, keys = n, max(n/20, 1)
+	}
 	var csv bytes.Buffer
 	csv.WriteString("key,value\n")
 	sums := map[string]int{}
-	for i := range 60_000 {
-		k := fmt.Sprintf("key%05d", (i*31)%5_000)
+	for i := range rows {
+		k := fmt.Sprintf("key%06d", (i*31)%keys)
 		sums[k] += i % 17
 		fmt.Fprintf(&csv, "%s,%d\n", k, i%17)
 	}
 	putBlobs(t, c, "rows", map[string][]byte{"rows.csv": csv.Bytes()})
-	// Small shards and many partitions: both phases last long enough to kill a leader in.
-	id, err := cl.Submit(ctx, "pysum", json.RawMessage(`{"container":"rows","shard_bytes":40000,"partitions":8}`))
+	// Small shards (about 40 of them) and many partitions: both phases last long enough to kill
+	// a leader in.
+	id, err := cl.Submit(ctx, "pysum", json.RawMessage(fmt.Sprintf(`{"container":"rows","shard_bytes":%d,"partitions":8}`, max(csv.Len()/40, 40_000))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,19 @@
     worker run --program 'pywordcount=python3 /path/to/wordcount.py'
 and submit it with {"container": "corpus"}. Try it locally: python3 wordcount.py FILE...
 """
+from collections import Counter
+
 import mapagg
 
 
-def mapper(line):
-    for word in line.split():
-        yield word, 1
+def map_blocks(blocks):  # the task's input, in blocks of whole lines (about 1 MiB each)
+    counts = Counter()
+    for text in blocks:
+        counts.update(text.split())
+    return counts
 
 
-def combiner(word, counts):
+def combiner(word, counts):  # a task's counts of a word, combined before they are written
     return sum(counts)
 
 

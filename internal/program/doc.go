@@ -13,7 +13,8 @@
 //
 // What is guaranteed: one process per task, alive across its records, fed through buffered
 // pipes; its own working directory, removed after; an environment built from an allow-list, so
-// no secret of the worker reaches it; bounded stdout and stderr; a time limit. A failure (exit
+// no secret of the worker reaches it; bounded stdout and stderr (the first lines of stderr go to
+// the job's log, through the task's jobs.LoggerFrom); a time limit. A failure (exit
 // status, malformed line, time limit) fails the task attempt with the exit status and the last
 // lines of stderr, and retries as any task. What is not: isolation from the worker's user (the
 // program runs as that user and may read what it can read).

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/mapagg/mapagg/jobs"
 )
 
 // passEnv are the variables of the worker's environment a program gets, besides those
@@ -98,6 +101,65 @@ func (t *tail) lines(n int) string {
 	return strings.Join(ls, "\n")
 }
 
+// maxLogLine is the longest stderr line logged whole; a longer one is cut.
+const maxLogLine = 1 << 10
+
+// stderrLog sends a program's stderr lines to its task's logger (the job's log) as they come,
+// each line a message with the attributes stream=stderr, program and role,
+// the first max of them, and keeps the tail for its error. Writes come from one goroutine (the
+// exec package's copier); end is called after it is done.
+type stderrLog struct {
+	t       *tail
+	log     *slog.Logger
+	attrs   []any
+	max     int
+	logged  int
+	dropped int
+	partial []byte
+}
+
+func (s *stderrLog) Write(p []byte) (int, error) {
+	_, _ = s.t.Write(p)
+	rest := p
+	for len(rest) > 0 {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			if len(s.partial) < maxLogLine {
+				s.partial = append(s.partial, rest[:min(len(rest), maxLogLine-len(s.partial))]...)
+			}
+			break
+		}
+		if len(s.partial) < maxLogLine {
+			s.partial = append(s.partial, rest[:min(i, maxLogLine-len(s.partial))]...)
+		}
+		s.line()
+		rest = rest[i+1:]
+	}
+	return len(p), nil
+}
+
+// line logs the line collected in partial.
+func (s *stderrLog) line() {
+	if s.logged < s.max {
+		s.logged++
+		s.log.Info(string(bytes.ToValidUTF8(bytes.TrimSuffix(s.partial, []byte("\r")), []byte("?"))), s.attrs...)
+	} else {
+		s.dropped++
+	}
+	s.partial = s.partial[:0]
+}
+
+// end logs an unfinished last line and how many lines were left out.
+func (s *stderrLog) end() {
+	if len(s.partial) > 0 {
+		s.line()
+	}
+	if s.dropped > 0 {
+		s.log.Info(fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", s.dropped, s.max), s.attrs...)
+		s.dropped = 0
+	}
+}
+
 // proc is one running program: its pipes, its stderr tail and its working directory.
 type proc struct {
 	p      *Program
@@ -107,6 +169,7 @@ type proc struct {
 	stdin  io.WriteCloser
 	stdout io.ReadCloser
 	stderr *tail
+	errLog *stderrLog // nil: stderr is not logged
 	dir    string
 	cancel context.CancelFunc
 	ctx    context.Context
@@ -132,6 +195,13 @@ func (p *Program) start(ctx context.Context, role, what string, vars map[string]
 	cmd.SysProcAttr = sysProcAttr()
 	pr := &proc{p: p, role: role, what: what, cmd: cmd, stderr: &tail{max: p.cfg.StderrBytes}, dir: dir, cancel: cancel, ctx: ctx}
 	cmd.Stderr = pr.stderr
+	// In a task, the worker gives ctx the logger of its job's log; elsewhere (the describe run at
+	// start) stderr is only kept for the error.
+	if log := jobs.LoggerFrom(ctx); log != slog.Default() && p.cfg.StderrLogLines > 0 {
+		pr.errLog = &stderrLog{t: pr.stderr, log: log, max: p.cfg.StderrLogLines,
+			attrs: []any{"stream", "stderr", "program", p.spec.Name, "role", role}}
+		cmd.Stderr = pr.errLog
+	}
 	if pr.stdin, err = cmd.StdinPipe(); err == nil {
 		pr.stdout, err = cmd.StdoutPipe()
 	}
@@ -166,6 +236,9 @@ func (pr *proc) wait(cause error) error {
 		killGroup(pr.cmd)
 	}
 	werr := pr.cmd.Wait()
+	if pr.errLog != nil {
+		pr.errLog.end()
+	}
 	timedOut := errors.Is(context.Cause(pr.ctx), errTimeLimit)
 	pr.cancel()
 	killGroup(pr.cmd) // children left behind

@@ -28,6 +28,10 @@ type Config struct {
 	StderrBytes int
 	// StderrLines is how many of the last stderr lines a failure quotes. Default 10.
 	StderrLines int
+	// StderrLogLines is how many lines of a run's stderr go to the job's log (worker logs JOB),
+	// the first ones, each cut at 1 KiB; a line then says how many more were left out. Default
+	// 200; negative logs none.
+	StderrLogLines int
 	// CombineBytes is how much map output is collected, sorted and piped through a program's
 	// combine role at once (bytes). Default 32 MiB.
 	CombineBytes int
@@ -51,6 +55,7 @@ func (c Config) WithDefaults() Config {
 	c.MaxOutputBytes = cmp.Or(c.MaxOutputBytes, 4<<30)
 	c.StderrBytes = cmp.Or(c.StderrBytes, 8<<10)
 	c.StderrLines = cmp.Or(c.StderrLines, 10)
+	c.StderrLogLines = cmp.Or(c.StderrLogLines, 200)
 	c.CombineBytes = cmp.Or(c.CombineBytes, 32<<20)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	c.DescribeTimeout = cmp.Or(c.DescribeTimeout, 30*time.Second)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,6 +327,86 @@ func FuzzSplitWords(f *testing.F) {
 		again, err := ParseSpec(q.String())
 		if err != nil || !slices.Equal(again.Args, words) {
 			t.Fatalf("%q: words %q, quoted %q, again %q %v", s, words, q.String(), again.Args, err)
+		}
+	})
+}
+
+// logLines is a slog handler keeping the message of each record with stream=stderr.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "stream" && a.Value.String() == "stderr" {
+			l.lines = append(l.lines, r.Message)
+		}
+		return true
+	})
+	return nil
+}
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+func TestProgram_StderrLinesGoToTheJobLog(t *testing.T) {
+	// Five lines on stderr, the last without its newline and one longer than a logged line.
+	script := `if [ $MAPAGG_ROLE = describe ]; then exit 0; fi; cat >/dev/null; echo one >&2; echo two >&2; ` +
+		`head -c 3000 /dev/zero | tr "\0" y >&2; echo >&2; echo four >&2; printf five >&2; echo "k	1"`
+	for _, tc := range []struct {
+		max  int
+		want []string
+	}{
+		{0, []string{"one", "two", strings.Repeat("y", maxLogLine), "four", "five"}},
+		{2, []string{"one", "two", "(3 more lines of stderr left out of the job's log: the first 2 of a run are kept)"}},
+	} {
+		p := newProgram(t, "sh -c '"+script+"'", Config{StderrLogLines: tc.max})
+		env := jobstest.NewEnv()
+		env.Put("input", "a.txt", []byte("x\n"))
+		var h logLines
+		ctx := jobs.ContextWithLogger(context.Background(), slog.New(&h))
+		err := p.Map(ctx, jobs.EnvWithLogger(env, slog.New(&h)), jobs.Task{Shard: json.RawMessage(`{"c":"input","b":"a.txt","o":0,"n":2}`)},
+			func(k, v []byte) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(h.lines) != fmt.Sprint(tc.want) {
+			t.Errorf("StderrLogLines %d: the job's log got %q, want %q", tc.max, h.lines, tc.want)
+		}
+	}
+}
+
+// FuzzStderrLog: whatever a program writes on stderr, in whatever pieces, the job's log gets its
+// first lines, each cut at maxLogLine bytes and made valid UTF-8, then a count of the rest.
+func FuzzStderrLog(f *testing.F) {
+	f.Add([]byte("one\ntwo\r\nthree"), uint16(5), uint8(2))
+	f.Add(bytes.Repeat([]byte("x"), 3000), uint16(1500), uint8(1))
+	f.Add([]byte("\xff\xfe\n\n\n"), uint16(1), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16, max uint8) {
+		var h logLines
+		s := &stderrLog{t: &tail{max: 64}, log: slog.New(&h), attrs: []any{"stream", "stderr"}, max: int(max%8) + 1}
+		c := min(int(cut), len(data))
+		_, _ = s.Write(data[:c])
+		_, _ = s.Write(data[c:])
+		s.end()
+		var want []string
+		lines := bytes.Split(data, []byte("\n"))
+		if len(lines[len(lines)-1]) == 0 {
+			lines = lines[:len(lines)-1]
+		}
+		for i, ln := range lines {
+			if i == s.max {
+				want = append(want, fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", len(lines)-s.max, s.max))
+				break
+			}
+			ln = bytes.TrimSuffix(ln[:min(len(ln), maxLogLine)], []byte("\r"))
+			want = append(want, string(bytes.ToValidUTF8(ln, []byte("?"))))
+		}
+		if fmt.Sprint(h.lines) != fmt.Sprint(want) {
+			t.Fatalf("logged %q, want %q", h.lines, want)
 		}
 	})
 }

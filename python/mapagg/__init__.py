@@ -6,7 +6,19 @@ a ``combiner``) that ends in ``mapagg.run()``; a worker registers it with
 """
 
 from .streaming import run, params, task, escape, unescape, ProtocolError
-from .client import Client, APIError, JobFailed
+
+# The HTTP client (urllib, ssl) is imported when first named: a program's processes, one a task,
+# never pay for it.
+_CLIENT_NAMES = ("Client", "APIError", "JobFailed")
+
+
+def __getattr__(name):
+    if name in _CLIENT_NAMES:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'mapagg' has no attribute {name!r}")
+
 
 __all__ = ["run", "params", "task", "escape", "unescape", "ProtocolError", "Client", "APIError", "JobFailed"]
 __version__ = "0.1.0"

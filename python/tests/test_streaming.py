@@ -14,11 +14,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "examples", "programs")
 
 
-def run_role(role, data, mapper=None, reducer=None, combiner=None, params="{}"):
+def run_role(role, data, mapper=None, reducer=None, combiner=None, params="{}", map_chunk=None, map_blocks=None):
     out = io.BytesIO()
     env = {"MAPAGG_ROLE": role, "MAPAGG_PARAMS": params}
     with self_exit() as code:
-        mapagg.run(mapper=mapper, reducer=reducer, combiner=combiner, argv=[], stdin=io.BytesIO(data), stdout=out, environ=env)
+        mapagg.run(mapper=mapper, reducer=reducer, combiner=combiner, argv=[], stdin=io.BytesIO(data), stdout=out, environ=env, map_chunk=map_chunk, map_blocks=map_blocks)
     return code[0], out.getvalue()
 
 
@@ -62,6 +62,58 @@ class RolesTest(unittest.TestCase):
         code, out = run_role("map", b"a b a\nb a\n", mapper=words, combiner=total, reducer=total)
         self.assertEqual(code, 0)
         self.assertEqual(sorted(out.decode().splitlines()), ["a\t3", "b\t2"])
+
+    def test_map_in_small_blocks_compacts_and_writes_out(self):
+        # Blocks of 16 bytes (lines cut across reads, a last line without its newline) and a
+        # combine bound of 8 values: both the per-line mapper and map_chunk give the exact count.
+        import collections
+
+        saved = streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH
+
+        def restore():
+            streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH = saved
+
+        self.addCleanup(restore)
+        streaming._BLOCK_BYTES, streaming._COMBINE_ITEMS, streaming._BATCH = 16, 8, 5
+        lines = [" ".join(f"w{(i * 7 + j) % 13}" for j in range(i % 5)) for i in range(200)]
+        data = ("\n".join(lines) + "\nlast w1").encode()
+        want = collections.Counter(data.decode().split())
+
+        def chunk(text):
+            self.assertTrue(text.endswith("\n") or text.endswith("last w1"), text)
+            return collections.Counter(text.split())
+
+        def blocks(texts):
+            c = collections.Counter()
+            for text in texts:
+                c.update(text.split())
+            return c
+
+        def blocks_lazily(texts):  # a generator of pairs: held values are counted as they come
+            for text in texts:
+                for w in text.split():
+                    yield w, 1
+
+        for kw in ({"mapper": words}, {"map_chunk": chunk}, {"map_blocks": blocks}, {"map_blocks": blocks_lazily}):
+            code, out = run_role("map", data, combiner=total, reducer=total, **kw)
+            self.assertEqual(code, 0)
+            got = collections.Counter()
+            for line in out.decode().splitlines():
+                k, v = line.split("\t")
+                got[k] += int(v)
+            self.assertEqual(got, want, kw)
+            if kw.get("map_blocks") is not blocks:  # one mapping of distinct keys: nothing to combine
+                self.assertGreater(len(out.decode().splitlines()), len(want), "the bound never wrote out")
+
+    def test_map_chunk_pairs_and_none(self):
+        def chunk(text):
+            if "skip" in text:
+                return None
+            return [(w, len(w)) for w in text.split()]
+
+        code, out = run_role("map", b"ab c\n", map_chunk=chunk, reducer=total)
+        self.assertEqual((code, out.decode().splitlines()), (0, ["ab\t2", "c\t1"]))
+        self.assertEqual(run_role("map", b"skip\n", map_chunk=chunk, reducer=total), (0, b""))
 
     def test_map_without_combiner_writes_every_pair(self):
         code, out = run_role("map", b"a b a\n", mapper=words, reducer=total)
