@@ -186,7 +186,11 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 	}
 	c.apply(w.s, w.etag)
 	j.run.stored(ctx, c.loop, j, w.s.run)
-	j.w.nextDue = c.due(time.Since(w.s.start))
+	cost := time.Since(w.s.start)
+	if w.s.light {
+		cost = 0 // it wrote the active marker too, once: not what the job's checkpoints cost
+	}
+	j.w.nextDue = c.due(cost)
 	c.ack(w.s.acks)
 	if j.cp.State.Terminal() && !j.dirty {
 		c.loop.retire(ctx, j)
