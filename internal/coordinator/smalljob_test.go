@@ -191,3 +191,32 @@ func TestSmallJob_CancelledWhileRunning(t *testing.T) {
 		t.Errorf("%d checkpoint writes, want 1", n)
 	}
 }
+
+// Two messages of one small job (a requeue, a resubmit of one id), both light: the job runs to
+// one answer, and the second message is taken the full way once it finds the job stored (or
+// held), leaving no message and no active marker behind.
+func TestSmallJob_SecondMessageOfOneJob(t *testing.T) {
+	st := &writeLog{}
+	r, _, planned := smallRig(t, st, time.Second)
+	r.work(worker.Config{Concurrency: 2})
+	id := r.submit("sleep", `{"shards":3}`)
+	if err := r.q.Enqueue(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	waitPlanned(t, planned, id)
+	s := r.wait(id, 20*time.Second)
+	if s.State != jobs.StateSucceeded {
+		t.Fatalf("state %s: %s", s.State, s.Error)
+	}
+	sameJSON(t, s.Result, []byte(`{"shards":3,"index_sum":3}`))
+	ctx := context.Background()
+	testenv.Eventually(t, 30*time.Second, 50*time.Millisecond, func() bool {
+		n, err := r.q.Depth(ctx)
+		marks, lerr := r.st.List(ctx, protocol.ActivePrefix)
+		return err == nil && n == 0 && lerr == nil && len(marks) == 0
+	}, "a message or an active marker of the job was left")
+	if s, err := r.cl.Status(ctx, id); err != nil || s.State != jobs.StateSucceeded {
+		t.Fatalf("status after the second message: %+v %v", s, err)
+	}
+	sameJSON(t, s.Result, []byte(`{"shards":3,"index_sum":3}`))
+}
