@@ -51,6 +51,9 @@ type Client struct {
 	Store  Store
 	Queue  Queue
 	Notify Notifier // optional: wakes the leader sooner
+	// InlineSpec puts a small job's spec into its queue message, one storage read fewer a job
+	// (jobstore.Jobs.InlineSpec). Only for a cluster whose every member runs this release or later.
+	InlineSpec bool
 
 	// Registry holds the job types this program has, validated locally (no cluster needed).
 	// Nil: none.
@@ -199,7 +202,7 @@ func (c *Client) check(ctx context.Context, typ string, params json.RawMessage) 
 
 // jobStore is the client's door to jobstore, where a job's life in storage is written once.
 func (c *Client) jobStore() *jobstore.Jobs {
-	j := &jobstore.Jobs{Store: listingStore{c.Store}, Queue: c.Queue}
+	j := &jobstore.Jobs{Store: listingStore{c.Store}, Queue: c.Queue, InlineSpec: c.InlineSpec}
 	if c.Notify != nil {
 		j.Notify = c.Notify
 	}

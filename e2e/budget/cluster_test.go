@@ -92,7 +92,7 @@ func newCluster(t *testing.T, members int, shared bool) *cluster {
 		t.Fatal(err)
 	}
 	cleanup(c.bus.Close)
-	c.client = &client.Client{Store: jobsC, Queue: q, Notify: c.bus, Registry: builtin.Registry()}
+	c.client = &client.Client{Store: jobsC, Queue: q, Notify: c.bus, Registry: builtin.Registry(), InlineSpec: true}
 	if _, err := c.bus.Conn().Subscribe(protocol.NewNames(c.names.StreamPrefix).Events(), func(m *nats.Msg) {
 		if e, err := membership.DecodeEvent(m.Data); err == nil {
 			c.mu.Lock()

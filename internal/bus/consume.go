@@ -25,6 +25,9 @@ func (d *Delivery) Data() []byte { return d.msg.Data() }
 // Subject is the message subject.
 func (d *Delivery) Subject() string { return d.msg.Subject() }
 
+// MsgID is the delivery's Nats-Msg-Id as published (covered by its MAC).
+func (d *Delivery) MsgID() string { return d.msg.Headers().Get(jetstream.MsgIDHeader) }
+
 // Attempt is the delivery count: 1 for the first delivery.
 func (d *Delivery) Attempt() int { return d.attempt }
 

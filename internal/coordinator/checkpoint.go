@@ -60,6 +60,7 @@ type written struct {
 // (lost.go).
 type checkpointPutter interface {
 	PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error)
+	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) // a light job's active marker
 	Exists(ctx context.Context, name string) (bool, error)
 }
 
@@ -70,6 +71,9 @@ type jobLoop interface {
 	runHost // a job's runner, after its checkpoint is stored
 	retire(ctx context.Context, j *job)
 	end(j *job, state jobs.State, why string)
+	// A light job's first checkpoint was stored, or refused as one exists (smalljob.go).
+	lightStored(j *job, terminal bool)
+	lightTaken(ctx context.Context, j *job)
 }
 
 var _ checkpointPutter = Store(nil)
@@ -156,6 +160,10 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 	if w.err != nil {
 		j.w.acks = append(w.s.acks, j.w.acks...)
 		j.dirty = true
+		if w.s.light && errors.Is(w.err, store.ErrExists) {
+			c.loop.lightTaken(ctx, j)
+			return nil
+		}
 		var ue *UserCodeError
 		if errors.As(w.err, &ue) {
 			// The job's code failed encoding its aggregate: the job fails; its terminal
@@ -178,7 +186,11 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 	}
 	c.apply(w.s, w.etag)
 	j.run.stored(ctx, c.loop, j, w.s.run)
-	j.w.nextDue = c.due(time.Since(w.s.start))
+	cost := time.Since(w.s.start)
+	if w.s.light {
+		cost = 0 // it wrote the active marker too, once: not what the job's checkpoints cost
+	}
+	j.w.nextDue = c.due(cost)
 	c.ack(w.s.acks)
 	if j.cp.State.Terminal() && !j.dirty {
 		c.loop.retire(ctx, j)
@@ -215,6 +227,11 @@ func (c *checkpointer) stepDown(ctx context.Context, deposed bool) {
 	c.writers.Wait()
 	if deposed {
 		return
+	}
+	for j := range c.tab.all() {
+		if j.light.Load() && !j.cp.State.Terminal() {
+			j.dirty = true // stored now, so the next leader resumes it at once (smalljob.go)
+		}
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
@@ -299,7 +316,8 @@ type snapshot struct {
 	acks    []*bus.Delivery // results this checkpoint covers: acknowledged once it is stored
 	start   time.Time
 	meta    map[string]string // the status record stored with it (set by put)
-	create  bool              // stored only if no checkpoint exists: a lost job's failed status
+	create  bool              // stored only if no checkpoint exists: a lost job's failed status, a light job's first
+	light   bool              // the job's first write (smalljob.go): marked first unless terminal
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
@@ -346,7 +364,8 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 	}
 	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
-	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start, create: j.w.lost}, nil
+	light := j.light.Load()
+	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start, create: j.w.lost || light, light: light}, nil
 }
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
@@ -366,7 +385,14 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	s.meta = statusMeta(c.log, &cp, s.j.spec)
 	cond := store.Cond{IfMatch: s.ifMatch}
 	if s.create {
-		cond = store.Cond{IfNoneMatch: true} // the lost job's failed status (lost.go)
+		cond = store.Cond{IfNoneMatch: true} // the lost job's failed status (lost.go), a light job's first
+	}
+	if s.light && !cp.State.Terminal() {
+		// A light job that runs on is taken in now: its active marker first, as intake's
+		// commitPlanned does (a storage rollback keeps a prefix of the writes).
+		if _, err := c.store.Put(ctx, protocol.ActiveBlob(cp.Job), nil, store.Cond{}); err != nil {
+			return "", fmt.Errorf("write active marker: %w", err)
+		}
 	}
 	etag, err := c.store.PutMeta(ctx, protocol.CheckpointBlob(cp.Job), data, s.meta, cond)
 	c.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
@@ -392,6 +418,9 @@ func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
 	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = s.cp.Phase, s.cp.PhaseDone, s.cp.PhaseTotal
 	if s.cp.State.Terminal() {
 		j.cp.State, j.cp.Result, j.cp.Error, j.cp.FinishedAt = s.cp.State, s.cp.Result, s.cp.Error, s.cp.FinishedAt
+	}
+	if s.light {
+		c.loop.lightStored(j, s.cp.State.Terminal())
 	}
 }
 

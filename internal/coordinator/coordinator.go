@@ -108,6 +108,7 @@ type term struct {
 
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
+	hints      cancelHints        // hints of jobs not held yet (smalljob.go); loop only
 	stageErr   chan error         // from stages of their own (schedules, retention): the term must end
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
 	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
@@ -155,7 +156,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		fn   func([]byte)
 	}{
 		{bus.CtlCancel, func(b []byte) { t.onCancelHint(ctx, string(b)) }},
-		{bus.CtlSubmitted, func(b []byte) { t.in.announced(string(b)) }},
+		{bus.CtlSubmitted, func(b []byte) { t.in.announced(b) }},
 	} {
 		stop, err := c.bus.Subscribe(sub.subj, sub.fn)
 		if err != nil {
@@ -163,6 +164,7 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 		}
 		defer stop()
 	}
+	t.in.listening = time.Now() // cancel hints are heard from here on (smalljob.go)
 
 	// The components of their own, with their own goroutines (asynq's janitor and syncer).
 	stageCtx, stopStages := context.WithCancel(ctx)
@@ -215,7 +217,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		cfg: c.cfg, store: c.store, bus: c.bus, env: c.env, beat: c.beat,
 		fence: f, rep: rep, elected: time.Now(), log: log,
 		tab: newJobTable(), reader: jobread.Reader{Store: c.store},
-		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64),
+		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), hints: cancelHints{},
 		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
@@ -340,9 +342,13 @@ func feedEnded(feed *bus.Feed) error {
 // adopt makes j active and starts dispatching what of it is not yet dispatched.
 func (t *term) adopt(ctx context.Context, j *job) {
 	if !t.tab.add(j) {
-		return // claimed meanwhile (a rescan found its marker)
+		releaseLight(j) // smalljob.go
+		return          // claimed meanwhile (a rescan found its marker)
 	}
 	t.ck.adopted(j)
+	if t.hints.take(j.id, time.Now()) {
+		j.cancelled = true // hinted before it was held (smalljob.go)
+	}
 	if j.cancelled && !j.complete {
 		t.log.Info("job claimed with a cancel marker", "job", j.id)
 		t.end(j, jobs.StateCancelled, "cancelled by user")

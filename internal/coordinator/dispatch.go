@@ -78,7 +78,11 @@ func (d *shardSender) dispatch(ctx context.Context, j *job, src *planSource, fro
 				end := min((k/per+1)*per, i+n) // messages start at multiples of per, whoever dispatches
 				var data []byte
 				if data, err = protocol.EncodeShards(src.kind, id, typ, epoch, k, shards[k-i:end-i]); err == nil {
-					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: protocol.ShardMsgID(id, k), Data: data})
+					msgID := protocol.ShardMsgID(id, k)
+					if j.light.Load() { // nothing stored yet: a later plan must not be its duplicate (smalljob.go)
+						msgID = protocol.FreshShardMsgID(id, k, d.term, time.Now())
+					}
+					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: msgID, Data: data})
 				}
 				k = end
 			}

@@ -75,6 +75,15 @@
 // resumes dispatch from the checkpoint's Dispatched mark: shards already queued are not sent again,
 // and an overlap with the dead leader's last batch is deduplicated by Nats-Msg-Id.
 //
+// # Small jobs
+//
+// A message on its first delivery, of an indexed job, is taken in light (smalljob.go): nothing is
+// stored until the job's first checkpoint, created If-None-Match (its final one, or, after one
+// checkpoint interval, with the active marker before it); the hidden queue message is its record
+// until then. A leader that dies before that write leaves the message, which comes back and is
+// taken in the full way under a new plan epoch. Not guaranteed: `worker status` shows such a job
+// queued until that write.
+//
 // # Checkpoint cost
 //
 // The tick checkpoints a job only when it is due: after max(CheckpointInterval, 10 × what its last

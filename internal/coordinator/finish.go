@@ -27,6 +27,7 @@ func (t *term) checkCancels(ctx context.Context) {
 func (t *term) cancel(ctx context.Context, id, why string) {
 	j := t.tab.get(id)
 	if j == nil {
+		t.hints.add(id, time.Now()) // a light job not adopted yet (smalljob.go)
 		t.tab.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
 		if err := t.ensure(ctx, id); err != nil || t.tab.get(id) == nil {
 			return
@@ -62,7 +63,7 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.rep.emit(Event{Kind: EventJobFinished, Epoch: t.fence.Epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
-	here := lifecycle.Ended{ETag: j.etag, Meta: j.w.meta, Partials: !j.fresh || j.refs, Sweep: true}
+	here := lifecycle.Ended{ETag: j.etag, Meta: j.w.meta, Partials: !j.fresh || j.refs, Sweep: true, Unmarked: j.unmarked}
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()

@@ -40,6 +40,8 @@ type intake struct {
 	hiding  hiding      // message id → the received batch it is kept hidden in (visibility.go)
 	lastNs  atomic.Int64
 	elected time.Time
+	// listening: since when the term hears cancel hints (set before run starts; smalljob.go).
+	listening time.Time
 }
 
 // deadLetterer stores a refused message (Bus).
@@ -71,8 +73,15 @@ func newIntake(f *fence.Fence, rep reporter, cfg Config, st Store, q Queue, dead
 		handed: make(chan *job), claims: make(chan string, 64), wake: make(chan string, 16)}
 }
 
-// announced takes a submitter's hint that job id was queued.
-func (in *intake) announced(id string) { nonBlocking(in.wake, id) }
+// announced takes a submitter's hint that a job was queued (protocol.ParseSubmitted). A job
+// whose message carries its spec needs no read ahead: "" only wakes intake.
+func (in *intake) announced(data []byte) {
+	id, inline := protocol.ParseSubmitted(data)
+	if inline {
+		id = ""
+	}
+	nonBlocking(in.wake, id)
+}
 
 // Enqueue queues job id, whose spec is stored, and wakes intake (the scheduler's submitter).
 func (in *intake) Enqueue(ctx context.Context, id string) error {
@@ -184,7 +193,7 @@ func (in *intake) intakeBatch(ctx context.Context, msgs []queue.Message, ahead m
 	close(prev)
 	turns := make([]chan struct{}, 0, len(msgs))
 	for _, m := range msgs {
-		id := strings.TrimSpace(m.Text)
+		id, _, _ := strings.Cut(strings.TrimSpace(m.Text), "\n") // the id, before an inline spec
 		la := ahead[id]
 		delete(ahead, id)
 		tn := &turn{prev: prev, mine: make(chan struct{})}
@@ -234,7 +243,7 @@ func (in *intake) idle(ctx context.Context, ahead map[string]*lookahead) {
 			}
 		}
 		if _, ok := ahead[id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(id) == nil {
-			ahead[id] = in.readAhead(ctx, id)
+			ahead[id] = in.readAhead(ctx, id, false)
 		}
 	case <-time.After(in.cfg.QueuePoll):
 	}
@@ -246,12 +255,13 @@ const (
 	lookaheadTTL = 2 * time.Second
 )
 
-// lookahead is the two reads intake makes of a job before it plans it, made at once: the spec,
-// and a cancel marker. Reads made a moment before the message arrives are as good as reads made
-// after: the spec never changes, and a cancel marker written later is found when the job is
-// claimed or by the periodic look (checkCancels). Whether the job was planned already (a leader
-// died after its first checkpoint, before deleting the message) is not read: the first
-// checkpoint's If-None-Match says so, one storage operation fewer on a new job's path.
+// lookahead is the reads intake makes of a job before it plans it, made at once: the spec, and
+// (for a job not taken in light, smalljob.go) a cancel marker. Reads made a moment before the
+// message arrives are as good as reads made after: the spec never changes, and a cancel marker
+// written later is found when the job is claimed or by the periodic look (checkCancels).
+// Whether the job was planned already (a leader died after its first checkpoint, before
+// deleting the message) is not read: the first checkpoint's If-None-Match says so, one storage
+// operation fewer on a new job's path. An announced job's read ahead is its spec only.
 type lookahead struct {
 	started   time.Time
 	done      sync.WaitGroup
@@ -261,24 +271,36 @@ type lookahead struct {
 	specErr   error
 }
 
-func (in *intake) readAhead(ctx context.Context, id string) *lookahead {
+func (in *intake) readAhead(ctx context.Context, id string, cancel bool) *lookahead {
 	la := &lookahead{started: time.Now()}
-	la.done.Add(2)
+	la.done.Add(1)
 	go func() {
 		defer la.done.Done()
 		la.data, _, la.specErr = in.store.Get(ctx, protocol.SpecBlob(id))
 	}()
+	if cancel {
+		la.checkCancel(ctx, in.store, id)
+	}
+	return la
+}
+
+// checkCancel reads job id's cancel marker, beside the reads already started.
+func (la *lookahead) checkCancel(ctx context.Context, st Store, id string) {
+	la.done.Add(1)
 	go func() {
 		defer la.done.Done()
-		la.cancelled, la.cancelErr = in.store.Exists(ctx, protocol.CancelBlob(id))
+		la.cancelled, la.cancelErr = st.Exists(ctx, protocol.CancelBlob(id))
 	}()
-	return la
 }
 
 // intakeOne takes in queue message m (la: its reads, if started ahead, else nil) in four
 // stages: read, admit, plan, commit. It reports whether it handed a job to the main loop.
+//
+// A message delivered for the first time since this term listened takes the light way
+// (smalljob.go): no cancel-marker read, and an indexed job is handed over with nothing stored.
 func (in *intake) intakeOne(ctx context.Context, m queue.Message, la *lookahead, tn *turn) bool {
-	id, spec, ok := in.read(ctx, m, la)
+	light := in.lightMessage(m)
+	id, spec, ok := in.read(ctx, m, la, light)
 	if !ok {
 		return false
 	}
@@ -291,18 +313,25 @@ func (in *intake) intakeOne(ctx context.Context, m queue.Message, la *lookahead,
 	if !ok {
 		return false
 	}
+	if light && lightJob(spec, impl) {
+		return in.commitLight(ctx, m, j, start, tn)
+	}
 	return in.commitPlanned(ctx, m, j, start, tn)
 }
 
-// read checks message m and reads its job's spec and cancel marker. Malformed messages, messages
-// tried too often and jobs without a spec are dead-lettered; a spec that does not parse is refused.
-func (in *intake) read(ctx context.Context, m queue.Message, la *lookahead) (string, *protocol.Spec, bool) {
-	id := strings.TrimSpace(m.Text)
+// read checks message m and reads its job's spec (unless the message carries it) and cancel
+// marker (unless light). Malformed messages, messages tried too often and jobs without a spec are
+// dead-lettered; a spec that does not parse is refused.
+func (in *intake) read(ctx context.Context, m queue.Message, la *lookahead, light bool) (string, *protocol.Spec, bool) {
+	id, inline, perr := protocol.ParseQueueText(m.Text)
 	log := in.log.With("job", protocol.Clip(id, protocol.ClipLen)) // outside input: maybe huge
 	if err := protocol.CheckID(id); err != nil {
 		log.Error("malformed queue message; dead-lettered", "err", err)
 		in.deadQueue(ctx, m, err.Error())
 		return "", nil, false
+	}
+	if perr != nil {
+		log.Warn("inline spec not used; reading the stored one", "err", perr)
 	}
 	if m.DequeueCount > in.cfg.MaxQueueDequeues {
 		reason := fmt.Sprintf("job %s could not be planned in %d tries", id, m.DequeueCount-1)
@@ -311,10 +340,21 @@ func (in *intake) read(ctx context.Context, m queue.Message, la *lookahead) (str
 		in.deadQueue(ctx, m, reason)
 		return "", nil, false
 	}
-	if la == nil {
-		la = in.readAhead(ctx, id)
+	switch {
+	case inline != nil && light:
+		return id, inline, true // the spec in hand, and no marker to read
+	case inline != nil:
+		la = &lookahead{data: nil}
+		la.checkCancel(ctx, in.store, id)
+	case la == nil:
+		la = in.readAhead(ctx, id, !light)
+	case !light:
+		la.checkCancel(ctx, in.store, id)
 	}
 	la.done.Wait()
+	if inline != nil {
+		return in.cancelledFirst(ctx, m, id, inline, la)
+	}
 	if errors.Is(la.specErr, store.ErrNotFound) {
 		log.Error("queued job has no spec; dead-lettered")
 		in.deadQueue(ctx, m, "no spec blob for job "+id)
@@ -329,6 +369,12 @@ func (in *intake) read(ctx context.Context, m queue.Message, la *lookahead) (str
 		in.refuse(ctx, m, id, "", err)
 		return "", nil, false
 	}
+	return in.cancelledFirst(ctx, m, id, spec, la)
+}
+
+// cancelledFirst ends a job whose cancel marker la found before the job started; else it
+// passes the job on.
+func (in *intake) cancelledFirst(ctx context.Context, m queue.Message, id string, spec *protocol.Spec, la *lookahead) (string, *protocol.Spec, bool) {
 	if la.cancelErr == nil && la.cancelled {
 		_, err := in.writeFirst(ctx, id, spec.Type, jobs.StateCancelled, "cancelled by user before it started", nil)
 		switch {

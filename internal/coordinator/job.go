@@ -10,6 +10,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -34,6 +35,13 @@ type job struct {
 	w jobWrites
 	// bk is the job's backup-task bookkeeping (backup.go).
 	bk backupState
+	// light: nothing of the job is stored yet (smalljob.go); read by the dispatcher. unmarked:
+	// no active marker was written for it. msg is its queue message, kept hidden by keep until
+	// its first checkpoint is stored.
+	light    atomic.Bool
+	unmarked bool
+	msg      queue.Message
+	keep     func()
 	// cancelled: claim found the job's cancel marker; adopt ends it.
 	cancelled bool
 	// rep is the job's self-repair bookkeeping (repair.go).

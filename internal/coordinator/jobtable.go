@@ -68,6 +68,15 @@ func (tb *jobTable) finish(j *job) {
 	tb.setCleaning(j.id, true)
 }
 
+// drop removes j from the active jobs without recording an end (a light job given up for the
+// stored one of its id, smalljob.go).
+func (tb *jobTable) drop(j *job) {
+	if tb.active[j.id] == j {
+		delete(tb.active, j.id)
+		tb.nActive.Store(int32(len(tb.active)))
+	}
+}
+
 // ended reports whether the term saw job id end.
 func (tb *jobTable) ended(id string) bool {
 	_, ok := tb.finished[id]

@@ -44,13 +44,15 @@ func (s *countedDeletes) DeleteBatch(ctx context.Context, names []string) error 
 func TestSweep_EndedJobsMarkersDeletedInBatches(t *testing.T) {
 	r := newRig(t)
 	st := &countedDeletes{Container: r.st}
-	r.leadOn(1, st, func(*Config) {})
-	r.work(worker.Config{Concurrency: 4})
 	const n = 20
 	ids := make([]string, n)
 	for i := range ids {
+		// Queued before the term listens, so each is taken in with its marker (a small job
+		// queued later has none: smalljob.go).
 		ids[i] = r.submit("pi", `{"samples":1000,"shards":1}`)
 	}
+	r.leadOn(1, st, func(*Config) {})
+	r.work(worker.Config{Concurrency: 4})
 	for _, id := range ids {
 		if st := r.wait(id, 30*time.Second); st.State != jobs.StateSucceeded {
 			t.Fatalf("job %s: %s %s", id, st.State, st.Error)

@@ -58,6 +58,10 @@ type Jobs struct {
 	Delay DelayQueue
 	// Notify wakes the leader on a submit; nil: it sees the job at its next queue poll.
 	Notify Notifier
+	// InlineSpec: Submit writes the spec into the queue message too, so the leader need not
+	// read it back. A leader of a release before it cannot read such a message (it
+	// dead-letters it): set it once every member runs this release or a later one.
+	InlineSpec bool
 	// Purge removes a deleted job's stream messages; nil: they age out with the stream.
 	Purge Purger
 	// Fence checks a checkpoint before the leader deletes its job (coordinator: term.fenced);

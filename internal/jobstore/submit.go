@@ -12,7 +12,8 @@ import (
 )
 
 // Submit stores a validated spec (If-None-Match), queues its id and wakes the leader. If
-// queueing fails the spec is deleted, so a job that Submit refuses leaves nothing behind.
+// queueing fails the spec is deleted, so a job that Submit refuses leaves nothing behind. With
+// InlineSpec a spec of at most protocol.InlineSpecMax bytes also travels in its queue message.
 func (j *Jobs) Submit(ctx context.Context, spec *protocol.Spec) error {
 	data, err := spec.Encode()
 	if err != nil {
@@ -21,12 +22,16 @@ func (j *Jobs) Submit(ctx context.Context, spec *protocol.Spec) error {
 	if _, err := j.Store.Put(ctx, protocol.SpecBlob(spec.ID), data, store.Cond{IfNoneMatch: true}); err != nil {
 		return fmt.Errorf("write spec: %w", err)
 	}
-	if err := j.Queue.Enqueue(ctx, spec.ID); err != nil {
+	text, hint := spec.ID, []byte(spec.ID)
+	if j.InlineSpec && len(data) <= protocol.InlineSpecMax {
+		text, hint = protocol.QueueText(spec.ID, data), protocol.SubmittedInline(spec.ID)
+	}
+	if err := j.Queue.Enqueue(ctx, text); err != nil {
 		_ = j.Store.Delete(context.WithoutCancel(ctx), protocol.SpecBlob(spec.ID))
 		return fmt.Errorf("queue job: %w", err)
 	}
 	if j.Notify != nil {
-		_ = j.Notify.Announce(protocol.CtlSubmitted, []byte(spec.ID))
+		_ = j.Notify.Announce(protocol.CtlSubmitted, hint)
 	}
 	return nil
 }

@@ -31,6 +31,8 @@ type Message struct {
 	PopReceipt   string
 	Text         string
 	DequeueCount int64
+	// Inserted is when the storage service took the message in (its clock; zero if unknown).
+	Inserted time.Time
 }
 
 // Queue is one Azure Storage queue.
@@ -170,6 +172,9 @@ func (q *Queue) Receive(ctx context.Context, n int, visibility time.Duration) ([
 		}
 		if m.DequeueCount != nil {
 			msg.DequeueCount = *m.DequeueCount
+		}
+		if m.InsertionTime != nil {
+			msg.Inserted = *m.InsertionTime
 		}
 		out = append(out, msg)
 	}

@@ -15,6 +15,29 @@ type Exister interface {
 	Exists(ctx context.Context, name string) (bool, error)
 }
 
+// freshFor is how recently a small job's shard must have been sent for its first delivery to
+// skip the check of its end: the leader held the job live then (its shards' ids say when they
+// were sent, under their MAC). A replay (a republish after NATS forgot the ids) comes later and
+// is checked; so is a redelivery. Clocks skewed by more than this only cost a check.
+const freshFor = 2 * time.Second
+
+// sentJustNow reports whether d is the first delivery of a shard message the leader sent within
+// freshFor (protocol.FreshShardMsgID).
+func sentJustNow(d interface {
+	Attempt() int
+	MsgID() string
+}) bool {
+	if d.Attempt() != 1 {
+		return false
+	}
+	at, ok := protocol.ShardSentAt(d.MsgID())
+	if !ok {
+		return false
+	}
+	age := time.Since(at)
+	return age < freshFor && age > -freshFor
+}
+
 // ended remembers jobs seen ended (bounded) and when running jobs were last checked.
 type ended struct {
 	st Exister

@@ -63,7 +63,7 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery, done chan<- []outc
 		_ = d.Term(err.Error())
 		return
 	}
-	if len(ms) > 0 && w.ended.is(ctx, ms[0].Job) {
+	if len(ms) > 0 && !sentJustNow(d) && w.ended.is(ctx, ms[0].Job) {
 		// A replay of a job that has ended: nothing to run, nothing to write.
 		w.replayed.Add(int64(len(ms)))
 		w.log.Debug("shards of an ended job dropped", "job", ms[0].Job, "shards", len(ms))

@@ -53,6 +53,8 @@ type Ended struct {
 	Partials bool
 	// Sweep: the active marker goes to the term's Sweeper (sweep.go), not deleted at once.
 	Sweep bool
+	// Unmarked: no active marker was written (a small job that ended in its first write).
+	Unmarked bool
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
@@ -92,6 +94,9 @@ func (l *Lifecycle) Clean(ctx context.Context, cp *protocol.Checkpoint, here End
 	if err := l.MarkEnded(ctx, cp); err != nil {
 		l.log.Warn("job ended", "job", id, "err", err)
 		return false // keep the marker: the next pass retries (retention.go)
+	}
+	if here.Unmarked {
+		return false
 	}
 	if here.Sweep {
 		l.Sweep.Add(id)
