@@ -24,6 +24,7 @@ import (
 	"github.com/mapagg/mapagg/internal/audit"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/coordinator"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -365,7 +366,7 @@ func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string
 		Validator: &client.ClusterValidator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
 	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,
-		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: client.NewJobLog(c.blob, c.jobs.Name()), Logger: o.log})
+		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: joblog.New(c.blob, c.jobs.Name()), Logger: o.log})
 	if err != nil {
 		return err
 	}
