@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -66,7 +67,7 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 2, Env: []string{
 		"WORKER_PROGRAMS=" + programs, "PYTHONPATH=" + filepath.Join(root, "python"), "API_TOKEN_FILE=" + tokenFile}})
 	cl := *c.Client
-	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+	cl.Validator = &clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" && time.Now().Before(deadline) {
@@ -253,7 +254,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 	}
 
 	// The workers list the programs as such.
-	types, err := (&client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix}).Types(ctx)
+	types, err := (&clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix}).Types(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
