@@ -13,9 +13,10 @@
 // Their parameter types (PrimesParams, ...) document each field's default and bounds; their result
 // types (PrimesResult, ...) are the JSON a job's result holds.
 //
-// Primes and Pi are written with the typed API (jobs.TypedJob, registered through jobs.Typed), as
-// examples of it; Wordcount, whose partials stream, and Sleep, whose behaviour depends on the
-// attempt, implement the byte-level jobs.Job.
+// The jobs themselves are reached through Jobs, Register and Registry; their types are not
+// exported. primes and pi are written with the typed API (jobs.TypedJob, registered through
+// jobs.Typed), as examples of it (primes.go, pi.go); wordcount, whose partials stream, and sleep,
+// whose behaviour depends on the attempt, implement the byte-level jobs.Job.
 //
 // # Encodings
 //
@@ -48,10 +49,10 @@ package builtin
 import "github.com/mapagg/mapagg/jobs"
 
 // Jobs returns a new instance of each built-in job: primes, pi, wordcount, sleep and regroup.
-// Primes and pi are written with the typed API (jobs.Typed); wordcount, whose partials stream,
+// primes and pi are written with the typed API (jobs.Typed); wordcount, whose partials stream,
 // sleep, which counts attempts, and regroup, keyed only, implement the byte-level jobs.Job.
 func Jobs() []jobs.Job {
-	return []jobs.Job{jobs.Typed(primesType, Primes{}), jobs.Typed(piType, Pi{}), Wordcount{}, Sleep{}, Regroup{}}
+	return []jobs.Job{jobs.Typed(primesType, primes{}), jobs.Typed(piType, pi{}), wordcount{}, sleep{}, regroup{}}
 }
 
 // Register adds every built-in job to r.

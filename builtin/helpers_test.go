@@ -12,8 +12,8 @@ import (
 
 // The typed built-ins as the registry holds them.
 var (
-	primesJob = jobs.Typed(primesType, Primes{})
-	piJob     = jobs.Typed(piType, Pi{})
+	primesJob = jobs.Typed(primesType, primes{})
+	piJob     = jobs.Typed(piType, pi{})
 )
 
 func decodePrimesShard(b []byte) (primesShard, error) {

@@ -18,7 +18,7 @@ func TestIndexed_PlanIsSplit(t *testing.T) {
 		{primesJob, `{"from": 3, "to": 1000, "shards": 7}`},
 		{primesJob, `{"from": 0, "to": 10, "shards": 10}`},
 		{piJob, `{"samples": 1003, "shards": 10, "seed": 4}`},
-		{Sleep{}, `{"shards": 300, "duration": "1ms", "fail_rate": 0.3, "seed": 9, "fail_always": [3], "panic_always": [5]}`},
+		{sleep{}, `{"shards": 300, "duration": "1ms", "fail_rate": 0.3, "seed": 9, "fail_always": [3], "panic_always": [5]}`},
 	} {
 		ix, ok := c.job.(jobs.Indexed)
 		if !ok {
@@ -53,7 +53,7 @@ func TestIndexed_PlanIsSplit(t *testing.T) {
 			t.Errorf("%s: plan of bad parameters accepted", c.job.Type())
 		}
 	}
-	if _, ok := any(Wordcount{}).(jobs.Indexed); ok {
+	if _, ok := any(wordcount{}).(jobs.Indexed); ok {
 		t.Error("wordcount lists storage: its plan must be stored, not indexed")
 	}
 }

@@ -58,41 +58,41 @@ func TestValidate_BadParams(t *testing.T) {
 		{piJob, `{"samples": 100, "shards": 1, "sed": 1}`, "sed", `unknown field "sed"; allowed fields: samples, seed, shards`},
 
 		// wordcount
-		{Wordcount{}, `{}`, "container", `"container" is required; usage:`},
-		{Wordcount{}, `{"container": ""}`, "container", `"container" must be 3 to 63 characters`},
-		{Wordcount{}, `{"container": "ab"}`, "container", `(got "ab")`},
-		{Wordcount{}, `{"container": "Corpus"}`, "container", `of a-z, 0-9 and '-'`},
-		{Wordcount{}, `{"container": "-corpus"}`, "container", `start with a letter or digit`},
-		{Wordcount{}, `{"container": "corpus-"}`, "container", `"container" must be`},
-		{Wordcount{}, `{"container": "cor--pus"}`, "container", `"container" must be`},
-		{Wordcount{}, `{"container": "cor_pus"}`, "container", `"container" must be`},
-		{Wordcount{}, `{"container": "` + strings.Repeat("a", 64) + `"}`, "container", `"container" must be`},
-		{Wordcount{}, `{"container": 12345}`, "container", `"container" must be a string (got number)`},
-		{Wordcount{}, `{"container": "corpus", "prefix": "` + strings.Repeat("p", 1025) + `"}`, "prefix", `"prefix" must be at most 1024 bytes (got 1025)`},
-		{Wordcount{}, `{"container": "corpus", "top": -1}`, "top", `"top" must be between 0 and 10000 (got -1)`},
-		{Wordcount{}, `{"container": "corpus", "top": 10001}`, "top", `"top" must be between 0 and 10000`},
-		{Wordcount{}, `{"container": "corpus", "shard_bytes": 0}`, "shard_bytes", `"shard_bytes" must be between 1 and 1073741824 (1 GiB) (got 0)`},
-		{Wordcount{}, `{"container": "corpus", "shard_bytes": 1073741825}`, "shard_bytes", `"shard_bytes" must be between 1 and`},
-		{Wordcount{}, `{"container": "corpus", "shard_bytes": "8MiB"}`, "shard_bytes", `"shard_bytes" must be an integer (got string)`},
+		{wordcount{}, `{}`, "container", `"container" is required; usage:`},
+		{wordcount{}, `{"container": ""}`, "container", `"container" must be 3 to 63 characters`},
+		{wordcount{}, `{"container": "ab"}`, "container", `(got "ab")`},
+		{wordcount{}, `{"container": "Corpus"}`, "container", `of a-z, 0-9 and '-'`},
+		{wordcount{}, `{"container": "-corpus"}`, "container", `start with a letter or digit`},
+		{wordcount{}, `{"container": "corpus-"}`, "container", `"container" must be`},
+		{wordcount{}, `{"container": "cor--pus"}`, "container", `"container" must be`},
+		{wordcount{}, `{"container": "cor_pus"}`, "container", `"container" must be`},
+		{wordcount{}, `{"container": "` + strings.Repeat("a", 64) + `"}`, "container", `"container" must be`},
+		{wordcount{}, `{"container": 12345}`, "container", `"container" must be a string (got number)`},
+		{wordcount{}, `{"container": "corpus", "prefix": "` + strings.Repeat("p", 1025) + `"}`, "prefix", `"prefix" must be at most 1024 bytes (got 1025)`},
+		{wordcount{}, `{"container": "corpus", "top": -1}`, "top", `"top" must be between 0 and 10000 (got -1)`},
+		{wordcount{}, `{"container": "corpus", "top": 10001}`, "top", `"top" must be between 0 and 10000`},
+		{wordcount{}, `{"container": "corpus", "shard_bytes": 0}`, "shard_bytes", `"shard_bytes" must be between 1 and 1073741824 (1 GiB) (got 0)`},
+		{wordcount{}, `{"container": "corpus", "shard_bytes": 1073741825}`, "shard_bytes", `"shard_bytes" must be between 1 and`},
+		{wordcount{}, `{"container": "corpus", "shard_bytes": "8MiB"}`, "shard_bytes", `"shard_bytes" must be an integer (got string)`},
 
 		// sleep
-		{Sleep{}, `{}`, "shards", `"shards" is required`},
-		{Sleep{}, `{"shards": 0}`, "shards", `"shards" must be at least 1`},
-		{Sleep{}, `{"shards": 1000001}`, "shards", `"shards" must be at most 1000000`},
-		{Sleep{}, `{"shards": 10, "duration": "fast"}`, "duration", `"duration" must be a Go duration such as "50ms" or "2s" (got "fast")`},
-		{Sleep{}, `{"shards": 10, "duration": 50}`, "duration", `"duration" must be a string (got number)`},
-		{Sleep{}, `{"shards": 10, "duration": "-1s"}`, "duration", `"duration" must be between 0s and 1h0m0s (got "-1s")`},
-		{Sleep{}, `{"shards": 10, "duration": "61m"}`, "duration", `"duration" must be between 0s and 1h0m0s`},
-		{Sleep{}, `{"shards": 10, "fail_rate": 1.01}`, "fail_rate", `"fail_rate" must be between 0 and 1 (got 1.01)`},
-		{Sleep{}, `{"shards": 10, "fail_rate": -0.5}`, "fail_rate", `"fail_rate" must be between 0 and 1`},
-		{Sleep{}, `{"shards": 10, "fail_always": [10]}`, "fail_always", `"fail_always" lists shard 10; shard indices run from 0 to shards-1 = 9`},
-		{Sleep{}, `{"shards": 10, "fail_always": [-1]}`, "fail_always", `lists shard -1`},
-		{Sleep{}, `{"shards": 10, "fail_always": 3}`, "fail_always", `"fail_always" must be a list of integers (got number)`},
-		{Sleep{}, `{"shards": 10, "fail_always": ["3"]}`, "fail_always", `"fail_always" must be a list of integers (got string in the list)`},
-		{Sleep{}, `{"shards": 10, "panic_always": [12]}`, "panic_always", `"panic_always" lists shard 12`},
-		{Sleep{}, `{"shards": 10, "fail_always": [1, 2], "panic_always": [2]}`, "panic_always", `shard 2 is in both "fail_always" and "panic_always"`},
-		{Sleep{}, `{"shards": 5000, "fail_always": [` + strings.TrimSuffix(strings.Repeat("1,", 1001), ",") + `]}`, "fail_always", `"fail_always" may list at most 1000 shards (got 1001)`},
-		{Sleep{}, `{"shards": 10, "panic": true}`, "panic", `unknown field "panic"; allowed fields: duration, fail_always, fail_rate, panic_always, seed, shards`},
+		{sleep{}, `{}`, "shards", `"shards" is required`},
+		{sleep{}, `{"shards": 0}`, "shards", `"shards" must be at least 1`},
+		{sleep{}, `{"shards": 1000001}`, "shards", `"shards" must be at most 1000000`},
+		{sleep{}, `{"shards": 10, "duration": "fast"}`, "duration", `"duration" must be a Go duration such as "50ms" or "2s" (got "fast")`},
+		{sleep{}, `{"shards": 10, "duration": 50}`, "duration", `"duration" must be a string (got number)`},
+		{sleep{}, `{"shards": 10, "duration": "-1s"}`, "duration", `"duration" must be between 0s and 1h0m0s (got "-1s")`},
+		{sleep{}, `{"shards": 10, "duration": "61m"}`, "duration", `"duration" must be between 0s and 1h0m0s`},
+		{sleep{}, `{"shards": 10, "fail_rate": 1.01}`, "fail_rate", `"fail_rate" must be between 0 and 1 (got 1.01)`},
+		{sleep{}, `{"shards": 10, "fail_rate": -0.5}`, "fail_rate", `"fail_rate" must be between 0 and 1`},
+		{sleep{}, `{"shards": 10, "fail_always": [10]}`, "fail_always", `"fail_always" lists shard 10; shard indices run from 0 to shards-1 = 9`},
+		{sleep{}, `{"shards": 10, "fail_always": [-1]}`, "fail_always", `lists shard -1`},
+		{sleep{}, `{"shards": 10, "fail_always": 3}`, "fail_always", `"fail_always" must be a list of integers (got number)`},
+		{sleep{}, `{"shards": 10, "fail_always": ["3"]}`, "fail_always", `"fail_always" must be a list of integers (got string in the list)`},
+		{sleep{}, `{"shards": 10, "panic_always": [12]}`, "panic_always", `"panic_always" lists shard 12`},
+		{sleep{}, `{"shards": 10, "fail_always": [1, 2], "panic_always": [2]}`, "panic_always", `shard 2 is in both "fail_always" and "panic_always"`},
+		{sleep{}, `{"shards": 5000, "fail_always": [` + strings.TrimSuffix(strings.Repeat("1,", 1001), ",") + `]}`, "fail_always", `"fail_always" may list at most 1000 shards (got 1001)`},
+		{sleep{}, `{"shards": 10, "panic": true}`, "panic", `unknown field "panic"; allowed fields: duration, fail_always, fail_rate, panic_always, seed, shards`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.job.Type()+"/"+tt.params[:min(len(tt.params), 40)], func(t *testing.T) {
@@ -140,12 +140,12 @@ func TestValidate_GoodParams(t *testing.T) {
 		{piJob, `{"samples": 1, "shards": 1}`},
 		{piJob, `{"samples": 100000000, "shards": 100, "seed": 18446744073709551615}`},
 		{piJob, `{"samples": 1000000000000000, "shards": 1000000}`},
-		{Wordcount{}, `{"container": "corpus"}`},
-		{Wordcount{}, `{"container": "a-b-c", "prefix": "books/", "top": 0, "shard_bytes": 1}`},
-		{Wordcount{}, `{"container": "` + strings.Repeat("a", 63) + `", "top": 10000, "shard_bytes": 1073741824}`},
-		{Sleep{}, `{"shards": 1}`},
-		{Sleep{}, `{"shards": 1000000, "duration": "1h", "fail_rate": 1, "seed": 3}`},
-		{Sleep{}, `{"shards": 10, "duration": "0s", "fail_rate": 0, "fail_always": [0, 9, 9], "panic_always": [5]}`},
+		{wordcount{}, `{"container": "corpus"}`},
+		{wordcount{}, `{"container": "a-b-c", "prefix": "books/", "top": 0, "shard_bytes": 1}`},
+		{wordcount{}, `{"container": "` + strings.Repeat("a", 63) + `", "top": 10000, "shard_bytes": 1073741824}`},
+		{sleep{}, `{"shards": 1}`},
+		{sleep{}, `{"shards": 1000000, "duration": "1h", "fail_rate": 1, "seed": 3}`},
+		{sleep{}, `{"shards": 10, "duration": "0s", "fail_rate": 0, "fail_always": [0, 9, 9], "panic_always": [5]}`},
 	}
 	for _, tt := range tests {
 		if err := tt.job.Validate(json.RawMessage(tt.params)); err != nil {
@@ -156,7 +156,7 @@ func TestValidate_GoodParams(t *testing.T) {
 
 func TestValidate_OversizedParams(t *testing.T) {
 	params := `{"container": "corpus", "prefix": "` + strings.Repeat("x", jobs.MaxSpecBytes) + `"}`
-	err := Wordcount{}.Validate(json.RawMessage(params))
+	err := wordcount{}.Validate(json.RawMessage(params))
 	if !errors.Is(err, jobs.ErrBadParams) || !strings.Contains(err.Error(), "the limit is 65536") {
 		t.Errorf("Validate of %d bytes: %v", len(params), err)
 	}

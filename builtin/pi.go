@@ -9,16 +9,16 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Pi is the built-in job "pi": a seeded Monte Carlo estimate of π. Shard i draws its points from
+// pi is the built-in job "pi": a seeded Monte Carlo estimate of π. Shard i draws its points from
 // a math/rand/v2 PCG generator seeded with (seed, i), so the result depends only on the
 // parameters: not on the order of shards, retries or failovers. It is written with the typed API
-// (jobs.TypedJob); builtin.Jobs registers jobs.Typed("pi", Pi{}).
-type Pi struct{}
+// (jobs.TypedJob); builtin.Jobs registers jobs.Typed("pi", pi{}).
+type pi struct{}
 
 var (
-	_ jobs.TypedJob[PiParams, piShard, piPartial] = Pi{}
-	_ jobs.WithCheck[PiParams, piPartial]         = Pi{}
-	_ jobs.WithResult[PiParams, piPartial]        = Pi{}
+	_ jobs.TypedJob[PiParams, piShard, piPartial] = pi{}
+	_ jobs.WithCheck[PiParams, piPartial]         = pi{}
+	_ jobs.WithResult[PiParams, piPartial]        = pi{}
 )
 
 // PiParams are the parameters of a pi job, e.g. {"samples": 100000000, "shards": 100, "seed": 1}.
@@ -87,7 +87,7 @@ func (s piShard) Validate() error {
 
 // Split gives shard i the stream i and samples/shards points, the first samples%shards shards
 // one more: shard i is Shard(p, i).
-func (j Pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) {
+func (j pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) {
 	shards := make([]piShard, 0, p.Shards)
 	for i := range p.Shards {
 		s, err := j.Shard(p, i)
@@ -101,10 +101,10 @@ func (j Pi) Split(_ context.Context, _ jobs.Env, p PiParams) ([]piShard, error) 
 
 // Count is the number of shards: the leader makes each with Shard as it dispatches it, and stores
 // no plan.
-func (Pi) Count(p PiParams) (int, error) { return int(p.Shards), nil }
+func (pi) Count(p PiParams) (int, error) { return int(p.Shards), nil }
 
 // Shard returns shard i of Split.
-func (Pi) Shard(p PiParams, i int) (piShard, error) {
+func (pi) Shard(p PiParams, i int) (piShard, error) {
 	n, k := uint64(p.Shards), uint64(i)
 	if i < 0 || k >= n {
 		return piShard{}, fmt.Errorf("shard %d of %d", i, n)
@@ -119,7 +119,7 @@ func (Pi) Shard(p PiParams, i int) (piShard, error) {
 // Map draws the shard's points: x and y are consecutive values of
 // rand.New(rand.NewPCG(seed, stream)).Float64() (computed inline, without the interface call), and
 // the point is inside when x²+y² < 1. The partial is (samples, inside).
-func (Pi) Map(ctx context.Context, _ jobs.Env, s piShard) (piPartial, error) {
+func (pi) Map(ctx context.Context, _ jobs.Env, s piShard) (piPartial, error) {
 	inside, err := piSample(ctx, s.Seed, s.Stream, s.N)
 	if err != nil {
 		return piPartial{}, err
@@ -128,12 +128,12 @@ func (Pi) Map(ctx context.Context, _ jobs.Env, s piShard) (piPartial, error) {
 }
 
 // Merge adds the points.
-func (Pi) Merge(a, b piPartial) piPartial {
+func (pi) Merge(a, b piPartial) piPartial {
 	return piPartial{Samples: a.Samples + b.Samples, Inside: a.Inside + b.Inside}
 }
 
 // Check refuses samples past the job's.
-func (Pi) Check(p PiParams, acc, b piPartial) error {
+func (pi) Check(p PiParams, acc, b piPartial) error {
 	limit := uint64(p.Samples)
 	if b.Samples > limit || acc.Samples+b.Samples > limit {
 		return fmt.Errorf("%d samples would exceed the job's %d", b.Samples, limit)
@@ -142,7 +142,7 @@ func (Pi) Check(p PiParams, acc, b piPartial) error {
 }
 
 // Result returns the estimate; it fails if no samples were merged.
-func (Pi) Result(_ PiParams, acc piPartial) (any, error) {
+func (pi) Result(_ PiParams, acc piPartial) (any, error) {
 	if acc.Samples == 0 {
 		return nil, fmt.Errorf("pi: no samples merged")
 	}

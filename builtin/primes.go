@@ -11,15 +11,15 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Primes is the built-in job "primes": count the primes p with from ≤ p < to, by a segmented
+// primes is the built-in job "primes": count the primes p with from ≤ p < to, by a segmented
 // sieve of Eratosthenes over each shard's range. Exact and CPU-bound. It is written with the typed
-// API (jobs.TypedJob); builtin.Jobs registers jobs.Typed("primes", Primes{}).
-type Primes struct{}
+// API (jobs.TypedJob); builtin.Jobs registers jobs.Typed("primes", primes{}).
+type primes struct{}
 
 var (
-	_ jobs.TypedJob[PrimesParams, primesShard, primesCount] = Primes{}
-	_ jobs.WithCheck[PrimesParams, primesCount]             = Primes{}
-	_ jobs.WithResult[PrimesParams, primesCount]            = Primes{}
+	_ jobs.TypedJob[PrimesParams, primesShard, primesCount] = primes{}
+	_ jobs.WithCheck[PrimesParams, primesCount]             = primes{}
+	_ jobs.WithResult[PrimesParams, primesCount]            = primes{}
 )
 
 // PrimesParams are the parameters of a primes job, e.g. {"from": 0, "to": 10000000, "shards": 100}.
@@ -91,7 +91,7 @@ func (s primesShard) Validate() error {
 
 // Split divides [from, to) into shards ranges whose sizes differ by at most one: shard i is
 // Shard(p, i).
-func (j Primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesShard, error) {
+func (j primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesShard, error) {
 	shards := make([]primesShard, 0, p.Shards)
 	for i := range p.Shards {
 		s, err := j.Shard(p, i)
@@ -105,10 +105,10 @@ func (j Primes) Split(_ context.Context, _ jobs.Env, p PrimesParams) ([]primesSh
 
 // Count is the number of shards: the leader makes each with Shard as it dispatches it, and stores
 // no plan.
-func (Primes) Count(p PrimesParams) (int, error) { return p.Shards, nil }
+func (primes) Count(p PrimesParams) (int, error) { return p.Shards, nil }
 
 // Shard returns range i of Split: the first span%shards ranges are one longer.
-func (Primes) Shard(p PrimesParams, i int) (primesShard, error) {
+func (primes) Shard(p PrimesParams, i int) (primesShard, error) {
 	n, k := uint64(p.Shards), uint64(i)
 	if i < 0 || k >= n {
 		return primesShard{}, fmt.Errorf("shard %d of %d", i, n)
@@ -124,16 +124,16 @@ func (Primes) Shard(p PrimesParams, i int) (primesShard, error) {
 }
 
 // Map counts the primes in the shard's range. The partial is the count.
-func (Primes) Map(ctx context.Context, _ jobs.Env, s primesShard) (primesCount, error) {
+func (primes) Map(ctx context.Context, _ jobs.Env, s primesShard) (primesCount, error) {
 	n, err := countPrimes(ctx, s.Lo, s.Hi)
 	return primesCount(n), err
 }
 
 // Merge adds two counts.
-func (Primes) Merge(a, b primesCount) primesCount { return a + b }
+func (primes) Merge(a, b primesCount) primesCount { return a + b }
 
 // Check refuses a count that would exceed the numbers in the range.
-func (Primes) Check(p PrimesParams, acc, n primesCount) error {
+func (primes) Check(p PrimesParams, acc, n primesCount) error {
 	limit := primesCount(p.To - p.From)
 	if n > limit || acc+n > limit {
 		return fmt.Errorf("count %d would exceed the %d numbers in the range", n, limit)
@@ -142,7 +142,7 @@ func (Primes) Check(p PrimesParams, acc, n primesCount) error {
 }
 
 // Result is the count as a PrimesResult.
-func (Primes) Result(_ PrimesParams, n primesCount) (any, error) {
+func (primes) Result(_ PrimesParams, n primesCount) (any, error) {
 	return PrimesResult{Count: uint64(n)}, nil
 }
 

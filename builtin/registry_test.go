@@ -81,12 +81,12 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 		is   error
 	}{
 		{"nil", nil, nil},
-		{"empty", typedJob{Sleep{}, ""}, nil},
-		{"space", typedJob{Sleep{}, "my job"}, nil},
-		{"slash", typedJob{Sleep{}, "a/b"}, nil},
-		{"too long", typedJob{Sleep{}, strings.Repeat("x", 65)}, nil},
+		{"empty", typedJob{sleep{}, ""}, nil},
+		{"space", typedJob{sleep{}, "my job"}, nil},
+		{"slash", typedJob{sleep{}, "a/b"}, nil},
+		{"too long", typedJob{sleep{}, strings.Repeat("x", 65)}, nil},
 		{"duplicate", primesJob, jobs.ErrDuplicateType},
-		{"duplicate other impl", typedJob{Sleep{}, "primes"}, jobs.ErrDuplicateType},
+		{"duplicate other impl", typedJob{sleep{}, "primes"}, jobs.ErrDuplicateType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,14 +110,14 @@ func TestRegistry_Register_Refuses(t *testing.T) {
 
 func TestRegister_AddsToDefault(t *testing.T) {
 	const name = "test-register-adds-to-default"
-	if err := jobs.Register(typedJob{Sleep{}, name}); err != nil {
+	if err := jobs.Register(typedJob{sleep{}, name}); err != nil {
 		t.Fatal(err)
 	}
 	j, err := jobs.Default().Lookup(name)
 	if err != nil || j.Type() != name {
 		t.Fatalf("Lookup(%q) = %v, %v", name, j, err)
 	}
-	if err := jobs.Register(typedJob{Sleep{}, name}); !errors.Is(err, jobs.ErrDuplicateType) {
+	if err := jobs.Register(typedJob{sleep{}, name}); !errors.Is(err, jobs.ErrDuplicateType) {
 		t.Errorf("second Register: %v", err)
 	}
 	// A registered job is usable through the registry.
@@ -136,7 +136,7 @@ func TestRegistry_Concurrent(t *testing.T) {
 			defer wg.Done()
 			for k := range 50 {
 				name := fmt.Sprintf("job-%d-%d", i, k)
-				if err := r.Register(typedJob{Sleep{}, name}); err != nil {
+				if err := r.Register(typedJob{sleep{}, name}); err != nil {
 					t.Error(err)
 					return
 				}

@@ -15,15 +15,15 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Regroup is a keyed job over records: another keyed job's output (or blobs of the same JSON
+// regroup is a keyed job over records: another keyed job's output (or blobs of the same JSON
 // lines). It groups them by their key, their value or all into one, and writes one record per
 // group: how many records it holds, or the sum, minimum or maximum of a number of each record.
 // Jobs chain through it: wordcount's word → count, regrouped by value, is count → words with
 // that count; that, summed as key×value into one group, is the corpus's total words.
-type Regroup struct{}
+type regroup struct{}
 
 var (
-	_ jobs.Keyable  = Regroup{}
+	_ jobs.Keyable  = regroup{}
 	_ jobs.KeyedJob = regroupKeyed{}
 )
 
@@ -116,16 +116,16 @@ func parseRegroupParams(raw json.RawMessage) (RegroupParams, error) {
 }
 
 // Type returns "regroup".
-func (Regroup) Type() string { return regroupType }
+func (regroup) Type() string { return regroupType }
 
 // Validate checks the parameters without touching storage; errors match ErrBadParams.
-func (Regroup) Validate(params json.RawMessage) error {
+func (regroup) Validate(params json.RawMessage) error {
 	_, err := parseRegroupParams(params)
 	return err
 }
 
 // Split cuts the input records into ranges, one map task each.
-func (Regroup) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
+func (regroup) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, err := parseRegroupParams(params)
 	if err != nil {
 		return nil, err
@@ -144,20 +144,20 @@ func (Regroup) Split(ctx context.Context, env jobs.Env, params json.RawMessage) 
 }
 
 // Map is not called: regroup always runs keyed.
-func (Regroup) Map(context.Context, jobs.Env, jobs.Task) ([]byte, error) {
+func (regroup) Map(context.Context, jobs.Env, jobs.Task) ([]byte, error) {
 	return nil, errors.New("regroup runs as a keyed job: it has no aggregate")
 }
 
 // NewAggregate fails: regroup always runs keyed.
-func (Regroup) NewAggregate(json.RawMessage) (jobs.Aggregate, error) {
+func (regroup) NewAggregate(json.RawMessage) (jobs.Aggregate, error) {
 	return nil, errors.New("regroup runs as a keyed job: it has no aggregate")
 }
 
 // Keyed returns the keyed form, the only one.
-func (Regroup) Keyed() jobs.KeyedJob { return regroupKeyed{} }
+func (regroup) Keyed() jobs.KeyedJob { return regroupKeyed{} }
 
 // RunsKeyed is always true.
-func (Regroup) RunsKeyed(json.RawMessage) bool { return true }
+func (regroup) RunsKeyed(json.RawMessage) bool { return true }
 
 // regroupKeyed is the keyed form. Keys are a group's key: an integer (tag 1, 8 bytes that sort
 // as the integer) or any other JSON text (tag 2). Values are the aggregate's tag and a zigzag
@@ -171,10 +171,10 @@ const (
 
 func (regroupKeyed) Type() string { return regroupType }
 
-func (regroupKeyed) Validate(params json.RawMessage) error { return Regroup{}.Validate(params) }
+func (regroupKeyed) Validate(params json.RawMessage) error { return regroup{}.Validate(params) }
 
 func (regroupKeyed) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
-	return Regroup{}.Split(ctx, env, params)
+	return regroup{}.Split(ctx, env, params)
 }
 
 func (regroupKeyed) Partitions(params json.RawMessage) (int, error) {

@@ -66,10 +66,10 @@ func TestRegroup_ChainOfThree(t *testing.T) {
 		}
 		env.Put("texts", fmt.Sprintf("in/%d", b), []byte(sb.String()))
 	}
-	counts := jobstest.RunKeyed(t, Wordcount{}.Keyed(), env, `{"container":"texts","prefix":"in/","output":"blob","partitions":3,"shard_bytes":900}`)
+	counts := jobstest.RunKeyed(t, wordcount{}.Keyed(), env, `{"container":"texts","prefix":"in/","output":"blob","partitions":3,"shard_bytes":900}`)
 	putOutput(t, env, "job-1", counts)
 
-	byCount := jobstest.RunKeyed(t, Regroup{}.Keyed(), env, `{"job":"job-1","by":"value","shard_bytes":500}`)
+	byCount := jobstest.RunKeyed(t, regroup{}.Keyed(), env, `{"job":"job-1","by":"value","shard_bytes":500}`)
 	putOutput(t, env, "job-2", byCount)
 	wantByCount := map[string]string{}
 	hist := map[int]int{}
@@ -93,11 +93,11 @@ func TestRegroup_ChainOfThree(t *testing.T) {
 		}
 	}
 
-	sum := jobstest.RunKeyed(t, Regroup{}.Keyed(), env, `{"job":"job-2","by":"all","agg":"sum","of":"key*value"}`)
+	sum := jobstest.RunKeyed(t, regroup{}.Keyed(), env, `{"job":"job-2","by":"all","agg":"sum","of":"key*value"}`)
 	if len(sum) != 1 || string(sum[0].Key) != `"all"` || string(sum[0].Value) != fmt.Sprint(total) {
 		t.Fatalf("total: %v, want all\t%d", sum, total)
 	}
-	distinct := jobstest.RunKeyed(t, Regroup{}.Keyed(), env, `{"job":"job-2","by":"all","agg":"sum"}`)
+	distinct := jobstest.RunKeyed(t, regroup{}.Keyed(), env, `{"job":"job-2","by":"all","agg":"sum"}`)
 	if len(distinct) != 1 || string(distinct[0].Value) != fmt.Sprint(len(want)) {
 		t.Fatalf("distinct words: %v, want %d", distinct, len(want))
 	}
@@ -116,17 +116,17 @@ func TestRegroup_Aggregates(t *testing.T) {
 		`{"container":"recs","by":"value"}`:                        `map[-4:1 10:1 3:2 7:1]`,
 		`{"container":"recs","prefix":"a","by":"all","agg":"max"}`: `map["all":10]`,
 	} {
-		if got := fmt.Sprint(records(jobstest.RunKeyed(t, Regroup{}.Keyed(), env, params))); got != want {
+		if got := fmt.Sprint(records(jobstest.RunKeyed(t, regroup{}.Keyed(), env, params))); got != want {
 			t.Errorf("%s: %s, want %s", params, got, want)
 		}
 	}
 	// A number that is not an integer fails the task, naming the record.
-	_, err := jobstest.CheckKeyed(Regroup{}.Keyed(), env, `{"container":"recs","agg":"sum","of":"key"}`)
+	_, err := jobstest.CheckKeyed(regroup{}.Keyed(), env, `{"container":"recs","agg":"sum","of":"key"}`)
 	if err == nil || !strings.Contains(err.Error(), `is not a 64-bit integer ("sum", "min" and "max" take integers)`) {
 		t.Errorf("sum of string keys: %v", err)
 	}
 	env.Put("bad", "a", []byte("x\ty\n"))
-	if _, err := jobstest.CheckKeyed(Regroup{}.Keyed(), env, `{"container":"bad"}`); err == nil || !strings.Contains(err.Error(), `want {"key":K,"value":V}`) {
+	if _, err := jobstest.CheckKeyed(regroup{}.Keyed(), env, `{"container":"bad"}`); err == nil || !strings.Contains(err.Error(), `want {"key":K,"value":V}`) {
 		t.Errorf("a line that is not a record: %v", err)
 	}
 }
@@ -136,7 +136,7 @@ func TestRegroup_Overflow(t *testing.T) {
 	env.Put("recs", "a", []byte(`{"key":"x","value":9223372036854775807}`+"\n"+`{"key":"x","value":1}`+"\n"))
 	env.Put("recs", "b", []byte(`{"key":3,"value":4611686018427387904}`+"\n"))
 	for _, p := range []string{`{"container":"recs","prefix":"a","agg":"sum"}`, `{"container":"recs","prefix":"b","agg":"sum","by":"all","of":"key*value"}`} {
-		if _, err := jobstest.CheckKeyed(Regroup{}.Keyed(), env, p); err == nil || !strings.Contains(err.Error(), "overflows 64 bits") {
+		if _, err := jobstest.CheckKeyed(regroup{}.Keyed(), env, p); err == nil || !strings.Contains(err.Error(), "overflows 64 bits") {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
@@ -156,19 +156,19 @@ func TestRegroup_BadParams(t *testing.T) {
 		`{"job":"j","top":3}`:              `unknown field "top"`,
 		`{"job":"j","by":1}`:               `"by" must be a string`,
 	} {
-		err := Regroup{}.Validate(json.RawMessage(p))
+		err := regroup{}.Validate(json.RawMessage(p))
 		var pe *jobs.ParamError
 		if !errors.As(err, &pe) || pe.Job != "regroup" || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want a regroup *ParamError with %q", p, err, want)
 		}
 	}
-	if err := (Regroup{}).Validate(json.RawMessage(`{"job":"20261125-120000-0123abcd","by":"all","agg":"sum","of":"key*value"}`)); err != nil {
+	if err := (regroup{}).Validate(json.RawMessage(`{"job":"20261125-120000-0123abcd","by":"all","agg":"sum","of":"key*value"}`)); err != nil {
 		t.Error(err)
 	}
-	if n, err := (Regroup{}).Keyed().Partitions(json.RawMessage(`{"job":"j","by":"all"}`)); n != 1 || err != nil {
+	if n, err := (regroup{}).Keyed().Partitions(json.RawMessage(`{"job":"j","by":"all"}`)); n != 1 || err != nil {
 		t.Errorf(`"by":"all" has %d partitions, %v; want 1`, n, err)
 	}
-	if _, err := (Regroup{}).Split(context.Background(), jobstest.NewEnv(), json.RawMessage(`{"job":"nothing"}`)); err == nil || !strings.Contains(err.Error(), "input job nothing") {
+	if _, err := (regroup{}).Split(context.Background(), jobstest.NewEnv(), json.RawMessage(`{"job":"nothing"}`)); err == nil || !strings.Contains(err.Error(), "input job nothing") {
 		t.Errorf("Split of a job with no output: %v", err)
 	}
 }
@@ -178,7 +178,7 @@ func FuzzRegroupParams(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
-		err := Regroup{}.Validate(json.RawMessage(params))
+		err := regroup{}.Validate(json.RawMessage(params))
 		var pe *jobs.ParamError
 		if err != nil && (!errors.As(err, &pe) || pe.Job != regroupType) {
 			t.Fatalf("Validate: %T %v", err, err)
@@ -203,7 +203,7 @@ func FuzzRegroupLines(f *testing.F) {
 		if err != nil || len(blob) == 0 {
 			return
 		}
-		k := Regroup{}.Keyed()
+		k := regroup{}.Keyed()
 		_ = k.Map(context.Background(), env, jobs.Task{Shard: shard}, func(key, value []byte) error {
 			return k.Reduce(context.Background(), key, func(yield func([]byte) bool) { yield(value) }, func(k, v []byte) error {
 				if !json.Valid(k) || !json.Valid(v) {
@@ -216,5 +216,5 @@ func FuzzRegroupLines(f *testing.F) {
 }
 
 func FuzzRegroupRecords(f *testing.F) {
-	jobstest.FuzzKeyedRecords(f, Regroup{}.Keyed(), []byte{'c', 2}, []byte{regroupTagInt, 0, 0, 0, 0, 0, 0, 0, 0, 1}, append([]byte{regroupTagJSON}, `"all"`...))
+	jobstest.FuzzKeyedRecords(f, regroup{}.Keyed(), []byte{'c', 2}, []byte{regroupTagInt, 0, 0, 0, 0, 0, 0, 0, 0, 1}, append([]byte{regroupTagJSON}, `"all"`...))
 }

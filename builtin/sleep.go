@@ -11,13 +11,13 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Sleep is the built-in job "sleep": synthetic shards for load and failover tests. Each shard
+// sleep is the built-in job "sleep": synthetic shards for load and failover tests. Each shard
 // sleeps a fixed time; a seeded subset fails on its first attempt, and chosen shards can fail or
 // panic on every attempt. The result lets a test check that every shard was counted exactly once:
 // shards == n and index_sum == n·(n−1)/2.
-type Sleep struct{}
+type sleep struct{}
 
-var _ jobs.Job = Sleep{}
+var _ jobs.Job = sleep{}
 
 // SleepParams are the parameters of a sleep job, e.g.
 // {"shards": 1000, "duration": "50ms", "fail_rate": 0.1, "seed": 7}.
@@ -64,10 +64,10 @@ const (
 )
 
 // Type returns "sleep".
-func (Sleep) Type() string { return sleepType }
+func (sleep) Type() string { return sleepType }
 
 // Validate checks the parameters; errors match ErrBadParams.
-func (Sleep) Validate(params json.RawMessage) error {
+func (sleep) Validate(params json.RawMessage) error {
 	_, _, err := parseSleepParams(params)
 	return err
 }
@@ -143,7 +143,7 @@ type sleepShard struct {
 
 // Split returns one shard per index, each carrying its duration and failure mode: shard i is
 // Plan(params).Shard(i).
-func (j Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
+func (j sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][]byte, error) {
 	plan, err := j.Plan(params)
 	if err != nil {
 		return nil, err
@@ -161,7 +161,7 @@ func (j Sleep) Split(_ context.Context, _ jobs.Env, params json.RawMessage) ([][
 
 // Plan makes the shards on demand (jobs.Indexed): the leader of a million-shard sleep job stores
 // no plan and holds only its dispatch window.
-func (Sleep) Plan(params json.RawMessage) (jobs.Plan, error) {
+func (sleep) Plan(params json.RawMessage) (jobs.Plan, error) {
 	p, d, err := parseSleepParams(params)
 	if err != nil {
 		return nil, err
@@ -216,7 +216,7 @@ func decodeSleepShard(data []byte) (sleepShard, error) {
 
 // Map sleeps the shard's duration precisely (returning ctx.Err() if ctx ends first), then fails or panics
 // if the shard's mode says so. The partial is (1, index).
-func (Sleep) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
+func (sleep) Map(ctx context.Context, _ jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodeSleepShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -250,7 +250,7 @@ func decodeSleepPartial(data []byte) (shards, indexSum uint64, err error) {
 }
 
 // NewAggregate returns an aggregate counting shards and summing their indices.
-func (Sleep) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
+func (sleep) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, _, err := parseSleepParams(params)
 	if err != nil {
 		return nil, err

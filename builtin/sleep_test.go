@@ -17,7 +17,7 @@ import (
 func TestSleep_EveryShardCountedOnce(t *testing.T) {
 	for _, n := range []int{1, 2, 10, 1000} {
 		params := fmt.Sprintf(`{"shards": %d, "duration": "0s", "fail_rate": 0.3, "seed": 11}`, n)
-		res := jobstest.Run(t, Sleep{}, nil, params)
+		res := jobstest.Run(t, sleep{}, nil, params)
 		var got SleepResult
 		if err := json.Unmarshal(res, &got); err != nil {
 			t.Fatal(err)
@@ -32,18 +32,18 @@ func TestSleep_EveryShardCountedOnce(t *testing.T) {
 // failed shard must succeed on attempt 2.
 func failingFirst(t *testing.T, params string) []int {
 	t.Helper()
-	shards, err := Sleep{}.Split(context.Background(), nil, json.RawMessage(params))
+	shards, err := sleep{}.Split(context.Background(), nil, json.RawMessage(params))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var failed []int
 	for i, s := range shards {
-		if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 1, Shard: s}); err != nil {
+		if _, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 1, Shard: s}); err != nil {
 			if !strings.Contains(err.Error(), "first attempt") {
 				t.Fatalf("shard %d: %v", i, err)
 			}
 			failed = append(failed, i)
-			if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 2, Shard: s}); err != nil {
+			if _, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Index: i, Attempt: 2, Shard: s}); err != nil {
 				t.Fatalf("shard %d failed its second attempt: %v", i, err)
 			}
 		}
@@ -74,13 +74,13 @@ func TestSleep_FailRate(t *testing.T) {
 }
 
 func TestSleep_FailAndPanicAlways(t *testing.T) {
-	shards, err := Sleep{}.Split(context.Background(), nil,
+	shards, err := sleep{}.Split(context.Background(), nil,
 		json.RawMessage(`{"shards": 5, "fail_rate": 1, "fail_always": [1], "panic_always": [3]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 5; attempt++ {
-		_, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 1, Attempt: attempt, Shard: shards[1]})
+		_, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Index: 1, Attempt: attempt, Shard: shards[1]})
 		if err == nil || !strings.Contains(err.Error(), "every attempt") {
 			t.Errorf("fail_always shard, attempt %d: %v", attempt, err)
 		}
@@ -90,27 +90,27 @@ func TestSleep_FailAndPanicAlways(t *testing.T) {
 					t.Errorf("panic_always shard, attempt %d: recovered %v", attempt, r)
 				}
 			}()
-			_, _ = (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 3, Attempt: attempt, Shard: shards[3]})
+			_, _ = (sleep{}).Map(context.Background(), nil, jobs.Task{Index: 3, Attempt: attempt, Shard: shards[3]})
 		}()
 	}
 	// The other shards fail first (fail_rate 1) and succeed after.
-	if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 0, Attempt: 1, Shard: shards[0]}); err == nil {
+	if _, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Index: 0, Attempt: 1, Shard: shards[0]}); err == nil {
 		t.Error("shard 0 succeeded on attempt 1 with fail_rate 1")
 	}
-	if p, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Index: 4, Attempt: 2, Shard: shards[4]}); err != nil || string(p) != string(encodeSleepPartial(1, 4)) {
+	if p, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Index: 4, Attempt: 2, Shard: shards[4]}); err != nil || string(p) != string(encodeSleepPartial(1, 4)) {
 		t.Errorf("shard 4, attempt 2: %x, %v", p, err)
 	}
 }
 
 func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
-	shards, err := Sleep{}.Split(context.Background(), nil, json.RawMessage(`{"shards": 1, "duration": "1h"}`))
+	shards, err := sleep{}.Split(context.Background(), nil, json.RawMessage(`{"shards": 1, "duration": "1h"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := (Sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]})
+		_, err := (sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]})
 		done <- err
 	}()
 	cancel()
@@ -121,7 +121,7 @@ func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
 	// A deadline shorter than the duration ends the sleep: Map does sleep, and stops in time.
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	if _, err := (Sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := (sleep{}).Map(ctx, nil, jobs.Task{Attempt: 1, Shard: shards[0]}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Map past its deadline = %v, want context.DeadlineExceeded", err)
 	}
 }
@@ -129,7 +129,7 @@ func TestSleep_MapSleepsAndStopsWithContext(t *testing.T) {
 func TestSleep_MapBadShard(t *testing.T) {
 	for _, shard := range []string{``, `{}x`, `{"i": -1, "ns": 0}`, `{"i": 1000000, "ns": 0}`, `{"i": 1, "ns": -1}`,
 		`{"i": 1, "ns": 3600000000001}`, `{"i": 1, "ns": 1, "mode": "explode"}`, `{"i": 1, "ns": 1, "x": 1}`} {
-		if _, err := (Sleep{}).Map(context.Background(), nil, jobs.Task{Attempt: 1, Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+		if _, err := (sleep{}).Map(context.Background(), nil, jobs.Task{Attempt: 1, Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
 			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
@@ -137,7 +137,7 @@ func TestSleep_MapBadShard(t *testing.T) {
 
 func TestSleepAggregate(t *testing.T) {
 	params := json.RawMessage(`{"shards": 4}`)
-	agg, _ := Sleep{}.NewAggregate(params)
+	agg, _ := sleep{}.NewAggregate(params)
 	for _, bad := range [][]byte{
 		nil, {tagSleep, 1, 1}, encodeSleepPartial(5, 0), encodeSleepPartial(1, 4), encodeSleepPartial(2, 7), encodePiPartial(1, 1),
 		encodeSleepPartial(1<<63, 1<<63),
@@ -170,7 +170,7 @@ func FuzzSleepParams(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
-		checkParamsFuzz(t, Sleep{}, params, splitIsCheap(params))
+		checkParamsFuzz(t, sleep{}, params, splitIsCheap(params))
 	})
 }
 
@@ -189,7 +189,7 @@ func FuzzSleepShard(f *testing.F) {
 				t.Fatalf("Map panicked on a shard that is not panic_always: %v", r)
 			}
 		}()
-		p, err := Sleep{}.Map(ctx, nil, jobs.Task{Attempt: attempt, Shard: shard})
+		p, err := sleep{}.Map(ctx, nil, jobs.Task{Attempt: attempt, Shard: shard})
 		if decErr != nil {
 			if !errors.Is(err, jobs.ErrBadShard) {
 				t.Fatalf("Map of an undecodable shard = %v", err)
@@ -205,6 +205,6 @@ func FuzzSleepShard(f *testing.F) {
 }
 
 func FuzzSleepAggregate(f *testing.F) {
-	jobstest.FuzzAggregate(f, Sleep{}, `{"shards": 10}`,
+	jobstest.FuzzAggregate(f, sleep{}, `{"shards": 10}`,
 		encodeSleepPartial(1, 9), encodeSleepPartial(1, 5), encodeSleepPartial(10, 45), encodeSleepPartial(11, 0))
 }

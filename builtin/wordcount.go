@@ -15,7 +15,7 @@ import (
 	"github.com/mapagg/mapagg/jobs"
 )
 
-// Wordcount is the built-in job "wordcount": count the words in the blobs of a container whose
+// wordcount is the built-in job "wordcount": count the words in the blobs of a container whose
 // names start with a prefix, and rank the most frequent. A word is a maximal run of runes that
 // are not unicode.IsSpace, as `wc -w` counts; bytes that are not valid UTF-8 count as non-space.
 //
@@ -26,10 +26,10 @@ import (
 //
 // Words longer than 1,024 bytes count toward the total but are not ranked: a shard reads at most
 // that far past its range.
-type Wordcount struct{}
+type wordcount struct{}
 
 var (
-	_ jobs.Job         = Wordcount{}
+	_ jobs.Job         = wordcount{}
 	_ jobs.Snapshotter = (*wordcountAggregate)(nil)
 )
 
@@ -92,10 +92,10 @@ const (
 )
 
 // Type returns "wordcount".
-func (Wordcount) Type() string { return wordcountType }
+func (wordcount) Type() string { return wordcountType }
 
 // Validate checks the parameters without touching storage; errors match ErrBadParams.
-func (Wordcount) Validate(params json.RawMessage) error {
+func (wordcount) Validate(params json.RawMessage) error {
 	_, err := parseWordcountParams(params)
 	return err
 }
@@ -144,7 +144,7 @@ type wordcountShard struct {
 // Split lists the blobs and cuts each into ranges of shard_bytes (the last one shorter). Empty
 // blobs get no shard; if every blob is empty the job gets one empty shard, so that it has at least
 // one. It fails if no blob matches, or if the blobs need more than MaxShards shards.
-func (Wordcount) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
+func (wordcount) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
 	p, err := parseWordcountParams(params)
 	if err != nil {
 		return nil, err
@@ -219,7 +219,7 @@ func decodeWordcountShard(data []byte) (wordcountShard, error) {
 
 // Map counts the words that start in the shard's range. The partial holds the number of words
 // and the count of each word of at most 1,024 bytes.
-func (Wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte, error) {
+func (wordcount) Map(ctx context.Context, env jobs.Env, task jobs.Task) ([]byte, error) {
 	s, err := decodeWordcountShard(task.Shard)
 	if err != nil {
 		return nil, err
@@ -448,7 +448,7 @@ func putWordTable(t *wordTable) {
 }
 
 // NewAggregate returns an aggregate summing the shards' counts.
-func (Wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
+func (wordcount) NewAggregate(params json.RawMessage) (jobs.Aggregate, error) {
 	p, err := parseWordcountParams(params)
 	if err != nil {
 		return nil, err

@@ -52,21 +52,21 @@ func BenchmarkWordcountCorpus(b *testing.B) {
 		env := jobstest.NewEnv()
 		env.Put("corpus", "c", text)
 		params := json.RawMessage(fmt.Sprintf(`{"container":"corpus","shard_bytes":%d}`, 32<<10))
-		shards, err := Wordcount{}.Split(context.Background(), env, params)
+		shards, err := wordcount{}.Split(context.Background(), env, params)
 		if err != nil {
 			b.Fatal(err)
 		}
 		var parts [][]byte
 		size := 0
 		for _, s := range shards {
-			p, _ := Wordcount{}.Map(context.Background(), env, jobs.Task{Shard: s})
+			p, _ := wordcount{}.Map(context.Background(), env, jobs.Task{Shard: s})
 			parts = append(parts, p)
 			size += len(p)
 		}
 		b.Run(fmt.Sprintf("vocab=%d/map", vocab), func(b *testing.B) {
 			i := 0
 			for b.Loop() {
-				if _, err := (Wordcount{}).Map(context.Background(), env, jobs.Task{Shard: shards[i%len(shards)]}); err != nil {
+				if _, err := (wordcount{}).Map(context.Background(), env, jobs.Task{Shard: shards[i%len(shards)]}); err != nil {
 					b.Fatal(err)
 				}
 				i++
@@ -78,7 +78,7 @@ func BenchmarkWordcountCorpus(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				if i%len(parts) == 0 {
-					agg, _ = Wordcount{}.NewAggregate(params)
+					agg, _ = wordcount{}.NewAggregate(params)
 				}
 				if err := agg.Merge(parts[i%len(parts)]); err != nil {
 					b.Fatal(err)
@@ -99,16 +99,16 @@ func BenchmarkWordcountMergeSteady(b *testing.B) {
 		env := jobstest.NewEnv()
 		env.Put("corpus", "c", text)
 		params := json.RawMessage(fmt.Sprintf(`{"container":"corpus","shard_bytes":%d}`, 32<<10))
-		shards, _ := Wordcount{}.Split(context.Background(), env, params)
+		shards, _ := wordcount{}.Split(context.Background(), env, params)
 		var parts [][]byte
 		entries := 0
 		for _, s := range shards {
-			p, _ := Wordcount{}.Map(context.Background(), env, jobs.Task{Shard: s})
+			p, _ := wordcount{}.Map(context.Background(), env, jobs.Task{Shard: s})
 			parts = append(parts, p)
 			d, _ := decodeWordcountPartial(p)
 			entries += int(d.n)
 		}
-		agg, _ := Wordcount{}.NewAggregate(params)
+		agg, _ := wordcount{}.NewAggregate(params)
 		for _, p := range parts {
 			_ = agg.Merge(p)
 		}

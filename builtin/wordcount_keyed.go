@@ -13,22 +13,22 @@ import (
 
 // With "output":"blob", wordcount is a keyed job: map tasks emit (word, 1) for every word of
 // their range, combined per word on the map side; reduce tasks write each word's count. One
-// registered type runs either way: Wordcount is a jobs.Keyable, and the parameters choose.
+// registered type runs either way: wordcount is a jobs.Keyable, and the parameters choose.
 const (
 	wordcountOutputValue = "value"
 	wordcountOutputBlob  = "blob"
 )
 
 var (
-	_ jobs.Keyable  = Wordcount{}
+	_ jobs.Keyable  = wordcount{}
 	_ jobs.KeyedJob = wordcountKeyed{}
 )
 
 // Keyed returns wordcount's keyed form (used with "output":"blob").
-func (Wordcount) Keyed() jobs.KeyedJob { return wordcountKeyed{} }
+func (wordcount) Keyed() jobs.KeyedJob { return wordcountKeyed{} }
 
 // RunsKeyed reports whether the parameters ask for "output":"blob".
-func (Wordcount) RunsKeyed(params json.RawMessage) bool {
+func (wordcount) RunsKeyed(params json.RawMessage) bool {
 	p, err := parseWordcountParams(params)
 	return err == nil && p.Output == wordcountOutputBlob
 }
@@ -38,10 +38,10 @@ type wordcountKeyed struct{}
 
 func (wordcountKeyed) Type() string { return wordcountType }
 
-func (wordcountKeyed) Validate(params json.RawMessage) error { return Wordcount{}.Validate(params) }
+func (wordcountKeyed) Validate(params json.RawMessage) error { return wordcount{}.Validate(params) }
 
 func (wordcountKeyed) Split(ctx context.Context, env jobs.Env, params json.RawMessage) ([][]byte, error) {
-	return Wordcount{}.Split(ctx, env, params)
+	return wordcount{}.Split(ctx, env, params)
 }
 
 func (wordcountKeyed) Partitions(params json.RawMessage) (int, error) {

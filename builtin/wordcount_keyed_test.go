@@ -28,10 +28,10 @@ func TestWordcountKeyed_EveryWordCounted(t *testing.T) {
 		env.Put("texts", fmt.Sprintf("in/%d", b), []byte(sb.String()))
 	}
 	params := `{"container":"texts","prefix":"in/","output":"blob","partitions":3,"shard_bytes":700}`
-	if !(Wordcount{}).RunsKeyed(json.RawMessage(params)) || (Wordcount{}).RunsKeyed(json.RawMessage(`{"container":"texts"}`)) {
+	if !(wordcount{}).RunsKeyed(json.RawMessage(params)) || (wordcount{}).RunsKeyed(json.RawMessage(`{"container":"texts"}`)) {
 		t.Fatal("RunsKeyed does not follow \"output\"")
 	}
-	recs := jobstest.RunKeyed(t, Wordcount{}.Keyed(), env, params)
+	recs := jobstest.RunKeyed(t, wordcount{}.Keyed(), env, params)
 	got := map[string]int{}
 	for i, r := range recs {
 		var w string
@@ -65,7 +65,7 @@ func TestWordcountKeyed_BadParams(t *testing.T) {
 		`{"container":"texts","output":"blob","partitions":10001}`,
 	} {
 		var pe *jobs.ParamError
-		if err := (Wordcount{}).Validate(json.RawMessage(p)); !errors.As(err, &pe) {
+		if err := (wordcount{}).Validate(json.RawMessage(p)); !errors.As(err, &pe) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}

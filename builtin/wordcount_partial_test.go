@@ -88,7 +88,7 @@ func TestWordcountPartial_Formats(t *testing.T) {
 		}
 		var results [][]byte
 		for _, p := range [][]byte{v1, v2} {
-			agg, _ := Wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus","top":50}`))
+			agg, _ := wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus","top":50}`))
 			if err := agg.Merge(p); err != nil {
 				t.Fatalf("%d words, version %d: %v", n, p[1], err)
 			}
@@ -118,7 +118,7 @@ func TestWordcountAggregate_ReadsV1Checkpoint(t *testing.T) {
 	words, counts, total := randomWords(rand.New(rand.NewPCG(5, 6)), 500)
 	ws, cs := sortedWords(words, counts)
 	params := json.RawMessage(`{"container":"corpus"}`)
-	agg, _ := Wordcount{}.NewAggregate(params)
+	agg, _ := wordcount{}.NewAggregate(params)
 	if err := agg.UnmarshalBinary(encodeV1(total, ws, cs)); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestWordcountPartial_BadV2(t *testing.T) {
 		"trailing bytes":        {append(head(2, 1), 0x01, 'a', 1, 7), "trailing"},
 		"count varint overlong": {append(head(2, 1), 0x01, 'a', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01), "varint"},
 	} {
-		agg, _ := Wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
+		agg, _ := wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
 		good := encodeV2(3, []string{"a", "b"}, []uint64{1, 2})
 		if err := agg.Merge(good); err != nil {
 			t.Fatal(err)
@@ -381,7 +381,7 @@ func FuzzWordcountPartialFormats(f *testing.F) {
 		}
 		var encs [][]byte
 		for _, p := range [][]byte{v1, v2} {
-			agg, _ := Wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
+			agg, _ := wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
 			if err := agg.Merge(p); err != nil {
 				t.Fatal(err)
 			}

@@ -38,7 +38,7 @@ func vocabPartials(vocab, n, perPartial int) (partials [][]byte, all []byte) {
 func TestWordcountAggregate_Snapshot(t *testing.T) {
 	partials, _ := vocabPartials(5000, 200, 50)
 	_, all := vocabPartials(2500, 0, 0) // half the vocabulary: the partials add words between snapshots
-	agg, err := Wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
+	agg, err := wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func BenchmarkWordcountMergeCheckpointing(b *testing.B) {
 		partials, all := vocabPartials(vocab, 512, 50)
 		for _, mode := range []string{"none", "inline", "snapshot"} {
 			b.Run(fmt.Sprintf("vocab=%d/%s", vocab, mode), func(b *testing.B) {
-				agg, _ := Wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
+				agg, _ := wordcount{}.NewAggregate(json.RawMessage(`{"container":"corpus"}`))
 				if err := agg.Merge(all); err != nil {
 					b.Fatal(err)
 				}

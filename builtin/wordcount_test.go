@@ -189,13 +189,13 @@ func TestWordcount_MatchesDirectCount(t *testing.T) {
 			env, texts = big, bigTexts
 		}
 		params := fmt.Sprintf(`{"container": "corpus", "prefix": "books/", "top": %d%s}`, tt.top, tt.shardBytes)
-		got := jobstest.Run(t, Wordcount{}, env, params)
+		got := jobstest.Run(t, wordcount{}, env, params)
 		if want := directResult(t, tt.top, texts...); string(got) != want {
 			t.Errorf("%s:\n got %s\nwant %s", params, got, want)
 		}
 	}
 	// Default top is 10.
-	got := jobstest.Run(t, Wordcount{}, big, `{"container": "corpus", "prefix": "books/"}`)
+	got := jobstest.Run(t, wordcount{}, big, `{"container": "corpus", "prefix": "books/"}`)
 	if want := directResult(t, 10, bigTexts...); string(got) != want {
 		t.Errorf("default top:\n got %s\nwant %s", got, want)
 	}
@@ -204,12 +204,12 @@ func TestWordcount_MatchesDirectCount(t *testing.T) {
 func TestWordcount_Result(t *testing.T) {
 	env := jobstest.NewEnv()
 	env.Put("corpus", "a", []byte("the cat  the dog\u3000the bird  cat zebra apple apple\n"))
-	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "top": 4, "shard_bytes": 3}`)
+	got := jobstest.Run(t, wordcount{}, env, `{"container": "corpus", "top": 4, "shard_bytes": 3}`)
 	const want = `{"total":10,"top":[{"word":"the","count":3},{"word":"apple","count":2},{"word":"cat","count":2},{"word":"bird","count":1}]}`
 	if string(got) != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
-	got = jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "top": 0}`)
+	got = jobstest.Run(t, wordcount{}, env, `{"container": "corpus", "top": 0}`)
 	if string(got) != `{"total":10,"top":[]}` {
 		t.Errorf("top 0: %s", got)
 	}
@@ -219,16 +219,16 @@ func TestWordcount_EmptyBlobs(t *testing.T) {
 	env := jobstest.NewEnv()
 	env.Put("corpus", "e1", nil)
 	env.Put("corpus", "e2", nil)
-	shards, err := Wordcount{}.Split(context.Background(), env, json.RawMessage(`{"container": "corpus"}`))
+	shards, err := wordcount{}.Split(context.Background(), env, json.RawMessage(`{"container": "corpus"}`))
 	if err != nil || len(shards) != 1 {
 		t.Fatalf("Split of empty blobs: %d shards, %v", len(shards), err)
 	}
-	got := jobstest.Run(t, Wordcount{}, env, `{"container": "corpus"}`)
+	got := jobstest.Run(t, wordcount{}, env, `{"container": "corpus"}`)
 	if string(got) != `{"total":0,"top":[]}` {
 		t.Errorf("result %s", got)
 	}
 	env.Put("corpus", "spaces", []byte(" \u3000\n "))
-	got = jobstest.Run(t, Wordcount{}, env, `{"container": "corpus", "shard_bytes": 1}`)
+	got = jobstest.Run(t, wordcount{}, env, `{"container": "corpus", "shard_bytes": 1}`)
 	if string(got) != `{"total":0,"top":[]}` {
 		t.Errorf("result %s", got)
 	}
@@ -240,26 +240,26 @@ func TestWordcount_SplitErrors(t *testing.T) {
 	env.Put("big", "a", make([]byte, jobs.MaxShards+1))
 	ctx := context.Background()
 
-	_, err := Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "corpus", "prefix": "zz"}`))
+	_, err := wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "corpus", "prefix": "zz"}`))
 	if err == nil || !strings.Contains(err.Error(), `no blobs in container "corpus" with prefix "zz"`) {
 		t.Errorf("no blobs: %v", err)
 	}
-	_, err = Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "missing"}`))
+	_, err = wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "missing"}`))
 	if err == nil || !strings.Contains(err.Error(), "list blobs") {
 		t.Errorf("missing container: %v", err)
 	}
-	_, err = Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 1}`))
+	_, err = wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 1}`))
 	var pe *jobs.ParamError
 	if !errors.As(err, &pe) || pe.Field != "shard_bytes" || !strings.Contains(err.Error(), "use a larger") {
 		t.Errorf("too many shards: %v", err)
 	}
-	shards, err := Wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 2}`))
+	shards, err := wordcount{}.Split(ctx, env, json.RawMessage(`{"container": "big", "shard_bytes": 2}`))
 	if err != nil || len(shards) != jobs.MaxShards/2+1 {
 		t.Errorf("big blob in 2-byte shards: %d shards, %v", len(shards), err)
 	}
 	// A blob name too long for a shard description.
 	env.Put("corpus", strings.Repeat("ü", 3000), []byte("x"))
-	if _, err := (Wordcount{}).Split(ctx, env, json.RawMessage(`{"container": "corpus"}`)); err == nil || !strings.Contains(err.Error(), "limit is 4096") {
+	if _, err := (wordcount{}).Split(ctx, env, json.RawMessage(`{"container": "corpus"}`)); err == nil || !strings.Contains(err.Error(), "limit is 4096") {
 		t.Errorf("long blob name: %v", err)
 	}
 }
@@ -274,23 +274,23 @@ func TestWordcount_MapErrors(t *testing.T) {
 		`{"c": "corpus", "b": "a", "o": 0, "n": -5}`, `{"c": "corpus", "b": "a", "o": 0, "n": 1073741825}`,
 		`{"c": "corpus", "b": "a", "o": 9223372036854775807, "n": 5}`,
 	} {
-		if _, err := (Wordcount{}).Map(ctx, env, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
+		if _, err := (wordcount{}).Map(ctx, env, jobs.Task{Shard: []byte(shard)}); !errors.Is(err, jobs.ErrBadShard) {
 			t.Errorf("Map(%q) = %v, want jobs.ErrBadShard", shard, err)
 		}
 	}
 	// The blob shrank after the split.
-	_, err := Wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 10, "n": 100}`)})
+	_, err := wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 10, "n": 100}`)})
 	if err == nil || !strings.Contains(err.Error(), "change after the job was split") {
 		t.Errorf("short blob: %v", err)
 	}
-	_, err = Wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "gone", "o": 0, "n": 5}`)})
+	_, err = wordcount{}.Map(ctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "gone", "o": 0, "n": 5}`)})
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("missing blob: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	env.Put("corpus", "big", bytes.Repeat([]byte("word "), 100_000))
-	_, err = Wordcount{}.Map(cctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "big", "o": 0, "n": 500000}`)})
+	_, err = wordcount{}.Map(cctx, env, jobs.Task{Shard: []byte(`{"c": "corpus", "b": "big", "o": 0, "n": 500000}`)})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
@@ -306,10 +306,10 @@ func TestWordcountAggregate(t *testing.T) {
 		texts = append(texts, text)
 		env.Put("corpus", fmt.Sprint(i), text)
 	}
-	_, partials := jobstest.MapAll(t, Wordcount{}, env, `{"container": "corpus", "top": 3, "shard_bytes": 50}`)
+	_, partials := jobstest.MapAll(t, wordcount{}, env, `{"container": "corpus", "top": 3, "shard_bytes": 50}`)
 	want := directResult(t, 3, texts...)
 	for seed := range uint64(8) {
-		if got := jobstest.MergeShuffled(t, Wordcount{}, string(params), partials, seed); string(got) != want {
+		if got := jobstest.MergeShuffled(t, wordcount{}, string(params), partials, seed); string(got) != want {
 			t.Fatalf("result %s, want %s", got, want)
 		}
 	}
@@ -320,7 +320,7 @@ func TestWordcountAggregate(t *testing.T) {
 	}
 	head := func(total, n byte) []byte { return []byte{tagWordcount, 1, total, n} }
 	good := entry(entry(head(3, 2), "a", 1), "b", 2)
-	agg, _ := Wordcount{}.NewAggregate(params)
+	agg, _ := wordcount{}.NewAggregate(params)
 	if err := agg.Merge(good); err != nil {
 		t.Fatalf("Merge(%x): %v", good, err)
 	}
@@ -349,7 +349,7 @@ func TestWordcountAggregate(t *testing.T) {
 			t.Errorf("%s: the failed Merge changed the aggregate", name)
 		}
 		if name != "total overflow" {
-			fresh, _ := Wordcount{}.NewAggregate(params)
+			fresh, _ := wordcount{}.NewAggregate(params)
 			if err := fresh.UnmarshalBinary(bad); !errors.Is(err, jobs.ErrBadCheckpoint) {
 				t.Errorf("%s: UnmarshalBinary = %v, want jobs.ErrBadCheckpoint", name, err)
 			}
@@ -372,12 +372,12 @@ func TestWordcountPartial_Deterministic(t *testing.T) {
 	env := jobstest.NewEnv()
 	env.Put("corpus", "a", trickyText(rand.New(rand.NewPCG(1, 2)), 3000))
 	task := jobs.Task{Shard: []byte(`{"c": "corpus", "b": "a", "o": 100, "n": 5000}`)}
-	first, err := Wordcount{}.Map(context.Background(), env, task)
+	first, err := wordcount{}.Map(context.Background(), env, task)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
-		again, err := Wordcount{}.Map(context.Background(), env, task)
+		again, err := wordcount{}.Map(context.Background(), env, task)
 		if err != nil || !bytes.Equal(first, again) {
 			t.Fatalf("Map gave different partials (err %v)", err)
 		}
@@ -392,7 +392,7 @@ func FuzzWordcountParams(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, params []byte) {
-		checkParamsFuzz(t, Wordcount{}, params, false)
+		checkParamsFuzz(t, wordcount{}, params, false)
 	})
 }
 
@@ -409,7 +409,7 @@ func FuzzWordcountShard(f *testing.F) {
 	env.Put("corpus", "t", text)
 	f.Fuzz(func(t *testing.T, shard []byte) {
 		s, decErr := decodeWordcountShard(shard)
-		p, err := Wordcount{}.Map(context.Background(), env, jobs.Task{Shard: shard})
+		p, err := wordcount{}.Map(context.Background(), env, jobs.Task{Shard: shard})
 		if decErr != nil {
 			if !errors.Is(err, jobs.ErrBadShard) {
 				t.Fatalf("Map of an undecodable shard = %v", err)
@@ -433,7 +433,7 @@ func FuzzWordcountAggregate(f *testing.F) {
 	t.add([]byte("a\xff"), 1)
 	seed := newWordTable()
 	seed.add([]byte("a"), 1)
-	jobstest.FuzzAggregate(f, Wordcount{}, `{"container": "corpus", "top": 2}`,
+	jobstest.FuzzAggregate(f, wordcount{}, `{"container": "corpus", "top": 2}`,
 		encodeWordcountPartial(1, seed), encodeWordcountPartial(4, t), encodeWordcountPartial(0, newWordTable()),
 		[]byte{tagWordcount, 1, 3, 1, 1, 'a', 0})
 }
@@ -476,7 +476,7 @@ func BenchmarkWordcountMap(b *testing.B) {
 			shard := []byte(fmt.Sprintf(`{"c": "corpus", "b": "t", "o": 0, "n": %d}`, len(tc.text)))
 			b.SetBytes(int64(len(tc.text)))
 			for b.Loop() {
-				if _, err := (Wordcount{}).Map(context.Background(), env, jobs.Task{Shard: shard}); err != nil {
+				if _, err := (wordcount{}).Map(context.Background(), env, jobs.Task{Shard: shard}); err != nil {
 					b.Fatal(err)
 				}
 			}

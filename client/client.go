@@ -17,7 +17,8 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Store is the jobs container.
+// Store is the jobs container (store.Container is one). A Store that can also list blobs by
+// prefix serves schedules and Delete; one that can stream a range of a blob serves WriteOutput.
 type Store interface {
 	Get(ctx context.Context, name string) ([]byte, store.ETag, error)
 	Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error)
@@ -206,7 +207,7 @@ func (c *Client) jobStore() *jobstore.Jobs {
 	if c.Notify != nil {
 		j.Notify = c.Notify
 	}
-	if p, ok := c.Notify.(MessagePurger); ok {
+	if p, ok := c.Notify.(messagePurger); ok {
 		j.Purge = p
 	}
 	return j
@@ -216,7 +217,7 @@ func (c *Client) jobStore() *jobstore.Jobs {
 type listingStore struct{ Store }
 
 func (s listingStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
-	if l, ok := s.Store.(Lister); ok {
+	if l, ok := s.Store.(blobLister); ok {
 		return l.List(ctx, prefix)
 	}
 	return nil, errors.New("this client's store cannot list blobs")
@@ -338,10 +339,6 @@ func fromRecord(r *protocol.StatusRecord) *Status {
 	return st
 }
 
-// LegacyCheckpointLimit is the largest checkpoint without a status record (written by an
-// earlier build) that Status reads to show its job; a larger one shows as StateUnknown.
-const LegacyCheckpointLimit = jobstore.LegacyCheckpointLimit
-
 // List returns the status of the limit most recent jobs (all when limit <= 0), newest last. Job ids
 // sort by submission time to the second; jobs submitted within one second are in no given order.
 // Statuses are read in parallel, metadata only; a job that cannot be read is listed as
@@ -376,7 +373,7 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 		for i, id := range ids[:n] {
 			g.Go(func() error {
 				// One slow job (a storage call that hangs) shows as unreadable, not the list.
-				sctx, cancel := context.WithTimeout(ctx, ListJobTimeout)
+				sctx, cancel := context.WithTimeout(ctx, listJobTimeout)
 				defer cancel()
 				st, err := c.Status(sctx, id)
 				switch {
@@ -409,9 +406,9 @@ func (c *Client) List(ctx context.Context, limit int) ([]Status, error) {
 // listParallel bounds the statuses List reads at once.
 const listParallel = 16
 
-// ListJobTimeout bounds the time List waits for one job's status; a job that takes longer is
+// listJobTimeout bounds the time List waits for one job's status; a job that takes longer is
 // listed as StateUnreadable.
-const ListJobTimeout = 2 * time.Second
+const listJobTimeout = 2 * time.Second
 
 // shares sets each running job's Share of its type's dispatch (the leader splits it by
 // protocol.PriorityWeight) and each queued job's Position (1: taken next), among list.

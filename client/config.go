@@ -8,10 +8,17 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
+
+var _ Validator = (*clusterask.Validator)(nil)
+
+// ErrNoWorkers is returned when the running cluster's answer is needed (a type this program
+// lacks, the cluster's types) and no worker answers on NATS.
+var ErrNoWorkers = clusterask.ErrNoWorkers
 
 // NATSOff as Config.NATSURL builds a client without NATS.
 const NATSOff = "off"
@@ -69,11 +76,6 @@ func (c Config) withDefaults() Config {
 // ErrInvalidConfig is matched by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("client: invalid config")
 
-// ErrBadConfig is ErrInvalidConfig.
-//
-// Deprecated: use ErrInvalidConfig, the name every package's config uses.
-var ErrBadConfig = ErrInvalidConfig
-
 // Validate reports every problem with c and what to change. Zero fields are checked as their
 // defaults.
 func (c Config) Validate() error {
@@ -116,7 +118,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.NATSURL == NATSOff {
 		return c, nil
 	}
-	v := &ClusterValidator{URL: cfg.NATSURL, Prefix: cfg.StreamPrefix, Timeout: cfg.ValidateTimeout, Window: cfg.TypesWindow}
+	v := &clusterask.Validator{URL: cfg.NATSURL, Prefix: cfg.StreamPrefix, Timeout: cfg.ValidateTimeout, Window: cfg.TypesWindow}
 	if cfg.Registry != nil {
 		v.Local = cfg.Registry.Types()
 	}

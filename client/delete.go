@@ -9,9 +9,9 @@ import (
 // ErrRunning: the job has not ended; cancel it first.
 var ErrRunning = jobstore.ErrRunning
 
-// MessagePurger removes a job's messages from the streams (bus.Bus). Client.Notify is used as
+// messagePurger removes a job's messages from the streams (bus.Bus). Client.Notify is used as
 // one when it is.
-type MessagePurger interface {
+type messagePurger interface {
 	PurgeJobMessages(ctx context.Context, job string) error
 }
 

@@ -1,7 +1,7 @@
 // Package client submits, inspects, cancels and waits for jobs from outside the cluster.
 //
 // New builds a Client from the settings the CLI reads (Config). It talks to storage and the
-// queue; NATS is optional: it wakes the leader sooner (Notifier) and lets ClusterValidator ask
+// queue; NATS is optional: it wakes the leader sooner (Notifier) and lets its Validator ask
 // the running workers to validate a type this program lacks. A Client can also be assembled by
 // hand from its fields.
 //

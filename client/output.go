@@ -53,9 +53,9 @@ type OutputStats struct {
 	Bytes   int64 `json:"bytes"`
 }
 
-// RangeReader is the part of a Store that streams a blob (store.Container has it); Output needs
+// rangeReader is the part of a Store that streams a blob (store.Container has it); Output needs
 // it to read output blobs.
-type RangeReader interface {
+type rangeReader interface {
 	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
 }
 
@@ -84,7 +84,7 @@ func (c *Client) WriteOutput(ctx context.Context, id string, w io.Writer, opts O
 	if err := opts.Check(); err != nil {
 		return OutputStats{}, err
 	}
-	rr, ok := c.Store.(RangeReader)
+	rr, ok := c.Store.(rangeReader)
 	if !ok {
 		return OutputStats{}, fmt.Errorf("read output of job %s: the client's Store (%T) cannot stream blobs (no ReadRange)", id, c.Store)
 	}

@@ -46,8 +46,8 @@ func (f Filter) Check() error {
 	if f.Limit < 0 || f.Limit > MaxQueryLimit {
 		errs = append(errs, fmt.Errorf("limit %d: use 1 to %d (0 for %d)", f.Limit, MaxQueryLimit, DefaultQueryLimit))
 	}
-	if f.State != "" && !slices.Contains(States, f.State) {
-		errs = append(errs, fmt.Errorf("state %q: use one of %v", protocol.Clip(string(f.State), 32), States))
+	if f.State != "" && !slices.Contains(jobStates, f.State) {
+		errs = append(errs, fmt.Errorf("state %q: use one of %v", protocol.Clip(string(f.State), 32), jobStates))
 	}
 	if f.Before != "" {
 		if err := protocol.CheckID(f.Before); err != nil {
@@ -60,8 +60,8 @@ func (f Filter) Check() error {
 	return errors.Join(errs...)
 }
 
-// States lists the states a Filter may select.
-var States = []jobs.State{jobs.StateQueued, jobs.StateWaiting, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnknown, StateUnreadable}
+// jobStates lists the states a Filter may select.
+var jobStates = []jobs.State{jobs.StateQueued, jobs.StateWaiting, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnknown, StateUnreadable}
 
 // Spec reads a job's spec: its type, parameters, submission time and priority.
 func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {

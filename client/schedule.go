@@ -13,9 +13,9 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Lister lists blobs by prefix (store.Container). The schedule and delete functions need it of
+// blobLister lists blobs by prefix (store.Container). The schedule and delete functions need it of
 // Client.Store.
-type Lister interface {
+type blobLister interface {
 	List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error)
 }
 
@@ -88,8 +88,8 @@ type ScheduleInfo struct {
 	Then []ChainStep `json:"then,omitempty"`
 }
 
-func (c *Client) lister() (Lister, error) {
-	l, ok := c.Store.(Lister)
+func (c *Client) lister() (blobLister, error) {
+	l, ok := c.Store.(blobLister)
 	if !ok {
 		return nil, errors.New("this client's store cannot list blobs")
 	}

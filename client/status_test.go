@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -73,7 +74,7 @@ func TestClient_Status_EarlierBuildCheckpoints(t *testing.T) {
 	if _, err := e.jobs.Put(ctx, protocol.CheckpointBlob(small), data, store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
-	cp.Job, cp.Result = large, json.RawMessage(`"`+strings.Repeat("x", client.LegacyCheckpointLimit)+`"`)
+	cp.Job, cp.Result = large, json.RawMessage(`"`+strings.Repeat("x", jobstore.LegacyCheckpointLimit)+`"`)
 	data, _ = cp.Encode()
 	if _, err := e.jobs.Put(ctx, protocol.CheckpointBlob(large), data, store.Cond{}); err != nil {
 		t.Fatal(err)

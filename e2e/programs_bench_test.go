@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/jobs"
@@ -69,7 +70,7 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
 		"PYTHONPATH=" + filepath.Join(root, "python")}})
 	cl := *c.Client
-	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+	cl.Validator = &clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
 	if pprof {
 		for _, id := range []string{"w1", "w2"} {
 			t.Logf("%s: go tool pprof http://%s/debug/pprof/profile?seconds=20", id, c.HTTPAddr(id))

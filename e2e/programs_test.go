@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -66,7 +68,7 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 2, Env: []string{
 		"WORKER_PROGRAMS=" + programs, "PYTHONPATH=" + filepath.Join(root, "python"), "API_TOKEN_FILE=" + tokenFile}})
 	cl := *c.Client
-	cl.Validator = &client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
+	cl.Validator = &clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: cl.Registry.Types()}
 	var base string
 	deadline := time.Now().Add(30 * time.Second)
 	for base == "" && time.Now().Before(deadline) {
@@ -240,7 +242,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 		t.Errorf("the job beside it %s: %s", good.State, good.Error)
 	}
 	// The program's stderr is in the job's log (worker logs JOB), a line each.
-	page, err := client.NewJobLog(c.Blob(), c.JobsContainer()).Read(ctx, bad, 0, 10000)
+	page, err := joblog.New(c.Blob(), c.JobsContainer()).Read(ctx, bad, 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +268,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 	}
 
 	// The workers list the programs as such.
-	types, err := (&client.ClusterValidator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix}).Types(ctx)
+	types, err := (&clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix}).Types(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

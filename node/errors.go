@@ -16,11 +16,6 @@ var ErrNoWorkers = client.ErrNoWorkers
 // ErrInvalidConfig is matched by every error Config.Validate and Options.Validate return.
 var ErrInvalidConfig = errors.New("node: invalid config")
 
-// ErrBadConfig is ErrInvalidConfig.
-//
-// Deprecated: use ErrInvalidConfig, the name every package's config uses.
-var ErrBadConfig = ErrInvalidConfig
-
 // errUsage marks a mistake in the command line or its input (exit status 2).
 var errUsage = errors.New("usage")
 

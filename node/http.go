@@ -23,7 +23,9 @@ import (
 	"github.com/mapagg/mapagg/internal/api"
 	"github.com/mapagg/mapagg/internal/audit"
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/coordinator"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -365,10 +367,10 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 // otherwise.
 func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string) error {
 	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry, Cache: &client.StatusCache{},
-		Validator: &client.ClusterValidator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
+		Validator: &clusterask.Validator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
 	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,
-		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: client.NewJobLog(c.blob, c.jobs.Name()), Logger: o.log})
+		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: joblog.New(c.blob, c.jobs.Name()), Logger: o.log})
 	if err != nil {
 		return err
 	}

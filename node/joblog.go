@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/worker"
 )
 
@@ -13,11 +13,11 @@ import (
 // are kept while the attempt runs and written by one append when it ends.
 //
 // The engine (internal/worker) knows only the worker.JobLogs function; the handler and the
-// blob it writes are package client's, which node already depends on, so the worker needs no
-// storage client of its own and tests of the worker can give it any logger.
-func jobLogs(jl *client.JobLog, id string) worker.JobLogs {
+// blob it writes are package joblog's, so the worker needs no storage client of its own and
+// tests of the worker can give it any logger.
+func jobLogs(jl *joblog.Log, id string) worker.JobLogs {
 	return func(job string, shard, attempt int) (*slog.Logger, func(context.Context) error) {
-		h := client.NewJobLogHandler(jl, job, id, shard, attempt, "", nil)
+		h := joblog.NewHandler(jl, job, id, shard, attempt, "", nil)
 		return slog.New(h), h.Flush
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/joblog"
 )
 
 type logsFlags struct {
@@ -51,7 +51,7 @@ func (n *Node) logsCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 	if _, err := cl.Status(ctx, id); err != nil {
 		return err
 	}
-	jl := client.NewJobLog(bc, f.jobsContainer)
+	jl := joblog.New(bc, f.jobsContainer)
 	var off int64
 	for {
 		page, err := jl.Read(ctx, id, off, 0)
@@ -96,7 +96,7 @@ func (n *Node) logsCmd(ctx context.Context, args []string, stdout, stderr io.Wri
 }
 
 // printLogLine prints ln as `TIME LEVEL worker shard/attempt msg k=v ...`, or as JSON.
-func printLogLine(w io.Writer, ln client.LogLine, asJSON bool) error {
+func printLogLine(w io.Writer, ln joblog.Line, asJSON bool) error {
 	if asJSON {
 		b, err := json.Marshal(ln)
 		if err != nil {

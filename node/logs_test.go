@@ -8,6 +8,7 @@ import (
 
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -37,7 +38,7 @@ func TestLogs_Command(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := client.NewJobLogHandler(client.NewJobLog(bc, c.env["JOBS_CONTAINER"]), id, "w1", 1, 2, "", nil)
+	h := joblog.NewHandler(joblog.New(bc, c.env["JOBS_CONTAINER"]), id, "w1", 1, 2, "", nil)
 	slog.New(h).Info("shard parsed", "lines", 10)
 	if err := h.Flush(context.Background()); err != nil {
 		t.Fatal(err)

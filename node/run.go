@@ -17,6 +17,7 @@ import (
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/store"
@@ -197,7 +198,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	p.worker.JobLogs = jobLogs(client.NewJobLog(clients.Data, cfg.JobsContainer), cfg.ID)
+	p.worker.JobLogs = jobLogs(joblog.New(clients.Data, cfg.JobsContainer), cfg.ID)
 	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt), env)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
@@ -123,7 +124,7 @@ func (n *Node) submitClient(ctx context.Context, c *common) (*client.Client, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	if v, ok := cl.Validator.(*client.ClusterValidator); ok && n.opts.Registry != nil {
+	if v, ok := cl.Validator.(*clusterask.Validator); ok && n.opts.Registry != nil {
 		cl.Registry, cl.Validator = nil, clusterFirst{reg: n.opts.Registry, cluster: v}
 	}
 	return cl, done, nil
@@ -133,7 +134,7 @@ func (n *Node) submitClient(ctx context.Context, c *common) (*client.Client, fun
 // binary has is validated here, to say what is wrong with it, and is refused unconfirmed.
 type clusterFirst struct {
 	reg     *jobs.Registry
-	cluster *client.ClusterValidator
+	cluster *clusterask.Validator
 }
 
 func (v clusterFirst) ValidateJob(ctx context.Context, typ string, params json.RawMessage) error {

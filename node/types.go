@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/clusterask"
 )
 
 type typesFlags struct {
@@ -36,8 +36,8 @@ type typeJSON struct {
 }
 
 type typesJSON struct {
-	Types   []typeJSON           `json:"types"`
-	Workers []client.WorkerTypes `json:"workers"`
+	Types   []typeJSON               `json:"types"`
+	Workers []clusterask.WorkerTypes `json:"workers"`
 }
 
 func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -61,15 +61,15 @@ func (n *Node) typesCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	defer b.Close()
-	workers, err := (&client.ClusterValidator{Conn: b.Conn(), URL: f.natsURL, Prefix: f.streamPrefix, Window: f.window}).Types(ctx)
+	workers, err := (&clusterask.Validator{Conn: b.Conn(), URL: f.natsURL, Prefix: f.streamPrefix, Window: f.window}).Types(ctx)
 	if err != nil {
 		return err
 	}
 	if len(workers) == 0 {
-		return client.NoWorkersError(f.natsURL, f.streamPrefix)
+		return clusterask.NoWorkersError(f.natsURL, f.streamPrefix)
 	}
 	out := typesJSON{Workers: workers}
-	for _, t := range client.KnownTypes(workers) {
+	for _, t := range clusterask.KnownTypes(workers) {
 		tj := typeJSON{Type: t, Workers: []string{}}
 		for _, w := range workers {
 			if slices.Contains(w.Types, t) {

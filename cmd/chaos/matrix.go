@@ -204,7 +204,10 @@ const forgedCount = 5
 // They carry the job's plan epoch and another shard's partial: merged, they make the index sum
 // wrong.
 func injectForged(ctx context.Context, f *faultRun) error {
-	sleepJob := builtin.Sleep{}
+	sleepJob, err := builtin.Registry().Lookup("sleep")
+	if err != nil {
+		return err
+	}
 	shards, err := sleepJob.Split(ctx, nil, f.job.Params)
 	if err != nil {
 		return err

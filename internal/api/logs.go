@@ -7,15 +7,16 @@ import (
 	"strconv"
 
 	"github.com/mapagg/mapagg/client"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// JobLogReader reads a job's log; *client.JobLog is one.
+// JobLogReader reads a job's log; *joblog.Log is one.
 type JobLogReader interface {
-	Read(ctx context.Context, id string, offset int64, limit int) (*client.JobLogPage, error)
+	Read(ctx context.Context, id string, offset int64, limit int) (*joblog.Page, error)
 }
 
-var _ JobLogReader = (*client.JobLog)(nil)
+var _ JobLogReader = (*joblog.Log)(nil)
 
 // logs answers GET /api/v1/jobs/{id}/logs?offset=N&limit=M: the job's log lines from byte
 // offset N, and next, the offset to follow from. Open like the job's other reads.

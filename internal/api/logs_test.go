@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -18,7 +18,7 @@ func TestAPI_JobLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jl := client.NewJobLog(bc, e.jobs.Name())
+	jl := joblog.New(bc, e.jobs.Name())
 	s, err := New(Config{Jobs: e.cl, Schedules: e.cl, Token: []byte(testToken), Logs: jl, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -31,13 +31,13 @@ func TestAPI_JobLogs(t *testing.T) {
 	if code != 201 || json.Unmarshal([]byte(body), &sub) != nil {
 		t.Fatalf("submit: %d %s", code, body)
 	}
-	h := client.NewJobLogHandler(jl, sub.ID, "w3", 4, 1, "", nil)
+	h := joblog.NewHandler(jl, sub.ID, "w3", 4, 1, "", nil)
 	slog.New(h).Info("counted", "primes", 25)
 	if err := h.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	code, body = e.do(t, "GET", "/api/v1/jobs/"+sub.ID+"/logs", "", "")
-	var page client.JobLogPage
+	var page joblog.Page
 	if code != 200 || json.Unmarshal([]byte(body), &page) != nil || len(page.Lines) != 1 || page.Lines[0].Msg != "counted" ||
 		*page.Lines[0].Shard != 4 || page.Lines[0].Worker != "w3" || page.Next == 0 {
 		t.Fatalf("logs: %d %s", code, body)

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/jobs/jobstest"
 )
@@ -169,7 +168,7 @@ func BenchmarkMapTask_Wordcount(b *testing.B) {
 			data := wordShard(max(distinct, 50_000))
 			env.Put("texts", "in/0", data)
 			params := `{"container":"texts","output":"blob","shard_bytes":16777216}`
-			job := builtin.Wordcount{}.Keyed()
+			job := keyedWordcount(b)
 			shards, err := job.Split(context.Background(), env, json.RawMessage(params))
 			if err != nil || len(shards) != 1 {
 				b.Fatal(len(shards), err)

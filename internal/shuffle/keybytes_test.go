@@ -59,7 +59,7 @@ func TestShuffle_KeysAreBytes(t *testing.T) {
 	want := wordsOf(data)
 	env := jobstest.NewEnv()
 	env.Put("texts", "in/0", data)
-	job := builtin.Wordcount{}.Keyed()
+	job := keyedWordcount(t)
 	ctx := context.Background()
 	const parts = 3
 	shards, err := job.Split(ctx, env, []byte(`{"container":"texts","output":"blob","shard_bytes":50000}`))
@@ -136,4 +136,13 @@ func TestShuffle_KeysAreBytes(t *testing.T) {
 		t.Fatalf("only %d of %d words are not UTF-8: the test tests little", invalid, len(want))
 	}
 	t.Log(fmt.Sprintf("%d distinct words, %d not UTF-8", len(want), invalid))
+}
+
+// keyedWordcount is the keyed form of the built-in wordcount.
+func keyedWordcount(tb testing.TB) jobs.KeyedJob {
+	wordcount, err := builtin.Registry().Lookup("wordcount")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return jobs.KeyedForm(wordcount)
 }

@@ -430,7 +430,7 @@ func (t *Copier) GetOutput(ctx context.Context, id string, m *client.OutputManif
 			tmp.Close()
 			return err
 		}
-		pr := &progressReader{RangeReader: rr, t: t}
+		pr := &progressReader{rr: rr, t: t}
 		err = shuffle.CopyOutputPartition(ctx, pr, id, p, ow)
 		if err == nil {
 			err = ow.Flush()
@@ -455,12 +455,12 @@ func (t *Copier) GetOutput(ctx context.Context, id string, m *client.OutputManif
 
 // progressReader reports the bytes read from each blob it opens.
 type progressReader struct {
-	client.RangeReader
-	t *Copier
+	rr *store.Container
+	t  *Copier
 }
 
 func (p *progressReader) ReadRange(ctx context.Context, name string, off, n int64) (io.ReadCloser, error) {
-	rc, err := p.RangeReader.ReadRange(ctx, name, off, n)
+	rc, err := p.rr.ReadRange(ctx, name, off, n)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ type Config struct {
 	// JobLogs gives each shard attempt the logger of its job code (env.Logger() in Map,
 	// jobs.LoggerFrom in a keyed Reduce) and the function that writes the attempt's lines to the
 	// job's log, called once when the attempt ends. Default: job code logs to Logger, with the
-	// job, shard and attempt. package node keeps the lines in the job's log (client.JobLog).
+	// job, shard and attempt. package node keeps the lines in the job's log (internal/joblog).
 	JobLogs JobLogs
 }
 

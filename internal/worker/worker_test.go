@@ -495,7 +495,13 @@ func TestWorker_PublishFailuresDoNotUseUpAttempts(t *testing.T) {
 // keyable is a test job that also has a keyed form (the built-in wordcount's).
 type keyable struct{ testJob }
 
-func (keyable) Keyed() jobs.KeyedJob           { return builtin.Wordcount{}.Keyed() }
+func (keyable) Keyed() jobs.KeyedJob {
+	wordcount, err := builtin.Registry().Lookup("wordcount")
+	if err != nil {
+		panic(err)
+	}
+	return jobs.KeyedForm(wordcount)
+}
 func (keyable) RunsKeyed(json.RawMessage) bool { return false }
 
 // A worker runs a shard by the kind its message says, whatever its bytes: an aggregate job's

@@ -94,7 +94,11 @@ func Baseline(ctx context.Context, url string, o BaselineOptions) (time.Duration
 	// The same bodies the system sends: sleep shards of 0s, and their results.
 	job := "20260101-000000-base" + fmt.Sprintf("%04d", o.Shards%10000)
 	params, _ := json.Marshal(builtin.SleepParams{Shards: o.Shards})
-	plan, err := builtin.Sleep{}.Split(ctx, nil, params)
+	sleepJob, err := builtin.Registry().Lookup("sleep")
+	if err != nil {
+		return 0, err
+	}
+	plan, err := sleepJob.Split(ctx, nil, params)
 	if err != nil {
 		return 0, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/jobs/jobstest"
 	"github.com/mapagg/mapagg/store"
 )
@@ -61,7 +62,11 @@ func KeyedWordcountParams(partitions int, shardBytes int64) json.RawMessage {
 // jobstest.CheckKeyed (which also checks the job's contract), one line per record as the output
 // blobs hold them ({"key":K,"value":V}), partition after partition.
 func KeyedReference(c *cluster.Cluster, params json.RawMessage) ([]string, error) {
-	recs, err := jobstest.CheckKeyed(builtin.Wordcount{}.Keyed(), store.NewEnv(c.Blob()), string(params))
+	wordcount, err := builtin.Registry().Lookup("wordcount")
+	if err != nil {
+		return nil, err
+	}
+	recs, err := jobstest.CheckKeyed(jobs.KeyedForm(wordcount), store.NewEnv(c.Blob()), string(params))
 	if err != nil {
 		return nil, err
 	}

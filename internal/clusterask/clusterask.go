@@ -1,4 +1,9 @@
-package client
+// Package clusterask asks the running workers over NATS: to validate a job type this program
+// lacks (one worker that has the type runs its Validate), and for every worker's types.
+//
+// Not guaranteed: a types answer lists the workers that answered within the window; a worker
+// that is slow to answer is left out.
+package clusterask
 
 import (
 	"cmp"
@@ -20,9 +25,9 @@ import (
 // lacks, the cluster's types) and no worker answers on NATS.
 var ErrNoWorkers = errors.New("no worker is running")
 
-// ClusterValidator validates the job types this program lacks by asking the running workers
-// over NATS: one worker that has the type runs its Validate.
-type ClusterValidator struct {
+// Validator validates the job types this program lacks by asking the running workers
+// over NATS: one worker that has the type runs its Validate (client.Validator).
+type Validator struct {
 	// Conn is the NATS connection; nil when NATS is unreachable (ConnErr says why).
 	Conn    *nats.Conn
 	ConnErr error
@@ -38,14 +43,12 @@ type ClusterValidator struct {
 	Window time.Duration
 }
 
-var _ Validator = (*ClusterValidator)(nil)
-
-func (v *ClusterValidator) names() protocol.Names {
+func (v *Validator) names() protocol.Names {
 	return protocol.NewNames(cmp.Or(v.Prefix, "mapagg"))
 }
 
-// ValidateJob implements Validator over NATS.
-func (v *ClusterValidator) ValidateJob(ctx context.Context, typ string, params json.RawMessage) error {
+// ValidateJob checks a job type and its parameters with a running worker that has the type.
+func (v *Validator) ValidateJob(ctx context.Context, typ string, params json.RawMessage) error {
 	if v.Conn == nil {
 		return fmt.Errorf("this program does not have job type %q (it has: %s), and NATS at %s, which would ask the running workers, is unreachable: %w",
 			typ, joinOrNone(v.Local), v.URL, cmp.Or(v.ConnErr, errors.New("no connection")))
@@ -85,7 +88,7 @@ func (v *ClusterValidator) ValidateJob(ctx context.Context, typ string, params j
 
 // unknown is the error for a type no live worker has: the types the live workers know, or
 // ErrNoWorkers when none answers.
-func (v *ClusterValidator) unknown(ctx context.Context, typ string) error {
+func (v *Validator) unknown(ctx context.Context, typ string) error {
 	workers, err := v.Types(ctx)
 	if err != nil {
 		return err
@@ -97,7 +100,7 @@ func (v *ClusterValidator) unknown(ctx context.Context, typ string) error {
 }
 
 // Types asks every running worker for its job types (answers within Window, by worker id).
-func (v *ClusterValidator) Types(ctx context.Context) ([]WorkerTypes, error) {
+func (v *Validator) Types(ctx context.Context) ([]WorkerTypes, error) {
 	if v.Conn == nil {
 		return nil, fmt.Errorf("NATS at %s is unreachable: %w", v.URL, cmp.Or(v.ConnErr, errors.New("no connection")))
 	}

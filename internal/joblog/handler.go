@@ -1,4 +1,4 @@
-package client
+package joblog
 
 import (
 	"context"
@@ -8,51 +8,51 @@ import (
 	"time"
 )
 
-// JobLogHandler is a slog.Handler that keeps a job's lines for its log: what a worker gives job
+// Handler is a slog.Handler that keeps a job's lines for its log: what a worker gives job
 // code as env.Logger() for one shard attempt. Lines are buffered and written by Flush (a worker
-// flushes when the attempt ends), at most MaxBufferedLogLines of them; the rest are counted and
+// flushes when the attempt ends), at most MaxBufferedLines of them; the rest are counted and
 // reported by one line.
-type JobLogHandler struct {
+type Handler struct {
 	s     *jobLogSink
 	attrs []slog.Attr
 	group string
 }
 
-// MaxBufferedLogLines bounds the lines one shard attempt keeps between flushes.
-const MaxBufferedLogLines = 1000
+// MaxBufferedLines bounds the lines one shard attempt keeps between flushes.
+const MaxBufferedLines = 1000
 
 type jobLogSink struct {
-	log     *JobLog
+	log     *Log
 	job     string
-	base    LogLine // worker, shard, attempt, trace id
+	base    Line // worker, shard, attempt, trace id
 	level   slog.Leveler
 	mu      sync.Mutex
-	lines   []LogLine
+	lines   []Line
 	dropped int
 }
 
-var _ slog.Handler = (*JobLogHandler)(nil)
+var _ slog.Handler = (*Handler)(nil)
 
-// NewJobLogHandler returns the handler of job's log for one shard attempt on worker (shard < 0:
+// NewHandler returns the handler of job's log for one shard attempt on worker (shard < 0:
 // a line not about one shard). traceID, when set, goes on every line. Level: default Info.
-func NewJobLogHandler(log *JobLog, job, worker string, shard, attempt int, traceID string, level slog.Leveler) *JobLogHandler {
-	base := LogLine{Worker: worker, Attempt: attempt, TraceID: traceID}
+func NewHandler(log *Log, job, worker string, shard, attempt int, traceID string, level slog.Leveler) *Handler {
+	base := Line{Worker: worker, Attempt: attempt, TraceID: traceID}
 	if shard >= 0 {
 		base.Shard = &shard
 	}
 	if level == nil {
 		level = slog.LevelInfo
 	}
-	return &JobLogHandler{s: &jobLogSink{log: log, job: job, base: base, level: level}}
+	return &Handler{s: &jobLogSink{log: log, job: job, base: base, level: level}}
 }
 
 // Enabled reports whether level is kept.
-func (h *JobLogHandler) Enabled(_ context.Context, level slog.Level) bool {
+func (h *Handler) Enabled(_ context.Context, level slog.Level) bool {
 	return level >= h.s.level.Level()
 }
 
 // Handle buffers r as a line of the job's log.
-func (h *JobLogHandler) Handle(_ context.Context, r slog.Record) error {
+func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	ln := h.s.base
 	ln.At, ln.Level, ln.Msg = r.Time.UTC(), r.Level.String(), r.Message
 	if ln.At.IsZero() {
@@ -78,7 +78,7 @@ func (h *JobLogHandler) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool { add(a); return true })
 	h.s.mu.Lock()
 	defer h.s.mu.Unlock()
-	if len(h.s.lines) >= MaxBufferedLogLines {
+	if len(h.s.lines) >= MaxBufferedLines {
 		h.s.dropped++
 		return nil
 	}
@@ -87,14 +87,14 @@ func (h *JobLogHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // WithAttrs returns a handler whose lines carry attrs too.
-func (h *JobLogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
 	c.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
 	return &c
 }
 
 // WithGroup returns a handler whose later attributes are named under group.
-func (h *JobLogHandler) WithGroup(name string) slog.Handler {
+func (h *Handler) WithGroup(name string) slog.Handler {
 	if name == "" {
 		return h
 	}
@@ -107,7 +107,7 @@ func (h *JobLogHandler) WithGroup(name string) slog.Handler {
 }
 
 // Flush writes the buffered lines to the job's log (one append) and empties the buffer.
-func (h *JobLogHandler) Flush(ctx context.Context) error {
+func (h *Handler) Flush(ctx context.Context) error {
 	h.s.mu.Lock()
 	lines, dropped := h.s.lines, h.s.dropped
 	h.s.lines, h.s.dropped = nil, 0
@@ -115,7 +115,7 @@ func (h *JobLogHandler) Flush(ctx context.Context) error {
 	if dropped > 0 {
 		ln := h.s.base
 		ln.At, ln.Level, ln.Source = time.Now().UTC(), "WARN", "mapagg"
-		ln.Msg = fmt.Sprintf("%d more lines of this attempt were dropped (at most %d between flushes)", dropped, MaxBufferedLogLines)
+		ln.Msg = fmt.Sprintf("%d more lines of this attempt were dropped (at most %d between flushes)", dropped, MaxBufferedLines)
 		lines = append(lines, ln)
 	}
 	return h.s.log.Append(ctx, h.s.job, lines...)

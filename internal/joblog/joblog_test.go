@@ -1,4 +1,4 @@
-package client_test
+package joblog_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -22,12 +22,12 @@ func TestJobLog_HandlerAppendReadFollow(t *testing.T) {
 	if err := store.New(bc, cname).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	jl := client.NewJobLog(bc, cname)
+	jl := joblog.New(bc, cname)
 	const job = "20261128-120000-0000beef"
 	if p, err := jl.Read(ctx, job, 0, 0); err != nil || len(p.Lines) != 0 || p.Next != 0 {
 		t.Fatalf("log of a job that logged nothing: %+v, %v", p, err)
 	}
-	h := client.NewJobLogHandler(jl, job, "w2", 7, 2, "4bf92f3577b34da6a3ce929d0e0e4736", nil)
+	h := joblog.NewHandler(jl, job, "w2", 7, 2, "4bf92f3577b34da6a3ce929d0e0e4736", nil)
 	log := slog.New(h).With("file", "a.txt")
 	log.Info("parsed", "lines", 42)
 	log.Debug("not kept")
@@ -48,7 +48,7 @@ func TestJobLog_HandlerAppendReadFollow(t *testing.T) {
 		t.Errorf("line 1 = %+v", l1)
 	}
 	// Following: a read from the last next sees only what came after.
-	if err := jl.Append(ctx, job, client.LogLine{Level: "INFO", Msg: "from stderr", Source: "stderr", Worker: "w1"}); err != nil {
+	if err := jl.Append(ctx, job, joblog.Line{Level: "INFO", Msg: "from stderr", Source: "stderr", Worker: "w1"}); err != nil {
 		t.Fatal(err)
 	}
 	p2, err := jl.Read(ctx, job, p.Next, 0)
@@ -73,10 +73,10 @@ func TestJobLog_Bounded(t *testing.T) {
 	if err := store.New(bc, cname).Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	jl := client.NewJobLog(bc, cname)
+	jl := joblog.New(bc, cname)
 	const job = "20261128-120000-00000big"
-	line := client.LogLine{Level: "INFO", Msg: strings.Repeat("x", 8000)}
-	batch := make([]client.LogLine, 256) // ~2 MiB an append
+	line := joblog.Line{Level: "INFO", Msg: strings.Repeat("x", 8000)}
+	batch := make([]joblog.Line, 256) // ~2 MiB an append
 	for i := range batch {
 		batch[i] = line
 	}
@@ -84,8 +84,8 @@ func TestJobLog_Bounded(t *testing.T) {
 	for i := 0; i < 8 && full == nil; i++ {
 		full = jl.Append(ctx, job, batch...)
 	}
-	if !errors.Is(full, client.ErrJobLogFull) {
-		t.Fatalf("appending past the limit: %v; want ErrJobLogFull", full)
+	if !errors.Is(full, joblog.ErrFull) {
+		t.Fatalf("appending past the limit: %v; want ErrFull", full)
 	}
 	var n int
 	var truncated bool

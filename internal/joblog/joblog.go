@@ -1,4 +1,13 @@
-package client
+// Package joblog keeps a job's log: one append blob beside its spec, <job>/log, of JSON lines that
+// job code logged (jobs' env.Logger()), each with its worker, shard and attempt.
+//
+// Workers append in batches (Handler buffers an attempt's lines; Flush writes them in one append).
+// Readers read from a byte offset, so following costs one ranged read a poll. The blob is bounded
+// (MaxBytes): past it, appends are dropped and one last line says so.
+//
+// Not guaranteed: lines of an attempt whose worker dies before Flush are lost, and the
+// truncation line may be written twice by two workers.
+package joblog
 
 import (
 	"bufio"
@@ -21,23 +30,17 @@ import (
 	"github.com/mapagg/mapagg/internal/protocol"
 )
 
-// A job's log is one append blob beside its spec, <job>/log: JSON lines that job code logged
-// (jobs' env.Logger()) or a program job wrote to stderr, each with its worker, shard and
-// attempt. Workers append in batches; readers read from an offset, so following costs one
-// ranged read a poll. The blob is bounded (MaxJobLogBytes): past it, appends are dropped and
-// one last line says so.
+// MaxBytes bounds a job's log.
+const MaxBytes = 8 << 20
 
-// MaxJobLogBytes bounds a job's log.
-const MaxJobLogBytes = 8 << 20
+// maxLine bounds one line's message and attributes as stored.
+const maxLine = 8 << 10
 
-// maxLogLine bounds one line's message and attributes as stored.
-const maxLogLine = 8 << 10
+// Blob is the blob of job id's log.
+func Blob(id string) string { return id + "/log" }
 
-// JobLogBlob is the blob of job id's log.
-func JobLogBlob(id string) string { return id + "/log" }
-
-// LogLine is one line of a job's log.
-type LogLine struct {
+// Line is one line of a job's log.
+type Line struct {
 	At      time.Time         `json:"at"`
 	Level   string            `json:"level"` // DEBUG, INFO, WARN, ERROR
 	Msg     string            `json:"msg"`
@@ -49,33 +52,33 @@ type LogLine struct {
 	Attrs   map[string]string `json:"attrs,omitempty"`
 }
 
-// JobLogPage is what ReadJobLog returns: lines from an offset, and the offset after them.
-type JobLogPage struct {
-	Lines []LogLine `json:"lines"`
-	Next  int64     `json:"next"` // the offset to read from next (follow)
-	// Truncated: the log reached MaxJobLogBytes; later lines were dropped.
+// Page is what Read returns: lines from an offset, and the offset after them.
+type Page struct {
+	Lines []Line `json:"lines"`
+	Next  int64  `json:"next"` // the offset to read from next (follow)
+	// Truncated: the log reached MaxBytes; later lines were dropped.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// JobLog appends to and reads jobs' logs in the jobs container.
-type JobLog struct {
+// Log appends to and reads jobs' logs in the jobs container.
+type Log struct {
 	cc *container.Client
 }
 
-// NewJobLog returns the job logs of containerName (the jobs container).
-func NewJobLog(bc *azblob.Client, containerName string) *JobLog {
-	return &JobLog{cc: bc.ServiceClient().NewContainerClient(containerName)}
+// New returns the job logs of containerName (the jobs container).
+func New(bc *azblob.Client, containerName string) *Log {
+	return &Log{cc: bc.ServiceClient().NewContainerClient(containerName)}
 }
 
-// ErrJobLogFull is returned by Append once a job's log reached MaxJobLogBytes.
-var ErrJobLogFull = errors.New("the job's log is full")
+// ErrFull is returned by Append once a job's log reached MaxBytes.
+var ErrFull = errors.New("the job's log is full")
 
 const truncatedMsg = "log truncated: the job's log reached its limit; later lines were dropped"
 
 // Append adds lines to job id's log, in one write (a worker batches its lines). Lines past the
-// limit are dropped with ErrJobLogFull, after one line saying so. This is the function other
+// limit are dropped with ErrFull, after one line saying so. This is the function other
 // parts call to put a line in a job's log (a program job's stderr, a worker's note).
-func (l *JobLog) Append(ctx context.Context, id string, lines ...LogLine) error {
+func (l *Log) Append(ctx context.Context, id string, lines ...Line) error {
 	if err := protocol.CheckID(id); err != nil {
 		return err
 	}
@@ -84,9 +87,9 @@ func (l *JobLog) Append(ctx context.Context, id string, lines ...LogLine) error 
 	}
 	var buf bytes.Buffer
 	for _, ln := range lines {
-		buf.Write(encodeLogLine(ln))
+		buf.Write(encodeLine(ln))
 	}
-	ab := l.cc.NewAppendBlobClient(JobLogBlob(id))
+	ab := l.cc.NewAppendBlobClient(Blob(id))
 	err := l.appendBlock(ctx, ab, buf.Bytes())
 	if bloberror.HasCode(err, bloberror.BlobNotFound) {
 		if _, cerr := ab.Create(ctx, &appendblob.CreateOptions{AccessConditions: &blob.AccessConditions{
@@ -98,9 +101,9 @@ func (l *JobLog) Append(ctx context.Context, id string, lines ...LogLine) error 
 	}
 	if bloberror.HasCode(err, bloberror.MaxBlobSizeConditionNotMet) {
 		// Full: one last line says so (it may be written twice by two workers; it is short).
-		note := encodeLogLine(LogLine{At: time.Now().UTC(), Level: "WARN", Msg: truncatedMsg, Source: "mapagg"})
+		note := encodeLine(Line{At: time.Now().UTC(), Level: "WARN", Msg: truncatedMsg, Source: "mapagg"})
 		_, _ = ab.AppendBlock(ctx, nopCloser{bytes.NewReader(note)}, nil)
-		return fmt.Errorf("job %s: %w (%d bytes)", id, ErrJobLogFull, MaxJobLogBytes)
+		return fmt.Errorf("job %s: %w (%d bytes)", id, ErrFull, MaxBytes)
 	}
 	if err != nil {
 		return fmt.Errorf("append to the log of job %s: %w", id, err)
@@ -108,9 +111,9 @@ func (l *JobLog) Append(ctx context.Context, id string, lines ...LogLine) error 
 	return nil
 }
 
-func (l *JobLog) appendBlock(ctx context.Context, ab *appendblob.Client, data []byte) error {
+func (l *Log) appendBlock(ctx context.Context, ab *appendblob.Client, data []byte) error {
 	_, err := ab.AppendBlock(ctx, nopCloser{bytes.NewReader(data)}, &appendblob.AppendBlockOptions{
-		AppendPositionAccessConditions: &appendblob.AppendPositionAccessConditions{MaxSize: to.Ptr(int64(MaxJobLogBytes))}})
+		AppendPositionAccessConditions: &appendblob.AppendPositionAccessConditions{MaxSize: to.Ptr(int64(MaxBytes))}})
 	return err
 }
 
@@ -118,37 +121,37 @@ type nopCloser struct{ *bytes.Reader }
 
 func (nopCloser) Close() error { return nil }
 
-// encodeLogLine is ln as one JSON line, its message and attributes clipped.
-func encodeLogLine(ln LogLine) []byte {
-	if len(ln.Msg) > maxLogLine {
-		ln.Msg = ln.Msg[:maxLogLine] + "…"
+// encodeLine is ln as one JSON line, its message and attributes clipped.
+func encodeLine(ln Line) []byte {
+	if len(ln.Msg) > maxLine {
+		ln.Msg = ln.Msg[:maxLine] + "…"
 	}
 	for k, v := range ln.Attrs {
-		if len(v) > maxLogLine/4 {
-			ln.Attrs[k] = v[:maxLogLine/4] + "…"
+		if len(v) > maxLine/4 {
+			ln.Attrs[k] = v[:maxLine/4] + "…"
 		}
 	}
 	b, err := json.Marshal(ln)
 	if err != nil {
-		b, _ = json.Marshal(LogLine{At: ln.At, Level: ln.Level, Msg: "unencodable log line: " + err.Error()})
+		b, _ = json.Marshal(Line{At: ln.At, Level: ln.Level, Msg: "unencodable log line: " + err.Error()})
 	}
 	return append(b, '\n')
 }
 
 // Read returns job id's log lines from byte offset on (0: the start), at most limit lines
 // (0: 1000). A job with no log yet has none. A line that does not decode is shown as such.
-func (l *JobLog) Read(ctx context.Context, id string, offset int64, limit int) (*JobLogPage, error) {
+func (l *Log) Read(ctx context.Context, id string, offset int64, limit int) (*Page, error) {
 	if err := protocol.CheckID(id); err != nil {
 		return nil, err
 	}
 	if offset < 0 {
-		return nil, fmt.Errorf("%w: log offset %d: use 0 or a next of an earlier read", ErrBadSpec, offset)
+		return nil, fmt.Errorf("%w: log offset %d: use 0 or a next of an earlier read", protocol.ErrBadSpec, offset)
 	}
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
 	}
-	page := &JobLogPage{Lines: []LogLine{}, Next: offset}
-	resp, err := l.cc.NewBlobClient(JobLogBlob(id)).DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Offset: offset}})
+	page := &Page{Lines: []Line{}, Next: offset}
+	resp, err := l.cc.NewBlobClient(Blob(id)).DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Offset: offset}})
 	switch {
 	case bloberror.HasCode(err, bloberror.BlobNotFound, bloberror.ContainerNotFound):
 		return page, nil
@@ -163,9 +166,9 @@ func (l *JobLog) Read(ctx context.Context, id string, offset int64, limit int) (
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			page.Next += int64(len(line))
-			var ln LogLine
+			var ln Line
 			if jerr := json.Unmarshal(line, &ln); jerr != nil {
-				ln = LogLine{Level: "WARN", Msg: "undecodable log line: " + protocol.Clip(string(line), 200), Source: "mapagg"}
+				ln = Line{Level: "WARN", Msg: "undecodable log line: " + protocol.Clip(string(line), 200), Source: "mapagg"}
 			}
 			if ln.Msg == truncatedMsg {
 				page.Truncated = true
