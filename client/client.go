@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +10,12 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -270,6 +273,7 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 			return "", fmt.Errorf("%w: %w", protocol.ErrBadSpec, err)
 		}
 	}
+	start := time.Now()
 	spec, err := c.validate(ctx, typ, params, o)
 	if err != nil {
 		return "", err
@@ -277,13 +281,18 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
+	id := spec.ID
 	if o.key == "" {
-		if err := c.jobStore().Submit(ctx, spec); err != nil {
-			return "", err
-		}
-		return spec.ID, nil
+		err = c.jobStore().Submit(ctx, spec)
+	} else {
+		id, err = c.submitOnce(ctx, spec, o.key)
 	}
-	return c.submitOnce(ctx, spec, o.key)
+	// The job's trace has its "submit" span (a no-op unless ctx carries tracing).
+	telemetry.Record(ctx, cmp.Or(id, spec.ID), "submit", start, err, attribute.String("mapagg.type", spec.Type))
+	if err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // submitOnce submits spec under an idempotency key, trying again (the key makes it safe) when
