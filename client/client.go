@@ -107,9 +107,12 @@ type Status struct {
 	Unreadable string `json:"unreadable,omitempty"`
 	// Priority orders the job against running jobs of its type (higher: a larger share).
 	Priority int `json:"priority"`
-	// Phase is the job's stage when it has several; empty otherwise.
-	Phase     string     `json:"phase,omitempty"`
-	StartedAt *time.Time `json:"started_at,omitempty"`
+	// Phase is the job's stage when it has several ("map", "reduce"); empty otherwise.
+	// PhaseDone of PhaseTotal tasks of the phase are done.
+	Phase      string     `json:"phase,omitempty"`
+	PhaseDone  int        `json:"phase_done,omitempty"`
+	PhaseTotal int        `json:"phase_total,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
 	// Share is the fraction of its type's dispatch a running job gets, among the jobs List
 	// returned (0: not running, or Status of one job).
 	Share float64 `json:"share,omitempty"`
@@ -331,7 +334,7 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 
 func fromRecord(r *protocol.StatusRecord) *Status {
 	st := &Status{ID: r.Job, Type: r.Type, State: r.State, Phase: r.Phase, ShardsTotal: r.Total, ShardsDone: r.Done,
-		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
+		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PhaseDone: r.PhaseDone, PhaseTotal: r.PhaseTotal, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
 		Duplicates: r.Duplicates, Priority: r.Priority, Schedule: r.Schedule, Tick: r.Tick, After: r.After, RetryOf: r.RetryOf}
 	if !r.UpdatedAt.IsZero() {
 		upd := r.UpdatedAt
