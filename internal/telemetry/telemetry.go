@@ -33,7 +33,7 @@ var ErrBadEndpoint = errors.New("bad OTLP endpoint")
 // Config configures a process's tracing.
 type Config struct {
 	// Endpoint is the collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318; "/v1/traces"
-	// is added when it has no path. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
+	// is added to its path unless it ends with it. Empty: the OTEL_EXPORTER_OTLP_* variables decide, and
 	// without them tracing is off.
 	Endpoint string
 	// Service is the service.name of the spans (default "mapagg"; OTEL_SERVICE_NAME wins).
@@ -71,8 +71,8 @@ func tracesURL(s string) (string, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
 		return "", fmt.Errorf("%w %q: give the collector's URL, e.g. http://127.0.0.1:4318", ErrBadEndpoint, redactURL(s))
 	}
-	if u.Path == "" || u.Path == "/" {
-		u.Path = "/v1/traces"
+	if !strings.HasSuffix(u.Path, "/v1/traces") {
+		u.Path = strings.TrimSuffix(u.Path, "/") + "/v1/traces" // as for OTEL_EXPORTER_OTLP_ENDPOINT
 	}
 	return u.String(), nil
 }
