@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +10,12 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/jobstore"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -108,9 +111,12 @@ type Status struct {
 	Unreadable string `json:"unreadable,omitempty"`
 	// Priority orders the job against running jobs of its type (higher: a larger share).
 	Priority int `json:"priority"`
-	// Phase is the job's stage when it has several; empty otherwise.
-	Phase     string     `json:"phase,omitempty"`
-	StartedAt *time.Time `json:"started_at,omitempty"`
+	// Phase is the job's stage when it has several ("map", "reduce"); empty otherwise.
+	// PhaseDone of PhaseTotal tasks of the phase are done.
+	Phase      string     `json:"phase,omitempty"`
+	PhaseDone  int        `json:"phase_done,omitempty"`
+	PhaseTotal int        `json:"phase_total,omitempty"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
 	// Share is the fraction of its type's dispatch a running job gets, among the jobs List
 	// returned (0: not running, or Status of one job).
 	Share float64 `json:"share,omitempty"`
@@ -274,6 +280,7 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 			return "", fmt.Errorf("%w: %w", protocol.ErrBadSpec, err)
 		}
 	}
+	start := time.Now()
 	spec, err := c.validate(ctx, typ, params, o)
 	if err != nil {
 		return "", err
@@ -281,13 +288,18 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	if err := c.checkAfter(ctx, spec.After); err != nil {
 		return "", err
 	}
+	id := spec.ID
 	if o.key == "" {
-		if err := c.jobStore().Submit(ctx, spec); err != nil {
-			return "", err
-		}
-		return spec.ID, nil
+		err = c.jobStore().Submit(ctx, spec)
+	} else {
+		id, err = c.submitOnce(ctx, spec, o.key)
 	}
-	return c.submitOnce(ctx, spec, o.key)
+	// The job's trace has its "submit" span (a no-op unless ctx carries tracing).
+	telemetry.Record(ctx, cmp.Or(id, spec.ID), "submit", start, err, attribute.String("mapagg.type", spec.Type))
+	if err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // submitOnce submits spec under an idempotency key, trying again (the key makes it safe) when
@@ -326,7 +338,7 @@ func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 
 func fromRecord(r *protocol.StatusRecord) *Status {
 	st := &Status{ID: r.Job, Type: r.Type, State: r.State, Phase: r.Phase, ShardsTotal: r.Total, ShardsDone: r.Done,
-		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
+		Error: r.Error, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, PhaseDone: r.PhaseDone, PhaseTotal: r.PhaseTotal, PlanEpoch: r.PlanEpoch, Epoch: r.Epoch,
 		Duplicates: r.Duplicates, Priority: r.Priority, Schedule: r.Schedule, Tick: r.Tick, After: r.After, RetryOf: r.RetryOf}
 	if !r.UpdatedAt.IsZero() {
 		upd := r.UpdatedAt

@@ -14,6 +14,7 @@ import (
 	"github.com/mapagg/mapagg/coordinator"
 	"github.com/mapagg/mapagg/election"
 	"github.com/mapagg/mapagg/internal/bus"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
@@ -120,6 +121,10 @@ type Config struct {
 	// HTTPHosts are extra Host names the HTTP server answers (IP literals, localhost, names without
 	// a dot and the host name always work; "*" allows any). Default none. --http-hosts.
 	HTTPHosts []string
+	// OTLPEndpoint is the OpenTelemetry collector's OTLP/HTTP URL that a job's spans go to
+	// (internal/telemetry). Default none: OTEL_EXPORTER_OTLP_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT decide, and without them tracing is off. --otlp-endpoint.
+	OTLPEndpoint string
 
 	// Programs are the programs this worker runs as job types, NAME=COMMAND each
 	// (internal/program). One that is missing, not executable or fails its describe run at start
@@ -229,6 +234,11 @@ func (c Config) Validate() error {
 	for _, v := range []interface{ Validate() error }{p.election, p.coordinator, p.worker, p.bus} {
 		if err := v.Validate(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if c.OTLPEndpoint != "" {
+		if err := telemetry.CheckEndpoint(c.OTLPEndpoint); err != nil {
+			add("%v (--otlp-endpoint)", err)
 		}
 	}
 	if err := checkPrograms(c); err != nil { // programs.go

@@ -12,6 +12,7 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -129,6 +130,7 @@ var flagEnv = map[string]string{
 	"api-token-file":          "API_TOKEN_FILE",
 	"api-tokens-file":         "API_TOKENS_FILE",
 	"http-hosts":              "HTTP_HOSTS",
+	"otlp-endpoint":           telemetry.EnvEndpoint,
 	"memory-budget":           "MEMORY_BUDGET",
 	"partitions":              "PARTITIONS",
 	"program":                 "WORKER_PROGRAMS",

@@ -30,6 +30,7 @@ import (
 	"github.com/mapagg/mapagg/internal/observe"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -44,6 +45,8 @@ const DefaultHTTPAddr = ":8080"
 // registerHTTPFlags adds the `run` flags of the HTTP server, which set cfg's fields.
 func registerHTTPFlags(fs *flagSet, cfg *Config) {
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", DefaultHTTPAddr, `address of the HTTP server (/metrics, /healthz, /readyz, dashboard at /); "off" disables it; 127.0.0.1:0 picks a free local port`)
+	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "send a job's trace spans (submit, intake, plan, tasks, merges, checkpoints, finish) to this OpenTelemetry collector's OTLP/HTTP base URL, e.g. http://127.0.0.1:4318 (/v1/traces is added); none: tracing off unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set")
+	envOnly(fs, telemetry.EnvTracesEndpoint, "OpenTelemetry collector traces URL, used as is (wins over "+telemetry.EnvEndpoint+")")
 	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the HTTP server")
 	fs.BoolVar(&cfg.DashboardCancel, "dashboard-cancel", false, "let the dashboard's own page cancel, retry and delete jobs without the API token (same-origin requests only)")
 	fs.StringVar(&cfg.APITokenFile, "api-token-file", "", "file holding the bearer token that authorizes HTTP writes (jobs: submit, cancel, retry, delete; schedules); without it writes are refused")

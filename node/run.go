@@ -20,6 +20,7 @@ import (
 	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
@@ -113,6 +114,20 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	p.coordinator.Registry, p.worker.Registry = reg, reg
+	// Spans of the jobs this node leads or works on go to the OTLP collector, when one is
+	// configured; the tracer travels in ctx to the coordinator and the worker (internal/telemetry).
+	tracing, err := telemetry.New(ctx, telemetry.Config{Endpoint: cfg.OTLPEndpoint, Service: "mapagg-worker", Instance: cfg.ID, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("export the last spans", "err", err)
+		}
+	}()
+	ctx = telemetry.NewContext(ctx, tracing)
 
 	// The HTTP server binds before the node reaches storage and NATS, so /healthz answers (and
 	// /readyz says "starting") while it waits; it outlives the work (deferred stop), so /readyz

@@ -16,6 +16,7 @@ import (
 	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -76,6 +77,17 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 	defer done()
+	// With OTEL_EXPORTER_OTLP_ENDPOINT set, the job's trace gets this submit's span.
+	tracing, err := telemetry.New(ctx, telemetry.Config{Service: "mapagg-cli"})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(sctx)
+	}()
+	ctx = telemetry.NewContext(ctx, tracing)
 	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// Submit is the one validation (the job's fields, then its type and parameters); a job it

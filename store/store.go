@@ -255,9 +255,10 @@ func (c *Container) PutMeta(ctx context.Context, name string, data []byte, meta 
 
 // Props is what a HEAD of a blob returns.
 type Props struct {
-	Size int64
-	ETag ETag
-	Meta map[string]string // keys lower-cased
+	Size     int64
+	ETag     ETag
+	Meta     map[string]string // keys lower-cased
+	Modified time.Time         // Last-Modified: when the blob was last written
 }
 
 // Props reads a blob's size, ETag and metadata, not its content.
@@ -272,6 +273,9 @@ func (c *Container) Props(ctx context.Context, name string) (Props, error) {
 	}
 	if resp.ETag != nil {
 		p.ETag = ETag(*resp.ETag)
+	}
+	if resp.LastModified != nil {
+		p.Modified = *resp.LastModified
 	}
 	for k, v := range resp.Metadata {
 		if v != nil {

@@ -17,6 +17,7 @@ type Report struct {
 	CSVSum      *CSVSum     `json:"csv_sum,omitempty"`
 	LongRead    *LongRead   `json:"long_read,omitempty"`
 	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
+	Status      *Status     `json:"status,omitempty"` // issue 35's status figures (status.go)
 	Scale       *Scale      `json:"scale,omitempty"`
 	Thousand    *Thousand   `json:"thousand,omitempty"`
 }

@@ -64,6 +64,14 @@ type JobService interface {
 
 var _ JobService = (*client.Client)(nil)
 
+// TimelineService is the optional part of a JobService that reads a job's moments from
+// storage; *client.Client has it.
+type TimelineService interface {
+	Timeline(ctx context.Context, st *client.Status) []client.Mark
+}
+
+var _ TimelineService = (*client.Client)(nil)
+
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	// Any Content-Type (curl -d sends a form type): the body must be JSON all the same.
 	var req SubmitRequest
@@ -126,6 +134,10 @@ type JobJSON struct {
 	Params json.RawMessage `json:"params,omitempty"`
 	// ResultURL is where the result is, once the job succeeded.
 	ResultURL string `json:"result_url,omitempty"`
+	// OutputURL streams a succeeded keyed job's output records (GET /api/v1/jobs/{id} only).
+	OutputURL string `json:"output_url,omitempty"`
+	// Timeline holds the moments of the job that storage keeps (GET /api/v1/jobs/{id} only).
+	Timeline []client.Mark `json:"timeline,omitempty"`
 	// Attempts (the job and its retries, oldest first) and Checkpoint: GET /api/v1/jobs/{id}
 	// only, read as metadata.
 	Attempts   []client.Attempt       `json:"attempts,omitempty"`
@@ -251,6 +263,12 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	}
 	if h, err := s.cfg.Jobs.History(r.Context(), st.ID); err == nil {
 		j.Attempts, j.Checkpoint = h.Attempts, h.Checkpoint
+	}
+	if st.Phase != "" && st.State == jobs.StateSucceeded {
+		j.OutputURL = Prefix + "/jobs/" + st.ID + "/output"
+	}
+	if tl, ok := s.cfg.Jobs.(TimelineService); ok {
+		j.Timeline = tl.Timeline(r.Context(), st)
 	}
 	writeJSON(w, http.StatusOK, j)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/coordinator/fence"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -371,6 +372,7 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
 // It touches no loop state, so it may run in the background.
 func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error) {
+	defer telemetry.Start(ctx, s.j.id, "checkpoint").End()
 	agg, err := s.run.encode()
 	if err != nil {
 		return "", err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -50,6 +51,7 @@ func (t *term) end(j *job, state jobs.State, why string) {
 
 // retire removes an ended job from the term and cleans up after it in the background.
 func (t *term) retire(ctx context.Context, j *job) {
+	defer telemetry.Finish(ctx, j.id, j.spec.SubmittedAt, string(j.cp.State), j.cp.Error).End()
 	t.tab.finish(j)         // marks it being cleaned up, too
 	t.rebalance(time.Now()) // its type's other jobs share its budget
 	if t.tab.after.Load() {

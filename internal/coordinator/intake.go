@@ -14,6 +14,7 @@ import (
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -304,6 +305,7 @@ func (in *intake) intakeOne(ctx context.Context, m queue.Message, la *lookahead,
 	if !ok {
 		return false
 	}
+	defer telemetry.Start(ctx, id, "intake", telemetry.Str("type", spec.Type)).End()
 	impl, ok := in.admit(ctx, m, id, spec)
 	if !ok {
 		return false

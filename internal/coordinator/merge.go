@@ -7,6 +7,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -46,6 +47,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 			return nil
 		}
 	}
+	defer telemetry.Start(ctx, id, "merge", telemetry.Int("results", len(rs)), telemetry.Int("epoch", int(t.fence.Epoch))).End()
 	hold, retry := false, false
 	for _, r := range rs {
 		switch t.mergeOne(ctx, j, r) {

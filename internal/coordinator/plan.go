@@ -12,6 +12,7 @@ import (
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/coordinator/fence"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -44,6 +45,7 @@ var errPlanStorage = errors.New("store the plan")
 // isolated. The job returned has its plan (cp.Total, cp.Plan) and no checkpoint yet. Errors are
 // the job's (a refusal), or match errPlanStorage.
 func (pl *planner) plan(ctx context.Context, id string, spec *protocol.Spec, impl jobs.Job) (*job, error) {
+	defer telemetry.Start(ctx, id, "plan").End()
 	j := &job{id: id, spec: spec, impl: impl, done: roaring.New(), progress: make(chan struct{}, 1)}
 	if err := j.call("validate", func() error { return impl.Validate(spec.Params) }); err != nil {
 		return nil, err

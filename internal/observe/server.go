@@ -141,6 +141,9 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Serve serves until ctx ends, then shuts down within 2 s.
 func (s *Server) Serve(ctx context.Context) error {
+	// Requests see ctx's values (a node's tracer: a submit's span), not its end.
+	base := context.WithoutCancel(ctx)
+	s.srv.BaseContext = func(net.Listener) context.Context { return base }
 	done := make(chan error, 1)
 	go func() { done <- s.srv.Serve(s.ln) }()
 	select {

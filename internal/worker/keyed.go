@@ -14,6 +14,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/shuffle"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -138,8 +139,10 @@ func (w *Worker) runKeyed(ctx context.Context, kj jobs.KeyedJob, env jobs.Env, m
 	var res []byte
 	switch kt.Task {
 	case protocol.TaskMap:
+		telemetry.Rename(ctx, "map")
 		res, err = w.mapTask(ctx, kj, env, ks, m, attempt, kt)
 	default:
+		telemetry.Rename(ctx, "reduce")
 		res, err = w.reduceTask(ctx, kj, ks, m, kt)
 	}
 	if err != nil && !errors.Is(err, errJobEnded) && w.jobEnded(ctx, ks, m.Job) {

@@ -12,6 +12,7 @@ import (
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/precise"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -180,6 +181,9 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 	start := time.Now()
 	w.cfg.Metrics.MapStarted(m.Type)
 	log, flush := w.jobLog(m.Job, m.Index, attempt)
+	// The task's span in its job's trace: "shard", or "map"/"reduce" (runKeyed renames it).
+	ctx, span := telemetry.StartIn(ctx, m.Job, "shard", telemetry.Int("shard", m.Index), telemetry.Int("attempt", attempt),
+		telemetry.Str("worker", w.cfg.ID), telemetry.Str("type", m.Type))
 	defer func() {
 		dur = time.Since(start)
 		if r := recover(); r != nil {
@@ -187,6 +191,7 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 			err = fmt.Errorf("panic: %v", r)
 			log.Error("map step panicked", "panic", fmt.Sprint(r))
 		}
+		span.EndErr(err)
 		w.cfg.Metrics.MapFinished(m.Type, dur, err)
 		w.flushJobLog(ctx, m.Job, flush)
 	}()

@@ -308,12 +308,19 @@ function renderDetail() {
   if (d.finished_at && d.submitted_at) took = " · took " + secs((new Date(d.finished_at) - new Date(d.submitted_at)) / 1000);
   $("#detail-finished").textContent = (d.finished_at ? when(d.finished_at) : "–") + took;
   const total = d.shards_total || 0, done = d.shards_done || 0;
-  $("#detail-progress").textContent = "map and merge: " + done + " of " + total + " shards" + (total ? " (" + Math.floor((100 * done) / total) + " %)" : "");
+  $("#detail-progress").textContent = (d.phase ? "tasks: " : "map and merge: ") + done + " of " + total + (d.phase ? " (map and reduce)" : " shards") + (total ? " (" + Math.floor((100 * done) / total) + " %)" : "");
+  // A keyed job's phase: its map tasks, then one reduce task a partition.
+  $("#detail-phase").textContent = d.phase ? (terminal(d.state) && d.state === "succeeded" ? "map and reduce done · " : "") +
+    d.phase + ": " + (d.phase_done || 0) + " of " + (d.phase_total || 0) + (d.phase === "map" ? " map tasks" : " partitions reduced") : "– (not a keyed job)";
   $("#detail-epochs").textContent = d.plan_epoch ? "planned in epoch " + d.plan_epoch + ", last checkpoint by epoch " + d.epoch : "not planned yet";
   $("#detail-retries").textContent = (d.duplicates || 0) + " duplicate results dropped" + (d.plan_epoch && d.epoch > d.plan_epoch ? " · resumed by a later leader" : "");
   $("#detail-error").textContent = d.error || d.unreadable || d.error_reading || "–";
   const res = $("#detail-result");
   res.replaceChildren(d.result_url ? el("a", { href: d.result_url.replace(/^\//, ""), id: "detail-result-link" }, "result JSON") : "–");
+  // A succeeded keyed job's output records: every partition, as TSV (worker get JOB DIR fetches them as files).
+  $("#detail-output").replaceChildren(d.output_url ? el("span", {}, el("a", { href: d.output_url.replace(/^\//, ""), id: "detail-output-link", download: d.id + ".tsv" }, "output records (TSV)"),
+    " · ", el("a", { href: d.output_url.replace(/^\//, "") + "?format=jsonl", download: d.id + ".jsonl" }, "JSON lines"),
+    el("span", { class: "muted" }, " · or: worker get " + d.id + " DIR")) : "–");
   // The job's events heard since this worker started: planned, resumed by a new leader, dead
   // letters, finished.
   const evs = (cluster.events || []).filter((e) => e.job === d.id);
@@ -416,8 +423,11 @@ function drawTimeline() {
   const box = $("#timeline");
   const j = sampled.get(selected);
   $("#timeline-job").textContent = selected ? selected + (j ? " (" + j.type + ")" : "") : "";
+  const s = (j && j.samples) || [];
+  // Without samples (a job that ended before this page, or this worker, saw it run), the
+  // moments storage keeps: submitted, started, map done, reduce done, finished.
+  if (s.length < 2 && detail && detail.id === selected && (detail.timeline || []).length) { box.replaceChildren(storedTimeline(detail)); return; }
   if (!j) { box.replaceChildren(el("p", { class: "muted" }, selected ? "No progress samples of this job here (only recent jobs are sampled)." : "Pick a job above to see its progress over time, with elections marked.")); return; }
-  const s = j.samples || [];
   if (s.length < 2) { box.replaceChildren(el("p", { class: "muted" }, "Collecting samples…")); return; }
   const W = box.clientWidth || 900, H = 200, L = 48, R = 12, T = 10, B = 28;
   const t0 = new Date(s[0].at).getTime(), t1 = Math.max(new Date(s[s.length - 1].at).getTime(), t0 + 1000);
@@ -449,6 +459,13 @@ function drawTimeline() {
   const pts = s.map((p) => x(new Date(p.at).getTime()).toFixed(1) + "," + y(p.done).toFixed(1)).join(" ");
   add("polyline", { points: pts, fill: "none", stroke: "#2f6fdb", "stroke-width": 2 });
   box.replaceChildren(svg);
+}
+
+// storedTimeline lists a job's stored moments, each with its time since submission.
+function storedTimeline(d) {
+  const t0 = new Date(d.timeline[0].at).getTime();
+  return el("ol", { id: "timeline-marks", class: "events" }, ...d.timeline.map((m) => el("li", { "data-what": m.what },
+    m.what + " " + clock(m.at) + (m.what === "submitted" ? "" : " (+" + ((new Date(m.at).getTime() - t0) / 1000).toFixed(2) + " s)"))));
 }
 
 for (const a of ["cancel", "retry", "delete"]) $("#detail-" + a).addEventListener("click", () => act(a));
