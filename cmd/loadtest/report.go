@@ -19,6 +19,7 @@ type Report struct {
 	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
 	Scale       *Scale      `json:"scale,omitempty"`
 	Thousand    *Thousand   `json:"thousand,omitempty"`
+	Schedules   *Schedules  `json:"schedules,omitempty"`
 }
 
 // The report types the scenario files here name.
@@ -44,6 +45,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
 		*ts = append(*ts, thousandTargets(cfg, rep)...)
+		*ts = append(*ts, scheduleTargets(cfg, rep.Schedules)...)
 	})
 }
 

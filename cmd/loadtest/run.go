@@ -85,6 +85,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scLongRead, r.longRead},
 		{scScale, r.scale},
 		{scThousand, r.thousand},
+		{scSchedules, r.schedules},
 	}
 	var runErr error
 	for _, s := range steps {

@@ -17,6 +17,8 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Schedules at hundreds: N schedules every second (overlap allow) for a while, then all deleted
@@ -50,10 +52,12 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	var termsEnded atomic.Int64
-	r.leadWith(1, func(c *Config) {
+	tally := &tallyStore{Store: r.st, n: map[string]*tallyOf{}}
+	r.leadOn(1, tally, func(c *Config) {
 		c.OnEvent = func(ev Event) {
 			if ev.Kind == EventTermEnded {
 				termsEnded.Add(1)
+				t.Logf("term ended: %v", ev.Err)
 			}
 		}
 	})
@@ -149,6 +153,7 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 	}
 	t.Logf("schedules %d every 1s for %v: due %d, fired %d, skipped+missed %d, schedules off by more than 1: %d; lateness median %v, worst %v; jobs after delete %d; blobs left %d; terms ended %d",
 		n, d, due, fired, counted, off, median.Round(time.Millisecond), worst.Round(time.Millisecond), after, len(left), ended)
+	t.Logf("the leader's storage requests:\n%s", tally)
 	if off > 0 {
 		t.Errorf("%d schedules' fired + skipped + missed differ from their due ticks by more than one", off)
 	}
@@ -220,3 +225,102 @@ func (r *rig) scheduleSpecs() map[string][]*protocol.Spec {
 	})
 	return out
 }
+
+// tallyStore counts the leader's storage calls and their time, by operation and kind of blob.
+type tallyStore struct {
+	Store
+	mu sync.Mutex
+	n  map[string]*tallyOf
+}
+
+type tallyOf struct {
+	calls int
+	took  time.Duration
+}
+
+func (c *tallyStore) note(op, name string, start time.Time) {
+	kind := "job"
+	for _, p := range []string{protocol.ScheduleDefsPrefix, protocol.ScheduleStatePrefix, protocol.ScheduleTicksPrefix} {
+		if strings.HasPrefix(name, p) {
+			kind = p
+		}
+	}
+	if kind == "job" {
+		if i := strings.LastIndexByte(name, '/'); i >= 0 {
+			kind = "job/" + name[i+1:]
+		}
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := op + " " + kind
+	if c.n[k] == nil {
+		c.n[k] = &tallyOf{}
+	}
+	c.n[k].calls++
+	c.n[k].took += took
+}
+
+func (c *tallyStore) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lines []string
+	for k, v := range c.n {
+		lines = append(lines, fmt.Sprintf("%8d %10v  %s", v.calls, (v.took/time.Duration(v.calls)).Round(time.Millisecond), k))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func (c *tallyStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	defer c.note("put", name, time.Now())
+	return c.Store.Put(ctx, name, data, cond)
+}
+
+func (c *tallyStore) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error) {
+	defer c.note("putmeta", name, time.Now())
+	return c.Store.PutMeta(ctx, name, data, meta, cond)
+}
+
+func (c *tallyStore) Delete(ctx context.Context, name string) error {
+	defer c.note("delete", name, time.Now())
+	return c.Store.Delete(ctx, name)
+}
+
+func (c *tallyStore) Get(ctx context.Context, name string) ([]byte, store.ETag, error) {
+	defer c.note("get", name, time.Now())
+	return c.Store.Get(ctx, name)
+}
+
+func (c *tallyStore) Exists(ctx context.Context, name string) (bool, error) {
+	defer c.note("exists", name, time.Now())
+	return c.Store.Exists(ctx, name)
+}
+
+func (c *tallyStore) Props(ctx context.Context, name string) (store.Props, error) {
+	defer c.note("props", name, time.Now())
+	return c.Store.Props(ctx, name)
+}
+
+func (c *tallyStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
+	defer c.note("list", prefix, time.Now())
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *tallyStore) DeleteBatch(ctx context.Context, names []string) error {
+	for _, n := range names {
+		defer c.note("deletebatch", n, time.Now())
+	}
+	return c.Store.(interface {
+		DeleteBatch(context.Context, []string) error
+	}).DeleteBatch(ctx, names)
+}
+
+func (c *tallyStore) ListDirs(ctx context.Context, prefix string) ([]string, error) {
+	defer c.note("listdirs", prefix, time.Now())
+	return c.Store.(interface {
+		ListDirs(context.Context, string) ([]string, error)
+	}).ListDirs(ctx, prefix)
+}
+
+func (c *tallyStore) Name() string { return c.Store.(interface{ Name() string }).Name() }
