@@ -24,18 +24,13 @@ import (
 // Schedules at hundreds: N schedules every second (overlap allow) for a while, then all deleted
 // at once. Every due tick up to the DELETE makes one job (fired + skipped + missed = due ticks,
 // ± 1 a schedule), no job is made after a DELETE is acknowledged, nothing of a deleted schedule
-// stays in storage and the term does not end. MAPAGG_SCHEDULES_MANY=30x10s is the cheap case;
+// stays in storage and the term does not end. 10 schedules for 5 s in the normal run;
 // MAPAGG_SCHEDULES_MANY=300x60s (schedules x duration) is the load case, which also holds the
-// median lateness (a job's spec written after its tick) to a second. It logs one line of figures.
+// median lateness (a job's spec written after its tick) to a second (the load test's schedules
+// scenario measures it too). It logs one line of figures and the leader's storage requests.
 func TestSchedule_ManyEverySecond(t *testing.T) {
-	n, d, heavy := 30, 10*time.Second, false
-	v := os.Getenv("MAPAGG_SCHEDULES_MANY")
-	if v == "" {
-		// Not yet in the normal run: on a loaded 2-core box the leader still falls behind at 30
-		// schedules a second (the counts then do not add up at the DELETE).
-		t.Skip("MAPAGG_SCHEDULES_MANY=30x10s (or 300x60s) runs it")
-	}
-	{
+	n, d, heavy := 10, 5*time.Second, false
+	if v := os.Getenv("MAPAGG_SCHEDULES_MANY"); v != "" {
 		m := regexp.MustCompile(`^(\d+)x(\S+)$`).FindStringSubmatch(v)
 		if m == nil {
 			t.Fatalf("MAPAGG_SCHEDULES_MANY=%q: want schedules x duration, as 300x60s", v)
@@ -101,16 +96,22 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 
 	var due, fired, counted, off int
 	var late []time.Duration
-	after := 0
+	after, holes := 0, 0
 	specs := r.scheduleSpecs()
 	for i, name := range names {
 		byTick := map[time.Time][]*protocol.Spec{}
 		for _, sp := range specs[name] {
 			byTick[sp.Tick.UTC()] = append(byTick[sp.Tick.UTC()], sp)
 		}
-		ticks := 0
+		ticks, gap := 0, false
 		for tk := defs[i].Next(defs[i].CreatedAt); !tk.After(asked[i]); tk = defs[i].Next(tk) {
 			ticks++
+			if byTick[tk] == nil {
+				gap = true
+			} else if gap && infos[i].Skipped+infos[i].Missed == 0 {
+				holes++ // a tick made after an earlier one that was neither made nor counted
+				gap = false
+			}
 		}
 		made := 0
 		for tk, ids := range byTick {
@@ -154,7 +155,16 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 	t.Logf("schedules %d every 1s for %v: due %d, fired %d, skipped+missed %d, schedules off by more than 1: %d; lateness median %v, worst %v; jobs after delete %d; blobs left %d; terms ended %d",
 		n, d, due, fired, counted, off, median.Round(time.Millisecond), worst.Round(time.Millisecond), after, len(left), ended)
 	t.Logf("the leader's storage requests:\n%s", tally)
-	if off > 0 {
+	// Ticks fire in order: none is lost before a later one fires, however slow the box.
+	if holes > 0 {
+		t.Errorf("%d ticks were neither made nor counted while a later tick of theirs was made", holes)
+	}
+	if fired == 0 {
+		t.Error("no tick made a job")
+	}
+	// Keeping up with every due tick up to the DELETE is speed: judged in the load case only
+	// (MAPAGG_SCHEDULES_MANY, the load test's schedules scenario).
+	if off > 0 && os.Getenv("MAPAGG_SCHEDULES_MANY") != "" {
 		t.Errorf("%d schedules' fired + skipped + missed differ from their due ticks by more than one", off)
 	}
 	if after > 0 {
@@ -245,9 +255,11 @@ func (c *tallyStore) note(op, name string, start time.Time) {
 			kind = p
 		}
 	}
-	if kind == "job" {
-		if i := strings.LastIndexByte(name, '/'); i >= 0 {
-			kind = "job/" + name[i+1:]
+	if parts := strings.Split(name, "/"); kind == "job" && len(parts) > 1 {
+		if first := parts[0]; first != "" && first[0] >= '0' && first[0] <= '9' {
+			kind = "job/" + parts[len(parts)-1] // <job id>/spec.json, ...
+		} else {
+			kind = first + "/" // active/<job id>, ended/..., ...
 		}
 	}
 	took := time.Since(start)
