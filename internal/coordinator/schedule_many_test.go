@@ -336,3 +336,10 @@ func (c *tallyStore) ListDirs(ctx context.Context, prefix string) ([]string, err
 }
 
 func (c *tallyStore) Name() string { return c.Store.(interface{ Name() string }).Name() }
+
+func (c *tallyStore) ListETags(ctx context.Context, prefix string) ([]store.Listed, error) {
+	defer c.note("list", prefix, time.Now())
+	return c.Store.(interface {
+		ListETags(context.Context, string) ([]store.Listed, error)
+	}).ListETags(ctx, prefix)
+}
