@@ -91,8 +91,8 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 		acked[i] = time.Now()
 		return nil
 	})
-	ended := termsEnded.Load()
 	time.Sleep(3 * time.Second) // a tick fired after an acknowledgement would show by now
+	ended := termsEnded.Load()
 
 	var due, fired, counted, off int
 	var late []time.Duration
