@@ -377,6 +377,33 @@ func (c *Container) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, e
 	return out, nil
 }
 
+// Listed is a blob of a listing with its ETag.
+type Listed struct {
+	Name string
+	ETag ETag
+}
+
+// ListETags returns the blobs whose names start with prefix, with their ETags, in name order: a
+// caller that keeps what it read by ETag reads again only what changed.
+func (c *Container) ListETags(ctx context.Context, prefix string) ([]Listed, error) {
+	var out []Listed
+	pager := c.cc.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &prefix})
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, translate("list "+c.name+"/"+prefix, err)
+		}
+		for _, b := range page.Segment.BlobItems {
+			l := Listed{Name: *b.Name}
+			if b.Properties != nil && b.Properties.ETag != nil {
+				l.ETag = ETag(*b.Properties.ETag)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
 // ListDirs returns the distinct name prefixes up to the first "/" after prefix ("virtual folders"),
 // without the trailing "/", in name order.
 func (c *Container) ListDirs(ctx context.Context, prefix string) ([]string, error) {

@@ -177,6 +177,31 @@ func injectIdempotentBurst(ctx context.Context, f *faultRun) error {
 	if len(errs) > 0 {
 		f.note("first error: %s", rig.Clip(errs[0], 200))
 	}
+	// The burst's jobs run to their end before the fault is judged: their queue messages are
+	// the cluster's backlog, not something left behind.
+	var (
+		left  atomic.Int64
+		sem   = make(chan struct{}, 16)
+		drain sync.WaitGroup
+	)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	began := time.Now()
+	for id := range ids {
+		drain.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; drain.Done() }()
+			if _, err := f.c.Client.Wait(wctx, id, time.Second, nil); err != nil {
+				left.Add(1)
+			}
+		}()
+	}
+	drain.Wait()
+	f.note("the burst's %d jobs ended in %.1f s (%d not within 5 minutes)", len(ids), time.Since(began).Seconds(), left.Load())
+	if left.Load() > 0 {
+		f.fail(verdictStuck, fmt.Sprintf("%d of the burst's jobs did not end within 5 minutes", left.Load()))
+	}
 	return nil
 }
 

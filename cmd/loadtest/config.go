@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale, scThousand, scStatus}, failClasses...)
+	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale, scThousand, scStatus, scSchedules}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.

@@ -46,6 +46,9 @@
 //     times the storage client's time per try; it must succeed exactly.
 //  18. thousand: simulated members (internal/harness/sim), many to a process, grown 3 → 100 →
 //     300 → 1,000 (thousand.go; docs/limits.md).
+//  19. schedules: 300 schedules every second (overlap allow) for 60 s (30 for 10 s with --quick),
+//     then all deleted: fired + skipped + missed against due ticks, lateness, jobs after a
+//     DELETE, blobs left, leader changes (schedules.go).
 //
 // A killed worker restarts at once under its id. Failover runs share several clusters (--parallel).
 //

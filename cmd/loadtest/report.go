@@ -20,6 +20,7 @@ type Report struct {
 	Status      *Status     `json:"status,omitempty"` // issue 35's status figures (status.go)
 	Scale       *Scale      `json:"scale,omitempty"`
 	Thousand    *Thousand   `json:"thousand,omitempty"`
+	Schedules   *Schedules  `json:"schedules,omitempty"`
 }
 
 // The report types the scenario files here name.
@@ -45,6 +46,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
 		*ts = append(*ts, thousandTargets(cfg, rep)...)
+		*ts = append(*ts, scheduleTargets(cfg, rep.Schedules)...)
 	})
 }
 

@@ -86,6 +86,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scScale, r.scale},
 		{scThousand, r.thousand},
 		{scStatus, r.status},
+		{scSchedules, r.schedules},
 	}
 	var runErr error
 	for _, s := range steps {

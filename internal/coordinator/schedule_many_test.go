@@ -17,23 +17,20 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // Schedules at hundreds: N schedules every second (overlap allow) for a while, then all deleted
 // at once. Every due tick up to the DELETE makes one job (fired + skipped + missed = due ticks,
 // ± 1 a schedule), no job is made after a DELETE is acknowledged, nothing of a deleted schedule
-// stays in storage and the term does not end. MAPAGG_SCHEDULES_MANY=30x10s is the cheap case;
+// stays in storage and the term does not end. 10 schedules for 5 s in the normal run;
 // MAPAGG_SCHEDULES_MANY=300x60s (schedules x duration) is the load case, which also holds the
-// median lateness (a job's spec written after its tick) to a second. It logs one line of figures.
+// median lateness (a job's spec written after its tick) to a second (the load test's schedules
+// scenario measures it too). It logs one line of figures and the leader's storage requests.
 func TestSchedule_ManyEverySecond(t *testing.T) {
-	n, d, heavy := 30, 10*time.Second, false
-	v := os.Getenv("MAPAGG_SCHEDULES_MANY")
-	if v == "" {
-		// Not yet in the normal run: on a loaded 2-core box the leader still falls behind at 30
-		// schedules a second (the counts then do not add up at the DELETE).
-		t.Skip("MAPAGG_SCHEDULES_MANY=30x10s (or 300x60s) runs it")
-	}
-	{
+	n, d, heavy := 10, 5*time.Second, false
+	if v := os.Getenv("MAPAGG_SCHEDULES_MANY"); v != "" {
 		m := regexp.MustCompile(`^(\d+)x(\S+)$`).FindStringSubmatch(v)
 		if m == nil {
 			t.Fatalf("MAPAGG_SCHEDULES_MANY=%q: want schedules x duration, as 300x60s", v)
@@ -50,10 +47,12 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	var termsEnded atomic.Int64
-	r.leadWith(1, func(c *Config) {
+	tally := &tallyStore{Store: r.st, n: map[string]*tallyOf{}}
+	r.leadOn(1, tally, func(c *Config) {
 		c.OnEvent = func(ev Event) {
 			if ev.Kind == EventTermEnded {
 				termsEnded.Add(1)
+				t.Logf("term ended: %v", ev.Err)
 			}
 		}
 	})
@@ -92,21 +91,27 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 		acked[i] = time.Now()
 		return nil
 	})
-	ended := termsEnded.Load()
 	time.Sleep(3 * time.Second) // a tick fired after an acknowledgement would show by now
+	ended := termsEnded.Load()
 
 	var due, fired, counted, off int
 	var late []time.Duration
-	after := 0
+	after, holes := 0, 0
 	specs := r.scheduleSpecs()
 	for i, name := range names {
 		byTick := map[time.Time][]*protocol.Spec{}
 		for _, sp := range specs[name] {
 			byTick[sp.Tick.UTC()] = append(byTick[sp.Tick.UTC()], sp)
 		}
-		ticks := 0
+		ticks, gap := 0, false
 		for tk := defs[i].Next(defs[i].CreatedAt); !tk.After(asked[i]); tk = defs[i].Next(tk) {
 			ticks++
+			if byTick[tk] == nil {
+				gap = true
+			} else if gap && infos[i].Skipped+infos[i].Missed == 0 {
+				holes++ // a tick made after an earlier one that was neither made nor counted
+				gap = false
+			}
 		}
 		made := 0
 		for tk, ids := range byTick {
@@ -149,7 +154,17 @@ func TestSchedule_ManyEverySecond(t *testing.T) {
 	}
 	t.Logf("schedules %d every 1s for %v: due %d, fired %d, skipped+missed %d, schedules off by more than 1: %d; lateness median %v, worst %v; jobs after delete %d; blobs left %d; terms ended %d",
 		n, d, due, fired, counted, off, median.Round(time.Millisecond), worst.Round(time.Millisecond), after, len(left), ended)
-	if off > 0 {
+	t.Logf("the leader's storage requests:\n%s", tally)
+	// Ticks fire in order: none is lost before a later one fires, however slow the box.
+	if holes > 0 {
+		t.Errorf("%d ticks were neither made nor counted while a later tick of theirs was made", holes)
+	}
+	if fired == 0 {
+		t.Error("no tick made a job")
+	}
+	// Keeping up with every due tick up to the DELETE is speed: judged in the load case only
+	// (MAPAGG_SCHEDULES_MANY, the load test's schedules scenario).
+	if off > 0 && os.Getenv("MAPAGG_SCHEDULES_MANY") != "" {
 		t.Errorf("%d schedules' fired + skipped + missed differ from their due ticks by more than one", off)
 	}
 	if after > 0 {
@@ -219,4 +234,112 @@ func (r *rig) scheduleSpecs() map[string][]*protocol.Spec {
 		return nil
 	})
 	return out
+}
+
+// tallyStore counts the leader's storage calls and their time, by operation and kind of blob.
+type tallyStore struct {
+	Store
+	mu sync.Mutex
+	n  map[string]*tallyOf
+}
+
+type tallyOf struct {
+	calls int
+	took  time.Duration
+}
+
+func (c *tallyStore) note(op, name string, start time.Time) {
+	kind := "job"
+	for _, p := range []string{protocol.ScheduleDefsPrefix, protocol.ScheduleStatePrefix, protocol.ScheduleTicksPrefix} {
+		if strings.HasPrefix(name, p) {
+			kind = p
+		}
+	}
+	if parts := strings.Split(name, "/"); kind == "job" && len(parts) > 1 {
+		if first := parts[0]; first != "" && first[0] >= '0' && first[0] <= '9' {
+			kind = "job/" + parts[len(parts)-1] // <job id>/spec.json, ...
+		} else {
+			kind = first + "/" // active/<job id>, ended/..., ...
+		}
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := op + " " + kind
+	if c.n[k] == nil {
+		c.n[k] = &tallyOf{}
+	}
+	c.n[k].calls++
+	c.n[k].took += took
+}
+
+func (c *tallyStore) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var lines []string
+	for k, v := range c.n {
+		lines = append(lines, fmt.Sprintf("%8d %10v  %s", v.calls, (v.took/time.Duration(v.calls)).Round(time.Millisecond), k))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func (c *tallyStore) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	defer c.note("put", name, time.Now())
+	return c.Store.Put(ctx, name, data, cond)
+}
+
+func (c *tallyStore) PutMeta(ctx context.Context, name string, data []byte, meta map[string]string, cond store.Cond) (store.ETag, error) {
+	defer c.note("putmeta", name, time.Now())
+	return c.Store.PutMeta(ctx, name, data, meta, cond)
+}
+
+func (c *tallyStore) Delete(ctx context.Context, name string) error {
+	defer c.note("delete", name, time.Now())
+	return c.Store.Delete(ctx, name)
+}
+
+func (c *tallyStore) Get(ctx context.Context, name string) ([]byte, store.ETag, error) {
+	defer c.note("get", name, time.Now())
+	return c.Store.Get(ctx, name)
+}
+
+func (c *tallyStore) Exists(ctx context.Context, name string) (bool, error) {
+	defer c.note("exists", name, time.Now())
+	return c.Store.Exists(ctx, name)
+}
+
+func (c *tallyStore) Props(ctx context.Context, name string) (store.Props, error) {
+	defer c.note("props", name, time.Now())
+	return c.Store.Props(ctx, name)
+}
+
+func (c *tallyStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
+	defer c.note("list", prefix, time.Now())
+	return c.Store.List(ctx, prefix)
+}
+
+func (c *tallyStore) DeleteBatch(ctx context.Context, names []string) error {
+	for _, n := range names {
+		defer c.note("deletebatch", n, time.Now())
+	}
+	return c.Store.(interface {
+		DeleteBatch(context.Context, []string) error
+	}).DeleteBatch(ctx, names)
+}
+
+func (c *tallyStore) ListDirs(ctx context.Context, prefix string) ([]string, error) {
+	defer c.note("listdirs", prefix, time.Now())
+	return c.Store.(interface {
+		ListDirs(context.Context, string) ([]string, error)
+	}).ListDirs(ctx, prefix)
+}
+
+func (c *tallyStore) Name() string { return c.Store.(interface{ Name() string }).Name() }
+
+func (c *tallyStore) ListETags(ctx context.Context, prefix string) ([]store.Listed, error) {
+	defer c.note("list", prefix, time.Now())
+	return c.Store.(interface {
+		ListETags(context.Context, string) ([]store.Listed, error)
+	}).ListETags(ctx, prefix)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/mapagg/mapagg/internal/coordinator/fence"
 	"github.com/mapagg/mapagg/internal/coordinator/jobread"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -26,11 +27,16 @@ import (
 //   - The job's id is derived from (schedule, generation, tick), and its spec is written
 //     If-None-Match: a tick fired again after a storage rollback lost the marker still writes
 //     one spec.
-//   - The schedule's state (last tick handled, last job) is written If-Match after each tick,
-//     fenced like a checkpoint; it only says where to look next, the marker and the spec decide.
+//   - A schedule whose overlap policy is allow decides nothing per tick: every tick makes its job,
+//     so its spec (If-None-Match on the derived id) is the claim, and no marker is written.
+//   - The schedule's state (last tick handled, last job, the counters) is written If-Match,
+//     fenced like a checkpoint: at once when a tick was skipped, buffered or missed, else at
+//     most every saveEvery. It only says where to look next; the marker and the spec decide.
+//     A term that finds a state older than its predecessor's progress walks those ticks again:
+//     their jobs exist, and nothing is made twice.
 //
 // Ticks missed while there was no leader are fired late, within the schedule's catch-up window;
-// older ones are counted as missed.
+// older ones are counted as missed (unless their job exists: a term died before saving it).
 
 const (
 	// maxTicksPerPass bounds the ticks one schedule fires in a pass, so a long catch-up does
@@ -41,9 +47,18 @@ const (
 	MaxMissedCount = 100_000
 	tickKeep       = time.Hour
 	pruneEvery     = time.Minute
-	// passWorkers is how many schedules a pass handles at once: a tick costs a few storage
-	// round trips, so hundreds of schedules a second need them in flight together.
-	passWorkers = 32
+	// passWorkers is how many schedules a pass handles at once: a tick costs two storage
+	// round trips (spec, queue message), so hundreds of schedules a second need them in flight
+	// together.
+	passWorkers = 64
+	// saveEvery bounds how long a schedule's state may lag behind the ticks fired (a tick only
+	// fired, nothing skipped or missed). A next term walks those ticks again, and finds their jobs.
+	saveEvery = 5 * time.Second
+	// flushFor bounds the writes of unsaved states when a term ends.
+	flushFor = 3 * time.Second
+	// unsureSlack is added to saveEvery when a term looks for jobs a predecessor made after its
+	// last save: a pass may take that long under load.
+	unsureSlack = 10 * time.Second
 )
 
 // Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
@@ -55,9 +70,32 @@ type Scheduler struct {
 	store  core.Store
 	reader jobread.Reader // the state of a schedule's last job
 	submit submitter
-	mu     sync.Mutex // guards states (a pass works on schedules in parallel, each by one goroutine)
+	mu     sync.Mutex // guards states and defs (a pass works on schedules in parallel, each by one goroutine)
 	states map[string]*schedState
+	defs   map[string]cachedDef // by name: definitions read, kept while their ETag holds
 }
+
+// cachedDef is a definition as read, under the ETag the listing showed.
+type cachedDef struct {
+	etag store.ETag
+	def  *protocol.Schedule // nil: unreadable (left as it is until it changes)
+}
+
+// etagLister lists blobs with their ETags (store.Container): a pass then reads only the
+// definitions that changed.
+type etagLister interface {
+	ListETags(ctx context.Context, prefix string) ([]store.Listed, error)
+}
+
+// batchDeleter deletes many blobs a request (store.Container).
+type batchDeleter interface {
+	DeleteBatch(ctx context.Context, names []string) error
+}
+
+var (
+	_ etagLister   = (*store.Container)(nil)
+	_ batchDeleter = (*store.Container)(nil)
+)
 
 // submitter queues a job whose spec is stored (intake).
 type submitter interface {
@@ -68,6 +106,15 @@ type schedState struct {
 	st        protocol.ScheduleState
 	etag      store.ETag // "" while the state is not stored
 	lastPrune time.Time
+	// dirty: st has ticks the stored state lacks; urgent: among them a count other than fired
+	// (skipped, missed, a buffered tick), written at the end of the pass.
+	dirty, urgent bool
+	savedAt       time.Time // this term's last write of st (zero: none yet, the first is at once)
+	marked        bool      // this term claimed tick markers of the schedule since the last prune
+	pruned        bool      // prune looked once this term
+	// unsure: ticks up to it may have made their jobs in a term that died before saving them
+	// (set when the state is read).
+	unsure time.Time
 }
 
 // run fires schedule ticks until ctx ends. It returns core.ErrDeposed when it finds a newer term's
@@ -87,21 +134,52 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+			s.flushAll(context.WithoutCancel(ctx))
 			return nil
 		case <-time.After(wait):
 		}
 	}
 }
 
+// flushAll writes, at the term's end, the states with fired ticks not yet saved, so the next
+// term starts where this one stopped (it would find the jobs, at a few requests a tick). Each
+// write is If-Match: a newer term's write is never overwritten.
+func (s *Scheduler) flushAll(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, flushFor)
+	defer cancel()
+	s.mu.Lock()
+	var dirty []*schedState
+	for _, ss := range s.states {
+		if ss.dirty {
+			dirty = append(dirty, ss)
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, passWorkers)
+	for _, ss := range dirty {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := s.save(ctx, ss); err != nil && !errors.Is(err, errStateReloaded) {
+				s.log.Warn("write schedule state at the term's end", "schedule", ss.st.Name, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // pass reads every schedule and fires its due ticks, passWorkers schedules at a time (each
 // schedule by one goroutine). It returns the earliest next tick.
 func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
-	blobs, err := s.store.List(ctx, protocol.ScheduleDefsPrefix)
+	blobs, err := s.list(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
 	}
 	seen := map[string]bool{}
 	var names []string
+	etags := map[string]store.ETag{}
 	for _, b := range blobs {
 		name := strings.TrimSuffix(strings.TrimPrefix(b.Name, protocol.ScheduleDefsPrefix), ".json")
 		if protocol.CheckScheduleName(name) != nil {
@@ -109,6 +187,7 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 		}
 		seen[name] = true
 		names = append(names, name)
+		etags[name] = b.ETag
 	}
 	var (
 		mu       sync.Mutex
@@ -122,7 +201,7 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 		go func() {
 			defer wg.Done()
 			for name := range work {
-				next, err := s.one(ctx, name)
+				next, err := s.one(ctx, name, etags[name])
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -159,28 +238,77 @@ feed:
 			delete(s.states, name) // deleted: a schedule added again under the name starts afresh
 		}
 	}
+	for name := range s.defs {
+		if !seen[name] {
+			delete(s.defs, name)
+		}
+	}
 	s.mu.Unlock()
 	return earliest, nil
+}
+
+// list lists the definitions, with their ETags when the store gives them.
+func (s *Scheduler) list(ctx context.Context) ([]store.Listed, error) {
+	if l, ok := s.store.(etagLister); ok {
+		return l.ListETags(ctx, protocol.ScheduleDefsPrefix)
+	}
+	blobs, err := s.store.List(ctx, protocol.ScheduleDefsPrefix)
+	out := make([]store.Listed, len(blobs))
+	for i, b := range blobs {
+		out[i] = store.Listed{Name: b.Name} // no ETag: read every pass
+	}
+	return out, err
+}
+
+// definition returns schedule name's definition: the one read before while the listing's ETag
+// is the same, else read now. It returns nil, nil when the schedule is gone or unreadable.
+func (s *Scheduler) definition(ctx context.Context, name string, etag store.ETag) (*protocol.Schedule, error) {
+	s.mu.Lock()
+	c, ok := s.defs[name]
+	s.mu.Unlock()
+	if ok && etag != "" && sameETag(c.etag, etag) {
+		return c.def, nil
+	}
+	data, got, err := s.store.Get(ctx, protocol.ScheduleBlob(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil // deleted meanwhile
+	}
+	if err != nil {
+		return nil, err
+	}
+	def, err := protocol.ParseSchedule(data)
+	if err == nil && def.Name != name {
+		err = fmt.Errorf("it names schedule %q", protocol.Clip(def.Name, 64))
+	}
+	if err != nil {
+		s.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
+		def = nil
+	}
+	// Kept under the ETag read: a change after the listing shows in the next one.
+	s.mu.Lock()
+	s.defs[name] = cachedDef{etag: got, def: def}
+	s.mu.Unlock()
+	return def, nil
+}
+
+// sameETag compares ETags as a listing and a read give them (quoted or not).
+func sameETag(a, b store.ETag) bool {
+	return strings.Trim(string(a), `"`) == strings.Trim(string(b), `"`)
 }
 
 // one reads the schedule name and fires its due ticks (or, when it is being deleted, removes
 // it). It returns its next tick; only storage errors that stop the pass (a newer term) are
 // returned.
-func (s *Scheduler) one(ctx context.Context, name string) (time.Time, error) {
+func (s *Scheduler) one(ctx context.Context, name string, etag store.ETag) (time.Time, error) {
 	if ctx.Err() != nil {
 		return time.Time{}, nil
 	}
-	data, _, err := s.store.Get(ctx, protocol.ScheduleBlob(name))
-	if errors.Is(err, store.ErrNotFound) {
-		return time.Time{}, nil // deleted meanwhile
-	}
+	def, err := s.definition(ctx, name, etag)
 	if err != nil {
 		s.log.Warn("schedule", "schedule", name, "err", err)
 		return time.Time{}, nil
 	}
-	def, err := protocol.ParseSchedule(data)
-	if err != nil || def.Name != name {
-		s.log.Warn("unreadable schedule left as it is", "schedule", name, "err", err)
+	if def == nil {
 		return time.Time{}, nil
 	}
 	if def.Deleting {
@@ -212,6 +340,7 @@ func (s *Scheduler) one(ctx context.Context, name string) (time.Time, error) {
 func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
 	s.mu.Lock()
 	delete(s.states, def.Name)
+	delete(s.defs, def.Name)
 	s.mu.Unlock()
 	if err := s.store.Delete(ctx, protocol.ScheduleStateBlob(def.Name)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -220,10 +349,8 @@ func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range marks {
-		if err := s.store.Delete(ctx, m.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
+	if err := s.deleteAll(ctx, marks); err != nil {
+		return err
 	}
 	if err := s.store.Delete(ctx, protocol.ScheduleBlob(def.Name)); err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
@@ -232,27 +359,35 @@ func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
 	return nil
 }
 
-// state returns def's state: this term's copy, or the stored one (read once a term).
+// deleteAll deletes blobs, many a request when the store can.
+func (s *Scheduler) deleteAll(ctx context.Context, blobs []jobs.BlobInfo) error {
+	names := make([]string, len(blobs))
+	for i, b := range blobs {
+		names[i] = b.Name
+	}
+	if bd, ok := s.store.(batchDeleter); ok && len(names) > 1 {
+		return bd.DeleteBatch(ctx, names)
+	}
+	for _, n := range names {
+		if err := s.store.Delete(ctx, n); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// state returns def's state: this term's copy, or the stored one (read once a term). This
+// term's copy is not checked against storage each pass: its next write is If-Match, and a
+// state changed under it (a storage rollback, a late write of an older term) is read again
+// then, and the ticks since looked at again (save).
 func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedState, error) {
 	s.mu.Lock()
 	ss, ok := s.states[def.Name]
 	s.mu.Unlock()
 	if ok && ss.st.UID == def.UID {
-		// The stored state must still be the one this term wrote. A storage rollback (or a late
-		// write of an older term) changes it, and the term then goes on from what is stored. So
-		// ticks whose markers and jobs were lost are fired again.
-		p, err := s.store.Props(ctx, protocol.ScheduleStateBlob(def.Name))
-		switch {
-		case err == nil && p.ETag == ss.etag:
-			return ss, nil
-		case err != nil && !errors.Is(err, store.ErrNotFound):
-			return nil, err
-		case errors.Is(err, store.ErrNotFound) && ss.etag == "":
-			return ss, nil
-		}
-		s.log.Warn("schedule state changed under this term (storage rolled back?): going on from the stored state", "schedule", def.Name)
+		return ss, nil
 	}
-	ss = &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}}
+	ss = &schedState{st: protocol.ScheduleState{Name: def.Name, UID: def.UID}, lastPrune: time.Now()}
 	data, etag, err := s.store.Get(ctx, protocol.ScheduleStateBlob(def.Name))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -272,18 +407,53 @@ func (s *Scheduler) state(ctx context.Context, def *protocol.Schedule) (*schedSt
 			ss.st = *st
 		}
 	}
+	// A term may have made jobs after its last save of this state: up to saveEvery (and a
+	// slow pass) after it. Those ticks are walked again; one older than the catch-up window
+	// is counted fired, not missed, when its job exists (fire).
+	if !ss.st.UpdatedAt.IsZero() {
+		ss.unsure = ss.st.UpdatedAt.Add(saveEvery + unsureSlack)
+	}
 	s.mu.Lock()
 	s.states[def.Name] = ss
 	s.mu.Unlock()
 	return ss, nil
 }
 
-// fire handles def's due ticks (at most maxTicksPerPass) and returns its next tick.
+// fire handles def's due ticks (at most maxTicksPerPass), saves the state when it is due, and
+// returns the next tick.
 func (s *Scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time, error) {
 	ss, err := s.state(ctx, def)
 	if err != nil {
 		return time.Time{}, err
 	}
+	next, err := s.walk(ctx, def, ss)
+	if err != nil {
+		if ss.dirty && !errors.Is(err, core.ErrDeposed) {
+			// What was done before the error is kept: its markers and specs exist.
+			ss.urgent = true
+			if serr := s.flush(ctx, ss); serr != nil && !errors.Is(serr, errStateReloaded) {
+				s.log.Warn("write schedule state", "schedule", def.Name, "err", serr)
+			}
+		}
+		return time.Time{}, err
+	}
+	if err := s.flush(ctx, ss); err != nil {
+		return time.Time{}, err
+	}
+	return next, nil
+}
+
+// flush writes ss when it has something unsaved that is due: at once for a count other than
+// fired, for this term's first write, or when the last is saveEvery old.
+func (s *Scheduler) flush(ctx context.Context, ss *schedState) error {
+	if !ss.dirty || !ss.urgent && !ss.savedAt.IsZero() && time.Since(ss.savedAt) < saveEvery {
+		return nil
+	}
+	return s.save(ctx, ss)
+}
+
+// walk handles def's due ticks from ss, at most maxTicksPerPass, and returns the next tick.
+func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedState) (time.Time, error) {
 	st := &ss.st
 	now := s.cfg.Now()
 	since := def.CreatedAt
@@ -312,6 +482,20 @@ func (s *Scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 			return tick, nil
 		}
 		if edge := now.Add(-def.CatchUpWindow()); tick.Before(edge) {
+			if !tick.After(ss.unsure) {
+				// A dead term may have made it without saving so: its job decides.
+				made, err := s.store.Exists(ctx, protocol.SpecBlob(protocol.TickJobID(def.Name, def.UID, tick)))
+				if err != nil {
+					return time.Time{}, err
+				}
+				if made {
+					if err := s.made(ctx, def, ss, tick, protocol.TickJobID(def.Name, def.UID, tick)); err != nil {
+						return time.Time{}, err
+					}
+					since = tick
+					continue
+				}
+			}
 			// Missed by more than the catch-up window: counted, not fired.
 			n, last := int64(0), tick
 			for k := tick; !k.IsZero() && k.Before(edge); k = def.Next(k) {
@@ -319,14 +503,15 @@ func (s *Scheduler) fire(ctx context.Context, def *protocol.Schedule) (time.Time
 					last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
 					break
 				}
+				if n > 0 && !k.After(ss.unsure) {
+					break // k is looked at on its own (above)
+				}
 				n, last = n+1, k
 			}
 			st.Missed += n
 			st.LastTick = &last
+			ss.dirty, ss.urgent = true, true
 			s.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
-			if err := s.save(ctx, ss); err != nil {
-				return time.Time{}, err
-			}
 			since = last
 			continue
 		}
@@ -357,37 +542,50 @@ func (s *Scheduler) overlap(ctx context.Context, def *protocol.Schedule, ss *sch
 	st := &ss.st
 	if def.Overlap == protocol.OverlapQueue && st.Buffered == nil {
 		st.Buffered, st.LastTick = &tick, &tick
+		ss.dirty, ss.urgent = true, true
 		s.log.Info("schedule tick waits for the previous job", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
-		return s.save(ctx, ss)
+		return nil
 	}
 	job, err := s.claim(ctx, def, tick, "")
 	if err != nil {
 		return err
 	}
+	ss.marked = true
 	if job != "" { // an earlier term fired it: its decision stands
 		return s.made(ctx, def, ss, tick, job)
 	}
 	st.Skipped++
 	st.LastTick = &tick
+	ss.dirty, ss.urgent = true, true
 	s.log.Info("schedule tick skipped: the previous job still runs", "schedule", def.Name, "tick", tick, "previous", st.LastJob)
 	s.emit(core.Event{Kind: core.EventTickSkipped, Epoch: s.fence.Epoch, Job: st.LastJob})
-	return s.save(ctx, ss)
+	return nil
 }
 
-// make fires tick: claims it, writes the job's spec and queues the job.
+// make fires tick: claims it (unless every tick fires: overlap allow), writes the job's spec
+// and queues the job.
 func (s *Scheduler) make(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) error {
-	job, err := s.claim(ctx, def, tick, protocol.TickJobID(def.Name, def.UID, tick))
+	job := protocol.TickJobID(def.Name, def.UID, tick)
+	if def.Overlap == protocol.OverlapAllow {
+		return s.made(ctx, def, ss, tick, job)
+	}
+	job, err := s.claim(ctx, def, tick, job)
 	if err != nil {
 		return err
 	}
-	if job == "" { // an earlier term skipped it
-		if ss.st.Buffered != nil && ss.st.Buffered.Equal(tick) {
-			ss.st.Buffered = nil
+	ss.marked = true
+	if job == "" { // a term skipped it whose state was not saved with it
+		st := &ss.st
+		if st.Buffered != nil && st.Buffered.Equal(tick) {
+			st.Buffered = nil
 		}
-		if ss.st.LastTick == nil || tick.After(*ss.st.LastTick) {
-			ss.st.LastTick = &tick
+		if st.LastTick == nil || tick.After(*st.LastTick) {
+			// The stored counts cover the ticks up to LastTick only: this one is counted here.
+			st.Skipped++
+			st.LastTick = &tick
 		}
-		return s.save(ctx, ss)
+		ss.dirty, ss.urgent = true, true
+		return nil
 	}
 	return s.made(ctx, def, ss, tick, job)
 }
@@ -407,11 +605,12 @@ func (s *Scheduler) made(ctx context.Context, def *protocol.Schedule, ss *schedS
 	}
 	st.LastJob = lastJob(def, job) // the tick's run ends with it (overlap)
 	st.Fired++
+	ss.dirty = true
 	if created {
 		s.log.Info("schedule tick fired", "schedule", def.Name, "tick", tick, "job", job)
 		s.emit(core.Event{Kind: core.EventTickFired, Epoch: s.fence.Epoch, Job: job})
 	}
-	return s.save(ctx, ss)
+	return nil
 }
 
 // claim creates tick's marker with this term's decision (job, or "" to skip) and returns the
@@ -522,7 +721,7 @@ func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
 	cond := store.Cond{IfMatch: ss.etag, IfNoneMatch: ss.etag == ""}
 	etag, err := s.store.Put(ctx, protocol.ScheduleStateBlob(ss.st.Name), data, cond)
 	if err == nil {
-		ss.etag = etag
+		ss.etag, ss.savedAt, ss.dirty, ss.urgent = etag, time.Now(), false, false
 		return nil
 	}
 	if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrExists) && !errors.Is(err, store.ErrNotFound) {
@@ -557,27 +756,30 @@ func (s *Scheduler) running(ctx context.Context, job string) (bool, error) {
 	return state != "" && !state.Terminal(), nil
 }
 
-// prune deletes def's tick markers older than tickKeep, at most once a pruneEvery.
+// prune deletes def's tick markers older than tickKeep, at most once a pruneEvery: once in a
+// term (a pruneEvery after the state was read), then while the term claims markers.
 func (s *Scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *schedState) {
-	if time.Since(ss.lastPrune) < pruneEvery || ss.st.LastTick == nil {
+	if time.Since(ss.lastPrune) < pruneEvery || ss.st.LastTick == nil || ss.pruned && !ss.marked {
 		return
 	}
-	ss.lastPrune = time.Now()
+	ss.lastPrune, ss.pruned, ss.marked = time.Now(), true, false
 	prefix := protocol.ScheduleTicksOf(def.Name) + def.UID + "/"
 	marks, err := s.store.List(ctx, prefix)
 	if err != nil {
 		return
 	}
 	edge := ss.st.LastTick.Add(-tickKeep)
+	var old []jobs.BlobInfo
 	for _, m := range marks {
 		at, err := time.Parse("20060102T150405Z", strings.TrimPrefix(m.Name, prefix))
 		if err == nil && at.Before(edge) {
-			_ = s.store.Delete(ctx, m.Name)
+			old = append(old, m)
 		}
 	}
+	_ = s.deleteAll(ctx, old)
 }
 
 // New returns the scheduler of a term: its writes fenced by f, its jobs queued through submit.
 func New(f *fence.Fence, log *slog.Logger, emit func(core.Event), cfg core.Config, st core.Store, reader jobread.Reader, submit submitter) *Scheduler {
-	return &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}}
+	return &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}, defs: map[string]cachedDef{}}
 }
