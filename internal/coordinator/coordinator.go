@@ -343,7 +343,7 @@ func feedEnded(feed *bus.Feed) error {
 func (t *term) adopt(ctx context.Context, j *job) {
 	if !t.tab.add(j) {
 		releaseLight(j) // smalljob.go
-		return          // claimed meanwhile (a rescan found its marker)
+		return          // claimed meanwhile (a rescan found its marker), or ended meanwhile (jobtable.go)
 	}
 	t.ck.adopted(j)
 	if t.hints.take(j.id, time.Now()) {

@@ -44,10 +44,18 @@ func (tb *jobTable) all() iter.Seq[*job] { return maps.Values(tb.active) }
 func (tb *jobTable) len() int { return len(tb.active) }
 
 // add makes j active; false if a job of its id is active already. A job intake handed over
-// (fresh) is uncounted from handing either way.
+// (fresh) is uncounted from handing either way. One with a stored first checkpoint is refused if
+// its id ended in this term: a duplicate queue message of it (a retried submit) had it claimed
+// from that checkpoint and run to its end while intake waited for its turn to hand it over, so
+// its plan is stale (adopting it would write over the terminal checkpoint and depose the term;
+// its own message is deleted by intake). A light job (smalljob.go) stored nothing: its first
+// write, created If-None-Match, finds the stored end instead.
 func (tb *jobTable) add(j *job) bool {
 	if j.fresh {
 		defer tb.handing.Add(-1)
+		if !j.light.Load() && tb.ended(j.id) {
+			return false
+		}
 	}
 	if _, ok := tb.active[j.id]; ok {
 		return false

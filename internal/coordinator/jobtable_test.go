@@ -60,6 +60,35 @@ func TestJobTable_Transitions(t *testing.T) {
 	}
 }
 
+// A job intake planned and then waited to hand over, while a duplicate message of it (a retried
+// submit) had it claimed from its first checkpoint and run to its end: the stale hand-over is
+// refused, and uncounted.
+func TestJobTable_HandedAfterItsEndRefused(t *testing.T) {
+	tb := newJobTable()
+	claimed := &job{id: "j1"}
+	if !tb.add(claimed) {
+		t.Fatal("claim refused")
+	}
+	claimed.cp.State = jobs.StateSucceeded
+	tb.finish(claimed)
+	tb.handOver()
+	if tb.add(&job{id: "j1", fresh: true}) {
+		t.Fatal("a hand-over of a job that ended in this term was adopted")
+	}
+	if tb.count() != 0 || tb.get("j1") != nil {
+		t.Fatalf("count %d, active %v after the refused hand-over; want 0, none", tb.count(), tb.get("j1"))
+	}
+	if !tb.add(&job{id: "j2", fresh: true}) {
+		t.Fatal("a hand-over of another job refused")
+	}
+	light := &job{id: "j1", fresh: true}
+	light.light.Store(true)
+	tb.handOver()
+	if !tb.add(light) {
+		t.Fatal("a light job's hand-over refused: its first write, not the table, finds the stored end")
+	}
+}
+
 func TestJobTable_HandBackUncounts(t *testing.T) {
 	tb := newJobTable()
 	tb.handOver()
