@@ -252,6 +252,15 @@ func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Fee
 			return nil, fmt.Errorf("create results consumer %s: %w", name, err)
 		}
 	}
+	// A deposed leader's feed that looked before ours existed made its consumer again: delete
+	// it, so that its feed looks again and finds ours (each side looks after its own create).
+	if names, err := consumerNames(ctx, s); err == nil {
+		for _, n := range names {
+			if e, ok := leaderEpoch(n); ok && e < epoch {
+				_ = s.DeleteConsumer(ctx, n)
+			}
+		}
+	}
 	reopen := func(ctx context.Context) (jetstream.Consumer, error) {
 		s, err := b.js.Stream(ctx, b.resultStream)
 		if err == nil {
@@ -278,6 +287,15 @@ func (b *Bus) OpenResults(ctx context.Context, epoch uint64, prefetch int) (*Fee
 		c, err := s.CreateOrUpdateConsumer(ctx, cc)
 		if err != nil {
 			return nil, err
+		}
+		// A newer leader may have made its consumer while ours was made: look again after.
+		if names, err := consumerNames(ctx, s); err == nil {
+			for _, n := range names {
+				if e, ok := leaderEpoch(n); ok && e > epoch {
+					_ = s.DeleteConsumer(ctx, name)
+					return nil, errDeposed
+				}
+			}
 		}
 		b.rebuilt(Rebuilt{Kind: "consumer", Name: name, Stream: b.resultStream, Where: "results feed"})
 		return c, nil
