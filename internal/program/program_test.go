@@ -84,10 +84,11 @@ func reduceAll(t *testing.T, p *Program, pairs [][2]string) ([][2]string, error)
 	return out, s.Close(context.Background(), emit)
 }
 
+// The word count of examples/programs (awk, with a combine role) runs as a program here.
 func TestProgram_WordCount(t *testing.T) {
-	p := newProgram(t, "testdata/wc.sh", Config{})
+	p := newProgram(t, "../../examples/programs/wordcount.sh", Config{})
 	if !p.Capabilities().Combine {
-		t.Fatal("wc.sh declares a combine role; Capabilities says it has none")
+		t.Fatal("wordcount.sh declares a combine role; Capabilities says it has none")
 	}
 	env := jobstest.NewEnv()
 	env.Put("input", "a.txt", []byte("the cat\nthe dog the end\nno\n"))
