@@ -72,6 +72,7 @@ type Feed struct {
 	errs   int
 	last   error
 	mc     jetstream.MessagesContext // the current iterator; replaced when the consumer is recreated
+	cons   jetstream.Consumer        // the consumer mc pulls from
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -94,7 +95,10 @@ type reopener func(ctx context.Context) (jetstream.Consumer, error)
 // goes missing, reopen (nil: none) creates it again and the feed goes on.
 func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch int, source string, reopen reopener) (*Feed, error) {
 	messages := func(c jetstream.Consumer) (jetstream.MessagesContext, error) {
-		return c.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second))
+		// Missed heartbeats come out of Next: a consumer deleted while no pull was parked on it
+		// sends no "consumer deleted" status, and nats.go alone would re-pull it forever.
+		return c.Messages(jetstream.PullMaxMessages(prefetch), jetstream.PullHeartbeat(2*time.Second),
+			jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	}
 	mc, err := messages(cons)
 	if err != nil {
@@ -102,7 +106,7 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 	}
 	ch := make(chan *Delivery)
 	ctx, cancel := context.WithCancel(ctx)
-	f := &Feed{C: ch, mc: mc, cancel: cancel, done: make(chan struct{})}
+	f := &Feed{C: ch, mc: mc, cons: cons, cancel: cancel, done: make(chan struct{})}
 	// next bounds each Next once a drain has had its grace: with the server unreachable, the
 	// drain's unsubscribe waits for its reply (nats.go's 30 s drain timeout), and Next with it.
 	// A leader stepping down during a NATS outage took 33 s to stop.
@@ -133,6 +137,9 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 				f.errs++
 				f.last = err
 				f.mu.Unlock()
+				if errors.Is(err, jetstream.ErrNoHeartbeat) {
+					err = f.check(ctx) // is the consumer still there?
+				}
 				if consumerMissing(err) {
 					if reopen == nil || !f.reopen(ctx, reopen, messages) {
 						return
@@ -164,6 +171,21 @@ func (b *Bus) startFeed(ctx context.Context, cons jetstream.Consumer, prefetch i
 	return f, nil
 }
 
+// check asks the server for the feed's consumer after a missed heartbeat. It returns the
+// lookup's error: consumer (or stream) not found says the feed must recreate it.
+func (f *Feed) check(ctx context.Context) error {
+	f.mu.Lock()
+	cons := f.cons
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := cons.Info(ctx)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return jetstream.ErrConsumerNotFound
+	}
+	return err
+}
+
 func (f *Feed) iter() jetstream.MessagesContext {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -182,7 +204,7 @@ func (f *Feed) reopen(ctx context.Context, reopen reopener, messages func(jetstr
 		if err == nil {
 			f.mu.Lock()
 			old := f.mc
-			f.mc = mc
+			f.mc, f.cons = mc, cons
 			f.mu.Unlock()
 			old.Stop()
 			return true
