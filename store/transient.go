@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
@@ -22,6 +23,15 @@ import (
 
 // DefaultTransientRetryFor is how long a request that meets transient failures is tried again.
 const DefaultTransientRetryFor = 3 * time.Minute
+
+// transientFailures counts the transient failures every client of this process met.
+var transientFailures atomic.Uint64
+
+// TransientFailures is how many requests of this process's storage clients met a transient
+// failure (the account unreachable, unavailable or busy), retried or not. A caller that keeps
+// what it wrote in memory compares it across its work: a change says the account was in
+// trouble, and an emulator that restarted may have lost writes it acknowledged before.
+func TransientFailures() uint64 { return transientFailures.Load() }
 
 // transientPolicy retries a request the account answered with a transient failure, with backoff
 // (1 s doubling to 15 s), until retryFor has passed since its first try.
@@ -38,7 +48,11 @@ func (p transientPolicy) Do(req *policy.Request) (*http.Response, error) {
 	pause := time.Second
 	for try := 1; ; try++ {
 		resp, err := req.Next()
-		if !transient(ctx, resp, err) || time.Now().Add(pause).After(deadline) {
+		if !transient(ctx, resp, err) {
+			return resp, err
+		}
+		transientFailures.Add(1)
+		if time.Now().Add(pause).After(deadline) {
 			return resp, err
 		}
 		if resp != nil && resp.Body != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
@@ -73,6 +74,8 @@ type Scheduler struct {
 	mu     sync.Mutex // guards states and defs (a pass works on schedules in parallel, each by one goroutine)
 	states map[string]*schedState
 	defs   map[string]cachedDef // by name: definitions read, kept while their ETag holds
+	// troubles is store.TransientFailures when the last pass began.
+	troubles atomic.Uint64
 }
 
 // cachedDef is a definition as read, under the ETag the listing showed.
@@ -141,6 +144,16 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}
 }
 
+// forget drops the states this term holds; each is read from storage at its next pass.
+// It returns how many it dropped.
+func (s *Scheduler) forget() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.states)
+	clear(s.states)
+	return n
+}
+
 // flushAll writes, at the term's end, the states with fired ticks not yet saved, so the next
 // term starts where this one stopped (it would find the jobs, at a few requests a tick). Each
 // write is If-Match: a newer term's write is never overwritten.
@@ -173,6 +186,18 @@ func (s *Scheduler) flushAll(ctx context.Context) {
 // pass reads every schedule and fires its due ticks, passWorkers schedules at a time (each
 // schedule by one goroutine). It returns the earliest next tick.
 func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
+	if n := store.TransientFailures(); n != s.troubles.Load() {
+		// Storage was in trouble since the last pass: it may have been down, and an emulator
+		// (or a restored account) can come back without writes it acknowledged, a fired
+		// tick's spec among them. The states are read again, and each schedule's ticks since
+		// its stored state are walked again: a lost spec is written again and queued, a kept
+		// one is found (If-None-Match), so no tick is lost and none runs twice. No state was
+		// saved since the trouble (save), so a stored state never covers a lost spec.
+		s.troubles.Store(n)
+		if s.forget() > 0 {
+			s.log.Info("storage was in trouble: schedule states read again, ticks since them walked again")
+		}
+	}
 	blobs, err := s.list(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
@@ -713,6 +738,11 @@ func (s *Scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 // save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
 // again (errStateReloaded); a newer term's deposes this one.
 func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
+	if store.TransientFailures() != s.troubles.Load() {
+		// Storage was in trouble during this pass: the ticks fired before it may be lost
+		// (above). The state stays unsaved; the next pass reads it again and walks them.
+		return nil
+	}
 	ss.st.WriterEpoch, ss.st.WriterTerm, ss.st.UpdatedAt = s.fence.Epoch, s.fence.ID, s.cfg.Now().UTC()
 	data, err := ss.st.Encode()
 	if err != nil {
@@ -781,5 +811,7 @@ func (s *Scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *sched
 
 // New returns the scheduler of a term: its writes fenced by f, its jobs queued through submit.
 func New(f *fence.Fence, log *slog.Logger, emit func(core.Event), cfg core.Config, st core.Store, reader jobread.Reader, submit submitter) *Scheduler {
-	return &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}, defs: map[string]cachedDef{}}
+	s := &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}, defs: map[string]cachedDef{}}
+	s.troubles.Store(store.TransientFailures())
+	return s
 }
