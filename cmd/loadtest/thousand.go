@@ -303,6 +303,11 @@ func (r *runner) thousandIntake(ctx context.Context, c *sim.Cluster, jobs int, s
 		return err
 	}
 	c.Submits.Reset()
+	// Every member runs this release, so the submitters put each spec into its queue message
+	// (client.Client.InlineSpec), as a deployment does once its roll is done (docs/deploy.md):
+	// the leader does not read the spec back.
+	c.Client.InlineSpec = true
+	defer func() { c.Client.InlineSpec = false }()
 	ids := make([]string, jobs)
 	errs := make([]error, jobs)
 	first := time.Now()

@@ -105,7 +105,7 @@ func TestCountFast_AgreesWithFieldsFunc(t *testing.T) {
 		tab := newWordTable(4)
 		var buf []byte
 		for _, c := range chunks {
-			if err := tab.countChunk(c, &buf); err != nil {
+			if err := countChunk(tab, c, &buf); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -130,6 +130,23 @@ func TestCountFast_AgreesWithFieldsFunc(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("naive: %d distinct words, want %d", len(got), len(want))
+	}
+	for _, workers := range []int{1, 3} {
+		var fast bytes.Buffer
+		if err := CountFast(files, workers, &fast); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, line := range strings.Split(strings.TrimSuffix(fast.String(), "\n"), "\n") {
+			w, n, _ := strings.Cut(line, "\t")
+			if _, dup := got[w]; dup {
+				t.Errorf("fast, %d goroutines: %q written twice", workers, w)
+			}
+			got[w], _ = strconv.ParseInt(n, 10, 64)
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("fast, %d goroutines: %d distinct words, want %d", workers, len(got), len(want))
+		}
 	}
 }
 
