@@ -71,7 +71,8 @@ type Client struct {
 	// every call reads every status.
 	Cache *StatusCache
 
-	close func() // set by New
+	close func()    // set by New
+	ends  *endWatch // set by New when connected to NATS: wakes Wait when a job ends
 }
 
 // Errors.
@@ -515,6 +516,12 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
 // Wait polls a job until it ends or ctx does, calling progress (if not nil) on every change.
 func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progress func(Status)) (*Status, error) {
 	var last Status
+	var ended <-chan struct{}
+	if c.ends != nil {
+		ch, stop := c.ends.watch(id)
+		defer stop()
+		ended = ch
+	}
 	for {
 		st, err := c.Status(ctx, id)
 		if err != nil && !isTransient(err) {
@@ -538,6 +545,7 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 		case <-ctx.Done():
 			return &last, ctx.Err()
 		case <-time.After(every):
+		case <-ended:
 		}
 	}
 }

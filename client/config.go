@@ -9,6 +9,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/clusterask"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -134,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	switch {
 	case err == nil:
 		c.Notify, v.Conn, c.close = b, b.Conn(), b.Close
+		c.ends = &endWatch{nc: b.Conn(), subject: protocol.NewNames(cfg.StreamPrefix).Events()}
 	case cfg.NATSOptional:
 		v.ConnErr = err
 	default:
