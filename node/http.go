@@ -370,6 +370,7 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 // otherwise.
 func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string) error {
 	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry, Cache: &client.StatusCache{},
+		Containers: store.NewEnv(c.blob),
 		Validator: &clusterask.Validator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
 	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,

@@ -425,3 +425,24 @@ func FuzzAPI_SubmitBody(f *testing.F) {
 		}
 	})
 }
+
+// A job over an input container that does not exist gets a 400 naming the container and the
+// field, from client.Submit's one check; nothing is written.
+func TestAPI_Submit_MissingInputContainer(t *testing.T) {
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cl.Containers = store.NewEnv(bc)
+	missing := testenv.Name(t, "nope")
+	code, body := e.do(t, "POST", "/api/v1/jobs", testToken, `{"type":"wordcount","params":{"container":"`+missing+`"}}`)
+	var out map[string]string
+	if err := json.Unmarshal([]byte(body), &out); code != 400 || err != nil || out["field"] != "container" ||
+		!strings.Contains(out["error"], `input container "`+missing+`" does not exist`) {
+		t.Fatalf("POST over a missing container: %d %s; want 400, field container, naming %s", code, body, missing)
+	}
+	if b, q := e.written(t); b != 0 || q != 0 {
+		t.Fatalf("a refused submit wrote %d blobs and %d queue messages", b, q)
+	}
+}
