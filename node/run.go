@@ -213,7 +213,7 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	p.worker.JobLogs = jobLogs(joblog.New(clients.Data, cfg.JobsContainer), cfg.ID)
+	p.worker.JobLogs = jobLogs(joblog.New(clients.Data, cfg.JobsContainer), cfg.ID, tracing != nil)
 	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt), env)
 	if err != nil {
 		return err
