@@ -119,7 +119,7 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newRunFlags().fs }, n.runCmd},
 		{"submit", "submit a job", `submit --type primes --params '{"from":0,"to":1000000,"shards":10}' [--wait]`,
 			func() *flagSet { return n.newSubmitFlags().fs }, n.submitCmd},
-		{"status", "show the leader and jobs", "status [JOB] [--state S] [--type T] [--since 1h] [--limit N] [--json]",
+		{"status", "show the leader and jobs; with JOB, also what it waits for", "status [JOB] [--state S] [--type T] [--since 1h] [--limit N] [--json]",
 			func() *flagSet { return n.newStatusFlags().fs }, n.statusCmd},
 		{"result", "print a job's result (a keyed job's: its output manifest)", "result JOB [--json]",
 			func() *flagSet { return n.newResultFlags().fs }, n.resultCmd},
