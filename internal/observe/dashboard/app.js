@@ -34,6 +34,7 @@ let search = "";       // the search box's id prefix: only jobs starting with it
 let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
 let charts = null, chartsAt = 0; // last /api/charts
+let why = { id: null, at: 0, ans: null, err: "" }; // what the selected job waits for (api/v1/jobs/{id}/why)
 // view is the page the address names: the parts it shows are those whose data-views name it.
 const view = viewFromPath();
 const jobViews = ["overview", "jobs", "job"]; // the pages that show a job's detail
@@ -177,6 +178,7 @@ async function tick() {
       detail = null;
     }
     if (selected) await readLogs(selected);
+    if (selected) await readWhy(selected);
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -331,6 +333,20 @@ async function readLogs(id) {
   } catch (e) { logs.err = e.message; }
 }
 
+// readWhy asks every 3 s what the selected job waits for, while it has not ended (the worker
+// asks the others over NATS for its running tasks).
+async function readWhy(id) {
+  if (why.id !== id) why = { id, at: 0, ans: null, err: "" };
+  if (Date.now() - why.at < 3000 || !detail || detail.id !== id || terminal(detail.state)) return;
+  why.at = Date.now();
+  try {
+    const r = await fetch("api/v1/jobs/" + encodeURIComponent(id) + "/why", { cache: "no-store" });
+    const b = await r.json();
+    if (!r.ok) { why.err = b.error || String(r.status); return; }
+    why.ans = b; why.err = "";
+  } catch (e) { why.err = e.message; }
+}
+
 function logText(ln) {
   const where = [ln.worker, ln.shard != null ? "shard " + ln.shard + (ln.attempt ? " attempt " + ln.attempt : "") : "", ln.source || ""].filter(Boolean).join(" ");
   const attrs = Object.entries(ln.attrs || {}).map(([k, v]) => k + "=" + JSON.stringify(v)).join(" ");
@@ -378,6 +394,12 @@ function renderDetail() {
     el("a", { href: "jobs/" + a.id, onclick: (e) => { e.preventDefault(); pick(a.id); } }, a.id),
     " " + a.state + (a.finished_at ? " at " + clock(a.finished_at) : "") + (a.error ? ": " + (a.error.length > 80 ? a.error.slice(0, 79) + "…" : a.error) : "") +
     (a.id === d.id ? " (this one)" : ""))) : [el("li", { class: "muted" }, "only this one" + (d.retry_of ? " (retries " + d.retry_of + ")" : ""))]));
+  // What it waits for: a predecessor, a worker with its type, the queue, higher priorities, its slowest task.
+  const wl = $("#detail-why");
+  if (terminal(d.state)) wl.replaceChildren(el("li", { class: "muted" }, "nothing: it ended"));
+  else if (why.id === d.id && why.err) wl.replaceChildren(el("li", { class: "muted" }, "cannot tell: " + why.err));
+  else if (why.id === d.id && why.ans) wl.replaceChildren(...(why.ans.reasons.length ? why.ans.reasons.map((r) => el("li", { "data-kind": r.kind }, r.text)) :
+    [el("li", { class: "muted" }, "nothing known (being planned, or about to end)")]));
   // With tracing on, the job's log lines carry its trace id: where to look in the collector.
   const traced = logs.id === d.id && logs.lines.find((ln) => ln.trace_id);
   $("#detail-trace").textContent = traced ? "trace id " + traced.trace_id : "– (no traced log line: tracing is off, or the job logged nothing)";
