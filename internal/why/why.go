@@ -146,7 +146,12 @@ type Workers struct {
 	Tasks []Task              // oldest first
 }
 
-// Ask asks every worker for job's running tasks and collects the answers within window.
+// quietGap ends the collection early: the workers answer together, so once answers have come
+// and none follows for this long, the rest are not waited for.
+const quietGap = 60 * time.Millisecond
+
+// Ask asks every worker for job's running tasks and collects the answers within window (less
+// once answers stop coming: quietGap).
 func Ask(ctx context.Context, nc *nats.Conn, subject, job string, window time.Duration) (*Workers, error) {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -162,12 +167,17 @@ func Ask(ctx context.Context, nc *nats.Conn, subject, job string, window time.Du
 	defer cancel()
 	out := &Workers{Types: map[string][]string{}, Tasks: []Task{}}
 	for {
-		m, err := sub.NextMsgWithContext(wctx)
+		nctx, ncancel := wctx, context.CancelFunc(func() {})
+		if len(out.Types) > 0 {
+			nctx, ncancel = context.WithTimeout(wctx, quietGap)
+		}
+		m, err := sub.NextMsgWithContext(nctx)
+		ncancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			break // the window is over
+			break // the window is over, or the answers stopped
 		}
 		rep, err := decodeReply(m.Data)
 		if err != nil {
