@@ -136,9 +136,10 @@ async function tick() {
         schedulesErr = "Reading schedules failed: " + e.message;
       }
     }
+    // The charts and what the picked job waits for are read beside the tick, never holding it up.
     if ((view === "overview" || view === "jobs") && Date.now() - chartsAt >= 10000) {
       chartsAt = Date.now();
-      try { charts = await getJSON("api/charts"); } catch (e) { charts = { error: e.message }; }
+      getJSON("api/charts").then((v) => { charts = v; }, (e) => { charts = { error: e.message }; }).finally(() => { if (cluster) drawCharts(); });
     }
     cluster = c;
     cancelEnabled = !!c.cancel_enabled;
@@ -178,7 +179,7 @@ async function tick() {
       detail = null;
     }
     if (selected) await readLogs(selected);
-    if (selected) await readWhy(selected);
+    if (selected) readWhy(selected).then((changed) => { if (changed && cluster) renderDetail(); });
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -337,14 +338,16 @@ async function readLogs(id) {
 // asks the others over NATS for its running tasks).
 async function readWhy(id) {
   if (why.id !== id) why = { id, at: 0, ans: null, err: "" };
-  if (Date.now() - why.at < 3000 || !detail || detail.id !== id || terminal(detail.state)) return;
-  why.at = Date.now();
+  if (why.busy || Date.now() - why.at < 3000 || !detail || detail.id !== id || terminal(detail.state)) return false;
+  why.at = Date.now(); why.busy = true;
+  const w = why;
   try {
     const r = await fetch("api/v1/jobs/" + encodeURIComponent(id) + "/why", { cache: "no-store" });
     const b = await r.json();
-    if (!r.ok) { why.err = b.error || String(r.status); return; }
-    why.ans = b; why.err = "";
-  } catch (e) { why.err = e.message; }
+    if (!r.ok) { w.err = b.error || String(r.status); return true; }
+    w.ans = b; w.err = "";
+  } catch (e) { w.err = e.message; } finally { w.busy = false; }
+  return true;
 }
 
 function logText(ln) {
