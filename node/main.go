@@ -129,7 +129,7 @@ func (n *Node) commands() []command {
 			func() *flagSet { return n.newTransferFlags("put").fs }, n.putCmd},
 		{"get", getSummary, "get (JOB | CONTAINER/PREFIX) LOCALDIR [--format tsv|jsonl]",
 			func() *flagSet { return n.newTransferFlags("get").fs }, n.getCmd},
-		{"logs", "print a job's log: what its code logged, with worker, shard and attempt", "logs JOB [--follow] [--json]",
+		{"logs", "print a job's log: what its code logged, with worker, shard, attempt and (traced) trace id", "logs JOB [--follow] [--json]",
 			func() *flagSet { return n.newLogsFlags().fs }, n.logsCmd},
 		{"cancel", "cancel a job", "cancel JOB",
 			func() *flagSet { return n.newJobFlags("cancel").fs }, n.cancelCmd},
