@@ -84,6 +84,7 @@ type Server struct {
 	cfg   Config
 	mux   *http.ServeMux
 	lists gate
+	whys  whyCache // recent answers of GET /jobs/{id}/why
 }
 
 var _ http.Handler = (*Server)(nil)
