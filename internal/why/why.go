@@ -322,7 +322,8 @@ func typeReasons(st *client.Status, ws *Workers) []Reason {
 
 // queued says how many jobs were queued before it.
 func (a *Asker) queued(ctx context.Context, st *client.Status) []Reason {
-	page, err := a.Jobs.Query(ctx, client.Filter{State: jobs.StateQueued, Limit: client.MaxQueryLimit})
+	// Only ids before its own are read: ids sort by submission time.
+	page, err := a.Jobs.Query(ctx, client.Filter{State: jobs.StateQueued, Before: st.ID, Limit: client.MaxQueryLimit})
 	if err != nil {
 		return []Reason{{Kind: "queue", Text: "queued; the queue cannot be read now: " + protocol.Redact(err.Error())}}
 	}
@@ -337,7 +338,11 @@ func (a *Asker) queued(ctx context.Context, st *client.Status) []Reason {
 	if ahead == 0 {
 		return []Reason{{Kind: "queue", Text: "queued, next for intake: the leader takes it at its next queue poll (is there a leader? worker status)"}}
 	}
-	return []Reason{{Kind: "queue", Job: oldest, Text: fmt.Sprintf("queued behind %d job(s) submitted before it (the oldest %s)", ahead, oldest)}}
+	more := ""
+	if page.Next != "" {
+		more = " or more"
+	}
+	return []Reason{{Kind: "queue", Job: oldest, Text: fmt.Sprintf("queued behind %d%s job(s) submitted before it (the oldest %s)", ahead, more, oldest)}}
 }
 
 // running says what shares the workers with it: running jobs of its type of higher priority.
