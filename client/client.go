@@ -64,6 +64,9 @@ type Client struct {
 	Registry *jobs.Registry
 	// Validator validates the types Registry lacks. Nil: such a type is refused as unknown.
 	Validator Validator
+	// Containers, when set, lets Submit and Retry refuse a job whose input container
+	// (parameter "container") does not exist (ErrNoSuchContainer). New sets it. Nil: not checked.
+	Containers ContainerChecker
 
 	Now func() time.Time // default time.Now
 
@@ -85,7 +88,8 @@ var (
 )
 
 // Refused reports whether err says that what was submitted is wrong: an unknown type
-// (jobs.ErrUnknownType), bad parameters (jobs.ErrBadParams), a bad field (ErrBadSpec) or a
+// (jobs.ErrUnknownType), bad parameters (jobs.ErrBadParams; a missing input container,
+// ErrNoSuchContainer, is one), a bad field (ErrBadSpec) or a
 // malformed job id. The CLI shows it as a usage error, the HTTP API as a 400; neither checks
 // anything itself.
 func Refused(err error) bool {
@@ -268,7 +272,8 @@ const (
 )
 
 // Submit validates a job once (its fields, then its type and parameters, locally or by the
-// cluster), checks that the jobs it runs after exist, writes its spec (If-None-Match) and queues
+// cluster), checks that its input container (when Containers is set) and the jobs it runs after
+// exist, writes its spec (If-None-Match) and queues
 // its id. It returns the id. An error for which Refused is true means the job was wrong, and
 // nothing was written.
 func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage, opts ...SubmitOption) (string, error) {
@@ -284,6 +289,9 @@ func (c *Client) Submit(ctx context.Context, typ string, params json.RawMessage,
 	start := time.Now()
 	spec, err := c.validate(ctx, typ, params, o)
 	if err != nil {
+		return "", err
+	}
+	if err := c.checkInput(ctx, spec.Type, spec.Params); err != nil {
 		return "", err
 	}
 	if err := c.checkAfter(ctx, spec.After); err != nil {

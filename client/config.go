@@ -115,7 +115,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{Store: store.New(clients.Blob, cfg.JobsContainer), Queue: q, Registry: cfg.Registry}
+	c := &Client{Store: store.New(clients.Blob, cfg.JobsContainer), Queue: q, Registry: cfg.Registry,
+		Containers: store.NewEnv(clients.Blob)}
 	if cfg.NATSURL == NATSOff {
 		return c, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ type Filter struct {
 	Before string
 	// Limit is the page size: default DefaultQueryLimit, at most MaxQueryLimit.
 	Limit int
+	// Prefix keeps the jobs whose id starts with it: a whole id, or its start by time
+	// ("20261128-1012"). Storage lists only those ids. At most 64 characters of a-z, 0-9, '-'.
+	Prefix string
 }
 
 // Check reports a filter Query would refuse.
@@ -53,6 +57,9 @@ func (f Filter) Check() error {
 		if err := protocol.CheckID(f.Before); err != nil {
 			errs = append(errs, fmt.Errorf("before: %w", err))
 		}
+	}
+	if len(f.Prefix) > 64 || strings.Trim(f.Prefix, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+		errs = append(errs, fmt.Errorf("prefix %q: a job id or its start, at most 64 characters of a-z, 0-9 and '-'", protocol.Clip(f.Prefix, 64)))
 	}
 	if len(f.Type) > 128 {
 		errs = append(errs, fmt.Errorf("type: %d characters, at most 128", len(f.Type)))
@@ -92,7 +99,7 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 	if limit == 0 {
 		limit = DefaultQueryLimit
 	}
-	dirs, err := c.Store.ListDirs(ctx, "")
+	dirs, err := c.Store.ListDirs(ctx, f.Prefix)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -103,7 +110,7 @@ func (c *Client) Query(ctx context.Context, f Filter) (*Page, error) {
 		}
 	}
 	slices.Sort(ids)
-	if f.Before == "" && f.Since.IsZero() {
+	if f.Before == "" && f.Since.IsZero() && f.Prefix == "" {
 		c.Cache.keep(ids) // a whole listing: a cached job not in it was deleted
 	}
 	since := ""

@@ -29,6 +29,9 @@ func (c *Client) Retry(ctx context.Context, id string) (string, error) {
 	if err := c.check(ctx, old.Type, old.Params); err != nil {
 		return "", err
 	}
+	if err := c.checkInput(ctx, old.Type, old.Params); err != nil {
+		return "", err
+	}
 	now := c.now()
 	spec := jobstore.RetrySpec(old, protocol.NewID(now), now)
 	if err := js.Submit(ctx, spec); err != nil {

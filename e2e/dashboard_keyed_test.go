@@ -20,7 +20,9 @@ import (
 // TestDashboardInBrowser_KeyedJobDeepLink opens /jobs/{id} of a finished keyed job in a fresh
 // headless Chromium (the page has never seen the job run): it shows the job's phase, a link to
 // its output that downloads exactly what `worker output` prints, and its timeline from storage
-// (submitted, started, reduce done, finished), not "Collecting samples…".
+// (submitted, started, reduce done, finished), not "Collecting samples…". The other pages load by
+// themselves too: /jobs (the job with its submitted and duration columns, and the last hour's
+// charts with the job's latency), /epochs (the leading term's start), /workers and /schedules.
 func TestDashboardInBrowser_KeyedJobDeepLink(t *testing.T) {
 	exe := chromium(t)
 	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 2})
@@ -105,4 +107,65 @@ func TestDashboardInBrowser_KeyedJobDeepLink(t *testing.T) {
 		t.Fatalf("the output link %s: %d, %d bytes; want 200 and the %d bytes `worker output` prints", href, code, len(body), want.Len())
 	}
 	screenshot(t, bctx, "dashboard-keyed-deep-link.png")
+
+	// The jobs page: the job's row with when it was submitted and how long it took, and the
+	// charts of the last hour with a point for the job's latency. Nothing of other pages.
+	hidden := func(sel string) bool {
+		var h bool
+		if err := chromedp.Run(bctx, chromedp.Evaluate(fmt.Sprintf(`!!(document.querySelector(%q) || {}).hidden`, sel), &h)); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	open := func(path string) {
+		t.Helper()
+		url = "http://" + addr + path
+		if err := chromedp.Run(bctx, chromedp.Navigate(url)); err != nil {
+			t.Fatalf("open %s in Chromium: %v", url, err)
+		}
+	}
+	open("/jobs")
+	row := fmt.Sprintf(`tr.job[data-id=%q]`, id)
+	wait(row+" td.duration", "the job's duration", func(s string) bool { return strings.HasSuffix(s, " s") || strings.HasSuffix(s, " min") })
+	if s := text(row + " td.submitted"); s == "" || s == "–" {
+		t.Errorf("the job's submitted column reads %q", s)
+	}
+	wait(fmt.Sprintf(`#chart-latency-svg circle[data-id=%q] title`, id), "the job's latency on the chart", func(s string) bool {
+		return strings.Contains(s, id) && strings.Contains(s, "succeeded")
+	})
+	var ratePts string
+	if err := chromedp.Run(bctx, chromedp.Evaluate(`(document.querySelector("#chart-rate-svg polyline") || {getAttribute: () => ""}).getAttribute("points")`, &ratePts)); err != nil || strings.Count(ratePts, ",") < 60 {
+		t.Errorf("the shards-a-second chart has points %q (%v); want one a minute of the hour", ratePts, err)
+	}
+	if !hidden("#workers-section") || !hidden("#epochs-section") || hidden("#jobs-section") {
+		t.Errorf("the jobs page shows the wrong parts: workers hidden %v, epochs hidden %v, jobs hidden %v",
+			hidden("#workers-section"), hidden("#epochs-section"), hidden("#jobs-section"))
+	}
+	screenshot(t, bctx, "dashboard-jobs-page.png")
+
+	// The epochs page: the leading term with its leader and start.
+	l, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open("/epochs")
+	wait(fmt.Sprintf(`#epochs tr[data-epoch="%d"]`, l.Epoch), "the leading term", func(s string) bool {
+		return strings.Contains(s, l.ID) && strings.Contains(s, "leading") && strings.Contains(s, "so far")
+	})
+	if !hidden("#jobs-section") || !hidden("#job-detail") || hidden("#epochs-section") {
+		t.Errorf("the epochs page shows the wrong parts")
+	}
+	if s := text("#nav a.current"); s != "epochs" {
+		t.Errorf("the current page's link reads %q, want epochs", s)
+	}
+	open("/workers")
+	wait("#workers tbody", "both workers", func(s string) bool {
+		ms := c.Members()
+		return len(ms) == 2 && strings.Contains(s, ms[0].ID) && strings.Contains(s, ms[1].ID)
+	})
+	open("/schedules")
+	wait("#schedules-empty", "no schedules yet", func(s string) bool { return strings.Contains(s, "No schedules") })
+	if !hidden("#workers-section") {
+		t.Errorf("the schedules page shows the workers")
+	}
 }

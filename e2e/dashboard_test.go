@@ -220,6 +220,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(20*time.Second, fmt.Sprintf(`tr.job[data-id=%q]`, long), "the long job", func(s string) bool { return s != "" })
 	click(fmt.Sprintf(`tr.job[data-id=%q] td`, long))
 	waitText(10*time.Second, "#detail-id", "the detail of "+long, func(s string) bool { return s == long })
+	// What the running job waits for: its slowest task and the worker running it.
+	waitText(20*time.Second, "#detail-why", "the running job's slowest task and its worker", func(s string) bool {
+		return strings.Contains(s, "slowest task: shard ") && strings.Contains(s, " attempt 1 on ")
+	})
 	hidden := func() bool {
 		var h bool
 		_ = chromedp.Run(bctx, chromedp.Evaluate(`document.querySelector("#detail-cancel").hidden`, &h))

@@ -31,6 +31,7 @@ import (
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/internal/telemetry"
+	"github.com/mapagg/mapagg/internal/why"
 	"github.com/mapagg/mapagg/internal/worker"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -370,10 +371,12 @@ func (o *observer) start(ctx context.Context, wg *sync.WaitGroup, c observed) er
 // otherwise.
 func (o *observer) attach(c observed, watcher *membership.Watcher, prefix string) error {
 	cl := &client.Client{Store: c.jobs, Queue: c.queue, Notify: c.bus, Registry: c.registry, Cache: &client.StatusCache{},
+		Containers: store.NewEnv(c.blob),
 		Validator: &clusterask.Validator{Conn: c.bus.Conn(), URL: c.natsURL, Prefix: prefix, Local: c.registry.Types(),
 			Timeout: c.control.Timeout, Window: c.control.Window}}
 	jobAPI, err := api.New(api.Config{Jobs: cl, Schedules: cl, Token: o.token, Tokens: o.tokens, DashboardCancel: o.cfg.DashboardCancel,
-		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: joblog.New(c.blob, c.jobs.Name()), Logger: o.log})
+		Audit: audit.NewLog(c.blob, c.jobs.Name()), Logs: joblog.New(c.blob, c.jobs.Name()), Logger: o.log,
+		Why: &why.Asker{Jobs: cl, Conn: c.bus.Conn(), Subject: why.Subject(prefix)}})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/queue"
+	"github.com/mapagg/mapagg/internal/telemetry"
+	"github.com/mapagg/mapagg/internal/telemetry/telemetrytest"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
@@ -113,5 +115,45 @@ func TestLogs_FromMap(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("worker logs %s lacks %q:\n%s", id, want, out)
 		}
+	}
+	if strings.Contains(out, "trace_id") {
+		t.Errorf("a trace id without tracing:\n%s", out)
+	}
+}
+
+// With tracing on, every line of a job's log carries the job's trace id (as `worker logs` and
+// its --json print it), so a line leads to the trace; without tracing no line has one.
+func TestLogs_TraceIDWhenTracing(t *testing.T) {
+	col, err := telemetrytest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer col.Close()
+	c := newCluster(t)
+	c.env[telemetry.EnvEndpoint] = col.URL
+	reg := builtin.Registry()
+	if err := reg.Register(jobs.Typed("logging", loggingJob{})); err != nil {
+		t.Fatal(err)
+	}
+	c.startWorker(t, reg, "wtrace")
+	cli := c.node(t, reg)
+	code, id, errOut := run(t, cli, "submit", "--type", "logging", "--params", `{"shards":3}`, "--wait", "--quiet", "--poll", "50ms")
+	if code != 0 {
+		t.Fatalf("submit: %d %s %s", code, id, errOut)
+	}
+	id = strings.TrimSpace(strings.SplitN(id, "\n", 2)[0])
+	trace := telemetry.TraceID(id)
+	code, out, errOut := run(t, cli, "logs", id)
+	if code != 0 || !strings.Contains(out, "[wtrace shard 0 attempt 1] mapped a shard") {
+		t.Fatalf("logs: %d %q %q", code, out, errOut)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasSuffix(line, " trace_id="+trace) {
+			t.Errorf("line without the job's trace id %s: %q", trace, line)
+		}
+	}
+	code, out, _ = run(t, cli, "logs", id, "--json")
+	if code != 0 || strings.Count(out, `"trace_id":"`+trace+`"`) != strings.Count(out, "\n") {
+		t.Errorf("logs --json: every line should have trace_id %s:\n%s", trace, out)
 	}
 }

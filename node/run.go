@@ -21,6 +21,7 @@ import (
 	"github.com/mapagg/mapagg/internal/membership"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/internal/telemetry"
+	"github.com/mapagg/mapagg/internal/why"
 	"github.com/mapagg/mapagg/store"
 	"github.com/mapagg/mapagg/worker"
 )
@@ -213,7 +214,8 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	p.worker.JobLogs = jobLogs(joblog.New(clients.Data, cfg.JobsContainer), cfg.ID)
+	running := &why.Running{} // the task attempts running here, for "why is my job waiting" (internal/why)
+	p.worker.JobLogs = jobLogs(joblog.New(clients.Data, cfg.JobsContainer), cfg.ID, tracing != nil, running)
 	w, err := worker.New(p.worker, b, store.New(clients.Data, cfg.JobsContainer).WithLogger(log).OnRebuilt(containerRebuilt), env)
 	if err != nil {
 		return err
@@ -243,6 +245,11 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer resp.stop()
+	tasksSub, err := why.Serve(b.Conn(), why.Subject(b.Config().Prefix), cfg.ID, reg.Types(), running)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tasksSub.Unsubscribe() }()
 	stopStatus, err := startStatusServer(ctx, b.Conn(), b.Config().Prefix, &statusServer{id: cfg.ID, blob: blobClient,
 		leaseContainer: cfg.LeaseContainer, log: log, cl: &client.Client{Store: jobsC, Queue: q, Cache: &client.StatusCache{}}})
 	if err != nil {

@@ -93,11 +93,13 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	if rep := askStatus(ctx, &f.common, req); rep != nil && !rep.NoSuchJob {
 		if rep.Job != nil {
+			ans := n.explainJob(ctx, &f.common, rep.Job)
 			if f.json {
-				return writeJSON(stdout, rep.Job)
+				return writeJSON(stdout, jobWithWhy{Status: rep.Job, Why: ans})
 			}
 			printLeader(stdout, rep.Leader)
 			printJobs(stdout, []*client.Status{rep.Job})
+			printWhy(stdout, ans)
 			return nil
 		}
 		return printStatus(stdout, statusJSON{Leader: rep.Leader, Jobs: rep.Jobs, Next: rep.Next, ServedBy: rep.Worker}, f.json)
@@ -125,11 +127,13 @@ func (n *Node) statusCmd(ctx context.Context, args []string, stdout, stderr io.W
 		if err != nil {
 			return err
 		}
+		ans := n.explainJob(ctx, &f.common, st)
 		if f.json {
-			return writeJSON(stdout, st)
+			return writeJSON(stdout, jobWithWhy{Status: st, Why: ans})
 		}
 		printLeader(stdout, leader)
 		printJobs(stdout, []*client.Status{st})
+		printWhy(stdout, ans)
 		return nil
 	}
 	page, err := cl.Query(ctx, filter)

@@ -492,6 +492,20 @@ func (e *Env) ListBlobs(ctx context.Context, containerName, prefix string) ([]jo
 	return New(e.client, containerName).List(ctx, prefix)
 }
 
+// ContainerExists reports whether the account has container name (a HEAD of it). An error
+// means it could not tell: storage failing, or a credential not allowed to read the container.
+func (e *Env) ContainerExists(ctx context.Context, name string) (bool, error) {
+	_, err := e.client.ServiceClient().NewContainerClient(name).GetProperties(ctx, nil)
+	var re *azcore.ResponseError
+	switch {
+	case err == nil:
+		return true, nil
+	case bloberror.HasCode(err, bloberror.ContainerNotFound), errors.As(err, &re) && re.StatusCode == 404:
+		return false, nil
+	}
+	return false, translate("read container "+name, err)
+}
+
 // ReadRange implements jobs.Env.
 func (e *Env) ReadRange(ctx context.Context, containerName, name string, offset, count int64) (io.ReadCloser, error) {
 	return New(e.client, containerName).ReadRange(ctx, name, offset, count)

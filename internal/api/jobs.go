@@ -207,18 +207,18 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// parseFilter reads ?state=&type=&since=&before=&limit=. since is RFC 3339 or a duration back
+// parseFilter reads ?state=&type=&since=&before=&limit=&prefix=. since is RFC 3339 or a duration back
 // from now (e.g. 1h).
 func parseFilter(r *http.Request) (client.Filter, error) {
 	q := r.URL.Query()
 	for k := range q {
 		switch k {
-		case "state", "type", "since", "before", "limit":
+		case "state", "type", "since", "before", "limit", "prefix":
 		default:
-			return client.Filter{}, fmt.Errorf("unknown query parameter %q: use state, type, since, before or limit", protocol.Clip(k, 32))
+			return client.Filter{}, fmt.Errorf("unknown query parameter %q: use state, type, since, before, limit or prefix", protocol.Clip(k, 32))
 		}
 	}
-	f := client.Filter{State: jobs.State(q.Get("state")), Type: q.Get("type"), Before: q.Get("before")}
+	f := client.Filter{State: jobs.State(q.Get("state")), Type: q.Get("type"), Before: q.Get("before"), Prefix: q.Get("prefix")}
 	var errs []error
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -315,7 +315,23 @@ func TestAPI_ListFiltersAndPages(t *testing.T) {
 	if got := get("/api/v1/jobs?state=running"); len(got.Jobs) != 0 {
 		t.Fatalf("state=running gave %v", got)
 	}
-	for _, q := range []string{"limit=0x", "limit=5000", "state=done", "since=yesterday", "before=../x", "colour=red"} {
+	// Search by id or its start: storage lists only those ids.
+	if got := idsOf(get("/api/v1/jobs?prefix=20261121-120003")); !slices.Equal(got, []string{ids[2]}) {
+		t.Fatalf("prefix=20261121-120003 gave %v, want %s", got, ids[2])
+	}
+	if got := idsOf(get("/api/v1/jobs?prefix=" + ids[4])); !slices.Equal(got, []string{ids[4]}) {
+		t.Fatalf("prefix of a whole id gave %v", got)
+	}
+	if got := idsOf(get("/api/v1/jobs?prefix=2026112&type=pi")); !slices.Equal(got, []string{ids[4], ids[2], ids[0]}) {
+		t.Fatalf("prefix with type gave %v", got)
+	}
+	if got := get("/api/v1/jobs?prefix=2025"); len(got.Jobs) != 0 {
+		t.Fatalf("prefix=2025 gave %v", got)
+	}
+	if code, body := e.do(t, "GET", "/api/v1/jobs?prefix=2026%2F..", "", ""); code != 400 || !strings.Contains(body, `prefix \"2026/..\": a job id or its start`) {
+		t.Errorf("bad prefix = %d %s; want 400 saying what a prefix is", code, body)
+	}
+	for _, q := range []string{"limit=0x", "limit=5000", "state=done", "since=yesterday", "before=../x", "colour=red", "prefix=ABC"} {
 		if code, body := e.do(t, "GET", "/api/v1/jobs?"+q, "", ""); code != 400 || !strings.Contains(body, `"error"`) {
 			t.Errorf("GET ?%s = %d %s; want 400", q, code, body)
 		}
@@ -424,4 +440,25 @@ func FuzzAPI_SubmitBody(f *testing.F) {
 			t.Fatalf("error body is not JSON: %s", w.Body)
 		}
 	})
+}
+
+// A job over an input container that does not exist gets a 400 naming the container and the
+// field, from client.Submit's one check; nothing is written.
+func TestAPI_Submit_MissingInputContainer(t *testing.T) {
+	e := newAPIEnv(t, Config{Token: []byte(testToken)})
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cl.Containers = store.NewEnv(bc)
+	missing := testenv.Name(t, "nope")
+	code, body := e.do(t, "POST", "/api/v1/jobs", testToken, `{"type":"wordcount","params":{"container":"`+missing+`"}}`)
+	var out map[string]string
+	if err := json.Unmarshal([]byte(body), &out); code != 400 || err != nil || out["field"] != "container" ||
+		!strings.Contains(out["error"], `input container "`+missing+`" does not exist`) {
+		t.Fatalf("POST over a missing container: %d %s; want 400, field container, naming %s", code, body, missing)
+	}
+	if b, q := e.written(t); b != 0 || q != 0 {
+		t.Fatalf("a refused submit wrote %d blobs and %d queue messages", b, q)
+	}
 }

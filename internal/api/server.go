@@ -37,6 +37,8 @@ type Config struct {
 	Audit AuditLog
 	// Logs serves GET /api/v1/jobs/{id}/logs. Nil: the route answers 503.
 	Logs JobLogReader
+	// Why serves GET /api/v1/jobs/{id}/why (what a job waits for). Nil: the route answers 503.
+	Why Explainer
 	// DashboardCancel lets the dashboard's own page cancel, retry and delete jobs without the
 	// token (POST /api/jobs/{id}/cancel, /retry, /delete with same-origin proof). Off by default.
 	DashboardCancel bool
@@ -82,6 +84,7 @@ type Server struct {
 	cfg   Config
 	mux   *http.ServeMux
 	lists gate
+	whys  whyCache // recent answers of GET /jobs/{id}/why
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -113,6 +116,7 @@ var routes = []route{
 	{"GET", Prefix + "/jobs/{id}", false, (*Server).job},
 	{"GET", Prefix + "/jobs/{id}/result", false, (*Server).result},
 	{"GET", Prefix + "/jobs/{id}/output", false, (*Server).output},
+	{"GET", Prefix + "/jobs/{id}/why", false, (*Server).why},
 	{"POST", Prefix + "/jobs/{id}/cancel", true, (*Server).cancel},
 	{"DELETE", Prefix + "/jobs/{id}", true, (*Server).delete},
 	{"POST", Prefix + "/jobs/{id}/retry", true, (*Server).retry},

@@ -97,6 +97,8 @@ type Server struct {
 	leader  cachedLeader
 	depth   cachedDepth
 	scheds  cachedSchedules
+	// chartsCache holds /api/charts.
+	chartsCache cachedCharts
 }
 
 // Attach hands the server what it needs to answer readiness, cluster and job requests.
@@ -181,6 +183,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/cluster", s.cluster)
 	mux.HandleFunc("GET /api/jobs", s.jobs)
 	mux.HandleFunc("GET /api/schedules", s.scheduleList)
+	mux.HandleFunc("GET /api/charts", s.charts)
 	mux.HandleFunc("/api/", s.api)
 	if s.cfg.Pprof {
 		// With methods: a method-less pattern would conflict with "/api/".
@@ -194,6 +197,10 @@ func (s *Server) Handler() http.Handler {
 	static, _ := fs.Sub(dashboardFS, "dashboard")
 	files := http.FileServerFS(static)
 	mux.HandleFunc("GET /jobs/{id}", s.jobPage(static))
+	// The dashboard's pages: each loads by itself (bookmarks, links in alerts).
+	for _, p := range pages {
+		mux.HandleFunc("GET /"+p, s.page(static))
+	}
 	// Without a method, as "/api/" is: "GET /" and "/api/" would conflict.
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -221,6 +228,23 @@ func (s *Server) jobPage(static fs.FS) http.HandlerFunc {
 			return
 		}
 		page = bytes.Replace(page, []byte("<head>"), []byte(`<head>`+"\n"+`<base href="../">`), 1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(page)
+	}
+}
+
+// pages are the dashboard's pages besides the overview (/) and a job's (/jobs/{id}).
+var pages = []string{"jobs", "schedules", "workers", "epochs"}
+
+// page serves the dashboard at one of pages; the script shows that page's parts.
+func (s *Server) page(static fs.FS) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		page, err := fs.ReadFile(static, "index.html")
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(page)

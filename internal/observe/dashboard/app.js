@@ -1,7 +1,8 @@
-// The mapagg dashboard: polls /api/cluster and /api/jobs once a second and /api/schedules every
-// 2 s (the worker caches them, so many open pages cost storage nothing more) and renders them.
-// Filters and older pages come from /api/v1/jobs; the selected job's detail from
-// /api/v1/jobs/{id}. No dependencies.
+// The mapagg dashboard: polls /api/cluster and /api/jobs once a second, /api/schedules every
+// 2 s and /api/charts every 10 s (the worker caches them, so many open pages cost storage
+// nothing more) and renders them. Filters, search and older pages come from /api/v1/jobs; the
+// selected job's detail from /api/v1/jobs/{id}. Each page has its address: / (everything),
+// jobs, jobs/{id}, schedules, workers, epochs. No dependencies.
 "use strict";
 
 const $ = (s) => document.querySelector(s);
@@ -32,15 +33,39 @@ let logs = { id: null, next: 0, lines: [], at: 0 }; // the selected job's log as
 let search = "";       // the search box's id prefix: only jobs starting with it are listed
 let who = null;        // /api/v1/whoami of the token: its name, role and the actions it may take
 let listedAt = 0, listedURL = ""; // a filtered list is read at most every 5 s (it costs storage reads)
+let charts = null, chartsAt = 0; // last /api/charts
+let why = { id: null, at: 0, ans: null, err: "" }; // what the selected job waits for (api/v1/jobs/{id}/why)
+// view is the page the address names: the parts it shows are those whose data-views name it.
+const view = viewFromPath();
+const jobViews = ["overview", "jobs", "job"]; // the pages that show a job's detail
 const terminal = (st) => st === "succeeded" || st === "failed" || st === "cancelled";
 
 // pick shows job id's detail and gives it its own address, jobs/{id} (the base of a job's page
 // is the root, so the same relative URL works from both).
 function pick(id, push = true) {
   selected = id; pinned = !!id; detail = null; armed = null;
-  if (push) history.pushState({ job: id }, "", id ? "jobs/" + encodeURIComponent(id) : "./");
+  if (push) history.pushState({ job: id }, "", id ? "jobs/" + encodeURIComponent(id) : (view === "overview" ? "./" : view === "job" ? "jobs" : view));
   document.title = id ? "mapagg job " + id : "mapagg cluster";
   tick();
+}
+
+// viewFromPath is the page of the address: overview, jobs, job, schedules, workers or epochs.
+function viewFromPath() {
+  const base = new URL(document.baseURI).pathname;
+  const rel = location.pathname.startsWith(base) ? location.pathname.slice(base.length) : "";
+  if (/^jobs\/[a-z0-9-]{1,64}$/.test(rel)) return "job";
+  return ["jobs", "schedules", "workers", "epochs"].includes(rel) ? rel : "overview";
+}
+
+// showView shows the parts of the page view and marks its link.
+function showView() {
+  for (const sec of document.querySelectorAll("[data-views]")) {
+    if (sec.id === "job-detail") continue; // shown when a job is picked (renderDetail)
+    sec.hidden = !sec.dataset.views.split(" ").includes(view);
+  }
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.dataset.view === (view === "job" ? "jobs" : view));
+  document.body.classList.toggle("view-single", view !== "overview");
+  if (view !== "overview" && view !== "job") document.title = "mapagg " + view;
 }
 
 // jobFromPath is the job of a /jobs/{id} address, or null.
@@ -85,13 +110,14 @@ async function getJSON(path) {
 }
 
 function filtered() {
-  return $("#filter-state").value !== "" || $("#filter-type").value.trim() !== "" || pages.length > 1;
+  return $("#filter-state").value !== "" || $("#filter-type").value.trim() !== "" || pages.length > 1 || search !== "";
 }
 
 function listURL() {
   const q = new URLSearchParams({ limit: "25" });
   if ($("#filter-state").value) q.set("state", $("#filter-state").value);
   if ($("#filter-type").value.trim()) q.set("type", $("#filter-type").value.trim());
+  if (search) q.set("prefix", search);
   const before = pages[pages.length - 1];
   if (before) q.set("before", before);
   return "api/v1/jobs?" + q.toString();
@@ -109,6 +135,11 @@ async function tick() {
       } catch (e) {
         schedulesErr = "Reading schedules failed: " + e.message;
       }
+    }
+    // The charts and what the picked job waits for are read beside the tick, never holding it up.
+    if ((view === "overview" || view === "jobs") && Date.now() - chartsAt >= 10000) {
+      chartsAt = Date.now();
+      getJSON("api/charts").then((v) => { charts = v; }, (e) => { charts = { error: e.message }; }).finally(() => { if (cluster) drawCharts(); });
     }
     cluster = c;
     cancelEnabled = !!c.cancel_enabled;
@@ -134,6 +165,7 @@ async function tick() {
       const running = jobs.find((x) => x.state === "running");
       selected = running ? running.id : (jobs.length ? jobs[0].id : null);
     }
+    if (selected && !jobViews.includes(view)) selected = null; // a page without jobs reads none
     if (selected) {
       // An ended job's detail does not change: read it once.
       if (!detail || detail.id !== selected || !terminal(detail.state)) {
@@ -147,6 +179,7 @@ async function tick() {
       detail = null;
     }
     if (selected) await readLogs(selected);
+    if (selected) readWhy(selected).then((changed) => { if (changed && cluster) renderDetail(); });
     render(warn);
     $("#status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
@@ -202,7 +235,10 @@ function render(warn) {
   const terms = new Map();
   for (const e of c.events) {
     if (e.kind === "elected") terms.set(e.epoch, { epoch: e.epoch, worker: e.worker, at: e.at });
-    if ((e.kind === "lost" || e.kind === "stepped_down") && terms.has(e.epoch)) terms.get(e.epoch).ended = e.kind + " " + clock(e.at);
+    if ((e.kind === "lost" || e.kind === "stepped_down") && terms.has(e.epoch)) {
+      const t = terms.get(e.epoch);
+      t.ended = e.kind.replace("_", " ") + " " + clock(e.at); t.endAt = e.at;
+    }
   }
   // A worker that started after an election did not hear it: the leaders this page has shown fill in.
   if (l) leadersSeen.set(l.epoch, { epoch: l.epoch, worker: l.id, at: l.since });
@@ -214,11 +250,13 @@ function render(warn) {
     if (t.ended || (l && l.epoch === t.epoch)) return;
     const next = sortedTerms[i - 1];
     t.ended = next ? "ended by " + next.worker + "'s election, " + clock(next.at) : "ended (no leader now)";
+    if (next) t.endAt = next.at;
   });
   const eb = $("#epochs tbody");
-  eb.replaceChildren(...sortedTerms.slice(0, 12).map((t) => el("tr", {},
-    el("td", {}, t.epoch), el("td", {}, t.worker), el("td", {}, clock(t.at)),
-    el("td", { class: "muted" }, t.ended || (l && l.epoch === t.epoch ? "leading" : "")))));
+  eb.replaceChildren(...sortedTerms.slice(0, view === "epochs" ? 200 : 12).map((t) => el("tr", { "data-epoch": t.epoch },
+    el("td", {}, t.epoch), el("td", {}, t.worker), el("td", {}, day(t.at)),
+    el("td", { class: "muted term-end" }, t.ended || (l && l.epoch === t.epoch ? "leading" : "")),
+    el("td", { class: "muted" }, t.endAt ? secs((new Date(t.endAt) - new Date(t.at)) / 1000) : (l && l.epoch === t.epoch ? ago(t.at) + " so far" : "–")))));
 
   // Jobs.
   const jb = $("#jobs tbody");
@@ -245,6 +283,7 @@ function render(warn) {
   renderDetail();
   renderSchedules();
   drawTimeline();
+  drawCharts();
 
   // Dead letters.
   const dead = c.events.filter((e) => e.kind === "dead_lettered").reverse();
@@ -264,8 +303,17 @@ function jobRow(j) {
     el("td", {}, j.id), el("td", {}, j.type || "?"),
     el("td", { class: "state state-" + j.state, title: why }, j.state + (j.share ? " · " + Math.round(100 * j.share) + " % share" : "") +
       (why ? ": " + (why.length > 60 ? why.slice(0, 59) + "…" : why) : "")),
+    el("td", { class: "submitted" }, j.submitted_at ? day(j.submitted_at) : "–"), el("td", { class: "duration" }, duration(j)),
     el("td", {}, bar), el("td", {}, j.rate ? j.rate.toFixed(1) + " /s" : "–"), el("td", {}, secs(j.eta_seconds)),
     el("td", {}, j.duplicates == null ? "–" : j.duplicates));
+}
+
+// duration is how long a job took (submitted to finished), or has run so far.
+function duration(j) {
+  if (j.finished_at && j.submitted_at) return secs((new Date(j.finished_at) - new Date(j.submitted_at)) / 1000);
+  if (j.state === "running") return secs((Date.now() - new Date(j.started_at || j.submitted_at)) / 1000) + " so far";
+  if (j.state === "queued" || j.state === "waiting") return "waiting " + ago(j.submitted_at);
+  return "–";
 }
 
 function when(t) { return t ? new Date(t).toLocaleString() + " (" + ago(t) + " ago)" : "–"; }
@@ -286,6 +334,22 @@ async function readLogs(id) {
   } catch (e) { logs.err = e.message; }
 }
 
+// readWhy asks every 3 s what the selected job waits for, while it has not ended (the worker
+// asks the others over NATS for its running tasks).
+async function readWhy(id) {
+  if (why.id !== id) why = { id, at: 0, ans: null, err: "" };
+  if (why.busy || Date.now() - why.at < 3000 || !detail || detail.id !== id || terminal(detail.state)) return false;
+  why.at = Date.now(); why.busy = true;
+  const w = why;
+  try {
+    const r = await fetch("api/v1/jobs/" + encodeURIComponent(id) + "/why", { cache: "no-store" });
+    const b = await r.json();
+    if (!r.ok) { w.err = b.error || String(r.status); return true; }
+    w.ans = b; w.err = "";
+  } catch (e) { w.err = e.message; } finally { w.busy = false; }
+  return true;
+}
+
 function logText(ln) {
   const where = [ln.worker, ln.shard != null ? "shard " + ln.shard + (ln.attempt ? " attempt " + ln.attempt : "") : "", ln.source || ""].filter(Boolean).join(" ");
   const attrs = Object.entries(ln.attrs || {}).map(([k, v]) => k + "=" + JSON.stringify(v)).join(" ");
@@ -295,7 +359,7 @@ function logText(ln) {
 function renderDetail() {
   const box = $("#job-detail");
   const d = detail;
-  box.hidden = !d;
+  box.hidden = !d || !jobViews.includes(view);
   if (!d) return;
   $("#detail-id").textContent = d.id;
   $("#detail-state").textContent = d.state || "";
@@ -333,6 +397,15 @@ function renderDetail() {
     el("a", { href: "jobs/" + a.id, onclick: (e) => { e.preventDefault(); pick(a.id); } }, a.id),
     " " + a.state + (a.finished_at ? " at " + clock(a.finished_at) : "") + (a.error ? ": " + (a.error.length > 80 ? a.error.slice(0, 79) + "…" : a.error) : "") +
     (a.id === d.id ? " (this one)" : ""))) : [el("li", { class: "muted" }, "only this one" + (d.retry_of ? " (retries " + d.retry_of + ")" : ""))]));
+  // What it waits for: a predecessor, a worker with its type, the queue, higher priorities, its slowest task.
+  const wl = $("#detail-why");
+  if (terminal(d.state)) wl.replaceChildren(el("li", { class: "muted" }, "nothing: it ended"));
+  else if (why.id === d.id && why.err) wl.replaceChildren(el("li", { class: "muted" }, "cannot tell: " + why.err));
+  else if (why.id === d.id && why.ans) wl.replaceChildren(...(why.ans.reasons.length ? why.ans.reasons.map((r) => el("li", { "data-kind": r.kind }, r.text)) :
+    [el("li", { class: "muted" }, "nothing known (being planned, or about to end)")]));
+  // With tracing on, the job's log lines carry its trace id: where to look in the collector.
+  const traced = logs.id === d.id && logs.lines.find((ln) => ln.trace_id);
+  $("#detail-trace").textContent = traced ? "trace id " + traced.trace_id : "– (no traced log line: tracing is off, or the job logged nothing)";
   const cp = d.checkpoint;
   $("#detail-checkpoint").textContent = cp ? cp.writes + " written; the last " + size(cp.bytes) + " by epoch " + cp.epoch +
     (cp.updated_at ? " at " + clock(cp.updated_at) : "") + (cp.plan_epoch ? ", planned in epoch " + cp.plan_epoch : "") : "none yet";
@@ -468,6 +541,61 @@ function storedTimeline(d) {
     m.what + " " + clock(m.at) + (m.what === "submitted" ? "" : " (+" + ((new Date(m.at).getTime() - t0) / 1000).toFixed(2) + " s)"))));
 }
 
+// svgChart returns an inline SVG of W×H with axes: x from t0 to t1 (times), y from 0 to ymax.
+function svgChart(W, H, t0, t1, ymax, ylabel) {
+  const L = 44, R = 8, T = 8, B = 22;
+  const NS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("width", W); svg.setAttribute("height", H);
+  const c = {
+    svg, x: (t) => L + ((t - t0) / Math.max(t1 - t0, 1)) * (W - L - R), y: (v) => T + (1 - v / ymax) * (H - T - B),
+    add(tag, a, text) {
+      const e = document.createElementNS(NS, tag);
+      for (const [k, v] of Object.entries(a)) e.setAttribute(k, v);
+      if (text != null) e.textContent = text;
+      svg.append(e);
+      return e;
+    },
+  };
+  c.add("line", { x1: L, y1: c.y(0), x2: W - R, y2: c.y(0), stroke: "#ccd" });
+  c.add("text", { x: 2, y: c.y(ymax) + 8 }, ylabel);
+  c.add("text", { x: 2, y: c.y(0) }, "0");
+  c.add("text", { x: L, y: H - 6 }, clock(t0));
+  c.add("text", { x: W - R - 56, y: H - 6 }, clock(t1));
+  return c;
+}
+
+// drawCharts draws the last hour (api/charts): shards a second, and each ended job's latency.
+function drawCharts() {
+  if (!charts || $("#charts").hidden) return;
+  $("#charts-note").textContent = charts.error ? "unavailable: " + charts.error : (charts.partial ? "(more jobs than one read: the oldest left out)" : "");
+  if (charts.error) return;
+  const t0 = new Date(charts.from).getTime(), t1 = new Date(charts.to).getTime(), step = charts.step_seconds * 1000;
+  const W = Math.max(($("#chart-rate").clientWidth || 420), 260), H = 140;
+  const rates = charts.shards_per_second || [];
+  const rmax = Math.max(...rates, 0);
+  const rc = svgChart(W, H, t0, t1, rmax > 0 ? rmax * 1.1 : 1, rmax > 0 ? (rmax >= 10 ? rmax.toFixed(0) : rmax.toFixed(1)) + "/s" : "1/s");
+  rc.svg.id = "chart-rate-svg";
+  const pts = rates.map((v, i) => rc.x(t0 + i * step + step / 2).toFixed(1) + "," + rc.y(v).toFixed(1));
+  if (pts.length) rc.add("polyline", { points: pts.join(" "), fill: "none", stroke: "#2f6fdb", "stroke-width": 2 });
+  rc.add("title", {}, "peak " + rmax.toFixed(1) + " shards/s");
+  $("#chart-rate").replaceChildren(rc.svg);
+  const jobsEnded = charts.jobs || [];
+  const lmax = Math.max(...jobsEnded.map((j) => j.seconds), 0);
+  const lc = svgChart(W, H, t0, t1, lmax > 0 ? lmax * 1.1 : 1, lmax > 0 ? secs(lmax) : "1 s");
+  lc.svg.id = "chart-latency-svg";
+  for (const j of jobsEnded) {
+    const dot = lc.add("circle", { cx: lc.x(new Date(j.finished_at).getTime()).toFixed(1), cy: lc.y(j.seconds).toFixed(1), r: 3,
+      fill: j.state === "succeeded" ? "#2e9d5b" : "#c8423b", "data-id": j.id });
+    const tip = document.createElementNS("http://www.w3.org/2000/svg", "title");
+    tip.textContent = j.id + " " + j.type + " " + j.state + ": " + secs(j.seconds);
+    dot.append(tip);
+    dot.addEventListener("click", () => pick(j.id));
+  }
+  if (!jobsEnded.length) lc.add("text", { x: W / 2 - 50, y: H / 2 }, "no job ended in the hour");
+  $("#chart-latency").replaceChildren(lc.svg);
+}
+
 for (const a of ["cancel", "retry", "delete"]) $("#detail-" + a).addEventListener("click", () => act(a));
 $("#api-token").value = token;
 $("#token-save").addEventListener("click", () => {
@@ -479,20 +607,31 @@ const refilter = () => { pages = [""]; tick(); };
 $("#filter-state").addEventListener("change", refilter);
 $("#filter-type").addEventListener("change", refilter);
 $("#filters").addEventListener("submit", (e) => { e.preventDefault(); refilter(); });
-// Search: a whole id opens that job (listed or not); a prefix shows the listed jobs that start
-// with it and opens the one when only one does.
-$("#search-form").addEventListener("submit", (e) => {
+// Search: storage lists the jobs whose id starts with the text (api/v1/jobs?prefix=); the list
+// shows them, and the one job found opens. Empty: every job again.
+$("#search-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const q = $("#search").value.trim().toLowerCase();
-  search = q;
-  const hits = jobs.filter((x) => x.id.startsWith(q));
-  if (/^[0-9]{8}-[0-9]{6}-[0-9a-f]{8,}(-[0-9]+)?$/.test(q) || hits.length === 1) pick(hits.length === 1 ? hits[0].id : q);
-  else tick();
+  const info = $("#search-info");
+  info.textContent = "";
+  if (q && !/^[a-z0-9-]{1,64}$/.test(q)) { info.textContent = "search: give a job id or its start (a-z, 0-9 and '-', e.g. 20261128-1012)"; return; }
+  search = q; pages = [""]; listedURL = "";
+  if (!q) { tick(); return; }
+  try {
+    const r = await fetch("api/v1/jobs?limit=25&prefix=" + encodeURIComponent(q), { cache: "no-store" });
+    const page = await r.json();
+    if (!r.ok || page.error) throw new Error(page.error || String(r.status));
+    const found = page.jobs || [];
+    info.textContent = found.length ? found.length + (page.next ? "+" : "") + " job" + (found.length === 1 ? "" : "s") + " start with " + q : "no job id starts with " + q;
+    if (found.length === 1) { pick(found[0].id); return; }
+  } catch (err) { info.textContent = "search failed: " + err.message; }
+  tick();
 });
 window.addEventListener("popstate", () => pick(jobFromPath(), false));
 $("#page-older").addEventListener("click", () => { if (nextCursor) { pages.push(nextCursor); tick(); } });
 $("#page-newer").addEventListener("click", () => { if (pages.length > 1) { pages.pop(); tick(); } });
 
 if (jobFromPath()) { selected = jobFromPath(); pinned = true; document.title = "mapagg job " + selected; }
+showView();
 checkToken().then(tick);
 setInterval(tick, 1000);
