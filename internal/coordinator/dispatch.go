@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/bus"
-	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -37,21 +36,6 @@ type shardPublisher interface {
 }
 
 var _ shardPublisher = Bus(nil)
-
-// onDispatched records a dispatcher's progress in its job, or fails the job.
-func (t *term) onDispatched(ev dispatchEvent) {
-	j := t.tab.get(ev.job)
-	if j == nil || j.cp.State.Terminal() {
-		return
-	}
-	if ev.err != nil {
-		t.fail(j, core.WrapOp("dispatch", ev.err))
-		return
-	}
-	if ev.upto > j.cp.Dispatched {
-		j.cp.Dispatched, j.dirty = ev.upto, true
-	}
-}
 
 // dispatch publishes shards [from, Total) in batches, reporting progress to the loop, and keeps
 // at most DispatchWindow of them dispatched and not merged. Shards come from src as they are

@@ -42,14 +42,6 @@ type repairState struct {
 	refused   string // why the job's last refused result was dead-lettered
 }
 
-// repairLook is one job's look: the shards merged when it began, and how many messages of the
-// job the two streams held.
-type repairLook struct {
-	id      string
-	done    int
-	backlog uint64
-}
-
 // repair starts a look at every running job that made no progress since the last one (see
 // above). The streams are read off the loop, one job after another, and the looks come back on
 // t.looked (onLooked); one pass runs at a time.

@@ -96,41 +96,6 @@ func newRunner(spec *protocol.Spec, impl jobs.Job) (runner, protocol.Kind, error
 	return run, protocol.KindAggregate, err
 }
 
-// loadRunner returns the runner of a job resumed from checkpoint cp, with cp's state, and the
-// job's kind. A checkpoint of an earlier release says no kind: the job's code decides, as it did
-// then.
-func (t *term) loadRunner(spec *protocol.Spec, impl jobs.Job, cp *protocol.Checkpoint) (runner, protocol.Kind, error) {
-	kind := cp.Kind
-	if kind == 0 {
-		kj, err := runsKeyed(spec, impl)
-		if err != nil {
-			return nil, 0, err
-		}
-		kind = protocol.KindAggregate
-		if kj != nil {
-			kind = protocol.KindKeyed
-		}
-	}
-	switch kind {
-	case protocol.KindKeyed:
-		if jobs.KeyedForm(impl) == nil {
-			return nil, kind, fmt.Errorf("%w: job %s is keyed; type %q on this leader is not", jobs.ErrBadCheckpoint, cp.Job, spec.Type)
-		}
-		kr := &keyedRun{id: cp.Job, container: t.plans.containerName(), log: t.log}
-		return kr, kind, kr.restore(cp.Aggregate)
-	default:
-		run, err := newAggregateRun(spec, impl)
-		if err != nil {
-			return nil, kind, err
-		}
-		err = core.Isolate(spec.Type, "restore aggregate", func() error { return run.agg.UnmarshalBinary(cp.Aggregate) })
-		if err != nil {
-			return nil, kind, fmt.Errorf("aggregate from checkpoint: %w", err)
-		}
-		return run, kind, nil
-	}
-}
-
 // aggregateRun runs an aggregate job: each shard's partial is merged into the job's Aggregate.
 type aggregateRun struct {
 	agg jobs.Aggregate

@@ -142,30 +142,3 @@ func releaseLight(j *job) {
 		j.keep = nil
 	}
 }
-
-// cancelHints remembers cancel hints of jobs the term does not hold yet (a light job between
-// its message and its adoption), for a while.
-type cancelHints map[string]time.Time
-
-const cancelHintTTL = time.Minute
-
-func (h cancelHints) add(id string, now time.Time) {
-	if len(h) >= 4096 {
-		for k, at := range h {
-			if now.Sub(at) > cancelHintTTL {
-				delete(h, k)
-			}
-		}
-		if len(h) >= 4096 {
-			clear(h)
-		}
-	}
-	h[id] = now
-}
-
-// take reports (and forgets) a hint for id.
-func (h cancelHints) take(id string, now time.Time) bool {
-	at, ok := h[id]
-	delete(h, id)
-	return ok && now.Sub(at) <= cancelHintTTL
-}
