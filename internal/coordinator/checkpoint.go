@@ -34,21 +34,6 @@ type checkpointer struct {
 	pending  int // merged results held for a checkpoint, all jobs
 }
 
-// jobWrites is one job's part of the checkpointer's state, kept on the job.
-type jobWrites struct {
-	// acks are merged results waiting for the checkpoint that includes them.
-	acks []*bus.Delivery
-	// writing: a checkpoint of the job is being stored in the background.
-	writing bool
-	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
-	nextDue time.Time
-	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
-	meta map[string]string
-	// lost: the job's state was lost with the storage; its next write creates its checkpoint
-	// (the failed status), If-None-Match (lost.go).
-	lost bool
-}
-
 // written is the outcome of a background checkpoint write.
 type written struct {
 	s    *snapshot

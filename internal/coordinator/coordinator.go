@@ -186,13 +186,6 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	return t
 }
 
-func nonBlocking[T any](ch chan T, v T) {
-	select {
-	case ch <- v:
-	default:
-	}
-}
-
 func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 	ckpt := time.NewTicker(t.cfg.CheckpointInterval)
 	defer ckpt.Stop()
@@ -241,7 +234,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case ev := <-t.dispatched:
 			t.onDispatched(ev)
 		case l := <-t.keyedLost:
-			t.onKeyedLoss(ctx, l) // keyed.go
+			t.onKeyedLoss(ctx, l) // keyedterm.go
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:

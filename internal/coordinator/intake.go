@@ -611,3 +611,10 @@ func shardsPerMsg(total int) int {
 	}
 	return min(max(total/4096, 2), 16)
 }
+
+func nonBlocking[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}

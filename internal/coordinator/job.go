@@ -3,9 +3,11 @@ package coordinator
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
 	"github.com/mapagg/mapagg/jobs"
@@ -30,7 +32,7 @@ type job struct {
 	fresh, refs bool
 	// w is the job's part of the checkpointer's state (checkpoint.go).
 	w jobWrites
-	// bk is the job's backup-task bookkeeping (backup.go).
+	// bk is the job's backup-task bookkeeping (straggler.go).
 	bk backupState
 	// light: nothing of the job is stored yet (smalljob.go); read by the dispatcher. unmarked:
 	// no active marker was written for it. msg is its queue message, kept hidden by keep until
@@ -70,4 +72,43 @@ func (j *job) wake() {
 	case j.progress <- struct{}{}:
 	default:
 	}
+}
+
+// repairState is a job's self-repair bookkeeping, owned by the loop.
+type repairState struct {
+	seenDone  int    // shards merged at the last look
+	idle      int    // consecutive looks that found nothing of the job in either stream
+	rounds    int    // repair rounds since the last merge
+	doneRound int    // shards merged when the last round was dispatched
+	round     int    // repair rounds of the job in this term
+	refused   string // why the job's last refused result was dead-lettered
+}
+
+// progressed records a merge seen by a look.
+func (r *repairState) progressed(done int) {
+	r.seenDone, r.idle = done, 0
+	if done > r.doneRound {
+		r.rounds = 0
+	}
+}
+
+// fairAccount is a job's part of fair dispatch, owned by the loop (its window, read by the
+// dispatcher, is job.window).
+type fairAccount struct {
+	counted int64 // merges already counted in the type's rate
+}
+
+// jobWrites is one job's part of the checkpointer's state, kept on the job.
+type jobWrites struct {
+	// acks are merged results waiting for the checkpoint that includes them.
+	acks []*bus.Delivery
+	// writing: a checkpoint of the job is being stored in the background.
+	writing bool
+	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
+	nextDue time.Time
+	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
+	meta map[string]string
+	// lost: the job's state was lost with the storage; its next write creates its checkpoint
+	// (the failed status), If-None-Match (lost.go).
+	lost bool
 }

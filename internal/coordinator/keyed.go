@@ -49,6 +49,8 @@ type keyedRun struct {
 	idle     int
 }
 
+var _ runner = (*keyedRun)(nil)
+
 // keyedMaxIdleChecks: reduce tasks that report an input lost which the leader finds whole this
 // many times in a row fail the job (the two disagree; running it again cannot help).
 const keyedMaxIdleChecks = 3
@@ -194,13 +196,6 @@ func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error)
 		return nil
 	})
 	return kj, err
-}
-
-func (t *planner) containerName() string {
-	if n, ok := t.store.(interface{ Name() string }); ok {
-		return n.Name()
-	}
-	return ""
 }
 
 // plan plans a keyed job: its partitions, its split, and the plan of S map and P reduce tasks,

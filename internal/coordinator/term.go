@@ -41,10 +41,10 @@ type term struct {
 
 	dispatched chan dispatchEvent // from dispatchers
 	cancels    chan string        // from NATS hints
-	hints      cancelHints        // hints of jobs not held yet (smalljob.go); loop only
+	hints      cancelHints        // hints of jobs not held yet (cancel.go, smalljob.go); loop only
 	stageErr   chan error         // from stages of their own (schedules, retention): the term must end
 	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
-	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
+	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyedterm.go)
 	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
 	looking    bool               // a self-repair pass runs
 
@@ -53,6 +53,8 @@ type term struct {
 
 	fair fairState // fair dispatch between the running jobs of a type (fair.go)
 }
+
+var _ runHost = (*term)(nil) // the term hosts its jobs' runners
 
 // repairLook is one job's look: the shards merged when it began, and how many messages of the
 // job the two streams held.
