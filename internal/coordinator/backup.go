@@ -83,7 +83,7 @@ func (d *shardSender) dispatchBackups(ctx context.Context, id, typ string, epoch
 		if err != nil {
 			return
 		}
-		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i, d.term), Data: b})
+		out = append(out, bus.Outgoing{Subject: subject, MsgID: protocol.BackupShardMsgID(id, i, d.termID), Data: b})
 	}
 	if err := d.bus.PublishAll(ctx, out); err != nil && ctx.Err() == nil {
 		d.log.Warn("backup tasks: publish", "job", id, "err", err)

@@ -176,7 +176,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
 	t.plans = &planner{fence: f, cfg: c.cfg, env: c.env, store: c.store, log: c.log}
-	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, term: f.ID, progress: t.dispatched}
+	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, termID: f.ID, progress: t.dispatched}
 	t.life = lifecycle.New(f, log, rep.emit, c.cfg, c.store, c.queue, c.bus)
 	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
 	t.in.elected = t.elected

@@ -25,7 +25,7 @@ type shardSender struct {
 	log      *slog.Logger
 	bus      shardPublisher
 	batch    int    // Config.DispatchBatch
-	term     string // the term's id: backup tasks' message ids
+	termID   string // the term's id: backup tasks' message ids
 	progress chan<- dispatchEvent
 }
 
@@ -64,7 +64,7 @@ func (d *shardSender) dispatch(ctx context.Context, j *job, src *planSource, fro
 				if data, err = protocol.EncodeShards(src.kind, id, typ, epoch, k, shards[k-i:end-i]); err == nil {
 					msgID := protocol.ShardMsgID(id, k)
 					if j.light.Load() { // nothing stored yet: a later plan must not be its duplicate (smalljob.go)
-						msgID = protocol.FreshShardMsgID(id, k, d.term, time.Now())
+						msgID = protocol.FreshShardMsgID(id, k, d.termID, time.Now())
 					}
 					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: msgID, Data: data})
 				}

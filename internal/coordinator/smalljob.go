@@ -84,7 +84,7 @@ func (in *intake) commitLight(ctx context.Context, m queue.Message, j *job, star
 // holdAlone moves m out of its received batch and keeps it hidden on its own until the returned
 // stop (or the term's end).
 func (in *intake) holdAlone(ctx context.Context, m queue.Message) (stop func()) {
-	m, unlock := in.latest(m)
+	m, unlock := in.hiding.latest(m)
 	unlock()
 	return in.keepHidden(ctx, []queue.Message{m})
 }
