@@ -31,7 +31,7 @@ type term struct {
 	tab    *jobTable            // which jobs the term holds (jobtable.go)
 	in     *intake              // jobs in from the queue, and waiting jobs (intake.go)
 	sched  *schedule.Scheduler  // schedule ticks (schedule.go)
-	life   *lifecycle.Lifecycle // clean-up, retries, retention (finish.go, retention.go)
+	life   *lifecycle.Lifecycle // clean-up, retries, retention (finish.go, lifecycle/)
 	ck     *checkpointer        // checkpoint writing (checkpoint.go)
 	plans  *planner             // splitting jobs, and their plans (plan.go)
 	send   *shardSender         // publishing shards (dispatch.go)
