@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"golang.org/x/sync/errgroup"
+
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
-	"golang.org/x/sync/errgroup"
 )
 
 // How the term takes a job in: at election and on rescan it claims every job marked active that
