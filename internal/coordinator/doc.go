@@ -17,8 +17,9 @@
 //   - schedule: each schedule's state; it fires ticks through a submitter (intake).
 //
 // The parts that share the loop's job type stay here, one file a chapter. Read them in this
-// order: each file names only what the files after it declare, but for one knot (job.go names
-// the runner, which names the job, and keyedRun in what it asks of its host).
+// order: each file names only what the files after it declare, but for one knot: job.go names
+// the runner (runner.go), whose methods take the job, and what a runner asks of its host names
+// keyedRun (keyed.go). TestLayout_ReadingOrder keeps it so.
 //   - coordinator.go: the Coordinator, Lead, and the term's loop (loop, onDispatched): it owns
 //     job state, dispatch and merge (raft's leaderLoop) and calls the chapters below.
 //   - The term's chapters, each a part of the loop's work on the jobs it holds: cancel.go
