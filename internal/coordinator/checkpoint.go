@@ -34,21 +34,6 @@ type checkpointer struct {
 	pending  int // merged results held for a checkpoint, all jobs
 }
 
-// jobWrites is one job's part of the checkpointer's state, kept on the job.
-type jobWrites struct {
-	// acks are merged results waiting for the checkpoint that includes them.
-	acks []*bus.Delivery
-	// writing: a checkpoint of the job is being stored in the background.
-	writing bool
-	// nextDue is when the tick next checkpoints the job (it adapts to the checkpoint's cost).
-	nextDue time.Time
-	// meta is the status record stored with the last checkpoint (its ETag is the job's etag).
-	meta map[string]string
-	// lost: the job's state was lost with the storage; its next write creates its checkpoint
-	// (the failed status), If-None-Match (lost.go).
-	lost bool
-}
-
 // written is the outcome of a background checkpoint write.
 type written struct {
 	s    *snapshot
@@ -401,7 +386,7 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	if !s.create && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)) {
 		// Refused: a newer leader wrote the checkpoint, or the storage lost it with the job's
 		// other state. Only the first is a reason to step down.
-		if lost := c.stateLost(ctx, s.j.id); lost != nil {
+		if lost := stateLost(ctx, c.store, s.j.id); lost != nil {
 			return "", lost
 		}
 	}
@@ -448,4 +433,28 @@ func (c *checkpointer) now(ctx context.Context, j *job) error {
 	c.apply(s, etag)
 	j.dirty = false
 	return nil
+}
+
+// lose ends job j, whose state was lost with the storage (why says how that was found): it
+// fails with LostStateError, its failed status is stored as a new checkpoint, and it leaves the
+// term. The results held for it are acknowledged: nothing is left to merge them into.
+func (c *checkpointer) lose(ctx context.Context, j *job, why error) {
+	c.log.Error("job's state was lost with the storage; the job fails", "job", j.id, "err", why)
+	c.loop.end(j, jobs.StateFailed, LostStateError)
+	if j.cp.State != jobs.StateFailed || j.cp.Error != LostStateError {
+		// It ended here, but its terminal checkpoint was lost with the rest (and its outputs
+		// may be): it failed all the same.
+		j.cp.State, j.cp.Error, j.cp.Result = jobs.StateFailed, LostStateError, nil
+	}
+	j.w.lost = true
+	if err := c.now(ctx, j); err != nil {
+		// The status cannot be written (the storage is still away): the job leaves the term all
+		// the same, as the next write would find the same.
+		c.log.Warn("cannot store the failed status of a job lost with the storage", "job", j.id, "err", err)
+		j.dirty = false
+	}
+	j.w.lost = false
+	c.ack(j.w.acks)
+	j.w.acks = nil
+	c.loop.retire(ctx, j)
 }

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/mapagg/mapagg/internal/bus"
 	"github.com/mapagg/mapagg/internal/coordinator/core"
@@ -18,7 +15,6 @@ import (
 	"github.com/mapagg/mapagg/internal/coordinator/jobread"
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
 	"github.com/mapagg/mapagg/internal/coordinator/schedule"
-	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -78,48 +74,6 @@ func (c *Coordinator) Healthy() error {
 }
 
 func (c *Coordinator) beat() { c.lastBeat.Store(time.Now().UnixNano()) }
-
-// term is one leadership term: the loop that owns the jobs' state, dispatch and merging (raft's
-// leaderLoop). The rest of the term's work is done by its components, each with its own state:
-// intake, the scheduler, the lifecycle (retries, retention, clean-up) and the checkpointer.
-type term struct {
-	// What the term takes from its Coordinator.
-	cfg   Config
-	store Store
-	bus   Bus
-	env   jobs.Env
-	beat  func() // the loop turned (Coordinator.Healthy)
-
-	fence   *fence.Fence
-	rep     reporter // the term's log and events, as its components have them
-	elected time.Time
-	log     *slog.Logger
-
-	tab    *jobTable            // which jobs the term holds (jobtable.go)
-	in     *intake              // jobs in from the queue, and waiting jobs (intake.go)
-	sched  *schedule.Scheduler  // schedule ticks (schedule.go)
-	life   *lifecycle.Lifecycle // clean-up, retries, retention (finish.go, retention.go)
-	ck     *checkpointer        // checkpoint writing (checkpoint.go)
-	plans  *planner             // splitting jobs, and their plans (plan.go)
-	send   *shardSender         // publishing shards (dispatch.go)
-	reader jobread.Reader       // jobs the term does not hold
-
-	merged int64 // results merged this term
-
-	dispatched chan dispatchEvent // from dispatchers
-	cancels    chan string        // from NATS hints
-	hints      cancelHints        // hints of jobs not held yet (smalljob.go); loop only
-	stageErr   chan error         // from stages of their own (schedules, retention): the term must end
-	kick       chan struct{}      // a job ended: rescan soon, for the jobs waiting after it
-	keyedLost  chan keyedLoss     // from map manifest writers: committed map runs gone (keyed.go)
-	looked     chan []repairLook  // from self-repair's pass: the streams' state (repair.go)
-	looking    bool               // a self-repair pass runs
-
-	dispatchers sync.WaitGroup
-	cleanups    sync.WaitGroup
-
-	fair fairState // fair dispatch between the running jobs of a type (fair.go)
-}
 
 // Lead runs one term of leadership until ctx ends (leadership lost or the process stopping) or
 // the coordinator finds itself deposed. It resumes every running job from its checkpoint, then
@@ -222,7 +176,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
 	}
 	t.plans = &planner{fence: f, cfg: c.cfg, env: c.env, store: c.store, log: c.log}
-	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, term: f.ID, progress: t.dispatched}
+	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, termID: f.ID, progress: t.dispatched}
 	t.life = lifecycle.New(f, log, rep.emit, c.cfg, c.store, c.queue, c.bus)
 	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
 	t.in.elected = t.elected
@@ -230,32 +184,6 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	t.sched = schedule.New(f, log, rep.emit, c.cfg, c.store, t.reader, t.in)
 	t.ck = newCheckpointer(f, rep, c.cfg, c.store, t.tab, t)
 	return t
-}
-
-// onCancelHint passes a cancel hint to the loop only when the job's cancel marker exists in
-// storage: hints travel on core NATS unauthenticated, and anyone who can publish there must not
-// be able to cancel a job. It runs on the subscription's goroutine, not the loop's, so a flood of
-// hints delays only other hints (the channel drops what the loop cannot take).
-func (t *term) onCancelHint(ctx context.Context, id string) {
-	if protocol.CheckID(id) != nil {
-		return
-	}
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if ok, err := t.store.Exists(rctx, protocol.CancelBlob(id)); err != nil || !ok {
-		if err == nil {
-			t.log.Warn("cancel hint without a cancel marker ignored", "job", id)
-		}
-		return // a storage error: the rescan reads the marker later
-	}
-	nonBlocking(t.cancels, id)
-}
-
-func nonBlocking[T any](ch chan T, v T) {
-	select {
-	case ch <- v:
-	default:
-	}
 }
 
 func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
@@ -306,7 +234,7 @@ func (t *term) loop(ctx context.Context, feed *bus.Feed) error {
 		case ev := <-t.dispatched:
 			t.onDispatched(ev)
 		case l := <-t.keyedLost:
-			t.onKeyedLoss(ctx, l) // keyed.go
+			t.onKeyedLoss(ctx, l) // keyedterm.go
 		case id := <-t.cancels:
 			t.cancel(ctx, id, "cancelled by user")
 		case <-ckpt.C:
@@ -339,116 +267,35 @@ func feedEnded(feed *bus.Feed) error {
 	return fmt.Errorf("%w: results feed ended: a newer leader's consumer holds the stream", ErrDeposed)
 }
 
-// adopt makes j active and starts dispatching what of it is not yet dispatched.
-func (t *term) adopt(ctx context.Context, j *job) {
-	if !t.tab.add(j) {
-		releaseLight(j) // smalljob.go
-		return          // claimed meanwhile (a rescan found its marker), or ended meanwhile (jobtable.go)
-	}
-	t.ck.adopted(j)
-	if t.hints.take(j.id, time.Now()) {
-		j.cancelled = true // hinted before it was held (smalljob.go)
-	}
-	if j.cancelled && !j.complete {
-		t.log.Info("job claimed with a cancel marker", "job", j.id)
-		t.end(j, jobs.StateCancelled, "cancelled by user")
+// emit calls Config.OnEvent, if set. It runs on the coordinator's goroutines and must not block.
+func (c *Coordinator) emitEvent(ev Event) {
+	if c.cfg.OnEvent == nil {
 		return
 	}
-	if j.complete {
-		j.dirty = true // finalize at the next checkpoint (a job with no shards, or all merged)
-	}
-	j.run.adopted(ctx, t, j) // runner.go
-	if j.cp.State == jobs.StateRunning && j.cp.Dispatched < j.cp.Total {
-		src, err := t.plans.source(j)
-		if err != nil {
-			t.fail(j, core.WrapOp("dispatch", err))
-		} else {
-			dctx, cancel := context.WithCancel(ctx)
-			j.stopDispatch = cancel
-			j.fair.counted = j.merged.Load()
-			t.rebalance(time.Now()) // the job's window, and a smaller one for its type's others
-			t.dispatchers.Add(1)
-			go func() {
-				defer t.dispatchers.Done()
-				t.send.dispatch(dctx, j, src, j.cp.Dispatched)
-			}()
-		}
-	}
-	t.log.Info("job running", "job", j.id, "type", j.spec.Type, "shards", j.cp.Total, "done", j.cp.DoneCount, "dispatched", j.cp.Dispatched)
-	t.rep.emit(Event{Kind: EventJobResumed, Epoch: t.fence.Epoch, Job: j.id, Count: j.cp.DoneCount})
+	ev.At = c.cfg.Now()
+	c.cfg.OnEvent(ev)
 }
 
-// ensure claims a planned job this term does not hold yet.
-func (t *term) ensure(ctx context.Context, id string) error {
-	if t.tab.get(id) != nil {
+// IntakeErr is why this leader cannot take jobs off the queue now, or nil (also while following).
+func (c *Coordinator) IntakeErr() error {
+	if !c.leading.Load() {
 		return nil
 	}
-	j, err := t.claim(ctx, id)
-	if err != nil {
-		if errors.Is(err, ErrDeposed) {
-			return err
-		}
-		t.log.Error("cannot resume job", "job", id, "err", err)
-		return nil
-	}
-	if j != nil {
-		t.adopt(ctx, j)
-	}
-	return nil
+	_, err := c.qhealth.err()
+	return err
 }
 
-// rescan claims every job marked active that this term does not hold: at election, and
-// periodically for a job planned by a deposed leader that did not know it was deposed.
-func (t *term) rescan(ctx context.Context) error {
-	marks, err := t.store.List(ctx, protocol.ActivePrefix)
-	if err != nil {
-		t.log.Warn("list active jobs", "err", err)
-		return nil
+// onDispatched records a dispatcher's progress in its job, or fails the job.
+func (t *term) onDispatched(ev dispatchEvent) {
+	j := t.tab.get(ev.job)
+	if j == nil || j.cp.State.Terminal() {
+		return
 	}
-	var ids []string
-	for _, m := range marks {
-		id := strings.TrimPrefix(m.Name, protocol.ActivePrefix)
-		if t.tab.get(id) != nil || protocol.CheckID(id) != nil {
-			continue
-		}
-		if t.tab.isCleaning(id) {
-			continue // ended here, its clean-up runs
-		}
-		if t.tab.isWaiting(id) {
-			// Waiting for a type this process lacks: only a cancel changes that in this term.
-			if ok, err := t.store.Exists(ctx, protocol.CancelBlob(id)); err != nil || !ok {
-				continue
-			}
-			t.tab.setWaiting(id, false)
-		}
-		ids = append(ids, id)
+	if ev.err != nil {
+		t.fail(j, core.WrapOp("dispatch", ev.err))
+		return
 	}
-	if len(ids) == 0 {
-		return nil
+	if ev.upto > j.cp.Dispatched {
+		j.cp.Dispatched, j.dirty = ev.upto, true
 	}
-	claimed := make([]*job, len(ids))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i, id := range ids {
-		g.Go(func() error {
-			j, err := t.claim(gctx, id)
-			if errors.Is(err, ErrDeposed) {
-				return err
-			}
-			if err != nil {
-				t.log.Error("cannot resume job", "job", id, "err", err)
-			}
-			claimed[i] = j
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for _, j := range claimed {
-		if j != nil {
-			t.adopt(ctx, j)
-		}
-	}
-	return nil
 }

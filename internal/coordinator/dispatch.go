@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/bus"
-	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -26,7 +25,7 @@ type shardSender struct {
 	log      *slog.Logger
 	bus      shardPublisher
 	batch    int    // Config.DispatchBatch
-	term     string // the term's id: backup tasks' message ids
+	termID   string // the term's id: backup tasks' message ids
 	progress chan<- dispatchEvent
 }
 
@@ -37,21 +36,6 @@ type shardPublisher interface {
 }
 
 var _ shardPublisher = Bus(nil)
-
-// onDispatched records a dispatcher's progress in its job, or fails the job.
-func (t *term) onDispatched(ev dispatchEvent) {
-	j := t.tab.get(ev.job)
-	if j == nil || j.cp.State.Terminal() {
-		return
-	}
-	if ev.err != nil {
-		t.fail(j, core.WrapOp("dispatch", ev.err))
-		return
-	}
-	if ev.upto > j.cp.Dispatched {
-		j.cp.Dispatched, j.dirty = ev.upto, true
-	}
-}
 
 // dispatch publishes shards [from, Total) in batches, reporting progress to the loop, and keeps
 // at most DispatchWindow of them dispatched and not merged. Shards come from src as they are
@@ -80,7 +64,7 @@ func (d *shardSender) dispatch(ctx context.Context, j *job, src *planSource, fro
 				if data, err = protocol.EncodeShards(src.kind, id, typ, epoch, k, shards[k-i:end-i]); err == nil {
 					msgID := protocol.ShardMsgID(id, k)
 					if j.light.Load() { // nothing stored yet: a later plan must not be its duplicate (smalljob.go)
-						msgID = protocol.FreshShardMsgID(id, k, d.term, time.Now())
+						msgID = protocol.FreshShardMsgID(id, k, d.termID, time.Now())
 					}
 					batch = append(batch, bus.Outgoing{Subject: subject, MsgID: msgID, Data: data})
 				}

@@ -16,14 +16,35 @@
 //     retention) and its Sweeper, which deletes ended jobs' active markers in batches.
 //   - schedule: each schedule's state; it fires ticks through a submitter (intake).
 //
-// The parts that share the loop's job type stay here. The job table (jobtable.go) owns which jobs
-// are active, waiting, finished, requeued and being cleaned. Intake (intake.go, visibility.go,
-// waiting.go, after.go) owns the queue's messages; the planner (plan.go) splitting; the shard
-// sender (dispatch.go) publishing; the checkpointer (checkpoint.go) writes in flight. The term
-// (coordinator.go) keeps the loop that owns job state, dispatch and merge; it holds its
-// components and the Coordinator's config and ports as plain fields. A job runs through a runner
-// chosen by its kind (runner.go): aggregateRun merges partials, keyedRun commits map and reduce
-// tasks (keyed.go).
+// The parts that share the loop's job type stay here, one file a chapter. Read them in this
+// order: each file names only what the files after it declare, but for one knot: job.go names
+// the runner (runner.go), whose methods take the job, and what a runner asks of its host names
+// keyedRun (keyed.go). TestLayout_ReadingOrder keeps it so.
+//   - coordinator.go: the Coordinator, Lead, and the term's loop (loop, onDispatched): it owns
+//     job state, dispatch and merge (raft's leaderLoop) and calls the chapters below.
+//   - The term's chapters, each a part of the loop's work on the jobs it holds: cancel.go
+//     (cancel hints and markers), merge.go (a result merged), backup.go (backup copies
+//     published), claim.go (a job claimed and adopted: rescan, ensure, claim, load, adopt),
+//     keyedterm.go (the term's side of keyed jobs), repair.go (self-repair), finish.go (a job's
+//     end: end, fail, retire), fair.go (each job's window).
+//   - Intake's chapters: intakeloop.go (read → admit → plan → commit), branching into
+//     waiting.go, after.go and smalljob.go (light jobs, intake's side and the term's).
+//   - term.go: the term's state: its components and config, the channels its loop reads, and
+//     the little state only the loop touches (cancel hints, fair dispatch's rates).
+//   - intake.go (intake's state and the steps its chapters share), visibility.go (the messages
+//     it keeps hidden).
+//   - The other components: the shard sender (dispatch.go) publishes; the checkpointer
+//     (checkpoint.go) writes in flight, and tells a job lost with the storage (lost.go); the
+//     planner (plan.go) splits and chooses a job's runner; the job table (jobtable.go) owns which
+//     jobs are active, waiting, finished, requeued and being cleaned.
+//   - A job's runner, chosen by its kind: keyedRun commits map and reduce tasks (keyed.go);
+//     runner.go declares the runner and what it asks of its host, and aggregateRun merges
+//     partials.
+//   - isolate.go (calling a job's code), job.go (one job's in-memory state, with each
+//     component's part of it), straggler.go (a job's backup bookkeeping), then events.go,
+//     status.go, queuehealth.go and face.go (the names of core this package uses).
+//
+// The term holds its components and the Coordinator's config and ports as plain fields.
 //
 // One result: the results feed → term.onResult (merge.go) → the job's runner merges or commits
 // it → the checkpointer stores the checkpoint, fenced, then acknowledges the message → at the last

@@ -5,15 +5,6 @@ import (
 	"log/slog"
 )
 
-// emit calls Config.OnEvent, if set. It runs on the coordinator's goroutines and must not block.
-func (c *Coordinator) emitEvent(ev Event) {
-	if c.cfg.OnEvent == nil {
-		return
-	}
-	ev.At = c.cfg.Now()
-	c.cfg.OnEvent(ev)
-}
-
 // reporter is what a component of a term logs and reports with: its log and the term's events
 // (emit stamps the term's epoch).
 type reporter struct {

@@ -20,25 +20,6 @@ const fairInterval = 100 * time.Millisecond
 // start at the rate the workers had.
 const fairForget = 30 * time.Second
 
-// typeRate is one job type's measured merge rate.
-type typeRate struct {
-	perSec float64
-	budget int
-	seen   time.Time // when the type last had a job
-}
-
-// fairState is the loop's fair-dispatch bookkeeping.
-type fairState struct {
-	last  time.Time
-	types map[string]*typeRate
-}
-
-// fairAccount is a job's part of fair dispatch, owned by the loop (its window, read by the
-// dispatcher, is job.window).
-type fairAccount struct {
-	counted int64 // merges already counted in the type's rate
-}
-
 // setWindow sets how many of j's shards may be dispatched and not merged, and wakes its
 // dispatcher when that grew.
 func (j *job) setWindow(n int) {

@@ -6,37 +6,9 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
-	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 )
-
-// checkCancels looks for cancel markers of active jobs (a backstop for the NATS hint).
-func (t *term) checkCancels(ctx context.Context) {
-	for j := range t.tab.all() {
-		if j.cp.State.Terminal() {
-			continue
-		}
-		if ok, err := t.store.Exists(ctx, protocol.CancelBlob(j.id)); err == nil && ok {
-			t.cancel(ctx, j.id, "cancelled by user")
-		}
-	}
-}
-
-// cancel ends a running job as cancelled (or failed, via fail); the terminal checkpoint is
-// written at the next checkpoint tick, then its queued shards are purged.
-func (t *term) cancel(ctx context.Context, id, why string) {
-	j := t.tab.get(id)
-	if j == nil {
-		t.hints.add(id, time.Now()) // a light job not adopted yet (smalljob.go)
-		t.tab.setWaiting(id, false) // a waiting job: claim reads the marker and ends it
-		if err := t.ensure(ctx, id); err != nil || t.tab.get(id) == nil {
-			return
-		}
-		j = t.tab.get(id)
-	}
-	t.end(j, jobs.StateCancelled, why)
-}
 
 func (t *term) end(j *job, state jobs.State, why string) {
 	if j.cp.State.Terminal() {
@@ -76,4 +48,14 @@ func (t *term) retire(ctx context.Context, j *job) {
 			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
 		}
 	}()
+}
+
+// fail ends j as failed by err. An error of the job's code (a *UserCodeError in its chain) is
+// reported too: logged with its stack, and an EventJobCodeFailed.
+func (t *term) fail(j *job, err error) {
+	if j.cp.State.Terminal() {
+		return
+	}
+	t.rep.codeFailed(j.id, err)
+	t.end(j, jobs.StateFailed, err.Error())
 }

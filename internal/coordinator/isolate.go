@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"github.com/mapagg/mapagg/internal/coordinator/core"
-	"github.com/mapagg/mapagg/jobs"
 )
 
 // call runs one call of j's code (see isolate).
@@ -14,14 +13,4 @@ func (j *job) typ() string {
 		return j.spec.Type
 	}
 	return j.cp.Type
-}
-
-// fail ends j as failed by err. An error of the job's code (a *UserCodeError in its chain) is
-// reported too: logged with its stack, and an EventJobCodeFailed.
-func (t *term) fail(j *job, err error) {
-	if j.cp.State.Terminal() {
-		return
-	}
-	t.rep.codeFailed(j.id, err)
-	t.end(j, jobs.StateFailed, err.Error())
 }

@@ -3,16 +3,12 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
-	"github.com/mapagg/mapagg/store"
 )
 
 // Keyed jobs (docs/design.md, "Keyed reduce: execution"). A keyed job of S map shards and P
@@ -52,6 +48,8 @@ type keyedRun struct {
 	reported string
 	idle     int
 }
+
+var _ runner = (*keyedRun)(nil)
 
 // keyedMaxIdleChecks: reduce tasks that report an input lost which the leader finds whole this
 // many times in a row fail the job (the two disagree; running it again cannot help).
@@ -200,13 +198,6 @@ func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error)
 	return kj, err
 }
 
-func (t *planner) containerName() string {
-	if n, ok := t.store.(interface{ Name() string }); ok {
-		return n.Name()
-	}
-	return ""
-}
-
 // plan plans a keyed job: its partitions, its split, and the plan of S map and P reduce tasks,
 // stored in pages like any split job's.
 func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
@@ -273,207 +264,12 @@ func (a *keyedRun) adopted(ctx context.Context, h runHost, j *job) {
 	}
 }
 
-// dispatchAgain dispatches tasks idx of j once more (self-repair's message ids).
-func (t *term) dispatchAgain(ctx context.Context, j *job, idx []uint32) {
-	if len(idx) == 0 {
-		return
-	}
-	src, err := t.plans.source(j)
-	if err != nil {
-		t.fail(j, core.WrapOp("dispatch", err))
-		return
-	}
-	ints := make([]int, len(idx))
-	for i, x := range idx {
-		ints[i] = int(x)
-	}
-	sort.Ints(ints)
-	t.rep.emit(Event{Kind: EventRepaired, Epoch: t.fence.Epoch, Job: j.id, Shard: ints[0], Count: len(ints)})
-	t.dispatchers.Add(1)
-	go func(id, typ string, epoch uint64, round, per int) {
-		defer t.dispatchers.Done()
-		t.send.dispatchRepair(ctx, id, typ, epoch, round, per, src, ints)
-	}(j.id, j.spec.Type, j.cp.PlanEpoch, int(time.Now().UnixMilli()), max(j.cp.ShardsPerMsg, 1))
-}
-
 // stored runs after a checkpoint of j is stored: once one commits every map task, the map
 // manifest is written from it.
 func (a *keyedRun) stored(ctx context.Context, h runHost, j *job, s runState) {
 	if !a.manifest && s.maps == a.S && !j.cp.State.Terminal() {
 		h.writeManifest(ctx, j, a)
 	}
-}
-
-// writeManifest closes j's gate, checks every committed map run and stores the map manifest in
-// the background, retrying until the term ends; then the loop opens the gate (onKeyedLoss): the
-// reduce tasks are dispatched. Every committed attempt is stored, so any leader writes the same
-// manifest.
-func (t *term) writeManifest(ctx context.Context, j *job, ka *keyedRun) {
-	ka.manifest, ka.checking = true, true
-	ka.checks++
-	check := ka.checks
-	j.gate.Store(int64(ka.S) + 1)
-	m := protocol.MapManifest{Job: j.id, Partitions: ka.P, Maps: make([]protocol.MapCommit, ka.S)}
-	for i, c := range ka.maps {
-		m.Maps[i] = *c
-	}
-	data, err := json.Marshal(m)
-	if err != nil {
-		t.fail(j, fmt.Errorf("encode the map manifest: %w", err))
-		return
-	}
-	t.cleanups.Add(1)
-	go func() {
-		defer t.cleanups.Done()
-		for {
-			lost, err := t.lostRuns(ctx, m.Maps)
-			if err == nil && len(lost) > 0 {
-				t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check, blobs: lost})
-				return
-			}
-			if err == nil {
-				_, err = t.store.Put(ctx, protocol.MapManifestBlob(j.id), data, store.Cond{})
-			}
-			if err == nil && t.endedMeanwhile(ctx, j.id, protocol.MapManifestBlob(j.id)) {
-				return
-			}
-			if err == nil {
-				break
-			}
-			t.log.Warn("write the map manifest; retrying", "job", j.id, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-		t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check})
-	}()
-}
-
-// endedMeanwhile deletes blob, just stored for job id by a background writer, if the job's
-// status record says it ended: its clean-up may have run before the write (a cancel while the
-// manifest was being written). Clean-up deletes after the terminal checkpoint is stored, so one of
-// the two deletes comes after the write.
-func (t *term) endedMeanwhile(ctx context.Context, id, blob string) bool {
-	p, err := t.store.Props(ctx, protocol.CheckpointBlob(id))
-	if err != nil {
-		return false
-	}
-	rec, err := protocol.DecodeStatusRecord(p.Meta)
-	if err != nil || !rec.State.Terminal() {
-		return false
-	}
-	if err := t.store.Delete(ctx, blob); err != nil && !errors.Is(err, store.ErrNotFound) {
-		t.log.Warn("delete a blob written after its job ended", "job", id, "blob", blob, "err", err)
-	}
-	return true
-}
-
-// keyedLoss is a storage check's news for the loop: the committed map runs (or, with outputs,
-// output blobs) of a job that storage no longer has whole. None: the check found every one (the
-// map manifest is stored).
-type keyedLoss struct {
-	job     string
-	run     *keyedRun      // the run that started the check
-	check   int            // keyedRun.checks (outChecks) when the check started
-	outputs bool           // a check of outputs (blobs by partition), not of map runs
-	blobs   map[int]string // task → its committed blob
-}
-
-func (t *term) keyedNews(ctx context.Context, l keyedLoss) {
-	select {
-	case t.keyedLost <- l:
-	case <-ctx.Done():
-	}
-}
-
-// lostRuns checks that every committed map run is stored whole (a HEAD each): a storage
-// rollback (Azurite's kill -9 loses its last seconds of writes) can lose a run whose commit
-// survived in a later checkpoint.
-func (t *term) lostRuns(ctx context.Context, maps []protocol.MapCommit) (map[int]string, error) {
-	lost := map[int]string{}
-	for i, c := range maps {
-		p, err := t.store.Props(ctx, c.Blob)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			lost[i] = c.Blob
-		case err != nil:
-			return nil, err
-		case p.Size != c.Offsets[len(c.Offsets)-1]:
-			lost[i] = c.Blob
-		}
-	}
-	return lost, nil
-}
-
-// onKeyedLoss takes a storage check's news. It opens the gate (every run found), or takes back the
-// commits of lost map runs and dispatches their tasks again. The manifest is written once they are
-// committed again. Lost outputs get the same (outputsChecked).
-func (t *term) onKeyedLoss(ctx context.Context, l keyedLoss) {
-	j := t.tab.get(l.job)
-	if j == nil || j.cp.State.Terminal() || j.run != runner(l.run) {
-		return
-	}
-	ka := l.run
-	if l.outputs {
-		if l.check == ka.outChecks {
-			t.outputsChecked(ctx, j, ka, l.blobs)
-		}
-		return
-	}
-	if l.check != ka.checks {
-		return
-	}
-	ka.checking = false
-	if len(l.blobs) == 0 {
-		t.openGate(ctx, j, ka)
-		return
-	}
-	ka.reported, ka.idle = "", 0
-	var idx []int
-	for s, blob := range l.blobs {
-		if c := ka.maps[s]; c != nil && c.Blob == blob {
-			ka.maps[s] = nil
-			ka.nMaps--
-			j.done.Remove(uint32(s))
-			j.merged.Add(-1)
-			idx = append(idx, s)
-		}
-	}
-	ka.manifest = false
-	j.dirty, j.complete = true, false
-	sort.Ints(idx)
-	t.log.Warn("committed map runs are gone from storage (a rollback?); running their tasks again", "job", j.id, "shards", idx)
-	t.dispatchAgain(ctx, j, u32s(idx))
-}
-
-// openGate opens j's gate once its map manifest is stored: the dispatcher goes on with the
-// reduce tasks, and those that reported a lost input run again.
-func (t *term) openGate(ctx context.Context, j *job, ka *keyedRun) {
-	if ka.reported != "" && ka.reported != protocol.MapManifestBlob(j.id) {
-		// A reduce task said a run was gone, and the check found every run whole.
-		if ka.idle++; ka.idle >= keyedMaxIdleChecks {
-			t.fail(j, fmt.Errorf("reduce tasks report %s lost, but the leader finds it whole (%d checks)", ka.reported, ka.idle))
-			return
-		}
-	}
-	ka.reported = ""
-	t.log.Info("map phase committed; reduce tasks dispatched", "job", j.id, "maps", ka.S, "partitions", ka.P, "reduce_tasks", ka.tasks()-ka.S, "again", len(ka.redo))
-	ka.opened = true
-	// Reduce tasks are not map tasks: their backups wait on their own run times (each task is
-	// still backed up at most once a term).
-	j.bk = backupState{backed: j.bk.backed}
-	j.gate.Store(0)
-	j.wake()
-	var idx []int
-	for p := range ka.redo {
-		if task := ka.taskOf(p); !j.done.Contains(uint32(task)) {
-			idx = append(idx, task)
-		}
-	}
-	ka.redo = nil
-	t.dispatchAgain(ctx, j, u32s(idx))
 }
 
 // accept commits r, a result of the job's task (its partial is the commit). A reduce task's
@@ -522,84 +318,4 @@ func (a *keyedRun) ready(ctx context.Context, h runHost, j *job) bool {
 		h.checkOutputs(ctx, j, a)
 	}
 	return false
-}
-
-// checkOutputs checks in the background that every committed output blob is stored whole (a
-// HEAD each), before the output manifest names it: a storage rollback can lose an output whose
-// commit survived.
-func (t *term) checkOutputs(ctx context.Context, j *job, ka *keyedRun) {
-	ka.verifying = true
-	ka.outChecks++
-	check := ka.outChecks
-	outs := make([]protocol.OutputPartition, len(ka.outs))
-	for p, o := range ka.outs {
-		outs[p] = *o
-	}
-	t.cleanups.Add(1)
-	go func() {
-		defer t.cleanups.Done()
-		for {
-			lost, err := t.lostOutputs(ctx, outs)
-			if err == nil {
-				t.keyedNews(ctx, keyedLoss{job: j.id, run: ka, check: check, outputs: true, blobs: lost})
-				return
-			}
-			t.log.Warn("check the outputs; retrying", "job", j.id, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
-	}()
-}
-
-// lostOutputs returns the outputs that storage does not have with their committed size.
-func (t *term) lostOutputs(ctx context.Context, outs []protocol.OutputPartition) (map[int]string, error) {
-	lost := map[int]string{}
-	for _, o := range outs {
-		p, err := t.store.Props(ctx, o.Blob)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			lost[o.Partition] = o.Blob
-		case err != nil:
-			return nil, err
-		case p.Size != o.Bytes:
-			lost[o.Partition] = o.Blob
-		}
-	}
-	return lost, nil
-}
-
-// outputsChecked completes j when every output was found whole; otherwise it takes back the
-// commits of the lost ones and runs their reduce tasks again.
-func (t *term) outputsChecked(ctx context.Context, j *job, ka *keyedRun, lost map[int]string) {
-	ka.verifying = false
-	if len(lost) == 0 {
-		ka.verified = true
-		if int(j.done.GetCardinality()) == j.cp.Total {
-			j.complete, j.dirty = true, true
-			if !j.w.writing {
-				t.ck.start(ctx, j)
-			}
-		}
-		return
-	}
-	var idx []int
-	for p, blob := range lost {
-		if o := ka.outs[p]; o != nil && o.Blob == blob {
-			ka.outs[p] = nil
-			ka.nOuts--
-			// The task runs again; its result commits only the partitions taken back.
-			if task := ka.taskOf(p); j.done.Contains(uint32(task)) {
-				j.done.Remove(uint32(task))
-				j.merged.Add(-1)
-				idx = append(idx, task)
-			}
-		}
-	}
-	j.dirty = true
-	sort.Ints(idx)
-	t.log.Warn("committed outputs are gone from storage (a rollback?); running their reduce tasks again", "job", j.id, "tasks", idx)
-	t.dispatchAgain(ctx, j, u32s(idx))
 }

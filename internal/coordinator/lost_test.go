@@ -106,7 +106,7 @@ func TestCheckpoint_RefusedWithStateStillDeposes(t *testing.T) {
 	if _, err := c.newTerm(2).claim(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if lost := c.newTerm(1).ck.stateLost(ctx, id); lost != nil {
+	if lost := stateLost(ctx, c.newTerm(1).ck.store, id); lost != nil {
 		t.Fatalf("stateLost with the checkpoint there: %v", lost)
 	}
 	r.result(shards[1], 1, 1, nil)

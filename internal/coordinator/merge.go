@@ -70,15 +70,6 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	return nil
 }
 
-type mergeOutcome int
-
-const (
-	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
-	mergeKept                        // changed the job: ack after the next checkpoint
-	mergeRetry                       // cannot be merged now: hand the message back
-	mergeDone                        // a runner's verdict: merged, the shard is done
-)
-
 // mergeOne merges one result into j, or says why not.
 func (t *term) mergeOne(ctx context.Context, j *job, r *protocol.ResultMsg) mergeOutcome {
 	if r.Ref != "" {

@@ -37,8 +37,7 @@ type planner struct {
 	log   *slog.Logger
 }
 
-// errPlanStorage: storing a plan failed (storage unavailable); planning may be tried again.
-var errPlanStorage = errors.New("store the plan")
+var _ planHost = (*planner)(nil)
 
 // plan validates a job and plans it: it makes its empty aggregate, and counts its shards (an
 // indexed job) or splits it and stores the pages (any other). Every call of the job's code is
@@ -184,4 +183,29 @@ func (s *planSource) shardRange(ctx context.Context, from, to int) ([][]byte, er
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// newRunner returns the runner of a job of spec to be planned: keyed when the job's code says
+// so for its parameters.
+func newRunner(spec *protocol.Spec, impl jobs.Job) (runner, protocol.Kind, error) {
+	kj, err := runsKeyed(spec, impl)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case kj != nil:
+		return &keyedRun{kj: kj}, protocol.KindKeyed, nil
+	}
+	run, err := newAggregateRun(spec, impl)
+	return run, protocol.KindAggregate, err
+}
+
+func (pl *planner) planEnv() planEnv {
+	return planEnv{env: pl.env, partitions: pl.cfg.Partitions, container: pl.containerName(), log: pl.log}
+}
+
+func (t *planner) containerName() string {
+	if n, ok := t.store.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return ""
 }

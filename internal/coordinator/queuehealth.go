@@ -49,12 +49,3 @@ func (q *queueHealth) err() (time.Duration, error) {
 	d := time.Since(time.Unix(0, s))
 	return d, fmt.Errorf("%w for %v: %v", ErrQueueUnreachable, d.Round(time.Second), last)
 }
-
-// IntakeErr is why this leader cannot take jobs off the queue now, or nil (also while following).
-func (c *Coordinator) IntakeErr() error {
-	if !c.leading.Load() {
-		return nil
-	}
-	_, err := c.qhealth.err()
-	return err
-}

@@ -32,24 +32,6 @@ import (
 // duplicate. After RepairRounds rounds without a merge, the job fails with a reason that names the
 // shards.
 
-// repairState is a job's self-repair bookkeeping, owned by the loop.
-type repairState struct {
-	seenDone  int    // shards merged at the last look
-	idle      int    // consecutive looks that found nothing of the job in either stream
-	rounds    int    // repair rounds since the last merge
-	doneRound int    // shards merged when the last round was dispatched
-	round     int    // repair rounds of the job in this term
-	refused   string // why the job's last refused result was dead-lettered
-}
-
-// repairLook is one job's look: the shards merged when it began, and how many messages of the
-// job the two streams held.
-type repairLook struct {
-	id      string
-	done    int
-	backlog uint64
-}
-
 // repair starts a look at every running job that made no progress since the last one (see
 // above). The streams are read off the loop, one job after another, and the looks come back on
 // t.looked (onLooked); one pass runs at a time.
@@ -94,14 +76,6 @@ func (t *term) repair(ctx context.Context) {
 		}
 		t.looked <- looks // buffered: the one pass in flight never blocks
 	}()
-}
-
-// progressed records a merge seen by a look.
-func (r *repairState) progressed(done int) {
-	r.seenDone, r.idle = done, 0
-	if done > r.doneRound {
-		r.rounds = 0
-	}
 }
 
 // onLooked takes a pass's looks in the loop: a job that merged meanwhile made progress; one that

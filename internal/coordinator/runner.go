@@ -71,65 +71,7 @@ type planEnv struct {
 	log        *slog.Logger
 }
 
-var (
-	_ runHost  = (*term)(nil)
-	_ planHost = (*planner)(nil)
-	_ runner   = (*aggregateRun)(nil)
-	_ runner   = (*keyedRun)(nil)
-)
-
-func (pl *planner) planEnv() planEnv {
-	return planEnv{env: pl.env, partitions: pl.cfg.Partitions, container: pl.containerName(), log: pl.log}
-}
-
-// newRunner returns the runner of a job of spec to be planned: keyed when the job's code says
-// so for its parameters.
-func newRunner(spec *protocol.Spec, impl jobs.Job) (runner, protocol.Kind, error) {
-	kj, err := runsKeyed(spec, impl)
-	switch {
-	case err != nil:
-		return nil, 0, err
-	case kj != nil:
-		return &keyedRun{kj: kj}, protocol.KindKeyed, nil
-	}
-	run, err := newAggregateRun(spec, impl)
-	return run, protocol.KindAggregate, err
-}
-
-// loadRunner returns the runner of a job resumed from checkpoint cp, with cp's state, and the
-// job's kind. A checkpoint of an earlier release says no kind: the job's code decides, as it did
-// then.
-func (t *term) loadRunner(spec *protocol.Spec, impl jobs.Job, cp *protocol.Checkpoint) (runner, protocol.Kind, error) {
-	kind := cp.Kind
-	if kind == 0 {
-		kj, err := runsKeyed(spec, impl)
-		if err != nil {
-			return nil, 0, err
-		}
-		kind = protocol.KindAggregate
-		if kj != nil {
-			kind = protocol.KindKeyed
-		}
-	}
-	switch kind {
-	case protocol.KindKeyed:
-		if jobs.KeyedForm(impl) == nil {
-			return nil, kind, fmt.Errorf("%w: job %s is keyed; type %q on this leader is not", jobs.ErrBadCheckpoint, cp.Job, spec.Type)
-		}
-		kr := &keyedRun{id: cp.Job, container: t.plans.containerName(), log: t.log}
-		return kr, kind, kr.restore(cp.Aggregate)
-	default:
-		run, err := newAggregateRun(spec, impl)
-		if err != nil {
-			return nil, kind, err
-		}
-		err = core.Isolate(spec.Type, "restore aggregate", func() error { return run.agg.UnmarshalBinary(cp.Aggregate) })
-		if err != nil {
-			return nil, kind, fmt.Errorf("aggregate from checkpoint: %w", err)
-		}
-		return run, kind, nil
-	}
-}
+var _ runner = (*aggregateRun)(nil)
 
 // aggregateRun runs an aggregate job: each shard's partial is merged into the job's Aggregate.
 type aggregateRun struct {
@@ -255,3 +197,15 @@ func (a *aggregateRun) result(j *job) (res json.RawMessage, err error) {
 func (a *aggregateRun) due() bool                                       { return false }
 func (a *aggregateRun) adopted(context.Context, runHost, *job)          {}
 func (a *aggregateRun) stored(context.Context, runHost, *job, runState) {}
+
+type mergeOutcome int
+
+const (
+	mergeDropped mergeOutcome = iota // nothing to keep (duplicate, other plan, job ended)
+	mergeKept                        // changed the job: ack after the next checkpoint
+	mergeRetry                       // cannot be merged now: hand the message back
+	mergeDone                        // a runner's verdict: merged, the shard is done
+)
+
+// errPlanStorage: storing a plan failed (storage unavailable); planning may be tried again.
+var errPlanStorage = errors.New("store the plan")

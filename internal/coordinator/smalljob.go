@@ -84,7 +84,7 @@ func (in *intake) commitLight(ctx context.Context, m queue.Message, j *job, star
 // holdAlone moves m out of its received batch and keeps it hidden on its own until the returned
 // stop (or the term's end).
 func (in *intake) holdAlone(ctx context.Context, m queue.Message) (stop func()) {
-	m, unlock := in.latest(m)
+	m, unlock := in.hiding.latest(m)
 	unlock()
 	return in.keepHidden(ctx, []queue.Message{m})
 }
@@ -141,31 +141,4 @@ func releaseLight(j *job) {
 		j.keep()
 		j.keep = nil
 	}
-}
-
-// cancelHints remembers cancel hints of jobs the term does not hold yet (a light job between
-// its message and its adoption), for a while.
-type cancelHints map[string]time.Time
-
-const cancelHintTTL = time.Minute
-
-func (h cancelHints) add(id string, now time.Time) {
-	if len(h) >= 4096 {
-		for k, at := range h {
-			if now.Sub(at) > cancelHintTTL {
-				delete(h, k)
-			}
-		}
-		if len(h) >= 4096 {
-			clear(h)
-		}
-	}
-	h[id] = now
-}
-
-// take reports (and forgets) a hint for id.
-func (h cancelHints) take(id string, now time.Time) bool {
-	at, ok := h[id]
-	delete(h, id)
-	return ok && now.Sub(at) <= cancelHintTTL
 }

@@ -55,54 +55,10 @@ func (hs *hiding) load(id string) *hidden {
 	return hs.by[id]
 }
 
-// keepHidden extends the visibility of msgs every third of QueueVisibility until stop, when the
-// queue can. Messages deleted meanwhile (through deleteMsg) are left alone.
-func (in *intake) keepHidden(ctx context.Context, msgs []queue.Message) (stop func()) {
-	ext, ok := in.queue.(Extender)
-	if !ok || len(msgs) == 0 {
-		return func() {}
-	}
-	h := &hidden{msgs: make(map[string]queue.Message, len(msgs))}
-	for _, m := range msgs {
-		h.msgs[m.ID] = m
-		in.hiding.store(m.ID, h)
-	}
-	kctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(in.cfg.QueueVisibility / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-tick.C:
-			}
-			h.mu.Lock()
-			for id, m := range h.msgs {
-				if n, err := ext.Extend(kctx, m, in.cfg.QueueVisibility); err == nil {
-					h.msgs[id] = n
-				} else if kctx.Err() == nil {
-					in.log.Warn("keep a job message hidden", "id", id, "err", err)
-				}
-			}
-			h.mu.Unlock()
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-		for _, m := range msgs {
-			in.hiding.forget(m.ID, h)
-		}
-	}
-}
-
 // latest returns m with the newest pop receipt and forgets it (it is being deleted); the caller
 // deletes while holding the returned unlock.
-func (in *intake) latest(m queue.Message) (queue.Message, func()) {
-	h := in.hiding.load(m.ID)
+func (hs *hiding) latest(m queue.Message) (queue.Message, func()) {
+	h := hs.load(m.ID)
 	if h == nil {
 		return m, func() {}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/queue"
@@ -121,46 +120,6 @@ func (in *intake) startWaiting(ctx context.Context, cp *protocol.Checkpoint, eta
 	in.log.Info("waiting job planned", "job", id, "type", spec.Type, "shards", next.Total, "plan", next.Plan)
 	in.emit(Event{Kind: EventJobPlanned, Epoch: in.fence.Epoch, Job: id, Count: next.Total})
 	return j, nil
-}
-
-// endStored ends the job of checkpoint cp (read with etag), which this term does not run, in a
-// terminal state, and cleans up after it. It returns core.ErrRetryClaim when the checkpoint changed
-// meanwhile.
-func (in *intake) endStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag, state jobs.State, why string) error {
-	next := *cp
-	now := in.cfg.Now().UTC()
-	next.State, next.Error, next.Result, next.Aggregate, next.FinishedAt = state, why, nil, nil, &now
-	if _, err := in.putStored(ctx, &next, etag); err != nil {
-		return err
-	}
-	in.tab.setWaiting(cp.Job, false)
-	in.log.Info("job ended", "job", cp.Job, "state", state, "reason", why)
-	var werr error
-	if why != "" {
-		werr = errors.New(why)
-	}
-	in.emit(Event{Kind: EventJobFinished, Epoch: in.fence.Epoch, Job: cp.Job, State: string(state), Count: cp.DoneCount, Err: werr})
-	in.life.Cleanup(ctx, &next)
-	return nil
-}
-
-// putStored writes cp as this term's (If-Match etag). A conflict is explained by conflict: this
-// leader is deposed, or core.ErrRetryClaim.
-func (in *intake) putStored(ctx context.Context, cp *protocol.Checkpoint, etag store.ETag) (store.ETag, error) {
-	cp.WriterEpoch, cp.WriterTerm = in.fence.Epoch, in.fence.ID
-	cp.Seq++
-	cp.UpdatedAt = in.cfg.Now().UTC()
-	data, err := cp.Encode()
-	if err != nil {
-		return "", err
-	}
-	began := time.Now()
-	next, err := in.store.Put(ctx, protocol.CheckpointBlob(cp.Job), data, store.Cond{IfMatch: etag})
-	in.cfg.Metrics.CheckpointWritten(time.Since(began), len(data), err)
-	if errors.Is(err, store.ErrConflict) {
-		return "", in.fence.Conflict(ctx, cp.Job)
-	}
-	return next, err
 }
 
 // pause stores the planned job of checkpoint cp (read with etag), whose type this leader lacks,
