@@ -265,9 +265,11 @@ func (a *keyedRun) adopted(ctx context.Context, h runHost, j *job) {
 }
 
 // stored runs after a checkpoint of j is stored: once one commits every map task, the map
-// manifest is written from it.
+// manifest is written from it. Every task must still be committed now: a check that found runs
+// lost between the checkpoint and its store took them back (they run again, and a later
+// checkpoint that commits them writes the manifest).
 func (a *keyedRun) stored(ctx context.Context, h runHost, j *job, s runState) {
-	if !a.manifest && s.maps == a.S && !j.cp.State.Terminal() {
+	if !a.manifest && s.maps == a.S && a.nMaps == a.S && !j.cp.State.Terminal() {
 		h.writeManifest(ctx, j, a)
 	}
 }
