@@ -7,6 +7,10 @@ The worker starts the program with MAPAGG_ROLE set:
 * ``reduce``: key<TAB>value lines sorted by key; ``reducer(key, values)`` returns a value (the
   record key<TAB>value), or yields (key, value) records, or returns None (no record).
 * ``describe``: prints what the program can do, as JSON.
+* ``session``: the tasks of one job, one after another, each framed: a line
+  ``mapagg:task {"seq": N, "role": ..., "shard"/"partition": ...}``, its input in frames
+  (``<length>\n<bytes>``, ended by ``0\n``); its output ends with the line ``mapagg:end N``.
+  The process ends when its stdin does.
 
 Keys are strings. Values are any JSON value: they travel as JSON text, so a reducer gets back
 the ints, lists and dicts its mapper emitted. In a field, tab, newline, CR and backslash are
@@ -122,6 +126,11 @@ class _Out:
             self.lines.extend(block)
             self.flush()
 
+    def end_task(self, seq):
+        """Writes the lines held and a session task's end line, and sends them."""
+        self.lines.append(f"mapagg:end {seq}\n")
+        self.flush()
+
     def flush(self):
         if self.lines:
             self.stream.write("".join(self.lines).encode("utf-8", "surrogateescape"))
@@ -213,14 +222,28 @@ def _mapped(mapper, map_chunk, stream, map_blocks=None):
 
 
 def _map(mapper, map_chunk, combiner, out, stream, map_blocks=None):
+    if map_blocks is not None:
+        result = map_blocks(_blocks(stream))
+        if isinstance(result, Mapping):  # one value a key already: nothing to combine
+            out.write_pairs(result.items())
+            return
+        pairs = [] if result is None else [result]
+        combiner_input = pairs
+    else:
+        combiner_input = None
     if combiner is None:
+        if combiner_input is not None:
+            for pairs in combiner_input:
+                out.write_pairs(pairs)
+            return
         for pairs in _mapped(mapper, map_chunk, stream, map_blocks):
             out.write_pairs(pairs)
         return
     buf = {}
     get = buf.get
     held = 0
-    for n, pairs in _batches(_mapped(mapper, map_chunk, stream, map_blocks)):
+    mapped = combiner_input if combiner_input is not None else _mapped(mapper, map_chunk, stream, map_blocks)
+    for n, pairs in _batches(mapped):
         held += n
         for k, v in pairs:
             values = get(k)
@@ -279,6 +302,79 @@ def _reduce(reducer, out, stream):
             out.write(key, result)
 
 
+class _Frames:
+    """A session task's input: frames of ``<length>\n<bytes>``, ended by ``0\n``. read() returns
+    at most one frame's bytes, and b"" at the end of the task's input."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.left = 0
+        self.done = False
+
+    def read(self, size=-1):
+        if self.done:
+            return b""
+        if self.left == 0:
+            line = self.stream.readline()
+            try:
+                n = int(line)
+            except ValueError:
+                raise ProtocolError(f"want a frame's length, got {line[:40]!r}") from None
+            if n < 0:
+                raise ProtocolError(f"a frame's length is negative: {n}")
+            if n == 0:
+                self.done = True
+                return b""
+            self.left = n
+        data = self.stream.read(self.left if size is None or size < 0 else min(size, self.left))
+        if not data:
+            raise ProtocolError("the input ended in the middle of a frame")
+        self.left -= len(data)
+        return data
+
+    def drain(self):
+        while self.read(_BLOCK_BYTES):
+            pass
+
+
+_TASK = b"mapagg:task "
+_current = ""  # the role of the task being served, for the error summary
+
+
+def _serve(mapper, map_chunk, map_blocks, combiner, reducer, out, stdin, environ):
+    """Serves a session's tasks until stdin ends."""
+    global _current
+    while True:
+        line = stdin.readline()
+        if not line:
+            return
+        if not line.startswith(_TASK):
+            raise ProtocolError(f"want a task line ({_TASK.decode()}{{...}}), got {line[:80]!r}")
+        t = json.loads(line[len(_TASK):])
+        role = t.get("role", "")
+        _current = role
+        environ["MAPAGG_ROLE"] = role
+        for name, field in (("MAPAGG_SHARD", "shard"), ("MAPAGG_PARTITION", "partition"), ("MAPAGG_ATTEMPT", "attempt")):
+            if field in t:
+                environ[name] = str(t[field])
+            else:
+                environ.pop(name, None)
+        inp = _Frames(stdin)
+        if role == "map":
+            _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
+            _map(mapper, map_chunk, combiner, out, inp, map_blocks)
+        elif role == "combine":
+            _need(combiner, "combiner", role)
+            _combine(combiner, out, inp)
+        elif role == "reduce":
+            _need(reducer, "reducer", role)
+            _reduce(reducer, out, inp)
+        else:
+            raise ProtocolError(f"a task of role {role!r}: want map, combine or reduce")
+        inp.drain()  # a reducer may stop early: the rest of its input is read all the same
+        out.end_task(t.get("seq"))
+
+
 def _caller_functions(depth=2):
     g = sys._getframe(depth).f_globals
     return g.get("mapper"), g.get("combiner"), g.get("reducer"), g.get("map_chunk"), g.get("map_blocks")
@@ -310,8 +406,11 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
     out = _Out(stdout)
     try:
         if role == "describe":
-            # In-mapper combining replaces a combine pass: the worker need not run one.
-            out.stream.write(json.dumps({"combine": False, "language": "python"}).encode() + b"\n")
+            # In-mapper combining replaces a combine pass: the worker need not run one. A session
+            # serves a job's tasks in one process: no start per task.
+            out.stream.write(json.dumps({"combine": False, "session": True, "language": "python"}).encode() + b"\n")
+        elif role == "session":
+            _serve(mapper, map_chunk, map_blocks, combiner, reducer, out, stdin, environ)
         elif role == "map":
             _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
             _map(mapper, map_chunk, combiner, out, stdin, map_blocks)
@@ -324,7 +423,7 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
         elif role == "":
             _local(mapper, map_chunk, map_blocks, combiner, reducer, argv, stdin, out)
         else:
-            raise _Usage(f"MAPAGG_ROLE={role!r}: want map, combine, reduce or describe")
+            raise _Usage(f"MAPAGG_ROLE={role!r}: want map, combine, reduce, session or describe")
         out.flush()
     except _Usage as e:
         print(f"mapagg: {e}", file=sys.stderr)
@@ -335,7 +434,7 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
         import traceback  # only when it fails: a start costs less without it
 
         traceback.print_exc()
-        print(f"mapagg: {role or 'local run'} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"mapagg: {_current or role or 'local run'} failed: {type(e).__name__}: {e}", file=sys.stderr)
         sys.stderr.flush()
         sys.exit(1)
     sys.exit(0)
