@@ -251,13 +251,23 @@ func (p *Program) spawn(ctx context.Context, role, what string, vars map[string]
 			attrs: []any{"stream", "stderr", "program", p.spec.Name, "role", role}}
 		cmd.Stderr = pr.errLog
 	}
-	if pr.stdin, err = cmd.StdinPipe(); err == nil {
+	// Its stdin is a pipe of frameBytes where Linux allows it: a frame of input goes in at once.
+	inR, inW, err := os.Pipe()
+	if err == nil {
+		growPipe(inW, frameBytes)
+		cmd.Stdin, pr.stdin = inR, inW
 		pr.stdout, err = cmd.StdoutPipe()
 	}
 	if err == nil {
 		err = cmd.Start()
 	}
+	if inR != nil {
+		_ = inR.Close() // the child's end
+	}
 	if err != nil {
+		if inW != nil {
+			_ = inW.Close()
+		}
 		cancel()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("program %s (%s): start: %w", p.spec.Name, what, err)

@@ -53,8 +53,11 @@ func (s *session) write() {
 	}
 	if err == nil {
 		err = s.c.endIn()
-	} else if s.c.sp == nil {
-		_ = s.c.endIn()
+	} else {
+		if s.c.sp != nil {
+			s.c.kill() // its input is not whole
+		}
+		s.c.abortIn()
 	}
 	if err != nil {
 		err = writeErr{err}

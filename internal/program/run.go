@@ -171,19 +171,18 @@ func (p *Program) pipe(ctx context.Context, t taskSpec,
 	fed := make(chan error, 1)
 	go func() {
 		err := feed(c.ctx, c.in)
-		if ew, ok := c.in.(*errWriter); ok && ew.err != nil {
-			err = writeErr{ew.err}
-		} else if c.fw != nil && c.fw.err != nil {
-			err = writeErr{c.fw.err}
+		if werr := c.a.failed(); werr != nil {
+			err = writeErr{werr}
 		}
 		if err == nil {
 			if err = c.endIn(); err != nil {
 				err = writeErr{err}
 			}
-		} else if c.sp != nil {
-			c.kill() // the task's input is not whole: the program must not take it for whole
 		} else {
-			_ = c.endIn()
+			if c.sp != nil {
+				c.kill() // the task's input is not whole: the program must not take it for whole
+			}
+			c.abortIn()
 		}
 		fed <- err
 	}()
@@ -211,21 +210,6 @@ func (p *Program) pipe(ctx context.Context, t taskSpec,
 	}
 	ferr, early := c.waitFed(fed)
 	return c.finish(cause, ferr, early)
-}
-
-// errWriter keeps the first write error and drops later writes, so a feed need not check.
-type errWriter struct {
-	w   *bufio.Writer
-	err error
-}
-
-func (e *errWriter) Write(b []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(b)
-	e.err = err
-	return n, err
 }
 
 // Map runs the program's map role over the shard's lines; with a combine role, its output is

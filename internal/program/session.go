@@ -1,14 +1,12 @@
 package program
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -87,7 +85,6 @@ func (t taskSpec) header(seq int) taskHeader {
 type sproc struct {
 	pr   *proc
 	job  string
-	bw   *bufio.Writer // its stdin
 	lr   *lineReader   // its stdout
 	seq  int           // tasks begun
 	idle time.Time     // when it was last handed back
@@ -104,7 +101,7 @@ type conn struct {
 	ctx   context.Context
 
 	sp    *sproc // nil: a process of its own
-	fw    *frameWriter
+	a     *ahead // writes in
 	stop  func() bool // of the task's context.AfterFunc
 	timer *time.Timer // the task's time limit
 }
@@ -117,10 +114,10 @@ func (p *Program) open(ctx context.Context, t taskSpec) (*conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		bw := bufio.NewWriterSize(pr.stdin, blockBytes)
-		return &conn{p: p, pr: pr, ctx: pr.ctx, in: &errWriter{w: bw}, lr: newLineReader(pr.stdout, p.cfg.MaxOutputBytes),
+		a := newAhead(pr.stdin, false, frameBytes, nil)
+		return &conn{p: p, pr: pr, ctx: pr.ctx, a: a, in: a, lr: newLineReader(pr.stdout, p.cfg.MaxOutputBytes),
 			endIn: func() error {
-				err := bw.Flush()
+				err := a.end()
 				_ = pr.stdin.Close()
 				return err
 			}}, nil
@@ -154,8 +151,7 @@ func (p *Program) acquire(ctx context.Context, t taskSpec) (*sproc, error) {
 		return nil, err
 	}
 	p.started.Add(1)
-	return &sproc{pr: pr, job: t.job, env: t.env, bw: bufio.NewWriterSize(pr.stdin, blockBytes),
-		lr: newLineReader(pr.stdout, p.cfg.MaxOutputBytes)}, nil
+	return &sproc{pr: pr, job: t.job, env: t.env, lr: newLineReader(pr.stdout, p.cfg.MaxOutputBytes)}, nil
 }
 
 // begin sends a task's line to a session process and arms the task's time limit and cancel.
@@ -175,20 +171,24 @@ func (p *Program) begin(ctx context.Context, sp *sproc, t taskSpec) (*conn, erro
 		pr.timeUp.Store(true)
 		killGroup(pr.cmd)
 	})
-	c.fw = &frameWriter{w: sp.bw}
-	c.in = c.fw
-	c.endIn = c.fw.end
 	hdr, _ := json.Marshal(t.header(sp.seq))
-	_, _ = sp.bw.WriteString(taskPrefix)
-	_, _ = sp.bw.Write(hdr)
-	if err := sp.bw.WriteByte('\n'); err != nil {
-		c.fw.err = err
-	}
+	line := append(append([]byte(taskPrefix), hdr...), '\n')
+	c.a = newAhead(pr.stdin, true, frameBytes, line)
+	c.in, c.endIn = c.a, c.a.end
 	return c, nil
 }
 
 // kill kills the run's process: its task failed.
 func (c *conn) kill() { killGroup(c.pr.cmd) }
+
+// abortIn stops writing the task's input, which is not whole: a process of its own gets the end
+// of its stdin (the task fails anyway); a session process must be killed first.
+func (c *conn) abortIn() {
+	c.a.close()
+	if c.sp == nil {
+		_ = c.pr.stdin.Close()
+	}
+}
 
 // waitFed waits for the feeding goroutine's result. In a session, a program that ended its
 // output while its input was still being written is killed after fedGrace.
@@ -268,65 +268,6 @@ func (c *conn) finish(cause, ferr error, early bool) error {
 	}
 	c.p.release(c.sp)
 	return nil
-}
-
-// frameWriter writes a task's input to a session process as frames of at most frameBytes.
-type frameWriter struct {
-	w   *bufio.Writer
-	buf []byte
-	num []byte
-	err error
-}
-
-func (f *frameWriter) Write(b []byte) (int, error) {
-	if f.err != nil {
-		return 0, f.err
-	}
-	n := len(b)
-	for len(b) > 0 {
-		k := min(len(b), frameBytes-len(f.buf))
-		f.buf = append(f.buf, b[:k]...)
-		b = b[k:]
-		if len(f.buf) >= frameBytes {
-			if err := f.flush(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return n, nil
-}
-
-func (f *frameWriter) flush() error {
-	if f.err != nil || len(f.buf) == 0 {
-		return f.err
-	}
-	f.num = strconv.AppendInt(f.num[:0], int64(len(f.buf)), 10)
-	f.num = append(f.num, '\n')
-	if _, err := f.w.Write(f.num); err != nil {
-		f.err = err
-		return err
-	}
-	if _, err := f.w.Write(f.buf); err != nil {
-		f.err = err
-		return err
-	}
-	f.buf = f.buf[:0]
-	return nil
-}
-
-// end writes the last frame and the end of the input, and sends them.
-func (f *frameWriter) end() error {
-	if err := f.flush(); err != nil {
-		return err
-	}
-	if _, err := f.w.WriteString("0\n"); err != nil {
-		f.err = err
-		return err
-	}
-	if err := f.w.Flush(); err != nil {
-		f.err = err
-	}
-	return f.err
 }
 
 // release hands a session process back to its job's idle ones.

@@ -449,23 +449,25 @@ func FuzzSessionOutput(f *testing.F) {
 }
 
 // The frames a task's input is sent in carry its bytes whole, in order, each at most
-// frameBytes, and end with a zero length.
-func TestFrameWriter(t *testing.T) {
+// frameBytes, after the task's line, and end with a zero length.
+func TestAheadFrames(t *testing.T) {
 	var out bytes.Buffer
-	bw := bufio.NewWriter(&out)
-	fw := &frameWriter{w: bw}
+	a := newAhead(&out, true, frameBytes, []byte("mapagg:task {}\n"))
 	var want []byte
 	for i := range 3000 {
 		line := bytes.Repeat([]byte{byte('a' + i%26)}, i)
 		want = append(append(want, line...), '\n')
-		if _, err := fw.Write(append(line, '\n')); err != nil {
+		if _, err := a.Write(append(line, '\n')); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := fw.end(); err != nil {
+	if err := a.end(); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(&out)
+	if l, _ := br.ReadString('\n'); l != "mapagg:task {}\n" {
+		t.Fatalf("first line %q", l)
+	}
 	var got []byte
 	frames := 0
 	for {
@@ -493,4 +495,26 @@ func TestFrameWriter(t *testing.T) {
 	if frames != (len(want)+frameBytes-1)/frameBytes {
 		t.Fatalf("%d frames for %d bytes", frames, len(want))
 	}
+}
+
+// A write error of the goroutine reaches the feed, which stops.
+func TestAheadWriteError(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	a := newAhead(w, false, 1024, nil)
+	defer w.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := a.Write(make([]byte, 4096)); err != nil {
+			if !strings.Contains(err.Error(), "broken pipe") {
+				t.Fatalf("error %v, want a broken pipe", err)
+			}
+			a.close()
+			return
+		}
+	}
+	t.Fatal("writes to a closed pipe go on failing silently")
 }
