@@ -130,16 +130,18 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 		for _, typ := range types {
 			waitNoChildren(t, pids) // the last job's session processes have ended
 			self0, kids0 := cpuSeconds(t, pids)
+			store0 := azuriteSeconds()
 			t0 := time.Now()
 			st, phases := runTimed(t, &cl, typ, fmt.Sprintf(`{"container":"bench","shard_bytes":%d,"partitions":%d}`, shardMB<<20, partitions))
 			wall := time.Since(t0)
 			t.Logf("round %d: %s: %s", round+1, typ, phases)
 			self1, kids1 := cpuSeconds(t, pids)
 			self, kids := self1-self0, kids1-kids0
+			storage := azuriteSeconds() - store0
 			if st.State != jobs.StateSucceeded {
 				t.Fatalf("%s: %s %s", typ, st.State, st.Error)
 			}
-			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers %.2f, their programs %.2f)", round+1, typ, wall.Seconds(), self+kids, self, kids)
+			t.Logf("round %d: cluster %-12s wall %6.2fs  CPU %6.2fs (workers %.2f, their programs %.2f; besides, Azurite's blob server %.2f)", round+1, typ, wall.Seconds(), self+kids, self, kids, storage)
 			if round == 0 && typ == "pywordcount" {
 				checkBench(t, &cl, st.ID, files)
 			}
@@ -212,6 +214,32 @@ func cpuSeconds(t *testing.T, pids []int) (self, children float64) {
 		}
 	}
 	return float64(ticks[0]) / 100, float64(ticks[1]) / 100 // USER_HZ
+}
+
+// azuriteSeconds is the CPU time of this test's Azurite blob server (a child of the test
+// process), 0 if it is not found.
+func azuriteSeconds() float64 {
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, name := range procs {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		if ppid, _ := strconv.Atoi(f[1]); ppid != os.Getpid() {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(name), "cmdline"))
+		if !strings.Contains(string(cmd), "azurite-blob") {
+			continue
+		}
+		for _, i := range []int{11, 12, 13, 14} {
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return float64(ticks) / 100
 }
 
 // waitNoChildren waits (up to 30 s) until the processes pids have no child running.

@@ -85,10 +85,10 @@ func (t taskSpec) header(seq int) taskHeader {
 type sproc struct {
 	pr   *proc
 	job  string
-	lr   *lineReader   // its stdout
-	seq  int           // tasks begun
-	idle time.Time     // when it was last handed back
-	env  jobs.Env      // where its job's end is seen
+	lr   *lineReader // its stdout
+	seq  int         // tasks begun
+	idle time.Time   // when it was last handed back
+	env  jobs.Env    // where its job's end is seen
 }
 
 // conn is one task's exchange with a program: a process of its own, or a turn of a session.
@@ -100,8 +100,8 @@ type conn struct {
 	lr    *lineReader  // its output; io.EOF at the end of the task's output
 	ctx   context.Context
 
-	sp    *sproc // nil: a process of its own
-	a     *ahead // writes in
+	sp    *sproc      // nil: a process of its own
+	a     *ahead      // writes in
 	stop  func() bool // of the task's context.AfterFunc
 	timer *time.Timer // the task's time limit
 }
