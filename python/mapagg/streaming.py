@@ -143,9 +143,13 @@ class _Out:
 _BLOCK_BYTES = 1 << 20
 
 
-def _blocks(stream):
+# map_blocks gets smaller blocks: the strings split from a block of this size and counted
+# stay in the CPU's caches (a word count: 10% less CPU than with 1 MiB blocks, 16 MB of words).
+_SMALL_BLOCK_BYTES = 64 << 10
+
+
+def _blocks(stream, size=_BLOCK_BYTES):
     """The input as text blocks of whole lines (the last one may lack its newline)."""
-    size = _BLOCK_BYTES
     rest = b""
     while True:
         data = stream.read(size)
@@ -187,10 +191,22 @@ def _pairs(stream):
         yield k, v
 
 
+class _Values(dict):
+    """Values by their text, decoded once: a reduce's input repeats the same few (counts). Only
+    immutable ones are kept (a reducer may change a list it gets), at most 1 << 16."""
+
+    def __missing__(self, text):
+        v = _value(text)
+        if (type(v) is int or type(v) is str) and len(self) < 1 << 16:
+            self[text] = v
+        return v
+
+
 def _groups(stream):
     """(key, values iterator) for each run of equal keys; the values decoded as they are read."""
+    decode = _Values().__getitem__
     for key, group in groupby(_pairs(stream), itemgetter(0)):
-        yield key, map(_value, map(itemgetter(1), group))
+        yield key, map(decode, map(itemgetter(1), group))
 
 
 # In-mapper combining: values are buffered per key; when about _COMBINE_ITEMS values are held,
@@ -203,7 +219,7 @@ _BATCH = 1 << 16
 def _mapped(mapper, map_chunk, stream, map_blocks=None):
     """The mapper's output for the input, one iterable of pairs per block of records."""
     if map_blocks is not None:
-        result = map_blocks(_blocks(stream))
+        result = map_blocks(_blocks(stream, _SMALL_BLOCK_BYTES))
         if result is not None:
             yield result.items() if isinstance(result, Mapping) else result
         return
@@ -223,7 +239,7 @@ def _mapped(mapper, map_chunk, stream, map_blocks=None):
 
 def _map(mapper, map_chunk, combiner, out, stream, map_blocks=None):
     if map_blocks is not None:
-        result = map_blocks(_blocks(stream))
+        result = map_blocks(_blocks(stream, _SMALL_BLOCK_BYTES))
         if isinstance(result, Mapping):  # one value a key already: nothing to combine
             out.write_pairs(result.items())
             return

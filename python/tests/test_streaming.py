@@ -276,6 +276,20 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual(p.stderr.decode().strip().splitlines()[-1], "mapagg: map failed: KeyError: 'missing column'")
 
+    def test_values_decoded_once_are_never_shared_when_mutable(self):
+        def grow(key, values):
+            out = []
+            for v in values:
+                if isinstance(v, list):
+                    v.append(len(out))  # a reducer may change what it gets
+                out.append(v)
+            return out
+
+        data = frame_task(1, "reduce", b"a\t[0]\na\t[0]\na\t7\na\t7\nb\t[0]\n", partition=0)
+        code, out, _ = self.serve(data, reducer=grow, mapper=words)
+        self.assertEqual(code, 0)
+        self.assertEqual(out.decode(), "a\t[[0,0],[0,1],7,7]\nb\t[[0,0]]\nmapagg:end 1\n")
+
     def test_describe_declares_sessions(self):
         code, out = run_role("describe", b"", mapper=words, reducer=total)
         self.assertEqual(json.loads(out)["session"], True)
