@@ -36,7 +36,8 @@ print(len(c), sum(c.values()))
 // process (collections.Counter over str.split) over the same files, in interleaved runs. It
 // reports; it asserts only that both counted the same words. MAPAGG_PROGRAM_BENCH_AWK=1 adds
 // the awk word count; MAPAGG_PROGRAM_BENCH_SHARD_MB (default 32) and
-// MAPAGG_PROGRAM_BENCH_PARTITIONS (default 2) set the job's shards and partitions. Set MAPAGG_PROGRAM_BENCH to the
+// MAPAGG_PROGRAM_BENCH_PARTITIONS (default 2) set the job's shards and partitions,
+// MAPAGG_PROGRAM_BENCH_CONCURRENCY (default 1) each worker's concurrency. Set MAPAGG_PROGRAM_BENCH to the
 // corpus size in MB (the figure: 174) to run it: make bench-programs.
 func TestProgramsBench_PythonWordcount(t *testing.T) {
 	mb, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH"))
@@ -65,7 +66,13 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	}
 	// MAPAGG_PROGRAM_BENCH_PPROF=1 serves the workers' profiles (their addresses are logged).
 	pprof := os.Getenv("MAPAGG_PROGRAM_BENCH_PPROF") != ""
-	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 1, Env: []string{
+	// MAPAGG_PROGRAM_BENCH_CONCURRENCY sets each worker's concurrency (default 1: one task a
+	// worker, one a core of the 2-core hosts it is run on).
+	concurrency := 1
+	if v, _ := strconv.Atoi(os.Getenv("MAPAGG_PROGRAM_BENCH_CONCURRENCY")); v > 0 {
+		concurrency = v
+	}
+	c := startBin(t, bin, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: concurrency, Env: []string{
 		"PPROF=" + strconv.FormatBool(pprof),
 		"WORKER_PROGRAMS=pywordcount=" + py + " " + filepath.Join(root, "examples", "programs", "wordcount.py") +
 			"\nawkwordcount=" + filepath.Join(root, "examples", "programs", "wordcount.sh"),
@@ -121,7 +128,7 @@ func TestProgramsBench_PythonWordcount(t *testing.T) {
 	for _, id := range []string{"w1", "w2"} {
 		pids = append(pids, c.Proc(id).PID)
 	}
-	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency 1, shards of %d MiB, %d partitions; the host is shared and loaded", float64(total)/1e6, shardMB, partitions)
+	t.Logf("corpus: %.1f MB in 8 files, 50k distinct words; cluster: 2 workers, concurrency %d, shards of %d MiB, %d partitions; the host is shared and loaded", float64(total)/1e6, concurrency, shardMB, partitions)
 	for round := range 2 {
 		types := []string{"pywordcount"}
 		if os.Getenv("MAPAGG_PROGRAM_BENCH_AWK") != "" {
