@@ -45,6 +45,9 @@ type Config struct {
 	// IdleTimeout ends a session process (a program that declares sessions) that has had no
 	// task for this long. Default 10s.
 	IdleTimeout time.Duration
+	// MaxIdle bounds the idle session processes of a program (of all jobs): past it, the one
+	// idle longest ends. Default 8.
+	MaxIdle int
 	// JobEndPoll is how often the job of an idle session process is checked for its end (a
 	// read of its result). Default 1s.
 	JobEndPoll time.Duration
@@ -69,6 +72,7 @@ func (c Config) WithDefaults() Config {
 	c.DescribeTimeout = cmp.Or(c.DescribeTimeout, 30*time.Second)
 	c.IdleTimeout = cmp.Or(c.IdleTimeout, 10*time.Second)
 	c.JobEndPoll = cmp.Or(c.JobEndPoll, time.Second)
+	c.MaxIdle = cmp.Or(c.MaxIdle, 8)
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
 	}
@@ -82,8 +86,8 @@ func (c Config) WithDefaults() Config {
 // Validate refuses impossible settings.
 func (c Config) Validate() error {
 	switch {
-	case c.IdleTimeout < 0 || c.JobEndPoll < 0:
-		return errors.New("program: invalid Config: a negative IdleTimeout or JobEndPoll")
+	case c.IdleTimeout < 0 || c.JobEndPoll < 0 || c.MaxIdle < 0:
+		return errors.New("program: invalid Config: a negative IdleTimeout, JobEndPoll or MaxIdle")
 	case c.Timeout < 0:
 		return fmt.Errorf("program: invalid Config: Timeout %v, want above 0", c.Timeout)
 	case c.MaxOutputBytes < 0 || c.StderrBytes < 0 || c.StderrLines < 0 || c.CombineBytes < 0:

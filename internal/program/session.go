@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -284,6 +285,28 @@ func (p *Program) release(sp *sproc) {
 		s.idle = map[string][]*sproc{}
 	}
 	s.idle[sp.job] = append(s.idle[sp.job], sp)
+	// Past MaxIdle idle processes (many short jobs), the one idle longest ends.
+	var oldest *sproc
+	n := 0
+	for _, list := range s.idle {
+		n += len(list)
+		for _, o := range list {
+			if oldest == nil || o.idle.Before(oldest.idle) {
+				oldest = o
+			}
+		}
+	}
+	if n > p.cfg.MaxIdle {
+		list := s.idle[oldest.job]
+		i := slices.Index(list, oldest)
+		list = slices.Delete(list, i, i+1)
+		if len(list) == 0 {
+			delete(s.idle, oldest.job)
+		} else {
+			s.idle[oldest.job] = list
+		}
+		defer p.end(oldest)
+	}
 	if !s.janitor {
 		s.janitor = true
 		go p.janitor()

@@ -518,3 +518,30 @@ func TestAheadWriteError(t *testing.T) {
 	}
 	t.Fatal("writes to a closed pipe go on failing silently")
 }
+
+// Past MaxIdle idle session processes (here one), the one idle longest ends.
+func TestSession_MaxIdle(t *testing.T) {
+	p := pyProgram(t, `
+def map_chunk(text):
+    return [("pid", os.getpid())]
+
+def reducer(k, vs):
+    return None
+`, Config{MaxIdle: 1, IdleTimeout: time.Minute})
+	env := jobstest.NewEnv()
+	env.Put("input", "a.txt", []byte("x\n"))
+	var pids []int
+	for _, job := range []string{"j", "job-a", "job-b"} {
+		pairs, err := mapJob(t, p, env, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(pairs[0][1])
+		pids = append(pids, pid)
+	}
+	waitGone(t, pids[0], 10*time.Second)
+	waitGone(t, pids[1], 10*time.Second)
+	if !alive(pids[2]) {
+		t.Fatal("the last job's idle process ended too")
+	}
+}
