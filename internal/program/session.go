@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -258,6 +259,9 @@ func (c *conn) finish(cause, ferr error, early bool) error {
 		}
 		return err
 	}
+	// Its stderr goes to the task's log no more: the task's lines end here, before the worker
+	// writes them to the job's log.
+	c.pr.errLog.next(slog.Default(), 0, "idle")
 	if !stopped || c.pr.timeUp.Load() { // killed just as it ended: not to be used again
 		c.p.end(c.sp)
 		return nil
