@@ -24,6 +24,33 @@ import (
 )
 
 // raiser.py fails on the record "poison": its job must fail naming the Python exception.
+// slowsumPy is examples/programs/sumbykey.py (its functions; %q is its path) with a pause of 1.5 s
+// at the start of each task: a session process runs a small task in milliseconds, and a job of
+// them would end before a test sees its phases to kill a leader in.
+const slowsumPy = `import os, runpy, time
+import mapagg
+
+ns = runpy.run_path(%q)
+combiner, _mapper, _reducer = ns["combiner"], ns["mapper"], ns["reducer"]
+_last = None
+
+def _pause(task):
+    global _last
+    if task != _last:
+        _last = task
+        time.sleep(1.5)
+
+def mapper(line):
+    _pause(("map", os.environ.get("MAPAGG_SHARD")))
+    return _mapper(line)
+
+def reducer(key, values):
+    _pause(("reduce", os.environ.get("MAPAGG_PARTITION")))
+    return _reducer(key, values)
+
+mapagg.run()
+`
+
 const raiserPy = `import mapagg
 
 def mapper(line):
@@ -53,17 +80,20 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 	dir := t.TempDir()
 	raiser := filepath.Join(dir, "raiser.py")
 	tokenFile := filepath.Join(dir, "token")
-	for name, data := range map[string]string{raiser: raiserPy, tokenFile: "e2e-programs-token-0123456789abcdef\n"} {
+	ex := filepath.Join(root, "examples", "programs")
+	slowsum := filepath.Join(dir, "slowsum.py")
+	for name, data := range map[string]string{raiser: raiserPy, tokenFile: "e2e-programs-token-0123456789abcdef\n",
+		slowsum: fmt.Sprintf(slowsumPy, filepath.Join(ex, "sumbykey.py"))} {
 		if err := os.WriteFile(name, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ex := filepath.Join(root, "examples", "programs")
 	programs := strings.Join([]string{
 		"pywordcount=" + py + " " + filepath.Join(ex, "wordcount.py"),
 		"pysum=" + py + " " + filepath.Join(ex, "sumbykey.py"),
 		"awkwordcount=" + filepath.Join(ex, "wordcount.sh"),
 		"pyraiser=" + py + " " + raiser,
+		"pysumslow=" + py + " " + slowsum,
 	}, "\n")
 	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 2, Env: []string{
 		"WORKER_PROGRAMS=" + programs, "PYTHONPATH=" + filepath.Join(root, "python"), "API_TOKEN_FILE=" + tokenFile}})
@@ -74,7 +104,7 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 	for base == "" && time.Now().Before(deadline) {
 		ms, all := c.Members(), true
 		for _, m := range ms {
-			all = all && m.HTTPAddr != "" && len(m.Programs) == 4
+			all = all && m.HTTPAddr != "" && len(m.Programs) == 5
 		}
 		if all && len(ms) == 2 {
 			base = "http://" + ms[0].HTTPAddr
@@ -82,7 +112,7 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 		time.Sleep(100 * time.Millisecond)
 	}
 	if base == "" {
-		t.Fatalf("the workers did not all announce an HTTP address and 4 programs: %+v", c.Members())
+		t.Fatalf("the workers did not all announce an HTTP address and 5 programs: %+v", c.Members())
 	}
 	return c, &cl, base, tokenFile
 }
@@ -273,7 +303,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range types {
-		if strings.Join(w.Programs, ",") != "awkwordcount,pyraiser,pysum,pywordcount" {
+		if strings.Join(w.Programs, ",") != "awkwordcount,pyraiser,pysum,pysumslow,pywordcount" {
 			t.Errorf("worker %s lists programs %v", w.Worker, w.Programs)
 		}
 	}
@@ -322,7 +352,7 @@ func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	putBlobs(t, c, "rows", map[string][]byte{"rows.csv": csv.Bytes()})
 	// Small shards (about 40 of them) and many partitions: both phases last long enough to kill
 	// a leader in.
-	id, err := cl.Submit(ctx, "pysum", json.RawMessage(fmt.Sprintf(`{"container":"rows","shard_bytes":%d,"partitions":8}`, max(csv.Len()/40, 40_000))))
+	id, err := cl.Submit(ctx, "pysumslow", json.RawMessage(fmt.Sprintf(`{"container":"rows","shard_bytes":%d,"partitions":8}`, max(csv.Len()/40, 40_000))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,6 +114,9 @@ func (n *Node) Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	for _, pr := range progs {
+		defer pr.Close() // its session processes end with the node
+	}
 	p.coordinator.Registry, p.worker.Registry = reg, reg
 	// Spans of the jobs this node leads or works on go to the OTLP collector, when one is
 	// configured; the tracer travels in ctx to the coordinator and the worker (internal/telemetry).

@@ -8,7 +8,7 @@ from collections import Counter
 import mapagg
 
 
-def map_blocks(blocks):  # the task's input, in blocks of whole lines (about 1 MiB each)
+def map_blocks(blocks):  # the task's input, in blocks of whole lines (about 64 KiB each)
     counts = Counter()
     for text in blocks:
         counts.update(text.split())

@@ -12,8 +12,7 @@ import (
 type combiner struct {
 	p     *Program
 	ctx   context.Context
-	vars  map[string]string
-	what  string
+	t     taskSpec
 	emit  func(key, value []byte) error
 	arena []byte
 	recs  []rec
@@ -55,7 +54,7 @@ func (c *combiner) flush() error {
 		}
 		return nil
 	}
-	err := c.p.pipe(c.ctx, "combine", c.what, c.vars, feed, c.emit)
+	err := c.p.pipe(c.ctx, c.t, feed, c.emit)
 	c.arena, c.recs = c.arena[:0], c.recs[:0]
 	return err
 }

@@ -11,8 +11,14 @@
 //   - MAPAGG_PARAMS holds the job's parameters (JSON); MAPAGG_JOB_ID, MAPAGG_SHARD (map and
 //     combine) and MAPAGG_PARTITION (reduce) say what runs.
 //
-// What is guaranteed: one process per task, alive across its records, fed through buffered
-// pipes; its own working directory, removed after; an environment built from an allow-list, so
+// A program that declares {"session": true} gets one process per job on a worker instead of one
+// per task: MAPAGG_ROLE=session, and the job's tasks one after another on its stdin, each a
+// "mapagg:task {json}" line and its input in length-prefixed frames, its output ended by a
+// "mapagg:end <seq>" line (session.go). A failed task kills the process; the job's end, an idle
+// timeout or the worker's stop closes its stdin.
+//
+// What is guaranteed: one process per task (or per job, with sessions), alive across its
+// records, fed through buffered pipes from a goroutine that reads ahead; its own working directory, removed after; an environment built from an allow-list, so
 // no secret of the worker reaches it; bounded stdout and stderr (the first lines of stderr go to
 // the job's log, through the task's jobs.LoggerFrom); a time limit. A failure (exit
 // status, malformed line, time limit) fails the task attempt with the exit status and the last

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/mapagg/mapagg/jobs"
@@ -86,6 +87,13 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// reset forgets what was kept.
+func (t *tail) reset() {
+	t.mu.Lock()
+	t.buf = t.buf[:0]
+	t.mu.Unlock()
+}
+
 // lines returns the last n lines kept.
 func (t *tail) lines(n int) string {
 	t.mu.Lock()
@@ -109,6 +117,7 @@ const maxLogLine = 1 << 10
 // the first max of them, and keeps the tail for its error. Writes come from one goroutine (the
 // exec package's copier); end is called after it is done.
 type stderrLog struct {
+	mu      sync.Mutex // a session process's task changes log between writes
 	t       *tail
 	log     *slog.Logger
 	attrs   []any
@@ -119,6 +128,8 @@ type stderrLog struct {
 }
 
 func (s *stderrLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	_, _ = s.t.Write(p)
 	rest := p
 	for len(rest) > 0 {
@@ -151,10 +162,31 @@ func (s *stderrLog) line() {
 
 // end logs an unfinished last line and how many lines were left out.
 func (s *stderrLog) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked()
+}
+
+// next starts a session process's next task: the lines of the last one are ended, the next
+// ones go to log (none when log is the process's default logger: outside a task), and the
+// tail kept for errors starts empty.
+func (s *stderrLog) next(log *slog.Logger, max int, role string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.endLocked()
+	s.log, s.logged, s.max = log, 0, max
+	if log == slog.Default() || max < 0 {
+		s.max = 0
+	}
+	s.attrs[len(s.attrs)-1] = role
+	s.t.reset()
+}
+
+func (s *stderrLog) endLocked() {
 	if len(s.partial) > 0 {
 		s.line()
 	}
-	if s.dropped > 0 {
+	if s.dropped > 0 && s.max > 0 {
 		s.log.Info(fmt.Sprintf("(%d more lines of stderr left out of the job's log: the first %d of a run are kept)", s.dropped, s.max), s.attrs...)
 		s.dropped = 0
 	}
@@ -173,17 +205,30 @@ type proc struct {
 	dir    string
 	cancel context.CancelFunc
 	ctx    context.Context
+	timeUp atomic.Bool // a session process's task ran past the time limit
 	waited bool
 	err    error
 }
 
 // start runs the program in role with the contract's variables vars, in a new working directory.
 func (p *Program) start(ctx context.Context, role, what string, vars map[string]string) (*proc, error) {
+	return p.spawn(ctx, role, what, vars, false)
+}
+
+// spawn starts the program. A session process (role "session") outlives the task that starts
+// it: its context is not ctx's and has no time limit (each task has its own, see session.go),
+// and its stderr always has a log, which each task points at its job's log.
+func (p *Program) spawn(ctx context.Context, role, what string, vars map[string]string, session bool) (*proc, error) {
 	dir, err := os.MkdirTemp(p.cfg.TempDir, "mapagg-"+p.spec.Name+"-")
 	if err != nil {
 		return nil, fmt.Errorf("program %s: working directory: %w", p.spec.Name, err)
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.Timeout, errTimeLimit)
+	var cancel context.CancelFunc
+	if session {
+		ctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
+	} else {
+		ctx, cancel = context.WithTimeoutCause(ctx, p.cfg.Timeout, errTimeLimit)
+	}
 	contract := map[string]string{"MAPAGG_ROLE": role, "TMPDIR": dir}
 	for k, v := range vars {
 		contract[k] = v
@@ -197,18 +242,32 @@ func (p *Program) start(ctx context.Context, role, what string, vars map[string]
 	cmd.Stderr = pr.stderr
 	// In a task, the worker gives ctx the logger of its job's log; elsewhere (the describe run at
 	// start) stderr is only kept for the error.
-	if log := jobs.LoggerFrom(ctx); log != slog.Default() && p.cfg.StderrLogLines > 0 {
+	if session {
+		pr.errLog = &stderrLog{t: pr.stderr, log: slog.Default(),
+			attrs: []any{"stream", "stderr", "program", p.spec.Name, "role", role}}
+		cmd.Stderr = pr.errLog
+	} else if log := jobs.LoggerFrom(ctx); log != slog.Default() && p.cfg.StderrLogLines > 0 {
 		pr.errLog = &stderrLog{t: pr.stderr, log: log, max: p.cfg.StderrLogLines,
 			attrs: []any{"stream", "stderr", "program", p.spec.Name, "role", role}}
 		cmd.Stderr = pr.errLog
 	}
-	if pr.stdin, err = cmd.StdinPipe(); err == nil {
+	// Its stdin is a pipe of frameBytes where Linux allows it: a frame of input goes in at once.
+	inR, inW, err := os.Pipe()
+	if err == nil {
+		growPipe(inW, frameBytes)
+		cmd.Stdin, pr.stdin = inR, inW
 		pr.stdout, err = cmd.StdoutPipe()
 	}
 	if err == nil {
 		err = cmd.Start()
 	}
+	if inR != nil {
+		_ = inR.Close() // the child's end
+	}
 	if err != nil {
+		if inW != nil {
+			_ = inW.Close()
+		}
 		cancel()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("program %s (%s): start: %w", p.spec.Name, what, err)
@@ -239,7 +298,7 @@ func (pr *proc) wait(cause error) error {
 	if pr.errLog != nil {
 		pr.errLog.end()
 	}
-	timedOut := errors.Is(context.Cause(pr.ctx), errTimeLimit)
+	timedOut := errors.Is(context.Cause(pr.ctx), errTimeLimit) || pr.timeUp.Load()
 	pr.cancel()
 	killGroup(pr.cmd) // children left behind
 	if err := os.RemoveAll(pr.dir); err != nil && cause == nil && werr == nil {

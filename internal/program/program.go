@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mapagg/mapagg/jobs"
@@ -40,6 +42,15 @@ type Config struct {
 	Env []string
 	// TempDir is where working directories are made. Default os.TempDir().
 	TempDir string
+	// IdleTimeout ends a session process (a program that declares sessions) that has had no
+	// task for this long. Default 10s.
+	IdleTimeout time.Duration
+	// MaxIdle bounds the idle session processes of a program (of all jobs): past it, the one
+	// idle longest ends. Default 8.
+	MaxIdle int
+	// JobEndPoll is how often the job of an idle session process is checked for its end (a
+	// read of its result). Default 1s.
+	JobEndPoll time.Duration
 	// DescribeTimeout bounds the describe run at start. Default 30s.
 	DescribeTimeout time.Duration
 	// LookupEnv and Environ read the worker's environment. Default os.LookupEnv, os.Environ().
@@ -59,6 +70,9 @@ func (c Config) WithDefaults() Config {
 	c.CombineBytes = cmp.Or(c.CombineBytes, 32<<20)
 	c.TempDir = cmp.Or(c.TempDir, os.TempDir())
 	c.DescribeTimeout = cmp.Or(c.DescribeTimeout, 30*time.Second)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, 10*time.Second)
+	c.JobEndPoll = cmp.Or(c.JobEndPoll, time.Second)
+	c.MaxIdle = cmp.Or(c.MaxIdle, 8)
 	if c.LookupEnv == nil {
 		c.LookupEnv = os.LookupEnv
 	}
@@ -72,6 +86,8 @@ func (c Config) WithDefaults() Config {
 // Validate refuses impossible settings.
 func (c Config) Validate() error {
 	switch {
+	case c.IdleTimeout < 0 || c.JobEndPoll < 0 || c.MaxIdle < 0:
+		return errors.New("program: invalid Config: a negative IdleTimeout, JobEndPoll or MaxIdle")
 	case c.Timeout < 0:
 		return fmt.Errorf("program: invalid Config: Timeout %v, want above 0", c.Timeout)
 	case c.MaxOutputBytes < 0 || c.StderrBytes < 0 || c.StderrLines < 0 || c.CombineBytes < 0:
@@ -89,6 +105,9 @@ func (c Config) Validate() error {
 type Capabilities struct {
 	// Combine: the program has a combine role.
 	Combine bool `json:"combine"`
+	// Session: the program serves the tasks of a job one after another in one process, framed
+	// as session.go describes (MAPAGG_ROLE=session).
+	Session bool `json:"session"`
 }
 
 // Program is a registered program as a keyed job: jobs.KeyedJob and jobs.PartitionReducer.
@@ -98,6 +117,18 @@ type Program struct {
 	caps Capabilities
 	cfg  Config
 	pc   paramsCache // job parameters for MAPAGG_PARAMS
+
+	ss      sessions     // idle session processes
+	started atomic.Int64 // session processes started
+}
+
+// sessions are a program's idle session processes, by job.
+type sessions struct {
+	mu      sync.Mutex
+	idle    map[string][]*sproc
+	janitor bool // its goroutine runs
+	closed  bool
+	wg      sync.WaitGroup // processes being ended
 }
 
 var (

@@ -1,7 +1,6 @@
 package program
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,20 +17,22 @@ func (p *Program) ReducePartition(ctx context.Context, task jobs.ReduceTask) (jo
 	if err != nil {
 		return nil, err
 	}
-	what := fmt.Sprintf("reduce of partition %d", task.Partition)
-	pr, err := p.start(ctx, "reduce", what, contractVars(params, task.JobID, itoa(task.Partition), "MAPAGG_PARTITION"))
+	t := taskSpec{role: "reduce", what: fmt.Sprintf("reduce of partition %d", task.Partition), job: task.JobID,
+		params: params, index: task.Partition, indexVar: "MAPAGG_PARTITION"}
+	c, err := p.open(ctx, t)
 	if err != nil {
 		return nil, err
 	}
-	s := &session{pr: pr, in: make(chan []byte, 2), out: make(chan []byte, 2), fed: make(chan error, 1), read: make(chan error, 1)}
+	s := &session{c: c, pr: c.pr, in: make(chan []byte, 2), out: make(chan []byte, 2), fed: make(chan error, 1), read: make(chan error, 1)}
 	go s.write()
-	go s.readOutput(p.cfg.MaxOutputBytes)
+	go s.readOutput()
 	return s, nil
 }
 
 // session is a running reduce: blocks of input lines go to write, blocks of output lines come
 // from readOutput; the task's goroutine moves both, so neither pipe can block the other.
 type session struct {
+	c      *conn
 	pr     *proc
 	cur    []byte      // input lines not yet handed to write
 	in     chan []byte // to write; closed at the end
@@ -44,22 +45,28 @@ type session struct {
 }
 
 func (s *session) write() {
-	bw := bufio.NewWriterSize(s.pr.stdin, blockBytes)
 	var err error
 	for b := range s.in {
 		if err == nil {
-			_, err = bw.Write(b)
+			_, err = s.c.in.Write(b)
 		}
 	}
 	if err == nil {
-		err = bw.Flush()
+		err = s.c.endIn()
+	} else {
+		if s.c.sp != nil {
+			s.c.kill() // its input is not whole
+		}
+		s.c.abortIn()
 	}
-	_ = s.pr.stdin.Close()
+	if err != nil {
+		err = writeErr{err}
+	}
 	s.fed <- err
 }
 
-func (s *session) readOutput(max int64) {
-	lr := newLineReader(s.pr.stdout, max)
+func (s *session) readOutput() {
+	lr := s.c.lr
 	var block []byte
 	var err error
 	for {
@@ -189,15 +196,15 @@ func (s *session) Close(ctx context.Context, emit func(key, value []byte) error)
 		_ = s.handle(b, ok, emit)
 	}
 	rerr := <-s.read
-	ferr := <-s.fed
+	ferr, early := s.c.waitFed(s.fed)
 	cause := s.failed
 	if cause == nil && rerr != nil {
 		cause = rerr
 	}
-	err := s.pr.wait(cause)
-	if err == nil && ferr != nil {
-		return nil // it exited 0 without reading all its input: its choice
+	if s.c.sp == nil {
+		ferr = nil // a process of its own may exit 0 without reading all its input: its choice
 	}
+	err := s.c.finish(cause, ferr, early)
 	if emit == nil {
 		return nil
 	}

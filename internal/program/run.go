@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -83,6 +84,14 @@ type lineReader struct {
 	n     int64 // lines read
 	total int64 // bytes read
 	max   int64
+	seq   []byte // a session's task: its output ends with the line "mapagg:end <seq>"
+	ended bool   // that line was read
+}
+
+// startTask sets the reader for the output of a session's task seq.
+func (lr *lineReader) startTask(seq int) {
+	lr.seq = strconv.AppendInt(lr.seq[:0], int64(seq), 10)
+	lr.n, lr.total, lr.ended = 0, 0, false
 }
 
 func newLineReader(r io.Reader, max int64) *lineReader {
@@ -114,8 +123,13 @@ func (lr *lineReader) next() ([]byte, error) {
 		if err != nil && err != io.EOF {
 			return nil, err
 		}
+		line := bytes.TrimSuffix(lr.buf, []byte("\n"))
+		if lr.seq != nil && isEnd(line, lr.seq) {
+			lr.ended = true
+			return nil, io.EOF
+		}
 		lr.n++
-		return bytes.TrimSuffix(lr.buf, []byte("\n")), nil
+		return line, nil
 	}
 }
 
@@ -145,35 +159,37 @@ type writeErr struct{ err error }
 
 func (e writeErr) Error() string { return "write its input: " + e.err.Error() }
 
-// pipe runs the program in role: feed writes its stdin (in a goroutine of its own), out takes
-// each record of its stdout. It returns once the program has exited.
-func (p *Program) pipe(ctx context.Context, role, what string, vars map[string]string,
+// pipe runs a task of the program: feed writes its input (in a goroutine of its own), out takes
+// each record of its output. It returns once the task's output has ended and, for a process of
+// its own, the process has exited.
+func (p *Program) pipe(ctx context.Context, t taskSpec,
 	feed func(ctx context.Context, w io.Writer) error, out func(key, value []byte) error) error {
-	pr, err := p.start(ctx, role, what, vars)
+	c, err := p.open(ctx, t)
 	if err != nil {
 		return err
 	}
 	fed := make(chan error, 1)
 	go func() {
-		bw := &errWriter{w: bufio.NewWriterSize(pr.stdin, blockBytes)}
-		err := feed(pr.ctx, bw)
+		err := feed(c.ctx, c.in)
+		if werr := c.a.failed(); werr != nil {
+			err = writeErr{werr}
+		}
 		if err == nil {
-			err = bw.w.Flush()
-			if err != nil {
+			if err = c.endIn(); err != nil {
 				err = writeErr{err}
 			}
+		} else {
+			if c.sp != nil {
+				c.kill() // the task's input is not whole: the program must not take it for whole
+			}
+			c.abortIn()
 		}
-		if bw.err != nil {
-			err = writeErr{bw.err}
-		}
-		_ = pr.stdin.Close()
 		fed <- err
 	}()
-	lr := newLineReader(pr.stdout, p.cfg.MaxOutputBytes)
 	var ps parser
 	var cause error
 	for {
-		line, err := lr.next()
+		line, err := c.lr.next()
 		if err == io.EOF {
 			break
 		}
@@ -189,34 +205,11 @@ func (p *Program) pipe(ctx context.Context, role, what string, vars map[string]s
 		}
 	}
 	if cause != nil {
-		killGroup(pr.cmd)
-		_, _ = io.Copy(io.Discard, pr.stdout)
+		c.kill()
+		_, _ = io.Copy(io.Discard, c.pr.stdout)
 	}
-	ferr := <-fed
-	var we writeErr
-	if cause == nil && ferr != nil && !errors.As(ferr, &we) {
-		cause = ferr // reading the input failed: the program saw a part of it
-		killGroup(pr.cmd)
-	}
-	if err := pr.wait(cause); err != nil {
-		return err
-	}
-	return nil
-}
-
-// errWriter keeps the first write error and drops later writes, so a feed need not check.
-type errWriter struct {
-	w   *bufio.Writer
-	err error
-}
-
-func (e *errWriter) Write(b []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(b)
-	e.err = err
-	return n, err
+	ferr, early := c.waitFed(fed)
+	return c.finish(cause, ferr, early)
 }
 
 // Map runs the program's map role over the shard's lines; with a combine role, its output is
@@ -233,12 +226,14 @@ func (p *Program) Map(ctx context.Context, env jobs.Env, task jobs.Task, emit fu
 	if err != nil {
 		return err
 	}
-	vars := contractVars(params, task.JobID, itoa(task.Index), "MAPAGG_SHARD")
-	vars["MAPAGG_ATTEMPT"] = itoa(task.Attempt)
+	t := taskSpec{role: "map", what: fmt.Sprintf("map of shard %d", task.Index), job: task.JobID, params: params,
+		index: task.Index, indexVar: "MAPAGG_SHARD", attempt: task.Attempt, env: env}
 	out := emit
 	var c *combiner
 	if p.caps.Combine {
-		c = &combiner{p: p, ctx: ctx, vars: vars, what: fmt.Sprintf("combine of shard %d", task.Index), emit: emit}
+		ct := t
+		ct.role, ct.what = "combine", fmt.Sprintf("combine of shard %d", task.Index)
+		c = &combiner{p: p, ctx: ctx, t: ct, emit: emit}
 		out = c.add
 	}
 	feed := func(ctx context.Context, w io.Writer) error {
@@ -250,7 +245,7 @@ func (p *Program) Map(ctx context.Context, env jobs.Env, task jobs.Task, emit fu
 			return err
 		})
 	}
-	if err := p.pipe(ctx, "map", fmt.Sprintf("map of shard %d", task.Index), vars, feed, out); err != nil {
+	if err := p.pipe(ctx, t, feed, out); err != nil {
 		return err
 	}
 	if c != nil {

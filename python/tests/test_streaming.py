@@ -207,6 +207,94 @@ class ProcessTest(unittest.TestCase):
 
 
 
+def frame_task(seq, role, data, **fields):
+    """A session task as the worker sends it: its line, its input in frames, the end frame."""
+    head = dict(seq=seq, role=role, **fields)
+    out = b"mapagg:task " + json.dumps(head).encode() + b"\n"
+    for i in range(0, len(data), 5):  # frames cut anywhere, even inside a line
+        out += b"%d\n" % len(data[i : i + 5]) + data[i : i + 5]
+    return out + b"0\n"
+
+
+class SessionTest(unittest.TestCase):
+    """MAPAGG_ROLE=session: one process serves a job's tasks, framed."""
+
+    def serve(self, data, **fns):
+        out = io.BytesIO()
+        env = {"MAPAGG_ROLE": "session", "MAPAGG_PARAMS": "{}"}
+        with self_exit() as code:
+            mapagg.run(argv=[], stdin=io.BytesIO(data), stdout=out, environ=env, **fns)
+        return code[0], out.getvalue(), env
+
+    def test_tasks_in_turn(self):
+        data = frame_task(1, "map", b"the cat the\ndog\n", shard=0, attempt=1)
+        data += frame_task(2, "map", b"", shard=1, attempt=2)
+        data += frame_task(3, "reduce", b"cat\t1\nthe\t2\nthe\t5\n", partition=0)
+        code, out, env = self.serve(data, mapper=words, reducer=total, combiner=total)
+        self.assertEqual(code, 0)
+        tasks = out.decode().split("mapagg:end ")
+        self.assertEqual(sorted(tasks[0].splitlines()), ["cat\t1", "dog\t1", "the\t2"])
+        self.assertEqual(tasks[1], "1\n")
+        self.assertEqual(tasks[2].splitlines(), ["2", "cat\t1", "the\t7"])
+        self.assertEqual(tasks[3], "3\n")
+        self.assertEqual(env["MAPAGG_ROLE"], "reduce")
+        self.assertEqual(env["MAPAGG_PARTITION"], "0")
+        self.assertNotIn("MAPAGG_SHARD", env)
+
+    def test_reducer_that_stops_early_reads_its_input_all_the_same(self):
+        def first(key, values):
+            return next(values)
+
+        data = frame_task(1, "reduce", b"a\t1\na\t2\nb\t3\n", partition=0) + frame_task(2, "reduce", b"c\t4\n", partition=1)
+        code, out, _ = self.serve(data, reducer=first, mapper=words)
+        self.assertEqual(code, 0)
+        self.assertEqual(out.decode(), "a\t1\nb\t3\nmapagg:end 1\nc\t4\nmapagg:end 2\n")
+
+    def test_map_blocks_in_a_session(self):
+        from collections import Counter
+
+        def map_blocks(blocks):
+            c = Counter()
+            for text in blocks:
+                c.update(text.split())
+            return c
+
+        data = frame_task(1, "map", b"a b\nb c\n", shard=0) + frame_task(2, "map", b"z\n", shard=1)
+        code, out, _ = self.serve(data, map_blocks=map_blocks, reducer=total, combiner=total)
+        self.assertEqual(code, 0)
+        self.assertEqual(out.decode(), "a\t1\nb\t2\nc\t1\nmapagg:end 1\nz\t1\nmapagg:end 2\n")
+
+    def test_bad_framing_fails(self):
+        for data in (b"not a task line\n", b'mapagg:task {"seq":1,"role":"map"}\nxyz\n', b'mapagg:task {"seq":1,"role":"map"}\n10\nab'):
+            code, _, _ = self.serve(data, mapper=words, reducer=total)
+            self.assertEqual(code, 1, data)
+
+    def test_raise_names_the_task_role(self):
+        script = "import mapagg\ndef mapper(line):\n    raise KeyError('missing column')\ndef reducer(k, v):\n    return 0\nmapagg.run()\n"
+        env = dict(os.environ, MAPAGG_ROLE="session", PYTHONPATH=os.path.join(HERE, ".."))
+        p = subprocess.run([sys.executable, "-c", script], input=frame_task(1, "map", b"x\n", shard=0), env=env, capture_output=True)
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.stderr.decode().strip().splitlines()[-1], "mapagg: map failed: KeyError: 'missing column'")
+
+    def test_values_decoded_once_are_never_shared_when_mutable(self):
+        def grow(key, values):
+            out = []
+            for v in values:
+                if isinstance(v, list):
+                    v.append(len(out))  # a reducer may change what it gets
+                out.append(v)
+            return out
+
+        data = frame_task(1, "reduce", b"a\t[0]\na\t[0]\na\t7\na\t7\nb\t[0]\n", partition=0)
+        code, out, _ = self.serve(data, reducer=grow, mapper=words)
+        self.assertEqual(code, 0)
+        self.assertEqual(out.decode(), "a\t[[0,0],[0,1],7,7]\nb\t[[0,0]]\nmapagg:end 1\n")
+
+    def test_describe_declares_sessions(self):
+        code, out = run_role("describe", b"", mapper=words, reducer=total)
+        self.assertEqual(json.loads(out)["session"], True)
+
+
 class InstallTest(unittest.TestCase):
     """pip install ./python works offline: the build backend is in the tree."""
 
