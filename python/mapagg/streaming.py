@@ -376,19 +376,26 @@ def _serve(mapper, map_chunk, map_blocks, combiner, reducer, out, stdin, environ
             else:
                 environ.pop(name, None)
         inp = _Frames(stdin)
-        if role == "map":
-            _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
-            _map(mapper, map_chunk, combiner, out, inp, map_blocks)
-        elif role == "combine":
-            _need(combiner, "combiner", role)
-            _combine(combiner, out, inp)
-        elif role == "reduce":
-            _need(reducer, "reducer", role)
-            _reduce(reducer, out, inp)
-        else:
+        if not _task(role, mapper, map_chunk, map_blocks, combiner, reducer, out, inp):
             raise ProtocolError(f"a task of role {role!r}: want map, combine or reduce")
         inp.drain()  # a reducer may stop early: the rest of its input is read all the same
         out.end_task(t.get("seq"))
+
+
+def _task(role, mapper, map_chunk, map_blocks, combiner, reducer, out, inp):
+    """Runs one task of role (map, combine or reduce) over inp; False for another role."""
+    if role == "map":
+        _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
+        _map(mapper, map_chunk, combiner, out, inp, map_blocks)
+    elif role == "combine":
+        _need(combiner, "combiner", role)
+        _combine(combiner, out, inp)
+    elif role == "reduce":
+        _need(reducer, "reducer", role)
+        _reduce(reducer, out, inp)
+    else:
+        return False
+    return True
 
 
 def _caller_functions(depth=2):
@@ -427,15 +434,8 @@ def run(mapper=None, reducer=None, combiner=None, argv=None, stdin=None, stdout=
             out.stream.write(json.dumps({"combine": False, "session": True, "language": "python"}).encode() + b"\n")
         elif role == "session":
             _serve(mapper, map_chunk, map_blocks, combiner, reducer, out, stdin, environ)
-        elif role == "map":
-            _need(mapper or map_chunk or map_blocks, "mapper (nor map_chunk, map_blocks)", role)
-            _map(mapper, map_chunk, combiner, out, stdin, map_blocks)
-        elif role == "combine":
-            _need(combiner, "combiner", role)
-            _combine(combiner, out, stdin)
-        elif role == "reduce":
-            _need(reducer, "reducer", role)
-            _reduce(reducer, out, stdin)
+        elif _task(role, mapper, map_chunk, map_blocks, combiner, reducer, out, stdin):
+            pass
         elif role == "":
             _local(mapper, map_chunk, map_blocks, combiner, reducer, argv, stdin, out)
         else:
