@@ -32,8 +32,13 @@ func connect(t *testing.T, url string) *bus.Bus {
 
 func recv(t *testing.T, c <-chan *bus.Delivery, n int) []*bus.Delivery {
 	t.Helper()
+	return recvWithin(t, c, n, 10*time.Second)
+}
+
+func recvWithin(t *testing.T, c <-chan *bus.Delivery, n int, d time.Duration) []*bus.Delivery {
+	t.Helper()
 	var out []*bus.Delivery
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(d)
 	for len(out) < n {
 		select {
 		case d := <-c:

@@ -35,10 +35,25 @@ func (r Rebuilt) String() string {
 	return fmt.Sprintf("stream %s (found missing by %s)", r.Name, r.Where)
 }
 
-// healer serializes Bus.Heal.
+// healer serializes Bus.Heal and tells the member's feeds when something was rebuilt.
 type healer struct {
 	mu   sync.Mutex
 	last time.Time // when the last check of every stream started
+
+	sigMu sync.Mutex
+	sig   chan struct{} // closed (and replaced) when this member rebuilds a stream or consumer
+}
+
+// rebuiltSignal returns a channel closed at this member's next rebuild. A shards feed's idle
+// long poll listens to it: a pull parked on a deleted stream gets no answer from the server,
+// and would otherwise wait for its missed heartbeats (10 s) to learn of it.
+func (b *Bus) rebuiltSignal() <-chan struct{} {
+	b.healer.sigMu.Lock()
+	defer b.healer.sigMu.Unlock()
+	if b.healer.sig == nil {
+		b.healer.sig = make(chan struct{})
+	}
+	return b.healer.sig
 }
 
 // StreamMissing reports whether err says a stream is missing: JetStream's "stream not found", or
@@ -82,6 +97,12 @@ func (b *Bus) Heal(ctx context.Context, where string) error {
 // rebuilt logs r and hands it to Config.OnRebuilt.
 func (b *Bus) rebuilt(r Rebuilt) {
 	b.rebuilds.Add(1)
+	b.healer.sigMu.Lock()
+	if b.healer.sig != nil {
+		close(b.healer.sig)
+		b.healer.sig = nil
+	}
+	b.healer.sigMu.Unlock()
 	lg := b.cfg.Logger
 	if lg == nil {
 		lg = slog.Default()

@@ -118,7 +118,9 @@ func TestBus_StreamsRemovedAreRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(2)
-	recv(t, shards.C, 1)[0].Ack()
+	// A pull that reaches the consumer as it is deleted is never answered (no "consumer deleted"
+	// status): the feed then learns of it from the idle poll's missed heartbeats, 10 s after.
+	recvWithin(t, shards.C, 1, 20*time.Second)[0].Ack()
 	recv(t, results.C, 1)[0].Ack()
 	if n := len(rb.names()); n != before+1 {
 		t.Errorf("after removing the shards consumer: %d rebuilds, want %d (%q)", n, before+1, rb.names())

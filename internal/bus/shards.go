@@ -58,7 +58,8 @@ type ShardFeed struct {
 	cancel context.CancelFunc
 
 	// polls is the context idle long polls run under: a reconnect cancels it (and makes the
-	// next), since the server forgets a pull request whose connection dropped.
+	// next), since the server forgets a pull request whose connection dropped, and so does a
+	// stream or consumer this member rebuilt (a pull parked on a deleted stream is never answered).
 	pollMu     sync.Mutex
 	polls      context.Context
 	pollCancel context.CancelFunc
@@ -106,11 +107,12 @@ func (b *Bus) Shards(ctx context.Context, opt ShardOptions) (*ShardFeed, error) 
 				if !ok {
 					return
 				}
-				f.pollMu.Lock()
-				f.pollCancel()
-				f.polls, f.pollCancel = context.WithCancel(ctx)
-				f.pollMu.Unlock()
+			case <-b.rebuiltSignal(): // a stream or consumer was rebuilt: pull again at once
 			}
+			f.pollMu.Lock()
+			f.pollCancel()
+			f.polls, f.pollCancel = context.WithCancel(ctx)
+			f.pollMu.Unlock()
 		}
 	}()
 	for i, typ := range opt.Types {
