@@ -415,3 +415,67 @@ func TestSchedule_RollbackUnderTheSameLeader(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	contiguous(t, r.scheduleJobs("rb"), time.Second)
 }
+
+// slowSpecs delays every write of a job's spec: a leader whose storage cannot keep up.
+type slowSpecs struct {
+	Store
+	by time.Duration
+}
+
+func (s *slowSpecs) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	if strings.HasSuffix(name, "/spec.json") {
+		time.Sleep(s.by)
+	}
+	return s.Store.Put(ctx, name, data, cond)
+}
+
+// A leader that falls behind (each tick's spec takes 2.5 s to write, a schedule ticks every
+// second) does not fire ticks later and later: a tick still unfired when the schedule's next
+// tick is due is counted missed, each pass fires the latest due tick, and the counts add up to
+// the due ticks exactly. Before, every tick fired, each later than the one before.
+func TestSchedule_FallenBehindCountsMissed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSchedule("behind", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
+	r.leadOn(1, &slowSpecs{Store: r.st, by: 2500 * time.Millisecond}, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	var st *protocol.ScheduleState
+	eventually(t, 60*time.Second, "ticks missed and fired", func() bool {
+		data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("behind"))
+		if err != nil {
+			return false
+		}
+		st, err = protocol.ParseScheduleState(data)
+		return err == nil && st.LastTick != nil && st.Missed >= 4 && st.Fired >= 4
+	})
+	def, _, err := r.st.Get(ctx, protocol.ScheduleBlob("behind"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := protocol.ParseSchedule(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := 0
+	for tk := d.Next(d.CreatedAt); !tk.After(*st.LastTick); tk = d.Next(tk) {
+		due++
+	}
+	fired := 0
+	for tk, ids := range r.scheduleJobs("behind") {
+		if len(ids) != 1 {
+			t.Errorf("tick %v made %d jobs", tk, len(ids))
+		}
+		if !tk.After(*st.LastTick) {
+			fired++
+		}
+	}
+	if got := fired + int(st.Skipped+st.Missed); got != due {
+		t.Errorf("fired %d + skipped %d + missed %d = %d, want the %d due ticks", fired, st.Skipped, st.Missed, got, due)
+	}
+	// Each fired tick was the latest due when its pass reached it: it is written within a
+	// tick's interval plus one write, never a growing backlog behind.
+	for _, sp := range r.scheduleSpecs()["behind"] {
+		if late := sp.SubmittedAt.Sub(*sp.Tick); sp.Tick.After(d.CreatedAt.Add(3*time.Second)) && late > 4*time.Second {
+			t.Errorf("tick %v fired %v late", sp.Tick, late)
+		}
+	}
+}

@@ -244,7 +244,7 @@ type ScheduleState struct {
 	Buffered *time.Time `json:"buffered,omitempty"`
 	Fired    int64      `json:"fired"`
 	Skipped  int64      `json:"skipped"` // overlap
-	Missed   int64      `json:"missed"`  // older than the catch-up window when a leader got to them
+	Missed   int64      `json:"missed"`  // older than the catch-up window when a leader got to them, or left behind by a leader that fell behind (its schedule's next tick was due first)
 	// WriterEpoch and WriterTerm name the term that wrote it (fencing, as checkpoints).
 	WriterEpoch uint64    `json:"writer_epoch"`
 	WriterTerm  string    `json:"writer_term"`

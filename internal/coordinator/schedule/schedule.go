@@ -60,6 +60,8 @@ const (
 	// unsureSlack is added to saveEvery when a term looks for jobs a predecessor made after its
 	// last save: a pass may take that long under load.
 	unsureSlack = 10 * time.Second
+	// passFor bounds how long a pass fires ticks after its listing (see Scheduler.listed).
+	passFor = 5 * time.Second
 )
 
 // Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
@@ -76,6 +78,23 @@ type Scheduler struct {
 	defs   map[string]cachedDef // by name: definitions read, kept while their ETag holds
 	// troubles is store.TransientFailures when the last pass began.
 	troubles atomic.Uint64
+	// began is when this term's scheduler started: a tick due after it that is still unfired
+	// when the schedule's next tick is due was missed by this term (it fell behind), not by an
+	// outage, and is counted missed instead of fired late.
+	began time.Time
+	// listed is when the running pass's listing was asked for. No tick is fired and no state
+	// written once it is passFor old: a definition marked for deletion after it shows in the
+	// next listing, and a DELETE waits longer than passFor (client.deleteWait).
+	listed time.Time
+	// next is where the next pass starts in the listing, so that passes cut short by passFor
+	// reach every schedule in turn.
+	next int
+	// behind counts the ticks missed this pass because the scheduler fell behind (logged once).
+	behind, behindOf atomic.Int64
+	// reached is, by schedule (name and generation), the latest tick this term decided. Ticks
+	// up to it are walked again after a state is read again (a rollback, storage trouble) and
+	// their lost jobs made; only later ones can be left behind (began). Guarded by mu.
+	reached map[string]time.Time
 }
 
 // cachedDef is a definition as read, under the ETag the listing showed.
@@ -198,6 +217,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			s.log.Info("storage was in trouble: schedule states read again, ticks since them walked again")
 		}
 	}
+	s.listed = s.cfg.Now()
+	s.behind.Store(0)
+	s.behindOf.Store(0)
 	blobs, err := s.list(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
@@ -238,22 +260,40 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			}
 		}()
 	}
+	start := 0
+	if len(names) > 0 {
+		start = s.next % len(names)
+	}
+	cut := false
 feed:
-	for _, name := range names {
+	for k := range names {
+		i := (start + k) % len(names)
 		mu.Lock()
 		stop := firstErr != nil
 		mu.Unlock()
 		if stop {
 			break
 		}
+		if s.stale() {
+			// Out of time: the next pass starts here, so every schedule gets its turn.
+			s.next, cut = i, true
+			break
+		}
 		select {
-		case work <- name:
+		case work <- names[i]:
 		case <-ctx.Done():
 			break feed
 		}
 	}
 	close(work)
 	wg.Wait()
+	if n := s.behind.Load(); n > 0 {
+		s.log.Warn("schedule ticks missed: the scheduler fell behind (each schedule fires its latest due tick)",
+			"missed", n, "schedules", s.behindOf.Load())
+	}
+	if cut {
+		earliest = s.cfg.Now() // go on at once
+	}
 	if firstErr != nil {
 		return earliest, firstErr
 	}
@@ -268,8 +308,19 @@ feed:
 			delete(s.defs, name)
 		}
 	}
+	for key := range s.reached {
+		if name, _, _ := strings.Cut(key, "/"); !seen[name] {
+			delete(s.reached, key)
+		}
+	}
 	s.mu.Unlock()
 	return earliest, nil
+}
+
+// stale reports whether the running pass's listing is passFor old: no more ticks are fired nor
+// states written in it.
+func (s *Scheduler) stale() bool {
+	return s.cfg.Now().Sub(s.listed) >= passFor
 }
 
 // list lists the definitions, with their ETags when the store gives them.
@@ -481,7 +532,18 @@ func (s *Scheduler) flush(ctx context.Context, ss *schedState) error {
 func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedState) (time.Time, error) {
 	st := &ss.st
 	now := s.cfg.Now()
+	key := def.Name + "/" + def.UID
+	s.mu.Lock()
+	reached := s.reached[key]
+	s.mu.Unlock()
 	since := def.CreatedAt
+	defer func() {
+		if since.After(reached) {
+			s.mu.Lock()
+			s.reached[key] = since
+			s.mu.Unlock()
+		}
+	}()
 	if st.LastTick != nil && st.LastTick.After(since) {
 		since = *st.LastTick
 	}
@@ -539,6 +601,42 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			s.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
 			since = last
 			continue
+		}
+		if !tick.Before(s.began) && tick.After(reached) && !def.Next(tick).After(now) {
+			// Fell due in this term, and the schedule's next tick is due too: this term fell
+			// behind (storage or the box cannot keep up). Every tick but the latest is counted
+			// missed, so the ticks that fire are on time and the counts add up.
+			if !tick.After(ss.unsure) {
+				// A predecessor still leading then may have made it: its job decides.
+				made, err := s.store.Exists(ctx, protocol.SpecBlob(protocol.TickJobID(def.Name, def.UID, tick)))
+				if err != nil {
+					return time.Time{}, err
+				}
+				if made {
+					if err := s.made(ctx, def, ss, tick, protocol.TickJobID(def.Name, def.UID, tick)); err != nil {
+						return time.Time{}, err
+					}
+					since = tick
+					continue
+				}
+			}
+			n, last := int64(0), tick
+			for k := tick; !k.IsZero() && k.After(reached) && !def.Next(k).After(now); k = def.Next(k) {
+				if n > 0 && !k.After(ss.unsure) {
+					break // k is looked at on its own (above)
+				}
+				n, last = n+1, k
+			}
+			st.Missed += n
+			st.LastTick = &last
+			ss.dirty, ss.urgent = true, true
+			s.behind.Add(n)
+			s.behindOf.Add(1)
+			since = last
+			continue
+		}
+		if s.stale() {
+			return tick, nil // out of time: the next pass fires it
 		}
 		if def.Overlap != protocol.OverlapAllow {
 			running, err := s.running(ctx, st.LastJob)
@@ -738,6 +836,11 @@ func (s *Scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 // save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
 // again (errStateReloaded); a newer term's deposes this one.
 func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
+	if s.stale() {
+		// A DELETE may have removed the schedule since the listing: writing its state now
+		// could leave the blob behind. The next pass writes it, if the schedule is listed.
+		return nil
+	}
 	if store.TransientFailures() != s.troubles.Load() {
 		// Storage was in trouble during this pass: the ticks fired before it may be lost
 		// (above). The state stays unsaved; the next pass reads it again and walks them.
@@ -811,7 +914,7 @@ func (s *Scheduler) prune(ctx context.Context, def *protocol.Schedule, ss *sched
 
 // New returns the scheduler of a term: its writes fenced by f, its jobs queued through submit.
 func New(f *fence.Fence, log *slog.Logger, emit func(core.Event), cfg core.Config, st core.Store, reader jobread.Reader, submit submitter) *Scheduler {
-	s := &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}, defs: map[string]cachedDef{}}
+	s := &Scheduler{fence: f, log: log, emit: emit, cfg: cfg, store: st, reader: reader, submit: submit, states: map[string]*schedState{}, defs: map[string]cachedDef{}, reached: map[string]time.Time{}, began: cfg.Now()}
 	s.troubles.Store(store.TransientFailures())
 	return s
 }
