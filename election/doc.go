@@ -69,7 +69,10 @@
 // still answers probes, and leads on, fenced): a follower that reaches storage then breaks its
 // lease after SuspicionTimeout, instead of waiting for the safety deadline. A blip shorter than
 // RenewStall + SuspicionTimeout deposes nobody; during an outage of storage itself no follower can
-// read the blob, so none breaks.
+// read the blob, so none breaks. Storage that answers slowly answers everyone slowly: after a
+// renewal that succeeded slowly, the stall is twice its time (up to MaxRenewStall, for a minute)
+// and a renewal may take four times as long (up to a quarter of the lease), so a leader whose
+// storage is loaded is not deposed for it.
 //
 // One breaker. The leader's beats name its successors (Config.Successors). After a silence or a
 // release the first acts at once; each other follower waits TurnStep per place and stands down when

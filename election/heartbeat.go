@@ -427,8 +427,8 @@ func (e *Elector) session() uint64 {
 // answers probes first: a beat is published only once the answer is in place, so a follower
 // that heard the term can count "no responders" as the process gone.
 //
-// While no renewal has succeeded for RenewStall (the leader may be cut off from storage), beats
-// pause: a follower that reaches storage then breaks the lease after SuspicionTimeout, fenced,
+// While no renewal has succeeded for RenewStall (the leader may be cut off from storage; more
+// after slow renewals, MaxRenewStall), beats pause: a follower that reaches storage then breaks the lease after SuspicionTimeout, fenced,
 // instead of waiting for this term's safety deadline. They resume when a renewal succeeds.
 func (e *Elector) beat(ctx context.Context, t Term, g *guard, ans *answering, log *slog.Logger) {
 	hb := e.cfg.Heartbeats

@@ -237,6 +237,45 @@ func TestGuard_Stalled(t *testing.T) {
 	}
 }
 
+// A renewal that succeeded slowly (storage under load) raises the stall to twice its time, up to
+// MaxRenewStall, and lets the next renewal take four times as long; a minute later both are back.
+func TestGuard_SlowRenewalsRaiseTheStall(t *testing.T) {
+	g := &guard{e: &Elector{}, window: time.Minute, cancel: func(error) {}, lostCh: make(chan struct{})}
+	g.start(time.Now())
+	defer g.finish()
+	if got := g.tryFor(time.Now(), time.Second, 4*time.Second); got != time.Second {
+		t.Errorf("tryFor before any renewal = %v, want 1s", got)
+	}
+	sent := time.Now().Add(-900 * time.Millisecond)
+	g.renewing(sent)
+	if !g.extend(sent) { // took about 900ms
+		t.Fatal("extend refused")
+	}
+	t0 := time.Now()
+	g.renewing(t0)
+	if _, ok := g.stalled(t0.Add(1500 * time.Millisecond)); ok {
+		t.Error("stalled at 1.5s after a 0.9s renewal")
+	}
+	if _, ok := g.stalled(t0.Add(1900 * time.Millisecond)); !ok {
+		t.Error("not stalled at 1.9s after a 0.9s renewal")
+	}
+	if got := g.tryFor(t0, time.Second, 4*time.Second); got < 3500*time.Millisecond || got > 4*time.Second {
+		t.Errorf("tryFor after a 0.9s renewal = %v, want about 3.6s", got)
+	}
+	later := t0.Add(stallMemory + time.Second)
+	if _, ok := g.stalled(later); !ok || g.tryFor(later, time.Second, 4*time.Second) != time.Second {
+		t.Error("a slow renewal still counted after stallMemory")
+	}
+	sent = time.Now().Add(-10 * time.Second)
+	if !g.extend(sent) {
+		t.Fatal("extend refused")
+	}
+	g.renewing(time.Now())
+	if _, ok := g.stalled(time.Now().Add(MaxRenewStall)); !ok {
+		t.Error("not stalled at MaxRenewStall")
+	}
+}
+
 // flakyProber times out its first probes (a probe that reached the leader's connection as it
 // died is never answered; on a loaded machine the watcher's 50 ms probes time out), then finds
 // no responders.

@@ -22,6 +22,17 @@ const releaseTimeout = 5 * time.Second
 // during an outage of storage itself no follower can break anything.
 const RenewStall = 500 * time.Millisecond
 
+// MaxRenewStall bounds the stall a leader allows its renewals when they have been slow: it waits
+// twice its slowest renewal of the last stallMemory (at least RenewStall) before it pauses its
+// beats. Storage that takes a second a request under load (an emulator saving its metadata, a
+// throttled account) answers every member as slowly: pausing then only hands the same storage to
+// another leader, and each hand-over costs the jobs' progress. A leader cut off from storage under
+// load is then replaced up to MaxRenewStall - RenewStall later.
+const MaxRenewStall = 3 * time.Second
+
+// stallMemory is how long a slow renewal keeps raising the stall (MaxRenewStall).
+const stallMemory = time.Minute
+
 // guard owns the leader context of one term and the safety deadline. The deadline timer is
 // independent of the renew goroutine: a renew call that hangs cannot keep the term alive.
 type guard struct {
@@ -38,10 +49,12 @@ type guard struct {
 	mu       sync.Mutex
 	deadline time.Time // monotonic
 	timer    *time.Timer
-	trouble  time.Time // when the renewal in flight or failing now was first sent; zero after a success
-	ended    bool      // the leader context was cancelled
-	reason   error     // why it was cancelled
-	lost     error     // why the lease is lost or unsafe to hold; nil while renewing may go on
+	trouble  time.Time     // when the renewal in flight or failing now was first sent; zero after a success
+	slow     time.Duration // the slowest successful renewal since slowAt (stallAfter)
+	slowAt   time.Time
+	ended    bool  // the leader context was cancelled
+	reason   error // why it was cancelled
+	lost     error // why the lease is lost or unsafe to hold; nil while renewing may go on
 }
 
 // start marks the process leader and arms the deadline at sent+window.
@@ -64,7 +77,34 @@ func (g *guard) extend(sent time.Time) bool {
 	g.deadline = sent.Add(g.window)
 	g.timer.Reset(time.Until(g.deadline))
 	g.trouble = time.Time{}
+	now := time.Now()
+	if took := now.Sub(sent); took >= g.slow || now.Sub(g.slowAt) > stallMemory {
+		g.slow, g.slowAt = took, now
+	}
 	return true
+}
+
+// tryFor is how long a renewal sent at now may take: one renew period (short), or four times
+// the slowest renewal of the last stallMemory, up to most. A slow success still extends the term
+// from when it was sent; cut short, a renewal that storage under load answers in 1.5 s never
+// succeeds. Only successes count: a renewal swallowed by a dead connection is retried after one
+// period, as before.
+func (g *guard) tryFor(now time.Time, short, most time.Duration) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.slowAt.IsZero() || now.Sub(g.slowAt) > stallMemory {
+		return short
+	}
+	return max(short, min(4*g.slow, most))
+}
+
+// stallAfterLocked is how long a renewal may be in flight or failing before the term counts as
+// stalled: RenewStall, or twice the slowest renewal of the last stallMemory, up to MaxRenewStall.
+func (g *guard) stallAfterLocked(now time.Time) time.Duration {
+	if g.slowAt.IsZero() || now.Sub(g.slowAt) > stallMemory {
+		return RenewStall
+	}
+	return min(max(RenewStall, 2*g.slow), MaxRenewStall)
 }
 
 // renewing notes a renewal sent at sent; the first of a run without success starts the stall.
@@ -76,13 +116,13 @@ func (g *guard) renewing(sent time.Time) {
 	}
 }
 
-// stalled reports whether no renewal has succeeded for RenewStall since one was sent: the
-// leader may be cut off from storage.
+// stalled reports whether no renewal has succeeded for RenewStall (more after slow renewals:
+// stallAfterLocked) since one was sent: the leader may be cut off from storage.
 func (g *guard) stalled(now time.Time) (time.Duration, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	d := now.Sub(g.trouble)
-	return d, !g.trouble.IsZero() && d >= RenewStall
+	return d, !g.trouble.IsZero() && d >= g.stallAfterLocked(now)
 }
 
 func (g *guard) remaining() time.Duration {
@@ -270,7 +310,7 @@ func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, l
 		}
 		sent := time.Now()
 		g.renewing(sent)
-		cctx, cancel := context.WithTimeout(ctx, min(e.opTimeout(), left))
+		cctx, cancel := context.WithTimeout(ctx, min(g.tryFor(sent, e.opTimeout(), e.cfg.LeaseDuration/4), left))
 		err := e.api.RenewLease(cctx, e.cfg.Container, e.cfg.Blob, g.leaseID)
 		cancel()
 		if err == nil {

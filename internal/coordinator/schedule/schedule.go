@@ -260,14 +260,32 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 			}
 		}()
 	}
+	// Definitions that changed since this term read them go first (a DELETE's mark, a pause, a
+	// new schedule): a DELETE waits for its removal, and a pass cut short (passFor) must not
+	// leave it behind the others. The rest in turn from where the last pass stopped.
 	start := 0
 	if len(names) > 0 {
 		start = s.next % len(names)
 	}
-	cut := false
-feed:
+	order := make([]int, 0, len(names))
+	s.mu.Lock()
 	for k := range names {
 		i := (start + k) % len(names)
+		if c, ok := s.defs[names[i]]; !ok || etags[names[i]] == "" || !sameETag(c.etag, etags[names[i]]) {
+			order = append(order, i)
+		}
+	}
+	first := len(order)
+	for k := range names {
+		i := (start + k) % len(names)
+		if c, ok := s.defs[names[i]]; ok && etags[names[i]] != "" && sameETag(c.etag, etags[names[i]]) {
+			order = append(order, i)
+		}
+	}
+	s.mu.Unlock()
+	cut := false
+feed:
+	for k, i := range order {
 		mu.Lock()
 		stop := firstErr != nil
 		mu.Unlock()
@@ -275,8 +293,12 @@ feed:
 			break
 		}
 		if s.stale() {
-			// Out of time: the next pass starts here, so every schedule gets its turn.
-			s.next, cut = i, true
+			// Out of time: the next pass starts at the first unchanged schedule not reached,
+			// so every schedule gets its turn.
+			if k >= first {
+				s.next = i
+			}
+			cut = true
 			break
 		}
 		select {
