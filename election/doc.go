@@ -72,7 +72,9 @@
 // read the blob, so none breaks. Storage that answers slowly answers everyone slowly: after a
 // renewal that succeeded slowly, the stall is twice its time (up to MaxRenewStall, for a minute)
 // and a renewal may take four times as long (up to a quarter of the lease), so a leader whose
-// storage is loaded is not deposed for it.
+// storage is loaded is not deposed for it. A follower whose suspicion came from silence, not from
+// "no responders", probes the leader after reading the blob: one that answers gets AliveWait to
+// beat again (storage that paused for everyone answers its renewal as it answered the read).
 //
 // One breaker. The leader's beats name its successors (Config.Successors). After a silence or a
 // release the first acts at once; each other follower waits TurnStep per place and stands down when

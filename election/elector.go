@@ -460,7 +460,7 @@ func (e *Elector) waitFor(ctx context.Context, retry time.Duration, untilCut boo
 					e.watch.restart(time.Now(), 0, "")
 					return false
 				}
-				e.check(ctx, s)
+				e.check(ctx, s, false)
 				return true
 			}
 			if !healthy {

@@ -539,10 +539,28 @@ func (e *Elector) waitTurn(ctx context.Context, s suspicion) bool {
 	}
 }
 
+// answers reports whether the leader of s answers a probe now (alive, its transport working).
+func (e *Elector) answers(ctx context.Context, s suspicion) bool {
+	if e.cfg.Prober == nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, min(e.probeTimeout, defaultProbeTimeout)) // a hanging probe says nothing
+	defer cancel()
+	return e.cfg.Prober.Probe(pctx, s.epoch) == nil
+}
+
+// aliveWait is how long a follower that read the lease blob waits for the beats of a silent
+// leader that still answers probes (it paused them: its renewals stall) before it breaks.
+const aliveWait = time.Second
+
 // check runs when a follower suspects the leader of s.epoch is dead. It reads the lease blob
 // and, when the lease is still held under that term's stamp, breaks it on condition of the
-// stamp's ETag (break period 0). The caller campaigns right after.
-func (e *Elector) check(ctx context.Context, s suspicion) {
+// stamp's ETag (break period 0). The caller campaigns right after. gone says probes confirmed the
+// leader's process gone; otherwise a leader that still answers a probe paused its beats because
+// its renewals stalled, and it gets aliveWait after this follower's read to beat again: storage
+// that paused for everyone (an emulator saving its metadata, a throttled account) answers its
+// queued renewal as it answered this read, and a leader cut off from storage alone stays silent.
+func (e *Elector) check(ctx context.Context, s suspicion, gone bool) {
 	log := e.log.With("suspected_epoch", s.epoch, "suspected_leader", s.leader)
 	e.suspicions.Add(1)
 	log.Info("no heartbeat from the leader; checking its lease", "silent_for", s.silent.Round(time.Millisecond))
@@ -582,11 +600,27 @@ func (e *Elector) check(ctx context.Context, s suspicion) {
 		log.Info("the silent term released its lease; its successor is starting; not breaking")
 		return
 	}
+	if !gone && e.answers(ctx, s) {
+		for end := time.Now().Add(aliveWait); time.Now().Before(end) && e.watch.unchanged(s); {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+		if !e.watch.unchanged(s) {
+			log.Info("the silent leader answers probes and beats again now that storage answers; not breaking")
+			return
+		}
+		log.Info("the silent leader answers probes but cannot renew while this follower reaches storage; breaking")
+	}
 	if !e.watch.unchanged(s) {
 		log.Info("a heartbeat arrived while checking; not breaking")
 		return
 	}
-	if err := e.api.BreakLease(cctx, e.cfg.Container, e.cfg.Blob, p.ETag); err != nil {
+	bctx, bcancel := context.WithTimeout(ctx, e.opTimeout())
+	defer bcancel()
+	if err := e.api.BreakLease(bctx, e.cfg.Container, e.cfg.Blob, p.ETag); err != nil {
 		switch {
 		case errors.Is(err, ErrConditionNotMet):
 			log.Info("the lease blob changed since it was read (a new term); not broken")

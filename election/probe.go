@@ -224,7 +224,7 @@ func (e *Elector) confirmed(ctx context.Context, s suspicion) bool {
 	e.log.Info("the leader's term has no responders; its process is gone", "suspected_epoch", s.epoch,
 		"suspected_leader", s.leader, "silent_for", time.Since(e.watch.lastBeatAt()).Round(time.Millisecond))
 	e.emit(EventNoResponders, Term{Epoch: s.epoch, Identity: s.leader}, nil)
-	e.check(ctx, s)
+	e.check(ctx, s, true)
 	return true
 }
 

@@ -561,10 +561,37 @@ func TestProbe_StorageCutLeaderPausesBeats(t *testing.T) {
 	}
 	// The bound is the behaviour: a renewal (every second) stalls, then the suspicion timeout.
 	d := election.DefaultConfig()
-	if limit := d.RenewInterval + election.RenewStall + d.SuspicionTimeout + time.Second; took > limit {
+	// The cut leader still answers probes, so the follower gives it AliveWait after its own read.
+	if limit := d.RenewInterval + election.RenewStall + d.SuspicionTimeout + election.AliveWait + time.Second; took > limit {
 		t.Errorf("storage cut -> new leader %v, want within %v", took.Round(time.Millisecond), limit)
 	}
 	t.Logf("storage cut -> beats paused %v, new leader %v", paused[0].At.Sub(cut).Round(time.Millisecond), took.Round(time.Millisecond))
+}
+
+// Storage that stops answering everyone for 2.5 s (longer than RenewStall + SuspicionTimeout: an
+// emulator saving its metadata, a throttled account), three times, deposes nobody: the follower
+// that suspects the silent leader reads the lease blob once storage answers, finds the leader
+// answering probes, and hears its beats again within AliveWait, its queued renewal answered too.
+func TestProbe_StoragePausedForEveryoneDeposesNobody(t *testing.T) {
+	c := newProbeClusterWith(t, testenv.NATS(t), 3, probeOpts{storageProxied: true})
+	c.elected(1, 20*time.Second)
+	time.Sleep(time.Second)
+	for range 3 {
+		for _, n := range c.nodes {
+			n.blob.Blackhole()
+		}
+		time.Sleep(2500 * time.Millisecond)
+		for _, n := range c.nodes {
+			n.blob.Heal()
+		}
+		time.Sleep(3 * time.Second)
+	}
+	if evs, _ := c.of(election.EventElected); len(evs) != 1 {
+		t.Fatalf("%d elections across 3 pauses of all storage, want 1 (stats %+v)\n%s", len(evs), c.stats(), c.since(time.Time{}))
+	}
+	paused, _ := c.of(election.EventBeatsPaused)
+	suspected, _ := c.of(election.EventSuspected)
+	t.Logf("beats paused %d times, suspicions %d, in 3 pauses", len(paused), len(suspected))
 }
 
 // Storage blips of 1.2s (each below RenewStall + SuspicionTimeout, longer than a renew period,

@@ -336,7 +336,9 @@ func (e *Elector) renewLoop(ctx context.Context, g *guard, lastSent time.Time, l
 			g.lose(fmt.Errorf("%w: %w", ErrLeadershipLost, err))
 			return
 		}
-		backoff = min(max(2*backoff, 250*time.Millisecond), 2*time.Second)
+		// A short, steady retry: once storage answers again the next renewal goes at once, and
+		// beats resume within a follower's aliveWait (heartbeat.go).
+		backoff = 250 * time.Millisecond
 		log.Warn("renew failed; retrying", "err", err, "retry_in", backoff,
 			"deadline_in", g.remaining().Round(time.Millisecond))
 		timer.Reset(backoff)

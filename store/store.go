@@ -90,11 +90,40 @@ func clientOptions(t policy.Transporter, retryFor time.Duration) *azblob.ClientO
 // Bulk data has a pool of its own (DataTransport), so a lease renewal or a checkpoint never
 // waits for a connection behind shuffle traffic: 9 leader changes in 11 keyed jobs came from
 // renewals queued on one saturated pool (design, "The control plane goes first").
+//
+// At most ControlInFlight of its requests are out at once, but for the lease's own (a request
+// that names a lease: acquire, renew, break, release and the term's stamp), which never wait. A
+// leader firing hundreds of schedule ticks a second had about 900 requests queued in the
+// emulator, each answered after 3 s, its lease renewals among them; held in the process
+// instead, they wait there and the renewal goes straight through.
 var Transport = sync.OnceValue(func() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	return &http.Client{Transport: t}
+	return &http.Client{Transport: &controlLimit{slots: make(chan struct{}, ControlInFlight), next: t}}
 })
+
+// ControlInFlight bounds the control plane's storage requests out at once in a process
+// (Transport), lease requests aside.
+const ControlInFlight = 48
+
+// controlLimit holds a request until fewer than cap(slots) are out, unless it names a lease.
+type controlLimit struct {
+	slots chan struct{}
+	next  http.RoundTripper
+}
+
+func (c *controlLimit) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("x-ms-lease-action") != "" || req.Header.Get("x-ms-lease-id") != "" {
+		return c.next.RoundTrip(req)
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+	defer func() { <-c.slots }()
+	return c.next.RoundTrip(req)
+}
 
 // DataTransport is the HTTP client of the data plane's storage clients: a pool of its own. It
 // does not cap connections a host: a reduce holds one open body per map run while it merges, and
