@@ -40,6 +40,7 @@ type intake struct {
 	wake    chan string // a job was submitted (its id, as announced)
 	hiding  hiding      // message id → the received batch it is kept hidden in (visibility.go)
 	lastNs  atomic.Int64
+	taken   atomic.Int64 // messages received this term (Backlog)
 	elected time.Time
 	// listening: since when the term hears cancel hints (set before run starts; smalljob.go).
 	listening time.Time
@@ -91,6 +92,19 @@ func (in *intake) Enqueue(ctx context.Context, id string) error {
 	}
 	nonBlocking(in.wake, id)
 	return nil
+}
+
+// Backlog returns the job queue's approximate depth and how many messages intake received in
+// this term: the scheduler estimates from them how long a job it queues would wait.
+func (in *intake) Backlog(ctx context.Context) (int, int64, error) {
+	d, ok := in.queue.(interface {
+		Depth(context.Context) (int, error)
+	})
+	if !ok {
+		return 0, in.taken.Load(), errors.New("the job queue does not tell its depth")
+	}
+	n, err := d.Depth(ctx)
+	return n, in.taken.Load(), err
 }
 
 // lastIntake is when intake last received messages (the term's start before the first).

@@ -66,6 +66,7 @@ func (in *intake) run(ctx context.Context) {
 			continue
 		}
 		in.lastNs.Store(time.Now().UnixNano())
+		in.taken.Add(int64(len(msgs)))
 		stop := in.keepHidden(ctx, msgs)
 		slots <- struct{}{}
 		rest := in.intakeBatch(ctx, msgs, ahead)

@@ -60,8 +60,11 @@ const (
 	// unsureSlack is added to saveEvery when a term looks for jobs a predecessor made after its
 	// last save: a pass may take that long under load.
 	unsureSlack = 10 * time.Second
-	// passFor bounds how long a pass fires ticks after its listing (see Scheduler.listed).
+	// passFor bounds how long a pass fires ticks after its listing (see Scheduler.listed), and
+	// saveFor how long it writes states: both well under a DELETE's wait for the leader (15 s),
+	// after which the client removes the blobs itself.
 	passFor = 5 * time.Second
+	saveFor = 10 * time.Second
 )
 
 // Scheduler is the component that fires schedule ticks: what it knows of each schedule's state.
@@ -91,6 +94,13 @@ type Scheduler struct {
 	next int
 	// behind counts the ticks missed this pass because the scheduler fell behind (logged once).
 	behind, behindOf atomic.Int64
+	// queueWait is how long a job queued in this pass would wait before intake takes it: the
+	// queue's depth over intake's recent rate (at least one a second). A tick whose job would
+	// wait longer than its schedule's interval is counted missed: its next tick would be due
+	// before it started. lastLook and lastTaken are the previous pass's look.
+	queueWait time.Duration
+	lastLook  time.Time
+	lastTaken int64
 	// reached is, by schedule (name and generation), the latest tick this term decided. Ticks
 	// up to it are walked again after a state is read again (a rollback, storage trouble) and
 	// their lost jobs made; only later ones can be left behind (began). Guarded by mu.
@@ -122,6 +132,12 @@ var (
 // submitter queues a job whose spec is stored (intake).
 type submitter interface {
 	Enqueue(ctx context.Context, id string) error
+}
+
+// backlogger tells the job queue's depth and how many jobs intake took in (intake): how long a
+// job queued now would wait (queueWait).
+type backlogger interface {
+	Backlog(ctx context.Context) (depth int, taken int64, err error)
 }
 
 type schedState struct {
@@ -220,6 +236,7 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	s.listed = s.cfg.Now()
 	s.behind.Store(0)
 	s.behindOf.Store(0)
+	s.lookAtQueue(ctx)
 	blobs, err := s.list(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
@@ -310,8 +327,8 @@ feed:
 	close(work)
 	wg.Wait()
 	if n := s.behind.Load(); n > 0 {
-		s.log.Warn("schedule ticks missed: the scheduler fell behind (each schedule fires its latest due tick)",
-			"missed", n, "schedules", s.behindOf.Load())
+		s.log.Warn("schedule ticks missed: the scheduler fell behind (each schedule fires its latest due tick, none while a job would wait past its next tick)",
+			"missed", n, "schedules", s.behindOf.Load(), "queue_wait", s.queueWait.Round(time.Millisecond))
 	}
 	if cut {
 		earliest = s.cfg.Now() // go on at once
@@ -337,6 +354,27 @@ feed:
 	}
 	s.mu.Unlock()
 	return earliest, nil
+}
+
+// lookAtQueue sets queueWait for this pass from the queue's depth and intake's rate since the
+// last pass. Without a depth (or on an error) it is zero: every due tick fires.
+func (s *Scheduler) lookAtQueue(ctx context.Context) {
+	s.queueWait = 0
+	b, ok := s.submit.(backlogger)
+	if !ok {
+		return
+	}
+	depth, taken, err := b.Backlog(ctx)
+	now := s.cfg.Now()
+	if err != nil {
+		s.lastLook = time.Time{}
+		return
+	}
+	if !s.lastLook.IsZero() && now.After(s.lastLook) && depth > 0 {
+		rate := max(float64(taken-s.lastTaken)/now.Sub(s.lastLook).Seconds(), 1)
+		s.queueWait = time.Duration(float64(depth) / rate * float64(time.Second))
+	}
+	s.lastLook, s.lastTaken = now, taken
 }
 
 // stale reports whether the running pass's listing is passFor old: no more ticks are fired nor
@@ -660,6 +698,17 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 		if s.stale() {
 			return tick, nil // out of time: the next pass fires it
 		}
+		if next := def.Next(tick); s.queueWait > 0 && !next.IsZero() && s.queueWait > next.Sub(tick) && tick.After(reached) {
+			// Its job would wait in the queue past the schedule's next tick: the cluster is
+			// behind its schedules, and queueing more only makes every job later.
+			st.Missed++
+			st.LastTick = &tick
+			ss.dirty, ss.urgent = true, true
+			s.behind.Add(1)
+			s.behindOf.Add(1)
+			since = tick
+			continue
+		}
 		if def.Overlap != protocol.OverlapAllow {
 			running, err := s.running(ctx, st.LastJob)
 			if err != nil {
@@ -858,9 +907,10 @@ func (s *Scheduler) createJob(ctx context.Context, spec *protocol.Spec) (bool, e
 // save stores ss (If-Match its ETag, or If-None-Match). On a conflict the stored state is read
 // again (errStateReloaded); a newer term's deposes this one.
 func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
-	if s.stale() {
-		// A DELETE may have removed the schedule since the listing: writing its state now
-		// could leave the blob behind. The next pass writes it, if the schedule is listed.
+	if s.cfg.Now().Sub(s.listed) >= saveFor {
+		// A DELETE that waited for no leader may have removed the schedule since the listing:
+		// writing its state now could leave the blob behind. The next pass writes it, if the
+		// schedule is listed.
 		return nil
 	}
 	if store.TransientFailures() != s.troubles.Load() {
