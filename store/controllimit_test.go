@@ -25,7 +25,7 @@ func TestControlLimit_LeaseRequestsNeverWait(t *testing.T) {
 	defer srv.Close()
 	defer close(release)
 	const n = 3
-	c := &http.Client{Transport: &controlLimit{slots: make(chan struct{}, n), next: http.DefaultTransport}}
+	c := &http.Client{Transport: newControlLimit(n, http.DefaultTransport)}
 	for range n + 2 {
 		go func() {
 			if resp, err := c.Get(srv.URL); err == nil {
@@ -52,6 +52,14 @@ func TestControlLimit_LeaseRequestsNeverWait(t *testing.T) {
 		t.Errorf("%d requests out with a limit of %d", arrived, n)
 	}
 	mu.Unlock()
+	// Another endpoint's requests do not wait behind this one's.
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer other.Close()
+	resp, err := c.Get(other.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/lease?comp=lease", nil)
 	req.Header.Set("x-ms-lease-action", "renew")
 	done := make(chan error, 1)

@@ -99,29 +99,43 @@ func clientOptions(t policy.Transporter, retryFor time.Duration) *azblob.ClientO
 var Transport = sync.OnceValue(func() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
-	return &http.Client{Transport: &controlLimit{slots: make(chan struct{}, ControlInFlight), next: t}}
+	return &http.Client{Transport: newControlLimit(ControlInFlight, t)}
 })
 
-// ControlInFlight bounds the control plane's storage requests out at once in a process
-// (Transport), lease requests aside.
+// ControlInFlight bounds the control plane's storage requests out at once in a process to one
+// storage endpoint (Transport), lease requests aside.
 const ControlInFlight = 48
 
-// controlLimit holds a request until fewer than cap(slots) are out, unless it names a lease.
+// controlLimit holds a request until fewer than n to its host are out, unless it names a lease.
+// Hosts are apart: requests hung on one endpoint (a cut link) never hold another's.
 type controlLimit struct {
-	slots chan struct{}
+	n     int
 	next  http.RoundTripper
+	mu    sync.Mutex
+	hosts map[string]chan struct{}
+}
+
+func newControlLimit(n int, next http.RoundTripper) *controlLimit {
+	return &controlLimit{n: max(n, 1), next: next, hosts: map[string]chan struct{}{}}
 }
 
 func (c *controlLimit) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("x-ms-lease-action") != "" || req.Header.Get("x-ms-lease-id") != "" {
 		return c.next.RoundTrip(req)
 	}
+	c.mu.Lock()
+	slots := c.hosts[req.URL.Host]
+	if slots == nil {
+		slots = make(chan struct{}, c.n)
+		c.hosts[req.URL.Host] = slots
+	}
+	c.mu.Unlock()
 	select {
-	case c.slots <- struct{}{}:
+	case slots <- struct{}{}:
 	case <-req.Context().Done():
 		return nil, req.Context().Err()
 	}
-	defer func() { <-c.slots }()
+	defer func() { <-slots }()
 	return c.next.RoundTrip(req)
 }
 
