@@ -296,7 +296,9 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	}
 	wait, cancel := context.WithTimeout(ctx, deleteWait)
 	defer cancel()
-	for {
+	// Polled every 100 ms at first, then less often (up to 500 ms): 300 DELETEs at once polled
+	// 160 times a second the storage the leader removes them from.
+	for pause := 100 * time.Millisecond; ; pause = min(pause*3/2, 500*time.Millisecond) {
 		ok, err := c.Store.Exists(wait, protocol.ScheduleBlob(name))
 		if err == nil && !ok {
 			return nil // the leader removed it
@@ -304,7 +306,7 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 		select {
 		case <-wait.Done():
 			return c.removeSchedule(ctx, name)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 }
