@@ -629,35 +629,19 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			return tick, nil
 		}
 		if edge := now.Add(-def.CatchUpWindow()); tick.Before(edge) {
-			if !tick.After(ss.unsure) {
-				// A dead term may have made it without saving so: its job decides.
-				made, err := s.store.Exists(ctx, protocol.SpecBlob(protocol.TickJobID(def.Name, def.UID, tick)))
+			if made, err := s.madeUnsaved(ctx, def, ss, tick); err != nil || made {
 				if err != nil {
 					return time.Time{}, err
 				}
-				if made {
-					if err := s.made(ctx, def, ss, tick, protocol.TickJobID(def.Name, def.UID, tick)); err != nil {
-						return time.Time{}, err
-					}
-					since = tick
-					continue
-				}
+				since = tick
+				continue
 			}
 			// Missed by more than the catch-up window: counted, not fired.
-			n, last := int64(0), tick
-			for k := tick; !k.IsZero() && k.Before(edge); k = def.Next(k) {
-				if n == MaxMissedCount {
-					last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
-					break
-				}
-				if n > 0 && !k.After(ss.unsure) {
-					break // k is looked at on its own (above)
-				}
-				n, last = n+1, k
+			n, last, capped := missedRun(def, ss.unsure, tick, MaxMissedCount, func(k time.Time) bool { return k.Before(edge) })
+			if capped {
+				last = edge.Add(-time.Nanosecond) // the rest are skipped uncounted
 			}
-			st.Missed += n
-			st.LastTick = &last
-			ss.dirty, ss.urgent = true, true
+			ss.missed(n, last)
 			s.log.Warn("schedule ticks missed: older than the catch-up window", "schedule", def.Name, "missed", n, "last", last, "catch_up", def.CatchUpWindow())
 			since = last
 			continue
@@ -666,30 +650,15 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			// Fell due in this term, and the schedule's next tick is due too: this term fell
 			// behind (storage or the box cannot keep up). Every tick but the latest is counted
 			// missed, so the ticks that fire are on time and the counts add up.
-			if !tick.After(ss.unsure) {
-				// A predecessor still leading then may have made it: its job decides.
-				made, err := s.store.Exists(ctx, protocol.SpecBlob(protocol.TickJobID(def.Name, def.UID, tick)))
+			if made, err := s.madeUnsaved(ctx, def, ss, tick); err != nil || made {
 				if err != nil {
 					return time.Time{}, err
 				}
-				if made {
-					if err := s.made(ctx, def, ss, tick, protocol.TickJobID(def.Name, def.UID, tick)); err != nil {
-						return time.Time{}, err
-					}
-					since = tick
-					continue
-				}
+				since = tick
+				continue
 			}
-			n, last := int64(0), tick
-			for k := tick; !k.IsZero() && k.After(reached) && !def.Next(k).After(now); k = def.Next(k) {
-				if n > 0 && !k.After(ss.unsure) {
-					break // k is looked at on its own (above)
-				}
-				n, last = n+1, k
-			}
-			st.Missed += n
-			st.LastTick = &last
-			ss.dirty, ss.urgent = true, true
+			n, last, _ := missedRun(def, ss.unsure, tick, 0, func(k time.Time) bool { return !def.Next(k).After(now) })
+			ss.missed(n, last)
 			s.behind.Add(n)
 			s.behindOf.Add(1)
 			since = last
@@ -701,9 +670,7 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 		if next := def.Next(tick); s.queueWait > 0 && !next.IsZero() && s.queueWait > next.Sub(tick) && tick.After(reached) {
 			// Its job would wait in the queue past the schedule's next tick: the cluster is
 			// behind its schedules, and queueing more only makes every job later.
-			st.Missed++
-			st.LastTick = &tick
-			ss.dirty, ss.urgent = true, true
+			ss.missed(1, tick)
 			s.behind.Add(1)
 			s.behindOf.Add(1)
 			since = tick
@@ -728,6 +695,44 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 		since = tick
 	}
 	return def.Next(since), nil
+}
+
+// madeUnsaved reports whether an earlier term may have made tick without saving so (it is not
+// after ss.unsure) and did: its job exists and is recorded in ss as made.
+func (s *Scheduler) madeUnsaved(ctx context.Context, def *protocol.Schedule, ss *schedState, tick time.Time) (bool, error) {
+	if tick.After(ss.unsure) {
+		return false, nil
+	}
+	job := protocol.TickJobID(def.Name, def.UID, tick)
+	made, err := s.store.Exists(ctx, protocol.SpecBlob(job))
+	if err != nil || !made {
+		return false, err
+	}
+	return true, s.made(ctx, def, ss, tick, job)
+}
+
+// missedRun counts the run of def's ticks from tick on while in holds, at most limit (0: no
+// limit; capped says it was reached). It stops before a later tick an earlier term may have
+// made: that one is looked at on its own.
+func missedRun(def *protocol.Schedule, unsure, tick time.Time, limit int64, in func(time.Time) bool) (n int64, last time.Time, capped bool) {
+	last = tick
+	for k := tick; !k.IsZero() && in(k); k = def.Next(k) {
+		if limit > 0 && n == limit {
+			return n, last, true
+		}
+		if n > 0 && !k.After(unsure) {
+			break
+		}
+		n, last = n+1, k
+	}
+	return n, last, false
+}
+
+// missed counts n ticks missed, the last of them last.
+func (ss *schedState) missed(n int64, last time.Time) {
+	ss.st.Missed += n
+	ss.st.LastTick = &last
+	ss.dirty, ss.urgent = true, true
 }
 
 // overlap handles tick while the schedule's previous job runs: buffered (queue, if none is
