@@ -52,7 +52,7 @@ func (r *rig) addSchedule(name string, o client.ScheduleOptions) {
 	}
 }
 
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for !cond() {
@@ -435,39 +435,12 @@ func (s *slowSpecs) Put(ctx context.Context, name string, data []byte, cond stor
 // the due ticks exactly. Before, every tick fired, each later than the one before.
 func TestSchedule_FallenBehindCountsMissed(t *testing.T) {
 	r := newRig(t)
-	ctx := context.Background()
 	r.addSchedule("behind", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
 	r.leadOn(1, &slowSpecs{Store: r.st, by: 2500 * time.Millisecond}, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
-	var st *protocol.ScheduleState
-	eventually(t, 60*time.Second, "ticks missed and fired", func() bool {
-		data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("behind"))
-		if err != nil {
-			return false
-		}
-		st, err = protocol.ParseScheduleState(data)
-		return err == nil && st.LastTick != nil && st.Missed >= 4 && st.Fired >= 4
+	st := r.scheduleStateWhen("behind", 60*time.Second, "ticks missed and fired", func(st *protocol.ScheduleState) bool {
+		return st.Missed >= 4 && st.Fired >= 4
 	})
-	def, _, err := r.st.Get(ctx, protocol.ScheduleBlob("behind"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := protocol.ParseSchedule(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := 0
-	for tk := d.Next(d.CreatedAt); !tk.After(*st.LastTick); tk = d.Next(tk) {
-		due++
-	}
-	fired := 0
-	for tk, ids := range r.scheduleJobs("behind") {
-		if len(ids) != 1 {
-			t.Errorf("tick %v made %d jobs", tk, len(ids))
-		}
-		if !tk.After(*st.LastTick) {
-			fired++
-		}
-	}
+	d, due, fired := r.tickCounts("behind", st)
 	if got := fired + int(st.Skipped+st.Missed); got != due {
 		t.Errorf("fired %d + skipped %d + missed %d = %d, want the %d due ticks", fired, st.Skipped, st.Missed, got, due)
 	}
@@ -498,33 +471,10 @@ func TestSchedule_DeepQueueCountsMissed(t *testing.T) {
 		r.submit("sleep", `{"shards":1}`)
 	}
 	r.addSchedule("deep", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
-	var st *protocol.ScheduleState
-	eventually(t, 30*time.Second, "ticks missed behind the deep queue", func() bool {
-		data, _, err := r.st.Get(ctx, protocol.ScheduleStateBlob("deep"))
-		if err != nil {
-			return false
-		}
-		st, err = protocol.ParseScheduleState(data)
-		return err == nil && st.LastTick != nil && st.Missed >= 4
+	st := r.scheduleStateWhen("deep", 30*time.Second, "ticks missed behind the deep queue", func(st *protocol.ScheduleState) bool {
+		return st.Missed >= 4
 	})
-	fired := 0
-	for tk := range r.scheduleJobs("deep") {
-		if !tk.After(*st.LastTick) {
-			fired++
-		}
-	}
-	def, _, err := r.st.Get(ctx, protocol.ScheduleBlob("deep"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := protocol.ParseSchedule(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	due := 0
-	for tk := d.Next(d.CreatedAt); !tk.After(*st.LastTick); tk = d.Next(tk) {
-		due++
-	}
+	_, due, fired := r.tickCounts("deep", st)
 	// The first pass has no rate yet and may fire one tick; the rest wait behind the queue.
 	if fired > 2 {
 		t.Errorf("%d ticks fired into a queue of 5 that nothing takes", fired)
@@ -532,4 +482,45 @@ func TestSchedule_DeepQueueCountsMissed(t *testing.T) {
 	if fired+int(st.Skipped+st.Missed) != due {
 		t.Errorf("fired %d + skipped %d + missed %d, want the %d due ticks", fired, st.Skipped, st.Missed, due)
 	}
+}
+
+// scheduleStateWhen waits up to within for schedule name's stored state to have a last tick
+// and satisfy ok, and returns it.
+func (r *rig) scheduleStateWhen(name string, within time.Duration, what string, ok func(*protocol.ScheduleState) bool) *protocol.ScheduleState {
+	r.t.Helper()
+	var st *protocol.ScheduleState
+	eventually(r.t, within, what, func() bool {
+		data, _, err := r.st.Get(context.Background(), protocol.ScheduleStateBlob(name))
+		if err != nil {
+			return false
+		}
+		st, err = protocol.ParseScheduleState(data)
+		return err == nil && st.LastTick != nil && ok(st)
+	})
+	return st
+}
+
+// tickCounts returns schedule name's definition, its ticks due up to st's last tick, and how
+// many of those made a job; a tick that made more than one fails the test.
+func (r *rig) tickCounts(name string, st *protocol.ScheduleState) (d *protocol.Schedule, due, fired int) {
+	r.t.Helper()
+	data, _, err := r.st.Get(context.Background(), protocol.ScheduleBlob(name))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if d, err = protocol.ParseSchedule(data); err != nil {
+		r.t.Fatal(err)
+	}
+	for tk := d.Next(d.CreatedAt); !tk.After(*st.LastTick); tk = d.Next(tk) {
+		due++
+	}
+	for tk, ids := range r.scheduleJobs(name) {
+		if len(ids) != 1 {
+			r.t.Errorf("tick %v made %d jobs", tk, len(ids))
+		}
+		if !tk.After(*st.LastTick) {
+			fired++
+		}
+	}
+	return d, due, fired
 }
