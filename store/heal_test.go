@@ -53,6 +53,42 @@ func TestContainer_PutRecreatesMissingContainer(t *testing.T) {
 	}
 }
 
+// A container's generation stays while blobs in it are written and deleted, and changes when
+// the container is deleted and created again; a missing container's is ErrNotFound.
+func TestContainer_GenerationChangesOnlyWithTheContainer(t *testing.T) {
+	ctx := context.Background()
+	c := newContainer(t)
+	gen, err := c.Generation(ctx)
+	if err != nil || gen == "" {
+		t.Fatalf("Generation = %q, %v", gen, err)
+	}
+	if _, err := c.Put(ctx, "a/spec.json", []byte("x"), store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, "a/spec.json"); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.Generation(ctx); err != nil || again != gen {
+		t.Fatalf("after a blob's write and delete: Generation = %q, %v; want %q", again, err, gen)
+	}
+	client, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DeleteContainer(ctx, c.Name(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Generation(ctx); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Generation of a deleted container: %v, want ErrNotFound", err)
+	}
+	if err := c.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := c.Generation(ctx); err != nil || again == gen {
+		t.Fatalf("after the container was created again: Generation = %q, %v; want other than %q", again, err, gen)
+	}
+}
+
 // flaky answers the first n requests 503 ServerBusy (as a throttled or full account does) and
 // passes the rest to the real server: the one failure Azurite does not produce on demand.
 type flaky struct {

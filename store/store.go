@@ -328,6 +328,20 @@ func (c *Container) Props(ctx context.Context, name string) (Props, error) {
 	return p, nil
 }
 
+// Generation returns the container's ETag. It changes when the container is deleted and
+// created again (the storage wiped), and not when blobs in it are written or lost: a blob gone
+// from the same generation was deleted, or lost in a rollback of the store's recent writes.
+func (c *Container) Generation(ctx context.Context) (ETag, error) {
+	resp, err := c.cc.GetProperties(ctx, nil)
+	if err != nil {
+		return "", translate("stat container "+c.name, err)
+	}
+	if resp.ETag == nil {
+		return "", fmt.Errorf("stat container %s: no ETag", c.name)
+	}
+	return ETag(*resp.ETag), nil
+}
+
 // Delete removes a blob; a missing blob is not an error.
 func (c *Container) Delete(ctx context.Context, name string) error {
 	_, err := c.cc.NewBlobClient(name).Delete(ctx, nil)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -31,7 +32,8 @@ type checkpointer struct {
 	writes   chan written // outcomes of background writes, to the loop
 	writers  sync.WaitGroup
 	inflight int
-	pending  int // merged results held for a checkpoint, all jobs
+	pending  int          // merged results held for a checkpoint, all jobs
+	gen      atomic.Value // store.ETag: the jobs container's generation as the term began (lost.go)
 }
 
 // written is the outcome of a background checkpoint write.
@@ -164,6 +166,15 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 			c.lose(ctx, j, w.err)
 			return nil
 		}
+		if errors.Is(w.err, errRolledBack) {
+			if err := c.restore(ctx, j, w.err); err != nil {
+				return err
+			}
+			if follow && j.dirty {
+				c.start(ctx, j)
+			}
+			return nil
+		}
 		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, core.ErrRetryClaim) {
 			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
 		}
@@ -270,6 +281,12 @@ func (c *checkpointer) all(ctx context.Context) error {
 		if err := errs[i]; err != nil {
 			if errors.Is(err, errStateLost) {
 				c.lose(ctx, j, err)
+				continue
+			}
+			if errors.Is(err, errRolledBack) {
+				if err := c.restore(ctx, j, err); err != nil {
+					return err
+				}
 				continue
 			}
 			if errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim) {
@@ -386,7 +403,7 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	if !s.create && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)) {
 		// Refused: a newer leader wrote the checkpoint, or the storage lost it with the job's
 		// other state. Only the first is a reason to step down.
-		if lost := stateLost(ctx, c.store, s.j.id); lost != nil {
+		if lost := stateLost(ctx, c.store, s.j.id, c.generation()); lost != nil {
 			return "", lost
 		}
 	}
@@ -432,6 +449,81 @@ func (c *checkpointer) now(ctx context.Context, j *job) error {
 	}
 	c.apply(s, etag)
 	j.dirty = false
+	return nil
+}
+
+// learnGeneration reads the jobs container's generation for stateLost, trying again while the
+// storage cannot answer, until it knows it or ctx ends.
+func (c *checkpointer) learnGeneration(ctx context.Context) {
+	g, ok := c.store.(generationer)
+	if !ok {
+		return
+	}
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		gen, err := g.Generation(ctx)
+		if err == nil {
+			c.gen.Store(gen)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// generation is the jobs container's generation as the term began; "" while unknown.
+func (c *checkpointer) generation() store.ETag {
+	g, _ := c.gen.Load().(store.ETag)
+	return g
+}
+
+// restore writes back job j's state, which the store lost in a rollback of its recent writes
+// (why says how that was found; lost.go): its spec, and its active marker while it runs, each
+// only if missing, then its checkpoint as this term holds it, If-None-Match. The job goes on.
+// It returns ErrDeposed when another term wrote the checkpoint first; a write that fails
+// otherwise is tried again at the next checkpoint.
+func (c *checkpointer) restore(ctx context.Context, j *job, why error) error {
+	c.log.Warn("the store lost the job's recent writes; writing back the state this term holds", "job", j.id, "err", why)
+	err := c.rewrite(ctx, j)
+	if err == nil {
+		j.w.lost = true // written If-None-Match
+		err = c.now(ctx, j)
+		j.w.lost = false
+	}
+	switch {
+	case errors.Is(err, store.ErrExists):
+		return fmt.Errorf("%w: %v", ErrDeposed, c.fence.Conflict(ctx, j.id))
+	case errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim):
+		return fmt.Errorf("%w: %v", ErrDeposed, err)
+	case err != nil:
+		j.dirty = true
+		c.log.Warn("cannot write back a job's lost state; will retry", "job", j.id, "err", err)
+		return nil
+	}
+	c.ack(j.w.acks)
+	j.w.acks = nil
+	if j.cp.State.Terminal() {
+		c.loop.retire(ctx, j)
+	}
+	return nil
+}
+
+// rewrite stores job j's spec if it is missing, and its active marker while it runs.
+func (c *checkpointer) rewrite(ctx context.Context, j *job) error {
+	data, err := j.spec.Encode()
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	if _, err := c.store.Put(ctx, protocol.SpecBlob(j.id), data, store.Cond{IfNoneMatch: true}); err != nil && !errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("write spec: %w", err)
+	}
+	if !j.cp.State.Terminal() {
+		if _, err := c.store.Put(ctx, protocol.ActiveBlob(j.id), nil, store.Cond{}); err != nil {
+			return fmt.Errorf("write active marker: %w", err)
+		}
+	}
 	return nil
 }
 

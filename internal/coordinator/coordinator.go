@@ -86,6 +86,11 @@ func (c *Coordinator) Lead(ctx context.Context, epoch uint64) error {
 	c.leading.Store(true)
 	defer c.leading.Store(false)
 	t.log.Info("coordinator starting")
+	genCtx, stopGen := context.WithCancel(ctx)
+	var gen sync.WaitGroup
+	gen.Go(func() { t.ck.learnGeneration(genCtx) })
+	defer gen.Wait()
+	defer stopGen()
 
 	// A term stopped while it starts has ended normally, like one stopped later.
 	stopped := func(err error) error {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/harness/testenv"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 )
 
@@ -86,6 +87,55 @@ func TestCheckpoint_LostStateFailsTheJobAndKeepsTheTerm(t *testing.T) {
 	}
 }
 
+// A job whose recent blobs the store lost while its container stayed (Azurite killed: it loses
+// the writes of its last few seconds) is not failed: the term writes back the spec, the active
+// marker and the checkpoint it holds, and the job finishes exact, under the same term.
+func TestCheckpoint_RolledBackStateIsWrittenBack(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	a := r.lead(1)
+	id := r.submit("sleep", `{"shards":4}`)
+	shards := r.shardsOf(4)
+	r.result(shards[0], 1, 1, nil)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone == 1
+	}, "first result not checkpointed")
+
+	// The rollback: the job's spec, active marker and checkpoint are gone, the container stays.
+	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
+		if err := r.st.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.result(shards[1], 1, 1, nil)
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone == 2
+	}, "the lost checkpoint not written back")
+	for _, name := range []string{protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
+		if ok, err := r.st.Exists(ctx, name); err != nil || !ok {
+			t.Fatalf("%s not written back (exists %v, err %v)", name, ok, err)
+		}
+	}
+	for _, m := range shards[2:] {
+		r.result(m, 1, 1, nil)
+	}
+	st := r.wait(id, 30*time.Second)
+	if st.State != jobs.StateSucceeded {
+		t.Fatalf("job %s %s (%s), want succeeded", id, st.State, st.Error)
+	}
+	sameJSON(t, st.Result, json.RawMessage(`{"shards":4,"index_sum":6}`))
+	select {
+	case <-a.done:
+		t.Fatalf("the term ended after the store lost a job's writes: %v", a.err)
+	default:
+	}
+	if err := a.stop(); err != nil {
+		t.Fatalf("Lead: %v", err)
+	}
+}
+
 // A checkpoint write refused while the job's checkpoint is still there is a newer leader's:
 // the state check does not hide a deposal.
 func TestCheckpoint_RefusedWithStateStillDeposes(t *testing.T) {
@@ -106,7 +156,11 @@ func TestCheckpoint_RefusedWithStateStillDeposes(t *testing.T) {
 	if _, err := c.newTerm(2).claim(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if lost := stateLost(ctx, c.newTerm(1).ck.store, id); lost != nil {
+	gen, err := r.st.Generation(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost := stateLost(ctx, c.newTerm(1).ck.store, id, gen); lost != nil {
 		t.Fatalf("stateLost with the checkpoint there: %v", lost)
 	}
 	r.result(shards[1], 1, 1, nil)
