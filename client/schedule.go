@@ -133,12 +133,23 @@ func (c *Client) AddSchedule(ctx context.Context, name string, o ScheduleOptions
 		}
 		return nil, fmt.Errorf("write schedule: %w", err)
 	}
-	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
+	info := infoOf(s)
 	if n := s.Next(s.CreatedAt); !n.IsZero() {
 		info.NextTick = &n
 	}
 	return info, nil
+}
+
+// infoOf is definition s as a ScheduleInfo, without its state.
+func infoOf(s *protocol.Schedule) *ScheduleInfo {
+	return &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
+		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
+}
+
+// counts sets what the leader stored of the schedule: its last tick and job, its counts.
+func (info *ScheduleInfo) counts(st *protocol.ScheduleState) {
+	info.LastTick, info.LastJob, info.Buffered = st.LastTick, st.LastJob, st.Buffered
+	info.Fired, info.Skipped, info.Missed = st.Fired, st.Skipped, st.Missed
 }
 
 // getSchedule reads schedule name and its ETag.
@@ -166,8 +177,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*ScheduleInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	info := &ScheduleInfo{Name: s.Name, Every: s.Every, Cron: s.Cron, TimeZone: s.TimeZone, Type: s.Type, Params: s.Params,
-		Overlap: s.Overlap, CatchUp: s.CatchUp, Paused: s.Paused, CreatedAt: s.CreatedAt, Then: fromProtocolSteps(s.Then)}
+	info := infoOf(s)
 	since := s.CreatedAt
 	data, _, err := c.Store.Get(ctx, protocol.ScheduleStateBlob(name))
 	switch {
@@ -176,8 +186,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*ScheduleInfo, erro
 		return nil, err
 	default:
 		if st, err := protocol.ParseScheduleState(data); err == nil && st.UID == s.UID {
-			info.LastTick, info.LastJob, info.Buffered = st.LastTick, st.LastJob, st.Buffered
-			info.Fired, info.Skipped, info.Missed = st.Fired, st.Skipped, st.Missed
+			info.counts(st)
 			if st.LastTick != nil && st.LastTick.After(since) {
 				since = *st.LastTick
 			}
@@ -257,41 +266,48 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) error 
 	return fmt.Errorf("schedule %s kept changing; try again", name)
 }
 
-// DeleteSchedule removes a schedule, its state and its tick markers. The jobs it made stay.
+// DeleteSchedule removes a schedule, its state and its tick markers, and returns the schedule
+// with its final counts. The jobs it made stay.
 //
 // The schedule is marked for deletion and the leader removes it: the call returns once the
-// leader has, so no tick of the schedule makes a job after it returns. With no leader to do it
-// within deleteWait (or ctx's deadline), the client removes what is stored itself; a marked
-// schedule fires nothing in any later term.
-func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+// leader has, so no tick of the schedule makes a job after it returns. The leader counts the
+// ticks due up to the mark that it had not handled as missed, so the counts returned add up to
+// the schedule's due ticks through LastTick. With no leader to do it within deleteWait (or
+// ctx's deadline), the client removes what is stored itself (the counts are then the last the
+// leader stored); a marked schedule fires nothing in any later term.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) (*ScheduleInfo, error) {
 	if err := protocol.CheckScheduleName(name); err != nil {
-		return err
+		return nil, err
 	}
+	var def *protocol.Schedule
 	for try := 0; ; try++ {
 		data, etag, err := c.Store.Get(ctx, protocol.ScheduleBlob(name))
 		if errors.Is(err, store.ErrNotFound) {
 			if try == 0 {
-				return fmt.Errorf("%w: %s (`schedule list` shows them)", ErrNoSuchSchedule, name)
+				return nil, fmt.Errorf("%w: %s (`schedule list` shows them)", ErrNoSuchSchedule, name)
 			}
-			return nil // the leader removed it meanwhile
+			return c.finalInfo(ctx, name, def), nil // the leader removed it meanwhile
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		s, err := protocol.ParseSchedule(data)
 		if err != nil || s.Deleting {
+			def = s
 			break // unreadable: removed below; marked: wait for the leader
 		}
-		s.Deleting = true
+		at := c.now().UTC()
+		s.Deleting, s.DeletingAt = true, &at
 		if data, err = s.Encode(); err != nil {
-			return err
+			return nil, err
 		}
 		_, err = c.Store.Put(ctx, protocol.ScheduleBlob(name), data, store.Cond{IfMatch: etag})
 		if err == nil {
+			def = s
 			break
 		}
 		if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) || try == 5 {
-			return fmt.Errorf("mark schedule %s deleted: %w", name, err)
+			return nil, fmt.Errorf("mark schedule %s deleted: %w", name, err)
 		}
 	}
 	wait, cancel := context.WithTimeout(ctx, deleteWait)
@@ -301,14 +317,38 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	for pause := 100 * time.Millisecond; ; pause = min(pause*3/2, 500*time.Millisecond) {
 		ok, err := c.Store.Exists(wait, protocol.ScheduleBlob(name))
 		if err == nil && !ok {
-			return nil // the leader removed it
+			return c.finalInfo(ctx, name, def), nil // the leader removed it
 		}
 		select {
 		case <-wait.Done():
-			return c.removeSchedule(ctx, name)
+			info := c.finalInfo(ctx, name, def)
+			return info, c.removeSchedule(ctx, name)
 		case <-time.After(pause):
 		}
 	}
+}
+
+// finalInfo returns deleted schedule def (nil: unreadable) with the counts of its stored state
+// (the final one the leader stored when it removed the schedule), and removes that state.
+func (c *Client) finalInfo(ctx context.Context, name string, def *protocol.Schedule) *ScheduleInfo {
+	info := &ScheduleInfo{Name: name}
+	if def != nil {
+		info = infoOf(def)
+	}
+	data, _, err := c.Store.Get(ctx, protocol.ScheduleStateBlob(name))
+	if err != nil {
+		return info
+	}
+	if st, err := protocol.ParseScheduleState(data); err == nil && (def == nil || st.UID == def.UID) {
+		info.counts(st)
+		if st.Final {
+			// Taken: nothing of the schedule stays. (A leader removes one not taken, FinalKeep
+			// after.) A schedule added again under the name meanwhile loses nothing by it:
+			// its ticks' job ids and markers keep each to one job.
+			_ = c.Store.Delete(ctx, protocol.ScheduleStateBlob(name))
+		}
+	}
+	return info
 }
 
 // deleteWait is how long DeleteSchedule waits for the leader to remove a schedule.

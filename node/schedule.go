@@ -202,10 +202,11 @@ func (n *Node) scheduleCmd(ctx context.Context, args []string, stdout, stderr io
 		}
 		fmt.Fprintf(stdout, "schedule %s %sd\n", name, sub)
 	case "delete":
-		if err := cl.DeleteSchedule(ctx, name); err != nil {
+		info, err := cl.DeleteSchedule(ctx, name)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "schedule %s deleted\n", name)
+		fmt.Fprintf(stdout, "schedule %s deleted: fired %d, skipped %d, missed %d\n", name, info.Fired, info.Skipped, info.Missed)
 	case "trigger":
 		id, err := cl.TriggerSchedule(ctx, name)
 		if err != nil {

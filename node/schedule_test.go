@@ -91,7 +91,7 @@ func TestSchedule_Commands(t *testing.T) {
 	if code, _, stderr := run(t, n, "schedule", "pause", "nope"); code != 1 || !strings.Contains(stderr, "no such schedule: nope") {
 		t.Fatalf("pause unknown: %d %s", code, stderr)
 	}
-	if code, out, _ := run(t, n, "schedule", "delete", "nightly"); code != 0 || out != "schedule nightly deleted\n" {
+	if code, out, _ := run(t, n, "schedule", "delete", "nightly"); code != 0 || !strings.HasPrefix(out, "schedule nightly deleted: fired ") {
 		t.Fatalf("delete: %d %q", code, out)
 	}
 	if code, out, _ := run(t, n, "schedule", "list"); code != 0 || !strings.Contains(out, "no schedules") {

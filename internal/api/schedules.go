@@ -19,7 +19,8 @@ type ScheduleService interface {
 	AddSchedule(ctx context.Context, name string, o client.ScheduleOptions) (*client.ScheduleInfo, error)
 	PauseSchedule(ctx context.Context, name string) error
 	ResumeSchedule(ctx context.Context, name string) error
-	DeleteSchedule(ctx context.Context, name string) error
+	// DeleteSchedule returns the deleted schedule with its final counts.
+	DeleteSchedule(ctx context.Context, name string) (*client.ScheduleInfo, error)
 	TriggerSchedule(ctx context.Context, name string) (string, error)
 }
 
@@ -145,10 +146,24 @@ func (req ScheduleRequest) options() (client.ScheduleOptions, string, error) {
 	return o, "", nil
 }
 
+// deleteSchedule answers the deleted schedule with its final counts (fired + skipped + missed
+// are its due ticks through last_tick), and "deleted": true.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
-	s.scheduleAction(w, r, "deleted", func(ctx context.Context, svc ScheduleService, name string) error {
-		return svc.DeleteSchedule(ctx, name)
-	})
+	svc := s.scheduleService(w)
+	if svc == nil {
+		return
+	}
+	name := r.PathValue("name")
+	info, err := svc.DeleteSchedule(r.Context(), name)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.cfg.Logger.Info("schedule deleted over the API", "schedule", name, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, struct {
+		*client.ScheduleInfo
+		Deleted bool `json:"deleted"`
+	}{info, true})
 }
 
 func (s *Server) pauseSchedule(w http.ResponseWriter, r *http.Request) {

@@ -253,7 +253,7 @@ func TestSchedule_CatchUpAndPause(t *testing.T) {
 		}
 	}
 	// Delete stops it; trigger of a deleted schedule is refused.
-	if err := r.cl.DeleteSchedule(ctx, "paused"); err != nil {
+	if _, err := r.cl.DeleteSchedule(ctx, "paused"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.cl.TriggerSchedule(ctx, "paused"); !errors.Is(err, client.ErrNoSuchSchedule) {
@@ -449,6 +449,56 @@ func TestSchedule_FallenBehindCountsMissed(t *testing.T) {
 	for _, sp := range r.scheduleSpecs()["behind"] {
 		if late := sp.SubmittedAt.Sub(*sp.Tick); sp.Tick.After(d.CreatedAt.Add(3*time.Second)) && late > 4*time.Second {
 			t.Errorf("tick %v fired %v late", sp.Tick, late)
+		}
+	}
+}
+
+// A DELETE returns the schedule's final counts, and they add up to its due ticks exactly,
+// although the leader is behind (each tick's spec takes 2.5 s to write, the schedule ticks every
+// second): the ticks due up to the DELETE that the leader had not handled are counted missed in
+// the final state, which the DELETE reads and removes.
+func TestSchedule_DeleteReturnsFinalCounts(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.addSchedule("final", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
+	r.leadOn(1, &slowSpecs{Store: r.st, by: 2500 * time.Millisecond}, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	r.scheduleStateWhen("final", 60*time.Second, "ticks fired", func(st *protocol.ScheduleState) bool { return st.Fired >= 2 })
+	asked := time.Now()
+	data, _, err := r.st.Get(ctx, protocol.ScheduleBlob("final"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := protocol.ParseSchedule(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.cl.DeleteSchedule(ctx, "final")
+	if err != nil {
+		t.Fatal(err)
+	}
+	through := asked
+	if info.LastTick != nil && info.LastTick.After(through) {
+		through = *info.LastTick
+	}
+	due := 0
+	for tk := d.Next(d.CreatedAt); !tk.After(through); tk = d.Next(tk) {
+		due++
+	}
+	made := 0
+	for tk := range r.scheduleJobs("final") {
+		if !tk.After(through) {
+			made++
+		}
+	}
+	if info.Fired != int64(made) || made+int(info.Skipped+info.Missed) != due {
+		t.Errorf("final counts fired %d (jobs %d) + skipped %d + missed %d, want the %d due ticks through %v", info.Fired, made, info.Skipped, info.Missed, due, through)
+	}
+	if info.Missed == 0 {
+		t.Errorf("no tick counted missed behind a leader 2.5 s a tick: %+v", info)
+	}
+	for _, prefix := range []string{protocol.ScheduleDefsPrefix, protocol.ScheduleStatePrefix, protocol.ScheduleTicksOf("final")} {
+		if left, err := r.st.List(ctx, prefix); err != nil || len(left) > 0 {
+			t.Errorf("left under %s: %v (%v)", prefix, left, err)
 		}
 	}
 }

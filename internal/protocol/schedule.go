@@ -33,6 +33,10 @@ const (
 func ScheduleBlob(name string) string      { return ScheduleDefsPrefix + name + ".json" }
 func ScheduleStateBlob(name string) string { return ScheduleStatePrefix + name + ".json" }
 
+// FinalKeep is how long a deleted schedule's final state (ScheduleState.Final) waits for its
+// DELETE to read it before a leader removes it.
+const FinalKeep = time.Minute
+
 // ScheduleTicksOf is the prefix of every tick marker of schedule name, of any generation.
 func ScheduleTicksOf(name string) string { return ScheduleTicksPrefix + name + "/" }
 
@@ -74,9 +78,12 @@ type Schedule struct {
 	Overlap  string          `json:"overlap"`
 	CatchUp  string          `json:"catch_up"` // a Go duration
 	Paused   bool            `json:"paused,omitempty"`
-	// Deleting: a DELETE asked the leader to remove the schedule; it fires nothing more, removes
-	// the state and tick markers, then this definition (the DELETE's acknowledgement).
-	Deleting  bool      `json:"deleting,omitempty"`
+	// Deleting: a DELETE asked the leader to remove the schedule, at DeletingAt; it fires
+	// nothing more, stores the final state (the ticks due up to DeletingAt and not yet handled
+	// counted missed), removes the tick markers, then this definition (the DELETE's
+	// acknowledgement). The DELETE reads the final state and removes it.
+	Deleting   bool       `json:"deleting,omitempty"`
+	DeletingAt *time.Time `json:"deleting_at,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	// ResumedAt: ticks up to it were paused, and are not caught up.
 	ResumedAt *time.Time `json:"resumed_at,omitempty"`
@@ -245,6 +252,9 @@ type ScheduleState struct {
 	Fired    int64      `json:"fired"`
 	Skipped  int64      `json:"skipped"` // overlap
 	Missed   int64      `json:"missed"`  // older than the catch-up window when a leader got to them, or left behind by a leader that fell behind (its schedule's next tick was due first)
+	// Final: the schedule was deleted; the counts are its last, through LastTick, for its DELETE
+	// to read (and remove). A leader removes one left a minute (FinalKeep) after.
+	Final bool `json:"final,omitempty"`
 	// WriterEpoch and WriterTerm name the term that wrote it (fencing, as checkpoints).
 	WriterEpoch uint64    `json:"writer_epoch"`
 	WriterTerm  string    `json:"writer_term"`

@@ -105,6 +105,10 @@ type Scheduler struct {
 	// up to it are walked again after a state is read again (a rollback, storage trouble) and
 	// their lost jobs made; only later ones can be left behind (began). Guarded by mu.
 	reached map[string]time.Time
+	// sweptAt is the last listing of the states (sweepStates); orphans the states it found of
+	// schedules no longer defined, with when this term first saw each so.
+	sweptAt time.Time
+	orphans map[string]time.Time
 }
 
 // cachedDef is a definition as read, under the ETag the listing showed.
@@ -336,6 +340,7 @@ feed:
 	if firstErr != nil {
 		return earliest, firstErr
 	}
+	s.sweepStates(ctx, seen)
 	s.mu.Lock()
 	for name := range s.states {
 		if !seen[name] {
@@ -470,17 +475,20 @@ func (s *Scheduler) one(ctx context.Context, name string, etag store.ETag) (time
 	return next, nil
 }
 
-// remove deletes a schedule being deleted: its state and tick markers, then its definition
-// — the client's DELETE is acknowledged when the definition is gone, and this
-// goroutine fires none of the schedule's ticks after it read the deletion.
+// remove deletes a schedule being deleted: stores its final state (final), deletes its tick
+// markers, then its definition — the client's DELETE is acknowledged when the definition is
+// gone, reads the final state and removes it; this goroutine fires none of the schedule's ticks
+// after it read the deletion. A final state not yet stored (the pass ran out of time, storage
+// was in trouble) leaves the schedule for the next pass.
 func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
+	stored, err := s.final(ctx, def)
+	if err != nil || !stored {
+		return err
+	}
 	s.mu.Lock()
 	delete(s.states, def.Name)
 	delete(s.defs, def.Name)
 	s.mu.Unlock()
-	if err := s.store.Delete(ctx, protocol.ScheduleStateBlob(def.Name)); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
 	marks, err := s.store.List(ctx, protocol.ScheduleTicksOf(def.Name))
 	if err != nil {
 		return err
@@ -493,6 +501,98 @@ func (s *Scheduler) remove(ctx context.Context, def *protocol.Schedule) error {
 	}
 	s.log.Info("schedule deleted", "schedule", def.Name, "markers", len(marks))
 	return nil
+}
+
+// final stores def's final state: every tick due up to its deletion (DeletingAt) that no term
+// handled is counted missed, so the counts its DELETE reads add up to its due ticks. It
+// reports whether the state is stored.
+func (s *Scheduler) final(ctx context.Context, def *protocol.Schedule) (bool, error) {
+	ss, err := s.state(ctx, def)
+	if err != nil {
+		return false, err
+	}
+	if ss.st.Final && !ss.dirty {
+		return true, nil // stored by an earlier pass, whose removal stopped half-way
+	}
+	st := &ss.st
+	until := s.cfg.Now()
+	if def.DeletingAt != nil && def.DeletingAt.Before(until) {
+		until = *def.DeletingAt
+	}
+	if st.Buffered != nil {
+		// The tick that waited for the previous job never fired.
+		st.Buffered = nil
+		ss.missed(1, *st.LastTick)
+	}
+	if !def.Paused {
+		for tick := def.Next(since(def, st)); !tick.IsZero() && !tick.After(until); tick = def.Next(tick) {
+			made, err := s.madeUnsaved(ctx, def, ss, tick)
+			if err != nil {
+				return false, err
+			}
+			if !made {
+				n, last, capped := missedRun(def, ss.unsure, tick, MaxMissedCount, func(k time.Time) bool { return !k.After(until) })
+				ss.missed(n, last)
+				if capped {
+					break
+				}
+				tick = last
+			}
+		}
+	}
+	st.Final = true
+	ss.dirty, ss.urgent = true, true
+	if err := s.save(ctx, ss); err != nil {
+		return false, err
+	}
+	return !ss.dirty, nil
+}
+
+// since is the time after which def's ticks are not yet handled by st: its creation, its last
+// handled tick, or its resumption (ticks while paused are not caught up), whichever is latest.
+func since(def *protocol.Schedule, st *protocol.ScheduleState) time.Time {
+	at := def.CreatedAt
+	if st.LastTick != nil && st.LastTick.After(at) {
+		at = *st.LastTick
+	}
+	if def.ResumedAt != nil && def.ResumedAt.After(at) {
+		at = *def.ResumedAt
+	}
+	return at
+}
+
+// sweepStates deletes the states of schedules that are no longer defined (seen: the pass's
+// whole listing), once this term has seen each so for protocol.FinalKeep: a DELETE's final
+// state that its client did not take, or a state written as a client removed its schedule. The
+// states are listed at most once a pruneEvery.
+func (s *Scheduler) sweepStates(ctx context.Context, seen map[string]bool) {
+	if time.Since(s.sweptAt) < pruneEvery {
+		return
+	}
+	s.sweptAt = time.Now()
+	blobs, err := s.store.List(ctx, protocol.ScheduleStatePrefix)
+	if err != nil {
+		return
+	}
+	orphans := map[string]time.Time{}
+	for _, b := range blobs {
+		name := strings.TrimSuffix(strings.TrimPrefix(b.Name, protocol.ScheduleStatePrefix), ".json")
+		if seen[name] {
+			continue
+		}
+		at, ok := s.orphans[name]
+		if !ok {
+			at = s.sweptAt
+		}
+		if s.sweptAt.Sub(at) < protocol.FinalKeep {
+			orphans[name] = at
+			continue
+		}
+		if err := s.store.Delete(ctx, b.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			orphans[name] = at
+		}
+	}
+	s.orphans = orphans
 }
 
 // deleteAll deletes blobs, many a request when the store can.
@@ -596,7 +696,7 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 	s.mu.Lock()
 	reached := s.reached[key]
 	s.mu.Unlock()
-	since := def.CreatedAt
+	since := since(def, st)
 	defer func() {
 		if since.After(reached) {
 			s.mu.Lock()
@@ -604,12 +704,6 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			s.mu.Unlock()
 		}
 	}()
-	if st.LastTick != nil && st.LastTick.After(since) {
-		since = *st.LastTick
-	}
-	if def.ResumedAt != nil && def.ResumedAt.After(since) {
-		since = *def.ResumedAt // ticks while paused are not caught up
-	}
 	if st.Buffered != nil {
 		running, err := s.running(ctx, st.LastJob)
 		if err != nil {
