@@ -84,7 +84,7 @@ type Schedule struct {
 	// acknowledgement). The DELETE reads the final state and removes it.
 	Deleting   bool       `json:"deleting,omitempty"`
 	DeletingAt *time.Time `json:"deleting_at,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
+	CreatedAt  time.Time  `json:"created_at"`
 	// ResumedAt: ticks up to it were paused, and are not caught up.
 	ResumedAt *time.Time `json:"resumed_at,omitempty"`
 	// Then makes each tick a chain: these jobs follow the tick's job, each after the previous
