@@ -321,6 +321,10 @@ type snapshot struct {
 	meta    map[string]string // the status record stored with it (set by put)
 	create  bool              // stored only if no checkpoint exists: a lost job's failed status, a light job's first
 	light   bool              // the job's first write (smalljob.go): marked first unless terminal
+	// troubles is store.TransientFailures as the snapshot was taken; wholeAt the job's
+	// jobWrites.troubles then. Equal, the store had no trouble since the job's state was known
+	// whole, so a rollback cannot have lost it (lost.go).
+	troubles, wholeAt uint64
 }
 
 // prepare takes j's checkpoint. When every shard is merged it also finalizes: the checkpoint
@@ -368,7 +372,8 @@ func (c *checkpointer) prepareOnce(j *job) (*snapshot, error) {
 	stored := cp
 	cp.Done, cp.Aggregate = nil, nil
 	light := j.light.Load()
-	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start, create: j.w.lost || light, light: light}, nil
+	return &snapshot{j: j, cp: cp, stored: stored, run: st, ifMatch: j.etag, start: start, create: j.w.lost || light, light: light,
+		troubles: store.TransientFailures(), wholeAt: j.w.troubles}, nil
 }
 
 // put encodes a snapshot and stores it, If-Match on the ETag its job had when it was prepared.
@@ -403,7 +408,11 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 	if !s.create && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)) {
 		// Refused: a newer leader wrote the checkpoint, or the storage lost it with the job's
 		// other state. Only the first is a reason to step down.
-		if lost := stateLost(ctx, c.store, s.j.id, c.generation()); lost != nil {
+		gen := c.generation()
+		if s.troubles == s.wholeAt {
+			gen = "" // the store had no trouble since the job's state was known whole: no rollback
+		}
+		if lost := stateLost(ctx, c.store, s.j.id, gen); lost != nil {
 			return "", lost
 		}
 	}
@@ -417,7 +426,7 @@ func (c *checkpointer) put(ctx context.Context, s *snapshot) (store.ETag, error)
 // snapshot (counts, a state set by end) stays; a terminal state the snapshot stored wins.
 func (c *checkpointer) apply(s *snapshot, etag store.ETag) {
 	j := s.j
-	j.etag, j.w.meta = etag, s.meta
+	j.etag, j.w.meta, j.w.troubles = etag, s.meta, s.troubles
 	j.cp.WriterEpoch, j.cp.WriterTerm, j.cp.Seq, j.cp.UpdatedAt, j.cp.DoneCount = s.cp.WriterEpoch, s.cp.WriterTerm, s.cp.Seq, s.cp.UpdatedAt, s.cp.DoneCount
 	j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal = s.cp.Phase, s.cp.PhaseDone, s.cp.PhaseTotal
 	if s.cp.State.Terminal() {

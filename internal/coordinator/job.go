@@ -111,4 +111,8 @@ type jobWrites struct {
 	// lost: the job's state was lost with the storage; its next write creates its checkpoint
 	// (the failed status), If-None-Match (lost.go).
 	lost bool
+	// troubles is store.TransientFailures when the job's stored state was last known whole: as
+	// it joined the term, and before each checkpoint write that succeeded. A rollback of the
+	// store can only have lost the job's writes if it changed since (lost.go).
+	troubles uint64
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // jobTable is the one record of which jobs a term holds: active, waiting for a type, finished,
@@ -62,6 +63,7 @@ func (tb *jobTable) add(j *job) bool {
 	}
 	tb.active[j.id] = j
 	tb.nActive.Store(int32(len(tb.active)))
+	j.w.troubles = store.TransientFailures()
 	return true
 }
 

@@ -19,11 +19,14 @@ import (
 //     creates it again, with a new generation). The job's input and outputs went with it. If
 //     its spec is gone too, the term writes the job's failed status (a new checkpoint,
 //     If-None-Match) naming the cause, drops the job and goes on (checkpointer.lose).
-//   - Rolled back: the container is the one the term began with, but the checkpoint is gone.
-//     The store lost its most recent acknowledged writes (Azurite saves its blob metadata every
-//     5 s, and a kill -9 loses the rest), or someone deleted the blobs. The term holds the job's
-//     whole state, so it writes it back, each blob only if missing: the spec, the active marker
-//     and the checkpoint as it holds it; the job goes on (checkpointer.restore).
+//   - Rolled back: the container is the one the term began with, the checkpoint is gone, and the
+//     store was in trouble (store.TransientFailures changed) since the job's state was last known
+//     whole. The store lost its most recent acknowledged writes: Azurite saves its blob metadata
+//     every 5 s, and a kill -9 loses the rest. The term holds the job's whole state, so it writes
+//     it back, each blob only if missing: the spec, the active marker and the checkpoint as it
+//     holds it; the job goes on (checkpointer.restore). Blobs gone with no trouble in between were
+//     deleted (an operator, or a deposed term's successor deleting the ended job): nothing is
+//     written back, and the rules above and of fencing apply.
 //
 // docs/design.md, "Healing what operators, storage and load break".
 
@@ -49,7 +52,8 @@ type generationer interface {
 }
 
 // stateLost explains a refused checkpoint write of job id. It returns errRolledBack (wrapped)
-// when the checkpoint is gone and st's generation is still gen (the term's; "" when unknown),
+// when the checkpoint is gone and st's generation is still gen (the term's; "" when unknown or
+// when the store had no trouble since the job's state was known whole),
 // errStateLost (wrapped) when the generation changed or is unknown and the spec is gone too, and
 // nil otherwise, or when the storage cannot say (then the refusal is explained as before: a
 // newer leader, or a transient error to retry).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // A job whose checkpoint and spec vanished with the storage (the jobs container deleted
@@ -102,7 +105,10 @@ func TestCheckpoint_RolledBackStateIsWrittenBack(t *testing.T) {
 		return err == nil && st.ShardsDone == 1
 	}, "first result not checkpointed")
 
-	// The rollback: the job's spec, active marker and checkpoint are gone, the container stays.
+	// The rollback: the storage is unreachable for a moment (as an emulator killed and
+	// started again), and the job's spec, active marker and checkpoint are gone, the container
+	// stays.
+	storageTrouble(t)
 	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
 		if err := r.st.Delete(ctx, name); err != nil {
 			t.Fatal(err)
@@ -133,6 +139,61 @@ func TestCheckpoint_RolledBackStateIsWrittenBack(t *testing.T) {
 	}
 	if err := a.stop(); err != nil {
 		t.Fatalf("Lead: %v", err)
+	}
+}
+
+// The same blobs deleted without any storage trouble since the job's last checkpoint (an
+// operator, or a deposed term's successor deleting an ended job) are no rollback: nothing is
+// written back, and the job fails with the cause as a wiped one does.
+func TestCheckpoint_DeletedWithoutTroubleIsNotWrittenBack(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	r.lead(1)
+	id := r.submit("sleep", `{"shards":4}`)
+	shards := r.shardsOf(4)
+	r.result(shards[0], 1, 1, nil)
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.ShardsDone == 1
+	}, "first result not checkpointed")
+	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
+		if err := r.st.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.result(shards[1], 1, 1, nil)
+	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
+		st, err := r.cl.Status(ctx, id)
+		return err == nil && st.State == jobs.StateFailed && st.Error == LostStateError
+	}, "the job whose blobs were deleted not failed with the cause")
+	if ok, err := r.st.Exists(ctx, protocol.SpecBlob(id)); err != nil || ok {
+		t.Fatalf("the deleted spec was written back (exists %v, err %v)", ok, err)
+	}
+}
+
+// storageTrouble makes one storage request of this process meet a transient failure (a
+// connection refused), as an emulator that was killed does: store.TransientFailures changes.
+func storageTrouble(t *testing.T) {
+	t.Helper()
+	before := store.TransientFailures()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	conn := regexp.MustCompile(`BlobEndpoint=http://[^/;]+`).ReplaceAllString(testenv.Azurite(t), "BlobEndpoint=http://"+closed)
+	bc, err := store.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The SDK's own retries (3, 0.1 s to 0.4 s apart) come first, then the transient policy
+	// counts the failure and waits a second: the context ends then.
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	_, _, _ = store.New(bc, "nothing").Get(ctx, "nothing")
+	if store.TransientFailures() == before {
+		t.Fatal("a request to a closed port was not counted a transient failure")
 	}
 }
 
