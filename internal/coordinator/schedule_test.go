@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -500,6 +501,39 @@ func TestSchedule_DeleteReturnsFinalCounts(t *testing.T) {
 		if left, err := r.st.List(ctx, prefix); err != nil || len(left) > 0 {
 			t.Errorf("left under %s: %v (%v)", prefix, left, err)
 		}
+	}
+}
+
+// A schedule state without a definition (a DELETE's final state its client never took) is
+// removed by the leader once it has seen it so for protocol.FinalKeep; a defined schedule's
+// state stays.
+func TestSchedule_OrphanStateRemovedAfterFinalKeep(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	ghost, err := (&protocol.ScheduleState{Name: "ghost", UID: "u1", Final: true, Fired: 3}).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.st.Put(ctx, protocol.ScheduleStateBlob("ghost"), ghost, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	r.addSchedule("kept", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`), Overlap: protocol.OverlapAllow})
+	var skew atomic.Int64
+	r.leadWith(1, func(c *Config) {
+		c.ScheduleInterval = 50 * time.Millisecond
+		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	r.scheduleStateWhen("kept", 20*time.Second, "the kept schedule's state", func(st *protocol.ScheduleState) bool { return st.Fired >= 1 })
+	if ok, err := r.st.Exists(ctx, protocol.ScheduleStateBlob("ghost")); err != nil || !ok {
+		t.Fatalf("the orphan state removed before FinalKeep (exists %v, err %v)", ok, err)
+	}
+	skew.Store(int64(protocol.FinalKeep + time.Minute))
+	eventually(t, 20*time.Second, "the orphan state removed", func() bool {
+		ok, err := r.st.Exists(ctx, protocol.ScheduleStateBlob("ghost"))
+		return err == nil && !ok
+	})
+	if ok, err := r.st.Exists(ctx, protocol.ScheduleStateBlob("kept")); err != nil || !ok {
+		t.Fatalf("a defined schedule's state removed (exists %v, err %v)", ok, err)
 	}
 }
 

@@ -566,10 +566,11 @@ func since(def *protocol.Schedule, st *protocol.ScheduleState) time.Time {
 // state that its client did not take, or a state written as a client removed its schedule. The
 // states are listed at most once a pruneEvery.
 func (s *Scheduler) sweepStates(ctx context.Context, seen map[string]bool) {
-	if time.Since(s.sweptAt) < pruneEvery {
+	now := s.cfg.Now()
+	if now.Sub(s.sweptAt) < pruneEvery {
 		return
 	}
-	s.sweptAt = time.Now()
+	s.sweptAt = now
 	blobs, err := s.store.List(ctx, protocol.ScheduleStatePrefix)
 	if err != nil {
 		return
