@@ -92,6 +92,9 @@ type watch struct {
 	silenced time.Time // when it last ran on a silence (not a watch probe): first of a silence
 	told     time.Time // lastBeat of the silence EventProbing was emitted for (announce)
 	answers  bool      // the last beat said the term answers probes
+	// timedOut and answered: when a silence probe (not a watch probe) of epoch last ran out its
+	// whole timeout, and was last answered. Both before lastBeat: not of this silence.
+	timedOut, answered time.Time
 	next     []string  // the last beat's successors
 	poked    time.Time // when a release was announced (monotonic)
 }
@@ -240,6 +243,30 @@ func (w *watch) unchanged(s suspicion) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.epoch == s.epoch && w.beats == s.beats
+}
+
+// probeOutcome records a silence probe of s that was answered, or that ran out its whole
+// timeout, at at. A probe of a term or silence no longer current is not recorded.
+func (w *watch) probeOutcome(s suspicion, answered bool, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.epoch != s.epoch || w.beats != s.beats {
+		return
+	}
+	if answered {
+		w.answered = at
+	} else {
+		w.timedOut = at
+	}
+}
+
+// unanswered reports whether s is still the current silence and its probes went unanswered: one
+// ran out its whole timeout, and none was answered. The leader's process is there (no "no
+// responders") but does not answer: paused, or cut off.
+func (w *watch) unanswered(s suspicion) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.epoch == s.epoch && w.beats == s.beats && w.timedOut.After(w.lastBeat) && !w.answered.After(w.lastBeat)
 }
 
 // announce reports whether EventProbing is still to be emitted for the silence of s: true once
@@ -600,7 +627,13 @@ func (e *Elector) check(ctx context.Context, s suspicion, gone bool) {
 		log.Info("the silent term released its lease; its successor is starting; not breaking")
 		return
 	}
-	if !gone && e.answers(ctx, s) {
+	switch {
+	case gone:
+	case e.watch.unanswered(s):
+		// This silence's probes already ran out their time unanswered: probing once more would
+		// only add a probe timeout (250 ms) to the takeover of a paused or cut-off leader.
+		log.Info("the silent leader did not answer this silence's probes")
+	case e.answers(ctx, s):
 		for end := time.Now().Add(aliveWait); time.Now().Before(end) && e.watch.unchanged(s); {
 			select {
 			case <-ctx.Done():

@@ -102,8 +102,12 @@ func (e *Elector) confirmGone(ctx context.Context, s suspicion) bool {
 	for n := 1; ; n++ {
 		pctx, cancel := context.WithTimeout(ctx, e.probeTimeoutFor(s))
 		err := p.Probe(pctx, s.epoch)
+		timedOut := err != nil && pctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		e.probes.Add(1)
+		if !s.watching && (err == nil || timedOut) {
+			e.watch.probeOutcome(s, err == nil, time.Now()) // check: no probe again after a timeout
+		}
 		if !errors.Is(err, ErrNoResponders) || !hb.Healthy() || p.Session() != session || !e.watch.unchanged(s) {
 			if err == nil && !s.watching {
 				e.probeAnswers.Add(1)

@@ -209,6 +209,50 @@ func TestProber_VerdictAndStop(t *testing.T) {
 	}
 }
 
+// A silence probe that runs out its time unanswered is remembered for that silence, so the
+// lease check does not probe once more (a paused or cut-off leader's takeover lost a second
+// probe timeout, 250 ms, to it); a beat starts a new silence, and an answer in the silence
+// counts as alive.
+func TestWatch_UnansweredSilence(t *testing.T) {
+	cfg := testConfig("prober", "me")
+	cfg.Heartbeats, cfg.Prober = (&hub{}).port(), gatedProber{gate: make(chan struct{})} // never answers
+	e, err := New(nilAPI{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.watch.observe(Beat{Epoch: 4, Identity: "l", Seq: 1, Answers: true}, time.Now(), 0)
+	s := e.watch.current()
+	if e.watch.unanswered(s) {
+		t.Fatal("unanswered before any probe")
+	}
+	watching := s
+	watching.watching = true
+	if e.confirmGone(context.Background(), watching) || e.watch.unanswered(s) {
+		t.Fatal("a watch probe's short timeout taken as unanswered (it proves nothing)")
+	}
+	if e.confirmGone(context.Background(), s) {
+		t.Fatal("a probe that timed out confirmed the term gone")
+	}
+	if !e.watch.unanswered(s) {
+		t.Fatal("a silence probe that ran out its timeout not remembered")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.watch.observe(Beat{Epoch: 4, Identity: "l", Seq: 2, Answers: true}, time.Now(), 0)
+	s2 := e.watch.current()
+	if e.watch.unanswered(s2) || e.watch.unanswered(s) {
+		t.Fatal("a beat did not start a new silence")
+	}
+	cancel()
+	if e.confirmGone(ctx, s2); e.watch.unanswered(s2) {
+		t.Fatal("a probe cut short by its caller taken as unanswered")
+	}
+	e.watch.probeOutcome(s2, false, time.Now())
+	e.watch.probeOutcome(s2, true, time.Now())
+	if e.watch.unanswered(s2) {
+		t.Fatal("a silence with an answered probe taken as unanswered")
+	}
+}
+
 // nilAPI is a BlobAPI for tests that never reach storage.
 type nilAPI struct{ BlobAPI }
 
