@@ -74,7 +74,8 @@
 // and a renewal may take four times as long (up to a quarter of the lease), so a leader whose
 // storage is loaded is not deposed for it. A follower whose suspicion came from silence, not from
 // "no responders", probes the leader after reading the blob: one that answers gets AliveWait to
-// beat again (storage that paused for everyone answers its renewal as it answered the read).
+// beat again (storage that paused for everyone answers its renewal as it answered the read). A
+// silence whose probes already ran out their time unanswered is not probed again.
 //
 // One breaker. The leader's beats name its successors (Config.Successors). After a silence or a
 // release the first acts at once; each other follower waits TurnStep per place and stands down when
