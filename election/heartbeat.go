@@ -95,8 +95,8 @@ type watch struct {
 	// timedOut and answered: when a silence probe (not a watch probe) of epoch last ran out its
 	// whole timeout, and was last answered. Both before lastBeat: not of this silence.
 	timedOut, answered time.Time
-	next     []string  // the last beat's successors
-	poked    time.Time // when a release was announced (monotonic)
+	next               []string  // the last beat's successors
+	poked              time.Time // when a release was announced (monotonic)
 }
 
 // alive reports whether the watched term beat within timeout and since the last release
