@@ -240,10 +240,14 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 	s.listed = s.cfg.Now()
 	s.behind.Store(0)
 	s.behindOf.Store(0)
-	s.lookAtQueue(ctx)
 	blobs, err := s.list(ctx)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("list schedules: %w", err)
+	}
+	if len(blobs) > 0 {
+		s.lookAtQueue(ctx) // one request a pass: not for a cluster without schedules
+	} else {
+		s.queueWait, s.lastLook = 0, time.Time{}
 	}
 	seen := map[string]bool{}
 	var names []string
