@@ -37,7 +37,7 @@ func (t *term) retire(ctx context.Context, j *job) {
 	}
 	t.rep.emit(Event{Kind: EventJobFinished, Epoch: t.fence.Epoch, Job: j.id, State: string(j.cp.State), Count: j.cp.DoneCount, Err: why})
 	cp := j.cp
-	here := lifecycle.Ended{ETag: j.etag, Meta: j.w.meta, Partials: !j.fresh || j.refs, Sweep: true, Unmarked: j.unmarked}
+	here := lifecycle.Ended{ETag: j.etag, Meta: j.w.meta, Partials: !j.fresh || j.refs, Sweep: true, Unmarked: j.unmarked, Troubles: j.w.troubles}
 	t.cleanups.Add(1)
 	go func() {
 		defer t.cleanups.Done()

@@ -101,6 +101,33 @@ func TestLifecycle_CleanFailedJob(t *testing.T) {
 	}
 }
 
+// A clean-up after storage trouble that finds the final checkpoint the term wrote gone (the
+// store lost its recent writes) keeps the job's active marker, written again, so that a rescan
+// claims the job from what is stored; with the checkpoint still the one written, the marker goes
+// to the sweeper as before. Before, the job stayed "running" in storage with nobody holding it
+// (chaos schedule-blob-kill: STUCK, 2 runs in 6).
+func TestLifecycle_CleanAfterRollbackKeepsTheMarker(t *testing.T) {
+	m := newMemTerm(3, func(*Config) {})
+	ctx := context.Background()
+	m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
+	now := m.clock.now()
+	cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
+	etag := m.putCheckpoint(t, cp)
+	troubled := store.TransientFailures() + 1 // not the count now: the store was in trouble since
+	if swept := m.life.Clean(ctx, &cp, lifecycle.Ended{ETag: etag, Sweep: true, Troubles: troubled}); !swept {
+		t.Fatal("the checkpoint is still the one written, but the marker did not go to the sweeper")
+	}
+	if err := m.st.Delete(ctx, protocol.CheckpointBlob(memJob)); err != nil {
+		t.Fatal(err)
+	}
+	if swept := m.life.Clean(ctx, &cp, lifecycle.Ended{ETag: etag, Sweep: true, Troubles: troubled}); swept {
+		t.Fatal("the final checkpoint is gone, but the marker went to the sweeper")
+	}
+	if ok, err := m.st.Exists(ctx, protocol.ActiveBlob(memJob)); err != nil || !ok {
+		t.Fatalf("the active marker of a job whose final checkpoint was lost: exists %v, err %v", ok, err)
+	}
+}
+
 // Retention deletes a job once its state's retention has passed, and a job a newer term wrote
 // ends the term.
 func TestLifecycle_ExpireRules(t *testing.T) {

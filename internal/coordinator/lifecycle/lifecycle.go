@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
@@ -55,6 +56,10 @@ type Ended struct {
 	Sweep bool
 	// Unmarked: no active marker was written (a small job that ended in its first write).
 	Unmarked bool
+	// Troubles is store.TransientFailures before the final checkpoint was written (0: not
+	// known). A change since says the store was in trouble: an emulator that restarted may have
+	// lost that checkpoint (rolledBack).
+	Troubles uint64
 }
 
 // cleanup runs after a job's terminal checkpoint: the result copy, the queued shards, the large
@@ -95,6 +100,15 @@ func (l *Lifecycle) Clean(ctx context.Context, cp *protocol.Checkpoint, here End
 		l.log.Warn("job ended", "job", id, "err", err)
 		return false // keep the marker: the next pass retries (retention.go)
 	}
+	if l.rolledBack(ctx, cp, here) {
+		// Its marker stays (or is written): the next rescan claims the job from what is stored,
+		// and runs what the lost checkpoint had done again. Deleting it would leave the job
+		// "running" in storage with nobody holding it.
+		if _, err := l.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+			l.log.Warn("write active marker", "job", id, "err", err)
+		}
+		return false
+	}
 	if here.Unmarked {
 		return false
 	}
@@ -106,6 +120,25 @@ func (l *Lifecycle) Clean(ctx context.Context, cp *protocol.Checkpoint, here End
 		l.log.Warn("delete active marker", "job", id, "err", err)
 	}
 	return false
+}
+
+// rolledBack reports whether the store lost job cp's final checkpoint after the term wrote it:
+// the store was in trouble since (here.Troubles), and the checkpoint stored is no longer the
+// one written (here.ETag). Without trouble it asks nothing.
+func (l *Lifecycle) rolledBack(ctx context.Context, cp *protocol.Checkpoint, here Ended) bool {
+	if here.ETag == "" || here.Troubles == store.TransientFailures() {
+		return false
+	}
+	p, err := l.store.Props(ctx, protocol.CheckpointBlob(cp.Job))
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return false // the storage cannot say: as before
+	}
+	if err == nil && strings.Trim(string(p.ETag), `"`) == strings.Trim(string(here.ETag), `"`) {
+		return false
+	}
+	l.log.Warn("the job's final checkpoint is gone from storage (the store lost recent writes); keeping its active marker so that it is claimed again",
+		"job", cp.Job, "state", cp.State)
+	return true
 }
 
 // deletePlan removes a finished job's stored plan pages (an indexed plan stored none).
