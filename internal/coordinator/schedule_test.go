@@ -454,6 +454,45 @@ func TestSchedule_FallenBehindCountsMissed(t *testing.T) {
 	}
 }
 
+// heldSpecs holds every spec write while held is set, as a storage outage does.
+type heldSpecs struct {
+	Store
+	held atomic.Bool
+}
+
+func (s *heldSpecs) Put(ctx context.Context, name string, data []byte, cond store.Cond) (store.ETag, error) {
+	for strings.HasSuffix(name, "/spec.json") && s.held.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return s.Store.Put(ctx, name, data, cond)
+}
+
+// Ticks that fell due while storage was out (spec writes held 3 s, transient failures counted)
+// are the catch-up window's: each fires when storage is back, none is counted missed as if the
+// scheduler had fallen behind. Before, the fell-behind rule counted all but the latest missed.
+func TestSchedule_OutageTicksCatchUp(t *testing.T) {
+	r := newRig(t)
+	r.addSchedule("outage", client.ScheduleOptions{Every: time.Second, Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
+		Overlap: protocol.OverlapAllow, CatchUp: time.Minute})
+	held := &heldSpecs{Store: r.st}
+	r.leadOn(1, held, func(c *Config) { c.ScheduleInterval = 50 * time.Millisecond })
+	before := r.scheduleStateWhen("outage", 30*time.Second, "ticks fired", func(st *protocol.ScheduleState) bool { return st.Fired >= 2 })
+	held.held.Store(true)
+	time.Sleep(2 * time.Second)
+	storageTrouble(t) // 1.5 s more
+	held.held.Store(false)
+	st := r.scheduleStateWhen("outage", 30*time.Second, "ticks fired after the outage", func(st *protocol.ScheduleState) bool {
+		return st.Fired >= before.Fired+6
+	})
+	if st.Missed != 0 {
+		t.Errorf("%d ticks counted missed, want 0: the outage's ticks are caught up", st.Missed)
+	}
+	_, due, fired := r.tickCounts("outage", st)
+	if fired+int(st.Skipped) != due {
+		t.Errorf("fired %d + skipped %d, want the %d due ticks", fired, st.Skipped, due)
+	}
+}
+
 // A DELETE returns the schedule's final counts, and they add up to its due ticks exactly,
 // although the leader is behind (each tick's spec takes 2.5 s to write, the schedule ticks every
 // second): the ticks due up to the DELETE that the leader had not handled are counted missed in

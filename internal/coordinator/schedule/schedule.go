@@ -81,6 +81,11 @@ type Scheduler struct {
 	defs   map[string]cachedDef // by name: definitions read, kept while their ETag holds
 	// troubles is store.TransientFailures when the last pass began.
 	troubles atomic.Uint64
+	// troubledAt is when the latest pass began that found storage had been in trouble since
+	// the pass before. Ticks due by then fell due in an outage: they are the catch-up window's
+	// (each fires), not the fell-behind rule's, which is for a scheduler that storage answers
+	// slowly, not one it did not answer.
+	troubledAt time.Time
 	// began is when this term's scheduler started: a tick due after it that is still unfired
 	// when the schedule's next tick is due was missed by this term (it fell behind), not by an
 	// outage, and is counted missed instead of fired late.
@@ -233,6 +238,7 @@ func (s *Scheduler) pass(ctx context.Context) (time.Time, error) {
 		// one is found (If-None-Match), so no tick is lost and none runs twice. No state was
 		// saved since the trouble (save), so a stored state never covers a lost spec.
 		s.troubles.Store(n)
+		s.troubledAt = s.cfg.Now()
 		if s.forget() > 0 {
 			s.log.Info("storage was in trouble: schedule states read again, ticks since them walked again")
 		}
@@ -745,10 +751,10 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			since = last
 			continue
 		}
-		if !tick.Before(s.began) && tick.After(reached) && !def.Next(tick).After(now) {
-			// Fell due in this term, and the schedule's next tick is due too: this term fell
-			// behind (storage or the box cannot keep up). Every tick but the latest is counted
-			// missed, so the ticks that fire are on time and the counts add up.
+		if !tick.Before(s.began) && tick.After(reached) && tick.After(s.troubledAt) && !def.Next(tick).After(now) {
+			// Fell due in this term, not in an outage, and the schedule's next tick is due too:
+			// this term fell behind (storage or the box cannot keep up). Every tick but the
+			// latest is counted missed, so the ticks that fire are on time and the counts add up.
 			if made, err := s.madeUnsaved(ctx, def, ss, tick); err != nil || made {
 				if err != nil {
 					return time.Time{}, err
