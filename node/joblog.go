@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/mapagg/mapagg/internal/joblog"
 	"github.com/mapagg/mapagg/internal/telemetry"
@@ -24,12 +26,58 @@ import (
 // the worker can say which of a job's tasks it runs and since when (internal/why).
 func jobLogs(jl *joblog.Log, id string, traced bool, running *why.Running) worker.JobLogs {
 	return func(job string, shard, attempt int) (*slog.Logger, func(context.Context) error) {
-		done := running.Start(job, shard, attempt)
-		var trace string
-		if traced {
-			trace = telemetry.TraceID(job)
-		}
-		h := joblog.NewHandler(jl, job, id, shard, attempt, trace, nil)
-		return slog.New(h), func(ctx context.Context) error { done(); return h.Flush(ctx) }
+		a := &attemptLog{jl: jl, worker: id, job: job, shard: shard, attempt: attempt, traced: traced}
+		a.started = running.Start(job, shard, attempt)
+		a.running = running
+		return slog.New(a), a.flush
 	}
+}
+
+// attemptLog is the handler of one shard attempt's job code. Most attempts log nothing, and a
+// worker runs tens of thousands of shards a second: the job-log handler (and its buffer) is
+// made at the first line, and a flush of an attempt that logged nothing writes nothing.
+type attemptLog struct {
+	jl             *joblog.Log
+	worker, job    string
+	shard, attempt int
+	traced         bool
+	running        *why.Running
+	started        why.Started
+	once           sync.Once
+	h              *joblog.Handler // set by once
+	made           atomic.Bool     // h is set
+}
+
+func (a *attemptLog) handler() *joblog.Handler {
+	a.once.Do(func() {
+		var trace string
+		if a.traced {
+			trace = telemetry.TraceID(a.job)
+		}
+		a.h = joblog.NewHandler(a.jl, a.job, a.worker, a.shard, a.attempt, trace, nil)
+		a.made.Store(true)
+	})
+	return a.h
+}
+
+// Enabled is the job log's level (joblog.NewHandler's default, Info), without making it.
+func (a *attemptLog) Enabled(_ context.Context, level slog.Level) bool {
+	return level >= slog.LevelInfo
+}
+
+func (a *attemptLog) Handle(ctx context.Context, r slog.Record) error {
+	return a.handler().Handle(ctx, r)
+}
+
+func (a *attemptLog) WithAttrs(attrs []slog.Attr) slog.Handler { return a.handler().WithAttrs(attrs) }
+
+func (a *attemptLog) WithGroup(name string) slog.Handler { return a.handler().WithGroup(name) }
+
+// flush ends the attempt's running record and writes its lines, if it logged any.
+func (a *attemptLog) flush(ctx context.Context) error {
+	a.running.Done(a.started)
+	if !a.made.Load() {
+		return nil
+	}
+	return a.h.Flush(ctx)
 }

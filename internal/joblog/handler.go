@@ -25,6 +25,7 @@ type jobLogSink struct {
 	log     *Log
 	job     string
 	base    Line // worker, shard, attempt, trace id
+	shard   int  // what base.Shard points at
 	level   slog.Leveler
 	mu      sync.Mutex
 	lines   []Line
@@ -35,15 +36,22 @@ var _ slog.Handler = (*Handler)(nil)
 
 // NewHandler returns the handler of job's log for one shard attempt on worker (shard < 0:
 // a line not about one shard). traceID, when set, goes on every line. Level: default Info.
+// A worker makes one a shard attempt: the handler and its sink are one allocation.
 func NewHandler(log *Log, job, worker string, shard, attempt int, traceID string, level slog.Leveler) *Handler {
-	base := Line{Worker: worker, Attempt: attempt, TraceID: traceID}
-	if shard >= 0 {
-		base.Shard = &shard
-	}
 	if level == nil {
 		level = slog.LevelInfo
 	}
-	return &Handler{s: &jobLogSink{log: log, job: job, base: base, level: level}}
+	hs := &struct {
+		h Handler
+		s jobLogSink
+	}{}
+	hs.s = jobLogSink{log: log, job: job, base: Line{Worker: worker, Attempt: attempt, TraceID: traceID}, level: level}
+	if shard >= 0 {
+		hs.s.shard = shard
+		hs.s.base.Shard = &hs.s.shard
+	}
+	hs.h.s = &hs.s
+	return &hs.h
 }
 
 // Enabled reports whether level is kept.
@@ -106,12 +114,21 @@ func (h *Handler) WithGroup(name string) slog.Handler {
 	return &c
 }
 
-// Flush writes the buffered lines to the job's log (one append) and empties the buffer.
+// FlushTimeout bounds Flush's write of an attempt's lines.
+const FlushTimeout = 10 * time.Second
+
+// Flush writes the buffered lines to the job's log (one append, within FlushTimeout) and
+// empties the buffer. With none buffered it returns at once.
 func (h *Handler) Flush(ctx context.Context) error {
 	h.s.mu.Lock()
 	lines, dropped := h.s.lines, h.s.dropped
 	h.s.lines, h.s.dropped = nil, 0
 	h.s.mu.Unlock()
+	if len(lines) == 0 && dropped == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, FlushTimeout)
+	defer cancel()
 	if dropped > 0 {
 		ln := h.s.base
 		ln.At, ln.Level, ln.Source = time.Now().UTC(), "WARN", "mapagg"

@@ -258,9 +258,17 @@ func DecodeResults(data []byte) ([]*ResultMsg, error) {
 		return nil, fmt.Errorf("%w: result batch: count", ErrBadMessage)
 	}
 	body = body[k:]
-	out := make([]*ResultMsg, 0, count)
+	// One allocation for the batch's results (each entry is at least a byte: a forged count
+	// does not allocate past the message).
+	n := min(count, uint64(len(body)))
+	msgs := make([]ResultMsg, n)
+	out := make([]*ResultMsg, 0, n)
 	for i := uint64(0); i < count; i++ {
-		m := &ResultMsg{Kind: kind}
+		m := &ResultMsg{}
+		if i < n {
+			m = &msgs[i]
+		}
+		m.Kind = kind
 		rest, err := decodeResultPrefix(body, m)
 		if err != nil {
 			return nil, fmt.Errorf("%w: result batch entry %d: %v", ErrBadMessage, i, err)
@@ -342,9 +350,17 @@ func DecodeShards(data []byte) ([]*ShardMsg, error) {
 	if r.err == nil && count < 2 {
 		r.err = fmt.Errorf("count %d", count)
 	}
-	var out []*ShardMsg
+	// One allocation for the batch's shards (each is at least a byte: a forged count does not
+	// allocate past the message).
+	n := min(count, uint64(len(r.b)))
+	msgs := make([]ShardMsg, n)
+	out := make([]*ShardMsg, 0, n)
 	for i := uint64(0); r.err == nil && i < count; i++ {
-		m := &ShardMsg{Kind: kind, Job: job, Type: typ, Epoch: epoch, Index: int(first + i), Shard: r.bytes(maxPartial)}
+		m := &ShardMsg{}
+		if i < n {
+			m = &msgs[i]
+		}
+		*m = ShardMsg{Kind: kind, Job: job, Type: typ, Epoch: epoch, Index: int(first + i), Shard: r.bytes(maxPartial)}
 		if m.Kind == 0 {
 			m.Kind = legacyShardKind(m.Shard)
 		}

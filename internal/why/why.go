@@ -40,35 +40,54 @@ type Task struct {
 	Since   time.Time `json:"since"`
 }
 
-// Running is a worker's running task attempts, by job.
+// Running is a worker's running task attempts. One map entry an attempt: a worker records
+// every shard it runs, so Start and its done cost one map write each.
 type Running struct {
-	mu   sync.Mutex
-	jobs map[string]map[[2]int]time.Time
+	mu    sync.Mutex
+	tasks map[runKey]runVal
+	seq   uint64
 }
 
-// Start records a task attempt as running until the returned function is called.
-func (r *Running) Start(job string, shard, attempt int) (done func()) {
-	key := [2]int{shard, attempt}
+type runKey struct {
+	job            string
+	shard, attempt int
+}
+
+// runVal is when an attempt started and which Start recorded it: a done of an earlier record
+// of the same attempt (a duplicate delivery) leaves a later one.
+type runVal struct {
+	since time.Time
+	seq   uint64
+}
+
+// Started is the record of one running attempt, which Done ends.
+type Started struct {
+	key runKey
+	seq uint64
+}
+
+// Start records a task attempt as running until Done is called with what it returns.
+func (r *Running) Start(job string, shard, attempt int) Started {
+	key := runKey{job, shard, attempt}
+	now := time.Now().UTC()
 	r.mu.Lock()
-	if r.jobs == nil {
-		r.jobs = map[string]map[[2]int]time.Time{}
+	if r.tasks == nil {
+		r.tasks = map[runKey]runVal{}
 	}
-	if r.jobs[job] == nil {
-		r.jobs[job] = map[[2]int]time.Time{}
-	}
-	r.jobs[job][key] = time.Now().UTC()
+	r.seq++
+	seq := r.seq
+	r.tasks[key] = runVal{now, seq}
 	r.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			delete(r.jobs[job], key)
-			if len(r.jobs[job]) == 0 {
-				delete(r.jobs, job)
-			}
-		})
+	return Started{key, seq}
+}
+
+// Done ends the record s (more than once: no harm).
+func (r *Running) Done(s Started) {
+	r.mu.Lock()
+	if v, ok := r.tasks[s.key]; ok && v.seq == s.seq {
+		delete(r.tasks, s.key)
 	}
+	r.mu.Unlock()
 }
 
 // Of returns job's running task attempts on worker, oldest first.
@@ -76,8 +95,10 @@ func (r *Running) Of(job, worker string) []Task {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := []Task{}
-	for k, since := range r.jobs[job] {
-		out = append(out, Task{Worker: worker, Shard: k[0], Attempt: k[1], Since: since})
+	for k, v := range r.tasks {
+		if k.job == job {
+			out = append(out, Task{Worker: worker, Shard: k.shard, Attempt: k.attempt, Since: v.since})
+		}
 	}
 	slices.SortFunc(out, func(a, b Task) int { return a.Since.Compare(b.Since) })
 	return out

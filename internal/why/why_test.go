@@ -37,17 +37,22 @@ func (f fakeJobs) Query(_ context.Context, flt client.Filter) (*client.Page, err
 
 func TestRunning_StartAndDone(t *testing.T) {
 	var r Running
-	done1 := r.Start("j", 3, 1)
+	s1 := r.Start("j", 3, 1)
 	time.Sleep(time.Millisecond)
-	done2 := r.Start("j", 4, 2)
+	s2 := r.Start("j", 4, 2)
 	if got := r.Of("j", "w1"); len(got) != 2 || got[0].Shard != 3 || got[1].Attempt != 2 || got[0].Worker != "w1" {
 		t.Fatalf("running %+v; want shard 3 then shard 4 attempt 2", got)
 	}
-	done1()
-	done1() // twice: no harm
-	done2()
-	if got := r.Of("j", "w1"); len(got) != 0 || len(r.jobs) != 0 {
-		t.Fatalf("after both ended: %+v (%d jobs kept)", got, len(r.jobs))
+	r.Done(s1)
+	r.Done(s1)                  // twice: no harm
+	again := r.Start("j", 4, 2) // the same attempt delivered twice: the first's end keeps the second
+	r.Done(s2)
+	if got := r.Of("j", "w1"); len(got) != 1 || got[0].Shard != 4 {
+		t.Fatalf("after the first of a duplicate ended: %+v; want shard 4 still running", got)
+	}
+	r.Done(again)
+	if got := r.Of("j", "w1"); len(got) != 0 || len(r.tasks) != 0 {
+		t.Fatalf("after all ended: %+v (%d tasks kept)", got, len(r.tasks))
 	}
 }
 

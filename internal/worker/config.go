@@ -65,7 +65,9 @@ type Config struct {
 }
 
 // JobLogs makes the logger of one shard attempt of job on this worker and the function that
-// writes its lines (one append; no lines, no write). shard is the task's index.
+// writes its lines (one append; no lines, no write). shard is the task's index. The worker calls
+// flush with a context that is not cancelled when the worker stops: flush bounds its own write
+// (joblog.FlushTimeout), and returns at once when the attempt logged nothing.
 type JobLogs func(job string, shard, attempt int) (log *slog.Logger, flush func(context.Context) error)
 
 // DefaultConfig returns the defaults (ID left empty; ProgressInterval 0 means a third of the

@@ -182,8 +182,11 @@ func (w *Worker) run(ctx context.Context, attempt int, m *protocol.ShardMsg) (pa
 	w.cfg.Metrics.MapStarted(m.Type)
 	log, flush := w.jobLog(m.Job, m.Index, attempt)
 	// The task's span in its job's trace: "shard", or "map"/"reduce" (runKeyed renames it).
-	ctx, span := telemetry.StartIn(ctx, m.Job, "shard", telemetry.Int("shard", m.Index), telemetry.Int("attempt", attempt),
-		telemetry.Str("worker", w.cfg.ID), telemetry.Str("type", m.Type))
+	var span telemetry.Span
+	if telemetry.FromContext(ctx) != nil { // the attributes cost allocations: only when tracing
+		ctx, span = telemetry.StartIn(ctx, m.Job, "shard", telemetry.Int("shard", m.Index), telemetry.Int("attempt", attempt),
+			telemetry.Str("worker", w.cfg.ID), telemetry.Str("type", m.Type))
+	}
 	defer func() {
 		dur = time.Since(start)
 		if r := recover(); r != nil {
@@ -223,15 +226,11 @@ func (w *Worker) jobLog(job string, shard, attempt int) (*slog.Logger, func(cont
 	return w.cfg.Logger.With("job", job, "shard", shard, "attempt", attempt), func(context.Context) error { return nil }
 }
 
-// jobLogFlushTimeout bounds the write of an attempt's lines to its job's log.
-const jobLogFlushTimeout = 10 * time.Second
-
 // flushJobLog writes an attempt's lines to its job's log, even when the worker is stopping
-// (the attempt's lines are the ones that explain it). A failure costs the lines, not the shard.
+// (the attempt's lines are the ones that explain it): flush bounds its own write (JobLogs), so
+// an attempt that logged nothing costs no timer. A failure costs the lines, not the shard.
 func (w *Worker) flushJobLog(ctx context.Context, job string, flush func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jobLogFlushTimeout)
-	defer cancel()
-	if err := flush(ctx); err != nil {
+	if err := flush(context.WithoutCancel(ctx)); err != nil {
 		w.log.Warn("write a shard attempt's lines to its job's log", "job", job, "err", err)
 	}
 }
