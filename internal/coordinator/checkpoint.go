@@ -162,23 +162,12 @@ func (c *checkpointer) stored(ctx context.Context, w written, follow bool) error
 			}
 			return nil
 		}
-		if errors.Is(w.err, errStateLost) {
-			c.lose(ctx, j, w.err)
-			return nil
+		if err := c.writeFailed(ctx, j, w.err); err != nil {
+			return err
 		}
-		if errors.Is(w.err, errRolledBack) {
-			if err := c.restore(ctx, j, w.err); err != nil {
-				return err
-			}
-			if follow && j.dirty {
-				c.start(ctx, j)
-			}
-			return nil
+		if errors.Is(w.err, errRolledBack) && follow && j.dirty {
+			c.start(ctx, j) // written back: its next checkpoint goes on
 		}
-		if errors.Is(w.err, ErrDeposed) || errors.Is(w.err, core.ErrRetryClaim) {
-			return fmt.Errorf("%w: %v", ErrDeposed, w.err)
-		}
-		c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", w.err)
 		return nil
 	}
 	c.apply(w.s, w.etag)
@@ -279,20 +268,9 @@ func (c *checkpointer) all(ctx context.Context) error {
 	_ = g.Wait()
 	for i, j := range dirty {
 		if err := errs[i]; err != nil {
-			if errors.Is(err, errStateLost) {
-				c.lose(ctx, j, err)
-				continue
+			if err := c.writeFailed(ctx, j, err); err != nil {
+				return err
 			}
-			if errors.Is(err, errRolledBack) {
-				if err := c.restore(ctx, j, err); err != nil {
-					return err
-				}
-				continue
-			}
-			if errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim) {
-				return fmt.Errorf("%w: %v", ErrDeposed, err)
-			}
-			c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
 			continue
 		}
 		j.w.nextDue = c.due(costs[i])
@@ -488,6 +466,24 @@ func (c *checkpointer) generation() store.ETag {
 	return g
 }
 
+// writeFailed handles a checkpoint write of job j that failed with err: a job whose state was
+// lost ends (lose), one the store rolled back is written back (restore), a deposed term stops
+// (ErrDeposed), and any other failure waits for the job's next write.
+func (c *checkpointer) writeFailed(ctx context.Context, j *job, err error) error {
+	switch {
+	case errors.Is(err, errStateLost):
+		c.lose(ctx, j, err)
+	case errors.Is(err, errRolledBack):
+		return c.restore(ctx, j, err)
+	case errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim):
+		return fmt.Errorf("%w: %v", ErrDeposed, err)
+	default:
+		j.dirty = true
+		c.log.Warn("checkpoint failed; will retry", "job", j.id, "err", err)
+	}
+	return nil
+}
+
 // restore writes back job j's state, which the store lost in a rollback of its recent writes
 // (why says how that was found; lost.go): its spec, and its active marker while it runs, each
 // only if missing, then its checkpoint as this term holds it, If-None-Match. The job goes on.
@@ -501,15 +497,11 @@ func (c *checkpointer) restore(ctx context.Context, j *job, why error) error {
 		err = c.now(ctx, j)
 		j.w.lost = false
 	}
-	switch {
-	case errors.Is(err, store.ErrExists):
-		return fmt.Errorf("%w: %v", ErrDeposed, c.fence.Conflict(ctx, j.id))
-	case errors.Is(err, ErrDeposed) || errors.Is(err, core.ErrRetryClaim):
-		return fmt.Errorf("%w: %v", ErrDeposed, err)
-	case err != nil:
-		j.dirty = true
-		c.log.Warn("cannot write back a job's lost state; will retry", "job", j.id, "err", err)
-		return nil
+	if errors.Is(err, store.ErrExists) {
+		err = c.fence.Conflict(ctx, j.id) // another term wrote it first
+	}
+	if err != nil {
+		return c.writeFailed(ctx, j, err)
 	}
 	c.ack(j.w.acks)
 	j.w.acks = nil

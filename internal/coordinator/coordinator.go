@@ -185,7 +185,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	t.life = lifecycle.New(f, log, rep.emit, c.cfg, c.store, c.queue, c.bus)
 	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
 	t.in.elected = t.elected
-	t.life.Sweep = lifecycle.NewSweeper(log, c.store, t.in, t.tab)
+	t.life.Sweep = lifecycle.NewSweeper(log, c.store, t.in, t.tab, t.life.KeepIfRolledBack)
 	t.sched = schedule.New(f, log, rep.emit, c.cfg, c.store, t.reader, t.in)
 	t.ck = newCheckpointer(f, rep, c.cfg, c.store, t.tab, t)
 	return t

@@ -25,6 +25,8 @@ type memStore struct {
 	mu    sync.Mutex
 	n     int
 	blobs map[string]memBlob
+	// onDelete, when set, runs before each delete (outside the lock): a test's fault.
+	onDelete func(name string)
 }
 
 type memBlob struct {
@@ -73,6 +75,9 @@ func (s *memStore) PutMeta(_ context.Context, name string, data []byte, meta map
 }
 
 func (s *memStore) Delete(_ context.Context, name string) error {
+	if s.onDelete != nil {
+		s.onDelete(name)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.blobs, name)

@@ -40,6 +40,7 @@ type intake struct {
 	wake    chan string // a job was submitted (its id, as announced)
 	hiding  hiding      // message id → the received batch it is kept hidden in (visibility.go)
 	lastNs  atomic.Int64
+	emptyNs atomic.Int64 // when a receive last found no message (Backlog)
 	taken   atomic.Int64 // messages received this term (Backlog)
 	elected time.Time
 	// listening: since when the term hears cancel hints (set before run starts; smalljob.go).
@@ -104,6 +105,12 @@ func (in *intake) Backlog(ctx context.Context) (int, int64, error) {
 		return 0, in.taken.Load(), errors.New("the job queue does not tell its depth")
 	}
 	n, err := d.Depth(ctx)
+	if err == nil && in.emptyNs.Load() > in.lastNs.Load() {
+		// The last receive found nothing: what the queue counts is hidden, not waiting (a
+		// deposed term's received messages until their visibility ends, a job's delayed
+		// retry). A job queued now would be taken at the next receive.
+		n = 0
+	}
 	return n, in.taken.Load(), err
 }
 

@@ -62,6 +62,7 @@ func (in *intake) run(ctx context.Context) {
 		}
 		in.health.ok()
 		if len(msgs) == 0 {
+			in.emptyNs.Store(time.Now().UnixNano())
 			in.idle(ctx, ahead)
 			continue
 		}

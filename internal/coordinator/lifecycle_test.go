@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -125,6 +126,43 @@ func TestLifecycle_CleanAfterRollbackKeepsTheMarker(t *testing.T) {
 	}
 	if ok, err := m.st.Exists(ctx, protocol.ActiveBlob(memJob)); err != nil || !ok {
 		t.Fatalf("the active marker of a job whose final checkpoint was lost: exists %v, err %v", ok, err)
+	}
+}
+
+// The store's trouble begins while the marker's delete waits (an emulator killed as the
+// clean-up deletes, which loses the final checkpoint written just before and takes the delete
+// once it is back): the marker is written again, at once or by the sweeper, so the job is
+// claimed again. Before, the check ran only before the delete: the job stayed "running" in
+// storage with nobody holding it (the schedule-blob-kill chaos fault, STUCK).
+func TestLifecycle_RollbackDuringTheMarkerDelete(t *testing.T) {
+	for _, sweep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
+			m := newMemTerm(3, func(*Config) {})
+			ctx := context.Background()
+			m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
+			now := m.clock.now()
+			cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
+			etag := m.putCheckpoint(t, cp)
+			if _, err := m.st.Put(ctx, protocol.ActiveBlob(memJob), nil, store.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+			m.st.onDelete = func(name string) {
+				if name == protocol.ActiveBlob(memJob) {
+					storageTrouble(t)
+					m.st.onDelete = nil
+					if err := m.st.Delete(ctx, protocol.CheckpointBlob(memJob)); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			here := lifecycle.Ended{ETag: etag, Sweep: sweep, Troubles: store.TransientFailures()}
+			if swept := m.life.Clean(ctx, &cp, here); swept {
+				m.life.Sweep.Flush(ctx)
+			}
+			if ok, err := m.st.Exists(ctx, protocol.ActiveBlob(memJob)); err != nil || !ok {
+				t.Fatalf("the active marker of a job whose final checkpoint was lost during its delete: exists %v, err %v", ok, err)
+			}
+		})
 	}
 }
 

@@ -34,13 +34,7 @@ func TestCheckpoint_LostStateFailsTheJobAndKeepsTheTerm(t *testing.T) {
 			mu.Unlock()
 		}
 	})
-	id := r.submit("sleep", `{"shards":4}`)
-	shards := r.shardsOf(4)
-	r.result(shards[0], 1, 1, nil)
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		st, err := r.cl.Status(ctx, id)
-		return err == nil && st.ShardsDone == 1
-	}, "first result not checkpointed")
+	id, shards := r.firstCheckpointed()
 
 	// The storage loses the jobs container; the next result makes a checkpoint write that
 	// finds it missing (the container is created again) and the job's checkpoint gone.
@@ -97,23 +91,13 @@ func TestCheckpoint_RolledBackStateIsWrittenBack(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	a := r.lead(1)
-	id := r.submit("sleep", `{"shards":4}`)
-	shards := r.shardsOf(4)
-	r.result(shards[0], 1, 1, nil)
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		st, err := r.cl.Status(ctx, id)
-		return err == nil && st.ShardsDone == 1
-	}, "first result not checkpointed")
+	id, shards := r.firstCheckpointed()
 
 	// The rollback: the storage is unreachable for a moment (as an emulator killed and
 	// started again), and the job's spec, active marker and checkpoint are gone, the container
 	// stays.
 	storageTrouble(t)
-	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
-		if err := r.st.Delete(ctx, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r.dropJobBlobs(id)
 	r.result(shards[1], 1, 1, nil)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
 		st, err := r.cl.Status(ctx, id)
@@ -149,18 +133,8 @@ func TestCheckpoint_DeletedWithoutTroubleIsNotWrittenBack(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	r.lead(1)
-	id := r.submit("sleep", `{"shards":4}`)
-	shards := r.shardsOf(4)
-	r.result(shards[0], 1, 1, nil)
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		st, err := r.cl.Status(ctx, id)
-		return err == nil && st.ShardsDone == 1
-	}, "first result not checkpointed")
-	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
-		if err := r.st.Delete(ctx, name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	id, shards := r.firstCheckpointed()
+	r.dropJobBlobs(id)
 	r.result(shards[1], 1, 1, nil)
 	testenv.Eventually(t, 15*time.Second, 50*time.Millisecond, func() bool {
 		st, err := r.cl.Status(ctx, id)
@@ -168,6 +142,31 @@ func TestCheckpoint_DeletedWithoutTroubleIsNotWrittenBack(t *testing.T) {
 	}, "the job whose blobs were deleted not failed with the cause")
 	if ok, err := r.st.Exists(ctx, protocol.SpecBlob(id)); err != nil || ok {
 		t.Fatalf("the deleted spec was written back (exists %v, err %v)", ok, err)
+	}
+}
+
+// firstCheckpointed submits a sleep job of 4 shards, sends the first one's result and waits
+// until its checkpoint counts it. It returns the job and its 4 shards.
+func (r *rig) firstCheckpointed() (string, []*protocol.ShardMsg) {
+	r.t.Helper()
+	id := r.submit("sleep", `{"shards":4}`)
+	shards := r.shardsOf(4)
+	r.result(shards[0], 1, 1, nil)
+	testenv.Eventually(r.t, 10*time.Second, 20*time.Millisecond, func() bool {
+		st, err := r.cl.Status(context.Background(), id)
+		return err == nil && st.ShardsDone == 1
+	}, "first result not checkpointed")
+	return id, shards
+}
+
+// dropJobBlobs deletes job id's checkpoint, spec and active marker, leaving the container: what
+// an emulator that lost its last seconds of writes, or an operator, does.
+func (r *rig) dropJobBlobs(id string) {
+	r.t.Helper()
+	for _, name := range []string{protocol.CheckpointBlob(id), protocol.SpecBlob(id), protocol.ActiveBlob(id)} {
+		if err := r.st.Delete(context.Background(), name); err != nil {
+			r.t.Fatal(err)
+		}
 	}
 }
 

@@ -100,44 +100,46 @@ func (l *Lifecycle) Clean(ctx context.Context, cp *protocol.Checkpoint, here End
 		l.log.Warn("job ended", "job", id, "err", err)
 		return false // keep the marker: the next pass retries (retention.go)
 	}
-	if l.rolledBack(ctx, cp, here) {
-		// Its marker stays (or is written): the next rescan claims the job from what is stored,
-		// and runs what the lost checkpoint had done again. Deleting it would leave the job
-		// "running" in storage with nobody holding it.
-		if _, err := l.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
-			l.log.Warn("write active marker", "job", id, "err", err)
-		}
+	if l.KeepIfRolledBack(ctx, id, here) {
 		return false
 	}
 	if here.Unmarked {
 		return false
 	}
 	if here.Sweep {
-		l.Sweep.Add(id)
+		l.Sweep.Add(id, here)
 		return true
 	}
 	if err := l.store.Delete(ctx, protocol.ActiveBlob(id)); err != nil {
 		l.log.Warn("delete active marker", "job", id, "err", err)
 	}
+	// The store's trouble may have begun while the delete waited (an emulator killed and
+	// started again): the delete went through, the final checkpoint may not have.
+	l.KeepIfRolledBack(ctx, id, here)
 	return false
 }
 
-// rolledBack reports whether the store lost job cp's final checkpoint after the term wrote it:
-// the store was in trouble since (here.Troubles), and the checkpoint stored is no longer the
-// one written (here.ETag). Without trouble it asks nothing.
-func (l *Lifecycle) rolledBack(ctx context.Context, cp *protocol.Checkpoint, here Ended) bool {
+// KeepIfRolledBack reports whether the store lost job id's final checkpoint after the term
+// wrote it: the store was in trouble since (here.Troubles), and the checkpoint stored is no
+// longer the one written (here.ETag). Without trouble it asks nothing. A job whose checkpoint
+// was lost keeps its active marker (it is written again): the next rescan claims the job from
+// what is stored and runs again what the lost checkpoint had done. Deleting it would leave the
+// job "running" in storage with nobody holding it.
+func (l *Lifecycle) KeepIfRolledBack(ctx context.Context, id string, here Ended) bool {
 	if here.ETag == "" || here.Troubles == store.TransientFailures() {
 		return false
 	}
-	p, err := l.store.Props(ctx, protocol.CheckpointBlob(cp.Job))
+	p, err := l.store.Props(ctx, protocol.CheckpointBlob(id))
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return false // the storage cannot say: as before
 	}
 	if err == nil && strings.Trim(string(p.ETag), `"`) == strings.Trim(string(here.ETag), `"`) {
 		return false
 	}
-	l.log.Warn("the job's final checkpoint is gone from storage (the store lost recent writes); keeping its active marker so that it is claimed again",
-		"job", cp.Job, "state", cp.State)
+	l.log.Warn("the job's final checkpoint is gone from storage (the store lost recent writes); keeping its active marker so that it is claimed again", "job", id)
+	if _, err := l.store.Put(ctx, protocol.ActiveBlob(id), nil, store.Cond{}); err != nil {
+		l.log.Warn("write active marker", "job", id, "err", err)
+	}
 	return true
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
 )
 
 // The active markers of the jobs a term ended are deleted by its Sweeper, in batches, when intake
@@ -28,9 +29,18 @@ type Sweeper struct {
 	quiet intakeClock
 	tab   cleanedSet
 	del   func(ctx context.Context, names []string) error
+	// keep says a job's final checkpoint was lost in a rollback of the store (and writes its
+	// marker again): Lifecycle.KeepIfRolledBack. nil: never.
+	keep  func(ctx context.Context, id string, here Ended) bool
 	mu    sync.Mutex
-	ids   []string
-	from  time.Time // when the oldest of ids was added
+	items []sweepItem
+	from  time.Time // when the oldest of items was added
+}
+
+// sweepItem is an ended job whose marker waits, with what its clean-up knew of its end.
+type sweepItem struct {
+	id   string
+	here Ended
 }
 
 const (
@@ -66,8 +76,10 @@ var (
 	_ deleter = core.Store(nil)
 )
 
-func NewSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet) *Sweeper {
-	s := &Sweeper{log: log, quiet: quiet, tab: tab}
+// NewSweeper returns the sweeper of a term's ended jobs' markers. keep is the lifecycle's
+// KeepIfRolledBack (nil: no job's checkpoint is ever taken for lost).
+func NewSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet, keep func(ctx context.Context, id string, here Ended) bool) *Sweeper {
+	s := &Sweeper{log: log, quiet: quiet, tab: tab, keep: keep}
 	if bd, ok := st.(batchDeleter); ok {
 		s.del = bd.DeleteBatch
 	} else {
@@ -83,14 +95,16 @@ func NewSweeper(log *slog.Logger, st deleter, quiet intakeClock, tab cleanedSet)
 	return s
 }
 
-// add queues the active marker of ended job id (it stays being cleaned until it is deleted).
-func (s *Sweeper) Add(id string) {
+// Add queues the active marker of ended job id (it stays being cleaned until it is deleted).
+// here is what its clean-up knew of its end: a marker whose job's final checkpoint the store
+// lost meanwhile is kept (keep).
+func (s *Sweeper) Add(id string, here Ended) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.ids) == 0 {
+	if len(s.items) == 0 {
 		s.from = time.Now()
 	}
-	s.ids = append(s.ids, id)
+	s.items = append(s.items, sweepItem{id, here})
 }
 
 // run sweeps until ctx ends.
@@ -114,7 +128,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 // due reports whether markers wait and intake is quiet, or they have waited too long or too many.
 func (s *Sweeper) due(now time.Time) bool {
 	s.mu.Lock()
-	n, from := len(s.ids), s.from
+	n, from := len(s.items), s.from
 	s.mu.Unlock()
 	switch {
 	case n == 0:
@@ -125,27 +139,48 @@ func (s *Sweeper) due(now time.Time) bool {
 	return now.Sub(s.quiet.LastIntake()) >= sweepQuiet
 }
 
-// round deletes up to limit waiting markers; false when it could not (they wait on).
+// round deletes up to limit waiting markers; false when it could not (they wait on). A marker
+// whose job's final checkpoint the store lost since the job ended (a rollback: keep) stays,
+// checked before the delete and, when the store was in trouble during it, after.
 func (s *Sweeper) round(ctx context.Context, limit int) bool {
 	s.mu.Lock()
-	n := min(len(s.ids), limit)
-	ids := append([]string(nil), s.ids[:n]...)
+	n := min(len(s.items), limit)
+	items := append([]sweepItem(nil), s.items[:n]...)
 	s.mu.Unlock()
 	if n == 0 {
 		return true
 	}
-	names := make([]string, n)
-	for i, id := range ids {
-		names[i] = protocol.ActiveBlob(id)
+	keep := s.keep
+	if keep == nil {
+		keep = func(context.Context, string, Ended) bool { return false }
 	}
-	if err := s.del(ctx, names); err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("delete active markers of ended jobs", "markers", n, "err", err)
+	before := store.TransientFailures()
+	ids := make([]string, 0, n)
+	var names []string
+	var deleted []sweepItem
+	for _, it := range items {
+		ids = append(ids, it.id)
+		if keep(ctx, it.id, it.here) {
+			continue
 		}
-		return false
+		names = append(names, protocol.ActiveBlob(it.id))
+		deleted = append(deleted, it)
+	}
+	if len(names) > 0 {
+		if err := s.del(ctx, names); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("delete active markers of ended jobs", "markers", len(names), "err", err)
+			}
+			return false
+		}
+	}
+	if store.TransientFailures() != before {
+		for _, it := range deleted {
+			keep(ctx, it.id, it.here)
+		}
 	}
 	s.mu.Lock()
-	s.ids = s.ids[n:]
+	s.items = s.items[n:]
 	s.from = time.Now() // the rest were added later; close enough for a bound
 	s.mu.Unlock()
 	s.tab.Cleaned(ids)
@@ -160,7 +195,7 @@ func (s *Sweeper) Flush(ctx context.Context) {
 	defer cancel()
 	for {
 		s.mu.Lock()
-		n := len(s.ids)
+		n := len(s.items)
 		s.mu.Unlock()
 		if n == 0 || !s.round(ctx, sweepMax) {
 			return
