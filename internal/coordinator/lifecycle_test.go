@@ -110,10 +110,7 @@ func TestLifecycle_CleanFailedJob(t *testing.T) {
 func TestLifecycle_CleanAfterRollbackKeepsTheMarker(t *testing.T) {
 	m := newMemTerm(3, func(*Config) {})
 	ctx := context.Background()
-	m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
-	now := m.clock.now()
-	cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
-	etag := m.putCheckpoint(t, cp)
+	cp, etag := m.failedJob(t)
 	troubled := store.TransientFailures() + 1 // not the count now: the store was in trouble since
 	if swept := m.life.Clean(ctx, &cp, lifecycle.Ended{ETag: etag, Sweep: true, Troubles: troubled}); !swept {
 		t.Fatal("the checkpoint is still the one written, but the marker did not go to the sweeper")
@@ -139,10 +136,7 @@ func TestLifecycle_RollbackDuringTheMarkerDelete(t *testing.T) {
 		t.Run(fmt.Sprintf("sweep=%v", sweep), func(t *testing.T) {
 			m := newMemTerm(3, func(*Config) {})
 			ctx := context.Background()
-			m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
-			now := m.clock.now()
-			cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
-			etag := m.putCheckpoint(t, cp)
+			cp, etag := m.failedJob(t)
 			if _, err := m.st.Put(ctx, protocol.ActiveBlob(memJob), nil, store.Cond{}); err != nil {
 				t.Fatal(err)
 			}
@@ -164,6 +158,16 @@ func TestLifecycle_RollbackDuringTheMarkerDelete(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failedJob stores memJob's spec and a failed final checkpoint, and returns the checkpoint and
+// its ETag: a job the term ended.
+func (m *memTerm) failedJob(t *testing.T) (protocol.Checkpoint, store.ETag) {
+	t.Helper()
+	m.putSpec(t, protocol.Spec{ID: memJob, Type: "sleep"})
+	now := m.clock.now()
+	cp := protocol.Checkpoint{Job: memJob, Type: "sleep", State: jobs.StateFailed, Error: "boom", UpdatedAt: now, FinishedAt: &now}
+	return cp, m.putCheckpoint(t, cp)
 }
 
 // Retention deletes a job once its state's retention has passed, and a job a newer term wrote

@@ -699,6 +699,10 @@ func (s *Scheduler) flush(ctx context.Context, ss *schedState) error {
 	return s.save(ctx, ss)
 }
 
+// troubledNow reports whether storage met trouble since this pass began: its ticks are an
+// outage's (walked again by the next pass), and its states are not saved.
+func (s *Scheduler) troubledNow() bool { return store.TransientFailures() != s.troubles.Load() }
+
 // walk handles def's due ticks from ss, at most maxTicksPerPass, and returns the next tick.
 func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedState) (time.Time, error) {
 	st := &ss.st
@@ -751,7 +755,7 @@ func (s *Scheduler) walk(ctx context.Context, def *protocol.Schedule, ss *schedS
 			since = last
 			continue
 		}
-		if !tick.Before(s.began) && tick.After(reached) && tick.After(s.troubledAt) && !def.Next(tick).After(now) {
+		if !tick.Before(s.began) && tick.After(reached) && tick.After(s.troubledAt) && !s.troubledNow() && !def.Next(tick).After(now) {
 			// Fell due in this term, not in an outage, and the schedule's next tick is due too:
 			// this term fell behind (storage or the box cannot keep up). Every tick but the
 			// latest is counted missed, so the ticks that fire are on time and the counts add up.
@@ -1023,7 +1027,7 @@ func (s *Scheduler) save(ctx context.Context, ss *schedState) error {
 		// schedule is listed.
 		return nil
 	}
-	if store.TransientFailures() != s.troubles.Load() {
+	if s.troubledNow() {
 		// Storage was in trouble during this pass: the ticks fired before it may be lost
 		// (above). The state stays unsaved; the next pass reads it again and walks them.
 		return nil
