@@ -92,12 +92,13 @@ bench-peers: azurite
 	fi
 	MAPAGG_DASK=1 $(GO) test -race -count=1 -run '^TestWordCorpus_Dask$$' ./internal/harness/corpus/
 
-# Program jobs (docs/programs.md) against one plain Python process: the word count of
-# examples/programs/wordcount.py (and the awk one) through a 2-worker cluster beside
-# collections.Counter over the same files, interleaved; reports wall and CPU seconds.
-# PROGRAM_BENCH_MB sets the corpus size (default 174).
+# Program jobs (docs/programs.md), the programs scenario of `make bench` alone: the word counts
+# of examples/programs/wordcount.py and wordcount.sh through a 2-worker cluster beside one Python
+# Counter process and one awk process over the same files, interleaved; wall and CPU-seconds.
+# PROGRAM_BENCH_MB sets the corpus in MiB (default 174). Report in .bench/programs.{json,md}.
 bench-programs: azurite
-	MAPAGG_PROGRAM_BENCH=$${PROGRAM_BENCH_MB:-174} $(GO) test -count=1 -timeout 60m -v -run '^TestProgramsBench_PythonWordcount$$' ./e2e/
+	@mkdir -p .bench
+	$(GO) run ./cmd/loadtest --scenarios programs --programs-mb $${PROGRAM_BENCH_MB:-174} --json .bench/programs.json --markdown .bench/programs.md
 
 # The fault matrix (cmd/chaos): one job with a known answer per fault on a 3-worker cluster of real
 # processes (leader SIGKILL and SIGSTOP, nats-server and azurite-blob kill -9, azurite-queue down,

@@ -25,7 +25,7 @@ const (
 )
 
 var allScenarios = append([]string{scThroughput, scEfficiency, scSmallJob, scWordcount, scStraggler, scCrash, scGraceful, scWorkerCrash,
-	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scLongRead, scScale, scThousand, scStatus, scSchedules}, failClasses...)
+	scMillion, scOutage, scNATSCluster, scLoaded, scKeyed, scKeyedLoaded, scCSVSum, scPrograms, scLongRead, scScale, scThousand, scStatus, scSchedules}, failClasses...)
 
 // Config is one load-test run. Zero fields do not take defaults: start from DefaultConfig or
 // QuickConfig, which hold the defaults; the flags say more.
@@ -61,6 +61,9 @@ type Config struct {
 	KeyedVocabularies []int
 	// CSVRows rows over CSVKeys users, CSVRounds rounds of (keyed sum, naive program) (csv-sum).
 	CSVRows, CSVKeys, CSVRounds int
+	// ProgramsMB is the programs scenario's corpus in MiB (8 files); ProgramsRounds its rounds
+	// of (Python job, Counter process, awk job, awk process).
+	ProgramsMB, ProgramsRounds int
 	// WordcountBytes is the corpus size of each wordcount job (1k- and 200k-word vocabularies),
 	// in shards of WordcountShardBytes; each runs WordcountRuns times, interleaved.
 	WordcountBytes, WordcountShardBytes, WordcountRuns int
@@ -103,6 +106,7 @@ func DefaultConfig() Config {
 		BaselinePrefetch:    []int{64, 256},
 		EfficiencyDurations: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond}, EfficiencyIdeal: 5 * time.Second,
 		SmallJobRuns: 100, SmallJobCLIRuns: 100, KeyedRounds: 3, KeyedLoadedRuns: 3, KeyedVocabularies: []int{50_000, 5_000_000}, CSVRows: 2_000_000, CSVKeys: 100_000, CSVRounds: 3,
+		ProgramsMB: 174, ProgramsRounds: 3,
 		WordcountBytes: 16 << 20, WordcountShardBytes: 32 << 10, WordcountRuns: 2,
 		StragglerWorkers: 10, StragglerShards: 4000, StragglerDelay: 20 * time.Millisecond, StragglerSmallShards: 600, StragglerRuns: 3,
 		MillionShards:  1_000_000,
@@ -125,6 +129,7 @@ func QuickConfig() Config {
 	c.EfficiencyIdeal = time.Second
 	c.SmallJobRuns, c.SmallJobCLIRuns, c.WordcountBytes, c.WordcountRuns = 3, 3, 2<<20, 1
 	c.KeyedRounds, c.KeyedLoadedRuns, c.CSVRows, c.CSVKeys, c.CSVRounds = 1, 1, 50_000, 5_000, 1
+	c.ProgramsMB, c.ProgramsRounds = 4, 1
 	c.KeyedVocabularies = []int{5_000, 100_000}
 	c.StragglerWorkers, c.StragglerShards, c.StragglerSmallShards, c.StragglerRuns, c.MillionShards = 4, 300, 0, 1, 50_000
 	c.LoadedDuration, c.OutageDuration, c.NodeDownDuration = 5*time.Second, 3*time.Second, 3*time.Second
@@ -193,6 +198,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("csv-sum: %d rows over %d users: use 1,000 to 100,000,000 rows and 1 to as many users as rows", c.CSVRows, c.CSVKeys)
 	case c.has(scCSVSum) && (c.CSVRounds < 1 || c.CSVRounds > 20):
 		return fmt.Errorf("--csv-rounds %d: use 1 to 20", c.CSVRounds)
+	case c.has(scPrograms) && (c.ProgramsMB < 1 || c.ProgramsMB > 2048):
+		return fmt.Errorf("--programs-mb %d: use 1 to 2048 (MiB of the programs corpus)", c.ProgramsMB)
+	case c.has(scPrograms) && (c.ProgramsRounds < 1 || c.ProgramsRounds > 20):
+		return fmt.Errorf("--programs-rounds %d: use 1 to 20", c.ProgramsRounds)
 	case c.has(scWordcount) && (c.WordcountShardBytes < 1024 || c.WordcountBytes < 4*c.WordcountShardBytes || c.WordcountBytes > 256<<20):
 		return fmt.Errorf("wordcount: %d bytes in shards of %d: need shards of at least 1 KiB, at least four of them, at most 256 MiB", c.WordcountBytes, c.WordcountShardBytes)
 	case c.has(scWordcount) && (c.WordcountRuns < 1 || c.WordcountRuns > 20):

@@ -36,6 +36,10 @@ func TestValidate_NewScenarioSettings(t *testing.T) {
 		{"no keyed-loaded run", func(c *Config) { c.KeyedLoadedRuns = 0 }, "--keyed-loaded-runs"},
 		{"more users than rows", func(c *Config) { c.CSVKeys = c.CSVRows + 1 }, "csv-sum"},
 		{"no csv round", func(c *Config) { c.CSVRounds = 0 }, "--csv-rounds"},
+		{"no programs corpus", func(c *Config) { c.ProgramsMB = 0 }, "--programs-mb"},
+		{"programs corpus too big", func(c *Config) { c.ProgramsMB = 4096 }, "--programs-mb"},
+		{"no programs round", func(c *Config) { c.ProgramsRounds = 0 }, "--programs-rounds"},
+		{"too many programs rounds", func(c *Config) { c.ProgramsRounds = 21 }, "--programs-rounds"},
 		{"no small job", func(c *Config) { c.SmallJobRuns = 0 }, "small-job runs"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -48,5 +52,14 @@ func TestValidate_NewScenarioSettings(t *testing.T) {
 	}
 	if cfg := DefaultConfig(); cfg.Validate() != nil {
 		t.Fatalf("default config invalid: %v", cfg.Validate())
+	}
+}
+
+// Without the programs scenario its settings are not checked.
+func TestValidate_ProgramsSettingsOnlyWhenRun(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Scenarios, cfg.ProgramsMB, cfg.ProgramsRounds = []string{scCrash}, 0, 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate = %v, want nil: programs does not run", err)
 	}
 }

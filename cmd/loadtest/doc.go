@@ -42,11 +42,16 @@
 //     changes, every worker's peak RSS.
 //  16. csv-sum: a newcomer's keyed per-user sum (the test worker's csvsum) over 2M CSV rows of
 //     100k users against a naive single-process Go program (internal/harness/corpus/csvsum).
-//  17. long-read: one Map (the test worker's slow-lines) reads one 1 MiB range for 60 s, four
+//  17. programs: issue 34's program jobs, the word counts of examples/programs/wordcount.py and
+//     wordcount.sh on 2 workers at concurrency 1 over a 174 MiB corpus of 50k Zipf-like words
+//     (--programs-mb), in interleaved rounds (--programs-rounds) with one Python Counter process
+//     and one awk process over the same files: wall and CPU-seconds, the workers' programs
+//     included. Skipped, with the reason in the report, where python3 is missing.
+//  18. long-read: one Map (the test worker's slow-lines) reads one 1 MiB range for 60 s, four
 //     times the storage client's time per try; it must succeed exactly.
-//  18. thousand: simulated members (internal/harness/sim), many to a process, grown 3 → 100 →
+//  19. thousand: simulated members (internal/harness/sim), many to a process, grown 3 → 100 →
 //     300 → 1,000 (thousand.go; docs/limits.md).
-//  19. schedules: 300 schedules every second (overlap allow) for 60 s (30 for 10 s with --quick),
+//  20. schedules: 300 schedules every second (overlap allow) for 60 s (30 for 10 s with --quick),
 //     then all deleted: fired + skipped + missed against due ticks, lateness, jobs after a
 //     DELETE, blobs left, leader changes (schedules.go).
 //

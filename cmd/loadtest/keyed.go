@@ -90,14 +90,15 @@ type KeyedRun struct {
 
 // CPUFigures is the CPU-seconds of every process during a job.
 type CPUFigures struct {
-	Workers float64 `json:"workers"`
-	NATS    float64 `json:"nats_and_client"` // this process: the in-process NATS server and the client
-	Storage float64 `json:"storage"`         // Azurite (0 when attached to a storage account)
-	Total   float64 `json:"total"`
+	Workers  float64 `json:"workers"`
+	Programs float64 `json:"programs,omitempty"` // the workers' child processes (program jobs)
+	NATS     float64 `json:"nats_and_client"`    // this process: the in-process NATS server and the client
+	Storage  float64 `json:"storage"`            // Azurite (0 when attached to a storage account)
+	Total    float64 `json:"total"`
 }
 
 func cpuFigures(u rig.CPUUse) CPUFigures {
-	return CPUFigures{Workers: rig.Round3(u.Workers.Seconds()), NATS: rig.Round3(u.Self.Seconds()),
+	return CPUFigures{Workers: rig.Round3(u.Workers.Seconds()), Programs: rig.Round3(u.Programs.Seconds()), NATS: rig.Round3(u.Self.Seconds()),
 		Storage: rig.Round3(u.Storage.Seconds()), Total: rig.Round3(u.Total().Seconds())}
 }
 

@@ -74,6 +74,10 @@ func TestQuick(t *testing.T) {
 	if cs := rep.CSVSum; cs == nil || len(cs.Rounds) != cfg.CSVRounds || !cs.Rounds[0].Exact || cs.Ratio <= 0 {
 		t.Errorf("csv sum: %+v", cs)
 	}
+	if p := rep.Programs; p == nil || p.Skipped == "" && (len(p.Rounds) != cfg.ProgramsRounds || !p.Rounds[0].Python.Exact || !p.Rounds[0].Awk.Exact ||
+		p.PythonJob.Ratio <= 0 || p.AwkJob.Ratio <= 0 || p.Rounds[0].Python.CPU.Programs <= 0) {
+		t.Errorf("programs: every round exact, with the programs' CPU: %+v", p)
+	}
 	if lr := rep.LongRead; lr == nil || !lr.Exact || lr.MakespanS < lr.WantS {
 		t.Errorf("long read: %+v", lr)
 	}

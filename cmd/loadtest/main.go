@@ -89,10 +89,11 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 				"runs worker clusters at the worker's default settings, kills leaders, workers, the NATS server\n"+
 				"and a node of a NATS cluster, cuts a leader from NATS or storage, and reports throughput,\n"+
 				"CPU per shard, efficiency, latency, memory, failover times by failure class and correctness\n"+
-				"against the targets of issues 11-13, 21 and 32 (keyed jobs against single-process programs over the\n"+
-				"same files, in wall time and CPU-seconds of every process). The full run (make bench) takes about\n"+
-				"an hour on 2 cores, 10 minutes of it the loaded no-fault run (--loaded-duration); --scenarios picks\n"+
-				"some; --quick runs small versions of all in a few minutes. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
+				"against the targets of issues 11-13, 21, 32 and 34 (keyed jobs and program jobs against\n"+
+				"single-process programs over the same files, in wall time and CPU-seconds of every process).\n"+
+				"The full run (make bench) takes about an hour on 2 cores, 10 minutes of it the loaded no-fault\n"+
+				"run (--loaded-duration); --scenarios picks some; --quick runs small versions of all in a few\n"+
+				"minutes. Exits non-zero on any wrong result or lost job.\n\nFlags:\n")
 			fs.PrintDefaults()
 		}
 		fs.BoolVar(&cfg.Quick, "quick", cfg.Quick, "small versions of every scenario, judged on correctness only (about a minute)")
@@ -123,6 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (Config, outputs, error) {
 		fs.IntVar(&cfg.CSVRows, "csv-rows", cfg.CSVRows, "CSV rows of the per-user sum (csv-sum)")
 		fs.IntVar(&cfg.CSVKeys, "csv-keys", cfg.CSVKeys, "users of the per-user sum")
 		fs.IntVar(&cfg.CSVRounds, "csv-rounds", cfg.CSVRounds, "interleaved rounds (keyed sum, naive Go program) of the per-user sum (medians count)")
+		fs.IntVar(&cfg.ProgramsMB, "programs-mb", cfg.ProgramsMB, "corpus of the program jobs in MiB, 8 files of 50k distinct words (programs)")
+		fs.IntVar(&cfg.ProgramsRounds, "programs-rounds", cfg.ProgramsRounds, "interleaved rounds (Python job, one Python Counter process, awk job, one awk process) of the program jobs (medians count)")
 		fs.IntVar(&cfg.WordcountBytes, "wordcount-bytes", cfg.WordcountBytes, "corpus size of each wordcount job")
 		fs.IntVar(&cfg.WordcountShardBytes, "wordcount-shard-bytes", cfg.WordcountShardBytes, "shard size of the wordcount jobs")
 		fs.IntVar(&cfg.WordcountRuns, "wordcount-runs", cfg.WordcountRuns, "runs of each wordcount job, interleaved (the best of each counts)")

@@ -15,6 +15,7 @@ type Report struct {
 	FailClasses []FailClass `json:"failure_classes,omitempty"`
 	Keyed       *Keyed      `json:"keyed,omitempty"`
 	CSVSum      *CSVSum     `json:"csv_sum,omitempty"`
+	Programs    *Programs   `json:"programs,omitempty"` // issue 34's program jobs (programs.go)
 	LongRead    *LongRead   `json:"long_read,omitempty"`
 	SmallCLI    *SmallCLI   `json:"small_job_cli,omitempty"`
 	Status      *Status     `json:"status,omitempty"` // issue 35's status figures (status.go)
@@ -43,6 +44,7 @@ func targets(cfg *Config, rep *Report) []Target {
 		*ts = append(*ts, smallTargets(cfg, rep.SmallCLI)...)
 		*ts = append(*ts, keyedTargets(cfg, rep)...)
 		*ts = append(*ts, csvTargets(cfg, rep.CSVSum)...)
+		*ts = append(*ts, programTargets(cfg, rep.Programs)...)
 		*ts = append(*ts, longReadTargets(rep.LongRead)...)
 		*ts = append(*ts, scaleTargets(cfg, rep)...)
 		*ts = append(*ts, thousandTargets(cfg, rep)...)
@@ -58,8 +60,9 @@ func writeMarkdown(w io.Writer, rep *Report) {
 			writeSmallFigures(row, rep.SmallCLI)
 			writeKeyedFigures(row, rep)
 			writeCSVFigures(row, rep.CSVSum)
+			writeProgramFigures(row, rep.Programs)
 		},
-		Notes:      append(keyedNotes(rep), csvNotes(rep.CSVSum)...),
+		Notes:      append(append(keyedNotes(rep), csvNotes(rep.CSVSum)...), programNotes(rep.Programs)...),
 		AfterNotes: func(w io.Writer) { writeScale(w, rep.Scale); writeThousand(w, rep.Thousand) },
 	})
 }

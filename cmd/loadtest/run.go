@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, []*rig.Timeli
 		{scLoaded, r.loaded},
 		{"keyed scenarios", r.keyed},
 		{scCSVSum, r.csvSum},
+		{scPrograms, r.programs},
 		{scLongRead, r.longRead},
 		{scScale, r.scale},
 		{scThousand, r.thousand},

@@ -1,5 +1,6 @@
 // Package corpus makes word-count corpora with known answers and the baselines a keyed job
-// is judged against: a single-process Go count and Dask over the same files.
+// is judged against: a single-process Go count and Dask over the same files, and for program
+// jobs one Python or awk process.
 package corpus
 
 import (
@@ -149,45 +150,66 @@ func writeWordCorpus(ctx context.Context, bc *azblob.Client, containerName strin
 // CheckOutput reads a wordcount job's output (key<TAB>count lines, streamed) and checks that
 // every word of the corpus appears once, with its count, and nothing else.
 func (wc *WordCorpus) CheckOutput(ctx context.Context, cl *client.Client, id string) error {
+	return checkOutput(ctx, cl, id, wc.CheckCounts)
+}
+
+// checkOutput streams job id's output, as key<TAB>value lines, into check.
+func checkOutput(ctx context.Context, cl *client.Client, id string, check func(io.Reader) error) error {
 	pr, pw := io.Pipe()
 	go func() {
 		_, err := cl.WriteOutput(ctx, id, pw, client.OutputOptions{Format: client.FormatTSV})
 		pw.CloseWithError(err)
 	}()
 	defer pr.Close()
-	return wc.CheckCounts(pr)
+	return check(pr)
 }
 
 // CheckCounts checks word<TAB>count lines, in any order, against the corpus.
 func (wc *WordCorpus) CheckCounts(r io.Reader) error {
-	seen := make([]uint64, (wc.Distinct+63)/64)
-	n := 0
+	return checkRecords(r, "word", "w<id>\\t<count>", wc.Distinct, wc.Distinct, func(key []byte) (int, bool) {
+		i, ok := wordIndex(key)
+		return i, ok && i < wc.Distinct
+	}, wc.Count)
+}
+
+// wordIndex is i of a word "w<i in base 36>".
+func wordIndex(key []byte) (int, bool) {
+	if len(key) < 2 || key[0] != 'w' {
+		return 0, false
+	}
+	i, err := strconv.ParseUint(string(key[1:]), 36, 31)
+	return int(i), err == nil
+}
+
+// checkRecords checks key<TAB>integer lines, in any order, against a corpus's answer: index
+// places a key among the corpus's n (false: no key of it), want is the value at a place, and
+// the output holds records keys, each once. noun and shape name the keys in errors.
+func checkRecords(r io.Reader, noun, shape string, n, records int, index func(key []byte) (int, bool), want func(i int) int64) error {
+	seen := make([]bool, n)
+	got := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		word, count, ok := bytes.Cut(sc.Bytes(), []byte("\t"))
-		if !ok || len(word) < 2 || word[0] != 'w' {
-			return fmt.Errorf("output line %q: want w<id>\\t<count>", clip(sc.Text(), 60))
+		key, value, ok := bytes.Cut(sc.Bytes(), []byte("\t"))
+		i, known := index(key)
+		v, err := strconv.ParseInt(string(value), 10, 64)
+		if !ok || !known || err != nil {
+			return fmt.Errorf("output line %q: want %s of a %s of the corpus", clip(sc.Text(), 60), shape, noun)
 		}
-		i, err := strconv.ParseInt(string(word[1:]), 36, 64)
-		c, err2 := strconv.ParseInt(string(count), 10, 64)
-		if err != nil || err2 != nil || i < 0 || i >= int64(wc.Distinct) {
-			return fmt.Errorf("output line %q: not a word of the corpus", clip(sc.Text(), 60))
+		if seen[i] {
+			return fmt.Errorf("%s %s appears twice in the output", noun, key)
 		}
-		if seen[i/64]&(1<<(i%64)) != 0 {
-			return fmt.Errorf("word %s appears twice in the output", word)
+		seen[i] = true
+		if v != want(i) {
+			return fmt.Errorf("%s %s: %d, want %d", noun, key, v, want(i))
 		}
-		seen[i/64] |= 1 << (i % 64)
-		if c != wc.Count(int(i)) {
-			return fmt.Errorf("word %s counted %d times, want %d", word, c, wc.Count(int(i)))
-		}
-		n++
+		got++
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("read output: %w", err)
 	}
-	if n != wc.Distinct {
-		return fmt.Errorf("output has %d words, want %d", n, wc.Distinct)
+	if got != records {
+		return fmt.Errorf("output has %d %ss, want %d", got, noun, records)
 	}
 	return nil
 }
@@ -210,17 +232,26 @@ func (wc *WordCorpus) CountBaseline(ctx context.Context, bin string, naive bool,
 	if naive {
 		args = append([]string{"-naive"}, args...)
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	_, run, err := runCount(ctx, bin, args...)
+	if err != nil {
+		return run, err
+	}
+	return run, wc.CheckFiles(out)
+}
+
+// runCount runs a single-process count and returns its stdout, wall time and CPU.
+func runCount(ctx context.Context, name string, args ...string) ([]byte, CountRun, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
 	run := CountRun{Wall: time.Since(start)}
 	if err != nil {
-		return run, fmt.Errorf("%s %v: %v: %s", bin, args, err, clip(stderr.String(), 300))
+		return nil, run, fmt.Errorf("%s: %v: %s", name, err, clip(stderr.String(), 300))
 	}
 	run.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	return run, wc.CheckFiles(out)
+	return stdout.Bytes(), run, nil
 }
 
 // DaskBaseline runs RunDask into a folder under dir, checks every count and removes the folder.

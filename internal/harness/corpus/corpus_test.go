@@ -54,16 +54,7 @@ func TestWordCorpus_Baselines(t *testing.T) {
 	if err := wc.CheckCounts(bytes.NewReader(out.Bytes())); err != nil {
 		t.Fatalf("fast count: %v", err)
 	}
-	lines := strings.SplitAfter(out.String(), "\n")
-	for name, bad := range map[string]string{
-		"missing":  strings.Join(lines[1:], ""),
-		"repeated": lines[0] + out.String(),
-		"wrong":    strings.Replace(out.String(), "\t", "\t9", 1),
-	} {
-		if err := wc.CheckCounts(strings.NewReader(bad)); err == nil {
-			t.Errorf("%s: CheckCounts accepted it", name)
-		}
-	}
+	assertRejects(t, wc.CheckCounts, out.String(), "wzzzz\t1\n")
 	bin := filepath.Join(dir, "wcount")
 	if b, err := exec.Command("go", "build", "-o", bin, "./wcount").CombinedOutput(); err != nil {
 		t.Fatalf("go build ./wcount: %v\n%s", err, b)
@@ -266,17 +257,7 @@ func TestCSVCorpus_NaiveSum(t *testing.T) {
 	if err := cc.CheckSums(bytes.NewReader(out.Bytes())); err != nil {
 		t.Fatalf("naive sum: %v", err)
 	}
-	lines := strings.SplitAfter(out.String(), "\n")
-	for name, bad := range map[string]string{
-		"missing":  strings.Join(lines[1:], ""),
-		"repeated": lines[0] + out.String(),
-		"wrong":    strings.Replace(out.String(), "\t", "\t9", 1),
-		"foreign":  "nobody\t1\n" + out.String(),
-	} {
-		if err := cc.CheckSums(strings.NewReader(bad)); err == nil {
-			t.Errorf("%s: CheckSums accepted it", name)
-		}
-	}
+	assertRejects(t, cc.CheckSums, out.String(), "nobody\t1\n")
 	if err := os.WriteFile(filepath.Join(cc.Dir, "bad.csv"), []byte("user,amount\nuser00001,x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -291,5 +272,69 @@ func TestCSVCorpus_NaiveSum(t *testing.T) {
 	}
 	if r, err := cc.SumBaseline(ctx, bin, dir); err != nil || r.Wall <= 0 {
 		t.Fatalf("SumBaseline: %+v, %v", r, err)
+	}
+}
+
+// The Zipf corpus's counts agree with an independent count of its files (strings.Fields), the
+// awk and Python baselines agree with them, and the check catches a wrong count, a missing
+// word, a repeated one and a foreign one.
+func TestZipfCorpus_Baselines(t *testing.T) {
+	ctx := context.Background()
+	bc, err := store.NewClient(testenv.Azurite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	zc, err := WriteZipfCorpus(ctx, bc, testenv.Name(t, "zipf"), "corpus/", 400_000, 4, filepath.Join(dir, "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(zc.Files) != 4 || zc.Bytes < 400_000 || zc.Bytes > 410_000 || zc.Distinct < 10_000 || zc.Distinct > ZipfWords {
+		t.Fatalf("corpus of %d bytes, %d distinct words in %d files: want about 400,000 bytes of 10k to 50k words in 4", zc.Bytes, zc.Distinct, len(zc.Files))
+	}
+	counts := map[string]int{}
+	for _, name := range zc.Files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range strings.Fields(string(b)) {
+			counts[w]++
+		}
+	}
+	var out strings.Builder
+	for w, n := range counts {
+		fmt.Fprintf(&out, "%s\t%d\n", w, n)
+	}
+	assertRejects(t, zc.CheckCounts, out.String(), "wzzzzz\t1\n")
+	if r, err := zc.AwkBaseline(ctx); err != nil || r.Wall <= 0 {
+		t.Errorf("AwkBaseline: %+v, %v", r, err)
+	}
+	py, err := Python(ctx)
+	if err != nil {
+		t.Skip(err)
+	}
+	if r, err := zc.CounterBaseline(ctx, py, dir); err != nil || r.Wall <= 0 {
+		t.Errorf("CounterBaseline: %+v, %v", r, err)
+	}
+}
+
+// assertRejects checks that check accepts out (key<TAB>value lines) but not out with a line
+// missing, a line repeated, a value changed, or a foreign line added.
+func assertRejects(t *testing.T, check func(io.Reader) error, out, foreign string) {
+	t.Helper()
+	if err := check(strings.NewReader(out)); err != nil {
+		t.Fatalf("the right output refused: %v", err)
+	}
+	lines := strings.SplitAfter(out, "\n")
+	for name, bad := range map[string]string{
+		"missing":  strings.Join(lines[1:], ""),
+		"repeated": lines[0] + out,
+		"wrong":    strings.Replace(out, "\t", "\t9", 1),
+		"foreign":  foreign + out,
+	} {
+		if err := check(strings.NewReader(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
@@ -98,36 +96,11 @@ func coprimeStride(n int) int {
 // CheckSums checks user<TAB>sum lines, in any order, against the corpus: every user that has a
 // row appears once, with its sum, and nothing else.
 func (cc *CSVCorpus) CheckSums(r io.Reader) error {
-	seen := make([]bool, cc.Keys)
-	want := min(cc.Rows, cc.Keys) // the stride visits every user in the first Keys rows
-	n := 0
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		user, sum, ok := strings.Cut(sc.Text(), "\t")
-		i, err := strconv.Atoi(strings.TrimPrefix(user, "user"))
-		if !ok || err != nil || !strings.HasPrefix(user, "user") || i < 0 || i >= cc.Keys || user != CSVUser(i) {
-			return fmt.Errorf("output line %q: want user<digits>\\t<sum> of a user of the corpus", clip(sc.Text(), 60))
-		}
-		v, err := strconv.ParseInt(sum, 10, 64)
-		if err != nil {
-			return fmt.Errorf("output line %q: the sum is not an integer", clip(sc.Text(), 60))
-		}
-		if seen[i] {
-			return fmt.Errorf("user %s appears twice in the output", user)
-		}
-		seen[i] = true
-		if v != cc.sums[i] {
-			return fmt.Errorf("user %s summed to %d, want %d", user, v, cc.sums[i])
-		}
-		n++
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read output: %w", err)
-	}
-	if n != want {
-		return fmt.Errorf("output has %d users, want %d", n, want)
-	}
-	return nil
+	// The stride visits every user in the first Keys rows.
+	return checkRecords(r, "user", "user<digits>\\t<sum>", cc.Keys, min(cc.Rows, cc.Keys), func(key []byte) (int, bool) {
+		i, err := strconv.Atoi(strings.TrimPrefix(string(key), "user"))
+		return i, err == nil && i >= 0 && i < cc.Keys && string(key) == CSVUser(i)
+	}, func(i int) int64 { return cc.sums[i] })
 }
 
 // SumCSVNaive is the per-user sum a newcomer writes in Go: bufio lines, strings.Cut at the comma,
@@ -178,16 +151,10 @@ func (cc *CSVCorpus) SumBaseline(ctx context.Context, bin, dir string) (CountRun
 	}
 	out := filepath.Join(dir, "csvsum-single.tsv")
 	defer os.Remove(out)
-	cmd := exec.CommandContext(ctx, bin, "-out", out, cc.Dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err := cmd.Run()
-	run := CountRun{Wall: time.Since(start)}
+	_, run, err := runCount(ctx, bin, "-out", out, cc.Dir)
 	if err != nil {
-		return run, fmt.Errorf("%s: %v: %s", bin, err, clip(stderr.String(), 300))
+		return run, err
 	}
-	run.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	f, err := os.Open(out)
 	if err != nil {
 		return run, err

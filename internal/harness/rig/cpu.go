@@ -10,25 +10,32 @@ import (
 // CPUUse is the CPU time (user + system) of every process a run on a cluster uses.
 type CPUUse struct {
 	Workers time.Duration // the cluster's running worker processes
-	Self    time.Duration // this process: the in-process NATS server, the client and the observers
-	Storage time.Duration // the storage emulator's processes the rig started (0 when attached)
+	// Programs is the workers' child processes (registered programs): ended ones and the
+	// running ones as they stand (rig.ChildrenCPU).
+	Programs time.Duration
+	Self     time.Duration // this process: the in-process NATS server, the client and the observers
+	Storage  time.Duration // the storage emulator's processes the rig started (0 when attached)
 }
 
 // Total is the CPU time of every process.
-func (u CPUUse) Total() time.Duration { return u.Workers + u.Self + u.Storage }
+func (u CPUUse) Total() time.Duration { return u.Workers + u.Programs + u.Self + u.Storage }
 
 // Sub is u − v, field by field: the use between two snapshots.
 func (u CPUUse) Sub(v CPUUse) CPUUse {
-	return CPUUse{Workers: u.Workers - v.Workers, Self: u.Self - v.Self, Storage: u.Storage - v.Storage}
+	return CPUUse{Workers: u.Workers - v.Workers, Programs: u.Programs - v.Programs, Self: u.Self - v.Self, Storage: u.Storage - v.Storage}
 }
 
-// CPU is a snapshot of the CPU time of c's workers, this process and the storage emulator.
+// CPU is a snapshot of the CPU time of c's workers and their programs, this process and the
+// storage emulator.
 func (r *Rig) CPU(c *cluster.Cluster) CPUUse {
 	u := CPUUse{Self: SelfCPU()}
 	for _, id := range c.Running() {
 		if p := c.Proc(id); p != nil {
 			if d, err := ProcCPU(p.PID); err == nil {
 				u.Workers += d
+			}
+			if d, err := ChildrenCPU(p.PID); err == nil {
+				u.Programs += d
 			}
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,27 +20,102 @@ const clockTicks = 100
 
 // ProcCPU is the user+system CPU time process pid has used (Linux /proc).
 func ProcCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := readStat(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
+	}
+	return ticks(st.utime + st.stime), nil
+}
+
+// ChildrenCPU is the CPU time of pid's descendants (a worker's programs): those that ended and
+// were waited for, and those still running as they stand. A child reaped between the two reads
+// may count twice or not at all: take it when pid has no child (WaitNoChildren) to be exact.
+func ChildrenCPU(pid int) (time.Duration, error) {
+	self, err := readStat(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	n := self.cutime + self.cstime
+	kids := childrenOf()
+	for next := slices.Clone(kids[pid]); len(next) > 0; {
+		d := next[0]
+		next = append(next[1:], kids[d.pid]...)
+		n += d.utime + d.stime + d.cutime + d.cstime
+	}
+	return ticks(n), nil
+}
+
+// WaitNoChildren waits until none of pids has a child process, at most within; it is false
+// when one still had. A program's session process ends about a second after its job.
+func WaitNoChildren(ctx context.Context, pids []int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for {
+		kids := childrenOf()
+		n := 0
+		for _, p := range pids {
+			n += len(kids[p])
+		}
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// procStat is what /proc/<pid>/stat says of a process's parent and CPU ticks: its own and
+// those of the children it waited for.
+type procStat struct {
+	pid, ppid                    int
+	utime, stime, cutime, cstime int64
+}
+
+func readStat(path string) (procStat, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return procStat{}, err
 	}
 	// The command name (field 2) may hold spaces: fields are counted after its closing ')'.
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return procStat{}, fmt.Errorf("%s: no command name", path)
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 13 { // utime and stime are fields 14 and 15: 12 and 13 after the name
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	if len(f) < 15 { // ppid is field 4, utime to cstime 14 to 17: 1 and 11 to 14 after the name
+		return procStat{}, fmt.Errorf("%s: %d fields", path, len(f))
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	st := procStat{}
+	pid, _, _ := strings.Cut(s, " ")
+	st.pid, _ = strconv.Atoi(pid)
+	st.ppid, err = strconv.Atoi(f[1])
+	for j, p := range []*int64{&st.utime, &st.stime, &st.cutime, &st.cstime} {
+		if err != nil {
+			break
+		}
+		*p, err = strconv.ParseInt(f[11+j], 10, 64)
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	if err != nil {
+		return procStat{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return st, nil
 }
+
+// childrenOf reads every process's stat and lists them by parent.
+func childrenOf() map[int][]procStat {
+	names, _ := filepath.Glob("/proc/[0-9]*/stat")
+	out := map[int][]procStat{}
+	for _, name := range names {
+		if st, err := readStat(name); err == nil { // an error: it ended meanwhile
+			out[st.ppid] = append(out[st.ppid], st)
+		}
+	}
+	return out
+}
+
+func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
 
 // SelfCPU is this process's user+system CPU time (the in-process NATS server, the client and
 // the observers).

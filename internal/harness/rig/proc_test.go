@@ -1,7 +1,9 @@
 package rig
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -35,5 +37,53 @@ func TestProcRSS_Self(t *testing.T) {
 	}
 	if _, err := ProcRSS(-1); err == nil {
 		t.Fatal("ProcRSS of no process: no error")
+	}
+}
+
+// A descendant's CPU time counts while it runs and after it was waited for, and
+// WaitNoChildren sees the child end.
+func TestChildrenCPU_CountsRunningAndEndedChildren(t *testing.T) {
+	self := os.Getpid()
+	before, err := ChildrenCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A shell whose child spins for a fraction of a second, then waits until its stdin closes:
+	// the grandchild's CPU counts while it runs too.
+	cmd := exec.Command("sh", "-c", `sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done'; read x; exit 0`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if WaitNoChildren(context.Background(), []int{self}, 20*time.Millisecond) {
+		t.Fatal("WaitNoChildren: true with a child running")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	running := before
+	for running-before < 50*time.Millisecond && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if running, err = ChildrenCPU(self); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if running-before < 50*time.Millisecond {
+		t.Fatalf("a running child's CPU not counted: %v then %v", before, running)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !WaitNoChildren(context.Background(), []int{self}, 5*time.Second) {
+		t.Fatal("WaitNoChildren: false after the child ended")
+	}
+	after, err := ChildrenCPU(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < running {
+		t.Fatalf("an ended child's CPU lost: %v while running, %v after", running, after)
 	}
 }

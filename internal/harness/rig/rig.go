@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/mapagg/mapagg/internal/clusterask"
 	"github.com/mapagg/mapagg/internal/harness/cluster"
 	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testworker/badjobs"
@@ -135,6 +137,9 @@ type Spec struct {
 	NATSURL       string              // another NATS (a cluster of nodes) instead of the shared one
 	// NATSProcess runs the cluster's NATS as a nats-server process of its own, to kill it.
 	NATSProcess bool
+	// Programs are registered on every worker (NAME=COMMAND, as WORKER_PROGRAMS). The client
+	// then asks the cluster to validate their jobs, and Start waits until every worker has them.
+	Programs []string
 }
 
 // Start starts a cluster for s in a folder of its own under Dir and waits for a leader.
@@ -152,6 +157,9 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	}
 	o := cluster.Options{Dir: dir, WorkerBin: cmp.Or(s.WorkerBin, r.bin), Workers: s.Workers, LeaseDuration: s.LeaseDuration,
 		Concurrency: s.Concurrency, ShardTimeout: s.ShardTimeout, MapDelay: s.MapDelay, Env: s.Env, WorkerEnv: s.WorkerEnv}
+	if len(s.Programs) > 0 {
+		o.Env = append(slices.Clone(s.Env), "WORKER_PROGRAMS="+strings.Join(s.Programs, "\n"))
+	}
 	if s.TestWorker {
 		o.Registry = TestWorkerRegistry()
 	}
@@ -185,6 +193,11 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	sctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	c, err := cluster.Start(sctx, o)
+	if err == nil && len(s.Programs) > 0 {
+		if err = awaitPrograms(sctx, c, len(s.Programs)); err != nil {
+			c.Stop()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start cluster %s: %w", s.Name, err)
 	}
@@ -197,6 +210,28 @@ func (r *Rig) Start(ctx context.Context, s Spec) (*cluster.Cluster, error) {
 	}
 	r.clusters = append(r.clusters, c)
 	return c, nil
+}
+
+// awaitPrograms lets c's client validate the jobs of programs (types it lacks) by asking the
+// cluster, and waits until every worker announces its n programs.
+func awaitPrograms(ctx context.Context, c *cluster.Cluster, n int) error {
+	c.Client.Validator = &clusterask.Validator{Conn: c.Bus.Conn(), Prefix: c.Names().Prefix, Local: c.Client.Registry.Types()}
+	for {
+		ready := 0
+		for _, m := range c.Members() {
+			if len(m.Programs) >= n {
+				ready++
+			}
+		}
+		if ready >= c.Options().Workers {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d workers announced their %d programs: %w", ready, c.Options().Workers, n, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // natsServer returns the nats-server binary, building it on first use when none is given.
