@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/mapagg/mapagg/internal/harness/rig"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
 // verdictChurn: the fault changed the leader more often than it may.
@@ -313,10 +315,6 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 	if st == nil || !ended || st.State != jobs.StateSucceeded {
 		return fmt.Errorf("the job did not succeed before the replay (%s)", rig.Describe(st))
 	}
-	_, etag, err := rig.JobStore(f.c).Get(ctx, protocol.ResultBlob(f.id))
-	if err != nil {
-		return fmt.Errorf("read the result: %w", err)
-	}
 	executed := rig.SumMetric(f.c, "mapagg_shards_executed_total")
 	if _, err := f.r.rig.RestartNATS(ctx, f.c, 0); err != nil {
 		return err
@@ -331,6 +329,12 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 		defer func() { _ = restore() }()
 	}
 	sleep(ctx, 2*time.Second)
+	// The job's end as stored (its clean-up long done): its final checkpoint, and its result copy
+	// if it has one (a small value has none). Neither may be written again.
+	ended0, err := endedETags(ctx, f)
+	if err != nil {
+		return err
+	}
 	published, dups := 0, 0
 	for _, m := range msgs {
 		if ack, err := rig.JetStream(f.c).PublishMsg(ctx, m); err == nil {
@@ -351,12 +355,28 @@ func injectReplay(ctx context.Context, f *faultRun) error {
 	if replayed == 0 && published > dups {
 		f.fail(verdictWrong, "no replayed shard reached a worker: the fault did not replay")
 	}
-	if _, etag2, err := rig.JobStore(f.c).Get(ctx, protocol.ResultBlob(f.id)); err != nil || etag2 != etag {
-		f.fail(verdictWrong, fmt.Sprintf("the ended job's result was written again (%v)", err))
+	if ended1, err := endedETags(ctx, f); err != nil || ended1 != ended0 {
+		f.fail(verdictWrong, fmt.Sprintf("the ended job's final checkpoint or result was written again (%v)", err))
 	} else {
-		f.note("result.json untouched")
+		f.note("the final checkpoint and the result untouched")
 	}
 	return nil
+}
+
+// endedETags returns the ETags of the job's checkpoint and of its result copy ("" if it has none).
+func endedETags(ctx context.Context, f *faultRun) ([2]store.ETag, error) {
+	var out [2]store.ETag
+	_, etag, err := rig.JobStore(f.c).Get(ctx, protocol.CheckpointBlob(f.id))
+	if err != nil {
+		return out, fmt.Errorf("read the checkpoint: %w", err)
+	}
+	out[0] = etag
+	if _, etag, err = rig.JobStore(f.c).Get(ctx, protocol.ResultBlob(f.id)); err == nil {
+		out[1] = etag
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return out, fmt.Errorf("read the result: %w", err)
+	}
+	return out, nil
 }
 
 // burstJobs is how many jobs injectBurstKill submits.

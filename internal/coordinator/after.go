@@ -47,9 +47,10 @@ func (in *intake) predecessors(ctx context.Context, spec *protocol.Spec) (reason
 		}
 		switch state {
 		case jobs.StateSucceeded:
-			// Its result (a keyed job's output manifest) is stored by its clean-up, after the
-			// final checkpoint: a job reading it as input waits for it (a kick follows).
-			if ok, err := in.store.Exists(ctx, protocol.ResultBlob(id)); err != nil {
+			// A keyed job's output manifest is copied by its clean-up, after the final
+			// checkpoint: a job reading it as input waits for the copy (a kick follows). A
+			// small value has no copy: the final checkpoint holds it.
+			if ok, err := in.resultReadable(ctx, id); err != nil {
 				return "", false, fmt.Errorf("result of job %s: %w", id, err)
 			} else if !ok {
 				pending = append(pending, id)
@@ -132,4 +133,22 @@ func (in *intake) stillAfter(ctx context.Context, cp *protocol.Checkpoint, etag 
 		}
 	}
 	return true, nil
+}
+
+// resultReadable reports whether succeeded job id's result can be read: its copy is stored, or
+// its final checkpoint holds a value that gets none (lifecycle.Lifecycle copies a keyed job's
+// manifest and a large value only).
+func (in *intake) resultReadable(ctx context.Context, id string) (bool, error) {
+	if ok, err := in.store.Exists(ctx, protocol.ResultBlob(id)); err != nil || ok {
+		return ok, err
+	}
+	data, _, err := in.store.Get(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return false, err
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil {
+		return false, err
+	}
+	return !cp.ResultStored && len(cp.Result) > 0 && cp.Kind != protocol.KindKeyed && !protocol.IsOutputManifest(cp.Result), nil
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,10 +60,10 @@ func TestCheckpoint_TerminalKeepsResultNotAggregate(t *testing.T) {
 	}
 }
 
-// A small result (a one-shard job's) stays in the final checkpoint beside its copy: the rewrite
-// that would drop it is one more storage write on every tiny job's path. Every reader still finds
-// it: the client, and workers checking whether the job ended (its copy exists).
-func TestCheckpoint_SmallResultKeptBesideItsCopy(t *testing.T) {
+// A small result (a one-shard job's) stays in the final checkpoint and gets no copy: the copy is
+// one more storage write on every tiny job's path. Every reader still finds it: the client, and
+// workers checking whether the job ended (the checkpoint's status record).
+func TestCheckpoint_SmallResultInTheCheckpointOnly(t *testing.T) {
 	r := newRig(t)
 	r.lead(1)
 	r.work(worker.Config{Concurrency: 1})
@@ -87,11 +88,12 @@ func TestCheckpoint_SmallResultKeptBesideItsCopy(t *testing.T) {
 	if cp.ResultStored || len(cp.Result) == 0 {
 		t.Fatalf("final checkpoint rewritten: result stored %v, %d result bytes", cp.ResultStored, len(cp.Result))
 	}
-	res, _, err := r.st.Get(ctx, protocol.ResultBlob(id))
-	if err != nil {
-		t.Fatal(err)
+	if _, _, err := r.st.Get(ctx, protocol.ResultBlob(id)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("result copy: %v, want none", err)
 	}
-	sameJSON(t, res, cp.Result)
+	if rec := r.record(id); rec.State != jobs.StateSucceeded {
+		t.Fatalf("status record %+v: the workers' ended check reads it", rec)
+	}
 	if got, err := r.cl.Result(ctx, id); err != nil {
 		t.Fatal(err)
 	} else {

@@ -35,12 +35,12 @@ type intake struct {
 	life   ender
 	reader jobread.Reader
 
-	handed  chan *job   // to the loop: planned jobs
-	claims  chan string // to the loop: a planned job to make sure of
-	wake    chan string // a job was submitted (its id, as announced)
-	hiding  hiding      // message id → the received batch it is kept hidden in (visibility.go)
+	handed  chan *job     // to the loop: planned jobs
+	claims  chan string   // to the loop: a planned job to make sure of
+	wake    chan wakeHint // a job was submitted
+	hiding  hiding        // message id → the received batch it is kept hidden in (visibility.go)
 	lastNs  atomic.Int64
-	emptyNs atomic.Int64 // when a receive last found no message (Backlog)
+	drained atomic.Bool  // the last receive got fewer messages than it asked for (Backlog)
 	taken   atomic.Int64 // messages received this term (Backlog)
 	elected time.Time
 	// listening: since when the term hears cancel hints (set before run starts; smalljob.go).
@@ -73,17 +73,20 @@ func newIntake(f *fence.Fence, rep reporter, cfg Config, st Store, q Queue, dead
 	tab *jobTable, plans jobPlanner, life ender, reader jobread.Reader) *intake {
 	return &intake{fence: f, reporter: rep, cfg: cfg, store: st, queue: q, dead: dead, health: health, tab: tab,
 		plans: plans, life: life, reader: reader,
-		handed: make(chan *job), claims: make(chan string, 64), wake: make(chan string, 16)}
+		handed: make(chan *job), claims: make(chan string, 64), wake: make(chan wakeHint, 16)}
 }
 
-// announced takes a submitter's hint that a job was queued (protocol.ParseSubmitted). A job
-// whose message carries its spec needs no read ahead: "" only wakes intake.
+// wakeHint says a job was queued: its id, and whether intake may read its spec ahead (not when
+// its message carries the spec).
+type wakeHint struct {
+	id        string
+	readAhead bool
+}
+
+// announced takes a submitter's hint that a job was queued (protocol.ParseSubmitted).
 func (in *intake) announced(data []byte) {
 	id, inline := protocol.ParseSubmitted(data)
-	if inline {
-		id = ""
-	}
-	nonBlocking(in.wake, id)
+	nonBlocking(in.wake, wakeHint{id: id, readAhead: !inline})
 }
 
 // Enqueue queues job id, whose spec is stored, and wakes intake (the scheduler's submitter).
@@ -91,7 +94,7 @@ func (in *intake) Enqueue(ctx context.Context, id string) error {
 	if err := in.queue.Enqueue(ctx, id); err != nil {
 		return err
 	}
-	nonBlocking(in.wake, id)
+	nonBlocking(in.wake, wakeHint{id: id, readAhead: true})
 	return nil
 }
 
@@ -105,10 +108,10 @@ func (in *intake) Backlog(ctx context.Context) (int, int64, error) {
 		return 0, in.taken.Load(), errors.New("the job queue does not tell its depth")
 	}
 	n, err := d.Depth(ctx)
-	if err == nil && in.emptyNs.Load() > in.lastNs.Load() {
-		// The last receive found nothing: what the queue counts is hidden, not waiting (a
-		// deposed term's received messages until their visibility ends, a job's delayed
-		// retry). A job queued now would be taken at the next receive.
+	if err == nil && in.drained.Load() {
+		// The last receive emptied the queue of visible messages: what it counts is hidden, not
+		// waiting (a deposed term's received messages until their visibility ends, a job's
+		// delayed retry). A job queued now would be taken at the next receive.
 		n = 0
 	}
 	return n, in.taken.Load(), err

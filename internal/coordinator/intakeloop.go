@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +33,15 @@ import (
 // more messages than there are free places under MaxActiveJobs, so the limit holds exactly.
 // The next receive starts once a batch's jobs are handed over: the batch's tails (active
 // markers, message deletes) run on beside it, at most tailsMax batches of them.
+//
+// A receive is a storage request, as each job's own writes are: a receive that got fewer
+// messages than it asked for emptied the queue, so the next waits for a submit's hint or the
+// poll (idle), and a hint for a job whose message was received already wakes nothing. Under a
+// burst of submits, one receive then takes the messages of every hint that came while the last
+// batch was taken in, instead of one receive a hint and an empty one after each batch.
 func (in *intake) run(ctx context.Context) {
 	ahead := map[string]*lookahead{}
+	took := &recentIDs{}
 	var tails sync.WaitGroup
 	defer tails.Wait()
 	slots := make(chan struct{}, tailsMax)
@@ -47,27 +55,31 @@ func (in *intake) run(ctx context.Context) {
 		}
 		free := in.cfg.MaxActiveJobs - in.tab.count()
 		if free <= 0 {
-			in.idle(ctx, ahead)
+			in.idle(ctx, ahead, took)
 			continue
 		}
 		in.health.begin()
-		msgs, err := in.queue.Receive(ctx, min(16, free), in.cfg.QueueVisibility)
+		want := min(16, free)
+		msgs, err := in.queue.Receive(ctx, want, in.cfg.QueueVisibility)
 		if err != nil {
 			in.health.failed(err)
 			if ctx.Err() == nil {
 				in.log.Warn("receive from the job queue", "err", err)
 			}
-			in.idle(ctx, ahead)
+			in.idle(ctx, ahead, took)
 			continue
 		}
 		in.health.ok()
+		in.drained.Store(len(msgs) < want)
 		if len(msgs) == 0 {
-			in.emptyNs.Store(time.Now().UnixNano())
-			in.idle(ctx, ahead)
+			in.idle(ctx, ahead, took)
 			continue
 		}
 		in.lastNs.Store(time.Now().UnixNano())
 		in.taken.Add(int64(len(msgs)))
+		for _, m := range msgs {
+			took.add(messageJob(m))
+		}
 		stop := in.keepHidden(ctx, msgs)
 		slots <- struct{}{}
 		rest := in.intakeBatch(ctx, msgs, ahead)
@@ -78,7 +90,34 @@ func (in *intake) run(ctx context.Context) {
 			stop()
 			<-slots
 		}()
+		if len(msgs) < want {
+			in.idle(ctx, ahead, took) // the queue was emptied: wait for the next submit
+		}
 	}
+}
+
+// messageJob is the job id a queue message names (before an inline spec).
+func messageJob(m queue.Message) string {
+	id, _, _ := strings.Cut(strings.TrimSpace(m.Text), "\n")
+	return id
+}
+
+// recentIDs remembers the jobs of the last recentMax messages received, so that their hints,
+// which may come after the receive that took them, wake nothing.
+type recentIDs struct {
+	ids  [recentMax]string
+	next int
+}
+
+const recentMax = 64
+
+func (r *recentIDs) add(id string) {
+	r.ids[r.next] = id
+	r.next = (r.next + 1) % recentMax
+}
+
+func (r *recentIDs) has(id string) bool {
+	return id != "" && slices.Contains(r.ids[:], id)
 }
 
 // tailsMax bounds the batches whose tails (markers, deletes) run beside intake.
@@ -94,7 +133,7 @@ func (in *intake) intakeBatch(ctx context.Context, msgs []queue.Message, ahead m
 	close(prev)
 	turns := make([]chan struct{}, 0, len(msgs))
 	for _, m := range msgs {
-		id, _, _ := strings.Cut(strings.TrimSpace(m.Text), "\n") // the id, before an inline spec
+		id := messageJob(m)
 		la := ahead[id]
 		delete(ahead, id)
 		tn := &turn{prev: prev, mine: make(chan struct{})}
@@ -113,21 +152,35 @@ func (in *intake) intakeBatch(ctx context.Context, msgs []queue.Message, ahead m
 	return wg.Wait
 }
 
-// idle waits for a submission, the queue poll interval or ctx. An announced id gets its reads
-// started (at most lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
-func (in *intake) idle(ctx context.Context, ahead map[string]*lookahead) {
-	select {
-	case <-ctx.Done():
-	case id := <-in.wake:
-		for k, la := range ahead {
-			if time.Since(la.started) > lookaheadTTL {
-				delete(ahead, k)
+// idle waits for a submission, the queue poll interval or ctx. A hint for a job in took (its
+// message was received already) is passed over. An announced id gets its reads started (at most
+// lookaheadMax ids are held; reads older than lookaheadTTL are forgotten).
+func (in *intake) idle(ctx context.Context, ahead map[string]*lookahead, took *recentIDs) {
+	poll := time.NewTimer(in.cfg.QueuePoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case h := <-in.wake:
+			if took.has(h.id) {
+				continue
 			}
+			if !h.readAhead {
+				return
+			}
+			for k, la := range ahead {
+				if time.Since(la.started) > lookaheadTTL {
+					delete(ahead, k)
+				}
+			}
+			if _, ok := ahead[h.id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(h.id) == nil {
+				ahead[h.id] = in.readAhead(ctx, h.id, false)
+			}
+			return
+		case <-poll.C:
+			return
 		}
-		if _, ok := ahead[id]; !ok && len(ahead) < lookaheadMax && protocol.CheckID(id) == nil {
-			ahead[id] = in.readAhead(ctx, id, false)
-		}
-	case <-time.After(in.cfg.QueuePoll):
 	}
 }
 

@@ -32,7 +32,7 @@ func (t *term) onResult(ctx context.Context, d *bus.Delivery) error {
 	id := rs[0].Job // a batch holds one job's results
 	j := t.tab.get(id)
 	if j == nil {
-		if !t.tab.ended(id) && t.reader.ResultStored(ctx, id) {
+		if !t.tab.ended(id) && t.reader.Succeeded(ctx, id) {
 			// A replay of a job that succeeded (after a NATS restart, or past the duplicate
 			// window): one read, no claim and no clean-up writes.
 			t.tab.sawEnd(id, jobs.StateSucceeded)

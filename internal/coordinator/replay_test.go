@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
 )
 
@@ -56,6 +58,11 @@ func (c *countingStore) Exists(ctx context.Context, name string) (bool, error) {
 	return c.Store.Exists(ctx, name)
 }
 
+func (c *countingStore) Props(ctx context.Context, name string) (store.Props, error) {
+	c.note(false, "props", name)
+	return c.Store.Props(ctx, name)
+}
+
 // Results of a job that succeeded, replayed to a new leader (new message ids: past the duplicate
 // window, or after a NATS restart), cost one read and no write.
 func TestCoordinator_ReplayedResultsOfEndedJobWriteNothing(t *testing.T) {
@@ -69,9 +76,9 @@ func TestCoordinator_ReplayedResultsOfEndedJobWriteNothing(t *testing.T) {
 	st := r.wait(id, 30*time.Second)
 	sameJSON(t, st.Result, json.RawMessage(`{"shards":4,"index_sum":6}`))
 	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() bool {
-		ok, err := r.st.Exists(context.Background(), protocol.ResultBlob(id))
-		return err == nil && ok
-	}, "result copy not stored")
+		marks, err := r.st.List(context.Background(), protocol.EndedPrefix)
+		return err == nil && slices.ContainsFunc(marks, func(b jobs.BlobInfo) bool { return strings.HasSuffix(b.Name, "-"+id) })
+	}, "clean-up not done (no ended marker)")
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
 	}

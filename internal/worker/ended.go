@@ -6,13 +6,17 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/jobs"
+	"github.com/mapagg/mapagg/store"
 )
 
-// Exister tells whether a blob exists. When the worker's PartialStore implements it, shards of a
-// job whose result is stored (the job succeeded) are dropped before they run. Replays after a NATS
-// restart, or past the duplicate window, then cost one read per job instead of a run per shard.
-type Exister interface {
-	Exists(ctx context.Context, name string) (bool, error)
+// Propser reads a blob's properties. When the worker's PartialStore implements it, shards of a
+// job whose checkpoint says it succeeded (its status record) are dropped before they run.
+// Replays after a NATS restart, or past the duplicate window, then cost one read per job instead
+// of a run per shard. The checkpoint, not the result copy, is read: a small result is stored in
+// the final checkpoint only (docs/design.md, "A small job's requests").
+type Propser interface {
+	Props(ctx context.Context, name string) (store.Props, error)
 }
 
 // freshFor is how recently a small job's shard must have been sent for its first delivery to
@@ -40,7 +44,7 @@ func sentJustNow(d interface {
 
 // ended remembers jobs seen ended (bounded) and when running jobs were last checked.
 type ended struct {
-	st Exister
+	st Propser
 
 	mu      sync.Mutex
 	gone    map[string]struct{}
@@ -69,11 +73,11 @@ func (e *ended) is(ctx context.Context, job string) bool {
 		return false
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	ok, err := e.st.Exists(cctx, protocol.ResultBlob(job))
+	ok := e.succeeded(cctx, job)
 	cancel()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if err == nil && ok {
+	if ok {
 		if len(e.gone) >= endedMax {
 			clear(e.gone)
 		}
@@ -86,4 +90,15 @@ func (e *ended) is(ctx context.Context, job string) bool {
 	}
 	e.checked[job] = now
 	return false
+}
+
+// succeeded reads job's checkpoint's status record; a checkpoint without one (a job re-planned
+// by an older release) or an error counts as "not yet".
+func (e *ended) succeeded(ctx context.Context, job string) bool {
+	p, err := e.st.Props(ctx, protocol.CheckpointBlob(job))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	return err == nil && rec.State == jobs.StateSucceeded
 }

@@ -78,7 +78,7 @@ func New(cfg Config, b Bus, partials PartialStore, env jobs.Env) (*Worker, error
 		return nil, fmt.Errorf("%w: ProgressInterval %v: use less than the bus's shard timeout %v (default a third of it)", ErrInvalidConfig, cfg.ProgressInterval, st)
 	}
 	w := &Worker{cfg: cfg, bus: b, store: partials, env: env, log: cfg.Logger.With("component", "worker")}
-	if ex, ok := partials.(Exister); ok {
+	if ex, ok := partials.(Propser); ok {
 		w.ended = &ended{st: ex, gone: map[string]struct{}{}, checked: map[string]time.Time{}}
 	}
 	w.avgRun.Store(-1)

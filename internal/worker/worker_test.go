@@ -428,11 +428,25 @@ func TestWorker_ShardBatchRetriedWhole(t *testing.T) {
 	}
 }
 
-// Shards of a job whose result is stored (a replay after the job ended) are dropped before they
-// run: nothing runs, nothing is published or written; other jobs' shards run.
+// Shards of a job whose checkpoint says it succeeded (a replay after the job ended) are dropped
+// before they run: nothing runs, nothing is published or written; other jobs' shards run. The
+// checkpoint's status record says so, not a result copy (a small result has none).
 func TestWorker_ReplayOfEndedJobDropped(t *testing.T) {
 	r := newRig(t)
-	if _, err := r.st.Put(context.Background(), protocol.ResultBlob("job-ended"), []byte(`{}`), store.Cond{}); err != nil {
+	cp := &protocol.Checkpoint{Job: "job-ended", Type: "count", State: jobs.StateSucceeded, Total: 50, DoneCount: 50, Result: []byte(`{}`)}
+	meta, err := protocol.NewStatusRecord(cp, &protocol.Spec{Type: "count"}).Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := cp.Encode()
+	if _, err := r.st.PutMeta(context.Background(), protocol.CheckpointBlob("job-ended"), data, meta, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	// A running job's checkpoint is no end.
+	live := &protocol.Checkpoint{Job: "job-live", Type: "count", State: jobs.StateRunning, Total: 3}
+	meta, _ = protocol.NewStatusRecord(live, &protocol.Spec{Type: "count"}).Metadata()
+	data, _ = live.Encode()
+	if _, err := r.st.PutMeta(context.Background(), protocol.CheckpointBlob("job-live"), data, meta, store.Cond{}); err != nil {
 		t.Fatal(err)
 	}
 	var ran atomic.Int32

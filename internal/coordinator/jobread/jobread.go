@@ -66,11 +66,16 @@ func (r Reader) JobState(ctx context.Context, job string) (jobs.State, error) {
 	return cp.State, nil
 }
 
-// resultStored reports whether job id's result is stored, which only a job that succeeded has.
-// An error counts as "no": the job is then claimed as before.
-func (r Reader) ResultStored(ctx context.Context, id string) bool {
-	ok, err := r.Store.Exists(ctx, protocol.ResultBlob(id))
-	return err == nil && ok
+// Succeeded reports whether job id's checkpoint says it succeeded (its status record: one HEAD;
+// a small result has no copy to look for). A checkpoint without a record (an older release's
+// re-plan) or an error counts as "no": the job is then claimed as before.
+func (r Reader) Succeeded(ctx context.Context, id string) bool {
+	p, err := r.Store.Props(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
+		return false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	return err == nil && rec.State == jobs.StateSucceeded
 }
 
 // retryOf returns the job that retries failed job id, if its spec asks for one ("" if not).

@@ -73,7 +73,7 @@ func (l *Lifecycle) Cleanup(ctx context.Context, cp *protocol.Checkpoint) {
 // active marker to the Sweeper (here.Sweep).
 func (l *Lifecycle) Clean(ctx context.Context, cp *protocol.Checkpoint, here Ended) (swept bool) {
 	id := cp.Job
-	if cp.State == jobs.StateSucceeded && !cp.ResultStored {
+	if cp.State == jobs.StateSucceeded && !cp.ResultStored && l.copiesResult(cp) {
 		if _, err := l.store.Put(ctx, protocol.ResultBlob(id), cp.Result, store.Cond{}); err != nil {
 			l.log.Warn("write result copy", "job", id, "err", err)
 			return false // keep the marker: the next pass retries

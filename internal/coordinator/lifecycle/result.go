@@ -13,6 +13,21 @@ import (
 // kept in it (see dropResult).
 const defaultKeepResultMax = 4 << 10
 
+// copiesResult reports whether a succeeded job's result gets its copy, <job>/result.json: a keyed
+// job's output manifest (readers of its outputs and a chain's next job read it there, and a
+// program's sessions learn the job's end from it), and a result too large to stay in the final
+// checkpoint (dropResult then drops it there). A small value stays in the final checkpoint only,
+// which readers read (client.Client.Result, the workers' ended check reads its status record):
+// one write fewer on every small job's path (issue 36: a tiny job within 6 requests).
+func (t *Lifecycle) copiesResult(cp *protocol.Checkpoint) bool {
+	return cp.Kind == protocol.KindKeyed || protocol.IsOutputManifest(cp.Result) || !t.keepsResult(cp)
+}
+
+// keepsResult reports whether cp's result stays in its final checkpoint (defaultKeepResultMax).
+func (t *Lifecycle) keepsResult(cp *protocol.Checkpoint) bool {
+	return len(cp.Result)+len(cp.Done)+len(cp.Aggregate) <= cmp.Or(t.cfg.KeepResultMax, defaultKeepResultMax)
+}
+
 // dropResult stores a succeeded job's result once: after clean-up stored its copy
 // (<job>/result.json), the terminal checkpoint is written again without it, marked ResultStored.
 // The rewrite is If-Match on the checkpoint as read with its status record, and only if that record
@@ -21,15 +36,11 @@ const defaultKeepResultMax = 4 << 10
 // here costs only space. The term that stored the final checkpoint knows its ETag and record
 // (here), and reads neither.
 //
-// A small final checkpoint (defaultKeepResultMax) is not rewritten: its result then stays in both.
-// Dropping it would save at most 4 KiB of storage for one more write on every tiny job's path,
-// and storage requests, not bytes, bound how many tiny jobs a second the cluster takes in (issue
-// 24: about 10 requests a job).
+// A small final checkpoint (keepsResult) is not rewritten: a keyed job's small manifest then stays
+// in both. Dropping it would save at most 4 KiB of storage for one more write, and storage
+// requests, not bytes, bound how many small jobs a second the cluster takes in.
 func (t *Lifecycle) dropResult(ctx context.Context, cp *protocol.Checkpoint, here Ended) {
-	if len(cp.Result) == 0 {
-		return
-	}
-	if limit := cmp.Or(t.cfg.KeepResultMax, defaultKeepResultMax); len(cp.Result)+len(cp.Done)+len(cp.Aggregate) <= limit {
+	if len(cp.Result) == 0 || t.keepsResult(cp) {
 		return
 	}
 	name := protocol.CheckpointBlob(cp.Job)
