@@ -88,12 +88,19 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 			t.Fatal(err)
 		}
 	}
+	// The awk word count, each map and reduce process 1.5 s slower: its phases last long enough
+	// to kill a leader in (TestPrograms_LeaderKilledInMapAndReduce).
+	slowawk := filepath.Join(dir, "slowawk.sh")
+	if err := os.WriteFile(slowawk, []byte("#!/bin/sh\ncase \"$MAPAGG_ROLE\" in map|reduce) sleep 1.5 ;; esac\nexec "+filepath.Join(ex, "wordcount.sh")+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	programs := strings.Join([]string{
 		"pywordcount=" + py + " " + filepath.Join(ex, "wordcount.py"),
 		"pysum=" + py + " " + filepath.Join(ex, "sumbykey.py"),
 		"awkwordcount=" + filepath.Join(ex, "wordcount.sh"),
 		"pyraiser=" + py + " " + raiser,
 		"pysumslow=" + py + " " + slowsum,
+		"awkslow=" + slowawk,
 	}, "\n")
 	c := start(t, cluster.Options{Workers: 2, LeaseDuration: lease, Concurrency: 2, Env: []string{
 		"WORKER_PROGRAMS=" + programs, "PYTHONPATH=" + filepath.Join(root, "python"), "API_TOKEN_FILE=" + tokenFile}})
@@ -104,7 +111,7 @@ func programCluster(t *testing.T) (*cluster.Cluster, *client.Client, string, str
 	for base == "" && time.Now().Before(deadline) {
 		ms, all := c.Members(), true
 		for _, m := range ms {
-			all = all && m.HTTPAddr != "" && len(m.Programs) == 5
+			all = all && m.HTTPAddr != "" && len(m.Programs) == 6
 		}
 		if all && len(ms) == 2 {
 			base = "http://" + ms[0].HTTPAddr
@@ -303,7 +310,7 @@ func TestPrograms_PythonAndAwk(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, w := range types {
-		if strings.Join(w.Programs, ",") != "awkwordcount,pyraiser,pysum,pysumslow,pywordcount" {
+		if strings.Join(w.Programs, ",") != "awkslow,awkwordcount,pyraiser,pysum,pysumslow,pywordcount" {
 			t.Errorf("worker %s lists programs %v", w.Worker, w.Programs)
 		}
 	}
@@ -356,9 +363,38 @@ func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	killLeaderInPhases(ctx, t, c, cl, id)
+	sameCounts(t, "pysum through two leader kills", outputTSV(t, cl, id), sums)
+
+	// The same for the awk word count (each map and reduce process 1.5 s slower: awkslow).
+	var text bytes.Buffer
+	words := map[string]int{}
+	for i := range rows / 4 {
+		w := fmt.Sprintf("w%d", (i*13)%(keys/2+1))
+		if i%50 == 0 {
+			w += `\x` // a backslash, escaped in the output as \\
+		}
+		words[strings.ReplaceAll(w, `\`, `\\`)]++
+		text.WriteString(w)
+		text.WriteByte(byte(" \n"[i%2]))
+	}
+	putBlobs(t, c, "words", map[string][]byte{"words.txt": text.Bytes()})
+	id, err = cl.Submit(ctx, "awkslow", json.RawMessage(fmt.Sprintf(`{"container":"words","shard_bytes":%d,"partitions":4}`, max(text.Len()/20, 4_000))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killLeaderInPhases(ctx, t, c, cl, id)
+	sameCounts(t, "awk word count through two leader kills", outputTSV(t, cl, id), words)
+}
+
+// killLeaderInPhases kills the leader by SIGKILL once job id's map phase has merged a task and
+// again once its reduce phase began, restarting each, and waits for the job to succeed.
+func killLeaderInPhases(ctx context.Context, t *testing.T, c *cluster.Cluster, cl *client.Client, id string) {
+	t.Helper()
 	for _, phase := range []string{"map", "reduce"} {
 		var st *client.Status
 		for {
+			var err error
 			if st, err = cl.Status(ctx, id); err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +413,7 @@ func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 		if _, err := c.Signal(leader.ID, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("killed leader %s (epoch %d) in the %s phase at %d/%d", leader.ID, leader.Epoch, phase, st.ShardsDone, st.ShardsTotal)
+		t.Logf("job %s: killed leader %s (epoch %d) in the %s phase at %d/%d", id, leader.ID, leader.Epoch, phase, st.ShardsDone, st.ShardsTotal)
 		if _, err := c.StartWorker(leader.ID); err != nil {
 			t.Fatal(err)
 		}
@@ -389,7 +425,6 @@ func TestPrograms_LeaderKilledInMapAndReduce(t *testing.T) {
 	if st.State != jobs.StateSucceeded {
 		t.Fatalf("job %s %s: %s", id, st.State, st.Error)
 	}
-	sameCounts(t, "pysum through two leader kills", outputTSV(t, cl, id), sums)
 }
 
 // pythonPath is python3's interpreter itself, not a version manager's shim in PATH (pyenv's

@@ -119,7 +119,8 @@ print(len(c), sum(c.values()))
 `
 
 // AwkCount is the awk baseline: the map of examples/programs/wordcount.sh (each field, its
-// backslashes doubled) summed in one awk process's array instead of sorted and reduced.
+// backslashes doubled, counted in an array) run by one awk process over every file, with no
+// shuffle and no reduce.
 const AwkCount = `{ for (i = 1; i <= NF; i++) { w = $i; gsub(/\\/, "&&", w); c[w]++ } } END { for (w in c) print w "\t" c[w] }`
 
 // CounterBaseline runs CounterPy with the interpreter py over the local files (the script is
