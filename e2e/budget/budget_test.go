@@ -33,6 +33,9 @@ const (
 	// (docs/design.md, "A small job's requests"); its fresh shard skips the worker's ended
 	// check. Queue receives are polls, counted apart (the thousand scenario counts them).
 	budgetTinyJob = 5
+	// Queue receives a job of a stream of tiny jobs (one submitted every 30 ms): one on each
+	// submit's hint, and the polls of the idle time (QueuePoll, 500 ms) beside them.
+	budgetReceivesPerJob = 1.4
 	// Each shard of an aggregate job beyond the first: none. Shards and results travel on NATS;
 	// the checkpoints are by time (budgetCheckpoint each), not by shard. A longer job checks its
 	// cancel marker and its end again, so 2,000 shards cost a few requests more than one shard
@@ -128,6 +131,39 @@ func TestBudget_TinyJob(t *testing.T) {
 	}
 	if best < 4 {
 		t.Errorf("a tiny job counted %d requests: the counting missed the spec, message and checkpoint writes", best)
+	}
+}
+
+// Queue receives of a stream of tiny jobs, submitted one every 30 ms: a receive on each submit's
+// hint takes its message, and a receive that emptied the queue waits for the next hint (or the
+// poll) instead of receiving again at once. One receive a job, and the polls of the idle time:
+// budgetReceivesPerJob. Receiving again after every short batch made two.
+func TestBudget_TinyJobStreamReceives(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	const n = 30
+	j := knownjobs.Sleep(1, "")
+	m0 := c.host.Counts()
+	ids := make([]string, 0, n)
+	for range n {
+		id, err := c.client.Submit(ctx, j.Type, j.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		time.Sleep(30 * time.Millisecond)
+	}
+	for _, id := range ids {
+		c.wait(t, 30*time.Second, "job "+id+" finished", func(e membership.Event) bool {
+			return e.Kind == string(coordinator.EventJobFinished) && e.Job == id
+		})
+	}
+	receives := c.host.Counts().Sub(m0).Total(func(r storecount.Request) bool {
+		return r.Service == "queue" && r.Method == "GET" && r.Blob == "messages"
+	})
+	t.Logf("%d tiny jobs, one every 30 ms: %d queue receives (%.2f a job)", n, receives, float64(receives)/n)
+	if per := float64(receives) / n; per > budgetReceivesPerJob {
+		t.Errorf("%d receives for %d jobs (%.2f a job), budget %v", receives, n, per, budgetReceivesPerJob)
 	}
 }
 
