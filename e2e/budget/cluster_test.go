@@ -135,6 +135,19 @@ func (c *cluster) wait(t *testing.T, within time.Duration, what string, ok func(
 	}
 }
 
+// backups is how many backup copies of job's tasks the leaders published (EventBackup's counts).
+func (c *cluster) backups(job string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, e := range c.events {
+		if e.Kind == string(coordinator.EventBackup) && e.Job == job {
+			n += e.Count
+		}
+	}
+	return n
+}
+
 // tiny submits a one-shard sleep job and waits until it finished.
 func (c *cluster) tiny(ctx context.Context, t *testing.T) string {
 	t.Helper()

@@ -37,13 +37,30 @@ func NewCounting(next policy.Transporter) *Counting {
 	return &Counting{next: next, counts: Counts{}}
 }
 
-// Do sends req through the wrapped transport and counts it, whatever the answer.
+// Do sends req through the wrapped transport and counts it, whatever the answer. A request the
+// server did not answer, or answered with a status the SDK retries (408, 429, 5xx), is counted
+// with Failed set: a budget that counts what the design asks for leaves those out, as the retry
+// that follows is counted too.
 func (c *Counting) Do(req *http.Request) (*http.Response, error) {
 	r := ParseRequest(req)
+	resp, err := c.next.Do(req)
+	if err != nil || resp == nil || retried(resp.StatusCode) {
+		r.Failed = true
+	}
 	c.mu.Lock()
 	c.counts[r]++
 	c.mu.Unlock()
-	return c.next.Do(req)
+	return resp, err
+}
+
+// retried reports whether the storage SDK's retry policy sends a request again after status.
+func retried(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+		http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 // Counts returns a copy of the counts so far.
@@ -67,6 +84,7 @@ type Request struct {
 	Container string // the container or queue ("" for a request to the account)
 	Blob      string // the blob's name; "messages" or "messages/<id>" for a queue's messages
 	Op        string // the comp or restype parameter ("metadata", "list", "batch", "lease:renew", …), or ""
+	Failed    bool   // no answer, or an answer the SDK retries (408, 429, 5xx)
 }
 
 // String is the request as "blob PUT jobs/x/checkpoint" or "blob PUT leader/lease?comp=lease".
@@ -77,6 +95,9 @@ func (r Request) String() string {
 	}
 	if r.Op != "" {
 		s += "?comp=" + r.Op
+	}
+	if r.Failed {
+		s += " (failed)"
 	}
 	return s
 }
@@ -150,12 +171,26 @@ func (c Counts) Sub(earlier Counts) Counts {
 	return out
 }
 
+// Only is the counts of the requests keep keeps.
+func (c Counts) Only(keep func(Request) bool) Counts {
+	out := Counts{}
+	for r, n := range c {
+		if keep(r) {
+			out[r] = n
+		}
+	}
+	return out
+}
+
 // Add adds other's counts to c.
 func (c Counts) Add(other Counts) {
 	for r, n := range other {
 		c[r] += n
 	}
 }
+
+// Answered keeps the requests the server answered with a status the SDK does not retry.
+func Answered(r Request) bool { return !r.Failed }
 
 // Blobs keeps the blob service's requests.
 func Blobs(r Request) bool { return r.Service == "blob" }

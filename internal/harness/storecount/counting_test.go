@@ -2,6 +2,8 @@ package storecount_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
@@ -77,5 +79,50 @@ func TestCounting_CountsEveryRequestOfBothClients(t *testing.T) {
 	counting.Reset()
 	if n := counting.Counts().Total(nil); n != 0 {
 		t.Errorf("after Reset: %d", n)
+	}
+}
+
+// statusTransport answers every request with one status, or fails it with err.
+type statusTransport struct {
+	status int
+	err    error
+}
+
+func (s statusTransport) Do(req *http.Request) (*http.Response, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	return &http.Response{StatusCode: s.status, Body: http.NoBody, Request: req}, nil
+}
+
+// A request without an answer, or with one the SDK retries, is counted as failed; an answer
+// the caller reads (a 404, a 412) is not.
+func TestCounting_MarksFailedAttempts(t *testing.T) {
+	for _, tt := range []struct {
+		next   statusTransport
+		failed bool
+	}{
+		{statusTransport{status: http.StatusOK}, false},
+		{statusTransport{status: http.StatusNotFound}, false},
+		{statusTransport{status: http.StatusPreconditionFailed}, false},
+		{statusTransport{status: http.StatusServiceUnavailable}, true},
+		{statusTransport{status: http.StatusInternalServerError}, true},
+		{statusTransport{status: http.StatusTooManyRequests}, true},
+		{statusTransport{err: errors.New("i/o timeout")}, true},
+	} {
+		c := storecount.NewCounting(tt.next)
+		req, _ := http.NewRequest(http.MethodGet, "http://127.0.0.1:10000/devstoreaccount1/jobs/x/checkpoint", nil)
+		resp, _ := c.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		got := c.Counts()
+		want := storecount.Request{Service: "other", Method: "GET", Container: "jobs", Blob: "x/checkpoint", Failed: tt.failed}
+		if got.Total(nil) != 1 || got[want] != 1 {
+			t.Errorf("status %d err %v: counts %v, want one %v", tt.next.status, tt.next.err, got, want)
+		}
+		if n := got.Only(storecount.Answered).Total(nil); (n == 0) != tt.failed {
+			t.Errorf("status %d err %v: %d answered", tt.next.status, tt.next.err, n)
+		}
 	}
 }
