@@ -27,8 +27,45 @@ const (
 	MaxLineBytes  = 1 << 20
 )
 
-// DefaultShardBytes is the size of the ranges BlobInput.Split makes when ShardBytes is 0.
+// DefaultShardBytes is the size of the ranges BlobInput.Split makes when ShardBytes is 0 and
+// the Env does not know the cluster's slots (SlotsEnv), and the least it makes when it does.
 const DefaultShardBytes = 1 << 20
+
+// MaxDefaultShardBytes is the most BlobInput.Split's default ranges hold.
+const MaxDefaultShardBytes = 32 << 20
+
+// SlotsEnv is the optional interface of an Env that knows how many tasks of the job the cluster
+// runs at once. The leader's Env in Split is one: the concurrency of the live workers that have
+// the job's type, summed.
+type SlotsEnv interface {
+	Slots() int
+}
+
+// DefaultRangeBytes is the range size BlobInput.Split uses when ShardBytes is 0, for an input of
+// total bytes on a cluster of slots slots (0: unknown): one range a slot, between
+// DefaultShardBytes and MaxDefaultShardBytes, as Spark sizes file partitions (total bytes over
+// the default parallelism, bounded). A task has a fixed cost besides its bytes: its input
+// request, its run's write, and one read of its run by every reduce task (M × R requests), so a
+// 28 MB input in 1 MiB ranges spent more on tasks than on its lines. With slots unknown it is
+// DefaultShardBytes.
+func DefaultRangeBytes(total int64, slots int) int64 {
+	if slots <= 0 {
+		return DefaultShardBytes
+	}
+	return min(max((total+int64(slots)-1)/int64(slots), DefaultShardBytes), MaxDefaultShardBytes)
+}
+
+// rangeSize is the range size of in's split over blobs of total bytes.
+func (in BlobInput) rangeSize(env Env, total int64) int64 {
+	if in.ShardBytes > 0 {
+		return in.ShardBytes
+	}
+	slots := 0
+	if se, ok := env.(SlotsEnv); ok {
+		slots = se.Slots()
+	}
+	return DefaultRangeBytes(total, slots)
+}
 
 // BlobInput is the parameters of a job whose input is blobs: use it as a TypedJob's parameters,
 // or embed it in yours (its fields then appear at the top level of the JSON, and your Validate
@@ -45,7 +82,9 @@ type BlobInput struct {
 	// Job is the id of a succeeded keyed job whose output blobs are the input, instead of
 	// Container and Prefix.
 	Job string `json:"job,omitempty"`
-	// ShardBytes is the size of a shard's range. Optional, default 1 MiB; at most 1 GiB.
+	// ShardBytes is the size of a shard's range. Optional; at most 1 GiB. Default: the input's
+	// total over the cluster's slots, 1 to 32 MiB (DefaultRangeBytes); 1 MiB where the Env does
+	// not know the slots (package jobstest).
 	ShardBytes int64 `json:"shard_bytes,omitempty"`
 }
 
@@ -81,16 +120,25 @@ func (in BlobInput) validateShardBytes() error {
 	return nil
 }
 
-// Split cuts the blobs into ranges of ShardBytes (see SplitBlobs).
+// Split cuts the blobs into ranges of ShardBytes (see SplitBlobs), or when it is 0 of
+// DefaultRangeBytes for their total size and the cluster's slots.
 func (in BlobInput) Split(ctx context.Context, env Env) ([]BlobRange, error) {
-	size := in.ShardBytes
-	if size == 0 {
-		size = DefaultShardBytes
-	}
 	if in.Job != "" {
-		return splitJobOutput(ctx, env, in.Job, size)
+		return splitJobOutput(ctx, env, in.Job, in)
 	}
-	return SplitBlobs(ctx, env, in.Container, in.Prefix, size)
+	blobs, err := listInput(ctx, env, in.Container, in.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	return cutBlobs(in.Container, blobs, in.rangeSize(env, totalSize(blobs)), "split blobs", "size")
+}
+
+func totalSize(blobs []BlobInfo) int64 {
+	var n int64
+	for _, b := range blobs {
+		n += b.Size
+	}
+	return n
 }
 
 // ContainerNameProblem returns what is wrong with an Azure blob container name ("" when it is
@@ -132,6 +180,15 @@ func SplitBlobs(ctx context.Context, env Env, container, prefix string, size int
 	if size < 1 || size > MaxRangeBytes {
 		return nil, fmt.Errorf("split blobs: range size %d, want 1 to %d", size, MaxRangeBytes)
 	}
+	blobs, err := listInput(ctx, env, container, prefix)
+	if err != nil {
+		return nil, err
+	}
+	return cutBlobs(container, blobs, size, "split blobs", "size")
+}
+
+// listInput lists the blobs of container under prefix, and fails if there is none.
+func listInput(ctx context.Context, env Env, container, prefix string) ([]BlobInfo, error) {
 	blobs, err := env.ListBlobs(ctx, container, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("split blobs: list blobs: %w", err)
@@ -139,16 +196,76 @@ func SplitBlobs(ctx context.Context, env Env, container, prefix string, size int
 	if len(blobs) == 0 {
 		return nil, fmt.Errorf("split blobs: no blobs in container %q with prefix %q", container, prefix)
 	}
+	return blobs, nil
+}
+
+// cutBlobs cuts each blob of container into ranges of size bytes, in order; what and param name
+// the caller and its size in the error of more than MaxShards ranges.
+func cutBlobs(container string, blobs []BlobInfo, size int64, what, param string) ([]BlobRange, error) {
 	var ranges []BlobRange
 	for _, b := range blobs {
 		for off := int64(0); off < b.Size; off += size {
 			if len(ranges) == MaxShards {
-				return nil, fmt.Errorf("split blobs: more than %d ranges of %d bytes: use a larger size", MaxShards, size)
+				return nil, fmt.Errorf("%s: more than %d ranges of %d bytes: use a larger %s", what, MaxShards, size, param)
 			}
 			ranges = append(ranges, BlobRange{Container: container, Blob: b.Name, Offset: off, Length: min(size, b.Size-off)})
 		}
 	}
 	return ranges, nil
+}
+
+// linesTail is how far past its range Lines first reads: the line that crosses the range's end
+// is most often shorter. A longer one is read by a second request, up to MaxLineBytes past the
+// range. Asking for MaxLineBytes at once made the store send a megabyte a range for nothing, and
+// the connection could not be reused after the unread rest.
+const linesTail = 64 << 10
+
+// tailReader reads a range's bytes from one request of [from, end+linesTail) and, only when the
+// range's last line goes on past that, from a second request of the rest up to MaxLineBytes.
+type tailReader struct {
+	ctx       context.Context
+	env       Env
+	r         BlobRange
+	rc        io.ReadCloser
+	pos, upTo int64 // the offset of rc's next byte; where rc's request ends
+	limit     int64 // the furthest any request reads
+}
+
+func openTail(ctx context.Context, env Env, r BlobRange, from int64) (*tailReader, error) {
+	end := r.Offset + r.Length
+	t := &tailReader{ctx: ctx, env: env, r: r, pos: from, upTo: end + linesTail, limit: end + MaxLineBytes}
+	rc, err := env.ReadRange(ctx, r.Container, r.Blob, from, t.upTo-from)
+	if err != nil {
+		return nil, err
+	}
+	t.rc = rc
+	return t, nil
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.rc.Read(p)
+	t.pos += int64(n)
+	if err == io.EOF && t.pos == t.upTo && t.upTo < t.limit {
+		// The request ended at its count, not at the blob's end: ask for the rest.
+		_ = t.rc.Close()
+		rc, oerr := t.env.ReadRange(t.ctx, t.r.Container, t.r.Blob, t.pos, t.limit-t.pos)
+		if oerr != nil {
+			t.rc = io.NopCloser(strings.NewReader(""))
+			return n, oerr
+		}
+		t.rc, t.upTo = rc, t.limit
+		err = nil
+	}
+	return n, err
+}
+
+// Close reads off what is left of a first request (at most linesTail bytes) so that its
+// connection can carry the next one, and closes it.
+func (t *tailReader) Close() error {
+	if left := t.upTo - t.pos; left > 0 && left <= linesTail {
+		_, _ = io.CopyN(io.Discard, t.rc, left)
+	}
+	return t.rc.Close()
 }
 
 // Lines calls fn with each line that starts in r, in order: the bytes up to a '\n' (not included)
@@ -164,7 +281,7 @@ func Lines(ctx context.Context, env Env, r BlobRange, fn func(line []byte) error
 		return fmt.Errorf("read lines: %w", err)
 	}
 	from := max(r.Offset-1, 0)
-	rc, err := env.ReadRange(ctx, r.Container, r.Blob, from, r.Offset-from+r.Length+MaxLineBytes)
+	rc, err := openTail(ctx, env, r, from)
 	if err != nil {
 		return fmt.Errorf("read lines of %s/%s: %w", r.Container, r.Blob, err)
 	}
@@ -324,7 +441,7 @@ func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobIn
 }
 
 // splitJobOutput cuts the output blobs of job id into ranges of size bytes.
-func splitJobOutput(ctx context.Context, env Env, id string, size int64) ([]BlobRange, error) {
+func splitJobOutput(ctx context.Context, env Env, id string, in BlobInput) ([]BlobRange, error) {
 	jobsC := DefaultJobsContainer
 	if je, ok := env.(JobsEnv); ok {
 		jobsC = je.JobsContainer()
@@ -346,14 +463,9 @@ func splitJobOutput(ctx context.Context, env Env, id string, size int64) ([]Blob
 	if err != nil {
 		return nil, fmt.Errorf("input job: %w", err)
 	}
-	var ranges []BlobRange
-	for _, b := range blobs {
-		for off := int64(0); off < b.Size; off += size {
-			if len(ranges) == MaxShards {
-				return nil, fmt.Errorf("input job %s: more than %d ranges of %d bytes: use a larger shard_bytes", id, MaxShards, size)
-			}
-			ranges = append(ranges, BlobRange{Container: container, Blob: b.Name, Offset: off, Length: min(size, b.Size-off)})
-		}
+	ranges, err := cutBlobs(container, blobs, in.rangeSize(env, totalSize(blobs)), "input job "+id, "shard_bytes")
+	if err != nil {
+		return nil, err
 	}
 	if len(ranges) == 0 {
 		return nil, fmt.Errorf("input job %s: its output has no records", id)

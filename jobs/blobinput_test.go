@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -204,5 +205,106 @@ func TestBlobInput_Params(t *testing.T) {
 	ranges, err := jobs.BlobInput{Container: "data"}.Split(context.Background(), env)
 	if err != nil || len(ranges) != 4 || ranges[3] != (jobs.BlobRange{Container: "data", Blob: "a", Offset: 3 * jobs.DefaultShardBytes, Length: 1}) {
 		t.Errorf("Split with the default size = %v, %v", ranges, err)
+	}
+}
+
+// rangeEnv records the ranges a jobs.Env is asked to read.
+type rangeEnv struct {
+	*jobstest.Env
+	asked [][2]int64 // offset, count
+}
+
+func (e *rangeEnv) ReadRange(ctx context.Context, container, name string, offset, count int64) (io.ReadCloser, error) {
+	e.asked = append(e.asked, [2]int64{offset, count})
+	return e.Env.ReadRange(ctx, container, name, offset, count)
+}
+
+// Lines asks for its range and a short tail, and reads on past the tail with a second request
+// only when the range's last line is longer: never a megabyte a range it does not use.
+func TestLines_ReadsATailThenTheRestOfALongLine(t *testing.T) {
+	ctx := context.Background()
+	short := strings.Repeat("ab\n", 1000)             // 3000 bytes of short lines
+	long := strings.Repeat("y", 200<<10) + "\nlast\n" // a line of 200 KiB after them
+	for _, tt := range []struct {
+		name     string
+		text     string
+		r        jobs.BlobRange
+		requests int
+		lines    int
+	}{
+		{"short lines", short, jobs.BlobRange{Offset: 300, Length: 1500}, 1, 500},
+		{"a long line across the end", short + long, jobs.BlobRange{Offset: 1500, Length: 1501}, 2, 501},
+		{"the blob ends at the first request's end", strings.Repeat("z\n", 35000), jobs.BlobRange{Offset: 0, Length: 70000 - 64<<10}, 1, (70000 - 64<<10) / 2},
+		{"the blob ends within the tail", short, jobs.BlobRange{Offset: 2999, Length: 1}, 1, 0},
+	} {
+		env := &rangeEnv{Env: jobstest.NewEnv()}
+		env.Put("c", "b", []byte(tt.text))
+		tt.r.Container, tt.r.Blob = "c", "b"
+		lines := 0
+		err := jobs.Lines(ctx, env, tt.r, func(l []byte) error {
+			lines++
+			return nil
+		})
+		if err != nil || lines != tt.lines || len(env.asked) != tt.requests {
+			t.Errorf("%s: %d lines, %v, asked %v; want %d lines in %d requests", tt.name, lines, err, env.asked, tt.lines, tt.requests)
+		}
+		if end := tt.r.Offset + tt.r.Length; env.asked[0][0]+env.asked[0][1] > end+64<<10 {
+			t.Errorf("%s: the first request %v reads more than 64 KiB past the range's end %d", tt.name, env.asked[0], end)
+		}
+	}
+}
+
+// slotted is a jobs.Env that knows the cluster's slots (jobs.SlotsEnv), as the leader's does.
+type slotted struct {
+	*jobstest.Env
+	slots int
+}
+
+func (e slotted) Slots() int { return e.slots }
+
+// Without shard_bytes, a blob input is cut into about one range a slot of the cluster, between
+// DefaultShardBytes and MaxDefaultShardBytes; without slots known, into DefaultShardBytes.
+func TestBlobInput_DefaultRangesFollowTheSlots(t *testing.T) {
+	ctx := context.Background()
+	env := jobstest.NewEnv()
+	for i := range 8 {
+		env.Put("c", fmt.Sprintf("in/%d", i), make([]byte, 3_500_000)) // 28 MB
+	}
+	env.Put("c", "big/0", make([]byte, 200<<20))
+	for _, tt := range []struct {
+		name       string
+		env        jobs.Env
+		in         jobs.BlobInput
+		ranges     int
+		rangeBytes int64 // of the first range
+	}{
+		{"slots unknown", env, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
+		{"6 slots", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
+		{"30 slots", slotted{env, 30}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
+		{"2 slots", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
+		{"2 slots, a big blob", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "big/"}, 7, jobs.MaxDefaultShardBytes},
+		{"shard_bytes set", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/", ShardBytes: 1 << 20}, 8 * 4, 1 << 20},
+		{"0 slots", slotted{env, 0}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
+	} {
+		ranges, err := tt.in.Split(ctx, tt.env)
+		if err != nil || len(ranges) != tt.ranges || ranges[0].Length != tt.rangeBytes {
+			first := int64(-1)
+			if len(ranges) > 0 {
+				first = ranges[0].Length
+			}
+			t.Errorf("%s: %d ranges, the first of %d bytes, %v; want %d of %d", tt.name, len(ranges), first, err, tt.ranges, tt.rangeBytes)
+		}
+	}
+	for _, tt := range []struct {
+		total int64
+		slots int
+		want  int64
+	}{
+		{28_000_000, 6, 4_666_667}, {28_000_000, 0, jobs.DefaultShardBytes}, {100, 6, jobs.DefaultShardBytes},
+		{1 << 40, 6, jobs.MaxDefaultShardBytes}, {28_000_000, -1, jobs.DefaultShardBytes},
+	} {
+		if got := jobs.DefaultRangeBytes(tt.total, tt.slots); got != tt.want {
+			t.Errorf("DefaultRangeBytes(%d, %d) = %d, want %d", tt.total, tt.slots, got, tt.want)
+		}
 	}
 }

@@ -137,6 +137,22 @@ func (o *observer) typeHolders(typ string) []string {
 	return out
 }
 
+// typeSlots is how many tasks of job type typ the live workers that have it run at once, their
+// concurrency summed (coordinator.Config.Slots); 0 when membership is not known yet.
+func (o *observer) typeSlots(typ string) int {
+	w := o.members.Load()
+	if w == nil {
+		return 0
+	}
+	n := 0
+	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
+		if slices.Contains(m.JobTypes, typ) {
+			n += max(m.Concurrency, 0)
+		}
+	}
+	return n
+}
+
 // successors names the ready live workers by id, for the leader's beats (election.Config.Successors).
 func (o *observer) successors() []string {
 	w := o.members.Load()
@@ -234,6 +250,9 @@ func (o *observer) hook(ecfg *election.Config, ccfg *coordinator.Config, wcfg *w
 	ccfg.Metrics = o.metrics
 	if ccfg.TypeHolders == nil {
 		ccfg.TypeHolders = o.typeHolders
+	}
+	if ccfg.Slots == nil {
+		ccfg.Slots = o.typeSlots
 	}
 	if ecfg.Successors == nil {
 		ecfg.Successors = o.successors

@@ -201,7 +201,7 @@ func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error)
 // plan plans a keyed job: its partitions, its split, and the plan of S map and P reduce tasks,
 // stored in pages like any split job's.
 func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
-	spec, kj, env := j.spec, a.kj, pl.planEnv()
+	spec, kj, env := j.spec, a.kj, pl.planEnv(j.spec.Type)
 	var parts int
 	if err := j.call("partitions", func() (err error) { parts, err = kj.Partitions(spec.Params); return err }); err != nil {
 		return err

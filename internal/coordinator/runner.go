@@ -59,7 +59,7 @@ type runHost interface {
 
 // planHost is what planning asks of the planner: the job's environment and storing a split plan.
 type planHost interface {
-	planEnv() planEnv
+	planEnv(typ string) planEnv
 	planShards(ctx context.Context, id string, shards [][]byte) error
 }
 
@@ -113,7 +113,7 @@ func (a *aggregateRun) plan(ctx context.Context, p planHost, j *job) error {
 	}
 	var shards [][]byte
 	err := j.call("split", func() (err error) {
-		shards, err = impl.Split(ctx, p.planEnv().env, spec.Params)
+		shards, err = impl.Split(ctx, p.planEnv(spec.Type).env, spec.Params)
 		return err
 	})
 	if err != nil {

@@ -105,6 +105,10 @@ type Config struct {
 	// TypeHolders, when set, names the live workers that have a job type (from membership): a
 	// job whose type this leader lacks waits, and its reason names them. Default: none known.
 	TypeHolders func(typ string) []string
+	// Slots, when set, is how many tasks of a job type the live workers run at once (their
+	// concurrency, summed; from membership): Split sees it as the Env's jobs.SlotsEnv, and a blob
+	// input's default ranges are sized by it. Default: unknown (0).
+	Slots func(typ string) int
 	// OnEvent, when set, is called with every event of the coordinator (term started, first merge,
 	// job planned/resumed/finished/waiting, job code failed, dead-lettered message, term ended):
 	// the typed counterpart of its Info logs. It must return quickly without blocking.
