@@ -154,6 +154,17 @@ func TestSmallJob_HandoverStoresIt(t *testing.T) {
 	r, l1, planned := smallRig(t, st, 5*time.Second)
 	id := r.submit("sleep", `{"shards":4,"duration":"1ms"}`)
 	waitPlanned(t, planned, id)
+	// The plan event comes before intake hands the job to the term's loop; the loop holds it
+	// once its shards are published. A term that ends between the two has not got the job to
+	// hand over (its message brings it back): stop after.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, _, err := r.b.JobBacklog(context.Background(), id); err == nil && n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no shard of %s published within 20s", id)
+		}
+	}
 	if err := l1.stop(); err != nil {
 		t.Fatal(err)
 	}
