@@ -42,17 +42,19 @@ type SlotsEnv interface {
 }
 
 // DefaultRangeBytes is the range size BlobInput.Split uses when ShardBytes is 0, for an input of
-// total bytes on a cluster of slots slots (0: unknown): one range a slot, between
-// DefaultShardBytes and MaxDefaultShardBytes, as Spark sizes file partitions (total bytes over
-// the default parallelism, bounded). A task has a fixed cost besides its bytes: its input
-// request, its run's write, and one read of its run by every reduce task (M × R requests), so a
-// 28 MB input in 1 MiB ranges spent more on tasks than on its lines. With slots unknown it is
-// DefaultShardBytes.
+// total bytes on a cluster of slots slots (0: unknown): one range a slot, or when that is more
+// than MaxDefaultShardBytes, as many full waves of slots as keep a range within it; at least
+// DefaultShardBytes. Spark sizes file partitions so (total bytes over the default parallelism,
+// bounded). A task has a fixed cost besides its bytes: its input request, its run's write, and
+// one read of its run by every reduce task (M × R requests), so a 28 MB input in 1 MiB ranges
+// spent more on tasks than on its lines. With slots unknown it is DefaultShardBytes.
 func DefaultRangeBytes(total int64, slots int) int64 {
-	if slots <= 0 {
+	if slots <= 0 || total <= 0 {
 		return DefaultShardBytes
 	}
-	return min(max((total+int64(slots)-1)/int64(slots), DefaultShardBytes), MaxDefaultShardBytes)
+	wave := int64(slots) * MaxDefaultShardBytes
+	ranges := int64(slots) * ((total + wave - 1) / wave) // whole waves of slots
+	return min(max((total+ranges-1)/ranges, DefaultShardBytes), MaxDefaultShardBytes)
 }
 
 // rangeSize is the range size of in's split over blobs of total bytes.

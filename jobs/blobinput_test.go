@@ -282,7 +282,7 @@ func TestBlobInput_DefaultRangesFollowTheSlots(t *testing.T) {
 		{"6 slots", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
 		{"30 slots", slotted{env, 30}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
 		{"2 slots", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
-		{"2 slots, a big blob", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "big/"}, 7, jobs.MaxDefaultShardBytes},
+		{"2 slots, a big blob", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "big/"}, 8, 25 << 20}, // 4 waves of 2
 		{"shard_bytes set", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/", ShardBytes: 1 << 20}, 8 * 4, 1 << 20},
 		{"0 slots", slotted{env, 0}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
 	} {
@@ -301,7 +301,9 @@ func TestBlobInput_DefaultRangesFollowTheSlots(t *testing.T) {
 		want  int64
 	}{
 		{28_000_000, 6, 4_666_667}, {28_000_000, 0, jobs.DefaultShardBytes}, {100, 6, jobs.DefaultShardBytes},
-		{1 << 40, 6, jobs.MaxDefaultShardBytes}, {28_000_000, -1, jobs.DefaultShardBytes},
+		{28_000_000, -1, jobs.DefaultShardBytes}, {0, 6, jobs.DefaultShardBytes},
+		{6 * jobs.MaxDefaultShardBytes, 6, jobs.MaxDefaultShardBytes}, {6*jobs.MaxDefaultShardBytes + 6, 6, jobs.MaxDefaultShardBytes/2 + 1},
+		{1 << 40, 6, 33_550_337}, // 5,462 waves of 6
 	} {
 		if got := jobs.DefaultRangeBytes(tt.total, tt.slots); got != tt.want {
 			t.Errorf("DefaultRangeBytes(%d, %d) = %d, want %d", tt.total, tt.slots, got, tt.want)
