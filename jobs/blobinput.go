@@ -442,12 +442,9 @@ func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobIn
 	return m.Container, blobs, nil
 }
 
-// splitJobOutput cuts the output blobs of job id into ranges of size bytes.
+// splitJobOutput cuts the output blobs of job id into ranges of in's size (rangeSize).
 func splitJobOutput(ctx context.Context, env Env, id string, in BlobInput) ([]BlobRange, error) {
-	jobsC := DefaultJobsContainer
-	if je, ok := env.(JobsEnv); ok {
-		jobsC = je.JobsContainer()
-	}
+	jobsC := jobsContainer(env)
 	name := id + "/result.json"
 	rc, err := env.ReadRange(ctx, jobsC, name, 0, maxManifestBytes+1)
 	if err != nil {

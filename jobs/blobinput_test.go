@@ -254,14 +254,6 @@ func TestLines_ReadsATailThenTheRestOfALongLine(t *testing.T) {
 	}
 }
 
-// slotted is a jobs.Env that knows the cluster's slots (jobs.SlotsEnv), as the leader's does.
-type slotted struct {
-	*jobstest.Env
-	slots int
-}
-
-func (e slotted) Slots() int { return e.slots }
-
 // Without shard_bytes, a blob input is cut into about one range a slot of the cluster, between
 // DefaultShardBytes and MaxDefaultShardBytes; without slots known, into DefaultShardBytes.
 func TestBlobInput_DefaultRangesFollowTheSlots(t *testing.T) {
@@ -279,12 +271,12 @@ func TestBlobInput_DefaultRangesFollowTheSlots(t *testing.T) {
 		rangeBytes int64 // of the first range
 	}{
 		{"slots unknown", env, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
-		{"6 slots", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
-		{"30 slots", slotted{env, 30}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
-		{"2 slots", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
-		{"2 slots, a big blob", slotted{env, 2}, jobs.BlobInput{Container: "c", Prefix: "big/"}, 8, 25 << 20}, // 4 waves of 2
-		{"shard_bytes set", slotted{env, 6}, jobs.BlobInput{Container: "c", Prefix: "in/", ShardBytes: 1 << 20}, 8 * 4, 1 << 20},
-		{"0 slots", slotted{env, 0}, jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
+		{"6 slots", jobs.EnvWithSlots(env, 6), jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
+		{"30 slots", jobs.EnvWithSlots(env, 30), jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
+		{"2 slots", jobs.EnvWithSlots(env, 2), jobs.BlobInput{Container: "c", Prefix: "in/"}, 8, 3_500_000},
+		{"2 slots, a big blob", jobs.EnvWithSlots(env, 2), jobs.BlobInput{Container: "c", Prefix: "big/"}, 8, 25 << 20}, // 4 waves of 2
+		{"shard_bytes set", jobs.EnvWithSlots(env, 6), jobs.BlobInput{Container: "c", Prefix: "in/", ShardBytes: 1 << 20}, 8 * 4, 1 << 20},
+		{"0 slots", jobs.EnvWithSlots(env, 0), jobs.BlobInput{Container: "c", Prefix: "in/"}, 8 * 4, jobs.DefaultShardBytes},
 	} {
 		ranges, err := tt.in.Split(ctx, tt.env)
 		if err != nil || len(ranges) != tt.ranges || ranges[0].Length != tt.rangeBytes {

@@ -21,8 +21,24 @@ type loggerEnv struct {
 
 func (e loggerEnv) Logger() *slog.Logger { return e.log }
 
-func (e loggerEnv) JobsContainer() string {
-	if je, ok := e.Env.(JobsEnv); ok {
+func (e loggerEnv) JobsContainer() string { return jobsContainer(e.Env) }
+
+// EnvWithSlots returns env answering SlotsEnv with slots: what the leader hands Split. The result
+// is a JobsEnv whose JobsContainer is env's (DefaultJobsContainer when env has none).
+func EnvWithSlots(env Env, slots int) Env { return slotsEnv{Env: env, slots: slots} }
+
+type slotsEnv struct {
+	Env
+	slots int
+}
+
+func (e slotsEnv) Slots() int { return e.slots }
+
+func (e slotsEnv) JobsContainer() string { return jobsContainer(e.Env) }
+
+// jobsContainer is env's jobs container (JobsEnv), or DefaultJobsContainer.
+func jobsContainer(env Env) string {
+	if je, ok := env.(JobsEnv); ok {
 		return je.JobsContainer()
 	}
 	return DefaultJobsContainer

@@ -124,15 +124,9 @@ type observer struct {
 
 // typeHolders names the live workers that announce job type typ (coordinator.Config.TypeHolders).
 func (o *observer) typeHolders(typ string) []string {
-	w := o.members.Load()
-	if w == nil {
-		return nil
-	}
 	var out []string
-	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
-		if slices.Contains(m.JobTypes, typ) {
-			out = append(out, m.ID)
-		}
+	for _, m := range o.holding(typ) {
+		out = append(out, m.ID)
 	}
 	return out
 }
@@ -140,17 +134,26 @@ func (o *observer) typeHolders(typ string) []string {
 // typeSlots is how many tasks of job type typ the live workers that have it run at once, their
 // concurrency summed (coordinator.Config.Slots); 0 when membership is not known yet.
 func (o *observer) typeSlots(typ string) int {
-	w := o.members.Load()
-	if w == nil {
-		return 0
-	}
 	n := 0
-	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
-		if slices.Contains(m.JobTypes, typ) {
-			n += max(m.Concurrency, 0)
-		}
+	for _, m := range o.holding(typ) {
+		n += max(m.Concurrency, 0)
 	}
 	return n
+}
+
+// holding is the live workers that announce job type typ; none while membership is not known.
+func (o *observer) holding(typ string) []membership.Member {
+	w := o.members.Load()
+	if w == nil {
+		return nil
+	}
+	var out []membership.Member
+	for _, m := range w.Peek() { // never waits: the coordinator's loop asks
+		if slices.Contains(m.JobTypes, typ) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // successors names the ready live workers by id, for the leader's beats (election.Config.Successors).

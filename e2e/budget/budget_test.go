@@ -337,12 +337,12 @@ func keyedBudget(t *testing.T, c *cluster, m, r int) {
 	// A map task's execution reads its input range once. A backed-up task (a straggler on a
 	// loaded machine) or a redelivered one runs again, reads its input and writes its runs once
 	// more: the budget is per execution, and each task may run twice at most, as with run reads.
-	runsOf := mine.Total(func(q storecount.Request) bool { return q.Container == in && q.Blob != "" && q.Method == "GET" })
-	if runsOf > int64(2*m) {
-		t.Errorf("%d executions of %d map tasks (reads of their input), more than twice (%d backup copies)", runsOf, m, c.backups(id))
+	executions := mine.Total(func(q storecount.Request) bool { return q.Container == in && q.Blob != "" && q.Method == "GET" })
+	if executions > int64(2*m) {
+		t.Errorf("%d executions of %d map tasks (reads of their input), more than twice (%d backup copies)", executions, m, c.backups(id))
 	}
-	if perMap > int64(budgetKeyedPerMapTask)*max(runsOf, int64(m)) {
-		t.Errorf("%d requests of %d map tasks in %d executions, budget %d each:\n%s", perMap, m, runsOf, budgetKeyedPerMapTask, render(mapRequests(mine, id, in), ""))
+	if perMap > int64(budgetKeyedPerMapTask)*max(executions, int64(m)) {
+		t.Errorf("%d requests of %d map tasks in %d executions, budget %d each:\n%s", perMap, m, executions, budgetKeyedPerMapTask, render(mapRequests(mine, id, in), ""))
 	}
 	if perPart > int64(budgetKeyedPerPartition*r) {
 		t.Errorf("%d requests of %d partitions, budget %d each", perPart, r, budgetKeyedPerPartition)

@@ -204,25 +204,9 @@ func newRunner(spec *protocol.Spec, impl jobs.Job) (runner, protocol.Kind, error
 func (pl *planner) planEnv(typ string) planEnv {
 	env := pl.env
 	if pl.cfg.Slots != nil {
-		env = slotsEnv{Env: env, slots: pl.cfg.Slots(typ)}
+		env = jobs.EnvWithSlots(env, pl.cfg.Slots(typ))
 	}
 	return planEnv{env: env, partitions: pl.cfg.Partitions, container: pl.containerName(), log: pl.log}
-}
-
-// slotsEnv is a jobs.Env that knows the cluster's slots for one job type; it keeps the wrapped
-// Env's jobs container (jobs.JobsEnv).
-type slotsEnv struct {
-	jobs.Env
-	slots int
-}
-
-func (e slotsEnv) Slots() int { return e.slots }
-
-func (e slotsEnv) JobsContainer() string {
-	if je, ok := e.Env.(jobs.JobsEnv); ok {
-		return je.JobsContainer()
-	}
-	return jobs.DefaultJobsContainer
 }
 
 func (t *planner) containerName() string {
