@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -200,6 +201,34 @@ func BenchmarkMapTask_Wordcount(b *testing.B) {
 			b.ReportMetric(float64(stats.PeakMemory)/(1<<20), "peak-MiB")
 		})
 	}
+}
+
+// BenchmarkMapTask_WordcountSixAtOnce: six map tasks of the 50k-distinct shard at once, as on
+// the load test's cluster (3 workers of 2 slots on 2 cores): the tasks' tables share the
+// caches. Run it with -cpu 2; an op is one task.
+func BenchmarkMapTask_WordcountSixAtOnce(b *testing.B) {
+	env := jobstest.NewEnv()
+	data := wordShard(50_000)
+	env.Put("texts", "in/0", data)
+	job := keyedWordcount(b)
+	shards, err := job.Split(context.Background(), env, json.RawMessage(`{"container":"texts","output":"blob","shard_bytes":16777216}`))
+	if err != nil || len(shards) != 1 {
+		b.Fatal(len(shards), err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.SetParallelism(max(1, 6/runtime.GOMAXPROCS(0)))
+	dir := b.TempDir()
+	cpu0 := cpuSeconds()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			cfg := MapConfig{Partitions: 16, MemoryBytes: benchTaskMemory, TempDir: dir}
+			if _, err := Map(context.Background(), job, env, jobs.Task{Shard: shards[0]}, func(int) (io.WriteCloser, error) { return discardCloser{}, nil }, cfg); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric((cpuSeconds()-cpu0)/float64(b.N), "cpu-s/op")
 }
 
 // cpuSeconds is the CPU time of this process so far (user and system): on a shared box the

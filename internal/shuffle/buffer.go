@@ -74,7 +74,9 @@ type MapStats struct {
 }
 
 // entry is one buffered pair: its partition, the first 8 key bytes (to sort without reading the
-// arena), a hash for the combining index, and where key and value sit in the arena.
+// arena), a hash for the combining index, and where key and value sit in the arena. A value of
+// at most inlineValue bytes is kept in voff itself (see inline), so that combining a short
+// value into a key of at most 8 bytes reads the entry and nothing else.
 type entry struct {
 	prefix                 uint64
 	part, hash             uint32
@@ -82,6 +84,27 @@ type entry struct {
 }
 
 const entryBytes = 32
+
+// inlineValue is the longest value kept in an entry's voff instead of the arena.
+const inlineValue = 4
+
+// value returns e's value: from the arena, or (an inline one) copied into tmp.
+func (e *entry) value(arena []byte, tmp *[inlineValue]byte) []byte {
+	if e.vlen <= inlineValue {
+		binary.LittleEndian.PutUint32(tmp[:], e.voff)
+		return tmp[:e.vlen]
+	}
+	return arena[e.voff : e.voff+e.vlen]
+}
+
+// inline is the voff of an inline value v (at most inlineValue bytes).
+func inline(v []byte) uint32 {
+	var x uint32
+	for i, c := range v[:min(len(v), inlineValue)] {
+		x |= uint32(c) << (8 * i)
+	}
+	return x
+}
 
 // MapBuffer holds a map task's pairs within a memory budget. It partitions each key by
 // jobs.PartitionOf, combines the values of a key already buffered (when the job has a combiner),
@@ -101,6 +124,7 @@ type MapBuffer struct {
 	entries []entry
 	used    int // combining: occupied slots of entries
 	scratch []byte
+	vtmp    [inlineValue]byte // an inline value, as bytes
 	spills  []*spillFile
 	temp    tempFiles
 	stats   MapStats
@@ -163,9 +187,14 @@ func keyHash(key []byte) uint64 {
 // keyPrefix is the first 8 bytes of key, zero-padded, big-endian: it sorts as the key does
 // until a tie.
 func keyPrefix(key []byte) uint64 {
-	var b [8]byte
-	copy(b[:], key)
-	return binary.BigEndian.Uint64(b[:])
+	if len(key) >= 8 {
+		return binary.BigEndian.Uint64(key)
+	}
+	var p uint64
+	for i, c := range key {
+		p |= uint64(c) << (56 - 8*i)
+	}
+	return p
 }
 
 // memory is the buffer memory held now.
@@ -184,7 +213,6 @@ func (b *MapBuffer) Add(key, value []byte) error {
 	}
 	b.stats.Emitted++
 	h := keyHash(key)
-	part := uint32(h % uint64(b.cfg.Partitions))
 	h32 := uint32(h ^ h>>32)
 	pfx := keyPrefix(key)
 	if b.combine == nil {
@@ -194,19 +222,24 @@ func (b *MapBuffer) Add(key, value []byte) error {
 			}
 			b.reserve(len(key)+len(value), true)
 		}
-		b.entries = append(b.entries, b.store(pfx, part, h32, key, value))
+		b.entries = append(b.entries, b.store(h, pfx, key, value))
 		return nil
 	}
 	slot, found := b.find(h32, pfx, key)
 	if found {
 		e := &b.entries[slot]
 		var err error
-		b.scratch, err = b.combine(b.scratch[:0], b.arena[e.voff:e.voff+e.vlen], value)
+		b.scratch, err = b.combine(b.scratch[:0], e.value(b.arena, &b.vtmp), value)
 		if err != nil {
 			return err
 		}
 		if len(b.scratch) > MaxValueBytes {
 			return fmt.Errorf("combine: a %d-byte value; the limit is %d bytes", len(b.scratch), MaxValueBytes)
+		}
+		if len(b.scratch) <= inlineValue {
+			e.voff, e.vlen = inline(b.scratch), uint32(len(b.scratch))
+			b.stats.Combined++
+			return nil
 		}
 		if len(b.scratch) <= int(e.vlen) {
 			copy(b.arena[e.voff:], b.scratch)
@@ -233,16 +266,22 @@ func (b *MapBuffer) Add(key, value []byte) error {
 		b.reserve(len(key)+len(value), true)
 		slot, _ = b.find(h32, pfx, key)
 	}
-	b.entries[slot] = b.store(pfx, part, h32, key, value)
+	b.entries[slot] = b.store(h, pfx, key, value)
 	b.used++
 	return nil
 }
 
-// store copies key and value to the arena (reserved) and returns their entry.
-func (b *MapBuffer) store(pfx uint64, part, h32 uint32, key, value []byte) entry {
-	e := entry{prefix: pfx, part: part, hash: h32, koff: uint32(len(b.arena)), klen: uint32(len(key))}
+// store copies key and value to the arena (reserved) and returns their entry; h is the key's
+// hash, pfx its prefix. The partition is worked out here, not in Add: a division is a good part
+// of combining a value into a key already buffered.
+func (b *MapBuffer) store(h, pfx uint64, key, value []byte) entry {
+	e := entry{prefix: pfx, part: uint32(h % uint64(b.cfg.Partitions)), hash: uint32(h ^ h>>32), koff: uint32(len(b.arena)), klen: uint32(len(key))}
 	b.arena = append(b.arena, key...)
-	e.voff, e.vlen = uint32(len(b.arena)), uint32(len(value))
+	if e.vlen = uint32(len(value)); len(value) <= inlineValue {
+		e.voff = inline(value)
+		return e
+	}
+	e.voff = uint32(len(b.arena))
 	b.arena = append(b.arena, value...)
 	return e
 }
@@ -276,7 +315,7 @@ func (b *MapBuffer) reserve(n int, force bool) bool {
 	}
 	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
 	if b.combine != nil {
-		if (b.used+1)*4 <= len(b.entries)*3 {
+		if (b.used+1)*8 <= len(b.entries)*7 {
 			return true
 		}
 		size := max(2*len(b.entries), 1024)
@@ -311,7 +350,7 @@ func (b *MapBuffer) reserveArena(n int, force bool) bool {
 	}
 	budget := b.cfg.MemoryBytes - int64(cap(b.scratch)) - b.spillReserve()
 	other := int64(cap(b.entries)) * entryBytes
-	if b.combine != nil && (b.used+1)*4 > len(b.entries)*3 {
+	if b.combine != nil && (b.used+1)*8 > len(b.entries)*7 {
 		other = int64(max(2*len(b.entries), 1024)) * entryBytes // the table grows next
 	}
 	c := int64(max(need, 2*cap(b.arena), 64<<10))
@@ -398,7 +437,7 @@ func (b *MapBuffer) spill() error {
 		}
 		for ; i < len(b.entries) && b.entries[i].part == uint32(p); i++ {
 			e := &b.entries[i]
-			if err := sw.rw.Append(b.arena[e.koff:e.koff+e.klen], b.arena[e.voff:e.voff+e.vlen]); err != nil {
+			if err := sw.rw.Append(b.arena[e.koff:e.koff+e.klen], e.value(b.arena, &b.vtmp)); err != nil {
 				return err
 			}
 		}
@@ -421,6 +460,7 @@ type memCursor struct {
 	i    int
 	end  int
 	next bool
+	tmp  [inlineValue]byte // the current inline value
 }
 
 func (c *memCursor) Next() bool {
@@ -435,8 +475,7 @@ func (c *memCursor) Key() []byte {
 	return c.b.arena[e.koff : e.koff+e.klen]
 }
 func (c *memCursor) Value() []byte {
-	e := &c.b.entries[c.i]
-	return c.b.arena[e.voff : e.voff+e.vlen]
+	return c.b.entries[c.i].value(c.b.arena, &c.tmp)
 }
 func (c *memCursor) Err() error { return nil }
 

@@ -3,6 +3,7 @@ package shuffle
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -621,5 +622,75 @@ func TestMapBuffer_NextBufferReusesTheMemory(t *testing.T) {
 	}
 	if small.memory() > MinMemoryBytes {
 		t.Fatalf("a %d-byte buffer took %d bytes of memory", MinMemoryBytes, small.memory())
+	}
+}
+
+// TestMapBuffer_ValuesCrossTheInlineLength combines values whose length moves across
+// inlineValue both ways (a sum in its shortest big-endian bytes, 0 to 8 long), in a buffer that
+// never spills and in one that spills often, with and without a combiner: every key's values
+// must still add up.
+func TestMapBuffer_ValuesCrossTheInlineLength(t *testing.T) {
+	encode := func(n uint64) []byte {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], n)
+		return bytes.TrimLeft(b[:], "\x00")
+	}
+	decode := func(v []byte) uint64 {
+		var n uint64
+		for _, c := range v {
+			n = n<<8 | uint64(c)
+		}
+		return n
+	}
+	sum := func(dst, a, b []byte) ([]byte, error) { return append(dst, encode(decode(a)+decode(b))...), nil }
+	for _, tc := range []struct {
+		name    string
+		memory  int64
+		combine func(dst, a, b []byte) ([]byte, error)
+	}{{"combined", 8 << 20, sum}, {"combined-spilling", MinMemoryBytes, sum}, {"uncombined-spilling", MinMemoryBytes, nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := NewMapBuffer(MapConfig{Partitions: 3, MemoryBytes: tc.memory, TempDir: t.TempDir()}, tc.combine)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			rng := rand.New(rand.NewPCG(7, 8))
+			want := map[string]uint64{}
+			for range 60_000 {
+				// Keys of 5 to 20 bytes, values of 0 to 8 bytes.
+				k := fmt.Sprintf("k%0*d", []int{4, 7, 12, 19}[rng.IntN(4)], rng.IntN(2000))
+				v := rng.Uint64N(1 << (8 * (1 + rng.IntN(7))))
+				want[k] += v
+				if err := b.Add([]byte(k), encode(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runs := map[int]*bytes.Buffer{}
+			if err := b.Finish(context.Background(), func(p int) (io.WriteCloser, error) {
+				runs[p] = new(bytes.Buffer)
+				return nopCloser{runs[p]}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]uint64{}
+			for p := range 3 {
+				r, err := NewRunReader(bytes.NewReader(runs[p].Bytes()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r.Next() {
+					got[string(r.Key())] += decode(r.Value())
+				}
+				if err := r.Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("%d keys summed, want %d; stats %+v", len(got), len(want), b.Stats())
+			}
+			if tc.memory == MinMemoryBytes && b.Stats().Spills == 0 {
+				t.Errorf("no spill: %+v", b.Stats())
+			}
+		})
 	}
 }
