@@ -112,7 +112,7 @@ func inline(v []byte) uint32 {
 // per partition. A MapBuffer is used by one goroutine.
 //
 // Without a combiner, entries is the pairs in the order added. With one, entries is itself an
-// open-addressing hash table (linear probing, a power of two long, at most 3/4 full; a slot
+// open-addressing hash table (linear probing, a power of two long, at most 7/8 full; a slot
 // with koff 0 is empty, the arena's first byte being kept unused): finding a key reads one slot
 // and, for a key of at most 8 bytes, nothing else (the prefix and the length are the key),
 // where an index of entry numbers read the index, the entry and the arena. Before a sort, the
@@ -287,7 +287,7 @@ func (b *MapBuffer) store(h, pfx uint64, key, value []byte) entry {
 }
 
 // find looks key up in the table: its slot and true, or the empty slot where it goes and
-// false. The table must have an empty slot (it is at most 3/4 full), or be empty (then 0).
+// false. The table must have an empty slot (it is at most 7/8 full), or be empty (then 0).
 func (b *MapBuffer) find(h uint32, pfx uint64, key []byte) (int, bool) {
 	if len(b.entries) == 0 {
 		return 0, false
@@ -307,7 +307,7 @@ func (b *MapBuffer) find(h uint32, pfx uint64, key []byte) (int, bool) {
 }
 
 // reserve makes room for n arena bytes and one entry within the budget, growing the buffers
-// by doubling (with a combiner, the table at 3/4 full). It reports false when the budget is
+// by doubling (with a combiner, the table at 7/8 full). It reports false when the budget is
 // full; force grows anyway (one pair into an empty buffer).
 func (b *MapBuffer) reserve(n int, force bool) bool {
 	if !b.reserveArena(n, force) {
