@@ -478,28 +478,28 @@ func (c *Client) ResultOf(ctx context.Context, st *Status) (json.RawMessage, err
 	}
 }
 
-// result reads a succeeded job's result: its copy, or (until the leader has stored the copy,
-// right after the final checkpoint) the checkpoint.
+// result reads a succeeded job's result from its final checkpoint, or from the copy
+// (<job>/result.json) when the checkpoint says it was stored there and dropped. The checkpoint
+// comes first: most results (an aggregate's few bytes) stay in it and never get a copy, so
+// reading the copy first cost those a request that found nothing; a result with a copy (a keyed
+// job's manifest, a large aggregate) costs one small read more.
 func (c *Client) result(ctx context.Context, id string) (json.RawMessage, error) {
-	data, _, err := c.Store.Get(ctx, protocol.ResultBlob(id))
-	if err == nil {
-		return data, nil
-	}
-	if !errors.Is(err, store.ErrNotFound) {
-		return nil, err
-	}
-	if data, _, err = c.Store.Get(ctx, protocol.CheckpointBlob(id)); err != nil {
+	data, _, err := c.Store.Get(ctx, protocol.CheckpointBlob(id))
+	if err != nil {
 		return nil, err
 	}
 	cp, err := protocol.DecodeCheckpoint(data)
 	if err != nil {
 		return nil, err
 	}
-	if cp.ResultStored { // the copy was stored meanwhile, and dropped from the checkpoint
-		data, _, err := c.Store.Get(ctx, protocol.ResultBlob(id))
-		return data, err
+	if cp.Result != nil && !cp.ResultStored {
+		return cp.Result, nil
 	}
-	return cp.Result, nil
+	data, _, err = c.Store.Get(ctx, protocol.ResultBlob(id))
+	if errors.Is(err, store.ErrNotFound) && !cp.ResultStored {
+		return cp.Result, nil // no result, and no copy of one
+	}
+	return data, err
 }
 
 // Cancel asks the leader to cancel a job: it leaves a marker in storage (read by every leader)

@@ -225,7 +225,7 @@ func waitAndPrint(ctx context.Context, cl *client.Client, id string, poll time.D
 	if quiet {
 		return nil
 	}
-	res, err := cl.Result(ctx, id)
+	res, err := cl.ResultOf(ctx, st) // Wait read it already
 	if err != nil {
 		return err
 	}

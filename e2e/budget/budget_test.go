@@ -52,6 +52,10 @@ const (
 	budgetKeyedPerPartition = 3
 	budgetKeyedPerTask      = 1 // the worker's ended check after a task (a HEAD of the checkpoint)
 	budgetKeyedFixed        = 28
+	// Waiting for a job that has ended: its status (a HEAD of the checkpoint) and its result,
+	// read from the final checkpoint, which holds a small one. Reading the result's copy first
+	// made three, the copy being missing for every small result.
+	budgetWaitEnded = 2
 	// A checkpoint: one conditional write, no read.
 	budgetCheckpoint = 1
 	// A takeover after a crash, every member's lease-blob requests but renewals: the
@@ -141,6 +145,25 @@ func TestBudget_TinyJob(t *testing.T) {
 	}
 	if best < 4 {
 		t.Errorf("a tiny job counted %d requests: the counting missed the spec, message and checkpoint writes", best)
+	}
+}
+
+// Waiting for a tiny job that has ended: budgetWaitEnded requests, and the result is the job's.
+func TestBudget_WaitForAnEndedJob(t *testing.T) {
+	ctx := context.Background()
+	c := one(t)
+	id := c.tiny(ctx, t)
+	c.submits.Reset()
+	st, err := c.client.Wait(ctx, id, time.Second, nil)
+	if err != nil || st.State != jobs.StateSucceeded || len(st.Result) == 0 {
+		t.Fatalf("wait for %s: %+v, %v", id, st, err)
+	}
+	all := c.submits.Counts()
+	logFailed(t, all)
+	got := all.Only(storecount.Answered)
+	t.Logf("waiting for an ended job: %d requests, result %s:\n%s", got.Total(nil), st.Result, render(got, id))
+	if n := got.Total(nil); n > budgetWaitEnded {
+		t.Errorf("waiting for an ended job sent %d storage requests, budget %d:\n%s", n, budgetWaitEnded, render(got, id))
 	}
 }
 

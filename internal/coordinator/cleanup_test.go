@@ -49,4 +49,10 @@ func TestCleanup_LargePartialsDeleted(t *testing.T) {
 		cp, derr := protocol.DecodeCheckpoint(data)
 		return err == nil && derr == nil && cp.ResultStored && len(cp.Result) == 0
 	})
+	// The client reads the checkpoint first, and then the copy it names.
+	res, err := r.cl.Result(ctx, id)
+	if err != nil {
+		t.Fatalf("result after the copy: %v", err)
+	}
+	sameJSON(t, res, st.Result)
 }
