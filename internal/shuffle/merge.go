@@ -2,7 +2,6 @@ package shuffle
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"iter"
 )
@@ -24,36 +23,56 @@ type merger struct {
 	seq iter.Seq[[]byte] // the current key's values (values), made once
 }
 
-// cursorHeap orders cursors by their current key, kept beside each cursor so that a compare
-// makes no interface call.
+// cursorHeap is a binary min-heap of cursors by their current key, kept beside each cursor
+// with its first 8 bytes (keyPrefix), so that a compare makes no interface call and most
+// compares read no key bytes. It moves entries as container/heap does (Init, Fix at the root,
+// Pop), without that package's interface calls, which were a quarter of a merge's time.
 type cursorHeap []heapItem
 
 type heapItem struct {
+	pfx uint64
 	key []byte
 	c   cursor
 }
 
-func (h cursorHeap) Len() int           { return len(h) }
-func (h cursorHeap) Less(i, j int) bool { return bytes.Compare(h[i].key, h[j].key) < 0 }
-func (h cursorHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)        { *h = append(*h, x.(heapItem)) }
-func (h *cursorHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return c
+func (h cursorHeap) less(i, j int) bool {
+	if h[i].pfx != h[j].pfx {
+		return h[i].pfx < h[j].pfx
+	}
+	return bytes.Compare(h[i].key, h[j].key) < 0
+}
+
+// down moves entry i down to its place.
+func (h cursorHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) || l < 0 {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 func newMerger(cs []cursor) *merger {
 	m := &merger{h: make(cursorHeap, 0, len(cs))}
 	for _, c := range cs {
 		if c.Next() {
-			m.h = append(m.h, heapItem{c.Key(), c})
+			m.h = append(m.h, heapItem{keyPrefix(c.Key()), c.Key(), c})
 		} else if err := c.Err(); err != nil && m.err == nil {
 			m.err = err
 		}
 	}
-	heap.Init(&m.h)
+	for i := len(m.h)/2 - 1; i >= 0; i-- {
+		m.h.down(i)
+	}
 	m.seq = m.valueSeq
 	return m
 }
@@ -63,13 +82,18 @@ func (m *merger) advance() {
 	c := m.h[0].c
 	if c.Next() {
 		m.h[0].key = c.Key()
-		heap.Fix(&m.h, 0)
+		m.h[0].pfx = keyPrefix(m.h[0].key)
+		m.h.down(0)
 		return
 	}
 	if err := c.Err(); err != nil && m.err == nil {
 		m.err = err
 	}
-	heap.Pop(&m.h)
+	last := len(m.h) - 1
+	m.h[0] = m.h[last]
+	m.h[last] = heapItem{}
+	m.h = m.h[:last]
+	m.h.down(0)
 }
 
 // nextKey skips what is left of the current key's values and moves to the next key. It returns
