@@ -97,6 +97,17 @@ func (e *entry) value(arena []byte, tmp *[inlineValue]byte) []byte {
 	return arena[e.voff : e.voff+e.vlen]
 }
 
+// key returns e's key: a key of at most 8 bytes is its prefix, made into tmp without reading
+// the arena (spills and runs are written in key order, which is no order in the arena: reading
+// each key there was a cache miss a record).
+func (e *entry) key(arena []byte, tmp *[8]byte) []byte {
+	if e.klen <= 8 {
+		binary.BigEndian.PutUint64(tmp[:], e.prefix)
+		return tmp[:e.klen]
+	}
+	return arena[e.koff : e.koff+e.klen]
+}
+
 // inline is the voff of an inline value v (at most inlineValue bytes).
 func inline(v []byte) uint32 {
 	var x uint32
@@ -125,6 +136,7 @@ type MapBuffer struct {
 	used    int // combining: occupied slots of entries
 	scratch []byte
 	vtmp    [inlineValue]byte // an inline value, as bytes
+	ktmp    [8]byte           // a short key, as bytes
 	spills  []*spillFile
 	temp    tempFiles
 	stats   MapStats
@@ -437,7 +449,7 @@ func (b *MapBuffer) spill() error {
 		}
 		for ; i < len(b.entries) && b.entries[i].part == uint32(p); i++ {
 			e := &b.entries[i]
-			if err := sw.rw.Append(b.arena[e.koff:e.koff+e.klen], e.value(b.arena, &b.vtmp)); err != nil {
+			if err := sw.rw.Append(e.key(b.arena, &b.ktmp), e.value(b.arena, &b.vtmp)); err != nil {
 				return err
 			}
 		}
@@ -461,6 +473,7 @@ type memCursor struct {
 	end  int
 	next bool
 	tmp  [inlineValue]byte // the current inline value
+	ktmp [8]byte           // the current short key
 }
 
 func (c *memCursor) Next() bool {
@@ -471,8 +484,7 @@ func (c *memCursor) Next() bool {
 	return c.i < c.end
 }
 func (c *memCursor) Key() []byte {
-	e := &c.b.entries[c.i]
-	return c.b.arena[e.koff : e.koff+e.klen]
+	return c.b.entries[c.i].key(c.b.arena, &c.ktmp)
 }
 func (c *memCursor) Value() []byte {
 	return c.b.entries[c.i].value(c.b.arena, &c.tmp)

@@ -102,5 +102,8 @@ func compareKeys(x, y entry, arena []byte) int {
 	if c := cmp.Compare(x.prefix, y.prefix); c != 0 {
 		return c
 	}
+	if x.klen <= 8 || y.klen <= 8 { // the prefix is the whole of a short key: the shorter first
+		return cmp.Compare(x.klen, y.klen)
+	}
 	return bytes.Compare(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen])
 }
