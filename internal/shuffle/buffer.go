@@ -196,6 +196,9 @@ func keyHash(key []byte) uint64 {
 	return h
 }
 
+// indexHash folds a key's hash to the 32 bits an entry keeps for the table.
+func indexHash(h uint64) uint32 { return uint32(h ^ h>>32) }
+
 // keyPrefix is the first 8 bytes of key, zero-padded, big-endian: it sorts as the key does
 // until a tie.
 func keyPrefix(key []byte) uint64 {
@@ -225,7 +228,7 @@ func (b *MapBuffer) Add(key, value []byte) error {
 	}
 	b.stats.Emitted++
 	h := keyHash(key)
-	h32 := uint32(h ^ h>>32)
+	h32 := indexHash(h)
 	pfx := keyPrefix(key)
 	if b.combine == nil {
 		if !b.reserve(len(key)+len(value), false) {
@@ -287,7 +290,7 @@ func (b *MapBuffer) Add(key, value []byte) error {
 // hash, pfx its prefix. The partition is worked out here, not in Add: a division is a good part
 // of combining a value into a key already buffered.
 func (b *MapBuffer) store(h, pfx uint64, key, value []byte) entry {
-	e := entry{prefix: pfx, part: uint32(h % uint64(b.cfg.Partitions)), hash: uint32(h ^ h>>32), koff: uint32(len(b.arena)), klen: uint32(len(key))}
+	e := entry{prefix: pfx, part: uint32(h % uint64(b.cfg.Partitions)), hash: indexHash(h), koff: uint32(len(b.arena)), klen: uint32(len(key))}
 	b.arena = append(b.arena, key...)
 	if e.vlen = uint32(len(value)); len(value) <= inlineValue {
 		e.voff = inline(value)
@@ -472,7 +475,7 @@ type memCursor struct {
 	i    int
 	end  int
 	next bool
-	tmp  [inlineValue]byte // the current inline value
+	vtmp [inlineValue]byte // the current inline value
 	ktmp [8]byte           // the current short key
 }
 
@@ -487,7 +490,7 @@ func (c *memCursor) Key() []byte {
 	return c.b.entries[c.i].key(c.b.arena, &c.ktmp)
 }
 func (c *memCursor) Value() []byte {
-	return c.b.entries[c.i].value(c.b.arena, &c.tmp)
+	return c.b.entries[c.i].value(c.b.arena, &c.vtmp)
 }
 func (c *memCursor) Err() error { return nil }
 

@@ -46,7 +46,7 @@ func (h cursorHeap) less(i, j int) bool {
 func (h cursorHeap) down(i int) {
 	for {
 		l := 2*i + 1
-		if l >= len(h) || l < 0 {
+		if l >= len(h) {
 			return
 		}
 		j := l
@@ -65,7 +65,8 @@ func newMerger(cs []cursor) *merger {
 	m := &merger{h: make(cursorHeap, 0, len(cs))}
 	for _, c := range cs {
 		if c.Next() {
-			m.h = append(m.h, heapItem{keyPrefix(c.Key()), c.Key(), c})
+			k := c.Key()
+			m.h = append(m.h, heapItem{keyPrefix(k), k, c})
 		} else if err := c.Err(); err != nil && m.err == nil {
 			m.err = err
 		}
