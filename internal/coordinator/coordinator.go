@@ -31,6 +31,7 @@ type Coordinator struct {
 	leading  atomic.Bool
 	lastBeat atomic.Int64  // unix nanos of the main loop's last turn
 	qhealth  queueHealth   // intake's receives
+	pace     shardPace     // how long each type's shards run (pace.go)
 	seen     atomic.Uint64 // the highest writer epoch of any checkpoint read (HighestEpochSeen)
 }
 
@@ -175,7 +176,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	t := &term{
 		cfg: c.cfg, store: c.store, bus: c.bus, env: c.env, beat: c.beat,
 		fence: f, rep: rep, elected: time.Now(), log: log,
-		tab: newJobTable(), reader: jobread.Reader{Store: c.store},
+		tab: newJobTable(), reader: jobread.Reader{Store: c.store}, pace: &c.pace,
 		dispatched: make(chan dispatchEvent, 256), cancels: make(chan string, 64), hints: cancelHints{},
 		stageErr: make(chan error, 1), kick: make(chan struct{}, 1),
 		keyedLost: make(chan keyedLoss, 16), looked: make(chan []repairLook, 1),
@@ -184,6 +185,7 @@ func (c *Coordinator) newTerm(epoch uint64) *term {
 	t.send = &shardSender{log: log, bus: c.bus, batch: c.cfg.DispatchBatch, termID: f.ID, progress: t.dispatched}
 	t.life = lifecycle.New(f, log, rep.emit, c.cfg, c.store, c.queue, c.bus)
 	t.in = newIntake(f, rep, c.cfg, c.store, c.queue, c.bus, &c.qhealth, t.tab, t.plans, t.life, t.reader)
+	t.in.pace = &c.pace
 	t.in.elected = t.elected
 	t.life.Sweep = lifecycle.NewSweeper(log, c.store, t.in, t.tab, t.life.KeepIfRolledBack)
 	t.sched = schedule.New(f, log, rep.emit, c.cfg, c.store, t.reader, t.in)

@@ -145,7 +145,8 @@
 //
 // # Shards per message
 //
-// A big job's consecutive shards travel several to a message (ShardsPerMsg, decided when the job is
+// A big job's consecutive shards travel several to a message, and so do a smaller job's when its
+// type's shards ran short last time (pace.go) (ShardsPerMsg, decided when the job is
 // planned and kept in its checkpoint): message k carries shards [k·n, (k+1)·n) and has Nats-Msg-Id
 // <job>/<k·n>. Dispatch always cuts messages at multiples of n, so a new leader resuming from the
 // checkpoint's Dispatched mark re-publishes exactly the messages the old one may have published,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/internal/coordinator/lifecycle"
+	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/telemetry"
 	"github.com/mapagg/mapagg/jobs"
 )
@@ -24,7 +25,8 @@ func (t *term) end(j *job, state jobs.State, why string) {
 // retire removes an ended job from the term and cleans up after it in the background.
 func (t *term) retire(ctx context.Context, j *job) {
 	defer telemetry.Finish(ctx, j.id, j.spec.SubmittedAt, string(j.cp.State), j.cp.Error).End()
-	t.tab.finish(j)         // marks it being cleaned up, too
+	t.tab.finish(j) // marks it being cleaned up, too
+	t.observePace(j)
 	t.rebalance(time.Now()) // its type's other jobs share its budget
 	if t.tab.after.Load() {
 		nonBlocking(t.kick, struct{}{})
@@ -48,6 +50,15 @@ func (t *term) retire(ctx context.Context, j *job) {
 			nonBlocking(t.kick, struct{}{}) // its result is stored: a job after it may start
 		}
 	}()
+}
+
+// observePace records how long the shards of j, which ended, ran (pace.go): a succeeded
+// aggregate job with paceSamples shards merged this term or more.
+func (t *term) observePace(j *job) {
+	if t.pace == nil || j.cp.State != jobs.StateSucceeded || j.cp.Kind != protocol.KindAggregate || j.bk.nRuns < paceSamples {
+		return
+	}
+	t.pace.observe(j.spec.Type, j.bk.median())
 }
 
 // fail ends j as failed by err. An error of the job's code (a *UserCodeError in its chain) is

@@ -34,6 +34,7 @@ type intake struct {
 	plans  jobPlanner
 	life   ender
 	reader jobread.Reader
+	pace   *shardPace // shards a message by type (pace.go); nil: shardsPerMsg
 
 	handed  chan *job     // to the loop: planned jobs
 	claims  chan string   // to the loop: a planned job to make sure of
@@ -217,7 +218,7 @@ func (in *intake) firstCheckpoint(id, typ string, state jobs.State, reason strin
 		cp.Phase, cp.PhaseDone, cp.PhaseTotal = j.cp.Phase, j.cp.PhaseDone, j.cp.PhaseTotal // a keyed job's (keyed.go)
 		cp.ShardsPerMsg = in.cfg.ShardsPerMsg
 		if cp.ShardsPerMsg == 0 {
-			cp.ShardsPerMsg = shardsPerMsg(cp.Total)
+			cp.ShardsPerMsg = in.perMsg(typ, cp.Kind, cp.Total)
 		}
 		st, err := j.run.state(j, false)
 		if err == nil {
@@ -290,8 +291,22 @@ func (in *intake) deadQueue(ctx context.Context, m queue.Message, reason string)
 	in.deleteMsg(ctx, m)
 }
 
+// perMsg is how many shards a message carries for a job of type typ and kind with total shards:
+// short shards of an aggregate job travel together (pace.go).
+func (in *intake) perMsg(typ string, kind protocol.Kind, total int) int {
+	if in.pace == nil || kind != protocol.KindAggregate {
+		return shardsPerMsg(total)
+	}
+	slots := 0
+	if in.cfg.Slots != nil {
+		slots = in.cfg.Slots(typ)
+	}
+	return in.pace.perMsg(typ, total, slots)
+}
+
 // shardsPerMsg decides how many consecutive shards travel in one message. Jobs of fewer than 4096
-// shards get one each: their shards may be long, and one per message spreads them best. Others get
+// shards get one each: their shards may be long, and one per message spreads them best (unless
+// their type's shards are known to be short, shardPace.perMsg). Others get
 // about total/4096, 2 to 16, so a big job of small shards costs a fraction of the messages.
 func shardsPerMsg(total int) int {
 	if total < 4096 {

@@ -22,6 +22,7 @@ type term struct {
 	bus   Bus
 	env   jobs.Env
 	beat  func() // the loop turned (Coordinator.Healthy)
+	pace  *shardPace
 
 	fence   *fence.Fence
 	rep     reporter // the term's log and events, as its components have them
