@@ -492,10 +492,15 @@ func (c *Client) result(ctx context.Context, id string) (json.RawMessage, error)
 	if err != nil {
 		return nil, err
 	}
+	return c.resultOf(ctx, id, cp)
+}
+
+// resultOf is the result of job id, whose final checkpoint is cp.
+func (c *Client) resultOf(ctx context.Context, id string, cp *protocol.Checkpoint) (json.RawMessage, error) {
 	if cp.Result != nil && !cp.ResultStored {
 		return cp.Result, nil
 	}
-	data, _, err = c.Store.Get(ctx, protocol.ResultBlob(id))
+	data, _, err := c.Store.Get(ctx, protocol.ResultBlob(id))
 	if errors.Is(err, store.ErrNotFound) && !cp.ResultStored {
 		return cp.Result, nil // no result, and no copy of one
 	}
@@ -530,8 +535,17 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 		defer stop()
 		ended = ch
 	}
+	woke := false
 	for {
-		st, err := c.Status(ctx, id)
+		// Woken by an end event, one read gives the status and the result (endedRead); a poll,
+		// or a read that does not give both, reads the status record alone.
+		st, read, err := (*Status)(nil), false, error(nil)
+		if woke {
+			st, read = c.endedRead(ctx, id)
+		}
+		if st == nil {
+			st, err = c.Status(ctx, id)
+		}
 		if err != nil && !isTransient(err) {
 			return nil, err
 		}
@@ -541,7 +555,7 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 			}
 			last = *st
 			if st.State.Terminal() {
-				if st.State == jobs.StateSucceeded {
+				if st.State == jobs.StateSucceeded && !read {
 					if st.Result, err = c.result(ctx, id); err != nil {
 						return st, fmt.Errorf("result of %s: %w", id, err)
 					}
@@ -549,13 +563,56 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 				return st, nil
 			}
 		}
+		woke = false
 		select {
 		case <-ctx.Done():
 			return &last, ctx.Err()
 		case <-time.After(every):
 		case <-ended:
+			woke = true
 		}
 	}
+}
+
+// endedHead is how much of a checkpoint endedRead reads: a final checkpoint whose result is
+// inline is rarely bigger, and a forged end event costs no more than this.
+const endedHead = 64 << 10
+
+// headGetter reads a blob's head with its metadata in one request (store.Container).
+type headGetter interface {
+	GetHead(ctx context.Context, name string, limit int64) ([]byte, store.Props, error)
+}
+
+// endedRead reads job id's status record and, for a job that succeeded, its result with one
+// request: the checkpoint's first endedHead bytes and its metadata. read says the result was
+// read. It returns a nil status when that one read cannot say (the store cannot, the read
+// failed, the record is not one a Status read would give as is), and a status without the
+// result when the job succeeded with a checkpoint bigger than the head: the caller reads on.
+func (c *Client) endedRead(ctx context.Context, id string) (st *Status, read bool) {
+	g, ok := c.Store.(headGetter)
+	if !ok || protocol.CheckID(id) != nil {
+		return nil, false
+	}
+	data, p, err := g.GetHead(ctx, protocol.CheckpointBlob(id), endedHead)
+	if err != nil {
+		return nil, false
+	}
+	rec, err := protocol.DecodeStatusRecord(p.Meta)
+	if err != nil || rec.SubmittedAt.IsZero() || rec.Job != id {
+		return nil, false // an earlier build's checkpoint, or a record that needs the spec
+	}
+	st = fromRecord(rec)
+	if st.State != jobs.StateSucceeded || int64(len(data)) != p.Size {
+		return st, false
+	}
+	cp, err := protocol.DecodeCheckpoint(data)
+	if err != nil || cp.Job != id {
+		return st, false
+	}
+	if st.Result, err = c.resultOf(ctx, id, cp); err != nil {
+		return st, false
+	}
+	return st, true
 }
 
 func isTransient(err error) bool {

@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -326,6 +327,65 @@ func (c *Container) Props(ctx context.Context, name string) (Props, error) {
 		}
 	}
 	return p, nil
+}
+
+// GetHead reads the first limit bytes of a blob (all of it when smaller) and its properties in
+// one request, where Props then Get would make two. Props.Size is the whole blob's: the content
+// is complete when len(data) == Size.
+func (c *Container) GetHead(ctx context.Context, name string, limit int64) ([]byte, Props, error) {
+	if limit <= 0 {
+		return nil, Props{}, fmt.Errorf("get %s: read limit %d: want at least 1 byte", name, limit)
+	}
+	resp, err := c.cc.NewBlobClient(name).DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Count: limit}})
+	if err != nil {
+		return nil, Props{}, translate("get "+name, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return nil, Props{}, fmt.Errorf("get %s: %w", name, err)
+	}
+	p := Props{Size: int64(len(data)), Meta: make(map[string]string, len(resp.Metadata))}
+	if resp.ContentRange != nil {
+		n, ok := rangeTotal(*resp.ContentRange)
+		if !ok || n < p.Size {
+			return nil, Props{}, fmt.Errorf("get %s: unreadable Content-Range %q", name, clip80(*resp.ContentRange))
+		}
+		p.Size = n
+	}
+	if resp.ETag != nil {
+		p.ETag = ETag(*resp.ETag)
+	}
+	if resp.LastModified != nil {
+		p.Modified = *resp.LastModified
+	}
+	for k, v := range resp.Metadata {
+		if v != nil {
+			p.Meta[strings.ToLower(k)] = *v
+		}
+	}
+	return data, p, nil
+}
+
+func clip80(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+// rangeTotal is the whole size a Content-Range header gives ("bytes 0-1023/5000": 5000).
+func rangeTotal(v string) (int64, bool) {
+	unit, rest, ok := strings.Cut(v, " ")
+	if !ok || unit != "bytes" {
+		return 0, false
+	}
+	_, total, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(total, 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // Generation returns the container's ETag. It changes when the container is deleted and

@@ -1,10 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/mapagg/mapagg/internal/harness/testenv"
@@ -131,6 +133,34 @@ func TestContainer_PutMetaProps(t *testing.T) {
 	}
 	if _, err := c.Props(ctx, "missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Props missing: %v", err)
+	}
+}
+
+// GetHead reads a blob's first bytes with its metadata and whole size in one request: all of a
+// small blob, the head of a big one; a missing blob is ErrNotFound.
+func TestContainer_GetHead(t *testing.T) {
+	ctx := context.Background()
+	c := newContainer(t)
+	big := bytes.Repeat([]byte("0123456789"), 1000)
+	e, err := c.PutMeta(ctx, "j/checkpoint", big, map[string]string{"status": "abc"}, store.Cond{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int64{1, 4096, 10_000, 1 << 20} {
+		data, p, err := c.GetHead(ctx, "j/checkpoint", limit)
+		if err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		want := big[:min(limit, int64(len(big)))]
+		if !bytes.Equal(data, want) || p.Size != int64(len(big)) || p.Meta["status"] != "abc" || p.ETag != e || p.Modified.IsZero() {
+			t.Errorf("limit %d: %d bytes, props %+v", limit, len(data), p)
+		}
+	}
+	if _, _, err := c.GetHead(ctx, "missing", 10); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetHead missing: %v", err)
+	}
+	if _, _, err := c.GetHead(ctx, "j/checkpoint", 0); err == nil || !strings.Contains(err.Error(), "read limit 0") {
+		t.Errorf("GetHead with limit 0: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,8 @@ type Span struct {
 	Service  string // the resource's service.name
 	Instance string // the resource's service.instance.id
 	Attrs    map[string]string
+	Start    time.Time
+	End      time.Time
 }
 
 // Collector receives OTLP/HTTP protobuf trace exports.
@@ -112,7 +115,8 @@ func Decode(data []byte) ([]Span, error) {
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
 				sp := Span{Name: s.GetName(), TraceID: hex.EncodeToString(s.GetTraceId()), SpanID: hex.EncodeToString(s.GetSpanId()),
-					ParentID: hex.EncodeToString(s.GetParentSpanId()), Service: service, Instance: instance, Attrs: map[string]string{}}
+					ParentID: hex.EncodeToString(s.GetParentSpanId()), Service: service, Instance: instance, Attrs: map[string]string{},
+					Start: time.Unix(0, int64(s.GetStartTimeUnixNano())), End: time.Unix(0, int64(s.GetEndTimeUnixNano()))}
 				for _, kv := range s.GetAttributes() {
 					v := kv.GetValue()
 					switch {
