@@ -20,31 +20,25 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// Wait learns of a job's end from the leader's job_finished event, not at its next poll; an
-// event is only a hint: one that names the job before its status says it ended, or names
-// another job, does not end the wait.
-func TestWait_WokenByTheJobFinishedEvent(t *testing.T) {
-	ctx := context.Background()
+// endRig is a client with its end watch on (NATS), the storage under it, and announce, which
+// publishes the leader's job_finished event for a job as a leader does.
+func endRig(t *testing.T, prefix string) (*client.Client, *env, func(job string)) {
+	t.Helper()
 	conn := testenv.Azurite(t)
 	url := testenv.NATS(t)
-	const prefix = "endwatch"
 	cfg := client.Config{Storage: store.Account{ConnectionString: conn}, JobsContainer: testenv.Name(t, "jobs"), Queue: testenv.Name(t, "q"),
 		Registry: builtin.Registry(), NATSURL: url, StreamPrefix: prefix}
 	e := newEnvNamed(t, conn, cfg.JobsContainer, cfg.Queue)
-	cl, err := client.New(ctx, cfg)
+	cl, err := client.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	id, err := cl.Submit(ctx, "primes", json.RawMessage(`{"from":0,"to":10,"shards":1}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(cl.Close)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	announce := func(job string) {
 		t.Helper()
 		ev := membership.Event{Seq: 1, At: time.Now(), Worker: "w1", Kind: string(coordinator.EventJobFinished), Job: job, State: string(jobs.StateSucceeded)}
@@ -58,6 +52,19 @@ func TestWait_WokenByTheJobFinishedEvent(t *testing.T) {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	return cl, e, announce
+}
+
+// Wait learns of a job's end from the leader's job_finished event, not at its next poll; an
+// event is only a hint: one that names the job before its status says it ended, or names
+// another job, does not end the wait.
+func TestWait_WokenByTheJobFinishedEvent(t *testing.T) {
+	ctx := context.Background()
+	cl, e, announce := endRig(t, "endwatch")
+	id, err := cl.Submit(ctx, "primes", json.RawMessage(`{"from":0,"to":10,"shards":1}`))
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	type waited struct {
@@ -133,24 +140,9 @@ func (s *countingStore) GetHead(ctx context.Context, name string, limit int64) (
 // checkpoint is small, in two when it is not; the result is the checkpoint's either way.
 func TestWait_OneReadAfterTheEndEvent(t *testing.T) {
 	ctx := context.Background()
-	conn := testenv.Azurite(t)
-	url := testenv.NATS(t)
-	const prefix = "endread"
-	cfg := client.Config{Storage: store.Account{ConnectionString: conn}, JobsContainer: testenv.Name(t, "jobs"), Queue: testenv.Name(t, "q"),
-		Registry: builtin.Registry(), NATSURL: url, StreamPrefix: prefix}
-	e := newEnvNamed(t, conn, cfg.JobsContainer, cfg.Queue)
-	cl, err := client.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl, e, announce := endRig(t, "endread")
 	cs := &countingStore{Container: cl.Store.(*store.Container)}
 	cl.Store = cs
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	big := `{"s":"` + strings.Repeat("x", 100<<10) + `"}`
 	for _, c := range []struct {
 		result string
@@ -194,14 +186,7 @@ func TestWait_OneReadAfterTheEndEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 		cs.take()
-		ev := membership.Event{Seq: 1, At: time.Now(), Worker: "w1", Kind: string(coordinator.EventJobFinished), Job: id, State: string(jobs.StateSucceeded)}
-		evData, err := ev.Encode()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Publish(protocol.NewNames(prefix).Events(), evData); err != nil {
-			t.Fatal(err)
-		}
+		announce(id)
 		var st *client.Status
 		select {
 		case st = <-done:

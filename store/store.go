@@ -311,22 +311,28 @@ func (c *Container) Props(ctx context.Context, name string) (Props, error) {
 	if err != nil {
 		return Props{}, translate("stat "+name, err)
 	}
-	p := Props{Meta: make(map[string]string, len(resp.Metadata))}
+	var size int64
 	if resp.ContentLength != nil {
-		p.Size = *resp.ContentLength
+		size = *resp.ContentLength
 	}
-	if resp.ETag != nil {
-		p.ETag = ETag(*resp.ETag)
+	return propsOf(size, resp.ETag, resp.LastModified, resp.Metadata), nil
+}
+
+// propsOf is the Props of a blob of size bytes from a response's headers.
+func propsOf(size int64, etag *azcore.ETag, modified *time.Time, meta map[string]*string) Props {
+	p := Props{Size: size, Meta: make(map[string]string, len(meta))}
+	if etag != nil {
+		p.ETag = ETag(*etag)
 	}
-	if resp.LastModified != nil {
-		p.Modified = *resp.LastModified
+	if modified != nil {
+		p.Modified = *modified
 	}
-	for k, v := range resp.Metadata {
+	for k, v := range meta {
 		if v != nil {
 			p.Meta[strings.ToLower(k)] = *v
 		}
 	}
-	return p, nil
+	return p
 }
 
 // GetHead reads the first limit bytes of a blob (all of it when smaller) and its properties in
@@ -345,26 +351,15 @@ func (c *Container) GetHead(ctx context.Context, name string, limit int64) ([]by
 	if err != nil {
 		return nil, Props{}, fmt.Errorf("get %s: %w", name, err)
 	}
-	p := Props{Size: int64(len(data)), Meta: make(map[string]string, len(resp.Metadata))}
+	size := int64(len(data))
 	if resp.ContentRange != nil {
 		n, ok := rangeTotal(*resp.ContentRange)
-		if !ok || n < p.Size {
+		if !ok || n < size {
 			return nil, Props{}, fmt.Errorf("get %s: unreadable Content-Range %q", name, clip80(*resp.ContentRange))
 		}
-		p.Size = n
+		size = n
 	}
-	if resp.ETag != nil {
-		p.ETag = ETag(*resp.ETag)
-	}
-	if resp.LastModified != nil {
-		p.Modified = *resp.LastModified
-	}
-	for k, v := range resp.Metadata {
-		if v != nil {
-			p.Meta[strings.ToLower(k)] = *v
-		}
-	}
-	return data, p, nil
+	return data, propsOf(size, resp.ETag, resp.LastModified, resp.Metadata), nil
 }
 
 func clip80(s string) string {
