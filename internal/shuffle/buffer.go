@@ -469,30 +469,23 @@ func (b *MapBuffer) spill() error {
 	return nil
 }
 
-// memCursor reads the sorted entries of one partition.
-type memCursor struct {
-	b    *MapBuffer
-	i    int
-	end  int
-	next bool
-	vtmp [inlineValue]byte // the current inline value
-	ktmp [8]byte           // the current short key
-}
-
-func (c *memCursor) Next() bool {
-	if c.next {
-		c.i++
+// sortedRange emits the sorted entries [start, end) (one partition's) as they are.
+func (b *MapBuffer) sortedRange(ctx context.Context, start, end int) func(emit func(key, value []byte) error) (int64, error) {
+	return func(emit func(key, value []byte) error) (int64, error) {
+		for i := start; i < end; i++ {
+			if (i-start)%4096 == 4095 {
+				if err := ctx.Err(); err != nil {
+					return int64(i - start), err
+				}
+			}
+			e := &b.entries[i]
+			if err := emit(e.key(b.arena, &b.ktmp), e.value(b.arena, &b.vtmp)); err != nil {
+				return int64(i - start), err
+			}
+		}
+		return int64(end - start), nil
 	}
-	c.next = true
-	return c.i < c.end
 }
-func (c *memCursor) Key() []byte {
-	return c.b.entries[c.i].key(c.b.arena, &c.ktmp)
-}
-func (c *memCursor) Value() []byte {
-	return c.b.entries[c.i].value(c.b.arena, &c.vtmp)
-}
-func (c *memCursor) Err() error { return nil }
 
 // Sink opens the run of a partition for writing. Finish calls it for partitions 0, 1, … in order
 // and closes each writer before it opens the next, so a sink may also concatenate the runs into
@@ -511,8 +504,9 @@ func (b *MapBuffer) Finish(ctx context.Context, sink Sink) (err error) {
 			for i < len(b.entries) && b.entries[i].part == uint32(p) {
 				i++
 			}
-			c := &memCursor{b: b, i: start, end: i}
-			if err := b.writeRun(ctx, sink, p, []cursor{c}); err != nil {
+			// One sorted table: its records go out as they are, without a merge (a combiner
+			// left one record a key; without one, every record goes out anyway).
+			if err := b.writeRun(ctx, sink, p, b.sortedRange(ctx, start, i)); err != nil {
 				return err
 			}
 			b.notePeak(int64(b.lastRunWriter))
@@ -536,7 +530,9 @@ func (b *MapBuffer) Finish(ctx context.Context, sink Sink) (err error) {
 		if err != nil {
 			return err
 		}
-		if err := b.writeRun(ctx, sink, p, cs); err != nil {
+		if err := b.writeRun(ctx, sink, p, func(emit func(key, value []byte) error) (int64, error) {
+			return combineTo(ctx, cs, b.combine, emit)
+		}); err != nil {
 			return err
 		}
 		b.stats.PeakMemory = max(b.stats.PeakMemory, readersMemory(cs)+spillWriteBuffer)
@@ -610,8 +606,9 @@ func (b *MapBuffer) mergeSpills(ctx context.Context, fan int) error {
 	return nil
 }
 
-// writeRun merges cs (combining) into partition p's run through sink.
-func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor) (err error) {
+// writeRun writes partition p's run through sink: the records fill emits, in order (sorted and,
+// with a combiner, one a key).
+func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, fill func(emit func(key, value []byte) error) (int64, error)) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -632,7 +629,7 @@ func (b *MapBuffer) writeRun(ctx context.Context, sink Sink, p int, cs []cursor)
 	if err != nil {
 		return err
 	}
-	n, err := combineTo(ctx, cs, b.combine, rw.Append)
+	n, err := fill(rw.Append)
 	if err != nil {
 		return err
 	}
