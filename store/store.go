@@ -342,7 +342,12 @@ func (c *Container) GetHead(ctx context.Context, name string, limit int64) ([]by
 	if limit <= 0 {
 		return nil, Props{}, fmt.Errorf("get %s: read limit %d: want at least 1 byte", name, limit)
 	}
-	resp, err := c.cc.NewBlobClient(name).DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Count: limit}})
+	bc := c.cc.NewBlobClient(name)
+	resp, err := bc.DownloadStream(ctx, &blob.DownloadStreamOptions{Range: blob.HTTPRange{Count: limit}})
+	if bloberror.HasCode(err, bloberror.InvalidRange) {
+		// An empty blob has no first byte to range over: read it whole (nothing).
+		resp, err = bc.DownloadStream(ctx, nil)
+	}
 	if err != nil {
 		return nil, Props{}, translate("get "+name, err)
 	}

@@ -156,6 +156,12 @@ func TestContainer_GetHead(t *testing.T) {
 			t.Errorf("limit %d: %d bytes, props %+v", limit, len(data), p)
 		}
 	}
+	if _, err := c.PutMeta(ctx, "empty", nil, map[string]string{"status": "e"}, store.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if data, p, err := c.GetHead(ctx, "empty", 10); err != nil || len(data) != 0 || p.Size != 0 || p.Meta["status"] != "e" {
+		t.Errorf("GetHead of an empty blob: %d bytes, props %+v, %v", len(data), p, err)
+	}
 	if _, _, err := c.GetHead(ctx, "missing", 10); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetHead missing: %v", err)
 	}
