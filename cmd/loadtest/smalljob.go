@@ -18,8 +18,7 @@ import (
 // library (report.SmallJob) and through the CLI, each ÷ the compute alone.
 type SmallCLI struct {
 	// ComputeS is the job's bare compute: Split and every shard's Map in this process, one
-	// goroutine a core, no coordination (median of ComputeRuns, one after each job through the
-	// client and the CLI); ComputeCPUS its CPU-seconds.
+	// goroutine a core, no coordination (median of ComputeRuns); ComputeCPUS its CPU-seconds.
 	ComputeS    float64 `json:"compute_s"`
 	ComputeCPUS float64 `json:"compute_cpu_s"`
 	ComputeRuns int     `json:"compute_runs"`
@@ -50,17 +49,6 @@ func (r *runner) smallJob(ctx context.Context) error {
 	job := knownjobs.Primes(20_000_000, 200)
 	sj := &SmallJob{}
 	var spans, planned, clientCPU []float64
-	// The bare compute is measured beside the jobs, once after each (the cluster idle), so that
-	// the ratios compare runs of the same minutes on a box whose speed drifts.
-	var walls, cpus []float64
-	compute := func() error {
-		w, cpu, err := primesCompute(ctx, job)
-		if err != nil {
-			return fmt.Errorf("bare compute: %w", err)
-		}
-		walls, cpus = append(walls, w.Seconds()), append(cpus, cpu.Seconds())
-		return nil
-	}
 	// One warm-up job: the first job of a cluster creates its consumers.
 	if _, err := r.runJob(ctx, c, job, "small job (warm-up)", 200); err != nil {
 		return err
@@ -91,9 +79,6 @@ func (r *runner) smallJob(ctx context.Context) error {
 		} else {
 			r.log.Logf("small job: %s", o.Problem)
 		}
-		if err := compute(); err != nil {
-			return err
-		}
 	}
 	r.log.Done()
 	sj.Makespan, sj.Planned = rig.Summarize(spans), rig.Summarize(planned)
@@ -120,13 +105,19 @@ func (r *runner) smallJob(ctx context.Context) error {
 			}
 			sc.CLIS = append(sc.CLIS, s)
 			r.log.Add(1)
-			if err := compute(); err != nil {
-				return err
-			}
 		}
 		r.log.Done()
 		sc.CLI = rig.Summarize(sc.CLIS)
 		r.log.Logf("small job through the CLI (exec to exit): p50 %.3fs, p90 %.3fs", sc.CLI.P50, sc.CLI.P90)
+	}
+	// The bare compute: 21 runs, the median counts.
+	var walls, cpus []float64
+	for range 21 {
+		w, cpu, err := primesCompute(ctx, job)
+		if err != nil {
+			return fmt.Errorf("bare compute: %w", err)
+		}
+		walls, cpus = append(walls, w.Seconds()), append(cpus, cpu.Seconds())
 	}
 	sc.ComputeS, sc.ComputeCPUS, sc.ComputeRuns = median(walls), median(cpus), len(walls)
 	if sc.ComputeS > 0 {
