@@ -53,12 +53,13 @@ func (t *term) retire(ctx context.Context, j *job) {
 }
 
 // observePace records how long the shards of j, which ended, ran (pace.go): a succeeded
-// aggregate job with paceSamples shards merged this term or more.
+// aggregate job with paceSamples shards merged this term or more. Run times come in whole
+// microseconds, so a median of 0 is a shard under 1 µs, not an unknown pace.
 func (t *term) observePace(j *job) {
 	if t.pace == nil || j.cp.State != jobs.StateSucceeded || j.cp.Kind != protocol.KindAggregate || j.bk.nRuns < paceSamples {
 		return
 	}
-	t.pace.observe(j.spec.Type, j.bk.median())
+	t.pace.observe(j.spec.Type, max(j.bk.median(), time.Microsecond))
 }
 
 // fail ends j as failed by err. An error of the job's code (a *UserCodeError in its chain) is

@@ -50,6 +50,19 @@ func TestShardPace_PerMessage(t *testing.T) {
 	}
 }
 
+// A job whose shards ran under a microsecond (run times of 0 µs) counts as short, not unknown.
+func TestTerm_ObservesShardsUnderAMicrosecond(t *testing.T) {
+	var p shardPace
+	tm := &term{pace: &p}
+	j := &job{spec: &protocol.Spec{Type: "tiny"}}
+	j.cp.State, j.cp.Kind = jobs.StateSucceeded, protocol.KindAggregate
+	j.bk.nRuns = paceSamples // every run 0 µs
+	tm.observePace(j)
+	if got := p.perMsg("tiny", 200, 6); got != 4 {
+		t.Errorf("perMsg after shards of 0 µs = %d, want 4", got)
+	}
+}
+
 // The second job of a type whose shards are short carries several shards a message, and is
 // exact; the first, whose pace is unknown, carries one.
 func TestCoordinator_ShortShardsTravelTogether(t *testing.T) {
