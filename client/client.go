@@ -539,7 +539,11 @@ func (c *Client) Wait(ctx context.Context, id string, every time.Duration, progr
 	for {
 		// Woken by an end event, one read gives the status and the result (endedRead); a poll,
 		// or a read that does not give both, reads the status record alone.
-		st, read, err := (*Status)(nil), false, error(nil)
+		var (
+			st   *Status
+			read bool // st.Result was read too
+			err  error
+		)
 		if woke {
 			st, read = c.endedRead(ctx, id)
 		}
