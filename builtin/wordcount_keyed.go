@@ -44,6 +44,9 @@ func (wordcountKeyed) Split(ctx context.Context, env jobs.Env, params json.RawMe
 	return wordcount{}.Split(ctx, env, params)
 }
 
+// OutputText: the words are text (stored as TSV unless the job asks otherwise), the counts not.
+func (wordcountKeyed) OutputText() (key, value bool) { return true, false }
+
 func (wordcountKeyed) Partitions(params json.RawMessage) (int, error) {
 	p, err := parseWordcountParams(params)
 	return p.Partitions, err

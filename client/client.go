@@ -83,7 +83,8 @@ var (
 	ErrNoSuchJob   = jobstore.ErrNoSuchJob
 	ErrNotFinished = errors.New("job has not finished")
 	// ErrBadSpec is matched by an error about a submitted job's fields (priority, retries,
-	// after, type, params that are not JSON): each says which field and what is allowed.
+	// after, output_format, type, params that are not JSON): each says which field and what is
+	// allowed.
 	ErrBadSpec = protocol.ErrBadSpec
 )
 
@@ -161,6 +162,13 @@ type Spec struct {
 	Params      json.RawMessage `json:"params"`
 	SubmittedAt time.Time       `json:"submitted_at"`
 	Priority    int             `json:"priority,omitempty"`
+	// OutputFormat is how a keyed job stores its output blobs (WithOutputFormat); "": the default.
+	OutputFormat string `json:"output_format,omitempty"`
+}
+
+// fromSpec is the client's view of a stored spec.
+func fromSpec(s *protocol.Spec) *Spec {
+	return &Spec{ID: s.ID, Type: s.Type, Params: s.Params, SubmittedAt: s.SubmittedAt, Priority: s.Priority, OutputFormat: s.OutputFormat}
 }
 
 // Validate checks a job type and its parameters without writing anything, and returns the spec
@@ -170,7 +178,7 @@ func (c *Client) Validate(ctx context.Context, typ string, params json.RawMessag
 	if err != nil {
 		return nil, err
 	}
-	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
+	return fromSpec(spec), nil
 }
 
 // validate is the one validation of a new job: its fields by their rules (protocol.Spec's, one
@@ -182,7 +190,7 @@ func (c *Client) validate(ctx context.Context, typ string, params json.RawMessag
 	}
 	now := c.now()
 	spec := &protocol.Spec{ID: protocol.NewID(now), Type: typ, Params: params, SubmittedAt: now.UTC(),
-		Priority: o.priority, After: o.after, Retries: o.retries}
+		Priority: o.priority, After: o.after, Retries: o.retries, OutputFormat: o.outputFormat}
 	if _, err := spec.Encode(); err != nil {
 		return nil, err
 	}
@@ -238,10 +246,11 @@ func (s listingStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo,
 type SubmitOption func(*submitOptions)
 
 type submitOptions struct {
-	priority int
-	after    []string
-	retries  int
-	key      string
+	priority     int
+	after        []string
+	retries      int
+	key          string
+	outputFormat string
 }
 
 // WithIdempotencyKey makes a submit safe to repeat: the first submit under key (1 to 255
@@ -249,7 +258,7 @@ type submitOptions struct {
 // within a day returns that job's id and creates nothing, however many run at once. Submit then
 // also retries a failure that is not the job's fault (storage unavailable, a timeout) a few
 // times itself. A repeat that asks for another job (type, params, dependencies, priority,
-// retries) fails with ErrKeyReused.
+// retries, output format) fails with ErrKeyReused.
 func WithIdempotencyKey(key string) SubmitOption { return func(o *submitOptions) { o.key = key } }
 
 // ErrKeyReused: an idempotency key was used within a day for a different job.
@@ -264,6 +273,12 @@ const (
 // WithPriority sets a job's priority, MinPriority to MaxPriority (default 0): each step up
 // doubles its share of dispatch against running jobs of its type.
 func WithPriority(p int) SubmitOption { return func(o *submitOptions) { o.priority = p } }
+
+// WithOutputFormat sets how a keyed job stores its output blobs: "tsv", "jsonl", "tsv.zst" or
+// "jsonl.zst" (".zst": compressed with zstd). The default is TSV for a job whose keys are text
+// and JSON lines otherwise. Submit refuses an unknown format (ErrBadSpec, naming output_format).
+// Output reads give the same records whatever the stored format.
+func WithOutputFormat(f string) SubmitOption { return func(o *submitOptions) { o.outputFormat = f } }
 
 // The range of a job's priority.
 const (

@@ -166,6 +166,39 @@ func TestClient_Submit_RefusedWritesNothing(t *testing.T) {
 	}
 }
 
+// An unknown output format is refused, naming output_format, before anything is written; a
+// known one is stored in the spec, and none leaves the field out (earlier builds read the spec).
+func TestClient_Submit_OutputFormat(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	params := json.RawMessage(`{"job":"20261125-120000-0123abcd","by":"value"}`)
+	_, err := e.cl.Submit(ctx, "regroup", params, client.WithOutputFormat("csv"))
+	var fe *protocol.FieldError
+	if !errors.Is(err, client.ErrBadSpec) || !client.Refused(err) || !errors.As(err, &fe) || fe.Field != "output_format" ||
+		!strings.Contains(err.Error(), `output_format "csv" is not a format`) {
+		t.Fatalf("Submit with format csv = %v; want a refusal naming output_format", err)
+	}
+	e.assertNothingWritten(t)
+
+	for _, f := range []string{"jsonl.zst", ""} {
+		id, err := e.cl.Submit(ctx, "regroup", params, client.WithOutputFormat(f))
+		if err != nil {
+			t.Fatalf("format %q: %v", f, err)
+		}
+		spec, err := e.cl.Spec(ctx, id)
+		if err != nil || spec.OutputFormat != f {
+			t.Fatalf("format %q: Spec = %+v, %v", f, spec, err)
+		}
+		data, _, err := e.jobs.Get(ctx, protocol.SpecBlob(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored := strings.Contains(string(data), `"output_format"`); stored != (f != "") {
+			t.Errorf("format %q: stored spec %s", f, data)
+		}
+	}
+}
+
 func TestClient_Submit_ClusterTypeAccepted(t *testing.T) {
 	e := newEnv(t)
 	v := &recordingValidator{err: map[string]error{"squares": nil}}

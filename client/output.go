@@ -12,7 +12,8 @@ import (
 )
 
 // OutputManifest is a keyed job's result: its output blobs, one per partition in order, in the
-// jobs container. The blobs hold {"key":K,"value":V} lines.
+// jobs container, stored in the format the job chose (Format: jobs.OutputFormats). WriteOutput
+// reads any of them.
 type (
 	OutputManifest  = jobs.OutputManifest
 	OutputPartition = jobs.OutputPartition
@@ -108,7 +109,7 @@ func (c *Client) WriteOutput(ctx context.Context, id string, w io.Writer, opts O
 		return OutputStats{}, err
 	}
 	for _, p := range parts {
-		if err := shuffle.CopyOutputPartition(ctx, rr, id, p, ow); err != nil {
+		if err := shuffle.CopyOutputPartition(ctx, rr, id, m, p, ow); err != nil {
 			return OutputStats{Records: ow.Records(), Bytes: ow.Bytes()}, err
 		}
 	}

@@ -70,7 +70,7 @@ func (f Filter) Check() error {
 // jobStates lists the states a Filter may select.
 var jobStates = []jobs.State{jobs.StateQueued, jobs.StateWaiting, jobs.StateRunning, jobs.StateSucceeded, jobs.StateFailed, jobs.StateCancelled, StateUnknown, StateUnreadable}
 
-// Spec reads a job's spec: its type, parameters, submission time and priority.
+// Spec reads a job's spec: its type, parameters, submission time, priority and output format.
 func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {
 	if err := protocol.CheckID(id); err != nil {
 		return nil, err
@@ -79,7 +79,7 @@ func (c *Client) Spec(ctx context.Context, id string) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Spec{ID: spec.ID, Type: spec.Type, Params: spec.Params, SubmittedAt: spec.SubmittedAt, Priority: spec.Priority}, nil
+	return fromSpec(spec), nil
 }
 
 // Page is one page of Query, newest first.

@@ -19,6 +19,13 @@ type BlobRange struct {
 	Blob      string `json:"b"`
 	Offset    int64  `json:"o"`
 	Length    int64  `json:"n"`
+	// Format is set in a range of a keyed job's output (BlobInput.Job) stored other than as
+	// JSON lines: its stored format (OutputFormats) and text columns. Lines yields such a
+	// blob's records as {"key":K,"value":V} lines all the same. A compressed blob is one
+	// range, from 0.
+	Format    string `json:"f,omitempty"`
+	KeyText   bool   `json:"kt,omitempty"`
+	ValueText bool   `json:"vt,omitempty"`
 }
 
 // MaxRangeBytes bounds BlobRange.Length; MaxLineBytes bounds a line read by Lines.
@@ -74,7 +81,8 @@ func (in BlobInput) rangeSize(env Env, total int64) int64 {
 // should call BlobInput.Validate). Split cuts the blobs into BlobRanges, one per shard.
 //
 // The blobs are either a container's (Container and Prefix) or a finished keyed job's output
-// (Job): then Lines reads its records, one JSON line each (SplitRecord splits one).
+// (Job): then Lines reads its records, one JSON line each (SplitRecord splits one), whatever
+// the format the job stored them in.
 type BlobInput struct {
 	// Container holds the input blobs. Required unless Job is set; a valid Azure container name.
 	Container string `json:"container,omitempty"`
@@ -171,6 +179,15 @@ func (r BlobRange) Validate() error {
 		return errors.New("container and blob must be named")
 	case r.Offset < 0 || r.Length < 1 || r.Length > MaxRangeBytes || r.Offset > 1<<62:
 		return fmt.Errorf("range of %d bytes at %d: want 1 to %d bytes at a non-negative offset", r.Length, r.Offset, MaxRangeBytes)
+	}
+	if r.Format != "" {
+		f, ok := formOf(r.Format, r.KeyText, r.ValueText)
+		switch {
+		case !ok:
+			return fmt.Errorf("range format %q: want one of %s", r.Format, strings.Join(OutputFormats(), ", "))
+		case f.zst && r.Offset != 0:
+			return fmt.Errorf("a compressed (%s) blob is read whole: its range starts at 0, not %d", r.Format, r.Offset)
+		}
 	}
 	return nil
 }
@@ -282,6 +299,9 @@ func Lines(ctx context.Context, env Env, r BlobRange, fn func(line []byte) error
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("read lines: %w", err)
 	}
+	if f, _ := formOf(r.Format, r.KeyText, r.ValueText); r.Format != "" && (f.tsv || f.zst) {
+		return outputLines(ctx, env, r, f, fn)
+	}
 	from := max(r.Offset-1, 0)
 	rc, err := openTail(ctx, env, r, from)
 	if err != nil {
@@ -352,19 +372,18 @@ const DefaultJobsContainer = "jobs"
 // maxManifestBytes bounds the result BlobInput.Job reads as an OutputManifest.
 const maxManifestBytes = 64 << 20
 
-// The kind of a result that is an OutputManifest, and the format of its output blobs: JSON
-// lines {"key":K,"value":V}, lossless.
-const (
-	OutputKind   = "keyed-output"
-	OutputFormat = "jsonl"
-)
+// OutputKind is the kind of a result that is an OutputManifest.
+const OutputKind = "keyed-output"
 
 // OutputManifest is a keyed job's result: its committed output blobs, one per partition in
 // partition order, in the jobs container, keys sorted inside a partition. This is its one
 // declaration: the leader writes it, the client and BlobInput.Job read it.
 type OutputManifest struct {
-	Kind       string            `json:"kind"`   // OutputKind
-	Format     string            `json:"format"` // OutputFormat
+	Kind   string `json:"kind"`   // OutputKind
+	Format string `json:"format"` // one of OutputFormats
+	// KeyText, ValueText: in TSV, the column is text (see OutputTSV).
+	KeyText    bool              `json:"key_text,omitempty"`
+	ValueText  bool              `json:"value_text,omitempty"`
 	Container  string            `json:"container"`
 	Partitions []OutputPartition `json:"partitions"`
 	Records    int64             `json:"records"`
@@ -382,8 +401,8 @@ type OutputPartition struct {
 // Check reports what is wrong with m as the manifest of job id: its format, partitions out of order, a blob outside the job's output prefix ("<id>/out/"), negative
 // counts, or totals that disagree with the partitions.
 func (m *OutputManifest) Check(id string) error {
-	if m.Format != OutputFormat {
-		return fmt.Errorf("output manifest of job %s: format %q, want %q", id, m.Format, OutputFormat)
+	if _, ok := formOf(m.Format, m.KeyText, m.ValueText); !ok {
+		return fmt.Errorf("output manifest of job %s: format %q, want one of %s", id, m.Format, strings.Join(OutputFormats(), ", "))
 	}
 	var records, bytes int64
 	for i, p := range m.Partitions {
@@ -426,20 +445,29 @@ func jobIDPattern(id string) bool {
 // container and its blobs in partition order, with their sizes. A result that is a value, not a
 // manifest, is an error that says so.
 func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobInfo, err error) {
-	var m OutputManifest
-	if err := json.Unmarshal(result, &m); err != nil || m.Kind != OutputKind {
-		return "", nil, fmt.Errorf("job %s has no output blobs: its result is a value (an aggregate job), not a keyed job's output", id)
-	}
-	if err := m.Check(id); err != nil {
+	m, err := decodeJobOutput(id, result)
+	if err != nil {
 		return "", nil, err
-	}
-	if reason := ContainerNameProblem(m.Container); reason != "" {
-		return "", nil, fmt.Errorf("output manifest of job %s: container %q: %s", id, m.Container, reason)
 	}
 	for _, p := range m.Partitions {
 		blobs = append(blobs, BlobInfo{Name: p.Blob, Size: p.Bytes})
 	}
 	return m.Container, blobs, nil
+}
+
+// decodeJobOutput decodes and checks job id's stored result as an output manifest.
+func decodeJobOutput(id string, result []byte) (*OutputManifest, error) {
+	var m OutputManifest
+	if err := json.Unmarshal(result, &m); err != nil || m.Kind != OutputKind {
+		return nil, fmt.Errorf("job %s has no output blobs: its result is a value (an aggregate job), not a keyed job's output", id)
+	}
+	if err := m.Check(id); err != nil {
+		return nil, err
+	}
+	if reason := ContainerNameProblem(m.Container); reason != "" {
+		return nil, fmt.Errorf("output manifest of job %s: container %q: %s", id, m.Container, reason)
+	}
+	return &m, nil
 }
 
 // splitJobOutput cuts the output blobs of job id into ranges of in's size (rangeSize).
@@ -458,13 +486,39 @@ func splitJobOutput(ctx context.Context, env Env, id string, in BlobInput) ([]Bl
 	if len(data) > maxManifestBytes {
 		return nil, fmt.Errorf("input job %s: its result is over %d bytes: not an output manifest", id, maxManifestBytes)
 	}
-	container, blobs, err := DecodeJobOutput(id, data)
+	m, err := decodeJobOutput(id, data)
 	if err != nil {
 		return nil, fmt.Errorf("input job: %w", err)
 	}
-	ranges, err := cutBlobs(container, blobs, in.rangeSize(env, totalSize(blobs)), "input job "+id, "shard_bytes")
-	if err != nil {
-		return nil, err
+	var ranges []BlobRange
+	if f, _ := formOf(m.Format, m.KeyText, m.ValueText); f.zst {
+		// A compressed blob cannot be cut: one range each.
+		for _, p := range m.Partitions {
+			if p.Bytes == 0 {
+				continue
+			}
+			if p.Bytes > MaxRangeBytes {
+				return nil, fmt.Errorf("input job %s: output blob %s is %d bytes, stored compressed (%s): a compressed blob is one shard, at most %d bytes; run the job again with an uncompressed output_format",
+					id, p.Blob, p.Bytes, m.Format, MaxRangeBytes)
+			}
+			if len(ranges) == MaxShards {
+				return nil, fmt.Errorf("input job %s: more than %d output blobs", id, MaxShards)
+			}
+			ranges = append(ranges, BlobRange{Container: m.Container, Blob: p.Blob, Length: p.Bytes})
+		}
+	} else {
+		blobs := make([]BlobInfo, 0, len(m.Partitions))
+		for _, p := range m.Partitions {
+			blobs = append(blobs, BlobInfo{Name: p.Blob, Size: p.Bytes})
+		}
+		if ranges, err = cutBlobs(m.Container, blobs, in.rangeSize(env, totalSize(blobs)), "input job "+id, "shard_bytes"); err != nil {
+			return nil, err
+		}
+	}
+	if m.Format != OutputJSONL {
+		for i := range ranges {
+			ranges[i].Format, ranges[i].KeyText, ranges[i].ValueText = m.Format, m.KeyText, m.ValueText
+		}
 	}
 	if len(ranges) == 0 {
 		return nil, fmt.Errorf("input job %s: its output has no records", id)

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,8 +173,20 @@ func Keyed[P, S, K, V, O any](name string, job TypedKeyedJob[P, S, K, V, O]) Key
 	if c, ok := job.(WithCombine[V]); ok {
 		k.combine = c.Combine
 	}
+	k.keyText, k.outText = isText[K](), isText[O]()
 	return k
 }
+
+// isText: T's output JSON is always a string (its kind is string, without a marshaler of its
+// own).
+func isText[T any]() bool {
+	t := reflect.TypeFor[T]()
+	return t.Kind() == reflect.String && !implements(t, reflect.TypeFor[json.Marshaler]()) &&
+		!implements(t, reflect.TypeFor[encoding.TextMarshaler]())
+}
+
+// OutputText says which output columns are text: a string key or output type's.
+func (k *keyed[P, S, K, V, O]) OutputText() (key, value bool) { return k.keyText, k.outText }
 
 type keyed[P, S, K, V, O any] struct {
 	t       *typed[P, S, struct{}] // parameters and shards, as a typed job's
@@ -183,6 +196,8 @@ type keyed[P, S, K, V, O any] struct {
 	values  kvCodec[V]
 	out     kvCodec[O]
 	combine func(a, b V) V
+	// keyText, outText: K's and O's output JSON is always a string (OutputText).
+	keyText, outText bool
 	// reducers pools reduceStates.
 	reducers sync.Pool
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -31,6 +32,7 @@ type submitFlags struct {
 	after                   string // comma-separated job ids (after.go)
 	retries                 int
 	idempotencyKey          string
+	outputFormat            string
 }
 
 func (n *Node) newSubmitFlags() *submitFlags {
@@ -41,6 +43,8 @@ func (n *Node) newSubmitFlags() *submitFlags {
 	f.fs.StringVar(&f.paramsFile, "params-file", "", "read the job parameters from this file")
 	f.fs.StringVar(&f.idempotencyKey, "idempotency-key", "", "makes the submit safe to repeat: every submit with this key (1 to 255 printable ASCII characters, e.g. a UUID) within a day prints the first one's job id and creates nothing")
 	f.fs.IntVar(&f.priority, "priority", 0, fmt.Sprintf("job priority, %d to %d: each step up doubles the job's share of the workers against running jobs of its type", protocol.MinPriority, protocol.MaxPriority))
+	f.fs.StringVar(&f.outputFormat, "output-format", "", "how a keyed job stores its output blobs: "+strings.Join(jobs.OutputFormats(), ", ")+
+		" (.zst: compressed with zstd); default TSV for a job whose keys are text, JSON lines otherwise. Keyed jobs only; worker output reads any of them")
 	f.fs.BoolVar(&f.wait, "wait", false, "wait for the job and print only its result on stdout (id and progress on stderr); the exit status says how it ended")
 	f.fs.BoolVar(&f.quiet, "quiet", false, "print only the job id on stdout, and no progress (with --wait the exit status says how the job ended)")
 	f.fs.DurationVar(&f.poll, "poll", 250*time.Millisecond, "with --wait: how often to read the job's progress")
@@ -92,7 +96,7 @@ func (n *Node) submitCmd(ctx context.Context, args []string, stdout, stderr io.W
 	defer cancel()
 	// Submit is the one validation (the job's fields, then its type and parameters); a job it
 	// refuses is a usage error, and nothing was written.
-	opts := append(f.submitOptions(), client.WithPriority(f.priority))
+	opts := append(f.submitOptions(), client.WithPriority(f.priority), client.WithOutputFormat(f.outputFormat))
 	if f.idempotencyKey != "" {
 		opts = append(opts, client.WithIdempotencyKey(f.idempotencyKey))
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"github.com/mapagg/mapagg/builtin"
 	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/api"
+	"github.com/mapagg/mapagg/store"
 )
 
 // unreachable names storage and NATS that nothing answers: a refused job never reaches them.
@@ -55,6 +57,8 @@ func TestSubmit_RefusalMessages(t *testing.T) {
 			`bad job spec: after bad job id "BAD": only a-z, 0-9 and '-' (not first) are allowed`},
 		{"after twice", []string{"--type", "primes", "--params", primes, "--after", "a,a"}, `{"type":"primes","params":` + primes + `,"after":["a","a"]}`, "after",
 			"bad job spec: after names job a twice"},
+		{"output format unknown", []string{"--type", "primes", "--params", primes, "--output-format", "csv"}, `{"type":"primes","params":` + primes + `,"output_format":"csv"}`, "output_format",
+			`bad job spec: output_format "csv" is not a format: use tsv, jsonl, tsv.zst, jsonl.zst, or leave it out`},
 		{"bad params", []string{"--type", "squares", "--params", `{"n":0,"shards":1}`}, `{"type":"squares","params":{"n":0,"shards":1}}`, "n",
 			`bad parameters for squares: "n" must be 1 to 1000000 (got 0)`},
 	} {
@@ -100,5 +104,36 @@ func refusingAPI(t *testing.T, cl *client.Client) func(body string) (int, map[st
 			t.Fatalf("%d %s: %v", resp.StatusCode, data, err)
 		}
 		return resp.StatusCode, out
+	}
+}
+
+// --output-format reaches the stored spec; without it the spec has none (the default).
+func TestSubmit_OutputFormatFlag(t *testing.T) {
+	c := newCluster(t)
+	c.startResponderOnly(t, builtin.Registry(), "w-types")
+	n := c.node(t, builtin.Registry())
+	conn := c.env["AZURE_STORAGE_CONNECTION_STRING"]
+	bc, err := store.NewClient(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &client.Client{Store: store.New(bc, c.env["JOBS_CONTAINER"])}
+	params := `{"job":"20261125-120000-0123abcd","by":"value"}`
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--output-format", "tsv.zst"}, "tsv.zst"},
+		{nil, ""},
+	} {
+		args := append([]string{"submit", "--quiet", "--type", "regroup", "--params", params}, tc.args...)
+		code, out, stderr := run(t, n, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", tc.args, code, stderr)
+		}
+		spec, err := cl.Spec(context.Background(), strings.TrimSpace(out))
+		if err != nil || spec.OutputFormat != tc.want {
+			t.Errorf("%v: spec %+v, %v; want output format %q", tc.args, spec, err, tc.want)
+		}
 	}
 }

@@ -7,7 +7,6 @@
 package keyed5m
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -278,31 +277,33 @@ func TestKeyed5M_WordcountBlobOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := bufio.NewScanner(rc)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		var prev []byte
-		for sc.Scan() {
+		err = m.ReadRecords(rc, func(key, value []byte) error {
 			var rec struct {
-				Key   string `json:"key"`
-				Value uint32 `json:"value"`
+				Key   string
+				Value uint32
 			}
-			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-				t.Fatalf("%s: %q: %v", p.Blob, sc.Text(), err)
+			if err := json.Unmarshal(key, &rec.Key); err != nil {
+				return fmt.Errorf("key %q: %v", key, err)
+			}
+			if err := json.Unmarshal(value, &rec.Value); err != nil {
+				return fmt.Errorf("value %q: %v", value, err)
 			}
 			wid, ok := wordID(rec.Key)
 			if !ok || int(wid) >= words || seen[wid] || counts[wid] != rec.Value {
-				t.Fatalf("%s: %q: not a word of the corpus, seen twice, or its count is not %d", p.Blob, sc.Text(), counts[min(int(wid), words-1)])
+				return fmt.Errorf("%q %d: not a word of the corpus, seen twice, or its count is not %d", rec.Key, rec.Value, counts[min(int(wid), words-1)])
 			}
 			if prev != nil && bytes.Compare([]byte(rec.Key), prev) <= 0 {
-				t.Fatalf("%s: key %q after %q", p.Blob, rec.Key, prev)
+				return fmt.Errorf("key %q after %q", rec.Key, prev)
 			}
 			prev = append(prev[:0], rec.Key...)
 			seen[wid] = true
 			n++
-		}
+			return nil
+		})
 		rc.Close()
-		if err := sc.Err(); err != nil {
-			t.Fatal(err)
+		if err != nil {
+			t.Fatalf("%s: %v", p.Blob, err)
 		}
 	}
 	if n != int64(words) || m.Records != n {

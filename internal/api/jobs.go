@@ -27,10 +27,12 @@ const IdempotencyKeyHeader = "Idempotency-Key"
 type SubmitRequest struct {
 	Type   string          `json:"type"`
 	Params json.RawMessage `json:"params,omitempty"`
-	// After lists jobs this one waits for; Priority orders it against other jobs. The JobService
+	// After lists jobs this one waits for; Priority orders it against other jobs; OutputFormat
+	// is how a keyed job stores its output blobs (client.WithOutputFormat). The JobService
 	// (client.Submit) checks every field; the API checks nothing again.
-	After    []string `json:"after,omitempty"`
-	Priority *int     `json:"priority,omitempty"`
+	After        []string `json:"after,omitempty"`
+	Priority     *int     `json:"priority,omitempty"`
+	OutputFormat string   `json:"output_format,omitempty"`
 }
 
 // options are the request's fields that client.Submit takes as options.
@@ -41,6 +43,9 @@ func (req SubmitRequest) options() []client.SubmitOption {
 	}
 	if p := req.Priority; p != nil {
 		opts = append(opts, client.WithPriority(*p)) // Submit checks its range
+	}
+	if req.OutputFormat != "" {
+		opts = append(opts, client.WithOutputFormat(req.OutputFormat)) // Submit checks it
 	}
 	return opts
 }

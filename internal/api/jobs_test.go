@@ -125,6 +125,7 @@ func TestAPI_Submit_AuthAndRefusalsWriteNothing(t *testing.T) {
 		{"not JSON", testToken, `{"type":`, 400, "body:"},
 		{"two objects", testToken, good + good, 400, "one JSON object"},
 		{"priority out of range", testToken, `{"type":"pi","params":{"samples":1000,"shards":2},"priority":11}`, 400, `priority 11 is out of range`},
+		{"unknown output format", testToken, `{"type":"regroup","params":{"job":"20261125-120000-0123abcd"},"output_format":"csv"}`, 400, `output_format "csv" is not a format`},
 		{"too big", testToken, `{"type":"pi","params":{"x":"` + strings.Repeat("a", MaxBody) + `"}}`, 413, "body over"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,6 +339,28 @@ func TestAPI_ListFiltersAndPages(t *testing.T) {
 	}
 }
 
+// The document's output formats are the ones a keyed job can store.
+func TestAPI_OpenAPIOutputFormats(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				SubmitRequest struct {
+					Properties map[string]struct {
+						Enum []string `json:"enum"`
+					} `json:"properties"`
+				}
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := doc.Components.Schemas.SubmitRequest.Properties["output_format"].Enum
+	if !slices.Equal(got, jobs.OutputFormats()) {
+		t.Fatalf("openapi.json: output_format %v, want %v", got, jobs.OutputFormats())
+	}
+}
+
 // The document lists exactly the routes the server serves, and each of them answers (no 404 or
 // 405 from the router).
 func TestAPI_OpenAPIMatchesRoutes(t *testing.T) {
@@ -419,7 +442,7 @@ func (fakeJobs) Submit(context.Context, string, json.RawMessage, ...client.Submi
 }
 
 func FuzzAPI_SubmitBody(f *testing.F) {
-	for _, s := range []string{`{"type":"pi","params":{"samples":1}}`, `{"type":`, `[]`, `{"type":"x","after":["a"],"priority":1}`, `{"type":1}`, ""} {
+	for _, s := range []string{`{"type":"pi","params":{"samples":1}}`, `{"type":`, `[]`, `{"type":"x","after":["a"],"priority":1}`, `{"type":"x","output_format":"tsv.zst"}`, `{"type":1}`, ""} {
 		f.Add([]byte(s))
 	}
 	h, err := New(Config{Jobs: fakeJobs{}, Token: []byte(testToken), Logger: slog.New(slog.DiscardHandler)})

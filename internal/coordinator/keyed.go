@@ -1,10 +1,13 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/mapagg/mapagg/internal/coordinator/core"
 	"github.com/mapagg/mapagg/internal/protocol"
@@ -28,9 +31,12 @@ type keyedRun struct {
 	id, container string
 	S, P          int
 	G             int // partitions a reduce task (the last may have fewer)
-	maps          []*protocol.MapCommit
-	outs          []*protocol.OutputPartition
-	nMaps, nOuts  int
+	// out is the outputs' stored format and text columns ("": JSON lines, as earlier releases).
+	out                string
+	keyText, valueText bool
+	maps               []*protocol.MapCommit
+	outs               []*protocol.OutputPartition
+	nMaps, nOuts       int
 	// manifest: the map manifest is being written or stored (set by the loop; the loop opens
 	// the job's gate once the writer says it is stored).
 	manifest bool
@@ -60,7 +66,10 @@ type keyedState struct {
 	Keyed int                         `json:"keyed"` // 1
 	S     int                         `json:"s"`
 	P     int                         `json:"p"`
-	G     int                         `json:"g,omitempty"` // partitions a reduce task; 0: 1 (earlier releases)
+	G     int                         `json:"g,omitempty"`   // partitions a reduce task; 0: 1 (earlier releases)
+	Out   string                      `json:"out,omitempty"` // the outputs' format; "": JSON lines (earlier releases)
+	KT    bool                        `json:"kt,omitempty"`  // TSV: the key column is text
+	VT    bool                        `json:"vt,omitempty"`  // TSV: the value column is text
 	Maps  []*protocol.MapCommit       `json:"maps"`
 	Outs  []*protocol.OutputPartition `json:"outs"`
 }
@@ -78,7 +87,11 @@ func (a *keyedRun) restore(data []byte) error {
 	if st.Keyed != 1 || st.S < 0 || st.P < 1 || len(st.Maps) != st.S || len(st.Outs) != st.P || st.G < 0 || st.G > st.P {
 		return fmt.Errorf("%w: keyed state: %d maps of %d, %d outputs of %d, %d partitions a reduce task", jobs.ErrBadCheckpoint, len(st.Maps), st.S, len(st.Outs), st.P, st.G)
 	}
+	if st.Out != "" && !slices.Contains(jobs.OutputFormats(), st.Out) {
+		return fmt.Errorf("%w: keyed state: output format %q", jobs.ErrBadCheckpoint, st.Out)
+	}
 	a.S, a.P, a.G, a.maps, a.outs, a.nMaps, a.nOuts = st.S, st.P, max(st.G, 1), st.Maps, st.Outs, 0, 0
+	a.out, a.keyText, a.valueText = st.Out, st.KT, st.VT
 	for _, m := range a.maps {
 		if m != nil {
 			a.nMaps++
@@ -97,8 +110,11 @@ func (a *keyedRun) result(*job) (json.RawMessage, error) {
 	if a.nOuts != a.P {
 		return nil, fmt.Errorf("keyed job %s: %d of %d partitions committed", a.id, a.nOuts, a.P)
 	}
-	m := protocol.OutputManifest{Kind: protocol.OutputKind, Format: protocol.OutputFormat, Container: a.container,
+	m := protocol.OutputManifest{Kind: protocol.OutputKind, Format: cmp.Or(a.out, jobs.OutputJSONL), Container: a.container,
 		Partitions: make([]protocol.OutputPartition, a.P)}
+	if strings.HasPrefix(m.Format, jobs.OutputTSV) {
+		m.KeyText, m.ValueText = a.keyText, a.valueText
+	}
 	for p, o := range a.outs {
 		m.Partitions[p] = *o
 		m.Records += o.Records
@@ -177,7 +193,7 @@ func (a *keyedRun) state(_ *job, final bool) (runState, error) {
 	if g == 1 {
 		g = 0 // as earlier releases wrote it
 	}
-	data, err := json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, G: g, Maps: a.maps, Outs: a.outs})
+	data, err := json.Marshal(keyedState{Keyed: 1, S: a.S, P: a.P, G: g, Out: a.out, KT: a.keyText, VT: a.valueText, Maps: a.maps, Outs: a.outs})
 	if err != nil {
 		return st, fmt.Errorf("encode keyed state: %w", err)
 	}
@@ -188,6 +204,22 @@ func (a *keyedRun) state(_ *job, final bool) (runState, error) {
 // due: every map task is committed in memory and the manifest is not written yet; the next
 // checkpoint is due at once (the manifest follows it).
 func (a *keyedRun) due() bool { return a.nMaps == a.S && !a.manifest }
+
+// outputOf is the stored format of a keyed job's outputs and its text columns, given the
+// spec's choice and the columns the job's code says are text: the choice, else TSV when the
+// keys are text, else JSON lines ("", as earlier releases).
+func outputOf(format string, keyText, valueText bool) (string, bool, bool) {
+	if format == "" && keyText {
+		format = jobs.OutputTSV
+	}
+	if format == jobs.OutputJSONL {
+		format = ""
+	}
+	if !strings.HasPrefix(format, jobs.OutputTSV) {
+		keyText, valueText = false, false
+	}
+	return format, keyText, valueText
+}
 
 // runsKeyed asks the job's code (isolated) whether this job runs keyed.
 func runsKeyed(spec *protocol.Spec, impl jobs.Job) (kj jobs.KeyedJob, err error) {
@@ -217,6 +249,11 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
 	}
 	group := jobs.PartitionsPerReduceTask(len(shards), parts)
+	var keyText, valueText bool
+	if err := j.call("output text", func() error { keyText, valueText = jobs.OutputTextOf(kj); return nil }); err != nil {
+		return err
+	}
+	out, keyText, valueText := outputOf(spec.OutputFormat, keyText, valueText)
 	tasks := make([][]byte, 0, len(shards)+(parts+group-1)/group)
 	for i, s := range shards {
 		if len(s) > protocol.MaxKeyedShardBytes {
@@ -226,13 +263,13 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 	}
 	for p := 0; p < parts; p += group {
 		tasks = append(tasks, protocol.EncodeKeyedTask(protocol.KeyedTask{Task: protocol.TaskReduce, Partitions: parts,
-			Partition: p, Count: min(group, parts-p), MapShards: len(shards)}))
+			Partition: p, Count: min(group, parts-p), MapShards: len(shards), Output: out, KeyText: keyText, ValueText: valueText}))
 	}
 	if err := pl.planShards(ctx, j.id, tasks); err != nil {
 		return fmt.Errorf("%w: %v", errPlanStorage, err)
 	}
 	planned := newKeyedRun(j.id, env.container, len(shards), parts)
-	planned.G = group
+	planned.G, planned.out, planned.keyText, planned.valueText = group, out, keyText, valueText
 	planned.kj, planned.log = a.kj, env.log
 	*a = *planned
 	j.cp.Total, j.cp.Plan = len(tasks), protocol.PlanPages

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mapagg/mapagg/builtin"
+	"github.com/mapagg/mapagg/client"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/internal/worker"
@@ -68,28 +68,34 @@ func (r *rig) keyedOutput(id string) (*protocol.OutputManifest, map[string]int64
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		sc := bufio.NewScanner(rc)
 		prev, n := "", int64(0)
-		for sc.Scan() {
+		err = m.ReadRecords(rc, func(key, value []byte) error {
 			var rec struct {
-				Key   string `json:"key"`
-				Value int64  `json:"value"`
+				Key   string
+				Value int64
 			}
-			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-				r.t.Fatalf("%s: line %q: %v", p.Blob, sc.Text(), err)
+			if err := json.Unmarshal(key, &rec.Key); err != nil {
+				return fmt.Errorf("key %q: %v", key, err)
+			}
+			if err := json.Unmarshal(value, &rec.Value); err != nil {
+				return fmt.Errorf("value %q: %v", value, err)
 			}
 			if n > 0 && rec.Key <= prev {
-				r.t.Fatalf("%s: key %q after %q", p.Blob, rec.Key, prev)
+				return fmt.Errorf("key %q after %q", rec.Key, prev)
 			}
 			if jobs.PartitionOf([]byte(rec.Key), len(m.Partitions)) != p.Partition {
-				r.t.Fatalf("%s: key %q is not of partition %d", p.Blob, rec.Key, p.Partition)
+				return fmt.Errorf("key %q is not of partition %d", rec.Key, p.Partition)
 			}
 			if _, dup := got[rec.Key]; dup {
-				r.t.Fatalf("key %q output twice", rec.Key)
+				return fmt.Errorf("key %q output twice", rec.Key)
 			}
 			got[rec.Key] = rec.Value
 			prev = rec.Key
 			n++
+			return nil
+		})
+		if err != nil {
+			r.t.Fatalf("%s (%s): %v", p.Blob, m.Format, err)
 		}
 		rc.Close()
 		if n != p.Records {
@@ -554,5 +560,44 @@ func TestKeyed_RunReportedLostButWholeFailsTheJob(t *testing.T) {
 	st := r.wait(id, 60*time.Second)
 	if st.State != jobs.StateFailed || !strings.Contains(st.Error, "but the leader finds it whole") || !strings.Contains(st.Error, id+"/map/") {
 		t.Fatalf("job %s: %s %q", id, st.State, st.Error)
+	}
+}
+
+// A keyed job stores its outputs in the format it chose: wordcount's words are text, so TSV by
+// default; JSON lines or either compressed when asked. Every form reads back to the same
+// counts, each blob's name ends with its format, and an aggregate job that asks for a format
+// fails, saying why.
+func TestKeyed_OutputFormats(t *testing.T) {
+	r := newRig(t)
+	container, want := r.keyedCorpus(3, 2000)
+	r.lead(1)
+	r.work(worker.Config{ID: "w0", Concurrency: 2, TempDir: t.TempDir()})
+	params := fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2}`, container)
+	for _, c := range []struct{ ask, format string }{{"", "tsv"}, {"jsonl", "jsonl"}, {"tsv.zst", "tsv.zst"}, {"jsonl.zst", "jsonl.zst"}} {
+		id, err := r.cl.Submit(context.Background(), "wordcount", json.RawMessage(params), client.WithOutputFormat(c.ask))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
+			t.Fatalf("%q: job %s: %s %s", c.ask, id, st.State, st.Error)
+		}
+		m, got := r.keyedOutput(id)
+		sameCounts(t, got, want)
+		if m.Format != c.format || m.KeyText != (c.format == "tsv" || c.format == "tsv.zst") || m.ValueText {
+			t.Errorf("asked %q: manifest format %q, key text %v, value text %v", c.ask, m.Format, m.KeyText, m.ValueText)
+		}
+		for _, p := range m.Partitions {
+			if !strings.HasSuffix(p.Blob, "."+c.format) {
+				t.Errorf("asked %q: output blob %s", c.ask, p.Blob)
+			}
+		}
+		r.noLeftovers(id, m)
+	}
+	id, err := r.cl.Submit(context.Background(), "wordcount", json.RawMessage(fmt.Sprintf(`{"container":%q,"prefix":"in/"}`, container)), client.WithOutputFormat("tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.wait(id, 60*time.Second); st.State != jobs.StateFailed || !strings.Contains(st.Error, "output_format") || !strings.Contains(st.Error, "aggregate") {
+		t.Fatalf("an aggregate job with an output format: %s %q", st.State, st.Error)
 	}
 }

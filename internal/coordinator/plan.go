@@ -194,6 +194,9 @@ func newRunner(spec *protocol.Spec, impl jobs.Job) (runner, protocol.Kind, error
 		return nil, 0, err
 	case kj != nil:
 		return &keyedRun{kj: kj}, protocol.KindKeyed, nil
+	case spec.OutputFormat != "":
+		return nil, 0, fmt.Errorf("%w: output_format %q: a %s job with these parameters is an aggregate job, whose result is a value with no output blobs; leave output_format out",
+			jobs.ErrBadParams, spec.OutputFormat, spec.Type)
 	}
 	run, err := newAggregateRun(spec, impl)
 	return run, protocol.KindAggregate, err

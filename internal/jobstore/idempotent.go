@@ -33,7 +33,7 @@ const MaxIdempotencyKey = 255
 const IdempotencyPrefix = "_idempotency/"
 
 // ErrKeyReused: the key was used within IdempotencyWindow for a different job (another type,
-// other parameters, dependencies or priority).
+// other parameters, dependencies, priority, retries or output format).
 var ErrKeyReused = errors.New("idempotency key already used for a different job")
 
 // CheckIdempotencyKey reports what is wrong with a key: 1 to 255 printable ASCII characters.
@@ -64,16 +64,18 @@ type keyRecord struct {
 	Done    bool      `json:"done"`    // the job was submitted (its spec written and its id queued)
 }
 
-// requestHash identifies what a submit asks for, apart from its id and time.
+// requestHash identifies what a submit asks for, apart from its id and time. A field added
+// later is left out when empty, so a key recorded by an earlier build still matches.
 func requestHash(spec *protocol.Spec) string {
 	h := sha256.New()
 	b, _ := json.Marshal(struct {
-		Type     string
-		Params   json.RawMessage
-		After    []string
-		Priority int
-		Retries  int
-	}{spec.Type, compact(spec.Params), spec.After, spec.Priority, spec.Retries})
+		Type         string
+		Params       json.RawMessage
+		After        []string
+		Priority     int
+		Retries      int
+		OutputFormat string `json:",omitempty"`
+	}{spec.Type, compact(spec.Params), spec.After, spec.Priority, spec.Retries, spec.OutputFormat})
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -2,6 +2,8 @@ package jobstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -165,6 +167,11 @@ func TestJobs_SubmitOnceRules(t *testing.T) {
 	if _, _, err := j.SubmitOnce(ctx, newSpec(now, `{"a":2}`), "k1", now.Add(time.Hour)); !errors.Is(err, ErrKeyReused) {
 		t.Fatalf("other params under the key: %v, want ErrKeyReused", err)
 	}
+	jsonl := newSpec(now, `{"a":1}`)
+	jsonl.OutputFormat = "jsonl"
+	if _, _, err := j.SubmitOnce(ctx, jsonl, "k1", now.Add(time.Hour)); !errors.Is(err, ErrKeyReused) {
+		t.Fatalf("another output format under the key: %v, want ErrKeyReused", err)
+	}
 	later := now.Add(IdempotencyWindow + time.Minute)
 	fresh, created, err := j.SubmitOnce(ctx, newSpec(later, `{"a":1}`), "k1", later)
 	if err != nil || !created || fresh == id {
@@ -181,5 +188,25 @@ func TestJobs_SubmitOnceRules(t *testing.T) {
 	blobs, _ := c.List(ctx, IdempotencyPrefix)
 	if len(blobs) != 1 {
 		t.Fatalf("%d key records, want 1", len(blobs))
+	}
+}
+
+// A spec without an output format hashes as an earlier build hashed it (its keys still match);
+// each output format asks for another job.
+func TestRequestHash_OutputFormat(t *testing.T) {
+	spec := &protocol.Spec{Type: "sleep", Params: json.RawMessage(`{ "a": 1 }`), Priority: 2, Retries: 1}
+	earlier := sha256.Sum256([]byte(`{"Type":"sleep","Params":{"a":1},"After":null,"Priority":2,"Retries":1}`))
+	if got := requestHash(spec); got != hex.EncodeToString(earlier[:]) {
+		t.Errorf("no output format: hash %s, want the earlier build's %x", got, earlier)
+	}
+	seen := map[string]string{requestHash(spec): `""`}
+	for _, f := range []string{"tsv", "jsonl", "tsv.zst", "jsonl.zst"} {
+		s := *spec
+		s.OutputFormat = f
+		h := requestHash(&s)
+		if other, ok := seen[h]; ok {
+			t.Errorf("output format %q hashes as %s", f, other)
+		}
+		seen[h] = f
 	}
 }

@@ -15,7 +15,7 @@ func TestRetrySpec_CopiesEveryField(t *testing.T) {
 	tick := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	old := &protocol.Spec{ID: "20261121-120000-0000beef", Type: "sleep", Params: json.RawMessage(`{"shards":1}`),
 		SubmittedAt: tick, After: []string{"20261121-110000-0000cafe"}, Retries: 3, RetryOf: "20261121-100000-0000f00d",
-		Schedule: "nightly", Tick: &tick, Priority: 5}
+		Schedule: "nightly", Tick: &tick, Priority: 5, OutputFormat: "jsonl.zst"}
 	v := reflect.ValueOf(*old)
 	for i := range v.NumField() {
 		if v.Field(i).IsZero() {

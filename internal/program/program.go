@@ -249,6 +249,10 @@ func (p *Program) Partitions(raw json.RawMessage) (int, error) {
 // Combiner is nil: a program combines in its own process, on the map side (see Map).
 func (p *Program) Combiner() func(dst, a, b []byte) ([]byte, error) { return nil }
 
+// OutputText: a program's output keys are text (strings, as it printed them), its values JSON
+// or strings (jobs.OutputTextOf).
+func (p *Program) OutputText() (key, value bool) { return true, false }
+
 // Reduce reduces one key in a process of its own. The cluster uses ReducePartition instead,
 // which keeps one process for a partition; Reduce serves callers that know only KeyedJob.
 func (p *Program) Reduce(ctx context.Context, key []byte, values iter.Seq[[]byte], emit func(key, value []byte) error) error {

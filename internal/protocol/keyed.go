@@ -48,6 +48,59 @@ type KeyedTask struct {
 	Count      int  // reduce: how many partitions from Partition (0 or 1: one)
 	MapShards  int  // reduce: S, the map tasks whose runs it merges
 	Shard      []byte
+	// Output is how a reduce task stores its outputs: the format ("" is JSON lines, as
+	// earlier releases wrote) and, for TSV, the text columns.
+	Output             string
+	KeyText, ValueText bool
+}
+
+// Bits of a reduce task's output byte (written after its count, when not JSON lines).
+const (
+	outTSV = 1 << iota
+	outZstd
+	outKeyText
+	outValueText
+	outJSONL // JSON lines, compressed (with outZstd)
+	outBits  = outTSV | outZstd | outKeyText | outValueText | outJSONL
+)
+
+// outputByte is t's output byte: 0 for JSON lines.
+func (t KeyedTask) outputByte() byte {
+	var b byte
+	base, zst := strings.CutSuffix(t.Output, jobs.OutputZstd)
+	if base == jobs.OutputTSV {
+		b |= outTSV
+		if t.KeyText {
+			b |= outKeyText
+		}
+		if t.ValueText {
+			b |= outValueText
+		}
+	}
+	if zst {
+		b |= outZstd
+		if base == jobs.OutputJSONL {
+			b |= outJSONL
+		}
+	}
+	return b
+}
+
+// setOutput sets t's output from its output byte; false if the byte is not one outputByte
+// writes.
+func (t *KeyedTask) setOutput(b byte) bool {
+	tsv, zst, jsonl := b&outTSV != 0, b&outZstd != 0, b&outJSONL != 0
+	if b == 0 || b&^outBits != 0 || tsv == jsonl || jsonl && !zst || !tsv && b&(outKeyText|outValueText) != 0 {
+		return false
+	}
+	t.Output = jobs.OutputJSONL
+	if tsv {
+		t.Output, t.KeyText, t.ValueText = jobs.OutputTSV, b&outKeyText != 0, b&outValueText != 0
+	}
+	if zst {
+		t.Output += jobs.OutputZstd
+	}
+	return true
 }
 
 // MaxKeyedShardBytes bounds a keyed job's own shard: the task's header takes the rest.
@@ -60,7 +113,10 @@ func EncodeKeyedTask(t KeyedTask) []byte {
 	if t.Task == TaskReduce {
 		b = binary.AppendUvarint(b, uint64(t.Partition))
 		b = binary.AppendUvarint(b, uint64(t.MapShards))
-		if t.Count > 1 {
+		if out := t.outputByte(); out != 0 {
+			b = binary.AppendUvarint(b, uint64(max(t.Count, 1)))
+			b = append(b, out)
+		} else if t.Count > 1 {
 			b = binary.AppendUvarint(b, uint64(t.Count))
 		}
 		return b
@@ -90,7 +146,16 @@ func DecodeKeyedTask(data []byte) (KeyedTask, error) {
 		t.MapShards = int(r.uvarint(jobs.MaxShards))
 		t.Count = 1
 		if r.err == nil && len(r.b) > 0 {
-			if t.Count = int(r.uvarint(jobs.MaxPartitions)); r.err == nil && t.Count < 2 {
+			t.Count = int(r.uvarint(jobs.MaxPartitions))
+			if r.err == nil && len(r.b) > 0 {
+				if !t.setOutput(r.b[0]) {
+					return t, fmt.Errorf("%w: keyed task: output byte %#x", ErrBadMessage, r.b[0])
+				}
+				r.b = r.b[1:]
+				if t.Count < 1 {
+					return t, fmt.Errorf("%w: keyed task: a reduce task of %d partitions", ErrBadMessage, t.Count)
+				}
+			} else if r.err == nil && t.Count < 2 {
 				return t, fmt.Errorf("%w: keyed task: a reduce task of %d partitions written with a count", ErrBadMessage, t.Count)
 			}
 		}
@@ -265,10 +330,20 @@ func ParseMapRunBlob(id, name string) (shard, attempt int, err error) {
 	return shard, attempt, nil
 }
 
-// ParseOutputBlob returns the partition and attempt of a name made by OutputBlob.
+// outputExtensions are the stored formats as they end a name, the longest first ("tsv.zst"
+// before "tsv").
+var outputExtensions = []string{jobs.OutputTSV + jobs.OutputZstd, jobs.OutputJSONL + jobs.OutputZstd, jobs.OutputTSV, jobs.OutputJSONL}
+
+// ParseOutputBlob returns the partition and attempt of a name made by OutputBlobIn.
 func ParseOutputBlob(id, name string) (partition, attempt int, err error) {
 	rest, ok := strings.CutPrefix(name, OutputPrefix(id)+"part-")
-	rest, ok2 := strings.CutSuffix(rest, "."+OutputFormat)
+	format, ok2 := "", false
+	for _, f := range outputExtensions {
+		if rest, ok2 = strings.CutSuffix(rest, "."+f); ok2 {
+			format = f
+			break
+		}
+	}
 	if !ok || !ok2 {
 		return 0, 0, fmt.Errorf("blob %q is not an output's name", Clip(name, 128))
 	}
@@ -276,7 +351,7 @@ func ParseOutputBlob(id, name string) (partition, attempt int, err error) {
 	if partition, err = strconv.Atoi(p); err == nil && ok {
 		attempt, err = strconv.Atoi(a)
 	}
-	if err != nil || !ok || partition < 0 || attempt < 1 || OutputBlob(id, partition, attempt) != name {
+	if err != nil || !ok || partition < 0 || attempt < 1 || OutputBlobIn(id, partition, attempt, format) != name {
 		return 0, 0, fmt.Errorf("blob %q is not an output's name", Clip(name, 128))
 	}
 	return partition, attempt, nil

@@ -13,6 +13,10 @@ func TestKeyedTask_RoundTrip(t *testing.T) {
 		{Task: TaskMap, Partitions: 1},
 		{Task: TaskReduce, Partitions: 8, Partition: 7, Count: 1, MapShards: 24},
 		{Task: TaskReduce, Partitions: 8, Partition: 4, Count: 4, MapShards: 24},
+		{Task: TaskReduce, Partitions: 8, Partition: 7, Count: 1, MapShards: 24, Output: "tsv", KeyText: true},
+		{Task: TaskReduce, Partitions: 8, Partition: 4, Count: 4, MapShards: 24, Output: "tsv.zst", KeyText: true, ValueText: true},
+		{Task: TaskReduce, Partitions: 8, Partition: 0, Count: 1, MapShards: 2, Output: "jsonl.zst"},
+		{Task: TaskReduce, Partitions: 8, Partition: 0, Count: 1, MapShards: 2, Output: "tsv"},
 	} {
 		b := EncodeKeyedTask(kt)
 		if bytes.HasPrefix(b, legacyKeyedMagic) {
@@ -22,12 +26,15 @@ func TestKeyedTask_RoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Task != kt.Task || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || got.Count != kt.Count || !bytes.Equal(got.Shard, kt.Shard) {
+		if got.Task != kt.Task || got.Partitions != kt.Partitions || got.Partition != kt.Partition || got.MapShards != kt.MapShards || got.Count != kt.Count || !bytes.Equal(got.Shard, kt.Shard) ||
+			got.Output != kt.Output || got.KeyText != kt.KeyText || got.ValueText != kt.ValueText {
 			t.Fatalf("%+v became %+v", kt, got)
 		}
 	}
 	for _, bad := range [][]byte{nil, []byte("{}"), {'X', 1}, {'R', 2, 2, 0}, {'M', 0}, {'R', 2, 1, 3, 9, 9},
 		{'R', 8, 4, 3, 1}, {'R', 8, 4, 3, 0}, {'R', 8, 4, 3, 5},
+		{'R', 8, 4, 3, 1, 0}, {'R', 8, 4, 3, 1, 0x20}, {'R', 8, 4, 3, 1, outJSONL}, {'R', 8, 4, 3, 1, outTSV | outJSONL | outZstd},
+		{'R', 8, 4, 3, 1, outZstd | outKeyText}, {'R', 8, 4, 3, 0, outTSV}, {'R', 8, 4, 3, 1, outTSV, 0},
 		{0xFF, 'K'}, {0xFF, 'K', 'X', 1}, {0xFF, 'K', 'R', 2, 2, 0}, {0xFF, 'K', 'M', 0}, {0xFF, 'K', 'R', 2, 1, 3, 9}, {0xFF, 'K', 0xFF, 'K', 'M', 1}} {
 		if _, err := DecodeKeyedTask(bad); err == nil {
 			t.Errorf("%q decoded", bad)

@@ -13,7 +13,7 @@ import (
 //
 //	<job-id>/map/<shard>.<attempt>          one map attempt's runs, its partitions back to back
 //	<job-id>/map-manifest                   the committed map attempts and their run offsets
-//	<job-id>/out/part-<p>.<attempt>.jsonl   one reduce attempt's output of partition p
+//	<job-id>/out/part-<p>.<attempt>.<fmt>   one reduce attempt's output of partition p (fmt: tsv, jsonl, …)
 //	<job-id>/result.json                    the OutputManifest: the committed output blobs
 //
 // Only the blobs an OutputManifest names are kept when the job ends; everything else under
@@ -21,8 +21,10 @@ import (
 
 // The output manifest's schema is declared once, in jobs (BlobInput.Job reads it there).
 const (
-	OutputKind   = jobs.OutputKind
-	OutputFormat = jobs.OutputFormat
+	OutputKind = jobs.OutputKind
+	// OutputFormat is JSON lines: the format of earlier releases, and the default of a job
+	// whose keys are not text.
+	OutputFormat = jobs.OutputJSONL
 )
 
 func MapPrefix(id string) string       { return id + "/map/" }
@@ -34,9 +36,14 @@ func MapRunBlob(id string, shard, attempt int) string {
 	return fmt.Sprintf("%s%d.%d", MapPrefix(id), shard, attempt)
 }
 
-// OutputBlob names reduce attempt a of partition p.
+// OutputBlob names reduce attempt a of partition p, stored as JSON lines.
 func OutputBlob(id string, partition, attempt int) string {
-	return fmt.Sprintf("%spart-%05d.%d.%s", OutputPrefix(id), partition, attempt, OutputFormat)
+	return OutputBlobIn(id, partition, attempt, OutputFormat)
+}
+
+// OutputBlobIn names reduce attempt a of partition p, stored in format (its extension).
+func OutputBlobIn(id string, partition, attempt int, format string) string {
+	return fmt.Sprintf("%spart-%05d.%d.%s", OutputPrefix(id), partition, attempt, format)
 }
 
 // OutputManifest is the result of a keyed job (jobs.OutputManifest).

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/mapagg/mapagg/jobs"
@@ -31,6 +33,10 @@ type Spec struct {
 	// up doubles it (MinPriority to MaxPriority; 0, the default, is left out of the JSON, so
 	// earlier builds read such specs).
 	Priority int `json:"priority,omitempty"`
+	// OutputFormat is how a keyed job stores its output blobs: "tsv", "jsonl", "tsv.zst" or
+	// "jsonl.zst" (jobs.OutputFormats); "", the default, is TSV for a job whose keys are text
+	// and JSON lines otherwise. An aggregate job has no output blobs and refuses it.
+	OutputFormat string `json:"output_format,omitempty"`
 }
 
 // Limits of a spec's dependency and retry fields.
@@ -184,6 +190,18 @@ func (s *Spec) checkShape() error {
 		if err := CheckScheduleName(s.Schedule); err != nil {
 			return fieldErr("schedule", "%v", err)
 		}
+	}
+	if err := CheckOutputFormat(s.OutputFormat); err != nil {
+		return err
+	}
+	return nil
+}
+
+// CheckOutputFormat refuses an output format a keyed job cannot store ("" is the default).
+func CheckOutputFormat(f string) error {
+	if f != "" && !slices.Contains(jobs.OutputFormats(), f) {
+		return fieldErr("output_format", "%q is not a format: use %s, or leave it out (TSV for a job whose keys are text, JSON lines otherwise)",
+			Clip(f, 32), strings.Join(jobs.OutputFormats(), ", "))
 	}
 	return nil
 }

@@ -1,8 +1,6 @@
 package shuffle
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +10,11 @@ import (
 	"github.com/mapagg/mapagg/store"
 )
 
-// CopyOutputPartition writes the records of output blob p through ow, checking them against the
-// manifest's counts.
+// CopyOutputPartition writes the records of output blob p of manifest m through ow, checking them
+// against the manifest's counts.
 func CopyOutputPartition(ctx context.Context, rr interface {
 	ReadRange(ctx context.Context, name string, offset, count int64) (io.ReadCloser, error)
-}, id string, p jobs.OutputPartition, ow OutputWriter) error {
+}, id string, m *jobs.OutputManifest, p jobs.OutputPartition, ow OutputWriter) error {
 	what := fmt.Sprintf("output blob %s (partition %d of job %s)", p.Blob, p.Partition, id)
 	if p.Bytes == 0 {
 		return nil
@@ -30,38 +28,22 @@ func CopyOutputPartition(ctx context.Context, rr interface {
 	}
 	defer rc.Close()
 	cr := &countingReader{r: rc}
-	br := bufio.NewReaderSize(cr, 256<<10)
-	var long []byte // a line longer than br's buffer, gathered
 	var records int64
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long = append(long, chunk...)
-			continue
+	err = m.ReadRecords(cr, func(key, value []byte) error {
+		if werr := ow.WriteRecord(key, value); werr != nil {
+			return fmt.Errorf("record %d: %w", records+1, werr)
 		}
-		if len(long) > 0 {
-			chunk = append(long, chunk...)
-			long = long[:0]
+		records++
+		if records%4096 == 0 {
+			return ctx.Err()
 		}
-		if err != nil && err != io.EOF {
-			return fmt.Errorf("read %s: %w", what, err)
+		return nil
+	})
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
 		}
-		if rec := bytes.TrimSuffix(chunk, []byte("\n")); len(rec) > 0 {
-			key, value, serr := jobs.SplitRecord(rec)
-			if serr != nil {
-				return fmt.Errorf("%s, record %d: %w", what, records+1, serr)
-			}
-			if werr := ow.WriteRecord(key, value); werr != nil {
-				return fmt.Errorf("%s, record %d: %w", what, records+1, werr)
-			}
-			records++
-		}
-		if err == io.EOF {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if records != p.Records || cr.n != p.Bytes {
 		return fmt.Errorf("%s has %d records in %d bytes, its manifest says %d in %d: was it changed?", what, records, cr.n, p.Records, p.Bytes)

@@ -431,7 +431,7 @@ func (t *Copier) GetOutput(ctx context.Context, id string, m *client.OutputManif
 			return err
 		}
 		pr := &progressReader{rr: rr, t: t}
-		err = shuffle.CopyOutputPartition(ctx, pr, id, p, ow)
+		err = shuffle.CopyOutputPartition(ctx, pr, id, m, p, ow)
 		if err == nil {
 			err = ow.Flush()
 		}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -239,7 +240,7 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	w.keyed.reduceTasks.Add(1)
 	outs := make([]protocol.OutputPartition, 0, count)
 	for i := range count {
-		o, err := w.reducePartition(ctx, kj, ks, m, first+i, group.Runs(i), inputBytes[i])
+		o, err := w.reducePartition(ctx, kj, ks, m, kt, first+i, group.Runs(i), inputBytes[i])
 		if err != nil {
 			// The outputs already stored are no commit: delete them (clean-up would, at the job's end).
 			for _, o := range outs {
@@ -269,13 +270,14 @@ func (w *Worker) reduceTask(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore
 	return json.Marshal(protocol.ReduceGroupCommit{Outputs: outs})
 }
 
-// reducePartition reduces partition p's runs into a new output blob.
-func (w *Worker) reducePartition(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, p int, runs []shuffle.Opener, input int64) (protocol.OutputPartition, error) {
-	name := protocol.OutputBlob(m.Job, p, execution())
+// reducePartition reduces partition p's runs into a new output blob, in the task's format.
+func (w *Worker) reducePartition(ctx context.Context, kj jobs.KeyedJob, ks KeyedStore, m *protocol.ShardMsg, kt protocol.KeyedTask, p int, runs []shuffle.Opener, input int64) (protocol.OutputPartition, error) {
+	format := cmp.Or(kt.Output, jobs.OutputJSONL)
+	name := protocol.OutputBlobIn(m.Job, p, execution(), format)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pw := shuffle.PutWriter(ctx, ks.Streams(), name)
-	out, err := shuffle.NewOutputWriter(pw, shuffle.FormatJSONL)
+	out, err := shuffle.NewStoredWriter(pw, format, kt.KeyText, kt.ValueText)
 	if err != nil {
 		_ = pw.CloseWithError(err)
 		return protocol.OutputPartition{}, err

@@ -66,7 +66,9 @@ class Client:
 
     def submit(self, job_type, params=None, key=None, tries=5, **options):
         """Submits a job; returns its id. A type no worker has, or bad params, raise APIError (400).
-        options are the API's other fields (after, retries, priority...).
+        options are the API's other fields (after, retries, priority, output_format...);
+        output_format is how a keyed job stores its output blobs: "tsv", "jsonl", "tsv.zst" or
+        "jsonl.zst" (default TSV for text keys, JSON lines otherwise). output() reads any of them.
 
         The submit carries an Idempotency-Key (key, or a new UUID), so it is retried on a 5xx, a
         timeout or a dropped connection, up to tries times, without ever making a second job: the

@@ -1,7 +1,6 @@
 package rig
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -96,12 +95,12 @@ func KeyedOutput(ctx context.Context, c *cluster.Cluster, result json.RawMessage
 		if err != nil {
 			return nil, err
 		}
-		sc := bufio.NewScanner(rc)
-		for sc.Scan() {
-			out = append(out, fmt.Sprintf("%d %s", p.Partition, sc.Text()))
-		}
+		err = m.ReadRecords(rc, func(key, value []byte) error {
+			out = append(out, fmt.Sprintf(`%d {"key":%s,"value":%s}`, p.Partition, key, value))
+			return nil
+		})
 		rc.Close()
-		if err := sc.Err(); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", p.Blob, err)
 		}
 	}
