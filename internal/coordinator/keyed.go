@@ -205,6 +205,22 @@ func (a *keyedRun) state(_ *job, final bool) (runState, error) {
 // checkpoint is due at once (the manifest follows it).
 func (a *keyedRun) due() bool { return a.nMaps == a.S && !a.manifest }
 
+// reduceGroup is how many partitions a reduce task of a job of mapTasks map tasks and parts
+// partitions reduces, on a cluster of slots slots for its type (0: unknown):
+// jobs.PartitionsPerReduceTask's, or more when the slots are fewer than its reduce tasks. The
+// reduce phase of R equal tasks on S slots takes ⌈R/S⌉ task times; grouping ⌈P/S⌉ partitions a
+// task keeps it within one wave of tasks of that size, so it does not take longer, and each
+// task fewer costs a read of every map run (a request the store spends 2–3 ms of CPU on) and
+// the task's own requests. Tasks are fixed at planning: a cluster that grows later keeps the
+// job's groups.
+func reduceGroup(mapTasks, parts, slots int) int {
+	g := jobs.PartitionsPerReduceTask(mapTasks, parts)
+	if slots > 0 {
+		g = max(g, (parts+slots-1)/slots)
+	}
+	return g
+}
+
 // outputOf is the stored format of a keyed job's outputs and its text columns, given the
 // spec's choice and the columns the job's code says are text: the choice, else TSV when the
 // keys are text, else JSON lines ("", as earlier releases).
@@ -248,7 +264,11 @@ func (a *keyedRun) plan(ctx context.Context, pl planHost, j *job) error {
 	if len(shards)+parts > jobs.MaxShards {
 		return fmt.Errorf("split made %d shards; with %d partitions the limit is %d", len(shards), parts, jobs.MaxShards-parts)
 	}
-	group := jobs.PartitionsPerReduceTask(len(shards), parts)
+	slots := 0
+	if se, ok := env.env.(jobs.SlotsEnv); ok {
+		slots = se.Slots()
+	}
+	group := reduceGroup(len(shards), parts, slots)
 	var keyText, valueText bool
 	if err := j.call("output text", func() error { keyText, valueText = jobs.OutputTextOf(kj); return nil }); err != nil {
 		return err

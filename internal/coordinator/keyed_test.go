@@ -601,3 +601,21 @@ func TestKeyed_OutputFormats(t *testing.T) {
 		t.Fatalf("an aggregate job with an output format: %s %q", st.State, st.Error)
 	}
 }
+
+// A reduce task groups more partitions when the cluster's slots are fewer than the tasks: one
+// wave of tasks, each reading every map run once.
+func TestReduceGroup(t *testing.T) {
+	for _, c := range []struct{ maps, parts, slots, want int }{
+		{24, 8, 0, 1},   // slots unknown: as jobs.PartitionsPerReduceTask
+		{24, 8, 6, 2},   // 3 workers of 2 slots: 4 tasks
+		{8, 8, 2, 4},    // one worker of 2 slots: 2 tasks
+		{24, 8, 120, 1}, // more slots than partitions
+		{1000, 1000, 4, 250},
+		{1000, 1000, 200, 8}, // jobs.PartitionsPerReduceTask's is larger
+		{5, 1, 3, 1},
+	} {
+		if g := reduceGroup(c.maps, c.parts, c.slots); g != c.want {
+			t.Errorf("reduceGroup(%d maps, %d partitions, %d slots) = %d, want %d", c.maps, c.parts, c.slots, g, c.want)
+		}
+	}
+}
