@@ -60,12 +60,7 @@ func (t *textWriter) WriteRecord(key, value []byte) error {
 			b, err = jobs.AppendTSVField(b, value)
 		}
 	} else {
-		b = append(b, `{"key":`...)
-		if b, err = jobs.AppendCompactJSON(b, key); err == nil {
-			b = append(b, `,"value":`...)
-			b, err = jobs.AppendCompactJSON(b, value)
-			b = append(b, '}')
-		}
+		b, err = appendJSONLRecord(b, key, value)
 	}
 	if err != nil {
 		return err
@@ -79,6 +74,20 @@ func (t *textWriter) WriteRecord(key, value []byte) error {
 	}
 	t.records++
 	return nil
+}
+
+// appendJSONLRecord appends {"key":K,"value":V}, K and V compacted (JSON texts they must be).
+func appendJSONLRecord(b, key, value []byte) ([]byte, error) {
+	b = append(b, `{"key":`...)
+	b, err := jobs.AppendCompactJSON(b, key)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, `,"value":`...)
+	if b, err = jobs.AppendCompactJSON(b, value); err != nil {
+		return b, err
+	}
+	return append(b, '}'), nil
 }
 
 func (t *textWriter) Flush() error {
@@ -140,12 +149,7 @@ func (s *storedWriter) WriteRecord(key, value []byte) error {
 			b, err = storedColumn(b, value, s.valueText, "value")
 		}
 	} else {
-		b = append(b, `{"key":`...)
-		if b, err = jobs.AppendCompactJSON(b, key); err == nil {
-			b = append(b, `,"value":`...)
-			b, err = jobs.AppendCompactJSON(b, value)
-			b = append(b, '}')
-		}
+		b, err = appendJSONLRecord(b, key, value)
 	}
 	if err != nil {
 		return err
