@@ -88,7 +88,9 @@ func injectKeyedLeaderKillMap(ctx context.Context, f *faultRun) error {
 // follower alone, and restarts them.
 func injectKeyedKillReduce(leader bool) func(context.Context, *faultRun) error {
 	return func(ctx context.Context, f *faultRun) error {
-		r, err := keyedPhase(ctx, f, protocol.PhaseReduce, 1, 60*time.Second)
+		// Mid-reduce: a reduce task has stored an output. Not the status record's progress: the
+		// reduce tasks may be one wave (as many as the slots), ending between two checkpoints.
+		r, err := rig.WaitReduceOutput(ctx, f.c, f.id, 60*time.Second)
 		if err != nil {
 			return err
 		}

@@ -170,6 +170,31 @@ func WaitPhase(ctx context.Context, c *cluster.Cluster, id, phase string, done i
 	}
 }
 
+// WaitReduceOutput waits until keyed job id is in its reduce phase and a reduce task has stored
+// an output blob: reduce tasks are running (some may have committed), whatever the status
+// record's progress says (it is written by time, and one wave of reduce tasks may end between
+// two checkpoints).
+func WaitReduceOutput(ctx context.Context, c *cluster.Cluster, id string, within time.Duration) (*protocol.StatusRecord, error) {
+	until := time.Now().Add(within)
+	if _, err := WaitPhase(ctx, c, id, protocol.PhaseReduce, 0, within); err != nil {
+		return nil, err
+	}
+	jobsC := store.New(c.Blob(), c.JobsContainer())
+	for {
+		r := KeyedRecord(ctx, c, id)
+		if r != nil && r.State.Terminal() {
+			return nil, fmt.Errorf("job ended (%s) before a reduce task stored an output", r.State)
+		}
+		if outs, err := jobsC.List(ctx, protocol.OutputPrefix(id)); err == nil && len(outs) > 0 && r != nil {
+			return r, nil
+		}
+		if time.Now().After(until) || ctx.Err() != nil {
+			return nil, fmt.Errorf("no reduce output of job %s within %v", id, within)
+		}
+		_ = Sleep(ctx, 10*time.Millisecond)
+	}
+}
+
 // PublishForgedCommits publishes from a plain NATS client (without the cluster key) a map
 // commit for map task maps-1 and a reduce commit for partition 0 of keyed job id, each naming a
 // blob of a forged attempt, with the job's plan epoch.
