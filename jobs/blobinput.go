@@ -443,7 +443,9 @@ func jobIDPattern(id string) bool {
 
 // DecodeJobOutput decodes job id's stored result as an output manifest and returns its
 // container and its blobs in partition order, with their sizes. A result that is a value, not a
-// manifest, is an error that says so.
+// manifest, is an error that says so. The blobs are in the format the job stored them in
+// (OutputManifest.Format): read their records with OutputManifest.ReadRecords, or through
+// BlobInput.Job and Lines.
 func DecodeJobOutput(id string, result []byte) (container string, blobs []BlobInfo, err error) {
 	m, err := decodeJobOutput(id, result)
 	if err != nil {
