@@ -23,6 +23,10 @@ import (
 //   - Reduce is a pure function of the key and its values, whatever their order.
 //
 // Keys are compared as bytes: within an output partition, records are in encoded-key order.
+//
+// Optional: a method OutputText() (key, value bool) says which output columns are text, every
+// record of them a JSON string. A job whose keys are text stores its outputs as TSV by default,
+// a text column without its quotes (OutputTSV, OutputTextOf); Keyed's jobs have it.
 type KeyedJob interface {
 	// Type is the registered name.
 	Type() string

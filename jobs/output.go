@@ -50,7 +50,9 @@ type outputTexter interface {
 	OutputText() (key, value bool)
 }
 
-// OutputTextOf returns kj's text columns (none for a job without OutputText).
+// OutputTextOf returns the output columns kj says are text, with its method
+// OutputText() (key, value bool): every record of a text column is a JSON string. A job without
+// the method has none.
 func OutputTextOf(kj KeyedJob) (key, value bool) {
 	if t, ok := kj.(outputTexter); ok {
 		return t.OutputText()
