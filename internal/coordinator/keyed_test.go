@@ -281,18 +281,31 @@ func TestKeyed_ReducePanicFailsTheJobOnly(t *testing.T) {
 	}
 }
 
-// lossyStore reports the first committed map run it is asked about as gone: what a storage
-// rollback does to a run whose commit survived (Azurite cannot lose one on demand).
+// lossyStore's first listing of map runs leaves out every run of the lowest shard it lists: what
+// a storage rollback does to a run whose commit survived (Azurite cannot lose one on demand).
 type lossyStore struct {
 	Store
-	lost atomic.Int32
+	lost  atomic.Int32
+	shard atomic.Int32 // the shard left out
 }
 
-func (s *lossyStore) Props(ctx context.Context, name string) (store.Props, error) {
-	if strings.Contains(name, "/map/") && s.lost.CompareAndSwap(0, 1) {
-		return store.Props{}, fmt.Errorf("stat %s: %w", name, store.ErrNotFound)
+func (s *lossyStore) List(ctx context.Context, prefix string) ([]jobs.BlobInfo, error) {
+	blobs, err := s.Store.List(ctx, prefix)
+	if err != nil || !strings.HasSuffix(prefix, "/map/") || len(blobs) == 0 || !s.lost.CompareAndSwap(0, 1) {
+		return blobs, err
 	}
-	return s.Store.Props(ctx, name)
+	job := strings.TrimSuffix(prefix, "/map/")
+	low := -1
+	for _, b := range blobs {
+		if sh, _, err := protocol.ParseMapRunBlob(job, b.Name); err == nil && (low < 0 || sh < low) {
+			low = sh
+		}
+	}
+	s.shard.Store(int32(low))
+	return slices.DeleteFunc(blobs, func(b jobs.BlobInfo) bool {
+		sh, _, err := protocol.ParseMapRunBlob(job, b.Name)
+		return err == nil && sh == low
+	}), nil
 }
 
 // A committed map run found gone before the manifest is written is taken back and its task run
@@ -301,7 +314,15 @@ func TestKeyed_LostMapRunRunAgain(t *testing.T) {
 	r := newRig(t)
 	container, want := r.keyedCorpus(3, 1500)
 	ls := &lossyStore{Store: r.st}
-	r.leadOn(1, ls, func(*Config) {})
+	var mu sync.Mutex
+	var events []Event
+	r.leadOn(1, ls, func(c *Config) {
+		c.OnEvent = func(ev Event) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	})
 	r.work(worker.Config{Concurrency: 2, TempDir: t.TempDir()})
 	id := r.submit("wordcount", fmt.Sprintf(`{"container":%q,"prefix":"in/","output":"blob","partitions":2,"shard_bytes":20000}`, container))
 	if st := r.wait(id, 60*time.Second); st.State != jobs.StateSucceeded {
@@ -309,6 +330,12 @@ func TestKeyed_LostMapRunRunAgain(t *testing.T) {
 	}
 	if ls.lost.Load() != 1 {
 		t.Fatal("no map run was reported lost")
+	}
+	mu.Lock()
+	again := repairedFrom(events, id, int(ls.shard.Load()))
+	mu.Unlock()
+	if !again {
+		t.Errorf("map task %d, its run left out of the listing, was not run again", ls.shard.Load())
 	}
 	m, got := r.keyedOutput(id)
 	sameCounts(t, got, want)
