@@ -146,7 +146,8 @@ func FuzzRunReader(f *testing.F) {
 }
 
 // sortEntries orders as the comparison it replaces: partition, then key bytes, for keys
-// shorter than, as long as and longer than the 8-byte prefix, with shared prefixes.
+// shorter than, as long as and longer than the 8-byte prefix, with shared prefixes (some longer
+// than sortRest goes), and leaves every entry as it was (sortRest shifts them and back).
 func TestSortEntries_MatchesComparisonSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, n := range []int{0, 1, 5, 63, 64, 65, 1000, 20000} {
@@ -155,8 +156,11 @@ func TestSortEntries_MatchesComparisonSort(t *testing.T) {
 			es := make([]entry, n)
 			for i := range es {
 				k := []byte(fmt.Sprintf("%0*d", rng.IntN(12), rng.IntN(50)))
-				if rng.IntN(3) == 0 {
+				switch rng.IntN(4) {
+				case 0:
 					k = append([]byte("shared-prefix-"), k...)
+				case 1: // shared past sortRest's levels (maxTieLevels × 8 bytes)
+					k = append([]byte("https://example.com/a/long/shared/path/that/runs/on/past/sixty-four/bytes/"), k...)
 				}
 				if rng.IntN(5) == 0 {
 					k = append(k, 0, byte(rng.IntN(256)))
@@ -175,7 +179,7 @@ func TestSortEntries_MatchesComparisonSort(t *testing.T) {
 			sortEntries(es, arena, parts)
 			for i := range es {
 				x, y := es[i], want[i]
-				if x.part != y.part || !bytes.Equal(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen]) {
+				if x.part != y.part || !bytes.Equal(arena[x.koff:x.koff+x.klen], arena[y.koff:y.koff+y.klen]) || x.prefix != keyPrefix(arena[x.koff:x.koff+x.klen]) {
 					t.Fatalf("n %d, %d partitions: entry %d is %q of partition %d, want %q of %d", n, parts, i,
 						arena[x.koff:x.koff+x.klen], x.part, arena[y.koff:y.koff+y.klen], y.part)
 				}
