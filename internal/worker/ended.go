@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/mapagg/mapagg/internal/protocol"
 	"github.com/mapagg/mapagg/jobs"
 	"github.com/mapagg/mapagg/store"
@@ -49,6 +51,9 @@ type ended struct {
 	mu      sync.Mutex
 	gone    map[string]struct{}
 	checked map[string]time.Time
+	// flight makes one read of a job's record for the checks that come at once: a worker's slots
+	// all take a job's first shards together, and each read its record (a HEAD each).
+	flight singleflight.Group
 }
 
 const (
@@ -72,9 +77,12 @@ func (e *ended) is(ctx context.Context, job string) bool {
 	if seen && now.Sub(at) < endedRecheck {
 		return false
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	ok := e.succeeded(cctx, job)
-	cancel()
+	v, _, _ := e.flight.Do(job, func() (any, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return e.succeeded(cctx, job), nil
+	})
+	ok := v.(bool)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if ok {

@@ -1,10 +1,16 @@
 package worker
 
 import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mapagg/mapagg/internal/harness/testenv"
 	"github.com/mapagg/mapagg/internal/protocol"
+	"github.com/mapagg/mapagg/store"
 )
 
 type fakeDelivery struct {
@@ -36,5 +42,47 @@ func TestSentJustNow(t *testing.T) {
 		if got := sentJustNow(tc.d); got != tc.want {
 			t.Errorf("%s: sentJustNow = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// slowPropser counts reads of status records, each held until release is closed.
+type slowPropser struct {
+	reads   atomic.Int32
+	release chan struct{}
+}
+
+func (p *slowPropser) Props(ctx context.Context, name string) (store.Props, error) {
+	p.reads.Add(1)
+	<-p.release
+	return store.Props{}, fmt.Errorf("stat %s: %w", name, store.ErrNotFound)
+}
+
+// The checks of one job that come at once (a worker's slots taking its first shards together)
+// make one read of its record, not one each.
+func TestEnded_ChecksAtOnceReadOnce(t *testing.T) {
+	p := &slowPropser{release: make(chan struct{})}
+	e := &ended{st: p, gone: map[string]struct{}{}, checked: map[string]time.Time{}}
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if e.is(context.Background(), "job-1") {
+				t.Error("a job without a checkpoint counted as ended")
+			}
+		}()
+	}
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() bool { return p.reads.Load() == 1 }, "no read of the record")
+	time.Sleep(20 * time.Millisecond) // the other checks are waiting on the one read by now
+	close(p.release)
+	wg.Wait()
+	if n := p.reads.Load(); n != 1 {
+		t.Fatalf("6 checks at once read the record %d times, want 1", n)
+	}
+	// Checked a moment ago: no read; another job: its own.
+	e.is(context.Background(), "job-1")
+	e.is(context.Background(), "job-2")
+	if n := p.reads.Load(); n != 2 {
+		t.Fatalf("reads after a recent check and another job's: %d, want 2", n)
 	}
 }
