@@ -176,6 +176,7 @@ func translate(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	se := &StorageError{Op: op, StatusCode: re.StatusCode, Code: re.ErrorCode, Err: err}
+	se.NotStorage = re.RawResponse != nil && re.RawResponse.Header.Get("x-ms-request-id") == ""
 	switch {
 	case bloberror.HasCode(err, heldCodes...):
 		se.Kind = ErrLeaseHeld

@@ -3,12 +3,18 @@ package election
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 
+	"github.com/mapagg/mapagg/internal/harness/devserver"
 	"github.com/mapagg/mapagg/internal/harness/testenv"
 )
 
@@ -92,8 +98,8 @@ func TestAzureAPI_TranslatesErrors(t *testing.T) {
 	ctx := context.Background()
 	container := testenv.Name(t, "errs")
 
-	if _, err := api.GetProperties(ctx, container, "lease"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("properties of missing container: %v, want ErrNotFound", err)
+	if _, err := api.GetProperties(ctx, container, "lease"); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "not Azure Storage") {
+		t.Errorf("properties of missing container: %v, want ErrNotFound from Azure Storage", err)
 	}
 	if err := api.AcquireLease(ctx, container, "lease", newLeaseID(), 15*time.Second); !errors.Is(err, ErrNotFound) {
 		t.Errorf("acquire on missing container: %v, want ErrNotFound", err)
@@ -117,7 +123,7 @@ func TestAzureAPI_TranslatesErrors(t *testing.T) {
 	}
 	var se *StorageError
 	var re *azcore.ResponseError
-	if !errors.As(err, &se) || se.StatusCode != 409 || !errors.As(err, &re) {
+	if !errors.As(err, &se) || se.StatusCode != 409 || se.NotStorage || !errors.As(err, &re) {
 		t.Errorf("acquire error %v is not a StorageError over an azcore.ResponseError", err)
 	}
 	for name, call := range map[string]func() error{
@@ -267,5 +273,28 @@ func TestAzureAPI_BreakLease_FencedByETag(t *testing.T) {
 	}
 	if err := api.BreakLease(ctx, container, "lease", ""); err == nil {
 		t.Error("break without an ETag accepted")
+	}
+}
+
+// A connection string whose blob endpoint is some other HTTP server gets an error that says so,
+// not a bare "(HTTP 400)".
+func TestAzureAPI_OtherServerIsNamed(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	c, err := azblob.NewClientFromConnectionString(devserver.ConnectionString(port, port), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewAzureAPI(c).GetProperties(context.Background(), "c", "lease")
+	var se *StorageError
+	if !errors.As(err, &se) || !se.NotStorage || !strings.Contains(err.Error(), "not Azure Storage") {
+		t.Fatalf("lease read from a plain HTTP server: %v, want an error naming it not Azure Storage", err)
+	}
+	if IsDefinitive(err) {
+		t.Errorf("%v counted as definitive", err)
 	}
 }

@@ -68,6 +68,9 @@ type StorageError struct {
 	Code       string // the service's error code, e.g. "LeaseIdMismatchWithLeaseOperation"
 	Kind       error  // ErrLeaseNotHeld, ErrLeaseHeld, ErrNotFound or nil
 	Err        error  // the SDK error
+	// NotStorage is set when the answer lacks the x-ms-request-id header that Azure Storage
+	// and Azurite put on every response: the endpoint is some other HTTP server.
+	NotStorage bool
 }
 
 func (e *StorageError) Error() string {
@@ -84,6 +87,9 @@ func (e *StorageError) Error() string {
 		b.WriteString(e.Code)
 	}
 	b.WriteString(")")
+	if e.NotStorage {
+		b.WriteString(": the answer has no x-ms-request-id, so the endpoint is not Azure Storage (check the BlobEndpoint of the connection string)")
+	}
 	return b.String()
 }
 

@@ -9,7 +9,6 @@ package devserver
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,27 +109,21 @@ func (a *AzuriteServer) Restart(s Service) error {
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("restart %v: %w", s, err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- waitPort(sp.port, 30*time.Second) }()
 		exited := make(chan struct{})
 		go func() { _, _ = cmd.Process.Wait(); close(exited) }()
-		select {
-		case err := <-done:
-			if err == nil {
-				a.procs[s] = cmd
-				if a.exited == nil {
-					a.exited = map[Service]chan struct{}{}
-				}
-				a.exited[s] = exited
-				return nil
+		err := waitListening(cmd.Process.Pid, sp.port, exited, 30*time.Second)
+		if err == nil {
+			a.procs[s] = cmd
+			if a.exited == nil {
+				a.exited = map[Service]chan struct{}{}
 			}
-			last = err
-			_ = cmd.Process.Kill()
-			<-exited
-		case <-exited:
-			last = fmt.Errorf("%v exited at start (port %d busy?)", s, sp.port)
-			time.Sleep(100 * time.Millisecond)
+			a.exited[s] = exited
+			return nil
 		}
+		last = fmt.Errorf("%v: %w", s, err)
+		_ = cmd.Process.Kill()
+		<-exited
+		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("restart %v: %w", s, last)
 }
@@ -241,11 +234,11 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	bp, err := FreePort()
+	bp, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	qp, err := FreePort()
+	qp, err := freePort()
 	if err != nil {
 		return nil, err
 	}
@@ -274,31 +267,26 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 			a.Stop()
 			return nil, fmt.Errorf("start %s: %w", filepath.Base(s.bin), err)
 		}
+		exited := make(chan struct{})
+		go func() { _, _ = cmd.Process.Wait(); close(exited) }()
+		if a.exited == nil {
+			a.exited = map[Service]chan struct{}{}
+		}
+		a.exited[Service(len(a.procs))] = exited
 		a.procs = append(a.procs, cmd)
 		a.specs = append(a.specs, s)
 	}
-	// Node takes seconds to load Azurite, tens of them on a machine busy with other work.
-	for _, s := range specs {
-		if err := waitPort(s.port, 90*time.Second); err != nil {
+	// Node takes seconds to load Azurite, tens of them on a machine busy with other work. A dial
+	// alone is not enough: another program may have taken the port meanwhile (listens.go).
+	for i, s := range specs {
+		if err := waitListening(a.procs[i].Process.Pid, s.port, a.exited[Service(i)], 90*time.Second); err != nil {
 			a.Stop()
 			log, _ := os.ReadFile(filepath.Join(dir, "azurite.log"))
-			return nil, fmt.Errorf("azurite did not listen on %d: %w\n%s", s.port, err, log)
+			return nil, fmt.Errorf("%v did not start: %w\n%s", Service(i), err, log)
 		}
 	}
 	return a, nil
 }
 
-func waitPort(port int, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+// freePort is FreePort; a test replaces it to hand out a port another program holds.
+var freePort = FreePort

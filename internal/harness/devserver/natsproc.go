@@ -101,21 +101,15 @@ func (n *NATSProcess) Restart() error {
 		}
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
-		up := make(chan error, 1)
-		go func() { up <- waitPort(n.Port, 20*time.Second) }()
-		select {
-		case err := <-up:
-			if err == nil {
-				n.cmd, n.done = cmd, done
-				return nil
-			}
-			last = err
-			_ = cmd.Process.Kill()
-			<-done
-		case <-done:
-			last = fmt.Errorf("nats-server exited at start on port %d (see %s)", n.Port, logf.Name())
-			time.Sleep(100 * time.Millisecond)
+		err := waitListening(cmd.Process.Pid, n.Port, done, 20*time.Second)
+		if err == nil {
+			n.cmd, n.done = cmd, done
+			return nil
 		}
+		last = fmt.Errorf("nats-server: %w (see %s)", err, logf.Name())
+		_ = cmd.Process.Kill()
+		<-done
+		time.Sleep(100 * time.Millisecond)
 	}
 	return last
 }
