@@ -26,6 +26,16 @@ fi
 mkdir -p "$location/blob" "$location/queue"
 flags=(--skipApiVersionCheck --loose --disableTelemetry)
 
+# Azurite leaks a file descriptor for every ranged read its client stops early (a known Azurite
+# bug) and, at its open-file limit, answers every request that opens a data file with a bare
+# HTTP 500 until it restarts. Raise the limit as far as allowed: the hard one too where that is
+# permitted (root), else the soft one up to the hard one.
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+limit=$(ulimit -n)
+if [ "$limit" != unlimited ] && [ "$limit" -lt 16384 ]; then
+  echo "azurite: open-file limit $limit; Azurite leaks a descriptor per ranged read stopped early and fails (HTTP 500) at the limit: raise the hard limit (ulimit -Hn, or LimitNOFILE) for long runs" >&2
+fi
+
 "$bin/azurite-blob" --blobHost 127.0.0.1 --blobPort "$blob_port" --location "$location/blob" "${flags[@]}" &
 blob_pid=$!
 "$bin/azurite-queue" --queueHost 127.0.0.1 --queuePort "$queue_port" --location "$location/queue" "${flags[@]}" &

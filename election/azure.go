@@ -176,7 +176,10 @@ func translate(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	se := &StorageError{Op: op, StatusCode: re.StatusCode, Code: re.ErrorCode, Err: err}
-	se.NotStorage = re.RawResponse != nil && re.RawResponse.Header.Get("x-ms-request-id") == ""
+	if r := re.RawResponse; r != nil && r.Header.Get("x-ms-request-id") == "" {
+		server := r.Header.Get("Server") // Azurite's bare 500 of a failure inside it has no request id either
+		se.NotStorage = !strings.HasPrefix(server, "Azurite") && !strings.HasPrefix(server, "Windows-Azure")
+	}
 	switch {
 	case bloberror.HasCode(err, heldCodes...):
 		se.Kind = ErrLeaseHeld

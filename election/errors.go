@@ -69,7 +69,8 @@ type StorageError struct {
 	Kind       error  // ErrLeaseNotHeld, ErrLeaseHeld, ErrNotFound or nil
 	Err        error  // the SDK error
 	// NotStorage is set when the answer lacks the x-ms-request-id header that Azure Storage
-	// and Azurite put on every response: the endpoint is some other HTTP server.
+	// and Azurite put on their answers, and its Server header names neither: the endpoint is
+	// some other HTTP server.
 	NotStorage bool
 }
 

@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +43,12 @@ type transientPolicy struct {
 
 func (p transientPolicy) Do(req *policy.Request) (*http.Response, error) {
 	if p.retryFor <= 0 {
-		return req.Next()
+		resp, err := req.Next()
+		if err == nil && azuriteInternal(resp) {
+			drain(resp)
+			return nil, &AzuriteInternalError{Method: req.Raw().Method, Path: req.Raw().URL.Path, Tries: 1}
+		}
+		return resp, err
 	}
 	ctx := req.Raw().Context()
 	deadline := time.Now().Add(p.retryFor)
@@ -53,15 +60,20 @@ func (p transientPolicy) Do(req *policy.Request) (*http.Response, error) {
 		}
 		transientFailures.Add(1)
 		if time.Now().Add(pause).After(deadline) {
+			if azuriteInternal(resp) {
+				drain(resp)
+				return nil, &AzuriteInternalError{Method: req.Raw().Method, Path: req.Raw().URL.Path, Tries: try}
+			}
 			return resp, err
 		}
-		if resp != nil && resp.Body != nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
+		drain(resp)
+		var cause []any
+		if azuriteInternal(resp) {
+			cause = []any{"cause", azuriteInternalCause}
 		}
-		slog.Default().Warn("storage answered with a transient failure; retrying", "op", req.Raw().Method,
+		slog.Default().Warn("storage answered with a transient failure; retrying", append([]any{"op", req.Raw().Method,
 			"path", req.Raw().URL.Path, "status", status(resp), "err", errString(err), "try", try, "retry_in", pause,
-			"gives_up_in", time.Until(deadline).Round(time.Second))
+			"gives_up_in", time.Until(deadline).Round(time.Second)}, cause...)...)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -94,6 +106,46 @@ func transient(ctx context.Context, resp *http.Response, err error) bool {
 		return true
 	}
 	return false
+}
+
+// Azurite answers a request that failed inside it (an exception, not a storage error) with a
+// bare 500: no error code, no request id, no body. On a healthy disk the cause is nearly always
+// that it has run out of file descriptors: it leaks one for every ranged read its client stops
+// early (a known Azurite bug), and once at its open-file limit it fails every request that opens
+// a data file, for good, until it restarts. Left unnamed, a user sees only "500" retried for
+// minutes and jobs failing.
+const azuriteInternalCause = "Azurite failed inside (HTTP 500 without an error code): most often it has run out of " +
+	"file descriptors (it leaks one for every ranged read stopped early, a known Azurite bug) and fails every " +
+	"request that opens a data file until it restarts, or its disk is full; restart it with a higher open-file " +
+	"limit (ulimit -n; ulimits.nofile under Docker Compose; Azurite/start.sh and the test servers raise it to the " +
+	"hard limit), or free disk space"
+
+// AzuriteInternalError is a request Azurite kept failing inside (see azuriteInternalCause).
+type AzuriteInternalError struct {
+	Method, Path string
+	Tries        int
+}
+
+func (e *AzuriteInternalError) Error() string {
+	tries := "tried once"
+	if e.Tries > 1 {
+		tries = fmt.Sprintf("tried %d times", e.Tries)
+	}
+	return fmt.Sprintf("%s %s: %s (%s)", e.Method, e.Path, azuriteInternalCause, tries)
+}
+
+// azuriteInternal reports whether resp is Azurite's answer to a failure inside it.
+func azuriteInternal(resp *http.Response) bool {
+	return resp != nil && resp.StatusCode == http.StatusInternalServerError &&
+		strings.HasPrefix(resp.Header.Get("Server"), "Azurite") && resp.Header.Get("x-ms-error-code") == ""
+}
+
+// drain reads a little of resp's body and closes it, so its connection can be reused.
+func drain(resp *http.Response) {
+	if resp != nil && resp.Body != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}
 }
 
 func status(resp *http.Response) int {

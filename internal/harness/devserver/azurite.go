@@ -50,9 +50,10 @@ func (s Service) String() string {
 }
 
 type azuriteSpec struct {
-	bin  string
-	args []string
-	port int
+	bin       string
+	args      []string
+	port      int
+	openFiles uint64 // its open-file limit; 0: as high as this process may set it
 }
 
 // PID is the process id of service s (0 when it is not running).
@@ -108,6 +109,11 @@ func (a *AzuriteServer) Restart(s Service) error {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("restart %v: %w", s, err)
+		}
+		if err := setOpenFiles(cmd.Process.Pid, sp.openFiles); err != nil {
+			_ = cmd.Process.Kill()
+			_, _ = cmd.Process.Wait()
+			return err
 		}
 		exited := make(chan struct{})
 		go func() { _, _ = cmd.Process.Wait(); close(exited) }()
@@ -210,10 +216,25 @@ func FreePort() (int, error) {
 
 // StartAzurite starts a fresh Azurite (blob + queue) in dir on free ports and waits until both
 // accept connections. The caller owns it and must Stop it.
+//
+// Each process's open-file limit is raised as far as this process may (raiseOpenFiles): Azurite
+// leaks a file descriptor for every ranged read stopped early, and fails for good at its limit.
 func StartAzurite(dir string) (*AzuriteServer, error) {
+	return StartAzuriteWith(dir, AzuriteOptions{})
+}
+
+// AzuriteOptions are StartAzuriteWith's settings.
+type AzuriteOptions struct {
+	// OpenFiles is each process's open-file limit (soft and hard); 0 raises it as far as this
+	// process may. A test sets it low to make Azurite run out of file descriptors on demand.
+	OpenFiles uint64
+}
+
+// StartAzuriteWith is StartAzurite with options.
+func StartAzuriteWith(dir string, o AzuriteOptions) (*AzuriteServer, error) {
 	var lastErr error
 	for try := 0; try < 3; try++ { // a free port can be taken between FreePort and listen
-		a, err := startAzuriteOnce(dir)
+		a, err := startAzuriteOnce(dir, o)
 		if err == nil {
 			return a, nil
 		}
@@ -225,7 +246,7 @@ func StartAzurite(dir string) (*AzuriteServer, error) {
 	return nil, lastErr
 }
 
-func startAzuriteOnce(dir string) (*AzuriteServer, error) {
+func startAzuriteOnce(dir string, o AzuriteOptions) (*AzuriteServer, error) {
 	blobBin, err := AzuriteBin("azurite-blob")
 	if err != nil {
 		return nil, err
@@ -245,8 +266,8 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 	a := &AzuriteServer{BlobPort: bp, QueuePort: qp, Dir: dir, logPath: filepath.Join(dir, "azurite.log")}
 	flags := []string{"--skipApiVersionCheck", "--loose", "--disableTelemetry"}
 	specs := []azuriteSpec{
-		{blobBin, append([]string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(bp), "--location", filepath.Join(dir, "blob")}, flags...), bp},
-		{queueBin, append([]string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(qp), "--location", filepath.Join(dir, "queue")}, flags...), qp},
+		{blobBin, append([]string{"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(bp), "--location", filepath.Join(dir, "blob")}, flags...), bp, o.OpenFiles},
+		{queueBin, append([]string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(qp), "--location", filepath.Join(dir, "queue")}, flags...), qp, o.OpenFiles},
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -266,6 +287,12 @@ func startAzuriteOnce(dir string) (*AzuriteServer, error) {
 		if err := cmd.Start(); err != nil {
 			a.Stop()
 			return nil, fmt.Errorf("start %s: %w", filepath.Base(s.bin), err)
+		}
+		if err := setOpenFiles(cmd.Process.Pid, s.openFiles); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			a.Stop()
+			return nil, err
 		}
 		exited := make(chan struct{})
 		go func() { _, _ = cmd.Process.Wait(); close(exited) }()

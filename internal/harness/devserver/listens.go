@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A port that was free a moment ago can be taken by another program before the server we start
@@ -101,4 +103,34 @@ func listenInodes(port int) (map[string]bool, error) {
 		}
 	}
 	return inodes, nil
+}
+
+// setOpenFiles sets process pid's open-file limit, soft and hard, to n; n == 0 raises it as far
+// as this process may: to the system's ceiling (/proc/sys/fs/nr_open) with the privilege to
+// raise a hard limit, else to the current hard limit. Go's os/exec gives a child the soft limit
+// this process started with, and Azurite (Node) leaks a descriptor for every ranged read stopped
+// early, failing every request that opens a data file once at its limit. Soft and hard are set
+// together, so it holds whether Node, which raises its soft limit to the hard one as it starts,
+// runs before or after this.
+func setOpenFiles(pid int, n uint64) error {
+	if n == 0 {
+		var cur unix.Rlimit
+		if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &cur); err != nil {
+			return fmt.Errorf("read the open-file limit of pid %d: %w", pid, err)
+		}
+		ceiling := cur.Max
+		if b, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+			if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v > ceiling {
+				ceiling = v
+			}
+		}
+		if unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: ceiling, Max: ceiling}, nil) == nil {
+			return nil
+		}
+		n = cur.Max // no privilege to raise the hard limit: the soft one up to it
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+		return fmt.Errorf("set the open-file limit of pid %d to %d: %w", pid, n, err)
+	}
+	return nil
 }

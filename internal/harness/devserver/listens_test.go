@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // waitListening tells this process's listener from another process's on the same port.
@@ -90,5 +92,37 @@ func TestStartAzurite_PortTakenByAnotherServer(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode == http.StatusBadRequest || resp.Header.Get("x-ms-request-id") == "" {
 		t.Fatalf("blob port %d answered %d without a storage request id: not Azurite", a.BlobPort, resp.StatusCode)
+	}
+}
+
+// StartAzurite raises each process's open-file limit (Azurite leaks descriptors); a set one is
+// exactly that.
+func TestStartAzurite_OpenFileLimit(t *testing.T) {
+	var own unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &own); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		set  uint64
+		want func(unix.Rlimit) bool
+		what string
+	}{
+		{0, func(l unix.Rlimit) bool { return l.Cur == l.Max && l.Max >= own.Max }, "soft = hard ≥ this process's hard limit"},
+		{300, func(l unix.Rlimit) bool { return l.Cur == 300 && l.Max == 300 }, "300"},
+	} {
+		a, err := StartAzuriteWith(t.TempDir(), AzuriteOptions{OpenFiles: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []Service{Blob, Queue} {
+			var l unix.Rlimit
+			if err := unix.Prlimit(a.PID(s), unix.RLIMIT_NOFILE, nil, &l); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(l) {
+				t.Errorf("OpenFiles %d: %v limit %+v, want %s", tc.set, s, l, tc.what)
+			}
+		}
+		a.Stop()
 	}
 }
