@@ -215,9 +215,9 @@ func FreePort() (int, error) {
 }
 
 // StartAzurite starts a fresh Azurite (blob + queue) in dir on free ports and waits until both
-// accept connections. The caller owns it and must Stop it.
+// listen (each its own socket: listens.go). The caller owns it and must Stop it.
 //
-// Each process's open-file limit is raised as far as this process may (raiseOpenFiles): Azurite
+// Each process's open-file limit is raised as far as this process may (setOpenFiles): Azurite
 // leaks a file descriptor for every ranged read stopped early, and fails for good at its limit.
 func StartAzurite(dir string) (*AzuriteServer, error) {
 	return StartAzuriteWith(dir, AzuriteOptions{})
