@@ -1,6 +1,7 @@
 package devserver
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,5 +127,55 @@ func TestStartAzurite_OpenFileLimit(t *testing.T) {
 			}
 		}
 		a.Stop()
+	}
+}
+
+// A port of an in-process NATS cluster taken between choosing it and binding it: the node never
+// becomes ready, and the cluster starts again on fresh ports, with JetStream.
+func TestStartNATSCluster_PortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+	var mu sync.Mutex
+	handed := false
+	freePorts = func(n int) ([]int, error) {
+		ps, err := FreePorts(n)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && !handed {
+			handed, ps[0] = true, taken
+		}
+		return ps, err
+	}
+	natsReadyWithin = 2 * time.Second
+	defer func() { freePorts, natsReadyWithin = FreePorts, 20*time.Second }()
+
+	c, err := StartNATSCluster(t.TempDir(), 3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if !handed {
+		t.Fatal("the taken port was never handed out")
+	}
+	if strings.Contains(c.URLs(), fmt.Sprintf(":%d", taken)) {
+		t.Fatalf("cluster %s on port %d, which another program holds", c.URLs(), taken)
+	}
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(ctx); err != nil {
+		t.Fatalf("JetStream on the restarted cluster: %v", err)
 	}
 }

@@ -40,9 +40,9 @@ func startServer(o *server.Options) (*server.Server, error) {
 		return nil, err
 	}
 	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
+	if !s.ReadyForConnections(natsReadyWithin) {
 		s.Shutdown()
-		return nil, errors.New("nats server not ready within 20s")
+		return nil, fmt.Errorf("nats server on port %d not ready within %v (a port taken?)", o.Port, natsReadyWithin)
 	}
 	return s, nil
 }
@@ -71,8 +71,24 @@ type NATSCluster struct {
 
 // StartNATSCluster starts n nodes storing under dir (one node is a plain server) and waits for a
 // JetStream meta leader. users, when set, are the accounts every node accepts.
+//
+// Its ports were free a moment before the nodes bind them; another process can take one in
+// between, and a node that cannot listen never becomes ready. The cluster then starts again on
+// fresh ports, up to three times.
 func StartNATSCluster(dir string, n int, users []*server.User) (*NATSCluster, error) {
-	ports, err := FreePorts(2 * n)
+	var errs []error
+	for try := range 3 {
+		c, err := startNATSCluster(RetryDir(dir, try), n, users)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func startNATSCluster(dir string, n int, users []*server.User) (*NATSCluster, error) {
+	ports, err := freePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -159,3 +175,19 @@ func (c *NATSCluster) URLs() string {
 	}
 	return strings.Join(us, ",")
 }
+
+// RetryDir is the store directory of a cluster's start attempt try: dir first, then a fresh one
+// beside it, so no node meets the state a failed attempt left.
+func RetryDir(dir string, try int) string {
+	if try == 0 {
+		return dir
+	}
+	return fmt.Sprintf("%s-retry%d", dir, try)
+}
+
+// freePorts is FreePorts and natsReadyWithin how long an in-process server may take to listen; a
+// test replaces them to hand out a port another program holds and to give up on it sooner.
+var (
+	freePorts       = FreePorts
+	natsReadyWithin = 20 * time.Second
+)

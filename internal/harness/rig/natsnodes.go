@@ -25,11 +25,27 @@ type NATSNodes struct {
 
 // StartNATSNodes starts n nodes named n0… under dir and waits until JetStream answers through
 // every one of them. The rig tracks their pids.
+//
+// Its ports were free a moment before the nodes bind them; another process can take one in
+// between (the node then exits, "address already in use"). The nodes then start again on fresh
+// ports, up to three times.
 func (r *Rig) StartNATSNodes(ctx context.Context, dir string, n int) (*NATSNodes, error) {
 	bin, err := r.natsServer()
 	if err != nil {
 		return nil, err
 	}
+	var errs []error
+	for try := range 3 {
+		nn, err := r.startNATSNodes(ctx, bin, devserver.RetryDir(dir, try), n)
+		if err == nil || ctx.Err() != nil {
+			return nn, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+func (r *Rig) startNATSNodes(ctx context.Context, bin, dir string, n int) (*NATSNodes, error) {
 	ports, err := devserver.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
